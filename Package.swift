@@ -1,0 +1,37 @@
+// swift-tools-version:6.0
+// ubiquityfs: a FUSE file system for an iCloud-style ubiquity container.
+// Only the toolchain and Debian's C libraries are used: no outside Swift package.
+import PackageDescription
+
+let package = Package(
+    name: "ubiquityfs",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "ubiquityfs", targets: ["ubiquityfs"]),
+    ],
+    targets: [
+        // C libraries from Debian, each behind a module map and a tiny header of inline shims.
+        .systemLibrary(name: "CFuse", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+
+        // Shared plumbing: SQLite, SHA-256, logging, wire model, system calls.
+        .target(name: "UbiquityBase", dependencies: ["CSQLite", "CCrypto"]),
+        // The sync core: store, transfers, sync. Knows nothing of FUSE or HTTP.
+        .target(name: "UbiquityCore", dependencies: ["UbiquityBase"]),
+        // The remote client on libcurl, implementing the core's RemoteClient protocol.
+        .target(name: "UbiquityHTTP", dependencies: ["UbiquityBase", "UbiquityCore", "CCurl"]),
+        // The remote stub server on libmicrohttpd.
+        .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD"]),
+        // The FUSE adapter: inode table and operations mapped onto the core. Knows nothing of HTTP.
+        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"]),
+        // The command.
+        .executableTarget(name: "ubiquityfs",
+                          dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE"]),
+
+        .testTarget(name: "UbiquityCoreTests", dependencies: ["UbiquityBase", "UbiquityCore"]),
+        .testTarget(name: "UbiquityStubTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP"]),
+    ]
+)

@@ -1,0 +1,2 @@
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>

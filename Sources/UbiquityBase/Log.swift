@@ -1,0 +1,58 @@
+// Leveled logging to stderr (or a log file): one line per event, with time, level and subsystem.
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum LogLevel: Int, Comparable, Sendable {
+    case debug = 0, info, warning, error
+    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
+    public var label: String { ["DEBUG", "INFO", "WARN", "ERROR"][rawValue] }
+    public init?(name: String) {
+        switch name.lowercased() {
+        case "debug": self = .debug
+        case "info": self = .info
+        case "warn", "warning": self = .warning
+        case "error": self = .error
+        default: return nil
+        }
+    }
+}
+
+public final class Log: @unchecked Sendable {
+    public static let shared = Log()
+    private let lock = NSLock()
+    private var fd: Int32 = 2
+    public private(set) var level: LogLevel = .info
+
+    public func configure(level: LogLevel, path: String?) {
+        lock.lock(); defer { lock.unlock() }
+        self.level = level
+        if let path {
+            let f = Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+            if f >= 0 { fd = f }
+        }
+    }
+
+    public func write(_ level: LogLevel, _ subsystem: String, _ message: @autoclosure () -> String) {
+        guard level >= self.level else { return }
+        let now = nowNanoseconds()
+        let secs = time_t(now / 1_000_000_000)
+        var tm = tm(); var t = secs; gmtime_r(&t, &tm)
+        let stamp = String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                           tm.tm_hour, tm.tm_min, tm.tm_sec, Int((now / 1_000_000) % 1000))
+        let line = "\(stamp) \(level.label) [\(subsystem)] \(message())\n"
+        lock.lock(); defer { lock.unlock() }
+        _ = line.withCString { Glibc.write(fd, $0, strlen($0)) }
+    }
+}
+
+/// A logger for one subsystem.
+public struct Logger: Sendable {
+    public let subsystem: String
+    public init(_ subsystem: String) { self.subsystem = subsystem }
+    public func debug(_ m: @autoclosure () -> String) { Log.shared.write(.debug, subsystem, m()) }
+    public func info(_ m: @autoclosure () -> String) { Log.shared.write(.info, subsystem, m()) }
+    public func warning(_ m: @autoclosure () -> String) { Log.shared.write(.warning, subsystem, m()) }
+    public func error(_ m: @autoclosure () -> String) { Log.shared.write(.error, subsystem, m()) }
+}

@@ -1,0 +1,68 @@
+// Incremental SHA-256 on OpenSSL's EVP interface; used to verify every byte that crosses the wire.
+import CCrypto
+import Foundation
+
+public struct SHA256Hasher: ~Copyable {
+    private let ctx: OpaquePointer
+
+    public init() {
+        ctx = EVP_MD_CTX_new()!
+        EVP_DigestInit_ex(ctx, EVP_sha256(), nil)
+    }
+
+    deinit { EVP_MD_CTX_free(ctx) }
+
+    public mutating func update(_ buffer: UnsafeRawBufferPointer) {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+        EVP_DigestUpdate(ctx, base, buffer.count)
+    }
+
+    public mutating func update(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { update($0) }
+    }
+
+    /// Returns the digest as lowercase hex.
+    public consuming func finalizeHex() -> String {
+        var digest = [UInt8](repeating: 0, count: 32)
+        var len: UInt32 = 0
+        EVP_DigestFinal_ex(ctx, &digest, &len)
+        return hexString(digest)
+    }
+}
+
+public func hexString(_ bytes: [UInt8]) -> String {
+    let digits: [UInt8] = Array("0123456789abcdef".utf8)
+    var out = [UInt8](); out.reserveCapacity(bytes.count * 2)
+    for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+    return String(decoding: out, as: UTF8.self)
+}
+
+/// SHA-256 of a whole buffer.
+public func sha256Hex(_ bytes: [UInt8]) -> String {
+    var h = SHA256Hasher(); h.update(bytes); return h.finalizeHex()
+}
+
+/// SHA-256 and size of a file, read in large chunks without holding it in memory.
+public func sha256OfFile(_ path: String) throws -> (sha256: String, size: Int64) {
+    let fd = try FileDescriptor.open(path, O_RDONLY)
+    defer { fd.close() }
+    var h = SHA256Hasher()
+    var total: Int64 = 0
+    let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+    defer { buf.deallocate() }
+    while true {
+        let n = try fd.read(into: buf)
+        if n == 0 { break }
+        h.update(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
+        total += Int64(n)
+    }
+    return (h.finalizeHex(), total)
+}
+
+/// The SHA-256 of no bytes at all, the hash of every empty file.
+public let emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+/// True for a 64-digit lowercase hex string.
+public func isSHA256Hex(_ s: String) -> Bool {
+    s.utf8.count == 64 && s.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
+}

@@ -1,0 +1,124 @@
+// A thin, safe wrapper over SQLite: one connection, prepared statements, typed binds and columns.
+// A Database is not thread-safe by itself; callers serialise access (the store holds a lock).
+import CSQLite
+import Foundation
+
+public struct SQLiteError: Error, CustomStringConvertible {
+    public let code: Int32
+    public let message: String
+    public var description: String { "sqlite error \(code): \(message)" }
+    /// True when the disk (or quota) is full.
+    public var isDiskFull: Bool { code & 0xff == SQLITE_FULL }
+}
+
+/// A value bound into, or read out of, a statement.
+public enum SQLValue: Equatable, Sendable {
+    case null
+    case int(Int64)
+    case text(String)
+    case blob([UInt8])
+}
+
+public final class Database: @unchecked Sendable {
+    private var handle: OpaquePointer?
+    public let path: String
+
+    /// Opens (creating if needed) the database at `path`.
+    public init(path: String) throws {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close(db)
+            throw SQLiteError(code: rc, message: "\(path): \(message)")
+        }
+        handle = db
+        sqlite3_busy_timeout(db, 5000)
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    private func check(_ rc: Int32) throws {
+        guard rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW else {
+            throw SQLiteError(code: rc, message: String(cString: sqlite3_errmsg(handle)))
+        }
+    }
+
+    /// Runs one or more statements that take no parameters.
+    public func exec(_ sql: String) throws {
+        var err: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &err)
+        if rc != SQLITE_OK {
+            let message = err.map { String(cString: $0) } ?? "exec failed"
+            sqlite3_free(err)
+            throw SQLiteError(code: rc, message: message)
+        }
+    }
+
+    /// Runs a statement with parameters and returns every row.
+    @discardableResult
+    public func query(_ sql: String, _ params: [SQLValue] = []) throws -> [Row] {
+        var rows: [Row] = []
+        try forEach(sql, params) { rows.append($0) }
+        return rows
+    }
+
+    /// Runs a statement and calls `body` for each row, without collecting them.
+    public func forEach(_ sql: String, _ params: [SQLValue] = [], _ body: (Row) throws -> Void) throws {
+        var stmt: OpaquePointer?
+        try check(sqlite3_prepare_v2(handle, sql, -1, &stmt, nil))
+        defer { sqlite3_finalize(stmt) }
+        for (i, p) in params.enumerated() {
+            let idx = Int32(i + 1)
+            switch p {
+            case .null: try check(sqlite3_bind_null(stmt, idx))
+            case .int(let v): try check(sqlite3_bind_int64(stmt, idx, v))
+            case .text(let s): try check(sqlite3_bind_text(stmt, idx, s, -1, ubq_sqlite_transient()))
+            case .blob(let b):
+                try check(b.withUnsafeBytes { sqlite3_bind_blob(stmt, idx, $0.baseAddress, Int32(b.count), ubq_sqlite_transient()) })
+            }
+        }
+        while true {
+            let rc = sqlite3_step(stmt)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { try check(rc); break }
+            try body(Row(stmt: stmt!))
+        }
+    }
+
+    /// Runs `body` inside one transaction; rolls back if it throws.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try exec("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try exec("COMMIT")
+            return result
+        } catch {
+            try? exec("ROLLBACK")
+            throw error
+        }
+    }
+
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+}
+
+/// One result row; valid only inside the callback that receives it.
+public struct Row {
+    fileprivate let stmt: OpaquePointer
+
+    public func int(_ i: Int32) -> Int64 { sqlite3_column_int64(stmt, i) }
+    public func isNull(_ i: Int32) -> Bool { sqlite3_column_type(stmt, i) == SQLITE_NULL }
+    public func text(_ i: Int32) -> String {
+        guard let p = sqlite3_column_text(stmt, i) else { return "" }
+        return String(cString: p)
+    }
+    public func optionalText(_ i: Int32) -> String? { isNull(i) ? nil : text(i) }
+    public func blob(_ i: Int32) -> [UInt8] {
+        let n = Int(sqlite3_column_bytes(stmt, i))
+        guard n > 0, let p = sqlite3_column_blob(stmt, i) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
+}

@@ -1,0 +1,141 @@
+// Thin wrappers over the system calls the project uses. Each retries EINTR and throws a typed Errno.
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A POSIX error number with its message.
+public struct Errno: Error, Equatable, Hashable, CustomStringConvertible, Sendable {
+    public let rawValue: Int32
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+    public static var current: Errno { Errno(errno) }
+    public var description: String { String(cString: strerror(rawValue)) }
+
+    public static let noEntry = Errno(ENOENT)
+    public static let exists = Errno(EEXIST)
+    public static let notEmpty = Errno(ENOTEMPTY)
+    public static let isDirectory = Errno(EISDIR)
+    public static let notDirectory = Errno(ENOTDIR)
+    public static let invalid = Errno(EINVAL)
+    public static let io = Errno(EIO)
+    public static let busy = Errno(EBUSY)
+    public static let again = Errno(EAGAIN)
+    public static let interrupted = Errno(EINTR)
+    public static let notPermitted = Errno(EPERM)
+    public static let accessDenied = Errno(EACCES)
+    public static let nameTooLong = Errno(ENAMETOOLONG)
+    public static let noSpace = Errno(ENOSPC)
+    public static let noData = Errno(ENODATA)
+    public static let range = Errno(ERANGE)
+    public static let notSupported = Errno(ENOTSUP)
+    public static let readOnly = Errno(EROFS)
+    public static let badFile = Errno(EBADF)
+    public static let crossDevice = Errno(EXDEV)
+    public static let tooBig = Errno(E2BIG)
+}
+
+/// Calls `body` until it does not fail with EINTR; throws the errno of any other failure.
+@inline(__always)
+public func valueOrErrno<T: BinaryInteger>(_ body: () -> T) throws -> T {
+    while true {
+        let r = body()
+        if r >= 0 { return r }
+        if errno == EINTR { continue }
+        throw Errno.current
+    }
+}
+
+/// An owned file descriptor; the owner closes it.
+public struct FileDescriptor: Sendable, Hashable {
+    public let raw: Int32
+    public init(raw: Int32) { self.raw = raw }
+
+    /// open(2).
+    public static func open(_ path: String, _ flags: Int32, mode: mode_t = 0o644) throws -> FileDescriptor {
+        FileDescriptor(raw: try valueOrErrno { Glibc.open(path, flags | O_CLOEXEC, mode) })
+    }
+
+    public func close() { _ = Glibc.close(raw) }
+
+    /// read(2) into `buffer`; returns the count, 0 at end of file.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        try valueOrErrno { Glibc.read(raw, buffer.baseAddress, buffer.count) }
+    }
+
+    /// pread(2).
+    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        try valueOrErrno { Glibc.pread(raw, buffer.baseAddress, buffer.count, off_t(offset)) }
+    }
+
+    /// Writes the whole buffer at `offset` (pwrite(2), repeated on short writes).
+    public func writeAll(_ buffer: UnsafeRawBufferPointer, at offset: Int64) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = try valueOrErrno {
+                Glibc.pwrite(raw, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            }
+            done += n
+        }
+    }
+
+    /// Writes the whole buffer at the current position (write(2), repeated on short writes).
+    public func writeAll(_ buffer: UnsafeRawBufferPointer) throws {
+        var done = 0
+        while done < buffer.count {
+            done += try valueOrErrno { Glibc.write(raw, buffer.baseAddress! + done, buffer.count - done) }
+        }
+    }
+
+    public func writeAll(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try writeAll($0) } }
+
+    public func sync() throws { _ = try valueOrErrno { fsync(raw) } }
+    public func dataSync() throws { _ = try valueOrErrno { fdatasync(raw) } }
+    public func truncate(_ size: Int64) throws { _ = try valueOrErrno { ftruncate(raw, off_t(size)) } }
+
+    public func stat() throws -> Glibc.stat {
+        var st = Glibc.stat()
+        _ = try valueOrErrno { fstat(raw, &st) }
+        return st
+    }
+}
+
+/// fsync of a directory, so that a rename or create in it is durable.
+public func syncDirectory(_ path: String) {
+    if let fd = try? FileDescriptor.open(path, O_RDONLY | O_DIRECTORY) { try? fd.sync(); fd.close() }
+}
+
+/// rename(2).
+public func renameFile(_ from: String, _ to: String) throws {
+    _ = try valueOrErrno { rename(from, to) }
+}
+
+/// unlink(2); a missing file is not an error.
+public func removeFile(_ path: String) throws {
+    if unlink(path) != 0 && errno != ENOENT { throw Errno.current }
+}
+
+/// mkdir -p.
+public func makeDirectories(_ path: String, mode: Int = 0o700) throws {
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                            attributes: [.posixPermissions: mode])
+}
+
+/// The current wall-clock time in nanoseconds since the epoch.
+public func nowNanoseconds() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+}
+
+/// Monotonic time in nanoseconds, for timeouts and rates.
+public func monotonicNanoseconds() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+}
+
+/// Random bytes from the kernel, as lowercase hex.
+public func randomHex(bytes count: Int) -> String {
+    var rng = SystemRandomNumberGenerator()
+    return hexString((0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) })
+}

@@ -1,0 +1,73 @@
+// The one door from the sync core to a remote. The HTTP client (UbiquityHTTP), the in-process fakes of the
+// tests and, later, an object-store client all implement it, so the core never knows which it talks to.
+// Calls block the calling thread; the core calls them only from its transfer and sync threads, never from a
+// file-system request.
+import UbiquityBase
+
+public enum RemoteError: Error, Equatable, CustomStringConvertible {
+    /// The remote could not be reached or did not answer in time.
+    case unreachable(String)
+    /// The token was refused.
+    case unauthorized
+    /// The container, item or blob does not exist.
+    case notFound(String)
+    /// The conditional write lost: `current` is the remote's current state of the item.
+    case preconditionFailed(current: WireItem?)
+    /// Another live item holds the name, or a directory is not empty.
+    case conflict(String, current: WireItem?)
+    /// The remote refused the request as malformed or too large.
+    case rejected(status: Int, message: String)
+    /// Bytes did not hash to what was promised.
+    case corrupt(String)
+    /// The remote had trouble (5xx).
+    case server(status: Int, message: String)
+    /// The caller cancelled the transfer.
+    case cancelled
+
+    public var description: String {
+        switch self {
+        case .unreachable(let m): return "remote unreachable: \(m)"
+        case .unauthorized: return "the remote refused the token"
+        case .notFound(let m): return "not found on the remote: \(m)"
+        case .preconditionFailed: return "the item changed on the remote"
+        case .conflict(let m, _): return "conflict on the remote: \(m)"
+        case .rejected(let s, let m): return "the remote refused the request (\(s)): \(m)"
+        case .corrupt(let m): return "corrupt data: \(m)"
+        case .server(let s, let m): return "remote error (\(s)): \(m)"
+        case .cancelled: return "cancelled"
+        }
+    }
+
+    /// Worth trying again later: the network or the server, not the request.
+    public var isTransient: Bool {
+        switch self {
+        case .unreachable, .server, .corrupt: return true
+        default: return false
+        }
+    }
+}
+
+/// Progress of one transfer: called with the bytes done so far; return false to cancel.
+public typealias TransferProgress = (Int64) -> Bool
+
+public protocol RemoteClient: AnyObject, Sendable {
+    /// Ensures the container exists; returns its root id and the feed position now.
+    func openContainer() throws(RemoteError) -> WireContainer
+    /// Changes after `token` (nil: from the start), waiting up to `waitSeconds` when there are none.
+    func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges
+    /// The current state of one item (also a tombstone).
+    func item(_ id: String) throws(RemoteError) -> WireItem
+    /// Creates (`ifMatch` nil) or updates (`ifMatch` the version last seen) an item.
+    func putItem(_ item: WireItem, ifMatch: Int64?) throws(RemoteError) -> WireItem
+    /// Deletes an item seen at version `ifMatch`; returns the tombstone.
+    func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem
+    /// True if the remote already holds the blob.
+    func hasBlob(sha256: String) throws(RemoteError) -> Bool
+    /// Uploads the file at `path` (whose content hashes to `sha256` and has `size` bytes) as a blob.
+    func uploadBlob(sha256: String, size: Int64, fromFile path: String,
+                    progress: TransferProgress?) throws(RemoteError)
+    /// Downloads the blob's bytes from `offset` on, appending them to the open file `fd` (which is positioned at
+    /// `offset`), calling `progress` with the absolute byte count. Does not verify the hash: the caller does.
+    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
+                      progress: TransferProgress?) throws(RemoteError)
+}
