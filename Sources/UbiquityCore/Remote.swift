@@ -1,7 +1,8 @@
 // The one door from the sync core to a remote. The HTTP client (UbiquityHTTP), the in-process fakes of the
 // tests and, later, an object-store client all implement it, so the core never knows which it talks to.
-// Calls block the calling thread; the core calls them only from its transfer and sync threads, never from a
-// file-system request.
+// Every call throws RemoteError only (untyped `throws`: typed throws crashes this compiler here). Calls block
+// the calling thread; the core calls them only from its transfer and sync threads, never from a file-system
+// request.
 import UbiquityBase
 
 public enum RemoteError: Error, Equatable, CustomStringConvertible {
@@ -52,22 +53,22 @@ public typealias TransferProgress = (Int64) -> Bool
 
 public protocol RemoteClient: AnyObject, Sendable {
     /// Ensures the container exists; returns its root id and the feed position now.
-    func openContainer() throws(RemoteError) -> WireContainer
+    func openContainer() throws -> WireContainer
     /// Changes after `token` (nil: from the start), waiting up to `waitSeconds` when there are none.
-    func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges
+    func changes(since token: String?, waitSeconds: Int) throws -> WireChanges
     /// The current state of one item (also a tombstone).
-    func item(_ id: String) throws(RemoteError) -> WireItem
+    func item(_ id: String) throws -> WireItem
     /// Creates (`ifMatch` nil) or updates (`ifMatch` the version last seen) an item.
-    func putItem(_ item: WireItem, ifMatch: Int64?) throws(RemoteError) -> WireItem
+    func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem
     /// Deletes an item seen at version `ifMatch`; returns the tombstone.
-    func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem
+    func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem
     /// True if the remote already holds the blob.
-    func hasBlob(sha256: String) throws(RemoteError) -> Bool
+    func hasBlob(sha256: String) throws -> Bool
     /// Uploads the file at `path` (whose content hashes to `sha256` and has `size` bytes) as a blob.
     func uploadBlob(sha256: String, size: Int64, fromFile path: String,
-                    progress: TransferProgress?) throws(RemoteError)
+                    progress: TransferProgress?) throws
     /// Downloads the blob's bytes from `offset` on, appending them to the open file `fd` (which is positioned at
     /// `offset`), calling `progress` with the absolute byte count. Does not verify the hash: the caller does.
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
-                      progress: TransferProgress?) throws(RemoteError)
+                      progress: TransferProgress?) throws
 }

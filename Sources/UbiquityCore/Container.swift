@@ -1,0 +1,474 @@
+// The sync core's view of one container on this device: the in-memory index of every item over the store,
+// the local operations a file system performs, and the hooks that the downloader, the pusher and the puller
+// use. It knows nothing of FUSE or HTTP.
+//
+// Locking: one lock (`lock`) guards `items`, `children`, `handles` and `transfers`, and every store write.
+// Store writes are short local SQLite transactions; no network call or wait ever happens under the lock.
+// Observer notifications are collected under the lock and delivered after it is released.
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Told about changes that did not come from a local request, so the file system can drop kernel caches.
+public protocol ContainerObserver: AnyObject, Sendable {
+    /// Attributes, and content when `contentChanged`, of the item changed.
+    func itemChanged(_ id: String, contentChanged: Bool)
+    /// `name` in directory `parent` no longer refers to item `id`.
+    func entryRemoved(parent: String, name: String, id: String)
+    /// `name` in directory `parent` now refers to an item.
+    func entryAdded(parent: String, name: String)
+}
+
+public struct ContainerConfig: Sendable {
+    public var device: String
+    /// How long an open waits for content before failing with EIO.
+    public var downloadTimeoutSeconds: Int = 30
+    public var maxConcurrentDownloads: Int = 4
+    /// Long-poll wait of the change feed.
+    public var pollWaitSeconds: Int = 25
+    public init(device: String) { self.device = device }
+}
+
+/// A pending notification for the observer.
+enum Notice {
+    case changed(String, content: Bool)
+    case removed(parent: String, name: String, id: String)
+    case added(parent: String, name: String)
+}
+
+public final class Container: @unchecked Sendable {
+    public let store: Store
+    public let remote: RemoteClient
+    public let config: ContainerConfig
+    public weak var observer: ContainerObserver?
+    let log = Logger("core")
+
+    let lock = NSLock()
+    /// Every item by id, live ones and local tombstones waiting to be pushed.
+    var items: [String: Item] = [:]
+    /// Live items by parent and name.
+    var children: [String: [String: String]] = [:]
+    /// Open handles per item: total and writable.
+    var handles: [String: (open: Int, writers: Int)] = [:]
+    /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
+    var contentGeneration: [String: Int] = [:]
+    var transfers: [String: TransferState] = [:]
+    private var notices: [Notice] = []
+
+    var downloads: Downloads!
+    var sync: SyncLoops!
+
+    public var rootID: String { WireRules.rootID }
+
+    /// Opens the container's store. Call `start` to begin syncing.
+    public init(store: Store, remote: RemoteClient, config: ContainerConfig) throws {
+        self.store = store
+        self.remote = remote
+        self.config = config
+        for item in try store.loadItems() { items[item.id] = item }
+        if items[rootID] == nil {
+            let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: nowNanoseconds(),
+                            ctime: nowNanoseconds(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
+                            device: "", hasLocal: true, localSHA: nil, dirty: false, metaDirty: false,
+                            deleted: false, pinned: false, xattrs: [:], conflicts: [])
+            items[rootID] = root
+            try store.save(root)
+        }
+        for item in items.values where !item.deleted {
+            if let parent = item.parent { children[parent, default: [:]][item.name] = item.id }
+        }
+        downloads = Downloads(container: self)
+        sync = SyncLoops(container: self)
+    }
+
+    /// True when the store has never synced with the remote.
+    public var isFresh: Bool { store.meta("token") == nil }
+
+    /// Fetches the remote's current tree once (waiting for nothing), then starts the background loops.
+    public func start(initialSync: Bool) throws {
+        if initialSync { try sync.pullUntilCaughtUp() }
+        sync.start()
+        let pinnedStale = withLock { items.values.filter { $0.pinned && $0.kind == .file && !$0.isCurrent }.map(\.id) }
+        for id in pinnedStale { downloads.start(id) }
+    }
+
+    /// Stops the background loops; in-flight transfers are abandoned (their staging files are removed at the next start).
+    public func stop() { sync.stop() }
+
+    // MARK: locking and notices
+
+    @inline(__always)
+    func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        lock.lock(); defer { lock.unlock() }
+        return try body()
+    }
+
+    /// Runs `body` under the lock, then delivers the notices it queued.
+    func mutate<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        lock.lock()
+        let result: Result<T, E>
+        do throws(E) { result = .success(try body()) } catch { result = .failure(error) }
+        let n = notices; notices = []
+        lock.unlock()
+        deliver(n)
+        return try result.get()
+    }
+
+    func notice(_ n: Notice) { notices.append(n) }
+
+    private func deliver(_ list: [Notice]) {
+        guard let observer, !list.isEmpty else { return }
+        for n in list {
+            switch n {
+            case .changed(let id, let content): observer.itemChanged(id, contentChanged: content)
+            case .removed(let parent, let name, let id): observer.entryRemoved(parent: parent, name: name, id: id)
+            case .added(let parent, let name): observer.entryAdded(parent: parent, name: name)
+            }
+        }
+    }
+
+    // MARK: reading
+
+    public func item(_ id: String) -> Item? {
+        withLock { items[id].flatMap { $0.deleted ? nil : $0 } }
+    }
+
+    public func lookup(parent: String, name: String) -> Item? {
+        withLock { children[parent]?[name].flatMap { items[$0] } }
+    }
+
+    /// The live children of a directory, sorted by name.
+    public func list(_ id: String) throws(CoreError) -> [Item] {
+        try withLock { () throws(CoreError) -> [Item] in
+            guard let dir = items[id], !dir.deleted else { throw .notFound }
+            guard dir.isDirectory else { throw .notDirectory }
+            return (children[id] ?? [:]).sorted { $0.key < $1.key }.compactMap { items[$0.value] }
+        }
+    }
+
+    /// The path of an item from the container root, for messages and the status command.
+    public func path(of id: String) -> String {
+        withLock {
+            var parts: [String] = []
+            var cur = items[id]
+            while let c = cur, let p = c.parent { parts.append(c.name); cur = items[p] }
+            return parts.reversed().joined(separator: "/")
+        }
+    }
+
+    /// Bytes of local content this device stores for the item (what `du` counts).
+    public func localBytes(_ item: Item) -> Int64 {
+        item.hasLocal ? item.size : 0
+    }
+
+    // MARK: local changes
+
+    private func checkName(_ name: String) throws(CoreError) {
+        if name.utf8.count > WireRules.maxNameBytes { throw .nameTooLong }
+        if !WireRules.isValidName(name) { throw .invalidName }
+    }
+
+    /// The live directory `id`, or the error a lookup in it gets.
+    private func liveDirectory(_ id: String) throws(CoreError) -> Item {
+        guard let dir = items[id], !dir.deleted else { throw .notFound }
+        guard dir.isDirectory else { throw .notDirectory }
+        return dir
+    }
+
+    private func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32) -> Item {
+        let now = nowNanoseconds()
+        return Item(id: randomHex(bytes: 16), parent: parent, name: name, kind: kind, mode: mode & 0o7777,
+                    mtime: now, ctime: now, size: 0, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
+                    remoteSize: 0, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
+                    metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [])
+    }
+
+    /// Adds a new item to the index and the store, and wakes the pusher.
+    private func insertNew(_ item: Item) throws(CoreError) {
+        do { try store.saveChanged(item) } catch { throw CoreError.from(error) }
+        items[item.id] = item
+        children[item.parent!, default: [:]][item.name] = item.id
+        sync.wakePusher()
+    }
+
+    public func makeDirectory(parent: String, name: String, mode: UInt32) throws(CoreError) -> Item {
+        try checkName(name)
+        return try mutate { () throws(CoreError) -> Item in
+            _ = try liveDirectory(parent)
+            if children[parent]?[name] != nil { throw .exists }
+            let item = newItem(parent: parent, name: name, kind: .dir, mode: mode)
+            try insertNew(item)
+            return item
+        }
+    }
+
+    /// Creates an empty file with local content; returns it with the path of its content file.
+    public func createFile(parent: String, name: String, mode: UInt32) throws(CoreError) -> Item {
+        try checkName(name)
+        return try mutate { () throws(CoreError) -> Item in
+            _ = try liveDirectory(parent)
+            if children[parent]?[name] != nil { throw .exists }
+            let item = newItem(parent: parent, name: name, kind: .file, mode: mode)
+            do {
+                let fd = try FileDescriptor.open(store.contentPath(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+                fd.close()
+            } catch { throw CoreError.from(error) }
+            try insertNew(item)
+            return item
+        }
+    }
+
+    /// Removes a file (`directory` false) or an empty directory (`directory` true).
+    public func remove(parent: String, name: String, directory: Bool) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            _ = try liveDirectory(parent)
+            guard let id = children[parent]?[name], let item = items[id] else { throw .notFound }
+            if directory && !item.isDirectory { throw .notDirectory }
+            if !directory && item.isDirectory { throw .isDirectory }
+            if directory && !(children[id] ?? [:]).isEmpty { throw .notEmpty }
+            try deleteLocally(item)
+        }
+    }
+
+    /// Deletes an item here: drops it at once if the remote never saw it, else keeps a tombstone to push.
+    /// Expects the lock held.
+    private func deleteLocally(_ item: Item) throws(CoreError) {
+        var item = item
+        do {
+            if item.remoteVersion == 0 {
+                try store.delete(item.id)
+                items[item.id] = nil
+            } else {
+                item.deleted = true
+                item.dirty = false
+                item.hasLocal = false
+                item.localSHA = nil
+                try store.saveChanged(item)
+                items[item.id] = item
+                sync.wakePusher()
+            }
+        } catch { throw CoreError.from(error) }
+        children[item.parent!]?[item.name] = nil
+        if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)) }
+    }
+
+    /// rename(2): moves `name` in `parent` to `newName` in `newParent`, replacing a compatible target unless
+    /// `noReplace`.
+    public func rename(parent: String, name: String, newParent: String, newName: String,
+                       noReplace: Bool) throws(CoreError) {
+        try checkName(newName)
+        try mutate { () throws(CoreError) in
+            _ = try liveDirectory(parent)
+            _ = try liveDirectory(newParent)
+            guard let id = children[parent]?[name], var item = items[id] else { throw .notFound }
+            if parent == newParent && name == newName { return }
+            if item.isDirectory && isAncestor(id, of: newParent) {
+                throw .invalidArgument("cannot move a directory into itself")
+            }
+            if let targetID = children[newParent]?[newName], let target = items[targetID] {
+                if noReplace { throw .exists }
+                if target.isDirectory && !item.isDirectory { throw .isDirectory }
+                if !target.isDirectory && item.isDirectory { throw .notDirectory }
+                if target.isDirectory && !(children[targetID] ?? [:]).isEmpty { throw .notEmpty }
+                try deleteLocally(target)
+            }
+            children[parent]?[name] = nil
+            item.parent = newParent
+            item.name = newName
+            item.ctime = nowNanoseconds()
+            item.metaDirty = true
+            try saveLocalChange(item)
+            children[newParent, default: [:]][newName] = id
+        }
+    }
+
+    /// True if `ancestor` is `id` or one of its ancestors. Expects the lock held.
+    private func isAncestor(_ ancestor: String, of id: String) -> Bool {
+        var cur: String? = id
+        while let c = cur {
+            if c == ancestor { return true }
+            cur = items[c]?.parent
+        }
+        return false
+    }
+
+    /// Persists a locally changed item and wakes the pusher. Expects the lock held.
+    func saveLocalChange(_ item: Item) throws(CoreError) {
+        do { try store.saveChanged(item) } catch { throw CoreError.from(error) }
+        items[item.id] = item
+        sync.wakePusher()
+    }
+
+    /// Changes mode and times (metadata only; no content needed).
+    public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?) throws(CoreError) -> Item {
+        try mutate { () throws(CoreError) -> Item in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            if let mode { item.mode = mode & 0o7777 }
+            if let mtime { item.mtime = mtime }
+            item.ctime = nowNanoseconds()
+            if id == rootID { items[id] = item; return item }
+            item.metaDirty = true
+            try saveLocalChange(item)
+            return item
+        }
+    }
+
+    /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.
+    public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
+        try mutate { () throws(CoreError) -> Item in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            if item.isDirectory { throw .isDirectory }
+            if size != 0 && !item.hasLocal { throw .wouldBlock }
+            do {
+                let fd = try FileDescriptor.open(store.contentPath(id), O_WRONLY | O_CREAT, mode: 0o600)
+                defer { fd.close() }
+                try fd.truncate(size)
+            } catch { throw CoreError.from(error) }
+            item.hasLocal = true
+            markContentChanged(&item, size: size)
+            try saveLocalChange(item)
+            return item
+        }
+    }
+
+    /// A name not taken in `parent`: `name 2.ext`, `name 3.ext`, and so on. Expects the lock held.
+    func freeName(_ name: String, in parent: String, avoiding extra: String? = nil) -> String {
+        var stem = Substring(name), ext = Substring("")
+        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
+            stem = name[..<dot]; ext = name[dot...]
+        }
+        var n = 2
+        while true {
+            let candidate = "\(stem) \(n)\(ext)"
+            if children[parent]?[candidate] == nil && candidate != extra { return candidate }
+            n += 1
+        }
+    }
+
+    /// Marks the local content as changed. Expects the lock held.
+    private func markContentChanged(_ item: inout Item, size: Int64) {
+        item.dirty = true
+        item.localSHA = nil
+        item.size = size
+        let now = nowNanoseconds()
+        item.mtime = now
+        item.ctime = now
+        contentGeneration[item.id, default: 0] += 1
+    }
+
+    // MARK: opening
+
+    /// What an open must do before it can use the content file.
+    public enum OpenPlan: Equatable {
+        /// The content is local: open `path`.
+        case ready(path: String)
+        /// The content must be fetched first: call `fetch` and open when it completes.
+        case fetch
+    }
+
+    /// Decides how to open a file. `truncating` (O_TRUNC with write access) needs no old content.
+    /// `nonBlocking` fails with `.wouldBlock` rather than waiting for content.
+    public func planOpen(_ id: String, truncating: Bool, nonBlocking: Bool) throws(CoreError) -> OpenPlan {
+        try withLock { () throws(CoreError) -> OpenPlan in
+            guard let item = items[id], !item.deleted else { throw .notFound }
+            if item.isDirectory { throw .isDirectory }
+            if truncating || item.isCurrent { return .ready(path: store.contentPath(id)) }
+            if item.remoteSHA == emptySHA256 && item.remoteSize == 0 && !item.hasLocal {
+                return .ready(path: store.contentPath(id))
+            }
+            // A stale local copy: try for the newest, but serve the old one if it cannot be had.
+            if item.hasLocal && (nonBlocking || (handles[id]?.writers ?? 0) > 0) { return .ready(path: store.contentPath(id)) }
+            if nonBlocking { throw .wouldBlock }
+            return .fetch
+        }
+    }
+
+    /// Records a handle opened on the file (after `planOpen` said ready or the fetch completed).
+    /// Creates an empty content file for a file whose remote content is empty; truncates when asked.
+    public func opened(_ id: String, writable: Bool, truncate: Bool) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            var h = handles[id] ?? (0, 0)
+            h.open += 1
+            if writable { h.writers += 1 }
+            handles[id] = h
+            if !item.hasLocal || truncate {
+                do {
+                    let fd = try FileDescriptor.open(store.contentPath(id), O_WRONLY | O_CREAT, mode: 0o600)
+                    defer { fd.close() }
+                    if truncate { try fd.truncate(0) }
+                } catch { throw CoreError.from(error) }
+                let wasLocal = item.hasLocal
+                item.hasLocal = true
+                if truncate && (item.size != 0 || !wasLocal || !item.isCurrent) {
+                    markContentChanged(&item, size: 0)
+                    try saveLocalChange(item)
+                } else if !wasLocal {
+                    item.localSHA = emptySHA256
+                    do { try store.save(item) } catch { throw CoreError.from(error) }
+                    items[id] = item
+                }
+            }
+        }
+    }
+
+    /// Records the first write through a handle: the content is now dirty (made durable before the write is
+    /// acknowledged, so a crash never forgets that the file must be uploaded).
+    public func willWrite(_ id: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { return }
+            contentGeneration[id, default: 0] += 1
+            if item.dirty { return }
+            item.dirty = true
+            item.localSHA = nil
+            try saveLocalChange(item)
+        }
+    }
+
+    /// Records that written content was flushed (close or fsync): size and time from the content file,
+    /// persisted, and queued for upload.
+    public func flushed(_ id: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted, item.dirty else { return }
+            var st = stat()
+            guard stat(store.contentPath(id), &st) == 0 else { throw .io("content file missing") }
+            item.size = Int64(st.st_size)
+            item.mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+            item.ctime = item.mtime
+            try saveLocalChange(item)
+        }
+    }
+
+    /// Records a handle closed.
+    public func closed(_ id: String, writable: Bool) {
+        mutate {
+            guard var h = handles[id] else { return }
+            h.open -= 1
+            if writable { h.writers -= 1 }
+            handles[id] = h.open > 0 ? h : nil
+            if h.open == 0 && items[id].map({ $0.deleted }) ?? true {
+                try? removeFile(store.contentPath(id))
+            }
+            if writable && h.writers == 0 { sync.wakePusher() }
+        }
+    }
+
+    /// The size a written file has now (from its content file while it is open for writing).
+    public func currentSize(_ item: Item) -> Int64 {
+        guard item.dirty, item.hasLocal else { return item.size }
+        var st = stat()
+        return stat(store.contentPath(item.id), &st) == 0 ? Int64(st.st_size) : item.size
+    }
+
+    /// Fetches the newest content of a file, calling `done` once it is local (or failed, or gave up).
+    /// Returns a token to cancel the wait (the transfer itself goes on).
+    public func fetch(_ id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) -> Int {
+        downloads.wait(for: id, done: done)
+    }
+
+    public func cancelFetchWait(_ id: String, token: Int) {
+        downloads.cancelWait(for: id, token: token)
+    }
+}

@@ -1,0 +1,188 @@
+// Downloads of file content: one transfer per item however many opens wait for it, landing in staging,
+// verified against the remote's size and SHA-256, made durable, then moved into place in one rename.
+// Transient failures are retried with capped exponential backoff, resuming with a range request, until the
+// deadline passes; waiters are told the outcome exactly once.
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class Downloads: @unchecked Sendable {
+    private unowned let container: Container
+    private let log = Logger("download")
+    private let lock = NSLock()
+    /// Waiters per item id, by token.
+    private var waiters: [String: [Int: @Sendable (Result<Void, CoreError>) -> Void]] = [:]
+    private var running: Set<String> = []
+    private var nextToken = 1
+    private let slots: DispatchSemaphore
+
+    init(container: Container) {
+        self.container = container
+        slots = DispatchSemaphore(value: container.config.maxConcurrentDownloads)
+    }
+
+    /// Registers a waiter for the item's content and starts the transfer if none runs.
+    func wait(for id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) -> Int {
+        lock.lock()
+        let token = nextToken
+        nextToken += 1
+        waiters[id, default: [:]][token] = done
+        lock.unlock()
+        start(id)
+        return token
+    }
+
+    func cancelWait(for id: String, token: Int) {
+        lock.lock(); defer { lock.unlock() }
+        waiters[id]?[token] = nil
+    }
+
+    /// True while a transfer of the item runs.
+    func isRunning(_ id: String) -> Bool {
+        lock.lock(); defer { lock.unlock() }
+        return running.contains(id)
+    }
+
+    /// Starts a background transfer of the item unless one runs already.
+    func start(_ id: String) {
+        lock.lock()
+        let fresh = running.insert(id).inserted
+        lock.unlock()
+        guard fresh else { return }
+        let thread = Thread { [self] in
+            slots.wait()
+            let result = run(id)
+            slots.signal()
+            finish(id, result)
+        }
+        thread.name = "download"
+        thread.stackSize = 512 << 10
+        thread.start()
+    }
+
+    private func finish(_ id: String, _ result: Result<Void, CoreError>) {
+        lock.lock()
+        running.remove(id)
+        let list = waiters.removeValue(forKey: id) ?? [:]
+        lock.unlock()
+        for (_, done) in list.sorted(by: { $0.key < $1.key }) { done(result) }
+    }
+
+    /// What to fetch for an item now, or why nothing is to be fetched.
+    private enum Target {
+        case fetch(sha: String, size: Int64)
+        case done
+        case failed(CoreError)
+    }
+
+    private func target(_ id: String) -> Target {
+        container.withLock {
+            guard let item = container.items[id], !item.deleted else { return .failed(.notFound) }
+            if item.isCurrent || item.dirty { return .done }
+            if item.remoteVersion == 0 { return .failed(.io("the item is not on the remote")) }
+            return .fetch(sha: item.remoteSHA, size: item.remoteSize)
+        }
+    }
+
+    /// Runs one item's transfer to the end: installed, or failed after retries.
+    private func run(_ id: String) -> Result<Void, CoreError> {
+        let deadline = monotonicNanoseconds() + Int64(container.config.downloadTimeoutSeconds) * 1_000_000_000
+        var backoff: Int64 = 200_000_000
+        while true {
+            let sha: String, size: Int64
+            switch target(id) {
+            case .done: return .success(())
+            case .failed(let e): record(id, error: e.description); return .failure(e)
+            case .fetch(let s, let n): sha = s; size = n
+            }
+            do {
+                try transfer(id, sha: sha, size: size)
+                record(id, error: nil)
+                continue // installed: the next target() says done (or a newer version arrived meanwhile)
+            } catch let error as RemoteError where error.isTransient {
+                let now = monotonicNanoseconds()
+                record(id, error: error.description)
+                log.warning("download of \(id) failed: \(error); retrying")
+                if now >= deadline { return .failure(.io(error.description)) }
+                usleep(UInt32(min(backoff, deadline - now) / 1000))
+                backoff = min(backoff * 2, 5_000_000_000)
+            } catch let error as RemoteError {
+                record(id, error: error.description)
+                return .failure(.io(error.description))
+            } catch {
+                let e = CoreError.from(error)
+                record(id, error: e == .noSpace ? "no space left in the store" : "\(error)")
+                return .failure(e)
+            }
+        }
+    }
+
+    /// Records progress and the last error in the item's transfer state.
+    private func record(_ id: String, error: String?) {
+        container.withLock {
+            var t = container.transfers[id] ?? TransferState()
+            t.isDownloading = false
+            t.downloadError = error
+            container.transfers[id] = t
+        }
+    }
+
+    private func progress(_ id: String, done: Int64, total: Int64) {
+        container.withLock {
+            var t = container.transfers[id] ?? TransferState()
+            t.isDownloading = true
+            t.downloadedBytes = done
+            t.downloadTotal = total
+            container.transfers[id] = t
+        }
+    }
+
+    /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
+    private func transfer(_ id: String, sha: String, size: Int64) throws {
+        let staging = container.store.stagingDirectory + "/" + id + "-" + sha.prefix(16)
+        let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
+        defer { fd.close() }
+        var have = Int64(try fd.stat().st_size)
+        if have > size { try fd.truncate(0); have = 0 }
+        progress(id, done: have, total: size)
+        if have < size {
+            _ = lseek(fd.raw, off_t(have), SEEK_SET)
+            do {
+                try container.remote.downloadBlob(sha256: sha, offset: have, to: fd) { [self] done in
+                    progress(id, done: done, total: size)
+                    return true
+                }
+            } catch {
+                throw error
+            }
+        }
+        let (gotSHA, gotSize) = try sha256OfFile(staging)
+        guard gotSize == size, gotSHA == sha else {
+            try? removeFile(staging)
+            throw RemoteError.corrupt("downloaded \(gotSize) bytes hashing to \(gotSHA.prefix(12)), "
+                                      + "expected \(size) bytes hashing to \(sha.prefix(12))")
+        }
+        try fd.sync()
+        try install(id, sha: sha, staging: staging)
+    }
+
+    /// Moves verified content into place, unless the item changed here meanwhile.
+    private func install(_ id: String, sha: String, staging: String) throws {
+        try container.mutate {
+            guard var item = container.items[id], !item.deleted, !item.dirty,
+                  (container.handles[id]?.writers ?? 0) == 0 else {
+                try? removeFile(staging)
+                return
+            }
+            try renameFile(staging, container.store.contentPath(id))
+            syncDirectory(container.store.contentDirectory)
+            item.hasLocal = true
+            item.localSHA = sha
+            try container.store.save(item)
+            container.items[id] = item
+            container.notice(.changed(id, content: true))
+        }
+    }
+}

@@ -1,0 +1,157 @@
+// The core's model of one container on one device: items with their remote and local state.
+//
+// Invariants (checked by `Store.check` and the tests):
+// - every live item but the root has a live parent directory, and (parent, name) is unique among live items;
+// - `hasLocal` is true exactly when `content/<id>` exists in the store and is complete;
+// - `localSHA` is the hash of that content when it is a clean copy of some remote version, nil when dirty;
+// - an item with `dirty`, `metaDirty` or `deleted` set has a row in the pending journal.
+import Foundation
+import UbiquityBase
+
+public struct Item: Equatable, Sendable {
+    public var id: String
+    /// Parent id; nil only for the root.
+    public var parent: String?
+    public var name: String
+    public var kind: ItemKind
+    public var mode: UInt32
+    public var mtime: Int64
+    /// Change time of the local entry (not synced).
+    public var ctime: Int64
+    /// The size shown to programs: the local content's while dirty, else the newest remote version's.
+    public var size: Int64
+
+    /// The newest version of this item known from the remote; 0 when the remote has never seen it.
+    public var remoteVersion: Int64
+    /// Hash and size of the newest remote content.
+    public var remoteSHA: String
+    public var remoteSize: Int64
+    /// The device that made the newest remote version.
+    public var device: String
+
+    public var hasLocal: Bool
+    public var localSHA: String?
+    /// Content changed here and not yet acknowledged by the remote.
+    public var dirty: Bool
+    /// Metadata (name, parent, mode, mtime, xattrs, conflicts) changed here and not yet acknowledged.
+    public var metaDirty: Bool
+    /// Deleted here; the delete is not yet acknowledged.
+    public var deleted: Bool
+    public var pinned: Bool
+
+    /// The user's own extended attributes.
+    public var xattrs: [String: [UInt8]]
+    public var conflicts: [WireConflict]
+
+    public var isDirectory: Bool { kind == .dir }
+    public var isPending: Bool { dirty || metaDirty || deleted }
+
+    /// Local content that is the newest remote version (or newer, while dirty).
+    public var isCurrent: Bool { hasLocal && (dirty || localSHA == remoteSHA) }
+
+    /// Takes the remote's state of the item: place, metadata, and the newest remote content.
+    public mutating func adopt(_ w: WireItem) {
+        parent = w.parent
+        name = w.name
+        mode = w.mode
+        mtime = w.mtime
+        size = w.size
+        remoteVersion = w.version
+        remoteSHA = w.sha256
+        remoteSize = w.size
+        device = w.device
+        xattrs = w.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
+        conflicts = w.conflicts
+    }
+
+    public var downloadingStatus: DownloadingStatus {
+        if kind == .dir || isCurrent { return .current }
+        return hasLocal ? .downloaded : .notDownloaded
+    }
+}
+
+/// Apple's NSURLUbiquitousItemDownloadingStatus values.
+public enum DownloadingStatus: String, Sendable {
+    case current, downloaded, notDownloaded
+}
+
+/// Why a core operation failed. The FUSE adapter maps each case to one errno.
+public enum CoreError: Error, Equatable, CustomStringConvertible {
+    case notFound
+    case exists
+    case notEmpty
+    case isDirectory
+    case notDirectory
+    case invalidName
+    case nameTooLong
+    /// The operation would move a directory into itself, or names the root.
+    case invalidArgument(String)
+    /// Refused while the item is in use or has changes not yet uploaded.
+    case busy(String)
+    /// The content is not local and the caller asked not to wait.
+    case wouldBlock
+    /// The content could not be fetched or stored.
+    case io(String)
+    case noSpace
+    case notPermitted(String)
+    case interrupted
+
+    public var description: String {
+        switch self {
+        case .notFound: return "no such item"
+        case .exists: return "an item with that name exists"
+        case .notEmpty: return "directory not empty"
+        case .isDirectory: return "is a directory"
+        case .notDirectory: return "not a directory"
+        case .invalidName: return "invalid name"
+        case .nameTooLong: return "name too long"
+        case .invalidArgument(let m): return "invalid argument: \(m)"
+        case .busy(let m): return "busy: \(m)"
+        case .wouldBlock: return "content not local"
+        case .io(let m): return "I/O error: \(m)"
+        case .noSpace: return "no space left in the store"
+        case .notPermitted(let m): return "not permitted: \(m)"
+        case .interrupted: return "interrupted"
+        }
+    }
+
+    /// Maps a system error met while touching the store.
+    public static func from(_ error: Error) -> CoreError {
+        if let e = error as? CoreError { return e }
+        if let e = error as? Errno, e == .noSpace { return .noSpace }
+        if let e = error as? SQLiteError, e.isDiskFull { return .noSpace }
+        return .io("\(error)")
+    }
+}
+
+/// Live transfer state of one item, for the status attributes.
+public struct TransferState: Equatable, Sendable {
+    public var isDownloading = false
+    public var downloadedBytes: Int64 = 0
+    public var downloadTotal: Int64 = 0
+    public var downloadError: String?
+    public var isUploading = false
+    public var uploadedBytes: Int64 = 0
+    public var uploadTotal: Int64 = 0
+    public var uploadError: String?
+    public init() {}
+}
+
+/// Everything `getfattr` shows about an item.
+public struct ItemStatus: Equatable, Sendable {
+    public var downloadingStatus: DownloadingStatus
+    public var isDownloading: Bool
+    public var percentDownloaded: Int
+    public var isUploaded: Bool
+    public var isUploading: Bool
+    public var percentUploaded: Int
+    public var hasUnresolvedConflicts: Bool
+    public var downloadingError: String?
+    public var uploadingError: String?
+    public var pinned: Bool
+}
+
+/// Percent of `done` in `total`, 100 for an empty total.
+func percent(_ done: Int64, _ total: Int64) -> Int {
+    total <= 0 ? 100 : Int(min(100, done * 100 / total))
+}

@@ -1,0 +1,265 @@
+// Pushes one pending item to the remote: its delete, or its content and metadata as one conditional write.
+// A lost condition (412) is a conflict, resolved here by the rules of the README so that every device,
+// computing from the same two versions, reaches the same result.
+import Foundation
+import UbiquityBase
+
+struct Pusher {
+    let container: Container
+    let id: String
+    private let log = Logger("push")
+
+    init(container: Container, id: String) {
+        self.container = container
+        self.id = id
+    }
+
+    /// A snapshot of what is being pushed, taken under the lock.
+    private struct Snapshot {
+        var item: Item
+        var generation: Int
+    }
+
+    private func snapshot() -> Snapshot? {
+        container.withLock {
+            container.items[id].map { Snapshot(item: $0, generation: container.contentGeneration[id] ?? 0) }
+        }
+    }
+
+    func run() throws {
+        var attempts = 0
+        while let snap = snapshot(), snap.item.isPending {
+            attempts += 1
+            if attempts > 8 { throw RemoteError.server(status: 0, message: "conflict did not settle after 8 tries") }
+            if snap.item.deleted {
+                if try pushDelete(snap.item) { return }
+                continue
+            }
+            if try pushItem(snap) { return }
+        }
+    }
+
+    // MARK: delete
+
+    /// Returns true when done, false to look again.
+    private func pushDelete(_ item: Item) throws -> Bool {
+        if item.remoteVersion == 0 {
+            try finishDelete()
+            return true
+        }
+        do {
+            _ = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
+            try finishDelete()
+        } catch let error as RemoteError {
+            switch error {
+            case .notFound:
+                try finishDelete()
+            case .preconditionFailed(let current):
+                guard let current, !current.deleted else { try finishDelete(); return true }
+                // Edit against delete: the edit wins; the item comes back here as the remote has it.
+                try restore(current)
+            case .conflict(_, let current):
+                // A directory that gained children elsewhere: keep it; its new children arrive by the feed.
+                guard let current else { throw error }
+                try restore(current)
+            default:
+                throw error
+            }
+        }
+        return true
+    }
+
+    private func finishDelete() throws {
+        try container.mutate {
+            try container.store.delete(id)
+            container.items[id] = nil
+        }
+    }
+
+    /// Brings back an item deleted here that the remote kept, as the remote has it.
+    private func restore(_ w: WireItem) throws {
+        try container.mutate {
+            guard var item = container.items[id] else { return }
+            item.deleted = false
+            item.dirty = false
+            item.metaDirty = false
+            item.hasLocal = item.kind == .dir
+            item.localSHA = nil
+            item.adopt(w)
+            if container.children[w.parent ?? ""]?[w.name] != nil {
+                item.name = container.freeName(w.name, in: w.parent ?? "")
+                item.metaDirty = true
+            }
+            try container.store.saveChanged(item)
+            container.items[id] = item
+            container.children[item.parent!, default: [:]][item.name] = id
+            container.notice(.added(parent: item.parent!, name: item.name))
+        }
+        log.info("\(container.path(of: id)) was changed elsewhere while deleted here: kept")
+    }
+
+    // MARK: create or update
+
+    /// Returns true when done, false to look again.
+    private func pushItem(_ snap: Snapshot) throws -> Bool {
+        var item = snap.item
+        if item.dirty {
+            let path = container.store.contentPath(id)
+            let (sha, size) = try sha256OfFile(path)
+            item.remoteSHA = sha
+            item.remoteSize = size
+            item.size = size
+            try uploadBlob(sha: sha, size: size, path: path)
+        }
+        var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.mode,
+                            mtime: item.mtime, size: item.kind == .dir ? 0 : item.remoteSize,
+                            sha256: item.kind == .dir ? "" : item.remoteSHA, device: container.config.device,
+                            xattrs: item.xattrs.mapValues { Data($0).base64EncodedString() },
+                            conflicts: item.conflicts)
+        if !item.dirty { wire.device = item.device.isEmpty ? container.config.device : item.device }
+        let stored: WireItem
+        do {
+            stored = try container.remote.putItem(wire, ifMatch: item.remoteVersion == 0 ? nil : item.remoteVersion)
+        } catch let error as RemoteError {
+            switch error {
+            case .preconditionFailed(let current):
+                try resolve(current, snap: snap, pushed: item)
+            case .notFound:
+                // The remote forgot the item: create it afresh.
+                try rebase(version: 0)
+            case .conflict:
+                try takeFreeName()
+            default:
+                throw error
+            }
+            return false
+        }
+        try acknowledge(stored, snap: snap, pushed: item)
+        return true
+    }
+
+    /// Another item holds the name on the remote: this one takes the next free name, here and there.
+    private func takeFreeName() throws {
+            try container.mutate {
+                guard var cur = container.items[id], let parent = cur.parent else { return }
+                container.children[parent]?[cur.name] = nil
+                container.notice(.removed(parent: parent, name: cur.name, id: id))
+                cur.name = container.freeName(cur.name, in: parent, avoiding: cur.name)
+                cur.metaDirty = true
+                try container.store.saveChanged(cur)
+                container.items[id] = cur
+                container.children[parent, default: [:]][cur.name] = id
+                container.notice(.added(parent: parent, name: cur.name))
+            }
+    }
+
+    private func uploadBlob(sha: String, size: Int64, path: String) throws {
+        setUploading(true, done: 0, total: size)
+        defer { setUploading(false, done: size, total: size) }
+        if size > 0, try !container.remote.hasBlob(sha256: sha) {
+            try container.remote.uploadBlob(sha256: sha, size: size, fromFile: path) { done in
+                setUploading(true, done: done, total: size)
+                return true
+            }
+        }
+    }
+
+    private func setUploading(_ on: Bool, done: Int64, total: Int64) {
+        container.withLock {
+            var t = container.transfers[id] ?? TransferState()
+            t.isUploading = on
+            t.uploadedBytes = done
+            t.uploadTotal = total
+            container.transfers[id] = t
+        }
+    }
+
+    /// Records what the remote stored. Content and metadata changed here after the snapshot stay pending.
+    private func acknowledge(_ stored: WireItem, snap: Snapshot, pushed: Item) throws {
+        try container.mutate {
+            guard var cur = container.items[id] else { return }
+            cur.remoteVersion = stored.version
+            cur.remoteSHA = stored.sha256
+            cur.remoteSize = stored.size
+            cur.device = stored.device
+            cur.conflicts = stored.conflicts
+            let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation
+            if snap.item.dirty && unchanged && cur.dirty {
+                cur.dirty = false
+                cur.localSHA = stored.sha256
+                cur.size = stored.size
+            }
+            if cur.parent == pushed.parent && cur.name == pushed.name && cur.mode == pushed.mode
+                && cur.mtime == pushed.mtime && cur.xattrs == pushed.xattrs {
+                cur.metaDirty = false
+            }
+            try container.store.save(cur)
+            container.items[id] = cur
+            var t = container.transfers[id] ?? TransferState()
+            t.uploadError = nil
+            container.transfers[id] = t
+        }
+    }
+
+    /// Sets the version the next conditional write is made against.
+    private func rebase(version: Int64) throws {
+        try container.mutate {
+            guard var cur = container.items[id] else { return }
+            cur.remoteVersion = version
+            try container.store.save(cur)
+            container.items[id] = cur
+        }
+    }
+
+    /// The remote moved on since this device last saw the item: merge, or keep both contents.
+    private func resolve(_ current: WireItem?, snap: Snapshot, pushed: Item) throws {
+        guard let current else { return try rebase(version: 0) }
+        if current.deleted || !snap.item.dirty || current.sha256 == pushed.remoteSHA || current.kind != .file {
+            // Edit against delete (the edit revives it), a metadata change, or the same content on both sides:
+            // this device's change goes on top of the remote's version.
+            return try container.mutate {
+                guard var cur = container.items[id] else { return }
+                if !cur.dirty && !current.deleted {
+                    cur.remoteSHA = current.sha256
+                    cur.remoteSize = current.size
+                    cur.size = current.size
+                    cur.device = current.device
+                    if cur.hasLocal && cur.localSHA != current.sha256 { container.notice(.changed(id, content: true)) }
+                }
+                cur.conflicts = current.conflicts
+                cur.remoteVersion = current.version
+                try container.store.save(cur)
+                container.items[id] = cur
+            }
+        }
+        // Both sides changed the content: the later modification wins, ties to the greater device name.
+        let mine = WireConflict(id: randomHex(bytes: 8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
+                                mtime: pushed.mtime, device: container.config.device)
+        let theirs = WireConflict(id: randomHex(bytes: 8), sha256: current.sha256, size: current.size,
+                                  mtime: current.mtime, device: current.device)
+        let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
+        log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")
+        try container.mutate {
+            guard var cur = container.items[id] else { return }
+            cur.remoteVersion = current.version
+            cur.conflicts = current.conflicts + [iWin ? theirs : mine]
+            cur.metaDirty = true
+            if !iWin {
+                // Their content becomes current; ours is kept as the conflict version just listed.
+                let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation
+                if unchanged {
+                    cur.dirty = false
+                    cur.localSHA = pushed.remoteSHA
+                }
+                cur.remoteSHA = current.sha256
+                cur.remoteSize = current.size
+                cur.size = current.size
+                cur.mtime = current.mtime
+                cur.device = current.device
+                container.notice(.changed(id, content: true))
+            }
+            try container.store.saveChanged(cur)
+            container.items[id] = cur
+        }
+    }
+}

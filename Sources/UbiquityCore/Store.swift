@@ -1,0 +1,167 @@
+// The backing store of one device and container: an SQLite database (WAL) holding every item with its remote
+// and local state plus the journal of pending changes, content files for local copies, and a staging area
+// where downloads land before they are verified and moved into place.
+//
+// Layout:  DIR/state.sqlite   items, pending journal, meta (feed token, container, device)
+//          DIR/content/<id>   the local copy of a file (complete, or dirty local edits)
+//          DIR/staging/       downloads in flight; emptied at start
+//          DIR/lock           flock'd by the one daemon using the store
+// The store does no locking of its own: the Container serialises every call.
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public final class Store: @unchecked Sendable {
+    public let directory: String
+    let db: Database
+    private var lockFD: Int32 = -1
+    private var nextSeq: Int64 = 1
+
+    public var contentDirectory: String { directory + "/content" }
+    public var stagingDirectory: String { directory + "/staging" }
+    public func contentPath(_ id: String) -> String { contentDirectory + "/" + id }
+
+    /// Opens the store at `directory`, creating it if needed, and takes its lock.
+    /// Throws a plain message if another daemon holds the store, or the database cannot be read.
+    public init(directory: String) throws {
+        self.directory = directory
+        try makeDirectories(directory)
+        try makeDirectories(directory + "/content")
+        try makeDirectories(directory + "/staging")
+        lockFD = Glibc.open(directory + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if lockFD < 0 || flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
+            throw StoreError("the store \(directory) is in use by another ubiquityfs daemon")
+        }
+        do {
+            db = try Database(path: directory + "/state.sqlite")
+            try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF;")
+            try createSchema()
+            _ = try db.query("SELECT count(*) FROM items")
+        } catch {
+            throw StoreError("the store database \(directory)/state.sqlite cannot be used (\(error)); "
+                + "move the store aside to start afresh (ubiquityfs check --store \(directory))")
+        }
+        nextSeq = (try db.query("SELECT coalesce(max(seq), 0) FROM pending").first.map { $0.int(0) } ?? 0) + 1
+        clearStaging()
+    }
+
+    deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
+
+    private func createSchema() throws {
+        try db.exec("""
+        CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS items(
+          id TEXT PRIMARY KEY, parent TEXT, name TEXT NOT NULL, kind TEXT NOT NULL, mode INTEGER NOT NULL,
+          mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, size INTEGER NOT NULL,
+          remote_version INTEGER NOT NULL, remote_sha TEXT NOT NULL, remote_size INTEGER NOT NULL,
+          device TEXT NOT NULL, has_local INTEGER NOT NULL, local_sha TEXT, dirty INTEGER NOT NULL,
+          meta_dirty INTEGER NOT NULL, deleted INTEGER NOT NULL, pinned INTEGER NOT NULL,
+          xattrs TEXT NOT NULL, conflicts TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS pending(id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS pending_seq ON pending(seq);
+        """)
+    }
+
+    /// Removes every leftover of an interrupted download: nothing in staging is ever served.
+    private func clearStaging() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: stagingDirectory)) ?? []
+        for name in names { try? removeFile(stagingDirectory + "/" + name) }
+    }
+
+    // MARK: meta
+
+    public func meta(_ key: String) -> String? {
+        (try? db.query("SELECT value FROM meta WHERE key = ?", [.text(key)]).first.map { $0.text(0) }) ?? nil
+    }
+
+    public func setMeta(_ key: String, _ value: String) throws {
+        try db.query("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                     [.text(key), .text(value)])
+    }
+
+    // MARK: items
+
+    private static let columns = """
+        id, parent, name, kind, mode, mtime, ctime, size, remote_version, remote_sha, remote_size, device,
+        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts
+        """
+
+    /// Every item in the store.
+    public func loadItems() throws -> [Item] {
+        var items: [Item] = []
+        try db.forEach("SELECT \(Store.columns) FROM items") { row in
+            items.append(Item(
+                id: row.text(0), parent: row.optionalText(1), name: row.text(2),
+                kind: ItemKind(rawValue: row.text(3)) ?? .file, mode: UInt32(row.int(4)),
+                mtime: row.int(5), ctime: row.int(6), size: row.int(7),
+                remoteVersion: row.int(8), remoteSHA: row.text(9), remoteSize: row.int(10), device: row.text(11),
+                hasLocal: row.int(12) != 0, localSHA: row.optionalText(13), dirty: row.int(14) != 0,
+                metaDirty: row.int(15) != 0, deleted: row.int(16) != 0, pinned: row.int(17) != 0,
+                xattrs: Store.decodeXattrs(row.text(18)), conflicts: Store.decodeConflicts(row.text(19))))
+        }
+        return items
+    }
+
+    /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
+    public func save(_ item: Item) throws {
+        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+            .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name), .text(item.kind.rawValue),
+            .int(Int64(item.mode)), .int(item.mtime), .int(item.ctime), .int(item.size),
+            .int(item.remoteVersion), .text(item.remoteSHA), .int(item.remoteSize), .text(item.device),
+            .int(item.hasLocal ? 1 : 0), item.localSHA.map { .text($0) } ?? .null, .int(item.dirty ? 1 : 0),
+            .int(item.metaDirty ? 1 : 0), .int(item.deleted ? 1 : 0), .int(item.pinned ? 1 : 0),
+            .text(Store.encodeXattrs(item.xattrs)), .text(Store.encodeConflicts(item.conflicts)),
+        ])
+        if !item.isPending {
+            try db.query("DELETE FROM pending WHERE id = ?", [.text(item.id)])
+        }
+    }
+
+    /// Saves an item with a local change and moves it to the end of the pending journal.
+    public func saveChanged(_ item: Item) throws {
+        try save(item)
+        try db.query("INSERT OR REPLACE INTO pending(id, seq) VALUES(?, ?)", [.text(item.id), .int(nextSeq)])
+        nextSeq += 1
+    }
+
+    /// Removes an item for good.
+    public func delete(_ id: String) throws {
+        try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
+        try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
+    }
+
+    /// The pending journal, oldest change first.
+    public func pendingIDs() throws -> [String] {
+        try db.query("SELECT id FROM pending ORDER BY seq").map { $0.text(0) }
+    }
+
+    /// Runs `body` in one transaction.
+    public func transaction<T>(_ body: () throws -> T) throws -> T { try db.transaction(body) }
+
+    // MARK: encoding
+
+    static func encodeXattrs(_ x: [String: [UInt8]]) -> String {
+        let wire = x.mapValues { Data($0).base64EncodedString() }
+        return String(decoding: (try? JSONEncoder.wire.encode(wire)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+
+    static func decodeXattrs(_ s: String) -> [String: [UInt8]] {
+        let wire = (try? JSONDecoder().decode([String: String].self, from: Data(s.utf8))) ?? [:]
+        return wire.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
+    }
+
+    static func encodeConflicts(_ c: [WireConflict]) -> String {
+        String(decoding: (try? JSONEncoder.wire.encode(c)) ?? Data("[]".utf8), as: UTF8.self)
+    }
+
+    static func decodeConflicts(_ s: String) -> [WireConflict] {
+        (try? JSONDecoder().decode([WireConflict].self, from: Data(s.utf8))) ?? []
+    }
+}
+
+public struct StoreError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,253 @@
+// The two background loops of a container: the puller applies the remote's change feed to the index, the
+// pusher sends the journal of local changes to the remote, oldest first. Conflicts found by the pusher (the
+// remote's version moved on) are resolved by the rules of the README: later modification time wins, ties to
+// the greater device name, the loser kept as a conflict version; edit wins over delete.
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class SyncLoops: @unchecked Sendable {
+    private unowned let container: Container
+    private let log = Logger("sync")
+    private let wake = NSCondition()
+    private var pushRequested = false
+    private var stopping = false
+    private var threads: [Thread] = []
+    /// Number of items waiting in the journal, and whether the last push attempt failed.
+    private(set) var lastPushError: String?
+
+    init(container: Container) { self.container = container }
+
+    func start() {
+        for name in ["pull", "push"] {
+            let t = Thread { [self] in name == "pull" ? pullLoop() : pushLoop() }
+            t.name = name
+            t.start()
+            threads.append(t)
+        }
+        wakePusher()
+    }
+
+    func stop() {
+        wake.lock(); stopping = true; wake.broadcast(); wake.unlock()
+    }
+
+    private var isStopping: Bool { wake.lock(); defer { wake.unlock() }; return stopping }
+
+    func wakePusher() {
+        wake.lock(); pushRequested = true; wake.broadcast(); wake.unlock()
+    }
+
+    /// Sleeps up to `nanoseconds`, returning early when woken or stopping.
+    private func pause(_ nanoseconds: Int64) {
+        wake.lock()
+        if !pushRequested && !stopping {
+            _ = wake.wait(until: Date(timeIntervalSinceNow: Double(nanoseconds) / 1e9))
+        }
+        wake.unlock()
+    }
+
+    // MARK: pull
+
+    /// Applies the feed until the remote has nothing newer (used at start, without waiting).
+    func pullUntilCaughtUp() throws {
+        while true {
+            let batch = try container.remote.changes(since: container.store.meta("token"), waitSeconds: 0)
+            apply(batch)
+            if !batch.more { return }
+        }
+    }
+
+    private func pullLoop() {
+        var backoff: Int64 = 500_000_000
+        while !isStopping {
+            do {
+                let batch = try container.remote.changes(since: container.store.meta("token"),
+                                                         waitSeconds: container.config.pollWaitSeconds)
+                if isStopping { return }
+                apply(batch)
+                backoff = 500_000_000
+            } catch {
+                log.warning("change feed: \(error)")
+                sleepUnlessStopping(backoff)
+                backoff = min(backoff * 2, 30_000_000_000)
+            }
+        }
+    }
+
+    private func sleepUnlessStopping(_ nanoseconds: Int64) {
+        let end = monotonicNanoseconds() + nanoseconds
+        while !isStopping && monotonicNanoseconds() < end { usleep(100_000) }
+    }
+
+    /// Applies one batch of remote items and records the new feed position, in one store transaction.
+    func apply(_ batch: WireChanges) {
+        var toDownload: [String] = []
+        container.mutate {
+            do {
+                try container.store.transaction {
+                    for w in batch.items { try applyOne(w, toDownload: &toDownload) }
+                    try container.store.setMeta("token", batch.token)
+                }
+            } catch {
+                log.error("cannot apply remote changes: \(error)")
+            }
+        }
+        for id in toDownload { container.downloads.start(id) }
+        if !batch.items.isEmpty { wakePusher() }
+    }
+
+    /// Applies the remote's newest state of one item. Expects the container lock held.
+    private func applyOne(_ w: WireItem, toDownload: inout [String]) throws {
+        let c = container
+        if w.id == c.rootID || w.parent == nil { return }
+        guard var item = c.items[w.id] else {
+            if w.deleted { return }
+            var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
+                            ctime: nowNanoseconds(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
+                            device: "", hasLocal: w.kind == .dir, localSHA: nil, dirty: false, metaDirty: false,
+                            deleted: false, pinned: isPinnedDirectory(w.parent!), xattrs: [:], conflicts: [])
+            item.adopt(w)
+            if item.kind == .file && item.pinned { toDownload.append(item.id) }
+            try place(&item)
+            try c.store.save(item)
+            c.items[item.id] = item
+            return
+        }
+        if w.version <= item.remoteVersion { return }
+        if item.isPending {
+            // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet.
+            if item.deleted && w.deleted { try c.store.delete(item.id); c.items[item.id] = nil }
+            return
+        }
+        if w.deleted {
+            try removeRemotelyDeleted(item)
+            return
+        }
+        let contentChanged = w.sha256 != item.remoteSHA
+        let moved = item.parent != w.parent || item.name != w.name
+        if moved {
+            c.children[item.parent!]?[item.name] = nil
+            c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
+        }
+        item.adopt(w)
+        if moved { try place(&item) }
+        try c.store.save(item)
+        c.items[item.id] = item
+        c.notice(.changed(item.id, content: contentChanged))
+        if contentChanged && item.kind == .file && item.pinned {
+            toDownload.append(item.id)
+        }
+    }
+
+    /// Links an item under its parent, moving a pending local item that holds the name to a free name, and
+    /// detaching a stale clean one (its own newer state follows in the feed). Expects the lock held.
+    private func place(_ item: inout Item) throws {
+        let c = container
+        let parent = item.parent!
+        if let otherID = c.children[parent]?[item.name], otherID != item.id, var other = c.items[otherID] {
+            c.children[parent]?[item.name] = nil
+            c.notice(.removed(parent: parent, name: other.name, id: other.id))
+            if other.remoteVersion == 0 || other.isPending {
+                other.name = c.freeName(other.name, in: parent, avoiding: item.name)
+                other.metaDirty = true
+                try c.store.saveChanged(other)
+                c.items[other.id] = other
+                c.children[parent, default: [:]][other.name] = other.id
+                c.notice(.added(parent: parent, name: other.name))
+            }
+        }
+        c.children[parent, default: [:]][item.name] = item.id
+        c.notice(.added(parent: parent, name: item.name))
+    }
+
+    /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and
+    /// revived on the remote by the pusher. Expects the lock held.
+    private func removeRemotelyDeleted(_ item: Item) throws {
+        let c = container
+        if item.isDirectory, let kids = c.children[item.id], !kids.isEmpty {
+            var revived = item
+            revived.metaDirty = true
+            try c.store.saveChanged(revived)
+            c.items[item.id] = revived
+            return
+        }
+        try c.store.delete(item.id)
+        c.items[item.id] = nil
+        c.children[item.parent!]?[item.name] = nil
+        if c.handles[item.id] == nil { try? removeFile(c.store.contentPath(item.id)) }
+        c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
+    }
+
+    /// True if the directory or one of its ancestors is pinned. Expects the lock held.
+    private func isPinnedDirectory(_ id: String) -> Bool {
+        var cur: String? = id
+        while let c = cur, let item = container.items[c] {
+            if item.pinned { return true }
+            cur = item.parent
+        }
+        return false
+    }
+
+    // MARK: push
+
+    private func pushLoop() {
+        var backoff: Int64 = 500_000_000
+        while !isStopping {
+            wake.lock(); pushRequested = false; wake.unlock()
+            let outcome = pushAll()
+            switch outcome {
+            case .idle:
+                backoff = 500_000_000
+                pause(60_000_000_000)
+            case .failed:
+                pause(backoff)
+                backoff = min(backoff * 2, 30_000_000_000)
+            }
+        }
+    }
+
+    enum PushOutcome { case idle, failed }
+
+    /// Pushes every pending item that can go now, oldest first.
+    func pushAll() -> PushOutcome {
+        while !isStopping {
+            guard let id = nextPushable() else { return .idle }
+            do {
+                try Pusher(container: container, id: id).run()
+                lastPushError = nil
+            } catch {
+                lastPushError = "\(error)"
+                log.warning("upload of \(container.path(of: id)) failed: \(error)")
+                container.withLock {
+                    var t = container.transfers[id] ?? TransferState()
+                    t.isUploading = false
+                    t.uploadError = "\(error)"
+                    container.transfers[id] = t
+                }
+                return .failed
+            }
+        }
+        return .idle
+    }
+
+    /// The oldest pending item whose parent the remote knows and which nobody is writing.
+    private func nextPushable() -> String? {
+        let ids = (try? container.store.pendingIDs()) ?? []
+        return container.withLock {
+            ids.first { id in
+                guard let item = container.items[id] else { return false }
+                if item.dirty && (container.handles[id]?.writers ?? 0) > 0 { return false }
+                if let p = item.parent, p != container.rootID, (container.items[p]?.remoteVersion ?? 0) == 0 {
+                    return false
+                }
+                return true
+            }
+        }
+    }
+
+    /// Number of items with changes not yet on the remote.
+    var pendingCount: Int { (try? container.store.pendingIDs().count) ?? 0 }
+}
