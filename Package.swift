@@ -26,7 +26,9 @@ let package = Package(
         // The remote stub server on libmicrohttpd.
         .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD"]),
         // The FUSE adapter: inode table and operations mapped onto the core. Knows nothing of HTTP.
-        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"]),
+        // Swift 5 mode: its C callbacks and replies cross threads in ways libfuse, not Swift, guarantees.
+        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"],
+                swiftSettings: [.swiftLanguageMode(.v5)]),
         // The command.
         .executableTarget(name: "ubiquityfs",
                           dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE"]),

@@ -1,2 +1,44 @@
+// libfuse3's low-level API, and the few helpers Swift cannot express: macros, bitfields and the loop config.
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+// Runs the multi-threaded session loop with a bounded number of idle threads.
+static inline int ubq_session_loop_mt(struct fuse_session *se, unsigned int max_idle, unsigned int max_threads) {
+    struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_idle_threads(cfg, max_idle);
+    fuse_loop_cfg_set_max_threads(cfg, max_threads);
+    int rc = fuse_session_loop_mt(se, cfg);
+    fuse_loop_cfg_destroy(cfg);
+    return rc;
+}
+
+// Replies to a read with bytes of an open file, letting libfuse splice them without a copy through us.
+static inline int ubq_reply_fd_read(fuse_req_t req, int fd, size_t size, off_t off) {
+    struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+    buf.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    buf.buf[0].fd = fd;
+    buf.buf[0].pos = off;
+    return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+// Bitfields of fuse_file_info.
+static inline void ubq_fi_set_keep_cache(struct fuse_file_info *fi, int on) { fi->keep_cache = on ? 1 : 0; }
+static inline void ubq_fi_set_direct_io(struct fuse_file_info *fi, int on) { fi->direct_io = on ? 1 : 0; }
+
+// Capabilities asked of the kernel at init.
+static inline void ubq_conn_init(struct fuse_conn_info *conn, unsigned max_write) {
+    conn->max_write = max_write;
+    conn->max_readahead = max_write;
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+    if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+    conn->want &= ~(unsigned)FUSE_CAP_POSIX_LOCKS;
+    conn->want &= ~(unsigned)FUSE_CAP_FLOCK_LOCKS;
+}
+
+static inline int ubq_is_dir_mode(mode_t m) { return S_ISDIR(m); }

@@ -1,0 +1,25 @@
+// The one map from the core's errors to errno.
+import Glibc
+import UbiquityCore
+
+extension CoreError {
+    var errno: Int32 {
+        switch self {
+        case .notFound: return ENOENT
+        case .exists: return EEXIST
+        case .notEmpty: return ENOTEMPTY
+        case .isDirectory: return EISDIR
+        case .notDirectory: return ENOTDIR
+        case .invalidName: return EINVAL
+        case .nameTooLong: return ENAMETOOLONG
+        case .invalidArgument: return EINVAL
+        case .busy: return EBUSY
+        // An O_NONBLOCK open of content that is not local: the caller can try later.
+        case .wouldBlock: return EAGAIN
+        case .io: return EIO
+        case .noSpace: return ENOSPC
+        case .notPermitted: return EPERM
+        case .interrupted: return EINTR
+        }
+    }
+}

@@ -1,0 +1,489 @@
+// The FUSE adapter: each low-level request is decoded, mapped onto one core call, and answered exactly once.
+// Requests that must wait for content (open, truncate of a file that is not local) are answered later from
+// the transfer's completion, so no loop thread ever waits on the network; a FUSE interrupt answers EINTR at
+// once and leaves the transfer running.
+import CFuse
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityCore
+
+public final class FileSystem: @unchecked Sendable {
+    let core: Container
+    let inodes: InodeTable
+    let log = Logger("fuse")
+    var session: OpaquePointer?
+    /// How long the kernel may cache attributes and names; remote changes invalidate them explicitly.
+    let cacheTimeout: Double = 10
+    let uid = getuid(), gid = getgid()
+
+    private let handleLock = NSLock()
+    private var files: [UInt64: OpenFile] = [:]
+    private var dirs: [UInt64: [DirEntry]] = [:]
+    private var nextHandle: UInt64 = 1
+    private var waiting: [ObjectIdentifier: Waiter] = [:]
+    let notifier = DispatchQueue(label: "ubiquityfs.notify")
+
+    /// One open file: the content file's descriptor and what was done through it.
+    final class OpenFile {
+        let id: String
+        let fd: FileDescriptor
+        let writable: Bool
+        var wrote = false
+        init(id: String, fd: FileDescriptor, writable: Bool) { self.id = id; self.fd = fd; self.writable = writable }
+    }
+
+    struct DirEntry {
+        let name: String
+        let id: String?
+        let isDirectory: Bool
+    }
+
+    public init(core: Container) {
+        self.core = core
+        inodes = InodeTable(rootID: core.rootID)
+        core.observer = self
+    }
+
+    // MARK: attributes
+
+    func attributes(_ item: Item, ino: UInt64) -> stat {
+        var st = stat()
+        st.st_ino = UInt(ino)
+        st.st_uid = uid
+        st.st_gid = gid
+        st.st_blksize = 4096
+        if item.isDirectory {
+            st.st_mode = S_IFDIR | mode_t(item.mode)
+            st.st_nlink = 2
+            st.st_size = 4096
+        } else {
+            st.st_mode = S_IFREG | mode_t(item.mode)
+            st.st_nlink = 1
+            st.st_size = off_t(item.size)
+            if item.hasLocal {
+                var local = stat()
+                if stat(core.store.contentPath(item.id), &local) == 0 {
+                    st.st_blocks = local.st_blocks
+                    if item.dirty { st.st_size = local.st_size }
+                }
+            }
+        }
+        st.st_mtim = timespec(tv_sec: Int(item.mtime / 1_000_000_000), tv_nsec: Int(item.mtime % 1_000_000_000))
+        st.st_atim = st.st_mtim
+        st.st_ctim = timespec(tv_sec: Int(item.ctime / 1_000_000_000), tv_nsec: Int(item.ctime % 1_000_000_000))
+        return st
+    }
+
+    /// An entry for a reply, counting one lookup.
+    func entry(_ item: Item) -> fuse_entry_param {
+        var e = fuse_entry_param()
+        e.ino = inodes.remember(item.id)
+        e.attr = attributes(item, ino: e.ino)
+        e.attr_timeout = cacheTimeout
+        e.entry_timeout = cacheTimeout
+        return e
+    }
+
+    func replyEntry(_ req: fuse_req_t, _ item: Item) {
+        var e = entry(item)
+        if fuse_reply_entry(req, &e) != 0 { inodes.forget(e.ino, 1) }
+    }
+
+    func replyErrno(_ req: fuse_req_t, _ errno: Int32) {
+        fuse_reply_err(req, errno)
+    }
+
+    func replyError(_ req: fuse_req_t, _ error: CoreError) {
+        fuse_reply_err(req, error.errno)
+    }
+
+    func replyError(_ req: fuse_req_t, _ error: Error) {
+        fuse_reply_err(req, CoreError.from(error).errno)
+    }
+
+    /// The live item behind an inode.
+    func item(_ ino: UInt64) -> Item? {
+        inodes.id(ino).flatMap { core.item($0) }
+    }
+
+    // MARK: names
+
+    func lookup(_ req: fuse_req_t, _ parent: UInt64, _ name: String) {
+        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        if name.utf8.count > WireRules.maxNameBytes { return replyError(req, .nameTooLong) }
+        guard let item = core.lookup(parent: dirID, name: name) else {
+            // A negative entry, cached like positive ones; remote creations invalidate it.
+            var e = fuse_entry_param()
+            e.entry_timeout = cacheTimeout
+            fuse_reply_entry(req, &e)
+            return
+        }
+        replyEntry(req, item)
+    }
+
+    func forget(_ ino: UInt64, _ count: UInt64) { inodes.forget(ino, count) }
+
+    func getattr(_ req: fuse_req_t, _ ino: UInt64) {
+        guard let item = item(ino) else { return replyError(req, .notFound) }
+        var st = attributes(item, ino: ino)
+        fuse_reply_attr(req, &st, cacheTimeout)
+    }
+
+    func setattr(_ req: fuse_req_t, _ ino: UInt64, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
+        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        do {
+            if toSet & FUSE_SET_ATTR_SIZE != 0 {
+                do {
+                    _ = try core.truncate(id, to: Int64(attr.st_size))
+                } catch .wouldBlock {
+                    // Truncating to a non-zero size needs the old content: fetch it, then finish.
+                    return whenLocal(req, id) { [self] in
+                        do {
+                            _ = try core.truncate(id, to: Int64(attr.st_size))
+                            try finishSetattr(req, ino, id, attr, toSet & ~FUSE_SET_ATTR_SIZE)
+                        } catch { replyError(req, error) }
+                    }
+                }
+            }
+            try finishSetattr(req, ino, id, attr, toSet)
+        } catch {
+            replyError(req, error)
+        }
+    }
+
+    private func finishSetattr(_ req: fuse_req_t, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32) throws(CoreError) {
+        var mode: UInt32?
+        var mtime: Int64?
+        if toSet & FUSE_SET_ATTR_MODE != 0 { mode = UInt32(attr.st_mode & 0o7777) }
+        if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 {
+            mtime = nowNanoseconds()
+        } else if toSet & FUSE_SET_ATTR_MTIME != 0 {
+            mtime = Int64(attr.st_mtim.tv_sec) * 1_000_000_000 + Int64(attr.st_mtim.tv_nsec)
+        }
+        // Ownership is the mounting user's; chown is accepted and changes nothing, as on other cloud mounts.
+        var item: Item
+        if mode != nil || mtime != nil {
+            item = try core.setAttributes(id, mode: mode, mtime: mtime)
+        } else {
+            guard let cur = core.item(id) else { throw .notFound }
+            item = cur
+        }
+        var st = attributes(item, ino: ino)
+        fuse_reply_attr(req, &st, cacheTimeout)
+    }
+
+    func mkdir(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t) {
+        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        do {
+            replyEntry(req, try core.makeDirectory(parent: dirID, name: name, mode: UInt32(mode)))
+        } catch { replyError(req, error) }
+    }
+
+    func remove(_ req: fuse_req_t, _ parent: UInt64, _ name: String, directory: Bool) {
+        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        do {
+            try core.remove(parent: dirID, name: name, directory: directory)
+            fuse_reply_err(req, 0)
+        } catch { replyError(req, error) }
+    }
+
+    func rename(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ newParent: UInt64, _ newName: String,
+                _ flags: UInt32) {
+        guard let from = inodes.id(parent), let to = inodes.id(newParent) else { return replyError(req, .notFound) }
+        if flags & ~renameNoReplace != 0 { return replyError(req, .invalidArgument("unsupported rename flags")) }
+        do {
+            try core.rename(parent: from, name: name, newParent: to, newName: newName,
+                            noReplace: flags & renameNoReplace != 0)
+            fuse_reply_err(req, 0)
+        } catch { replyError(req, error) }
+    }
+
+    /// renameat2's RENAME_NOREPLACE, which glibc's headers hide from Swift.
+    private var renameNoReplace: UInt32 { 1 }
+
+    // MARK: files
+
+    func create(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        do {
+            let item = try core.createFile(parent: dirID, name: name, mode: UInt32(mode))
+            let file = try openContent(item.id, flags: fi.pointee.flags | O_RDWR)
+            fi.pointee.fh = addFile(file)
+            var e = entry(item)
+            if fuse_reply_create(req, &e, fi) != 0 {
+                inodes.forget(e.ino, 1)
+                release(fi.pointee.fh)
+            }
+        } catch { replyError(req, error) }
+    }
+
+    func open(_ req: fuse_req_t, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        let flags = fi.pointee.flags
+        let writable = flags & O_ACCMODE != O_RDONLY
+        let truncating = writable && flags & O_TRUNC != 0
+        do {
+            switch try core.planOpen(id, truncating: truncating, nonBlocking: flags & O_NONBLOCK != 0) {
+            case .ready:
+                try replyOpen(req, id, fi.pointee)
+            case .fetch:
+                let info = fi.pointee
+                whenLocal(req, id, staleOK: true) { [self] in
+                    do { try replyOpen(req, id, info) } catch { replyError(req, error) }
+                }
+            }
+        } catch { replyError(req, error) }
+    }
+
+    private func replyOpen(_ req: fuse_req_t, _ id: String, _ info: fuse_file_info) throws {
+        var fi = info
+        let file = try openContent(id, flags: fi.flags)
+        fi.fh = addFile(file)
+        // Content only changes under the kernel through this mount, or with an explicit invalidation.
+        ubq_fi_set_keep_cache(&fi, 1)
+        if fuse_reply_open(req, &fi) != 0 { release(fi.fh) }
+    }
+
+    /// Opens the content file for a handle and tells the core.
+    private func openContent(_ id: String, flags: Int32) throws(CoreError) -> OpenFile {
+        let writable = flags & O_ACCMODE != O_RDONLY
+        let truncate = writable && flags & O_TRUNC != 0
+        try core.opened(id, writable: writable, truncate: truncate)
+        do {
+            let fd = try FileDescriptor.open(core.store.contentPath(id), writable ? O_RDWR : O_RDONLY)
+            return OpenFile(id: id, fd: fd, writable: writable)
+        } catch {
+            core.closed(id, writable: writable)
+            throw CoreError.from(error)
+        }
+    }
+
+    private func addFile(_ file: OpenFile) -> UInt64 {
+        handleLock.lock(); defer { handleLock.unlock() }
+        let fh = nextHandle
+        nextHandle += 1
+        files[fh] = file
+        return fh
+    }
+
+    func file(_ fh: UInt64) -> OpenFile? {
+        handleLock.lock(); defer { handleLock.unlock() }
+        return files[fh]
+    }
+
+    func read(_ req: fuse_req_t, _ size: Int, _ offset: off_t, _ fh: UInt64) {
+        guard let file = file(fh) else { return replyError(req, .notFound) }
+        ubq_reply_fd_read(req, file.fd.raw, size, offset)
+    }
+
+    func write(_ req: fuse_req_t, _ buf: UnsafeRawBufferPointer, _ offset: off_t, _ fh: UInt64) {
+        guard let file = file(fh), file.writable else { return replyErrno(req, EBADF) }
+        do {
+            if !file.wrote {
+                try core.willWrite(file.id)
+                file.wrote = true
+            }
+            try file.fd.writeAll(buf, at: Int64(offset))
+            fuse_reply_write(req, buf.count)
+        } catch {
+            replyError(req, error)
+        }
+    }
+
+    func flush(_ req: fuse_req_t, _ fh: UInt64) {
+        guard let file = file(fh) else { return replyErrno(req, 0) }
+        do {
+            if file.wrote { try core.flushed(file.id) }
+            fuse_reply_err(req, 0)
+        } catch { replyError(req, error) }
+    }
+
+    func fsync(_ req: fuse_req_t, _ fh: UInt64) {
+        guard let file = file(fh) else { return replyErrno(req, 0) }
+        do {
+            try file.fd.dataSync()
+            if file.wrote { try core.flushed(file.id) }
+            fuse_reply_err(req, 0)
+        } catch {
+            replyError(req, error)
+        }
+    }
+
+    /// Drops a handle: records the last flush and tells the core.
+    func release(_ fh: UInt64) {
+        handleLock.lock()
+        let file = files.removeValue(forKey: fh)
+        handleLock.unlock()
+        guard let file else { return }
+        if file.wrote { try? core.flushed(file.id) }
+        file.fd.close()
+        core.closed(file.id, writable: file.writable)
+    }
+
+    // MARK: waiting for content
+
+    /// A request that waits for content; answered exactly once, by the transfer or by an interrupt.
+    final class Waiter: @unchecked Sendable {
+        let req: fuse_req_t
+        let lock = NSLock()
+        var answered = false
+        /// Called a few seconds after the answer, to let go of the waiter.
+        var release: (@Sendable () -> Void)?
+        init(req: fuse_req_t) { self.req = req }
+        /// True for the one caller that may answer.
+        func claim() -> Bool {
+            lock.lock()
+            if answered { lock.unlock(); return false }
+            answered = true
+            lock.unlock()
+            if let release { DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(5), execute: release) }
+            return true
+        }
+    }
+
+    /// Runs `then` once the item's content is local (or, with `staleOK`, an older local copy is all there is),
+    /// answering EIO or EINTR itself otherwise.
+    ///
+    /// The waiter stays referenced a while after its answer: libfuse may call the interrupt callback with it
+    /// just after a reply on another thread, and the callback must then find it alive and already answered.
+    func whenLocal(_ req: fuse_req_t, _ id: String, staleOK: Bool = false, then: @escaping () -> Void) {
+        let waiter = Waiter(req: req)
+        keep(waiter)
+        fuse_req_interrupt_func(req, { _, data in
+            guard let data else { return }
+            let waiter = Unmanaged<Waiter>.fromOpaque(data).takeUnretainedValue()
+            guard waiter.claim() else { return }
+            fuse_reply_err(waiter.req, EINTR)
+        }, Unmanaged.passUnretained(waiter).toOpaque())
+        if waiter.lock.withLock({ waiter.answered }) { return } // interrupted before we began
+        _ = core.fetch(id) { [self] result in
+            guard waiter.claim() else { return } // interrupted: the transfer went on, nobody waits
+            switch result {
+            case .success:
+                then()
+            case .failure(let error):
+                if staleOK, core.item(id)?.hasLocal == true {
+                    log.warning("serving the older local copy of \(core.path(of: id)): \(error)")
+                    then()
+                } else {
+                    log.warning("open of \(core.path(of: id)) failed: \(error)")
+                    replyError(req, .io("\(error)"))
+                }
+            }
+        }
+    }
+
+    private func keep(_ waiter: Waiter) {
+        let key = ObjectIdentifier(waiter)
+        handleLock.lock(); waiting[key] = waiter; handleLock.unlock()
+        waiter.release = { [weak self] in
+            guard let self else { return }
+            handleLock.lock(); waiting[key] = nil; handleLock.unlock()
+        }
+    }
+
+    // MARK: directories
+
+    func opendir(_ req: fuse_req_t, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let id = inodes.id(ino), let dir = core.item(id) else { return replyError(req, .notFound) }
+        do {
+            var list = [DirEntry(name: ".", id: nil, isDirectory: true), DirEntry(name: "..", id: nil, isDirectory: true)]
+            for child in try core.list(id) {
+                list.append(DirEntry(name: child.name, id: child.id, isDirectory: child.isDirectory))
+            }
+            _ = dir
+            handleLock.lock()
+            let fh = nextHandle
+            nextHandle += 1
+            dirs[fh] = list
+            handleLock.unlock()
+            fi.pointee.fh = fh
+            fuse_reply_open(req, fi)
+        } catch { replyError(req, error) }
+    }
+
+    func releasedir(_ fh: UInt64) {
+        handleLock.lock(); dirs[fh] = nil; handleLock.unlock()
+    }
+
+    func readdir(_ req: fuse_req_t, _ ino: UInt64, _ size: Int, _ offset: off_t, _ fh: UInt64, plus: Bool) {
+        handleLock.lock()
+        let list = dirs[fh] ?? []
+        handleLock.unlock()
+        var buf = [CChar](repeating: 0, count: size)
+        var used = 0
+        var index = Int(offset)
+        while index < list.count {
+            let e = list[index]
+            let next = off_t(index + 1)
+            var n = 0
+            if plus {
+                var param = fuse_entry_param()
+                var remembered: UInt64 = 0
+                if let cid = e.id, let item = core.item(cid) {
+                    param = entry(item)
+                    remembered = param.ino
+                } else {
+                    param.attr.st_mode = S_IFDIR
+                    param.attr.st_ino = e.name == "." ? UInt(ino) : 0
+                }
+                n = buf.withUnsafeMutableBufferPointer {
+                    fuse_add_direntry_plus(req, $0.baseAddress! + used, size - used, e.name, &param, next)
+                }
+                if n > size - used, remembered != 0 { inodes.forget(remembered, 1) }
+            } else {
+                var st = stat()
+                st.st_mode = e.isDirectory ? S_IFDIR : S_IFREG
+                st.st_ino = UInt(e.id.flatMap { inodes.known($0) } ?? 0)
+                n = buf.withUnsafeMutableBufferPointer {
+                    fuse_add_direntry(req, $0.baseAddress! + used, size - used, e.name, &st, next)
+                }
+            }
+            if n > size - used { break }
+            used += n
+            index += 1
+        }
+        buf.withUnsafeBufferPointer { _ = fuse_reply_buf(req, $0.baseAddress, used) }
+    }
+
+    func statfs(_ req: fuse_req_t) {
+        var vfs = statvfs()
+        if statvfs(core.store.directory, &vfs) != 0 { return replyErrno(req, errno) }
+        vfs.f_namemax = UInt(WireRules.maxNameBytes)
+        fuse_reply_statfs(req, &vfs)
+    }
+}
+
+// MARK: remote changes → kernel caches
+
+extension FileSystem: ContainerObserver {
+    public func itemChanged(_ id: String, contentChanged: Bool) {
+        guard let ino = inodes.known(id) else { return }
+        notifier.async { [self] in
+            guard let se = session else { return }
+            fuse_lowlevel_notify_inval_inode(se, ino, contentChanged ? 0 : -1, 0)
+        }
+    }
+
+    public func entryRemoved(parent: String, name: String, id: String) {
+        guard let parentIno = inodes.known(parent) else { return }
+        let child = inodes.known(id)
+        notifier.async { [self] in
+            guard let se = session else { return }
+            if let child {
+                fuse_lowlevel_notify_delete(se, parentIno, child, name, name.utf8.count)
+            } else {
+                fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
+            }
+        }
+    }
+
+    public func entryAdded(parent: String, name: String) {
+        guard let parentIno = inodes.known(parent) else { return }
+        notifier.async { [self] in
+            guard let se = session else { return }
+            fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
+        }
+    }
+}

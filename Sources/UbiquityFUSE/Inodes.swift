@@ -1,0 +1,63 @@
+// The inode table: FUSE inode numbers for the core's stable item ids, with the kernel's lookup counts.
+// Every entry reply adds one lookup; forget subtracts; an inode is dropped at zero. The root (1) is permanent.
+import Foundation
+
+final class InodeTable: @unchecked Sendable {
+    static let rootIno: UInt64 = 1
+    private let lock = NSLock()
+    private var byID: [String: UInt64] = [:]
+    private var byIno: [UInt64: (id: String, lookups: UInt64)] = [:]
+    private var next: UInt64 = 2
+
+    init(rootID: String) {
+        byID[rootID] = InodeTable.rootIno
+        byIno[InodeTable.rootIno] = (rootID, 1)
+    }
+
+    /// The item id of an inode the kernel holds.
+    func id(_ ino: UInt64) -> String? {
+        lock.lock(); defer { lock.unlock() }
+        return byIno[ino]?.id
+    }
+
+    /// The inode of an item if the kernel knows it.
+    func known(_ id: String) -> UInt64? {
+        lock.lock(); defer { lock.unlock() }
+        return byID[id]
+    }
+
+    /// The inode for an item, counting one more lookup by the kernel (call once per entry reply).
+    func remember(_ id: String) -> UInt64 {
+        lock.lock(); defer { lock.unlock() }
+        if let ino = byID[id] {
+            byIno[ino]!.lookups += 1
+            return ino
+        }
+        let ino = next
+        next += 1
+        byID[id] = ino
+        byIno[ino] = (id, 1)
+        return ino
+    }
+
+    /// The kernel dropped `count` lookups of an inode.
+    func forget(_ ino: UInt64, _ count: UInt64) {
+        guard ino != InodeTable.rootIno else { return }
+        lock.lock(); defer { lock.unlock() }
+        guard var entry = byIno[ino] else { return }
+        assert(entry.lookups >= count, "lookup count underflow on inode \(ino)")
+        entry.lookups -= min(count, entry.lookups)
+        if entry.lookups == 0 {
+            byIno[ino] = nil
+            byID[entry.id] = nil
+        } else {
+            byIno[ino] = entry
+        }
+    }
+
+    /// Number of inodes the kernel holds (for tests and the status of the daemon).
+    var count: Int {
+        lock.lock(); defer { lock.unlock() }
+        return byIno.count
+    }
+}

@@ -1,0 +1,95 @@
+// The low-level operations table and the session: mount, multi-threaded loop, clean unwind.
+// Each C callback finds the FileSystem through the session's user data and calls one method.
+import CFuse
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityCore
+
+@inline(__always)
+private func fs(_ req: fuse_req_t?) -> FileSystem {
+    Unmanaged<FileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+}
+
+@inline(__always)
+private func str(_ p: UnsafePointer<CChar>?) -> String { p.map { String(cString: $0) } ?? "" }
+
+private func makeOperations() -> fuse_lowlevel_ops {
+    var ops = fuse_lowlevel_ops()
+    ops.`init` = { _, conn in ubq_conn_init(conn, 1 << 20) }
+    ops.lookup = { req, parent, name in fs(req).lookup(req!, parent, str(name)) }
+    ops.forget = { req, ino, n in fs(req).forget(ino, n); fuse_reply_none(req) }
+    ops.forget_multi = { req, count, list in
+        let f = fs(req)
+        for i in 0..<count { f.forget(list![i].ino, list![i].nlookup) }
+        fuse_reply_none(req)
+    }
+    ops.getattr = { req, ino, _ in fs(req).getattr(req!, ino) }
+    ops.setattr = { req, ino, attr, toSet, fi in fs(req).setattr(req!, ino, attr!.pointee, toSet, fi?.pointee.fh) }
+    ops.mkdir = { req, parent, name, mode in fs(req).mkdir(req!, parent, str(name), mode) }
+    ops.unlink = { req, parent, name in fs(req).remove(req!, parent, str(name), directory: false) }
+    ops.rmdir = { req, parent, name in fs(req).remove(req!, parent, str(name), directory: true) }
+    ops.rename = { req, p, n, np, nn, flags in fs(req).rename(req!, p, str(n), np, str(nn), flags) }
+    ops.create = { req, parent, name, mode, fi in fs(req).create(req!, parent, str(name), mode, fi!) }
+    ops.open = { req, ino, fi in fs(req).open(req!, ino, fi!) }
+    ops.read = { req, _, size, off, fi in fs(req).read(req!, size, off, fi!.pointee.fh) }
+    ops.write = { req, _, buf, size, off, fi in
+        fs(req).write(req!, UnsafeRawBufferPointer(start: buf, count: size), off, fi!.pointee.fh)
+    }
+    ops.flush = { req, _, fi in fs(req).flush(req!, fi!.pointee.fh) }
+    ops.release = { req, _, fi in fs(req).release(fi!.pointee.fh); fuse_reply_err(req, 0) }
+    ops.fsync = { req, _, _, fi in fs(req).fsync(req!, fi!.pointee.fh) }
+    ops.opendir = { req, ino, fi in fs(req).opendir(req!, ino, fi!) }
+    ops.readdir = { req, ino, size, off, fi in fs(req).readdir(req!, ino, size, off, fi!.pointee.fh, plus: false) }
+    ops.readdirplus = { req, ino, size, off, fi in fs(req).readdir(req!, ino, size, off, fi!.pointee.fh, plus: true) }
+    ops.releasedir = { req, _, fi in fs(req).releasedir(fi!.pointee.fh); fuse_reply_err(req, 0) }
+    ops.fsyncdir = { req, _, _, _ in fuse_reply_err(req, 0) }
+    ops.statfs = { req, _ in fs(req).statfs(req!) }
+    ops.getxattr = { req, ino, name, size in fs(req).getxattr(req!, ino, str(name), size) }
+    ops.listxattr = { req, ino, size in fs(req).listxattr(req!, ino, size) }
+    ops.setxattr = { req, ino, name, value, size, flags in
+        fs(req).setxattr(req!, ino, str(name), UnsafeRawBufferPointer(start: value, count: size), flags)
+    }
+    ops.removexattr = { req, ino, name in fs(req).removexattr(req!, ino, str(name)) }
+    return ops
+}
+
+public struct MountError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+extension FileSystem {
+    /// Mounts at `mountpoint`. Throws a plain message when the kernel refuses.
+    public func mount(at mountpoint: String, fsname: String) throws {
+        var args = ["ubiquityfs", "-o", "default_permissions,fsname=\(fsname),subtype=ubiquityfs"]
+        if getuid() == 0 { args[2] += ",allow_other" }
+        var cargs = args.map { strdup($0) }
+        defer { cargs.forEach { free($0) } }
+        var fargs = fuse_args(argc: Int32(cargs.count), argv: nil, allocated: 0)
+        var ops = makeOperations()
+        let se: OpaquePointer? = cargs.withUnsafeMutableBufferPointer { buf in
+            fargs.argv = buf.baseAddress
+            return fuse_session_new(&fargs, &ops, MemoryLayout<fuse_lowlevel_ops>.size,
+                                    Unmanaged.passUnretained(self).toOpaque())
+        }
+        guard let se else { throw MountError(description: "cannot start a FUSE session (is /dev/fuse there?)") }
+        if fuse_session_mount(se, mountpoint) != 0 {
+            fuse_session_destroy(se)
+            throw MountError(description: "cannot mount on \(mountpoint) (see the lines above)")
+        }
+        session = se
+    }
+
+    /// Serves requests until the file system is unmounted or a signal ends the loop; then unmounts.
+    public func run() {
+        guard let se = session else { return }
+        fuse_set_signal_handlers(se)
+        let rc = ubq_session_loop_mt(se, 10, 64)
+        if rc != 0 { log.warning("session loop ended with \(rc)") }
+        fuse_remove_signal_handlers(se)
+        session = nil
+        notifier.sync {}
+        fuse_session_unmount(se)
+        fuse_session_destroy(se)
+    }
+}
