@@ -466,4 +466,95 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
         #expect(got.body == bytes)
         #expect(took >= 1.8, "200 kB at 100 kB/s took \(took) s")
     }
+
+    @Test func oversizeAndUnauthorizedUploadsAreRefusedEarly() throws {
+        let f = try Fixture { $0.maxBlobBytes = 1 << 20 }
+        _ = try f.openContainer()
+        let big = [UInt8](repeating: 1, count: 3 << 20)
+        #expect(try f.putBlob(big).status == 413)
+        #expect(try f.call("PUT", "/v1/containers/\(cid)/blobs/\(sha256Hex(big))", token: .some(nil), body: big).status == 401)
+        #expect(try f.putBlob([UInt8](repeating: 2, count: 1 << 20)).status == 201)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: f.dir + "/tmp").isEmpty)
+        #expect(try f.call("GET", "/v1/health").status == 200)
+    }
+
+    @Test func largeBlobsStreamWithBoundedMemory() throws {
+        let f = try Fixture()
+        _ = try f.openContainer()
+        // 160 MiB of varied bytes, uploaded and downloaded by curl straight from and to files.
+        let src = f.dir + "/big.src", dst = f.dir + "/big.dst"
+        let fd = try FileDescriptor.open(src, O_WRONLY | O_CREAT | O_TRUNC)
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        for i in 0..<160 {
+            for j in stride(from: 0, to: chunk.count, by: 4096) { chunk[j] = UInt8(truncatingIfNeeded: i &+ j) }
+            try fd.writeAll(chunk)
+        }
+        fd.close()
+        let (sha, size) = try sha256OfFile(src)
+        let before = peakResidentKiB()
+        func curl(_ args: [String]) throws -> String {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+            p.arguments = ["-s", "-H", "Authorization: Bearer \(f.server.token)", "-w", "%{http_code}"] + args
+            let out = Pipe(); p.standardOutput = out
+            try p.run(); p.waitUntilExit()
+            return String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        }
+        let url = "\(f.base)/v1/containers/\(cid)/blobs/\(sha)"
+        #expect(try curl(["-o", "/dev/null", "-X", "PUT", "-T", src, url]) == "201")
+        #expect(try curl(["-o", dst, url]) == "200")
+        let back = try sha256OfFile(dst)
+        #expect(back.sha256 == sha && back.size == size)
+        let grown = peakResidentKiB() - before
+        #expect(grown < 64 * 1024, "peak RSS grew by \(grown) KiB")
+    }
+
+    @Test func concurrentDownloadsAreCountedOnePerRequest() throws {
+        let f = try Fixture()
+        let item = try f.server.seed(container: cid, path: "Documents/shared.bin",
+                                     contents: .bytes([UInt8](repeating: 3, count: 300_000)), device: "d", mtime: nil)
+        let group = DispatchGroup()
+        let ok = LockedCounter()
+        for _ in 0..<4 {
+            group.enter()
+            Thread {
+                if let a = try? f.call("GET", "/v1/containers/\(cid)/blobs/\(item.sha256)"), a.body.count == 300_000 { ok.add() }
+                group.leave()
+            }.start()
+        }
+        group.wait()
+        #expect(ok.value == 4)
+        #expect(try f.stats().blobGetsBySha[item.sha256] == 4)
+    }
+
+    @Test func stopEndsWaitingLongPolls() throws {
+        let f = try Fixture()
+        let c = try f.openContainer()
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            _ = try? f.call("GET", "/v1/containers/\(cid)/changes?since=\(c.token)&wait=60")
+            done.signal()
+        }.start()
+        Thread.sleep(forTimeInterval: 0.5)
+        let t0 = Date()
+        f.server.stop()
+        #expect(Date().timeIntervalSince(t0) < 5)
+        #expect(done.wait(timeout: .now() + 10) == .success)
+    }
+}
+
+final class LockedCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var n = 0
+    func add() { lock.withLock { n += 1 } }
+    var value: Int { lock.withLock { n } }
+}
+
+/// The process's peak resident set (VmHWM) in KiB.
+func peakResidentKiB() -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+    for line in text.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
+    }
+    return 0
 }
