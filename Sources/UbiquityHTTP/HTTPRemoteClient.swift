@@ -1,0 +1,295 @@
+// RemoteClient over HTTP (docs/WIRE.md) on libcurl. Every call blocks its thread; calls from many threads run
+// at once, each on its own easy handle taken from a shared pool (so connections are reused).
+import Foundation
+import CCurl
+import UbiquityBase
+import UbiquityCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public struct HTTPTimeouts: Sendable {
+    /// Time allowed to open the TCP connection.
+    public var connectSeconds: Int = 5
+    /// Whole-request limit for small JSON requests (a long poll gets its wait on top).
+    public var requestSeconds: Int = 30
+    /// Blob transfers: abort when less than 1 byte/s moves for this long. Big transfers have no total limit.
+    public var stallSeconds: Int = 30
+
+    public init(connectSeconds: Int = 5, requestSeconds: Int = 30, stallSeconds: Int = 30) {
+        self.connectSeconds = connectSeconds
+        self.requestSeconds = requestSeconds
+        self.stallSeconds = stallSeconds
+    }
+}
+
+public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
+    public let baseURL: String
+    public let container: String
+    public let timeouts: HTTPTimeouts
+    /// The name of this device; only used in log lines (items carry their own `device`).
+    public let device: String
+    private let token: String
+    private let pool = CurlHandlePool()
+    private let log = Logger("http")
+    /// Largest JSON answer accepted (a change page of many items with extended attributes can be big).
+    static let maxJSONAnswer = 256 << 20
+
+    /// `baseURL` like "http://127.0.0.1:8443"; `container` the container id.
+    public init(baseURL: String, token: String, container: String, timeouts: HTTPTimeouts = .init(),
+                device: String = "") {
+        var base = baseURL
+        while base.hasSuffix("/") { base.removeLast() }
+        self.baseURL = base
+        self.token = token
+        self.container = container
+        self.timeouts = timeouts
+        self.device = device
+    }
+
+    // MARK: - RemoteClient
+
+    /// GET /v1/health: succeeds when the remote answers 200.
+    public func health() throws(RemoteError) {
+        let r = try perform("GET", url(["v1", "health"]), authorized: false)
+        guard r.status == 200 else { throw HTTPMapping.error(status: r.status, body: r.body) }
+    }
+
+    public func openContainer() throws(RemoteError) -> WireContainer {
+        try json("PUT", url(["v1", "containers", container]), body: [])
+    }
+
+    public func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
+        let wait = max(0, waitSeconds)
+        let since = (token?.isEmpty ?? true) ? nil : token
+        let u = url(["v1", "containers", container, "changes"],
+                    query: [("since", since), ("wait", wait > 0 ? String(wait) : nil)])
+        return try json("GET", u, timeout: .request(timeouts.requestSeconds + wait))
+    }
+
+    public func item(_ id: String) throws(RemoteError) -> WireItem {
+        try json("GET", url(["v1", "containers", container, "items", id]))
+    }
+
+    public func putItem(_ item: WireItem, ifMatch: Int64?) throws(RemoteError) -> WireItem {
+        let body: [UInt8]
+        do { body = Array(try JSONEncoder.wire.encode(item)) } catch {
+            throw .rejected(status: 0, message: "cannot encode item \(item.id): \(error)")
+        }
+        let condition = ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *"
+        return try json("PUT", url(["v1", "containers", container, "items", item.id]),
+                        headers: [condition, "Content-Type: application/json"], body: body)
+    }
+
+    public func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem {
+        try json("DELETE", url(["v1", "containers", container, "items", id]), headers: ["If-Match: \(ifMatch)"])
+    }
+
+    public func hasBlob(sha256: String) throws(RemoteError) -> Bool {
+        let r = try perform("HEAD", url(["v1", "containers", container, "blobs", sha256]))
+        switch r.status {
+        case 200...299: return true
+        case 404: return false
+        default: throw HTTPMapping.error(status: r.status, body: r.body)
+        }
+    }
+
+    public func uploadBlob(sha256: String, size: Int64, fromFile path: String,
+                           progress: TransferProgress?) throws(RemoteError) {
+        let fd: FileDescriptor
+        do { fd = try FileDescriptor.open(path, O_RDONLY) } catch {
+            throw .rejected(status: 0, message: "cannot open \(path) to upload: \(error)")
+        }
+        defer { fd.close() }
+        if let st = try? fd.stat(), Int64(st.st_size) != size {
+            throw .corrupt("\(path) has \(st.st_size) bytes, not the \(size) to upload")
+        }
+        let r = try perform("PUT", url(["v1", "containers", container, "blobs", sha256]),
+                            headers: ["Content-Type: application/octet-stream"],
+                            source: .file(fd, length: size), timeout: .stall, progress: progress)
+        guard (200...299).contains(r.status) else {
+            throw HTTPMapping.error(status: r.status, body: r.body, blobUpload: true)
+        }
+        log.debug("uploaded blob \(sha256.prefix(12)) (\(size) bytes) from \(device.isEmpty ? "this device" : device)")
+    }
+
+    public func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
+                             progress: TransferProgress?) throws(RemoteError) {
+        let start = max(0, offset)
+        let headers = start > 0 ? ["Range: bytes=\(start)-"] : []
+        let r = try perform("GET", url(["v1", "containers", container, "blobs", sha256]), headers: headers,
+                            sink: .file(fd, offset: start), timeout: .stall, progress: progress)
+        switch r.status {
+        case 200, 206:
+            if r.fileOffset == start {
+                // An empty body never reached the write callback: check the answer here.
+                if start > 0 && r.status != 206 {
+                    throw .server(status: r.status, message: "the server ignored the range request from byte \(start)")
+                }
+            }
+            if let progress, !progress(r.fileOffset) { throw .cancelled }
+        case 416 where start > 0 && r.contentRange.flatMap(HTTPMapping.contentRangeTotal) == start:
+            // Already complete: the blob has exactly `offset` bytes.
+            if let progress, !progress(start) { throw .cancelled }
+        default:
+            throw HTTPMapping.error(status: r.status, body: r.body)
+        }
+    }
+
+    // MARK: - Plumbing
+
+    func url(_ segments: [String], query: [(String, String?)] = []) -> String {
+        HTTPMapping.url(base: baseURL, segments: segments, query: query)
+    }
+
+    enum Timeout {
+        /// A whole-request limit in seconds.
+        case request(Int)
+        /// No total limit; abort when the transfer stalls for `stallSeconds`.
+        case stall
+    }
+
+    /// A JSON request whose 2xx answer decodes to `T`; any other status becomes its RemoteError.
+    private func json<T: Decodable>(_ method: String, _ url: String, headers: [String] = [], body: [UInt8]? = nil,
+                                    timeout: Timeout? = nil) throws(RemoteError) -> T {
+        let r = try perform(method, url, headers: headers, source: body.map { .memory($0) } ?? .none,
+                            sink: .memory(limit: Self.maxJSONAnswer), timeout: timeout ?? .request(timeouts.requestSeconds))
+        guard (200...299).contains(r.status) else { throw HTTPMapping.error(status: r.status, body: r.body) }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(r.body))
+        } catch {
+            throw .server(status: r.status, message: "undecodable answer to \(method) \(url): \(error)")
+        }
+    }
+
+    /// One request, run to its end on a pooled handle. Throws only for failures below HTTP (network,
+    /// cancel, local I/O); the caller judges the status.
+    func perform(_ method: String, _ url: String, headers: [String] = [], source: RequestSource = .none,
+                 sink: ResponseSink = .memory(limit: HTTPMapping.maxErrorBody), timeout: Timeout? = nil,
+                 progress: TransferProgress? = nil, authorized: Bool = true) throws(RemoteError) -> CurlRequest {
+        guard let h = pool.acquire() else { throw .unreachable("libcurl could not make a handle") }
+        let req = CurlRequest(handle: h, sink: sink, source: source, progress: progress)
+        let ctx = Unmanaged.passUnretained(req).toOpaque()
+        let started = monotonicNanoseconds()
+
+        _ = ubq_easy_setopt_string(h, CURLOPT_URL, url)
+        _ = ubq_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
+        _ = ubq_easy_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
+        _ = ubq_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT, max(1, timeouts.connectSeconds))
+        switch timeout ?? .request(timeouts.requestSeconds) {
+        case .request(let s):
+            _ = ubq_easy_setopt_long(h, CURLOPT_TIMEOUT, max(1, s))
+        case .stall:
+            _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, 1)
+            _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, max(1, timeouts.stallSeconds))
+        }
+        _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, req.errorBuffer)
+
+        _ = ubq_easy_setopt_write_function(h) { ptr, size, count, ctx in
+            let req = Unmanaged<CurlRequest>.fromOpaque(ctx!).takeUnretainedValue()
+            return req.receive(UnsafeRawBufferPointer(start: ptr, count: size * count))
+        }
+        _ = ubq_easy_setopt_pointer(h, CURLOPT_WRITEDATA, ctx)
+        _ = ubq_easy_setopt_header_function(h) { ptr, size, count, ctx in
+            let req = Unmanaged<CurlRequest>.fromOpaque(ctx!).takeUnretainedValue()
+            req.header(UnsafeRawBufferPointer(start: ptr, count: size * count))
+            return size * count
+        }
+        _ = ubq_easy_setopt_pointer(h, CURLOPT_HEADERDATA, ctx)
+        if progress != nil {
+            _ = ubq_easy_setopt_long(h, CURLOPT_NOPROGRESS, 0)
+            _ = ubq_easy_setopt_xferinfo_function(h) { ctx, _, dlnow, _, ulnow in
+                let req = Unmanaged<CurlRequest>.fromOpaque(ctx!).takeUnretainedValue()
+                return req.tick(downloaded: Int64(dlnow), uploaded: Int64(ulnow)) ? 0 : 1
+            }
+            _ = ubq_easy_setopt_pointer(h, CURLOPT_XFERINFODATA, ctx)
+        }
+
+        var list: UnsafeMutablePointer<curl_slist>? = nil
+        var all = headers
+        if authorized { all.append("Authorization: Bearer \(token)") }
+        all.append("Expect:")  // no 100-continue round trip before a body
+        for line in all { list = curl_slist_append(list, line) }
+        defer { curl_slist_free_all(list) }
+        _ = ubq_easy_setopt_slist(h, CURLOPT_HTTPHEADER, list)
+
+        switch method {
+        case "HEAD":
+            _ = ubq_easy_setopt_long(h, CURLOPT_NOBODY, 1)
+        case "GET":
+            _ = ubq_easy_setopt_long(h, CURLOPT_HTTPGET, 1)
+        default:
+            _ = ubq_easy_setopt_string(h, CURLOPT_CUSTOMREQUEST, method)
+        }
+        switch source {
+        case .none:
+            break
+        case .memory(let bytes):
+            _ = ubq_easy_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count))
+            bytes.withUnsafeBytes { raw in
+                // COPYPOSTFIELDS copies the bytes now; an empty body still needs a valid pointer.
+                if let base = raw.baseAddress {
+                    _ = ubq_easy_setopt_pointer(h, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: base))
+                } else {
+                    _ = ubq_easy_setopt_string(h, CURLOPT_COPYPOSTFIELDS, "")
+                }
+            }
+        case .file(_, let length):
+            _ = ubq_easy_setopt_long(h, CURLOPT_UPLOAD, 1)
+            _ = ubq_easy_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(length))
+            _ = ubq_easy_setopt_read_function(h) { buf, size, count, ctx in
+                let req = Unmanaged<CurlRequest>.fromOpaque(ctx!).takeUnretainedValue()
+                return req.send(into: UnsafeMutableRawBufferPointer(start: buf, count: size * count))
+            }
+            _ = ubq_easy_setopt_pointer(h, CURLOPT_READDATA, ctx)
+        }
+
+        let code = withExtendedLifetime(req) { curl_easy_perform(h) }
+        req.finish()
+        var osErrno = 0
+        _ = ubq_easy_getinfo_long(h, CURLINFO_OS_ERRNO, &osErrno)
+        pool.release(h)
+
+        let ms = (monotonicNanoseconds() - started) / 1_000_000
+        if code == CURLE_OK {
+            log.debug("\(method) \(url) -> \(req.status) in \(ms) ms")
+            return req
+        }
+        let failure = failure(code: code, request: req, osErrno: osErrno, timeout: timeout)
+        log.debug("\(method) \(url) failed after \(ms) ms: \(failure)")
+        throw failure
+    }
+
+    /// The RemoteError for a transfer libcurl did not finish.
+    private func failure(code: CURLcode, request req: CurlRequest, osErrno: Int, timeout: Timeout?) -> RemoteError {
+        if req.cancelled || code == CURLE_ABORTED_BY_CALLBACK && req.localFailure == nil { return .cancelled }
+        if let local = req.localFailure { return local }
+        if req.bodyTooLarge {
+            return .server(status: req.status, message: "answer too large (HTTP \(req.status))")
+        }
+        let hp = HTTPMapping.hostPort(baseURL)
+        let curlText: String = {
+            let t = req.errorText
+            return t.isEmpty ? String(cString: curl_easy_strerror(code)) : t
+        }()
+        let osText = osErrno != 0 ? String(cString: strerror(Int32(osErrno))) : curlText
+        switch code {
+        case CURLE_COULDNT_CONNECT:
+            return .unreachable("cannot connect to \(hp): \(osText)")
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
+            return .unreachable("cannot resolve the host of \(hp): \(curlText)")
+        case CURLE_OPERATION_TIMEDOUT:
+            if case .stall = timeout, req.status != 0 {
+                return .unreachable("transfer with \(hp) stalled for \(timeouts.stallSeconds) s")
+            }
+            return .unreachable("no answer from \(hp) in time: \(curlText)")
+        case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE:
+            return .unreachable("connection to \(hp) lost: \(osErrno != 0 ? osText : curlText)")
+        case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL:
+            return .rejected(status: 0, message: "bad remote URL \(baseURL): \(curlText)")
+        default:
+            return .unreachable("request to \(hp) failed: \(curlText)")
+        }
+    }
+}
+
