@@ -57,11 +57,11 @@ public final class Database: @unchecked Sendable {
         }
     }
 
-    /// Runs a statement with parameters and returns every row.
+    /// Runs a statement with parameters and returns every row, copied out of the statement.
     @discardableResult
-    public func query(_ sql: String, _ params: [SQLValue] = []) throws -> [Row] {
-        var rows: [Row] = []
-        try forEach(sql, params) { rows.append($0) }
+    public func query(_ sql: String, _ params: [SQLValue] = []) throws -> [Values] {
+        var rows: [Values] = []
+        try forEach(sql, params) { rows.append($0.values) }
         return rows
     }
 
@@ -105,9 +105,21 @@ public final class Database: @unchecked Sendable {
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 }
 
-/// One result row; valid only inside the callback that receives it.
+/// One result row; valid only inside the callback that receives it (see `values` for a copy).
 public struct Row {
     fileprivate let stmt: OpaquePointer
+
+    /// A copy of the row that outlives the statement.
+    public var values: Values {
+        Values(columns: (0..<sqlite3_column_count(stmt)).map { i in
+            switch sqlite3_column_type(stmt, i) {
+            case SQLITE_NULL: return .null
+            case SQLITE_INTEGER: return .int(int(i))
+            case SQLITE_BLOB: return .blob(blob(i))
+            default: return .text(text(i))
+            }
+        })
+    }
 
     public func int(_ i: Int32) -> Int64 { sqlite3_column_int64(stmt, i) }
     public func isNull(_ i: Int32) -> Bool { sqlite3_column_type(stmt, i) == SQLITE_NULL }
@@ -120,5 +132,27 @@ public struct Row {
         let n = Int(sqlite3_column_bytes(stmt, i))
         guard n > 0, let p = sqlite3_column_blob(stmt, i) else { return [] }
         return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
+}
+
+/// A row copied out of its statement.
+public struct Values: Sendable {
+    public let columns: [SQLValue]
+
+    public func int(_ i: Int32) -> Int64 {
+        switch columns[Int(i)] {
+        case .int(let v): return v
+        case .text(let t): return Int64(t) ?? 0
+        default: return 0
+        }
+    }
+
+    public func text(_ i: Int32) -> String {
+        switch columns[Int(i)] {
+        case .text(let t): return t
+        case .int(let v): return String(v)
+        case .blob(let b): return String(decoding: b, as: UTF8.self)
+        case .null: return ""
+        }
     }
 }

@@ -426,7 +426,7 @@ public final class FileSystem: @unchecked Sendable {
                     remembered = param.ino
                 } else {
                     param.attr.st_mode = S_IFDIR
-                    param.attr.st_ino = e.name == "." ? UInt(ino) : 0
+                    param.attr.st_ino = e.name == "." ? UInt(ino) : 1
                 }
                 n = buf.withUnsafeMutableBufferPointer {
                     fuse_add_direntry_plus(req, $0.baseAddress! + used, size - used, e.name, &param, next)
@@ -435,7 +435,7 @@ public final class FileSystem: @unchecked Sendable {
             } else {
                 var st = stat()
                 st.st_mode = e.isDirectory ? S_IFDIR : S_IFREG
-                st.st_ino = UInt(e.id.flatMap { inodes.known($0) } ?? 0)
+                st.st_ino = UInt(e.id.flatMap { inodes.known($0) } ?? 1)
                 n = buf.withUnsafeMutableBufferPointer {
                     fuse_add_direntry(req, $0.baseAddress! + used, size - used, e.name, &st, next)
                 }

@@ -1,1 +1,43 @@
-print("ubiquityfs")
+// The `ubiquityfs` command: mount, unmount, the remote stub, and the status and transfer actions.
+import Foundation
+import Glibc
+import UbiquityBase
+
+let usage = """
+usage: ubiquityfs COMMAND [OPTIONS]
+
+commands:
+  mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR] [--device NAME] [--foreground]
+                                    mount a container (without --remote: on a private stub started for it)
+  unmount MOUNTPOINT                unmount, waiting for the daemon to finish
+  remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
+                                    run the remote stub
+  remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
+                                    put local files into a stopped stub's container, as if from another device
+
+Run 'ubiquityfs COMMAND --help' for the options of one command.
+"""
+
+signal(SIGPIPE, SIG_IGN)
+var words = Array(CommandLine.arguments.dropFirst())
+guard let command = words.first else { print(usage); exit(2) }
+words.removeFirst()
+
+do {
+    switch command {
+    case "--help", "-h", "help":
+        print(usage)
+    case "mount":
+        try MountCommand.run(words)
+    case "unmount", "umount":
+        try UnmountCommand.run(words)
+    case "remote":
+        try RemoteCommand.run(words)
+    default:
+        fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
+    }
+} catch let error as UsageError {
+    fail("\(error.description); see 'ubiquityfs \(command) --help'", code: 2)
+} catch {
+    fail("\(error)")
+}

@@ -1,0 +1,161 @@
+// The mount daemon: opens the store, connects to the remote (starting the embedded stub if asked), starts
+// the sync core, mounts, tells the waiting `mount` command it is ready, and serves until unmounted.
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityCore
+import UbiquityFUSE
+import UbiquityHTTP
+
+struct Daemon {
+    let options: MountCommand.Options
+    /// Started by `mount`: report readiness on stderr, then log only to the file.
+    let notify: Bool
+    private let log = Logger("daemon")
+
+    init(options: MountCommand.Options, notify: Bool) {
+        self.options = options
+        self.notify = notify
+    }
+
+    func run() throws {
+        if notify { setsid() }
+        try makeDirectories(options.store)
+        let logFile = options.logFile ?? (notify ? options.store + "/ubiquityfs.log" : nil)
+        Log.shared.configure(level: options.logLevel, path: logFile)
+        let store = try openStore()
+        var stub: EmbeddedStub?
+        let url: String, token: String
+        if let remote = options.remoteURL, let tokenFile = options.tokenFile {
+            url = remote
+            token = try readToken(tokenFile)
+        } else {
+            let s = try EmbeddedStub.startOrReuse(bandwidth: options.stubBandwidth, latencyMs: options.stubLatency)
+            (url, token, stub) = (s.url, s.token, s)
+        }
+        defer { stub?.stop() }
+        let client = HTTPRemoteClient(baseURL: url, token: token, container: options.container,
+                                      device: options.device)
+        var config = ContainerConfig(device: options.device)
+        config.downloadTimeoutSeconds = options.downloadTimeout
+        let core = try Container(store: store, remote: client, config: config)
+        let reachable = try checkRemote(client, url: url, fresh: core.isFresh)
+        try core.start(initialSync: reachable)
+        defer { core.stop() }
+        try store.setMeta("container", options.container)
+        let fs = FileSystem(core: core)
+        try fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(options.container)")
+        let pidPath = pidFile(for: options.mountpoint)
+        try? makeDirectories((pidPath as NSString).deletingLastPathComponent)
+        try? Data("\(getpid())\n".utf8).write(to: URL(fileURLWithPath: pidPath))
+        defer { try? removeFile(pidPath) }
+        log.info("mounted \(options.container) at \(options.mountpoint) as device \(options.device), store \(options.store)")
+        announceReady()
+        fs.run()
+        log.info("unmounted \(options.mountpoint)")
+    }
+
+    /// Opens the store, waiting a little for a daemon that is still finishing to let go of it.
+    private func openStore() throws -> Store {
+        var lastError: Error?
+        for _ in 0..<50 {
+            do { return try Store(directory: options.store) } catch {
+                lastError = error
+                guard "\(error)".contains("in use") else { break }
+                usleep(200_000)
+            }
+        }
+        throw MountFailure("\(lastError!)")
+    }
+
+    private func readToken(_ path: String) throws -> String {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw MountFailure("cannot read the token file \(path)")
+        }
+        let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !token.isEmpty else { throw MountFailure("the token file \(path) is empty") }
+        return token
+    }
+
+    /// Checks the remote answers and accepts the token. An unreachable remote is fatal only for a store that
+    /// has never synced; otherwise the mount starts from the store's last known state.
+    private func checkRemote(_ client: HTTPRemoteClient, url: String, fresh: Bool) throws -> Bool {
+        do {
+            try client.health()
+            _ = try client.openContainer()
+            return true
+        } catch RemoteError.unauthorized {
+            throw MountFailure("the remote at \(url) refused the token" + (options.tokenFile.map { " in \($0)" } ?? ""))
+        } catch RemoteError.unreachable(let why) {
+            if fresh { throw MountFailure("cannot reach the remote at \(url): \(why)") }
+            log.warning("the remote at \(url) is unreachable (\(why)); starting from the store's last known state")
+            return false
+        } catch {
+            throw MountFailure("the remote at \(url) failed: \(error)")
+        }
+    }
+
+    private func announceReady() {
+        guard notify else { return }
+        FileHandle.standardError.write(Data("ready\n".utf8))
+        let devnull = open("/dev/null", O_WRONLY)
+        dup2(devnull, 2)
+        close(devnull)
+    }
+}
+
+/// The private remote stub of the embedded default: a `ubiquityfs remote serve` process with its data under
+/// the data directory, reused when one already serves it.
+struct EmbeddedStub {
+    let url: String
+    let token: String
+    let process: Process?
+
+    static var dataDir: String { dataDirectory() + "/remote" }
+
+    static func startOrReuse(bandwidth: Int, latencyMs: Int) throws -> EmbeddedStub {
+        let dir = dataDir
+        try makeDirectories(dir)
+        let endpoint = dir + "/endpoint"
+        if let running = try? reuse(endpoint: endpoint, dir: dir) { return running }
+        try? removeFile(endpoint)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: selfExecutable())
+        p.arguments = ["remote", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--endpoint-file", endpoint,
+                       "--bandwidth", String(bandwidth), "--latency-ms", String(latencyMs)]
+        let logFD = open(dir + "/stub.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        let logHandle = FileHandle(fileDescriptor: logFD, closeOnDealloc: true)
+        p.standardOutput = logHandle
+        p.standardError = logHandle
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        for _ in 0..<200 {
+            if let url = try? String(contentsOfFile: endpoint, encoding: .utf8) {
+                let token = try String(contentsOfFile: dir + "/token", encoding: .utf8)
+                return EmbeddedStub(url: url.trimmingCharacters(in: .whitespacesAndNewlines),
+                                    token: token.trimmingCharacters(in: .whitespacesAndNewlines), process: p)
+            }
+            if !p.isRunning { break }
+            usleep(50_000)
+        }
+        p.terminate()
+        throw MountFailure("the embedded remote stub did not start (see \(dir)/stub.log)")
+    }
+
+    /// A stub that already serves `dir` and answers.
+    private static func reuse(endpoint: String, dir: String) throws -> EmbeddedStub? {
+        let url = try String(contentsOfFile: endpoint, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let token = try String(contentsOfFile: dir + "/token", encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let probe = HTTPRemoteClient(baseURL: url, token: token, container: defaultContainer,
+                                     timeouts: HTTPTimeouts(connectSeconds: 2, requestSeconds: 2, stallSeconds: 2))
+        try probe.health()
+        return EmbeddedStub(url: url, token: token, process: nil)
+    }
+
+    func stop() {
+        guard let process, process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+}

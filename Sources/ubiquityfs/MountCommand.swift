@@ -1,0 +1,233 @@
+// `ubiquityfs mount` and `ubiquityfs unmount`.
+//
+// `mount` checks what it can in the foreground (arguments, mount point, stale mounts), then starts itself as a
+// daemon with `--foreground` and waits for the daemon's word on its standard error: "ready" once the mount is
+// usable, or the one-line reason it is not. The daemon logs to a file in its store.
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityCore
+import UbiquityFUSE
+import UbiquityHTTP
+
+let defaultContainer = "iCloud.com.example.ubiquityfs"
+
+enum MountCommand {
+    static let help = """
+    usage: ubiquityfs mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR]
+                                      [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
+                                      [--download-timeout SECONDS] [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
+
+    Mounts the container ID (default \(defaultContainer)) at MOUNTPOINT and returns once it is usable.
+    Without --remote it uses a private remote stub with its data in \(dataDirectory())/remote, started for the
+    mount (--stub-bandwidth and --stub-latency-ms throttle it, to watch lazy downloads).
+      --remote URL, --token-file FILE   the remote stub and the file holding its token (its DATA/token)
+      --store DIR        the device's backing store (default: DATA/stores/ID/DEVICE)
+      --device NAME      this device's name (default: the host name)
+      --foreground       stay attached; log to stderr unless --log-file
+      --download-timeout how long an open waits for content before failing with EIO (default 30)
+    """
+
+    struct Options {
+        var mountpoint: String
+        var container: String
+        var device: String
+        var store: String
+        var remoteURL: String?
+        var tokenFile: String?
+        var logLevel: LogLevel
+        var logFile: String?
+        var downloadTimeout: Int
+        var stubBandwidth: Int
+        var stubLatency: Int
+    }
+
+    static func run(_ words: [String]) throws {
+        let args = try Arguments(words, valued: ["--remote", "--token-file", "--container", "--store", "--device",
+                                                "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
+                                                "--stub-latency-ms"],
+                                 switches: ["--foreground", "--help"])
+        if args.has("--help") { return print(help) }
+        guard args.positional.count == 1 else { throw UsageError("mount needs exactly one MOUNTPOINT") }
+        let container = args.value("--container") ?? defaultContainer
+        guard WireRules.isValidContainerID(container) else {
+            throw UsageError("'\(container)' is not a container id (like iCloud.com.example.notes)")
+        }
+        if (args.value("--remote") == nil) != (args.value("--token-file") == nil) {
+            throw UsageError("--remote and --token-file go together")
+        }
+        if let url = args.value("--remote"), !(url.hasPrefix("http://") || url.hasPrefix("https://")) {
+            throw UsageError("--remote takes a URL like http://127.0.0.1:8443")
+        }
+        let level = args.value("--log-level").map { LogLevel(name: $0) } ?? .info
+        guard let level else { throw UsageError("--log-level takes debug, info, warn or error") }
+        let device = args.value("--device") ?? hostName()
+        guard !device.isEmpty, device.utf8.count <= 64, !device.contains("/") else {
+            throw UsageError("--device takes a name of 1 to 64 bytes without '/'")
+        }
+        let options = Options(
+            mountpoint: absolutePath(args.positional[0]), container: container, device: device,
+            store: args.value("--store").map(absolutePath)
+                ?? "\(dataDirectory())/stores/\(container)/\(device.replacingOccurrences(of: " ", with: "_"))",
+            remoteURL: args.value("--remote"), tokenFile: args.value("--token-file").map(absolutePath),
+            logLevel: level, logFile: args.value("--log-file").map(absolutePath),
+            downloadTimeout: try args.int("--download-timeout") ?? 30,
+            stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0)
+        try checkMountpoint(options.mountpoint)
+        if args.has("--foreground") {
+            try Daemon(options: options, notify: ProcessInfo.processInfo.environment["UBIQUITYFS_NOTIFY"] == "1").run()
+        } else {
+            try startDaemon(words)
+        }
+    }
+
+    /// Refuses a missing, non-directory or busy mount point; cleans up a stale one left by a dead daemon.
+    static func checkMountpoint(_ path: String) throws {
+        var st = stat()
+        if stat(path, &st) != 0 {
+            if errno == ENOTCONN {
+                FileHandle.standardError.write(Data(
+                    "ubiquityfs: \(path) was left mounted by a daemon that is gone; cleaning it up\n".utf8))
+                _ = runTool("/bin/fusermount3", ["-u", "-z", path])
+                if stat(path, &st) != 0 { throw UsageError("cannot clean up the stale mount at \(path)") }
+            } else if errno == ENOENT {
+                throw MountFailure("mount point \(path) does not exist")
+            } else {
+                throw MountFailure("cannot use \(path): \(Errno.current)")
+            }
+        }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw MountFailure("mount point \(path) is not a directory") }
+        if let type = mountType(path) {
+            if type == "fuse.ubiquityfs" {
+                throw MountFailure("\(path) is already mounted by ubiquityfs (ubiquityfs unmount \(path) first)")
+            }
+            throw MountFailure("\(path) is busy: a \(type) file system is mounted there")
+        }
+    }
+
+    /// Starts the daemon and waits for its readiness or its error line.
+    static func startDaemon(_ words: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: selfExecutable())
+        process.arguments = ["mount"] + words + ["--foreground"]
+        var env = ProcessInfo.processInfo.environment
+        env["UBIQUITYFS_NOTIFY"] = "1"
+        process.environment = env
+        let pipe = Pipe()
+        process.standardError = pipe
+        process.standardOutput = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        var said = Data()
+        while true {
+            let chunk = pipe.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            said.append(chunk)
+            if String(decoding: said, as: UTF8.self).contains("ready\n") { break }
+        }
+        let text = String(decoding: said, as: UTF8.self)
+        if text.contains("ready\n") {
+            for line in text.split(separator: "\n") where line != "ready" { print(line) }
+            return
+        }
+        process.waitUntilExit()
+        let lines = text.split(separator: "\n")
+        if lines.isEmpty { throw MountFailure("the mount daemon exited with status \(process.terminationStatus)") }
+        for line in lines { FileHandle.standardError.write(Data((line + "\n").utf8)) }
+        exit(1)
+    }
+}
+
+struct MountFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+enum UnmountCommand {
+    static let help = """
+    usage: ubiquityfs unmount MOUNTPOINT
+
+    Unmounts a ubiquityfs mount and waits for its daemon to finish. Pending uploads stay in the store and go
+    up at the next mount.
+    """
+
+    static func run(_ words: [String]) throws {
+        let args = try Arguments(words, valued: [], switches: ["--help"])
+        if args.has("--help") { return print(help) }
+        guard args.positional.count == 1 else { throw UsageError("unmount needs exactly one MOUNTPOINT") }
+        let path = absolutePath(args.positional[0])
+        guard mountType(path) == "fuse.ubiquityfs" else { throw MountFailure("\(path) is not a ubiquityfs mount") }
+        let pid = readPID(for: path)
+        let (status, output) = runTool("/bin/fusermount3", ["-u", path])
+        guard status == 0 else {
+            throw MountFailure("cannot unmount \(path): \(output.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+        if let pid { waitForExit(pid, seconds: 30) }
+    }
+}
+
+// MARK: helpers
+
+/// The file system type mounted exactly at `path`, from /proc/self/mountinfo.
+func mountType(_ path: String) -> String? {
+    guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
+    var found: String?
+    for line in text.split(separator: "\n") {
+        let halves = line.components(separatedBy: " - ")
+        let fields = halves[0].split(separator: " ")
+        guard halves.count == 2, fields.count >= 5 else { continue }
+        if unescapeMountinfo(String(fields[4])) == path {
+            found = halves[1].split(separator: " ").first.map(String.init)
+        }
+    }
+    return found
+}
+
+private func unescapeMountinfo(_ s: String) -> String {
+    var out = [UInt8](), bytes = Array(s.utf8), i = 0
+    while i < bytes.count {
+        if bytes[i] == 0x5c, i + 3 < bytes.count, let v = UInt8(String(decoding: bytes[i+1...i+3], as: UTF8.self), radix: 8) {
+            out.append(v); i += 4
+        } else { out.append(bytes[i]); i += 1 }
+    }
+    return String(decoding: out, as: UTF8.self)
+}
+
+/// Runs a tool and returns its exit status and what it printed.
+@discardableResult
+func runTool(_ path: String, _ arguments: [String]) -> (Int32, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: path)
+    p.arguments = arguments
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    p.standardError = pipe
+    do { try p.run() } catch { return (127, "\(error)") }
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+func hostName() -> String {
+    var buf = [CChar](repeating: 0, count: 256)
+    gethostname(&buf, 255)
+    let name = String(cString: buf)
+    return name.isEmpty ? "linux" : name
+}
+
+/// Where the daemon of a mount point records its pid.
+func pidFile(for mountpoint: String) -> String {
+    "\(dataDirectory())/run/\(sha256Hex(Array(mountpoint.utf8)).prefix(24)).pid"
+}
+
+func readPID(for mountpoint: String) -> pid_t? {
+    guard let text = try? String(contentsOfFile: pidFile(for: mountpoint), encoding: .utf8) else { return nil }
+    return pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines))
+}
+
+func waitForExit(_ pid: pid_t, seconds: Int) {
+    for _ in 0..<(seconds * 20) {
+        if kill(pid, 0) != 0 && errno == ESRCH { return }
+        usleep(50_000)
+    }
+}

@@ -1,0 +1,122 @@
+// `ubiquityfs remote serve` and `ubiquityfs remote seed`.
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityStub
+
+enum RemoteCommand {
+    static let serveHelp = """
+    usage: ubiquityfs remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
+                                   [--endpoint-file FILE] [--log-level debug|info|warn|error]
+
+    Runs the remote stub (the "cloud") until SIGINT or SIGTERM. On first start it writes a bearer token to
+    DIR/token (mode 0600); mounts read it with --token-file. It listens on loopback unless told otherwise
+    (port 0 picks a free one; --endpoint-file receives the URL once it listens).
+    """
+    static let seedHelp = """
+    usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
+
+    Puts local files or directories (SOURCE, recursively) at DEST in the container (default
+    \(defaultContainer)), as if another device had made them. Run it while no stub serves DIR.
+    """
+
+    static func run(_ words: [String]) throws {
+        guard let sub = words.first else { throw UsageError("remote needs 'serve' or 'seed'") }
+        let rest = Array(words.dropFirst())
+        switch sub {
+        case "serve": try serve(rest)
+        case "seed": try seed(rest)
+        case "--help", "-h": print(serveHelp + "\n\n" + seedHelp)
+        default: throw UsageError("unknown remote command '\(sub)'")
+        }
+    }
+
+    static func serve(_ words: [String]) throws {
+        let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
+                                                "--log-level", "--max-blob"], switches: ["--help"])
+        if args.has("--help") { return print(serveHelp) }
+        guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
+        if let level = args.value("--log-level") {
+            guard let l = LogLevel(name: level) else { throw UsageError("unknown log level '\(level)'") }
+            Log.shared.configure(level: l, path: nil)
+        }
+        var config = StubConfig(dataDir: absolutePath(data))
+        if let listen = args.value("--listen") {
+            let parts = listen.split(separator: ":", omittingEmptySubsequences: false)
+            guard parts.count == 2, let port = UInt16(parts[1]), !parts[0].isEmpty else {
+                throw UsageError("--listen takes HOST:PORT, like 127.0.0.1:8443")
+            }
+            config.host = String(parts[0])
+            config.port = port
+        }
+        config.latencyMs = try args.int("--latency-ms") ?? 0
+        config.bandwidth = Int64(try args.int("--bandwidth") ?? 0)
+        if let max = try args.int("--max-blob") { config.maxBlobBytes = Int64(max) }
+        let server = try StubServer(config: config)
+        let signals = blockTerminationSignals()
+        try server.start()
+        let url = "http://\(config.host):\(server.port)"
+        if let file = args.value("--endpoint-file") {
+            let tmp = file + ".tmp"
+            try Data((url + "\n").utf8).write(to: URL(fileURLWithPath: tmp))
+            try renameFile(tmp, file)
+        }
+        FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url), token in \(config.dataDir)/token\n".utf8))
+        waitForTermination(signals)
+        server.stop()
+    }
+
+    static func seed(_ words: [String]) throws {
+        let args = try Arguments(words, valued: ["--data", "--container", "--device"], switches: ["--help"])
+        if args.has("--help") { return print(seedHelp) }
+        guard let data = args.value("--data") else { throw UsageError("remote seed needs --data DIR") }
+        let container = args.value("--container") ?? defaultContainer
+        guard WireRules.isValidContainerID(container) else { throw UsageError("'\(container)' is not a container id") }
+        let device = args.value("--device") ?? "another device"
+        guard !args.positional.isEmpty else { throw UsageError("remote seed needs DEST=SOURCE") }
+        let server = try StubServer(config: StubConfig(dataDir: absolutePath(data)))
+        for pair in args.positional {
+            guard let eq = pair.firstIndex(of: "=") else { throw UsageError("'\(pair)' is not DEST=SOURCE") }
+            let dest = String(pair[..<eq]), source = String(pair[pair.index(after: eq)...])
+            try seedTree(server, container: container, dest: dest, source: source, device: device)
+        }
+    }
+
+    private static func seedTree(_ server: StubServer, container: String, dest: String, source: String,
+                                 device: String) throws {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: source, isDirectory: &isDir) else {
+            throw UsageError("\(source) does not exist")
+        }
+        let mtime = (try? FileManager.default.attributesOfItem(atPath: source)[.modificationDate] as? Date)
+            .map { Int64($0.timeIntervalSince1970 * 1e9) }
+        if isDir.boolValue {
+            _ = try server.seed(container: container, path: dest, contents: .directory, device: device, mtime: mtime)
+            for name in try FileManager.default.contentsOfDirectory(atPath: source).sorted() {
+                try seedTree(server, container: container, dest: dest + "/" + name, source: source + "/" + name,
+                             device: device)
+            }
+        } else {
+            _ = try server.seed(container: container, path: dest, contents: .file(path: source), device: device,
+                                mtime: mtime)
+        }
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread it starts from now on, so that
+/// `waitForTermination` receives them. Call before starting threads.
+func blockTerminationSignals() -> sigset_t {
+    var set = sigset_t()
+    sigemptyset(&set)
+    sigaddset(&set, SIGINT)
+    sigaddset(&set, SIGTERM)
+    pthread_sigmask(SIG_BLOCK, &set, nil)
+    return set
+}
+
+/// Waits for SIGINT or SIGTERM.
+func waitForTermination(_ set: sigset_t) {
+    var set = set
+    var sig: Int32 = 0
+    sigwait(&set, &sig)
+}
