@@ -119,7 +119,7 @@ public final class StubServer: @unchecked Sendable {
     /// Creates a file or directory directly in a container, as if from another device: makes missing parents
     /// along `path` (relative to the container root) and replaces the content of an existing file.
     public func seed(container: String, path: String, contents: SeedContent, device: String,
-                     mtime: Int64?) throws -> WireItem {
+                     mtime: Int64?, mode: UInt32? = nil) throws -> WireItem {
         _ = try store.ensureContainer(container)
         var names = path.split(separator: "/").map(String.init)
         for name in names where !WireRules.isValidName(name) { throw StubError("bad name \(name) in \(path)") }
@@ -145,7 +145,7 @@ public final class StubServer: @unchecked Sendable {
         }
         if leaf == nil && content != nil { throw StubError("a file needs a path") }
         return try store.seed(container, dirs: names, leaf: leaf, content: content, device: device,
-                              mtime: mtime ?? nowNanoseconds())
+                              mtime: mtime ?? nowNanoseconds(), mode: mode)
     }
 
     private func importBlob(_ cid: String, _ fill: (BlobWriter) throws -> Void) throws -> (sha256: String, size: Int64) {

@@ -339,7 +339,7 @@ final class StubStore: @unchecked Sendable {
 
     /// Finds or creates the directories along `dirs` below the root, then creates or replaces the leaf.
     func seed(_ cid: String, dirs: [String], leaf: String?, content: (sha256: String, size: Int64)?,
-              device: String, mtime: Int64) throws -> WireItem {
+              device: String, mtime: Int64, mode: UInt32? = nil) throws -> WireItem {
         try locked {
             var parent = WireRules.rootID
             func makeDir(_ name: String, under parent: String) throws -> WireItem {
@@ -357,15 +357,23 @@ final class StubStore: @unchecked Sendable {
                 guard let root = try itemLocked(cid, parent) else { throw StubFailure(404, "no root") }
                 return root
             }
-            guard let content else { return try makeDir(leaf, under: parent) }
+            guard let content else {
+                var dir = try makeDir(leaf, under: parent)
+                if let mode, dir.mode != mode {
+                    dir.mode = mode
+                    dir = try db.transaction { try writeLocked(cid, dir) }
+                }
+                return dir
+            }
             _ = try checkContentLocked(cid, sha256: content.sha256, size: content.size, what: leaf)
             var file: WireItem
             if let existing = try liveChildLocked(cid, parent: parent, name: leaf) {
                 guard existing.kind == .file else { throw StubFailure(409, "\(leaf) is a directory", current: existing) }
                 file = existing
                 file.sha256 = content.sha256; file.size = content.size; file.mtime = mtime; file.device = device
+                if let mode { file.mode = mode }
             } else {
-                file = WireItem(id: randomHex(bytes: 16), parent: parent, name: leaf, kind: .file, mode: 0o644,
+                file = WireItem(id: randomHex(bytes: 16), parent: parent, name: leaf, kind: .file, mode: mode ?? 0o644,
                                 mtime: mtime, size: content.size, sha256: content.sha256, device: device)
             }
             return try db.transaction { try writeLocked(cid, file) }

@@ -88,17 +88,20 @@ enum RemoteCommand {
         guard FileManager.default.fileExists(atPath: source, isDirectory: &isDir) else {
             throw UsageError("\(source) does not exist")
         }
-        let mtime = (try? FileManager.default.attributesOfItem(atPath: source)[.modificationDate] as? Date)
-            .map { Int64($0.timeIntervalSince1970 * 1e9) }
+        var st = stat()
+        guard stat(source, &st) == 0 else { throw UsageError("cannot read \(source): \(Errno.current)") }
+        let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        let mode = UInt32(st.st_mode & 0o7777)
         if isDir.boolValue {
-            _ = try server.seed(container: container, path: dest, contents: .directory, device: device, mtime: mtime)
+            _ = try server.seed(container: container, path: dest, contents: .directory, device: device, mtime: mtime,
+                                mode: mode)
             for name in try FileManager.default.contentsOfDirectory(atPath: source).sorted() {
                 try seedTree(server, container: container, dest: dest + "/" + name, source: source + "/" + name,
                              device: device)
             }
         } else {
             _ = try server.seed(container: container, path: dest, contents: .file(path: source), device: device,
-                                mtime: mtime)
+                                mtime: mtime, mode: mode)
         }
     }
 }
