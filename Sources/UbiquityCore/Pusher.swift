@@ -90,7 +90,9 @@ struct Pusher {
                 item.name = container.freeName(w.name, in: w.parent ?? "")
                 item.metaDirty = true
             }
-            try container.store.saveChanged(item)
+            // Back in the journal only if there is still something to push (a new name); a journal row
+            // for a clean item would have the push loop pick it again and again.
+            if item.isPending { try container.store.saveChanged(item) } else { try container.store.save(item) }
             container.items[id] = item
             container.children[item.parent!, default: [:]][item.name] = id
             container.notice(.added(parent: item.parent!, name: item.name))
