@@ -109,6 +109,10 @@ final class Device: @unchecked Sendable {
         container.lookup(parent: parent ?? docs, name: name)
     }
 
+    /// Tells the pusher to try now, as a daemon does when the network comes back (rather than waiting out
+    /// its backoff).
+    func nudge() { container.sync.wakePusher() }
+
     /// Items with changes not yet on the remote.
     var pending: Int { container.sync.pendingCount }
 

@@ -42,12 +42,14 @@ import UbiquityBase
         try b.write(base.id, bytes("from b, later"), mtimeSeconds: 1_800_000_100)
         let (first, second) = winnerFirst ? (linkB, linkA) : (linkA, linkB)
         first.offline = false
+        a.nudge(); b.nudge()
         let firstSHA = sha256Hex(bytes(winnerFirst ? "from b, later" : "from a"))
-        #expect(eventually { remote.lookup(path: "Documents/c.txt")?.sha256 == firstSHA })
+        #expect(eventually(15) { remote.lookup(path: "Documents/c.txt")?.sha256 == firstSHA })
         second.offline = false
+        a.nudge(); b.nudge()
 
         let winSHA = sha256Hex(bytes("from b, later")), loseSHA = sha256Hex(bytes("from a"))
-        let settled = eventually(10) {
+        let settled = eventually(15) {
             guard let w = remote.lookup(path: "Documents/c.txt"), w.sha256 == winSHA, w.conflicts.count == 1,
                   let ia = a.container.item(base.id), let ib = b.container.item(base.id) else { return false }
             return !ia.isPending && !ib.isPending && ia.remoteVersion == w.version && ib.remoteVersion == w.version
@@ -80,11 +82,13 @@ import UbiquityBase
         try b.container.remove(parent: b.docs, name: "e.txt", directory: false)
         let (first, second) = editFirst ? (linkA, linkB) : (linkB, linkA)
         first.offline = false
-        #expect(eventually { (try? remote.item(base.id).version) ?? 0 > base.version })
+        a.nudge(); b.nudge()
+        #expect(eventually(15) { (try? remote.item(base.id).version) ?? 0 > base.version })
         second.offline = false
+        a.nudge(); b.nudge()
 
         let editSHA = sha256Hex(bytes("edited"))
-        let settled = eventually(10) {
+        let settled = eventually(15) {
             guard let w = remote.lookup(path: "Documents/e.txt"), w.sha256 == editSHA,
                   let ib = b.lookup("e.txt"), let ia = a.lookup("e.txt") else { return false }
             return ia.remoteVersion == w.version && ib.remoteVersion == w.version && !ia.isPending && !ib.isPending
@@ -107,9 +111,11 @@ import UbiquityBase
         let fa = try a.createFile("same.txt", bytes("made on a"))
         let fb = try b.createFile("same.txt", bytes("made on b"))
         linkA.offline = false
-        #expect(eventually { remote.lookup(path: "Documents/same.txt")?.id == fa.id })
+        a.nudge()
+        #expect(eventually(15) { remote.lookup(path: "Documents/same.txt")?.id == fa.id })
         linkB.offline = false
-        let settled = eventually(10) {
+        b.nudge()
+        let settled = eventually(15) {
             remote.lookup(path: "Documents/same 2.txt")?.id == fb.id
                 && a.lookup("same 2.txt")?.id == fb.id && b.lookup("same.txt")?.id == fa.id
                 && a.pending == 0 && b.pending == 0
@@ -131,7 +137,7 @@ import UbiquityBase
         linkB.offline = true
         let fa = try a.createFile("same.txt", bytes("made on a"))
         let fb = try b.createFile("same.txt", bytes("made on b"))
-        #expect(eventually { remote.lookup(path: "Documents/same.txt")?.id == fa.id })
+        #expect(eventually(15) { remote.lookup(path: "Documents/same.txt")?.id == fa.id })
         // B's pusher gets through first; its write of "same.txt" waits until B's puller has seen a's file.
         linkB.feedBlocked.value = true
         let once = Box(true)
@@ -139,10 +145,11 @@ import UbiquityBase
             guard item.id == fb.id, item.name == "same.txt", once.value, let b else { return }
             once.value = false
             linkB.feedBlocked.value = false
-            _ = eventually(10) { b.lookup("same 2.txt")?.id == fb.id }
+            _ = eventually(15) { b.lookup("same 2.txt")?.id == fb.id }
         }
         defer { linkB.beforePut.value = nil }
         linkB.offline = false
+        b.nudge()
         let settled = eventually(15) { remote.lookup(path: "Documents/same.txt")?.id == fa.id && b.pending == 0 }
         #expect(settled)
         #expect(!once.value)
