@@ -84,7 +84,7 @@ public final class Container: @unchecked Sendable {
     }
 
     /// True when the store has never synced with the remote.
-    public var isFresh: Bool { store.meta("token") == nil }
+    public var isFresh: Bool { withLock { store.meta("token") == nil } }
 
     /// Fetches the remote's current tree once (waiting for nothing), then starts the background loops.
     public func start(initialSync: Bool) throws {

@@ -90,7 +90,9 @@ struct Pusher {
                 item.name = container.freeName(w.name, in: w.parent ?? "")
                 item.metaDirty = true
             }
-            try container.store.saveChanged(item)
+            // Back in the journal only if there is still something to push (a new name); a journal row
+            // for a clean item would have the push loop pick it again and again.
+            if item.isPending { try container.store.saveChanged(item) } else { try container.store.save(item) }
             container.items[id] = item
             container.children[item.parent!, default: [:]][item.name] = id
             container.notice(.added(parent: item.parent!, name: item.name))
@@ -128,7 +130,7 @@ struct Pusher {
                 // The remote forgot the item: create it afresh.
                 try rebase(version: 0)
             case .conflict:
-                try takeFreeName()
+                try takeFreeName(pushed: item)
             default:
                 throw error
             }
@@ -139,9 +141,12 @@ struct Pusher {
     }
 
     /// Another item holds the name on the remote: this one takes the next free name, here and there.
-    private func takeFreeName() throws {
+    /// If the item moved or was renamed here since the snapshot (the puller may have moved it out of the
+    /// way already), that newer place is what the next try pushes: it is not renamed again.
+    private func takeFreeName(pushed: Item) throws {
             try container.mutate {
-                guard var cur = container.items[id], let parent = cur.parent else { return }
+                guard var cur = container.items[id], let parent = cur.parent,
+                      parent == pushed.parent, cur.name == pushed.name else { return }
                 container.children[parent]?[cur.name] = nil
                 container.notice(.removed(parent: parent, name: cur.name, id: id))
                 cur.name = container.freeName(cur.name, in: parent, avoiding: cur.name)

@@ -43,7 +43,7 @@ public final class Store: @unchecked Sendable {
             throw StoreError("the store database \(directory)/state.sqlite cannot be used (\(error)); "
                 + "move the store aside to start afresh (ubiquityfs check --store \(directory))")
         }
-        nextSeq = (try db.query("SELECT coalesce(max(seq), 0) FROM pending").first.map { $0.int(0) } ?? 0) + 1
+        nextSeq = (try values("SELECT coalesce(max(seq), 0) FROM pending") { $0.int(0) }.first ?? 0) + 1
         clearStaging()
     }
 
@@ -70,10 +70,18 @@ public final class Store: @unchecked Sendable {
         for name in names { try? removeFile(stagingDirectory + "/" + name) }
     }
 
+    /// Runs a query and reads each row inside the callback: a Row is only valid there (the rows
+    /// `Database.query` returns outlive their statement and must not be read).
+    private func values<T>(_ sql: String, _ params: [SQLValue] = [], _ read: (Row) -> T) throws -> [T] {
+        var out: [T] = []
+        try db.forEach(sql, params) { out.append(read($0)) }
+        return out
+    }
+
     // MARK: meta
 
     public func meta(_ key: String) -> String? {
-        (try? db.query("SELECT value FROM meta WHERE key = ?", [.text(key)]).first.map { $0.text(0) }) ?? nil
+        (try? values("SELECT value FROM meta WHERE key = ?", [.text(key)]) { $0.text(0) })?.first
     }
 
     public func setMeta(_ key: String, _ value: String) throws {
@@ -134,7 +142,7 @@ public final class Store: @unchecked Sendable {
 
     /// The pending journal, oldest change first.
     public func pendingIDs() throws -> [String] {
-        try db.query("SELECT id FROM pending ORDER BY seq").map { $0.text(0) }
+        try values("SELECT id FROM pending ORDER BY seq") { $0.text(0) }
     }
 
     /// Runs `body` in one transaction.

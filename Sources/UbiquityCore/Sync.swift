@@ -51,10 +51,13 @@ final class SyncLoops: @unchecked Sendable {
 
     // MARK: pull
 
+    /// The feed position last applied (the store is used under the container lock only).
+    private var feedToken: String? { container.withLock { container.store.meta("token") } }
+
     /// Applies the feed until the remote has nothing newer (used at start, without waiting).
     func pullUntilCaughtUp() throws {
         while true {
-            let batch = try container.remote.changes(since: container.store.meta("token"), waitSeconds: 0)
+            let batch = try container.remote.changes(since: feedToken, waitSeconds: 0)
             apply(batch)
             if !batch.more { return }
         }
@@ -64,7 +67,7 @@ final class SyncLoops: @unchecked Sendable {
         var backoff: Int64 = 500_000_000
         while !isStopping {
             do {
-                let batch = try container.remote.changes(since: container.store.meta("token"),
+                let batch = try container.remote.changes(since: feedToken,
                                                          waitSeconds: container.config.pollWaitSeconds)
                 if isStopping { return }
                 apply(batch)
@@ -235,9 +238,9 @@ final class SyncLoops: @unchecked Sendable {
 
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
     private func nextPushable() -> String? {
-        let ids = (try? container.store.pendingIDs()) ?? []
         return container.withLock {
-            ids.first { id in
+            let ids = (try? container.store.pendingIDs()) ?? []
+            return ids.first { id in
                 guard let item = container.items[id] else { return false }
                 if item.dirty && (container.handles[id]?.writers ?? 0) > 0 { return false }
                 if let p = item.parent, p != container.rootID, (container.items[p]?.remoteVersion ?? 0) == 0 {
@@ -249,5 +252,5 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// Number of items with changes not yet on the remote.
-    var pendingCount: Int { (try? container.store.pendingIDs().count) ?? 0 }
+    var pendingCount: Int { container.withLock { (try? container.store.pendingIDs().count) ?? 0 } }
 }

@@ -1,0 +1,294 @@
+// An in-process remote with the stub's semantics (docs/WIRE.md), for tests and the simulation: one container
+// whose items and blobs live in memory. Every call takes one condition lock, so it is thread-safe; the change
+// feed waits on that condition for long polling.
+//
+// Test hooks: `offline` (every call fails as unreachable), `corruptDownloads` (flips a byte of every blob
+// served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the `blobDownloads` counters.
+import Foundation
+import UbiquityBase
+
+public final class MemoryRemote: RemoteClient, @unchecked Sendable {
+    /// Guards every field below and signals changes of the feed to long polls.
+    private let cond = NSCondition()
+    private var items: [String: WireItem] = [:]
+    private var blobs: [String: [UInt8]] = [:]
+    /// The container's sequence number: the version of the newest change.
+    private var sequence: Int64 = 0
+    private var seedCount = 0
+
+    private var _offline = false
+    private var _corruptDownloads = false
+    private var _downloadDelay = 0
+    private var _changeLimit = 1000
+    private var _blobDownloads: [String: Int] = [:]
+
+    public init() {
+        _ = store(WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: 0,
+                           size: 0, sha256: ""))
+        _ = store(WireItem(id: WireRules.documentsID, parent: WireRules.rootID, name: "Documents", kind: .dir,
+                           mode: 0o755, mtime: 0, size: 0, sha256: ""))
+    }
+
+    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+        cond.lock(); defer { cond.unlock() }
+        return try body()
+    }
+
+    // MARK: test hooks
+
+    /// While set, every call throws `.unreachable` (a long poll in progress ends with it too).
+    public var offline: Bool {
+        get { locked { _offline } }
+        set { locked { _offline = newValue; cond.broadcast() } }
+    }
+
+    /// While set, every blob download serves its bytes with one byte flipped.
+    public var corruptDownloads: Bool {
+        get { locked { _corruptDownloads } }
+        set { locked { _corruptDownloads = newValue } }
+    }
+
+    /// How long each blob download waits before sending its bytes.
+    public var downloadDelayMilliseconds: Int {
+        get { locked { _downloadDelay } }
+        set { locked { _downloadDelay = newValue } }
+    }
+
+    /// Most items in one answer of the change feed.
+    public var changeLimit: Int {
+        get { locked { _changeLimit } }
+        set { locked { _changeLimit = max(1, newValue) } }
+    }
+
+    /// Blob downloads started, by SHA-256.
+    public var blobDownloads: [String: Int] { locked { _blobDownloads } }
+
+    /// The current container sequence number.
+    public var currentVersion: Int64 { locked { sequence } }
+
+    /// Every item the remote holds, tombstones included.
+    public var allItems: [WireItem] { locked { items.values.sorted { $0.version < $1.version } } }
+
+    /// The bytes of a blob, if the remote holds it.
+    public func blob(_ sha256: String) -> [UInt8]? { locked { blobs[sha256] } }
+
+    /// The live item at a path of names from the root (`Documents/a/b.txt`), if any.
+    public func lookup(path: String) -> WireItem? {
+        locked {
+            var cur = WireRules.rootID
+            for name in path.split(separator: "/").map(String.init) {
+                guard let next = liveChild(of: cur, named: name) else { return nil }
+                cur = next.id
+            }
+            return items[cur]
+        }
+    }
+
+    /// Puts an item at `path` as another device would: creates missing directories along the path, then a
+    /// file with `bytes` (or a directory when `bytes` is nil), or updates the live item already there.
+    @discardableResult
+    public func seed(path: String, bytes: [UInt8]?, device: String, mtime: Int64) -> WireItem {
+        locked {
+            let names = path.split(separator: "/").map(String.init)
+            precondition(!names.isEmpty, "seed needs a path")
+            var parent = WireRules.rootID
+            for (i, name) in names.enumerated() {
+                let last = i == names.count - 1
+                let existing = liveChild(of: parent, named: name)
+                if !last, let existing {
+                    precondition(existing.kind == .dir, "seed: \(name) is not a directory")
+                    parent = existing.id
+                    continue
+                }
+                var item = existing ?? WireItem(id: nextSeedID(), parent: parent, name: name, kind: .dir,
+                                                mode: 0o755, mtime: mtime, size: 0, sha256: "")
+                item.device = device
+                item.mtime = mtime
+                if last, let bytes {
+                    precondition(existing == nil || existing!.kind == .file, "seed: \(name) is a directory")
+                    let sha = sha256Hex(bytes)
+                    blobs[sha] = bytes
+                    item.kind = .file
+                    item.mode = existing?.mode ?? 0o644
+                    item.sha256 = sha
+                    item.size = Int64(bytes.count)
+                }
+                let stored = store(item)
+                if last { return stored }
+                parent = stored.id
+            }
+            fatalError("unreachable")
+        }
+    }
+
+    private func nextSeedID() -> String {
+        seedCount += 1
+        return "seed\(seedCount)"
+    }
+
+    // MARK: internals (lock held)
+
+    /// Records a new state of an item at the next sequence number and wakes long polls.
+    private func store(_ item: WireItem) -> WireItem {
+        var item = item
+        sequence += 1
+        item.version = sequence
+        items[item.id] = item
+        cond.broadcast()
+        return item
+    }
+
+    private func liveChild(of parent: String, named name: String) -> WireItem? {
+        items.values.first { !$0.deleted && $0.parent == parent && $0.name == name }
+    }
+
+    private func checkOnline() throws {
+        if _offline { throw RemoteError.unreachable("the memory remote is offline") }
+    }
+
+    private static func bad(_ message: String) -> RemoteError { .rejected(status: 400, message: message) }
+
+    // MARK: RemoteClient
+
+    public func openContainer() throws -> WireContainer {
+        try locked {
+            try checkOnline()
+            return WireContainer(container: "memory.remote", root: WireRules.rootID, token: String(sequence))
+        }
+    }
+
+    public func changes(since token: String?, waitSeconds: Int) throws -> WireChanges {
+        let since: Int64
+        if let token, !token.isEmpty {
+            guard let n = Int64(token), n >= 0 else { throw Self.bad("bad token \(token)") }
+            since = n
+        } else {
+            since = 0
+        }
+        return try locked {
+            try checkOnline()
+            if sequence <= since && waitSeconds > 0 {
+                let deadline = Date(timeIntervalSinceNow: Double(min(waitSeconds, 60)))
+                while sequence <= since && !_offline && cond.wait(until: deadline) {}
+                try checkOnline()
+            }
+            let newer = items.values.filter { $0.version > since }.sorted { $0.version < $1.version }
+            let page = Array(newer.prefix(_changeLimit))
+            let more = newer.count > page.count
+            let token = more ? page.last!.version : max(since, sequence)
+            return WireChanges(items: page, token: String(token), more: more)
+        }
+    }
+
+    public func item(_ id: String) throws -> WireItem {
+        try locked {
+            try checkOnline()
+            guard let item = items[id] else { throw RemoteError.notFound("item \(id)") }
+            return item
+        }
+    }
+
+    public func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+        try locked {
+            try checkOnline()
+            guard WireRules.isValidID(item.id) else { throw Self.bad("bad id") }
+            guard item.id != WireRules.rootID else { throw Self.bad("the root cannot be written") }
+            guard WireRules.isValidName(item.name) else { throw Self.bad("bad name") }
+            let existing = items[item.id]
+            if let ifMatch {
+                guard let existing else { throw RemoteError.notFound("item \(item.id)") }
+                guard existing.version == ifMatch else { throw RemoteError.preconditionFailed(current: existing) }
+                guard existing.kind == item.kind else { throw Self.bad("an item cannot change kind") }
+            } else if let existing {
+                throw RemoteError.preconditionFailed(current: existing)
+            }
+            // The parent: a live directory, not the item itself nor below it.
+            guard let parentID = item.parent, let parent = items[parentID], !parent.deleted, parent.kind == .dir
+            else { throw Self.bad("the parent is not a live directory") }
+            var cur: String? = parentID
+            while let c = cur {
+                if c == item.id { throw Self.bad("an item cannot move below itself") }
+                cur = items[c]?.parent
+            }
+            var new = item
+            new.deleted = false
+            new.mode &= 0o7777
+            if item.kind == .file {
+                guard isSHA256Hex(item.sha256) else { throw Self.bad("bad hash") }
+                let size = item.sha256 == emptySHA256 ? 0 : blobs[item.sha256].map { Int64($0.count) }
+                guard let size else { throw Self.bad("blob \(item.sha256) missing") }
+                guard size == item.size else { throw Self.bad("size \(item.size) does not match the blob's \(size)") }
+            } else {
+                new.size = 0
+                new.sha256 = ""
+            }
+            if let other = liveChild(of: parentID, named: item.name), other.id != item.id {
+                throw RemoteError.conflict("the name \(item.name) is taken", current: other)
+            }
+            return store(new)
+        }
+    }
+
+    public func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
+        try locked {
+            try checkOnline()
+            guard id != WireRules.rootID else { throw Self.bad("the root cannot be deleted") }
+            guard let existing = items[id] else { throw RemoteError.notFound("item \(id)") }
+            guard !existing.deleted, existing.version == ifMatch else {
+                throw RemoteError.preconditionFailed(current: existing)
+            }
+            if existing.kind == .dir && items.values.contains(where: { !$0.deleted && $0.parent == id }) {
+                // The item in the way is the directory itself, as it stands.
+                throw RemoteError.conflict("the directory is not empty", current: existing)
+            }
+            var tombstone = existing
+            tombstone.deleted = true
+            return store(tombstone)
+        }
+    }
+
+    public func hasBlob(sha256: String) throws -> Bool {
+        try locked {
+            try checkOnline()
+            return sha256 == emptySHA256 || blobs[sha256] != nil
+        }
+    }
+
+    public func uploadBlob(sha256: String, size: Int64, fromFile path: String,
+                           progress: TransferProgress?) throws {
+        try locked { try checkOnline() }
+        guard isSHA256Hex(sha256) else { throw Self.bad("bad hash") }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw RemoteError.rejected(status: 400, message: "cannot read \(path)")
+        }
+        let bytes = [UInt8](data)
+        guard Int64(bytes.count) == size, sha256Hex(bytes) == sha256 else {
+            throw RemoteError.corrupt("\(bytes.count) bytes do not hash to \(sha256.prefix(12)) with size \(size)")
+        }
+        if let progress, !progress(size) { throw RemoteError.cancelled }
+        try locked {
+            try checkOnline()
+            blobs[sha256] = bytes
+        }
+    }
+
+    public func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
+                             progress: TransferProgress?) throws {
+        let (whole, delay, corrupt): ([UInt8], Int, Bool) = try locked {
+            try checkOnline()
+            guard let b = sha256 == emptySHA256 ? [] : blobs[sha256] else {
+                throw RemoteError.notFound("blob \(sha256)")
+            }
+            guard offset >= 0 && offset <= Int64(b.count) else {
+                throw RemoteError.rejected(status: 416, message: "bad range")
+            }
+            _blobDownloads[sha256, default: 0] += 1
+            return (b, _downloadDelay, _corruptDownloads)
+        }
+        if delay > 0 { usleep(UInt32(delay) * 1000) }
+        var bytes = Array(whole[Int(offset)...])
+        if corrupt && !bytes.isEmpty { bytes[bytes.count / 2] ^= 0xff }
+        try fd.writeAll(bytes)
+        if let progress, !progress(offset + Int64(bytes.count)) { throw RemoteError.cancelled }
+    }
+}

@@ -1,0 +1,126 @@
+// One device against a MemoryRemote: the initial sync, downloads, and local changes reaching the remote.
+import Foundation
+import Testing
+import UbiquityBase
+@testable import UbiquityCore
+
+@Suite struct ContainerTests {
+    let remote = MemoryRemote()
+
+    @Test func initialSyncListsWithoutDownloading() throws {
+        let a = remote.seed(path: "Documents/a.txt", bytes: bytes("hello"), device: "other", mtime: 5)
+        remote.seed(path: "Documents/sub/b.txt", bytes: bytes("bee"), device: "other", mtime: 6)
+        let dev = try Device(remote, name: "a")
+        #expect(try dev.container.list(dev.docs).map(\.name) == ["a.txt", "sub"])
+        let item = try #require(dev.lookup("a.txt"))
+        #expect(item.id == a.id && item.size == 5 && item.mtime == 5 && item.device == "other")
+        #expect(!item.hasLocal && item.downloadingStatus == .notDownloaded)
+        let sub = try #require(dev.lookup("sub"))
+        #expect(try dev.container.list(sub.id).map(\.name) == ["b.txt"])
+        #expect(dev.container.path(of: item.id) == "Documents/a.txt")
+        #expect(throws: CoreError.wouldBlock) { try dev.container.planOpen(a.id, truncating: false, nonBlocking: true) }
+        #expect(try dev.container.planOpen(a.id, truncating: false, nonBlocking: false) == .fetch)
+        #expect(remote.blobDownloads.isEmpty)
+    }
+
+    @Test func changesMadeElsewhereArrive() throws {
+        let dev = try Device(remote, name: "a")
+        let f = remote.seed(path: "Documents/later.txt", bytes: bytes("later"), device: "other", mtime: 9)
+        #expect(eventually { dev.lookup("later.txt")?.remoteVersion == f.version })
+        let g = remote.seed(path: "Documents/later.txt", bytes: bytes("later still"), device: "other", mtime: 10)
+        #expect(eventually { dev.lookup("later.txt")?.remoteSHA == g.sha256 })
+        #expect(dev.lookup("later.txt")?.size == 11)
+        #expect(remote.blobDownloads.isEmpty)
+    }
+
+    @Test func fetchDownloadsVerifiesAndInstalls() throws {
+        let content = Array((0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let f = remote.seed(path: "Documents/big.bin", bytes: content, device: "other", mtime: 5)
+        let dev = try Device(remote, name: "a")
+        #expect(dev.fetch(f.id).map { (try? $0.get()) != nil } == true)
+        #expect(dev.content(f.id) == content)
+        let item = try #require(dev.container.item(f.id))
+        #expect(item.isCurrent && item.localSHA == f.sha256 && item.downloadingStatus == .current)
+        #expect(try dev.container.planOpen(f.id, truncating: false, nonBlocking: true) == .ready(path: dev.container.store.contentPath(f.id)))
+        #expect(remote.blobDownloads == [f.sha256: 1])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.store.stagingDirectory).isEmpty)
+        // Current content is not fetched again.
+        #expect(dev.fetch(f.id).map { (try? $0.get()) != nil } == true)
+        #expect(remote.blobDownloads == [f.sha256: 1])
+    }
+
+    @Test func concurrentWaitersShareOneDownload() throws {
+        let f = remote.seed(path: "Documents/shared.txt", bytes: bytes("shared content"), device: "other", mtime: 5)
+        let dev = try Device(remote, name: "a")
+        remote.downloadDelayMilliseconds = 300
+        let results = Box<[Bool]>([])
+        let group = DispatchGroup()
+        for _ in 0..<6 {
+            group.enter()
+            _ = dev.container.fetch(f.id) { r in
+                results.value.append((try? r.get()) != nil)
+                group.leave()
+            }
+        }
+        #expect(group.wait(timeout: .now() + 15) == .success)
+        #expect(results.value == Array(repeating: true, count: 6))
+        #expect(remote.blobDownloads == [f.sha256: 1])
+        #expect(dev.content(f.id) == bytes("shared content"))
+    }
+
+    @Test func corruptDownloadsAreNeverInstalled() throws {
+        let f = remote.seed(path: "Documents/c.txt", bytes: bytes("good bytes"), device: "other", mtime: 5)
+        let dev = try Device(remote, name: "a", downloadTimeout: 1)
+        remote.corruptDownloads = true
+        let result = try #require(dev.fetch(f.id))
+        guard case .failure(.io) = result else {
+            Issue.record("expected an I/O failure, got \(result)")
+            return
+        }
+        let item = try #require(dev.container.item(f.id))
+        #expect(!item.hasLocal && !item.isCurrent)
+        #expect(dev.content(f.id) == nil)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.store.stagingDirectory).isEmpty)
+        #expect((remote.blobDownloads[f.sha256] ?? 0) >= 1)
+        // Once the remote serves good bytes again, the next fetch installs them.
+        remote.corruptDownloads = false
+        #expect(dev.fetch(f.id).map { (try? $0.get()) != nil } == true)
+        #expect(dev.content(f.id) == bytes("good bytes"))
+    }
+
+    @Test func newFileIsPushed() throws {
+        let dev = try Device(remote, name: "a")
+        let content = bytes("fresh bytes\n")
+        let item = try dev.createFile("new.txt", content)
+        #expect(item.size == Int64(content.count)) // dirty until the pusher, which may be quick, acknowledges it
+        #expect(eventually { remote.lookup(path: "Documents/new.txt")?.sha256 == sha256Hex(content) })
+        let w = try #require(remote.lookup(path: "Documents/new.txt"))
+        #expect(w.id == item.id && w.size == Int64(content.count) && w.device == "a" && w.mode == 0o644)
+        #expect(remote.blob(w.sha256) == content)
+        #expect(eventually { dev.pending == 0 })
+        let now = try #require(dev.container.item(item.id))
+        #expect(!now.isPending && now.isCurrent && now.remoteVersion == w.version && now.localSHA == w.sha256)
+    }
+
+    @Test func mkdirRenameRemovePropagate() throws {
+        let dev = try Device(remote, name: "a")
+        let dir = try dev.container.makeDirectory(parent: dev.docs, name: "dir", mode: 0o750)
+        let f = try dev.createFile("f.txt", bytes("in dir"), in: dir.id)
+        #expect(eventually { remote.lookup(path: "Documents/dir/f.txt")?.sha256 == sha256Hex(bytes("in dir")) })
+        #expect(remote.lookup(path: "Documents/dir")?.mode == 0o750)
+
+        try dev.container.rename(parent: dir.id, name: "f.txt", newParent: dev.docs, newName: "g.txt", noReplace: false)
+        #expect(eventually { remote.lookup(path: "Documents/g.txt")?.id == f.id })
+        #expect(remote.lookup(path: "Documents/dir/f.txt") == nil)
+        try dev.container.rename(parent: dev.docs, name: "dir", newParent: dev.docs, newName: "dir2", noReplace: true)
+        #expect(eventually { remote.lookup(path: "Documents/dir2")?.id == dir.id })
+
+        try dev.container.remove(parent: dev.docs, name: "g.txt", directory: false)
+        try dev.container.remove(parent: dev.docs, name: "dir2", directory: true)
+        #expect(eventually { (try? remote.item(dir.id).deleted) == true })
+        #expect(try remote.item(f.id).deleted)
+        #expect(remote.lookup(path: "Documents/g.txt") == nil)
+        #expect(eventually { dev.pending == 0 })
+        #expect(try dev.container.list(dev.docs).isEmpty)
+    }
+}

@@ -1,0 +1,95 @@
+// The store: items, the pending journal, meta, the lock and staging, each across a reopen.
+import Foundation
+import Testing
+import UbiquityBase
+@testable import UbiquityCore
+
+@Suite struct StoreTests {
+    let dir = TempDir()
+    var path: String { dir.path + "/store" }
+
+    func sample(_ id: String) -> Item {
+        Item(id: id, parent: "documents", name: "notes \(id).txt", kind: .file, mode: 0o640, mtime: 1_700_000_000_123,
+             ctime: 1_700_000_001_456, size: 42, remoteVersion: 0, remoteSHA: emptySHA256, remoteSize: 0,
+             device: "laptop", hasLocal: true, localSHA: nil, dirty: true, metaDirty: true, deleted: false,
+             pinned: false, xattrs: [:], conflicts: [])
+    }
+
+    @Test func itemRoundTripKeepsEveryField() throws {
+        let file = Item(id: "f1", parent: "documents", name: "résumé ☃.txt", kind: .file, mode: 0o640,
+                        mtime: 1_764_531_730_000_000_001, ctime: 1_764_531_730_000_000_002, size: 12,
+                        remoteVersion: 17, remoteSHA: sha256Hex(bytes("hello world\n")), remoteSize: 12,
+                        device: "laptop", hasLocal: true, localSHA: "abc", dirty: true, metaDirty: true,
+                        deleted: false, pinned: true, xattrs: ["user.color": [0, 1, 0xff], "user.x": []],
+                        conflicts: [WireConflict(id: "c1", sha256: emptySHA256, size: 0, mtime: 5, device: "phone")])
+        let tomb = Item(id: "d1", parent: nil, name: "dir", kind: .dir, mode: 0o7755, mtime: -1, ctime: 0, size: 0,
+                        remoteVersion: 3, remoteSHA: "", remoteSize: 0, device: "", hasLocal: false, localSHA: nil,
+                        dirty: false, metaDirty: false, deleted: true, pinned: false, xattrs: [:], conflicts: [])
+        do {
+            let store = try Store(directory: path)
+            try store.save(file)
+            try store.save(tomb)
+        }
+        let store = try Store(directory: path)
+        let loaded = Dictionary(uniqueKeysWithValues: try store.loadItems().map { ($0.id, $0) })
+        #expect(loaded["f1"] == file)
+        #expect(loaded["d1"] == tomb)
+        #expect(loaded.count == 2)
+    }
+
+    @Test func pendingJournalKeepsOrder() throws {
+        do {
+            let store = try Store(directory: path)
+            for id in ["a", "b", "c"] { try store.saveChanged(sample(id)) }
+            #expect(try store.pendingIDs() == ["a", "b", "c"])
+            try store.saveChanged(sample("a"))
+            #expect(try store.pendingIDs() == ["b", "c", "a"])
+            // A plain save of an item with nothing to push leaves the journal; a pending one keeps its place.
+            var clean = sample("b"); clean.dirty = false; clean.metaDirty = false
+            try store.save(clean)
+            try store.save(sample("c"))
+            #expect(try store.pendingIDs() == ["c", "a"])
+            try store.delete("c")
+            #expect(try store.pendingIDs() == ["a"])
+            #expect(try store.loadItems().map(\.id).sorted() == ["a", "b"])
+        }
+        let store = try Store(directory: path)
+        try store.saveChanged(sample("d"))
+        try store.saveChanged(sample("e"))
+        #expect(try store.pendingIDs() == ["a", "d", "e"])
+    }
+
+    @Test func metaPersists() throws {
+        do {
+            let store = try Store(directory: path)
+            #expect(store.meta("token") == nil)
+            try store.setMeta("token", "7")
+            try store.setMeta("token", "12")
+            try store.setMeta("device", "laptop")
+            #expect(store.meta("token") == "12")
+        }
+        let store = try Store(directory: path)
+        #expect(store.meta("token") == "12")
+        #expect(store.meta("device") == "laptop")
+    }
+
+    @Test func lockRefusesASecondStore() throws {
+        do {
+            let first = try Store(directory: path)
+            #expect(throws: StoreError.self) { _ = try Store(directory: path) }
+            withExtendedLifetime(first) {}
+        }
+        _ = try Store(directory: path) // released with the first
+    }
+
+    @Test func stagingIsEmptiedAtOpen() throws {
+        do {
+            let store = try Store(directory: path)
+            #expect(FileManager.default.createFile(atPath: store.stagingDirectory + "/x-partial", contents: Data([1, 2])))
+            #expect(FileManager.default.createFile(atPath: store.contentPath("kept"), contents: Data([3])))
+        }
+        let store = try Store(directory: path)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store.stagingDirectory).isEmpty)
+        #expect(FileManager.default.fileExists(atPath: store.contentPath("kept")))
+    }
+}

@@ -1,0 +1,155 @@
+// Helpers shared by the core tests: temporary directories, bounded waits, devices on a MemoryRemote.
+import Foundation
+import Testing
+@testable import UbiquityBase
+@testable import UbiquityCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A fresh directory, removed when released.
+final class TempDir: @unchecked Sendable {
+    let path: String
+    init() {
+        var template = Array((NSTemporaryDirectory() + "/ubiquity-core-XXXXXX").utf8CString)
+        path = template.withUnsafeMutableBufferPointer { buf in
+            guard let made = mkdtemp(buf.baseAddress!) else { fatalError("mkdtemp failed") }
+            return String(cString: made)
+        }
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// Quiet logs: the tests provoke warnings on purpose.
+let quietLogs: Void = Log.shared.configure(level: .error, path: nil)
+
+/// Polls `condition` until it holds or `seconds` pass; returns whether it held.
+func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+    let end = monotonicNanoseconds() + Int64(seconds * 1e9)
+    while monotonicNanoseconds() < end {
+        if condition() { return true }
+        usleep(20_000)
+    }
+    return condition()
+}
+
+/// A value set from another thread.
+final class Box<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _value: T
+    init(_ value: T) { _value = value }
+    var value: T {
+        get { lock.lock(); defer { lock.unlock() }; return _value }
+        set { lock.lock(); _value = newValue; lock.unlock() }
+    }
+}
+
+/// The remote as one device sees it: forwards to a shared MemoryRemote, with its own network switch, so a
+/// test can decide which device reaches the remote first.
+final class Link: RemoteClient, @unchecked Sendable {
+    let remote: MemoryRemote
+    private let _offline = Box(false)
+    /// While set, only the change feed is unreachable.
+    let feedBlocked = Box(false)
+    /// Called before every item write is forwarded.
+    let beforePut = Box<(@Sendable (WireItem) -> Void)?>(nil)
+    init(_ remote: MemoryRemote) { self.remote = remote }
+
+    var offline: Bool {
+        get { _offline.value }
+        set { _offline.value = newValue }
+    }
+
+    private func check() throws { if offline { throw RemoteError.unreachable("link down") } }
+
+    func openContainer() throws -> WireContainer { try check(); return try remote.openContainer() }
+    func changes(since token: String?, waitSeconds: Int) throws -> WireChanges {
+        try check()
+        if feedBlocked.value { throw RemoteError.unreachable("feed blocked") }
+        let answer = try remote.changes(since: token, waitSeconds: waitSeconds)
+        try check() // the link went down during a long poll: the answer is lost
+        return answer
+    }
+    func item(_ id: String) throws -> WireItem { try check(); return try remote.item(id) }
+    func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+        try check()
+        beforePut.value?(item)
+        return try remote.putItem(item, ifMatch: ifMatch)
+    }
+    func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
+        try check(); return try remote.deleteItem(id, ifMatch: ifMatch)
+    }
+    func hasBlob(sha256: String) throws -> Bool { try check(); return try remote.hasBlob(sha256: sha256) }
+    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws {
+        try check(); try remote.uploadBlob(sha256: sha256, size: size, fromFile: path, progress: progress)
+    }
+    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws {
+        try check(); try remote.downloadBlob(sha256: sha256, offset: offset, to: fd, progress: progress)
+    }
+}
+
+/// One device: a store in a temporary directory and a started container.
+final class Device: @unchecked Sendable {
+    let dir = TempDir()
+    let container: Container
+    var docs: String { WireRules.documentsID }
+
+    init(_ remote: RemoteClient, name: String, downloadTimeout: Int = 20) throws {
+        _ = quietLogs
+        var config = ContainerConfig(device: name)
+        config.pollWaitSeconds = 1
+        config.downloadTimeoutSeconds = downloadTimeout
+        container = try Container(store: try Store(directory: dir.path + "/store"), remote: remote, config: config)
+        try container.start(initialSync: true)
+    }
+
+    deinit { container.stop() }
+
+    func lookup(_ name: String, in parent: String? = nil) -> Item? {
+        container.lookup(parent: parent ?? docs, name: name)
+    }
+
+    /// Tells the pusher to try now, as a daemon does when the network comes back (rather than waiting out
+    /// its backoff).
+    func nudge() { container.sync.wakePusher() }
+
+    /// Items with changes not yet on the remote.
+    var pending: Int { container.sync.pendingCount }
+
+    /// Fetches the content and waits for the outcome (nil: no answer in time).
+    func fetch(_ id: String, seconds: Double = 15) -> Result<Void, CoreError>? {
+        let sem = DispatchSemaphore(value: 0)
+        let box = Box<Result<Void, CoreError>?>(nil)
+        _ = container.fetch(id) { r in box.value = r; sem.signal() }
+        guard sem.wait(timeout: .now() + seconds) == .success else { return nil }
+        return box.value
+    }
+
+    func content(_ id: String) -> [UInt8]? {
+        FileManager.default.contents(atPath: container.store.contentPath(id)).map { [UInt8]($0) }
+    }
+
+    /// Writes a whole file as a program would: open with O_TRUNC, write, set the time, close.
+    func write(_ id: String, _ bytes: [UInt8], mtimeSeconds: Int? = nil) throws {
+        try container.opened(id, writable: true, truncate: true)
+        try container.willWrite(id)
+        let path = container.store.contentPath(id)
+        let fd = try FileDescriptor.open(path, O_WRONLY | O_TRUNC)
+        try fd.writeAll(bytes)
+        fd.close()
+        if let mtimeSeconds {
+            var times = [timespec(tv_sec: mtimeSeconds, tv_nsec: 0), timespec(tv_sec: mtimeSeconds, tv_nsec: 0)]
+            #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+        }
+        try container.flushed(id)
+        container.closed(id, writable: true)
+    }
+
+    func createFile(_ name: String, _ bytes: [UInt8], in parent: String? = nil, mtimeSeconds: Int? = nil) throws -> Item {
+        let item = try container.createFile(parent: parent ?? docs, name: name, mode: 0o644)
+        try write(item.id, bytes, mtimeSeconds: mtimeSeconds)
+        return container.item(item.id)!
+    }
+}
+
+func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }

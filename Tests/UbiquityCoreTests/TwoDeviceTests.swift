@@ -1,0 +1,160 @@
+// Two devices on one remote: convergence and the conflict rules (later mtime wins, edit wins over delete,
+// both creates kept).
+import Foundation
+import Testing
+import UbiquityBase
+@testable import UbiquityCore
+
+@Suite struct TwoDeviceTests {
+    let remote = MemoryRemote()
+
+    @Test func changesConverge() throws {
+        let a = try Device(remote, name: "a")
+        let b = try Device(remote, name: "b")
+        let f = try a.createFile("from-a.txt", bytes("written on a"))
+        #expect(eventually { b.lookup("from-a.txt")?.remoteSHA == sha256Hex(bytes("written on a")) })
+        #expect(b.fetch(f.id).map { (try? $0.get()) != nil } == true)
+        #expect(b.content(f.id) == bytes("written on a"))
+
+        let d = try b.container.makeDirectory(parent: b.docs, name: "from-b", mode: 0o755)
+        try b.container.rename(parent: b.docs, name: "from-a.txt", newParent: d.id, newName: "moved.txt", noReplace: true)
+        #expect(eventually { a.lookup("moved.txt", in: d.id)?.id == f.id })
+        #expect(a.lookup("from-a.txt") == nil)
+
+        try b.write(f.id, bytes("edited on b"))
+        #expect(eventually { a.container.item(f.id)?.remoteSHA == sha256Hex(bytes("edited on b")) })
+        #expect(a.fetch(f.id).map { (try? $0.get()) != nil } == true)
+        #expect(a.content(f.id) == bytes("edited on b"))
+
+        try a.container.remove(parent: d.id, name: "moved.txt", directory: false)
+        #expect(eventually { b.container.item(f.id) == nil })
+        #expect(eventually { a.pending == 0 && b.pending == 0 })
+    }
+
+    /// Both write the same file while cut off; `winnerFirst`: the later writer reaches the remote first.
+    @Test(arguments: [true, false]) func contentConflictLaterMtimeWins(winnerFirst: Bool) throws {
+        let base = remote.seed(path: "Documents/c.txt", bytes: bytes("base"), device: "seed", mtime: 1)
+        let linkA = Link(remote), linkB = Link(remote)
+        let a = try Device(linkA, name: "a")
+        let b = try Device(linkB, name: "b")
+        linkA.offline = true; linkB.offline = true
+        try a.write(base.id, bytes("from a"), mtimeSeconds: 1_800_000_000)
+        try b.write(base.id, bytes("from b, later"), mtimeSeconds: 1_800_000_100)
+        let (first, second) = winnerFirst ? (linkB, linkA) : (linkA, linkB)
+        first.offline = false
+        a.nudge(); b.nudge()
+        let firstSHA = sha256Hex(bytes(winnerFirst ? "from b, later" : "from a"))
+        #expect(eventually(15) { remote.lookup(path: "Documents/c.txt")?.sha256 == firstSHA })
+        second.offline = false
+        a.nudge(); b.nudge()
+
+        let winSHA = sha256Hex(bytes("from b, later")), loseSHA = sha256Hex(bytes("from a"))
+        let settled = eventually(15) {
+            guard let w = remote.lookup(path: "Documents/c.txt"), w.sha256 == winSHA, w.conflicts.count == 1,
+                  let ia = a.container.item(base.id), let ib = b.container.item(base.id) else { return false }
+            return !ia.isPending && !ib.isPending && ia.remoteVersion == w.version && ib.remoteVersion == w.version
+        }
+        #expect(settled)
+        let w = try #require(remote.lookup(path: "Documents/c.txt"))
+        let ia = try #require(a.container.item(base.id)), ib = try #require(b.container.item(base.id))
+        #expect(ia.remoteSHA == winSHA && ib.remoteSHA == winSHA)
+        #expect(ia.conflicts == w.conflicts && ib.conflicts == w.conflicts)
+        #expect(w.conflicts.first?.device == "a" && w.conflicts.first?.sha256 == loseSHA)
+        #expect(w.conflicts.first?.mtime == Int64(1_800_000_000) * 1_000_000_000)
+        #expect(remote.blob(loseSHA) == bytes("from a")) // the losing content is kept
+        #expect(w.mtime == Int64(1_800_000_100) * 1_000_000_000 && w.device == "b")
+        #expect(eventually(3) { a.pending == 0 && b.pending == 0 })
+        for dev in [a, b] {
+            #expect(dev.fetch(base.id).map { (try? $0.get()) != nil } == true)
+            #expect(dev.content(base.id) == bytes("from b, later"))
+        }
+        #expect(eventually { a.pending == 0 && b.pending == 0 })
+    }
+
+    /// One device edits a file while the other deletes it; `editFirst`: the edit reaches the remote first.
+    @Test(arguments: [true, false]) func editWinsOverDelete(editFirst: Bool) throws {
+        let base = remote.seed(path: "Documents/e.txt", bytes: bytes("base"), device: "seed", mtime: 1)
+        let linkA = Link(remote), linkB = Link(remote)
+        let a = try Device(linkA, name: "a")
+        let b = try Device(linkB, name: "b")
+        linkA.offline = true; linkB.offline = true
+        try a.write(base.id, bytes("edited"))
+        try b.container.remove(parent: b.docs, name: "e.txt", directory: false)
+        let (first, second) = editFirst ? (linkA, linkB) : (linkB, linkA)
+        first.offline = false
+        a.nudge(); b.nudge()
+        #expect(eventually(15) { (try? remote.item(base.id).version) ?? 0 > base.version })
+        second.offline = false
+        a.nudge(); b.nudge()
+
+        let editSHA = sha256Hex(bytes("edited"))
+        let settled = eventually(15) {
+            guard let w = remote.lookup(path: "Documents/e.txt"), w.sha256 == editSHA,
+                  let ib = b.lookup("e.txt"), let ia = a.lookup("e.txt") else { return false }
+            return ia.remoteVersion == w.version && ib.remoteVersion == w.version && !ia.isPending && !ib.isPending
+        }
+        #expect(settled)
+        // Nothing is left to push (checked before the fetch below saves the item again).
+        #expect(eventually(3) { a.pending == 0 && b.pending == 0 })
+        #expect(b.lookup("e.txt")?.id == base.id)
+        #expect(b.fetch(base.id).map { (try? $0.get()) != nil } == true)
+        #expect(b.content(base.id) == bytes("edited"))
+        #expect(eventually { a.pending == 0 && b.pending == 0 })
+    }
+
+    /// Both create the same name while cut off: both files are kept, the later one renamed.
+    @Test func sameNameCreatesAreBothKept() throws {
+        let linkA = Link(remote), linkB = Link(remote)
+        let a = try Device(linkA, name: "a")
+        let b = try Device(linkB, name: "b")
+        linkA.offline = true; linkB.offline = true
+        let fa = try a.createFile("same.txt", bytes("made on a"))
+        let fb = try b.createFile("same.txt", bytes("made on b"))
+        linkA.offline = false
+        a.nudge()
+        #expect(eventually(15) { remote.lookup(path: "Documents/same.txt")?.id == fa.id })
+        linkB.offline = false
+        b.nudge()
+        let settled = eventually(15) {
+            remote.lookup(path: "Documents/same 2.txt")?.id == fb.id
+                && a.lookup("same 2.txt")?.id == fb.id && b.lookup("same.txt")?.id == fa.id
+                && a.pending == 0 && b.pending == 0
+        }
+        #expect(settled)
+        for dev in [a, b] {
+            #expect(try dev.container.list(dev.docs).map(\.name) == ["same 2.txt", "same.txt"])
+        }
+        #expect(remote.lookup(path: "Documents/same.txt")?.sha256 == sha256Hex(bytes("made on a")))
+        #expect(remote.lookup(path: "Documents/same 2.txt")?.sha256 == sha256Hex(bytes("made on b")))
+    }
+
+    /// The puller renames a pending create out of the way while the pusher's write of the old name is in
+    /// flight: the 409 that write meets must not rename the item a second time ("same 2 2.txt").
+    @Test func nameTakenWhileCreateIsInFlight() throws {
+        let linkA = Link(remote), linkB = Link(remote)
+        let a = try Device(linkA, name: "a")
+        let b = try Device(linkB, name: "b")
+        linkB.offline = true
+        let fa = try a.createFile("same.txt", bytes("made on a"))
+        let fb = try b.createFile("same.txt", bytes("made on b"))
+        #expect(eventually(15) { remote.lookup(path: "Documents/same.txt")?.id == fa.id })
+        // B's pusher gets through first; its write of "same.txt" waits until B's puller has seen a's file.
+        linkB.feedBlocked.value = true
+        let once = Box(true)
+        linkB.beforePut.value = { [weak b] item in
+            guard item.id == fb.id, item.name == "same.txt", once.value, let b else { return }
+            once.value = false
+            linkB.feedBlocked.value = false
+            _ = eventually(15) { b.lookup("same 2.txt")?.id == fb.id }
+        }
+        defer { linkB.beforePut.value = nil }
+        linkB.offline = false
+        b.nudge()
+        let settled = eventually(15) { remote.lookup(path: "Documents/same.txt")?.id == fa.id && b.pending == 0 }
+        #expect(settled)
+        #expect(!once.value)
+        #expect(b.container.item(fb.id)?.name == "same 2.txt")
+        #expect(remote.lookup(path: "Documents/same 2.txt")?.id == fb.id)
+        #expect(eventually { a.lookup("same 2.txt")?.id == fb.id })
+    }
+}
