@@ -37,6 +37,18 @@ struct Pusher {
             }
             if try pushItem(snap) { return }
         }
+        dropFromJournal()
+    }
+
+    /// An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.
+    private func dropFromJournal() {
+        container.withLock {
+            if let item = container.items[id] {
+                if !item.isPending { try? container.store.save(item) }
+            } else {
+                try? container.store.delete(id)
+            }
+        }
     }
 
     // MARK: delete
