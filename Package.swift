@@ -31,7 +31,7 @@ let package = Package(
                 swiftSettings: [.swiftLanguageMode(.v5)]),
         // The command.
         .executableTarget(name: "ubiquityfs",
-                          dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE"]),
+                          dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE", "CFuse"]),
 
         .testTarget(name: "UbiquityCoreTests", dependencies: ["UbiquityBase", "UbiquityCore"]),
         .testTarget(name: "UbiquityStubTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP"]),

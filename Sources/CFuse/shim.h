@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 
 // Runs the multi-threaded session loop with a bounded number of idle threads.
 static inline int ubq_session_loop_mt(struct fuse_session *se, unsigned int max_idle, unsigned int max_threads) {

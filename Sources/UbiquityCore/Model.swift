@@ -95,6 +95,10 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case noSpace
     case notPermitted(String)
     case interrupted
+    /// No such extended attribute.
+    case noAttribute
+    /// An extended attribute value or list too large.
+    case tooBig
 
     public var description: String {
         switch self {
@@ -112,6 +116,8 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .noSpace: return "no space left in the store"
         case .notPermitted(let m): return "not permitted: \(m)"
         case .interrupted: return "interrupted"
+        case .noAttribute: return "no such attribute"
+        case .tooBig: return "attribute too large"
         }
     }
 

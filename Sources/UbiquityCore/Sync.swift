@@ -111,10 +111,10 @@ final class SyncLoops: @unchecked Sendable {
             var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
                             ctime: nowNanoseconds(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
                             device: "", hasLocal: w.kind == .dir, localSHA: nil, dirty: false, metaDirty: false,
-                            deleted: false, pinned: isPinnedDirectory(w.parent!), xattrs: [:], conflicts: [])
+                            deleted: false, pinned: false, xattrs: [:], conflicts: [])
             item.adopt(w)
-            if item.kind == .file && item.pinned { toDownload.append(item.id) }
             try place(&item)
+            if item.kind == .file && c.isPinnedLocked(item.id) { toDownload.append(item.id) }
             try c.store.save(item)
             c.items[item.id] = item
             return
@@ -140,7 +140,7 @@ final class SyncLoops: @unchecked Sendable {
         try c.store.save(item)
         c.items[item.id] = item
         c.notice(.changed(item.id, content: contentChanged))
-        if contentChanged && item.kind == .file && item.pinned {
+        if contentChanged && item.kind == .file && c.isPinnedLocked(item.id) {
             toDownload.append(item.id)
         }
     }
@@ -182,16 +182,6 @@ final class SyncLoops: @unchecked Sendable {
         c.children[item.parent!]?[item.name] = nil
         if c.handles[item.id] == nil { try? removeFile(c.store.contentPath(item.id)) }
         c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
-    }
-
-    /// True if the directory or one of its ancestors is pinned. Expects the lock held.
-    private func isPinnedDirectory(_ id: String) -> Bool {
-        var cur: String? = id
-        while let c = cur, let item = container.items[c] {
-            if item.pinned { return true }
-            cur = item.parent
-        }
-        return false
     }
 
     // MARK: push

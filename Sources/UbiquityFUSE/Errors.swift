@@ -20,6 +20,8 @@ extension CoreError {
         case .noSpace: return ENOSPC
         case .notPermitted: return EPERM
         case .interrupted: return EINTR
+        case .noAttribute: return ENODATA
+        case .tooBig: return E2BIG
         }
     }
 }

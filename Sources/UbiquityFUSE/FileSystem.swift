@@ -99,6 +99,7 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     func replyError(_ req: fuse_req_t, _ error: Error) {
+        if error is UnknownAttribute { fuse_reply_err(req, ENOTSUP); return }
         fuse_reply_err(req, CoreError.from(error).errno)
     }
 

@@ -1,24 +1,144 @@
-// Extended attributes: the status names under `user.ubiquity.`, and the user's own `user.*` attributes.
+// Extended attributes: the status names under `user.ubiquity.` (Apple's NSURL ubiquitous keys), the actions
+// that `setfattr` triggers, and the user's own `user.*` attributes, which are synced with the item.
+//
+// Errno of each refusal (README, "Status attributes"):
+//   a bad value for `pinned` or `resolve`, or a malformed value for a status name   EINVAL
+//   an unknown `user.ubiquity.` name (set)                                        ENOTSUP
+//   reading an absent error, an action name or an unknown name                    ENODATA
+//   evicting content not yet uploaded, open for writing, or pinned                 EBUSY
+//   names outside `user.`                                                           ENOTSUP (set), ENODATA (get)
+// Writing a status name with a well-formed value, or removing one, is accepted and changes nothing: the
+// status is the file system's to say, and `cp -a` or `rsync -X` copying a file within the mount write them.
 import CFuse
 import Foundation
 import Glibc
 import UbiquityBase
 import UbiquityCore
 
+enum StatusAttribute: String, CaseIterable {
+    case isUbiquitous, downloadingStatus, isDownloading, percentDownloaded, isUploaded, isUploading,
+         percentUploaded, hasUnresolvedConflicts, downloadingError, uploadingError, pinned
+
+    static let prefix = "user.ubiquity."
+    var fullName: String { StatusAttribute.prefix + rawValue }
+
+    /// The value shown for an item, nil where the attribute is absent (errors when there are none).
+    func value(_ s: ItemStatus) -> String? {
+        func flag(_ b: Bool) -> String { b ? "1" : "0" }
+        switch self {
+        case .isUbiquitous: return "1"
+        case .downloadingStatus: return s.downloadingStatus.rawValue
+        case .isDownloading: return flag(s.isDownloading)
+        case .percentDownloaded: return String(s.percentDownloaded)
+        case .isUploaded: return flag(s.isUploaded)
+        case .isUploading: return flag(s.isUploading)
+        case .percentUploaded: return String(s.percentUploaded)
+        case .hasUnresolvedConflicts: return flag(s.hasUnresolvedConflicts)
+        case .downloadingError: return s.downloadingError
+        case .uploadingError: return s.uploadingError
+        case .pinned: return flag(s.pinned)
+        }
+    }
+
+    /// True if `text` is a value this attribute can have.
+    func accepts(_ text: String) -> Bool {
+        switch self {
+        case .isUbiquitous: return text == "1"
+        case .downloadingStatus: return DownloadingStatus(rawValue: text) != nil
+        case .isDownloading, .isUploaded, .isUploading, .hasUnresolvedConflicts, .pinned: return text == "0" || text == "1"
+        case .percentDownloaded, .percentUploaded: return Int(text).map { (0...100).contains($0) } ?? false
+        case .downloadingError, .uploadingError: return !text.isEmpty
+        }
+    }
+}
+
+/// What `setfattr -n user.ubiquity.ACTION` does.
+enum ActionAttribute: String {
+    case evict, download, resolve
+}
+
 extension FileSystem {
+    private func replyXattr(_ req: fuse_req_t, _ bytes: [UInt8], _ size: Int) {
+        if size == 0 { fuse_reply_xattr(req, bytes.count); return }
+        if bytes.count > size { fuse_reply_err(req, ERANGE); return }
+        bytes.withUnsafeBufferPointer { _ = fuse_reply_buf(req, UnsafeRawPointer($0.baseAddress)?.assumingMemoryBound(to: CChar.self), $0.count) }
+    }
+
     func getxattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String, _ size: Int) {
-        fuse_reply_err(req, ENODATA)
+        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        do {
+            if name.hasPrefix(StatusAttribute.prefix) {
+                let key = String(name.dropFirst(StatusAttribute.prefix.count))
+                guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
+                    return replyError(req, .noAttribute)
+                }
+                return replyXattr(req, Array(value.utf8), size)
+            }
+            guard name.hasPrefix("user.") else { return replyError(req, .noAttribute) }
+            replyXattr(req, try core.userXattr(id, name), size)
+        } catch { replyError(req, error) }
     }
 
     func listxattr(_ req: fuse_req_t, _ ino: UInt64, _ size: Int) {
-        if size == 0 { fuse_reply_xattr(req, 0) } else { fuse_reply_buf(req, nil, 0) }
+        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        do {
+            let status = try core.status(id)
+            var list = [UInt8]()
+            for attr in StatusAttribute.allCases where attr.value(status) != nil {
+                list += Array(attr.fullName.utf8) + [0]
+            }
+            for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
+            replyXattr(req, list, size)
+        } catch { replyError(req, error) }
     }
 
     func setxattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String, _ value: UnsafeRawBufferPointer, _ flags: Int32) {
-        fuse_reply_err(req, ENOTSUP)
+        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        let bytes = [UInt8](value)
+        do {
+            if name.hasPrefix(StatusAttribute.prefix) {
+                try setStatus(id, String(name.dropFirst(StatusAttribute.prefix.count)),
+                              String(decoding: bytes, as: UTF8.self))
+            } else if name.hasPrefix("user.") {
+                try core.setUserXattr(id, name, bytes, create: flags & Int32(XATTR_CREATE) != 0,
+                                      replace: flags & Int32(XATTR_REPLACE) != 0)
+            } else {
+                return replyErrno(req, ENOTSUP)
+            }
+            fuse_reply_err(req, 0)
+        } catch { replyError(req, error) }
+    }
+
+    private func setStatus(_ id: String, _ key: String, _ text: String) throws {
+        if let action = ActionAttribute(rawValue: key) {
+            switch action {
+            case .evict: try core.evict(id)
+            case .download: try core.requestDownload(id)
+            case .resolve:
+                guard text == "keep-current" else { throw CoreError.invalidArgument("resolve takes keep-current") }
+                try core.resolveKeepingCurrent(id)
+            }
+            return
+        }
+        guard let attr = StatusAttribute(rawValue: key) else { throw UnknownAttribute() }
+        guard attr.accepts(text) else { throw CoreError.invalidArgument("\(text) is not a value of \(key)") }
+        if attr == .pinned { try core.setPinned(id, text == "1") }
     }
 
     func removexattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String) {
-        fuse_reply_err(req, ENODATA)
+        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        do {
+            if name.hasPrefix(StatusAttribute.prefix) {
+                let key = String(name.dropFirst(StatusAttribute.prefix.count))
+                guard StatusAttribute(rawValue: key) != nil else { return replyError(req, .noAttribute) }
+                return replyErrno(req, 0)
+            }
+            guard name.hasPrefix("user.") else { return replyError(req, .noAttribute) }
+            try core.removeUserXattr(id, name)
+            fuse_reply_err(req, 0)
+        } catch { replyError(req, error) }
     }
 }
+
+/// A `user.ubiquity.` name that is neither a status nor an action.
+struct UnknownAttribute: Error {}

@@ -14,6 +14,9 @@ commands:
                                     run the remote stub
   remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
                                     put local files into a stopped stub's container, as if from another device
+  status [--json] PATH...           the sync status of files in a mount, as a table
+  evict | download [--wait] | pin | unpin PATH...
+                                    drop local copies, fetch them, keep them downloaded, or stop keeping them
 
 Run 'ubiquityfs COMMAND --help' for the options of one command.
 """
@@ -33,6 +36,10 @@ do {
         try UnmountCommand.run(words)
     case "remote":
         try RemoteCommand.run(words)
+    case "status":
+        try StatusCommand.runStatus(words)
+    case "evict", "download", "pin", "unpin":
+        try StatusCommand.runAction(command, words)
     default:
         fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
     }

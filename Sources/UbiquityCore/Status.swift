@@ -1,0 +1,147 @@
+// Sync status and the actions on it: what `getfattr` reads and `setfattr` (or the command) asks for.
+// Pins are this device's own and are not synced; the user's `user.*` attributes are synced as metadata.
+import Foundation
+import UbiquityBase
+
+extension Container {
+    /// The status of an item as the `user.ubiquity.*` attributes show it.
+    public func status(_ id: String) throws(CoreError) -> ItemStatus {
+        try withLock { () throws(CoreError) -> ItemStatus in
+            guard let item = items[id], !item.deleted else { throw .notFound }
+            let t = transfers[id] ?? TransferState()
+            let current = item.downloadingStatus == .current
+            let uploaded = !item.isPending && item.remoteVersion > 0
+            return ItemStatus(
+                downloadingStatus: item.downloadingStatus,
+                isDownloading: t.isDownloading,
+                percentDownloaded: current ? 100 : (t.isDownloading ? percent(t.downloadedBytes, t.downloadTotal) : 0),
+                isUploaded: uploaded,
+                isUploading: t.isUploading,
+                percentUploaded: uploaded ? 100 : (t.isUploading ? percent(t.uploadedBytes, t.uploadTotal) : 0),
+                hasUnresolvedConflicts: !item.conflicts.isEmpty,
+                downloadingError: t.downloadError,
+                uploadingError: item.isPending ? t.uploadError : nil,
+                pinned: isPinnedLocked(id))
+        }
+    }
+
+    /// True if the item or a directory above it is pinned. Expects the lock held.
+    func isPinnedLocked(_ id: String) -> Bool {
+        var cur: String? = id
+        while let c = cur, let item = items[c] {
+            if item.pinned { return true }
+            cur = item.parent
+        }
+        return false
+    }
+
+    /// The files at and below an item. Expects the lock held.
+    private func filesBelow(_ id: String) -> [Item] {
+        guard let item = items[id], !item.deleted else { return [] }
+        if !item.isDirectory { return [item] }
+        return (children[id] ?? [:]).values.flatMap { filesBelow($0) }
+    }
+
+    /// Drops the local content of a file, or of every file below a directory, keeping the entries.
+    /// Refused (`.busy`) for content not yet uploaded, a file open for writing, or a pinned item; on a
+    /// directory every file that can go goes, and the refusal names how many could not.
+    public func evict(_ id: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
+            var refused: [String] = []
+            for file in filesBelow(id) where file.hasLocal {
+                if let why = evictionRefusal(file) { refused.append(why); continue }
+                var item = file
+                try? removeFile(store.contentPath(item.id))
+                item.hasLocal = false
+                item.localSHA = nil
+                do { try store.save(item) } catch { throw CoreError.from(error) }
+                items[item.id] = item
+                notice(.changed(item.id, content: true))
+            }
+            if refused.count == 1 && items[id]?.isDirectory == false { throw .busy(refused[0]) }
+            if !refused.isEmpty { throw .busy("\(refused.count) file(s) could not be evicted: \(refused[0])") }
+        }
+    }
+
+    /// Why a file's local content must stay, or nil. Expects the lock held.
+    private func evictionRefusal(_ item: Item) -> String? {
+        if item.dirty || item.remoteVersion == 0 { return "\(item.name) has changes not yet uploaded" }
+        if (handles[item.id]?.writers ?? 0) > 0 { return "\(item.name) is open for writing" }
+        if isPinnedLocked(item.id) { return "\(item.name) is pinned" }
+        return nil
+    }
+
+    /// Starts downloading a file, or every file below a directory, in the background.
+    public func requestDownload(_ id: String) throws(CoreError) {
+        let ids = try withLock { () throws(CoreError) -> [String] in
+            guard items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
+            return filesBelow(id).filter { !$0.isCurrent && $0.remoteVersion > 0 }.map(\.id)
+        }
+        for file in ids { downloads.start(file) }
+    }
+
+    /// Pins or unpins an item; pinning downloads it (and, for a directory, everything in it, now and later).
+    public func setPinned(_ id: String, _ on: Bool) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            guard item.pinned != on else { return }
+            item.pinned = on
+            do { try store.save(item) } catch { throw CoreError.from(error) }
+            items[id] = item
+        }
+        if on { try requestDownload(id) }
+    }
+
+    /// Marks every conflict version of a file resolved, keeping the current content.
+    public func resolveKeepingCurrent(_ id: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            guard !item.conflicts.isEmpty else { return }
+            item.conflicts = []
+            item.metaDirty = true
+            try saveLocalChange(item)
+        }
+    }
+
+    // MARK: the user's own extended attributes
+
+    public func userXattr(_ id: String, _ name: String) throws(CoreError) -> [UInt8] {
+        try withLock { () throws(CoreError) -> [UInt8] in
+            guard let item = items[id], !item.deleted else { throw .notFound }
+            guard let value = item.xattrs[name] else { throw .noAttribute }
+            return value
+        }
+    }
+
+    public func userXattrNames(_ id: String) -> [String] {
+        withLock { items[id]?.xattrs.keys.sorted() ?? [] }
+    }
+
+    /// Sets a user attribute; `create` fails if it exists, `replace` if it does not (setxattr's flags).
+    public func setUserXattr(_ id: String, _ name: String, _ value: [UInt8], create: Bool, replace: Bool) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            let exists = item.xattrs[name] != nil
+            if create && exists { throw .exists }
+            if replace && !exists { throw .noAttribute }
+            item.xattrs[name] = value
+            let total = item.xattrs.reduce(0) { $0 + $1.key.utf8.count + $1.value.count }
+            if total > WireRules.maxXattrBytes { throw .tooBig }
+            if exists && item.xattrs[name] == items[id]?.xattrs[name] { return }
+            item.metaDirty = true
+            item.ctime = nowNanoseconds()
+            try saveLocalChange(item)
+        }
+    }
+
+    public func removeUserXattr(_ id: String, _ name: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            guard item.xattrs.removeValue(forKey: name) != nil else { throw .noAttribute }
+            item.metaDirty = true
+            item.ctime = nowNanoseconds()
+            try saveLocalChange(item)
+        }
+    }
+}

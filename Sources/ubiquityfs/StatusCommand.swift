@@ -1,0 +1,182 @@
+// `ubiquityfs status` and the actions `evict`, `download [--wait]`, `pin`, `unpin`: friendlier forms of
+// getfattr and setfattr on the `user.ubiquity.*` attributes of files in a mount.
+import CFuse // for <sys/xattr.h>: getxattr(2) and setxattr(2), which Glibc's module map leaves out
+import Foundation
+import Glibc
+
+enum StatusCommand {
+    static let statusHelp = """
+    usage: ubiquityfs status [--json] PATH...
+
+    Prints the sync status of each PATH in a ubiquityfs mount: size, state (current, downloaded: a newer version
+    waits on the remote, notDownloaded), transfer progress, pin, conflicts and errors.
+    """
+    static let actionHelp = """
+    usage: ubiquityfs evict PATH...          drop local copies (kept on the remote); directories: every file below
+           ubiquityfs download [--wait] PATH...  fetch in the background; --wait shows progress until local
+           ubiquityfs pin PATH...            keep downloaded, also new versions and, for a directory, new files
+           ubiquityfs unpin PATH...
+    """
+
+    static let names = ["isUbiquitous", "downloadingStatus", "isDownloading", "percentDownloaded", "isUploaded",
+                        "isUploading", "percentUploaded", "hasUnresolvedConflicts", "downloadingError",
+                        "uploadingError", "pinned"]
+
+    /// Reads one status attribute; nil when absent.
+    static func attribute(_ path: String, _ name: String) throws -> String? {
+        var buf = [UInt8](repeating: 0, count: 4096)
+        let n = getxattr(path, "user.ubiquity." + name, &buf, buf.count)
+        if n < 0 {
+            if errno == ENODATA { return nil }
+            throw CommandFailure("\(path): \(String(cString: strerror(errno)))")
+        }
+        return String(decoding: buf[0..<n], as: UTF8.self)
+    }
+
+    static func status(_ path: String) throws -> [String: String] {
+        guard try attribute(path, "isUbiquitous") == "1" else {
+            throw CommandFailure("\(path) is not in a ubiquityfs mount")
+        }
+        var result: [String: String] = [:]
+        for name in names { result[name] = try attribute(path, name) }
+        return result
+    }
+
+    static func runStatus(_ words: [String]) throws {
+        let args = try Arguments(words, valued: [], switches: ["--json", "--help"])
+        if args.has("--help") { return print(statusHelp) }
+        guard !args.positional.isEmpty else { throw UsageError("status needs a PATH") }
+        var rows: [[String: String]] = []
+        var failed = false
+        for path in args.positional {
+            do {
+                var s = try status(path)
+                var st = stat()
+                stat(path, &st)
+                s["path"] = path
+                s["size"] = String(st.st_size)
+                s["kind"] = st.st_mode & S_IFMT == S_IFDIR ? "dir" : "file"
+                rows.append(s)
+            } catch {
+                FileHandle.standardError.write(Data("ubiquityfs: \(error)\n".utf8))
+                failed = true
+            }
+        }
+        if args.has("--json") {
+            let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys, .prettyPrinted])
+            print(String(decoding: data, as: UTF8.self))
+        } else if !rows.isEmpty {
+            printTable(rows)
+        }
+        if failed { exit(1) }
+    }
+
+    private static func printTable(_ rows: [[String: String]]) {
+        let header = ["NAME", "SIZE", "STATE", "DOWN", "UP", "PIN", "CONFLICTS", "ERROR"]
+        let table = rows.map { r -> [String] in
+            let up = r["isUploaded"] == "1" ? "done" : (r["isUploading"] == "1" ? "\(r["percentUploaded"] ?? "0")%" : "waiting")
+            let down = r["isDownloading"] == "1" ? "\(r["percentDownloaded"] ?? "0")%" : (r["downloadingStatus"] == "current" ? "done" : "-")
+            let error = r["downloadingError"].map { "download: " + $0 } ?? r["uploadingError"].map { "upload: " + $0 } ?? ""
+            return [r["path"] ?? "", r["kind"] == "dir" ? "-" : humanSize(Int64(r["size"] ?? "0") ?? 0),
+                    r["downloadingStatus"] ?? "", down, up, r["pinned"] == "1" ? "yes" : "no",
+                    r["hasUnresolvedConflicts"] == "1" ? "yes" : "no", error]
+        }
+        let widths = header.indices.map { i in ([header] + table).map { $0[i].count }.max() ?? 0 }
+        for row in [header] + table {
+            print(row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+        }
+    }
+
+    static func humanSize(_ n: Int64) -> String {
+        let units = ["B", "K", "M", "G", "T"]
+        var v = Double(n), u = 0
+        while v >= 1024 && u < units.count - 1 { v /= 1024; u += 1 }
+        return u == 0 ? "\(n)B" : String(format: "%.1f%@", v, units[u])
+    }
+
+    /// Sets one action or status attribute on a path, with a plain message on refusal.
+    static func set(_ path: String, _ name: String, _ value: String = "") throws {
+        _ = try status(path)
+        let rc = value.withCString { setxattr(path, "user.ubiquity." + name, $0, strlen($0), 0) }
+        if rc != 0 {
+            let e = errno
+            let why = e == EBUSY ? "busy: it has changes not yet uploaded, is open for writing, or is pinned"
+                : String(cString: strerror(e))
+            throw CommandFailure("cannot \(name == "pinned" ? (value == "1" ? "pin" : "unpin") : name) \(path): \(why)")
+        }
+    }
+
+    static func runAction(_ action: String, _ words: [String]) throws {
+        let args = try Arguments(words, valued: [], switches: action == "download" ? ["--help", "--wait"] : ["--help"])
+        if args.has("--help") { return print(actionHelp) }
+        guard !args.positional.isEmpty else { throw UsageError("\(action) needs a PATH") }
+        var failed = false
+        for path in args.positional {
+            do {
+                switch action {
+                case "evict": try set(path, "evict")
+                case "download": try set(path, "download")
+                case "pin": try set(path, "pinned", "1")
+                default: try set(path, "pinned", "0")
+                }
+            } catch {
+                FileHandle.standardError.write(Data("ubiquityfs: \(error)\n".utf8))
+                failed = true
+            }
+        }
+        if action == "download" && args.has("--wait") && !failed {
+            failed = !waitForDownloads(args.positional.flatMap(filesBelow))
+        }
+        if failed { exit(1) }
+    }
+
+    static func filesBelow(_ path: String) -> [String] {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), isDir.boolValue else { return [path] }
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+        return names.sorted().flatMap { filesBelow(path + "/" + $0) }
+    }
+
+    /// Waits until every file is current, showing progress; false if any download failed.
+    static func waitForDownloads(_ paths: [String]) -> Bool {
+        let tty = isatty(1) != 0
+        var ok = true
+        for path in paths {
+            var lastPrinted = -1
+            while true {
+                let state = (try? attribute(path, "downloadingStatus")) ?? nil
+                let pct = Int(((try? attribute(path, "percentDownloaded")) ?? nil) ?? "0") ?? 0
+                let downloading = ((try? attribute(path, "isDownloading")) ?? nil) == "1"
+                if state == "current" { report(path, 100, tty: tty, last: &lastPrinted); break }
+                if !downloading, let err = (try? attribute(path, "downloadingError")) ?? nil {
+                    if tty { print("") }
+                    FileHandle.standardError.write(Data("ubiquityfs: download of \(path) failed: \(err)\n".utf8))
+                    ok = false
+                    break
+                }
+                report(path, pct, tty: tty, last: &lastPrinted)
+                usleep(200_000)
+            }
+            if tty { print("") }
+        }
+        return ok
+    }
+
+    private static func report(_ path: String, _ pct: Int, tty: Bool, last: inout Int) {
+        if tty {
+            let width = 30, filled = width * pct / 100
+            let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+            print("\r[\(bar)] \(String(format: "%3d", pct))% \(path)", terminator: "")
+            fflush(nil)
+        } else if pct / 10 != last / 10 || (pct == 100 && last != 100) {
+            print("\(path): \(pct)%")
+        }
+        last = pct
+    }
+}
+
+struct CommandFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
