@@ -114,7 +114,7 @@ final class SyncLoops: @unchecked Sendable {
                             deleted: false, pinned: false, xattrs: [:], conflicts: [])
             item.adopt(w)
             try place(&item)
-            if item.kind == .file && c.isPinnedLocked(item.id) { toDownload.append(item.id) }
+            if item.kind == .file && c.isPinnedLocked(item.parent!) { toDownload.append(item.id) }
             try c.store.save(item)
             c.items[item.id] = item
             return
