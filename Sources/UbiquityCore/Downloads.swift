@@ -77,9 +77,16 @@ final class Downloads: @unchecked Sendable {
         case failed(CoreError)
     }
 
-    private func target(_ id: String) -> Target {
+    /// What a download key names: an item's current content, or one of its conflict versions ("ITEM.CONFLICT").
+    private func target(_ key: String) -> Target {
         container.withLock {
-            guard let item = container.items[id], !item.deleted else { return .failed(.notFound) }
+            let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+            guard let item = container.items[parts[0]], !item.deleted else { return .failed(.notFound) }
+            if parts.count == 2 {
+                guard let c = item.conflicts.first(where: { $0.id == parts[1] }) else { return .failed(.notFound) }
+                if FileManager.default.fileExists(atPath: container.store.conflictPath(item.id, c.id)) { return .done }
+                return .fetch(sha: c.sha256, size: c.size)
+            }
             if item.isCurrent || item.dirty { return .done }
             if item.remoteVersion == 0 { return .failed(.io("the item is not on the remote")) }
             return .fetch(sha: item.remoteSHA, size: item.remoteSize)
@@ -98,9 +105,11 @@ final class Downloads: @unchecked Sendable {
             case .fetch(let s, let n): sha = s; size = n
             }
             do {
-                try transfer(id, sha: sha, size: size)
+                let installed = try transfer(id, sha: sha, size: size)
                 record(id, error: nil)
-                continue // installed: the next target() says done (or a newer version arrived meanwhile)
+                // Installed: the next target() says done, or names a newer version that arrived meanwhile.
+                // Not installed (changed here meanwhile): what is local is what the user has.
+                if !installed { return .success(()) }
             } catch let error as RemoteError where error.isTransient {
                 let now = monotonicNanoseconds()
                 record(id, error: error.description)
@@ -140,7 +149,8 @@ final class Downloads: @unchecked Sendable {
     }
 
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
-    private func transfer(_ id: String, sha: String, size: Int64) throws {
+    /// Returns false when the item changed here meanwhile and the download was dropped.
+    private func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
         let staging = container.store.stagingDirectory + "/" + id + "-" + sha.prefix(16)
         let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
         defer { fd.close() }
@@ -165,16 +175,23 @@ final class Downloads: @unchecked Sendable {
                                       + "expected \(size) bytes hashing to \(sha.prefix(12))")
         }
         try fd.sync()
-        try install(id, sha: sha, staging: staging)
+        return try install(id, sha: sha, staging: staging)
     }
 
     /// Moves verified content into place, unless the item changed here meanwhile.
-    private func install(_ id: String, sha: String, staging: String) throws {
-        try container.mutate {
+    private func install(_ key: String, sha: String, staging: String) throws -> Bool {
+        let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+        if parts.count == 2 {
+            try renameFile(staging, container.store.conflictPath(parts[0], parts[1]))
+            syncDirectory(container.store.contentDirectory)
+            return true
+        }
+        let id = key
+        return try container.mutate {
             guard var item = container.items[id], !item.deleted, !item.dirty,
                   (container.handles[id]?.writers ?? 0) == 0 else {
                 try? removeFile(staging)
-                return
+                return false
             }
             try renameFile(staging, container.store.contentPath(id))
             syncDirectory(container.store.contentDirectory)
@@ -183,6 +200,7 @@ final class Downloads: @unchecked Sendable {
             try container.store.save(item)
             container.items[id] = item
             container.notice(.changed(id, content: true))
+            return true
         }
     }
 }

@@ -95,6 +95,8 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case noSpace
     case notPermitted(String)
     case interrupted
+    /// A read-only part of the file system (the versions directory).
+    case readOnly
     /// No such extended attribute.
     case noAttribute
     /// An extended attribute value or list too large.
@@ -116,6 +118,7 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .noSpace: return "no space left in the store"
         case .notPermitted(let m): return "not permitted: \(m)"
         case .interrupted: return "interrupted"
+        case .readOnly: return "read-only"
         case .noAttribute: return "no such attribute"
         case .tooBig: return "attribute too large"
         }

@@ -199,6 +199,7 @@ struct Pusher {
             cur.remoteSHA = stored.sha256
             cur.remoteSize = stored.size
             cur.device = stored.device
+            container.pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
             cur.conflicts = stored.conflicts
             let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation
             if snap.item.dirty && unchanged && cur.dirty {

@@ -22,6 +22,8 @@ public final class Store: @unchecked Sendable {
     public var contentDirectory: String { directory + "/content" }
     public var stagingDirectory: String { directory + "/staging" }
     public func contentPath(_ id: String) -> String { contentDirectory + "/" + id }
+    /// The local copy of one conflict version of an item.
+    public func conflictPath(_ id: String, _ conflict: String) -> String { contentDirectory + "/" + id + "." + conflict }
 
     /// Opens the store at `directory`, creating it if needed, and takes its lock.
     /// Throws a plain message if another daemon holds the store, or the database cannot be read.

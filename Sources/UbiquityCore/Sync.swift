@@ -135,7 +135,9 @@ final class SyncLoops: @unchecked Sendable {
             c.children[item.parent!]?[item.name] = nil
             c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
         }
+        let oldConflicts = item.conflicts
         item.adopt(w)
+        c.pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
         if moved { try place(&item) }
         try c.store.save(item)
         c.items[item.id] = item

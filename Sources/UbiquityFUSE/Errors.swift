@@ -20,6 +20,7 @@ extension CoreError {
         case .noSpace: return ENOSPC
         case .notPermitted: return EPERM
         case .interrupted: return EINTR
+        case .readOnly: return EROFS
         case .noAttribute: return ENODATA
         case .tooBig: return E2BIG
         }

@@ -75,19 +75,29 @@ public final class FileSystem: @unchecked Sendable {
         return st
     }
 
-    /// An entry for a reply, counting one lookup.
-    func entry(_ item: Item) -> fuse_entry_param {
+    /// An entry for a reply, counting one lookup. Virtual nodes are not cached by the kernel.
+    func entry(_ id: String, _ node: Node) -> fuse_entry_param {
         var e = fuse_entry_param()
-        e.ino = inodes.remember(item.id)
-        e.attr = attributes(item, ino: e.ino)
-        e.attr_timeout = cacheTimeout
-        e.entry_timeout = cacheTimeout
+        e.ino = inodes.remember(id)
+        e.attr = attributes(node, ino: e.ino)
+        e.attr_timeout = node.isVirtual ? 0 : cacheTimeout
+        e.entry_timeout = node.isVirtual ? 0 : cacheTimeout
         return e
     }
 
-    func replyEntry(_ req: fuse_req_t, _ item: Item) {
-        var e = entry(item)
+    func replyEntry(_ req: fuse_req_t, _ id: String, _ node: Node) {
+        var e = entry(id, node)
         if fuse_reply_entry(req, &e) != 0 { inodes.forget(e.ino, 1) }
+    }
+
+    func replyEntry(_ req: fuse_req_t, _ item: Item) { replyEntry(req, item.id, .real(item)) }
+
+    /// True for ids of the versions directory's virtual nodes.
+    func isVirtual(_ id: String) -> Bool { id.contains(":") }
+
+    /// True for the name `.versions` in the mount root, which no item may take.
+    func isVersionsName(_ parent: String, _ name: String) -> Bool {
+        parent == core.rootID && name == FileSystem.versionsName
     }
 
     func replyErrno(_ req: fuse_req_t, _ errno: Int32) {
@@ -113,26 +123,29 @@ public final class FileSystem: @unchecked Sendable {
     func lookup(_ req: fuse_req_t, _ parent: UInt64, _ name: String) {
         guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
         if name.utf8.count > WireRules.maxNameBytes { return replyError(req, .nameTooLong) }
-        guard let item = core.lookup(parent: dirID, name: name) else {
-            // A negative entry, cached like positive ones; remote creations invalidate it.
-            var e = fuse_entry_param()
-            e.entry_timeout = cacheTimeout
-            fuse_reply_entry(req, &e)
-            return
-        }
-        replyEntry(req, item)
+        do {
+            guard let (id, node) = try child(dirID, name) else {
+                // A negative entry, cached like positive ones; remote creations invalidate it.
+                var e = fuse_entry_param()
+                e.entry_timeout = isVirtual(dirID) ? 0 : cacheTimeout
+                fuse_reply_entry(req, &e)
+                return
+            }
+            replyEntry(req, id, node)
+        } catch { replyError(req, error) }
     }
 
     func forget(_ ino: UInt64, _ count: UInt64) { inodes.forget(ino, count) }
 
     func getattr(_ req: fuse_req_t, _ ino: UInt64) {
-        guard let item = item(ino) else { return replyError(req, .notFound) }
-        var st = attributes(item, ino: ino)
-        fuse_reply_attr(req, &st, cacheTimeout)
+        guard let id = inodes.id(ino), let node = node(id) else { return replyError(req, .notFound) }
+        var st = attributes(node, ino: ino)
+        fuse_reply_attr(req, &st, node.isVirtual ? 0 : cacheTimeout)
     }
 
     func setattr(_ req: fuse_req_t, _ ino: UInt64, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
         guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        if isVirtual(id) { return replyError(req, .readOnly) }
         do {
             if toSet & FUSE_SET_ATTR_SIZE != 0 {
                 do {
@@ -176,6 +189,8 @@ public final class FileSystem: @unchecked Sendable {
 
     func mkdir(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t) {
         guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        if isVirtual(dirID) { return replyError(req, .readOnly) }
+        if isVersionsName(dirID, name) { return replyError(req, .exists) }
         do {
             replyEntry(req, try core.makeDirectory(parent: dirID, name: name, mode: UInt32(mode)))
         } catch { replyError(req, error) }
@@ -183,6 +198,8 @@ public final class FileSystem: @unchecked Sendable {
 
     func remove(_ req: fuse_req_t, _ parent: UInt64, _ name: String, directory: Bool) {
         guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        if isVirtual(dirID) && !directory { return unlinkVersion(req, dirID, name) }
+        if isVirtual(dirID) || isVersionsName(dirID, name) { return replyError(req, .readOnly) }
         do {
             try core.remove(parent: dirID, name: name, directory: directory)
             fuse_reply_err(req, 0)
@@ -192,6 +209,10 @@ public final class FileSystem: @unchecked Sendable {
     func rename(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ newParent: UInt64, _ newName: String,
                 _ flags: UInt32) {
         guard let from = inodes.id(parent), let to = inodes.id(newParent) else { return replyError(req, .notFound) }
+        if isVirtual(to) || isVersionsName(from, name) || isVersionsName(to, newName) {
+            return replyError(req, .readOnly)
+        }
+        if isVirtual(from) { return renameVersion(req, from, name, to, newName) }
         if flags & ~renameNoReplace != 0 { return replyError(req, .invalidArgument("unsupported rename flags")) }
         do {
             try core.rename(parent: from, name: name, newParent: to, newName: newName,
@@ -207,11 +228,13 @@ public final class FileSystem: @unchecked Sendable {
 
     func create(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        if isVirtual(dirID) { return replyError(req, .readOnly) }
+        if isVersionsName(dirID, name) { return replyError(req, .exists) }
         do {
             let item = try core.createFile(parent: dirID, name: name, mode: UInt32(mode))
             let file = try openContent(item.id, flags: fi.pointee.flags | O_RDWR)
-            fi.pointee.fh = addFile(file)
-            var e = entry(item)
+            fi.pointee.fh = addHandle(file)
+            var e = entry(item.id, .real(item))
             if fuse_reply_create(req, &e, fi) != 0 {
                 inodes.forget(e.ino, 1)
                 release(fi.pointee.fh)
@@ -221,6 +244,13 @@ public final class FileSystem: @unchecked Sendable {
 
     func open(_ req: fuse_req_t, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        if isVirtual(id) {
+            switch node(id) {
+            case .version(let item, let c): return openVersion(req, item, c, fi)
+            case .versionsDir: return replyError(req, .isDirectory)
+            default: return replyError(req, .notFound)
+            }
+        }
         let flags = fi.pointee.flags
         let writable = flags & O_ACCMODE != O_RDONLY
         let truncating = writable && flags & O_TRUNC != 0
@@ -240,7 +270,7 @@ public final class FileSystem: @unchecked Sendable {
     private func replyOpen(_ req: fuse_req_t, _ id: String, _ info: fuse_file_info) throws {
         var fi = info
         let file = try openContent(id, flags: fi.flags)
-        fi.fh = addFile(file)
+        fi.fh = addHandle(file)
         // Content only changes under the kernel through this mount, or with an explicit invalidation.
         ubq_fi_set_keep_cache(&fi, 1)
         if fuse_reply_open(req, &fi) != 0 { release(fi.fh) }
@@ -260,7 +290,7 @@ public final class FileSystem: @unchecked Sendable {
         }
     }
 
-    private func addFile(_ file: OpenFile) -> UInt64 {
+    func addHandle(_ file: OpenFile) -> UInt64 {
         handleLock.lock(); defer { handleLock.unlock() }
         let fh = nextHandle
         nextHandle += 1
@@ -317,8 +347,9 @@ public final class FileSystem: @unchecked Sendable {
         let file = files.removeValue(forKey: fh)
         handleLock.unlock()
         guard let file else { return }
-        if file.wrote { try? core.flushed(file.id) }
         file.fd.close()
+        if isVirtual(file.id) { return }
+        if file.wrote { try? core.flushed(file.id) }
         core.closed(file.id, writable: file.writable)
     }
 
@@ -345,10 +376,21 @@ public final class FileSystem: @unchecked Sendable {
 
     /// Runs `then` once the item's content is local (or, with `staleOK`, an older local copy is all there is),
     /// answering EIO or EINTR itself otherwise.
+    func whenLocal(_ req: fuse_req_t, _ id: String, staleOK: Bool = false, then: @escaping () -> Void) {
+        waitFor(req, start: { done in _ = core.fetch(id, done: done) }, fallback: { [self] error in
+            guard staleOK, core.item(id)?.hasLocal == true else { return false }
+            log.warning("serving the older local copy of \(core.path(of: id)): \(error)")
+            return true
+        }, then: then)
+    }
+
+    /// Starts a transfer with `start` and runs `then` when it succeeds (or when `fallback` accepts its failure);
+    /// answers EIO on failure and EINTR on a FUSE interrupt, which leaves the transfer running.
     ///
     /// The waiter stays referenced a while after its answer: libfuse may call the interrupt callback with it
     /// just after a reply on another thread, and the callback must then find it alive and already answered.
-    func whenLocal(_ req: fuse_req_t, _ id: String, staleOK: Bool = false, then: @escaping () -> Void) {
+    func waitFor(_ req: fuse_req_t, start: (@escaping @Sendable (Result<Void, CoreError>) -> Void) -> Void,
+                 fallback: @escaping (CoreError) -> Bool = { _ in false }, then: @escaping () -> Void) {
         let waiter = Waiter(req: req)
         keep(waiter)
         fuse_req_interrupt_func(req, { _, data in
@@ -358,19 +400,15 @@ public final class FileSystem: @unchecked Sendable {
             fuse_reply_err(waiter.req, EINTR)
         }, Unmanaged.passUnretained(waiter).toOpaque())
         if waiter.lock.withLock({ waiter.answered }) { return } // interrupted before we began
-        _ = core.fetch(id) { [self] result in
+        start { [self] result in
             guard waiter.claim() else { return } // interrupted: the transfer went on, nobody waits
             switch result {
             case .success:
                 then()
             case .failure(let error):
-                if staleOK, core.item(id)?.hasLocal == true {
-                    log.warning("serving the older local copy of \(core.path(of: id)): \(error)")
-                    then()
-                } else {
-                    log.warning("open of \(core.path(of: id)) failed: \(error)")
-                    replyError(req, .io("\(error)"))
-                }
+                if fallback(error) { return then() }
+                log.warning("a wait for content failed: \(error)")
+                replyError(req, .io("\(error)"))
             }
         }
     }
@@ -387,13 +425,12 @@ public final class FileSystem: @unchecked Sendable {
     // MARK: directories
 
     func opendir(_ req: fuse_req_t, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        guard let id = inodes.id(ino), let dir = core.item(id) else { return replyError(req, .notFound) }
+        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
         do {
             var list = [DirEntry(name: ".", id: nil, isDirectory: true), DirEntry(name: "..", id: nil, isDirectory: true)]
-            for child in try core.list(id) {
-                list.append(DirEntry(name: child.name, id: child.id, isDirectory: child.isDirectory))
+            for child in try children(id) {
+                list.append(DirEntry(name: child.name, id: child.id, isDirectory: node(child.id)?.isDirectory ?? false))
             }
-            _ = dir
             handleLock.lock()
             let fh = nextHandle
             nextHandle += 1
@@ -422,8 +459,8 @@ public final class FileSystem: @unchecked Sendable {
             if plus {
                 var param = fuse_entry_param()
                 var remembered: UInt64 = 0
-                if let cid = e.id, let item = core.item(cid) {
-                    param = entry(item)
+                if let cid = e.id, let node = node(cid) {
+                    param = entry(cid, node)
                     remembered = param.ino
                 } else {
                     param.attr.st_mode = S_IFDIR

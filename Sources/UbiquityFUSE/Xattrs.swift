@@ -66,6 +66,10 @@ extension FileSystem {
 
     func getxattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String, _ size: Int) {
         guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        if isVirtual(id) {
+            guard let value = versionAttributes(id)[name] else { return replyError(req, .noAttribute) }
+            return replyXattr(req, Array(value.utf8), size)
+        }
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
@@ -81,6 +85,9 @@ extension FileSystem {
 
     func listxattr(_ req: fuse_req_t, _ ino: UInt64, _ size: Int) {
         guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        if isVirtual(id) {
+            return replyXattr(req, versionAttributes(id).keys.sorted().flatMap { Array($0.utf8) + [0] }, size)
+        }
         do {
             let status = try core.status(id)
             var list = [UInt8]()
@@ -94,6 +101,7 @@ extension FileSystem {
 
     func setxattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String, _ value: UnsafeRawBufferPointer, _ flags: Int32) {
         guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        if isVirtual(id) { return setVersionAttribute(req, id, name) }
         let bytes = [UInt8](value)
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
@@ -127,6 +135,7 @@ extension FileSystem {
 
     func removexattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String) {
         guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        if isVirtual(id) { return replyError(req, .readOnly) }
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
@@ -137,6 +146,30 @@ extension FileSystem {
             try core.removeUserXattr(id, name)
             fuse_reply_err(req, 0)
         } catch { replyError(req, error) }
+    }
+}
+
+extension FileSystem {
+    /// The status a version file shows: whether its content is stored here.
+    func versionAttributes(_ id: String) -> [String: String] {
+        guard case .version(let item, let c) = node(id) else { return [:] }
+        let local = core.hasLocalConflict(item.id, c.id)
+        return [StatusAttribute.isUbiquitous.fullName: "1",
+                StatusAttribute.downloadingStatus.fullName: local ? "current" : "notDownloaded"]
+    }
+
+    /// Evict and download work on version files; everything else under .versions is read-only.
+    func setVersionAttribute(_ req: fuse_req_t, _ id: String, _ name: String) {
+        guard case .version(let item, let c) = node(id) else { return replyError(req, .readOnly) }
+        switch name {
+        case StatusAttribute.prefix + ActionAttribute.evict.rawValue:
+            core.evictConflict(item.id, c.id)
+        case StatusAttribute.prefix + ActionAttribute.download.rawValue:
+            core.fetchConflict(item.id, c.id) { _ in }
+        default:
+            return replyError(req, .readOnly)
+        }
+        fuse_reply_err(req, 0)
     }
 }
 

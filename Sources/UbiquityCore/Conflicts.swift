@@ -1,0 +1,82 @@
+// Conflict versions of files: the contents that lost a concurrent change, kept on the remote until a person
+// resolves them. Here: listing them, their local copies, and the three ways to resolve (discard one, make one
+// current, keep the current content and discard all).
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Container {
+    /// Live files that have unresolved conflict versions.
+    public func conflictedItems() -> [Item] {
+        withLock { items.values.filter { !$0.deleted && !$0.conflicts.isEmpty } }
+    }
+
+    /// The conflict versions of a file.
+    public func conflicts(of id: String) -> [WireConflict] {
+        withLock { items[id].map { $0.deleted ? [] : $0.conflicts } ?? [] }
+    }
+
+    /// True if the conflict version's content is stored here.
+    public func hasLocalConflict(_ id: String, _ conflict: String) -> Bool {
+        FileManager.default.fileExists(atPath: store.conflictPath(id, conflict))
+    }
+
+    /// Fetches a conflict version's content, calling `done` once it is local or failed.
+    public func fetchConflict(_ id: String, _ conflict: String,
+                              done: @escaping @Sendable (Result<Void, CoreError>) -> Void) {
+        _ = downloads.wait(for: id + "." + conflict, done: done)
+    }
+
+    /// Drops the local copy of a conflict version (it stays on the remote).
+    public func evictConflict(_ id: String, _ conflict: String) {
+        try? removeFile(store.conflictPath(id, conflict))
+    }
+
+    /// Removes local copies of conflict versions that are no longer listed.
+    func pruneConflictFiles(_ id: String, old: [WireConflict], new: [WireConflict]) {
+        let kept = Set(new.map(\.id))
+        for c in old where !kept.contains(c.id) { evictConflict(id, c.id) }
+    }
+
+    /// Discards one conflict version, here and, once pushed, on every device.
+    public func discardConflict(_ id: String, _ conflict: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            guard item.conflicts.contains(where: { $0.id == conflict }) else { throw .notFound }
+            item.conflicts.removeAll { $0.id == conflict }
+            item.metaDirty = true
+            try saveLocalChange(item)
+        }
+        evictConflict(id, conflict)
+    }
+
+    /// Makes a conflict version the file's current content: a local edit that replaces the content, and the
+    /// version is resolved. Needs the version's content local (`.wouldBlock` otherwise: fetch it first).
+    public func promoteConflict(_ id: String, _ conflict: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            guard let c = item.conflicts.first(where: { $0.id == conflict }) else { throw .notFound }
+            if (handles[id]?.writers ?? 0) > 0 { throw .busy("\(item.name) is open for writing") }
+            let source = store.conflictPath(id, conflict)
+            guard FileManager.default.fileExists(atPath: source) else { throw .wouldBlock }
+            do {
+                try renameFile(source, store.contentPath(id))
+                syncDirectory(store.contentDirectory)
+            } catch { throw CoreError.from(error) }
+            item.conflicts.removeAll { $0.id == conflict }
+            item.hasLocal = true
+            item.dirty = true
+            item.localSHA = nil
+            item.size = c.size
+            let now = nowNanoseconds()
+            item.mtime = now
+            item.ctime = now
+            item.metaDirty = true
+            contentGeneration[id, default: 0] += 1
+            try saveLocalChange(item)
+            notice(.changed(id, content: true))
+        }
+    }
+}

@@ -1,0 +1,215 @@
+// The hidden versions directory: `MOUNT/.versions/<path of a file>/` holds one read-only file per unresolved
+// conflict version of that file, named `stem (device, YYYY-MM-DD HH.MM.SS).ext`. Its nodes are virtual (not
+// in the store, never uploaded), with ids that cannot clash with item ids (those have no ':'):
+//   "v:<item id>"                  the mirror of a directory (or of a conflicted file) under .versions
+//   "c:<item id>:<conflict id>"    one conflict version
+// Virtual entries are never cached by the kernel (timeouts 0), so they follow resolutions at once.
+// Writes under .versions fail with EROFS, except `rm` of a version (discard it) and `mv` of a version onto
+// its file's live path (make it current).
+import CFuse
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityCore
+
+/// What an inode stands for.
+enum Node {
+    case real(Item)
+    /// The mirror of item `of` under .versions (the root's mirror is .versions itself).
+    case versionsDir(of: Item)
+    case version(of: Item, conflict: WireConflict)
+
+    var isDirectory: Bool {
+        switch self {
+        case .real(let item): return item.isDirectory
+        case .versionsDir: return true
+        case .version: return false
+        }
+    }
+
+    var isVirtual: Bool {
+        if case .real = self { return false }
+        return true
+    }
+}
+
+extension FileSystem {
+    static let versionsName = ".versions"
+
+    static func versionsDirID(_ item: String) -> String { "v:" + item }
+    static func versionID(_ item: String, _ conflict: String) -> String { "c:" + item + ":" + conflict }
+
+    /// The node behind an id, if it (still) exists.
+    func node(_ id: String) -> Node? {
+        if id.hasPrefix("v:") {
+            let itemID = String(id.dropFirst(2))
+            guard let item = core.item(itemID), itemID == core.rootID || leadsToConflicts().contains(itemID) else {
+                return nil
+            }
+            return .versionsDir(of: item)
+        }
+        if id.hasPrefix("c:") {
+            let parts = id.dropFirst(2).split(separator: ":").map(String.init)
+            guard parts.count == 2, let item = core.item(parts[0]),
+                  let c = item.conflicts.first(where: { $0.id == parts[1] }) else { return nil }
+            return .version(of: item, conflict: c)
+        }
+        return core.item(id).map { .real($0) }
+    }
+
+    /// Ids of every conflicted file and every directory above one.
+    func leadsToConflicts() -> Set<String> {
+        var ids = Set<String>()
+        for item in core.conflictedItems() {
+            var cur: Item? = item
+            while let c = cur, ids.insert(c.id).inserted, let p = c.parent { cur = core.item(p) }
+        }
+        return ids
+    }
+
+    /// The children of a directory node, by name.
+    func children(_ id: String) throws(CoreError) -> [(name: String, id: String)] {
+        guard let node = node(id) else { throw .notFound }
+        switch node {
+        case .real(let item):
+            guard item.isDirectory else { throw .notDirectory }
+            var list = try core.list(item.id).map { ($0.name, $0.id) }
+            if item.id == core.rootID { list.insert((FileSystem.versionsName, FileSystem.versionsDirID(item.id)), at: 0) }
+            return list
+        case .versionsDir(let item):
+            if !item.isDirectory {
+                return versionNames(item).map { ($0.name, FileSystem.versionID(item.id, $0.conflict.id)) }
+            }
+            let wanted = leadsToConflicts()
+            return try core.list(item.id).filter { wanted.contains($0.id) }.map { ($0.name, FileSystem.versionsDirID($0.id)) }
+        case .version:
+            throw .notDirectory
+        }
+    }
+
+    /// One child of a directory node.
+    func child(_ parent: String, _ name: String) throws(CoreError) -> (id: String, node: Node)? {
+        if parent == core.rootID && name == FileSystem.versionsName {
+            return node(FileSystem.versionsDirID(parent)).map { (FileSystem.versionsDirID(parent), $0) }
+        }
+        if !parent.hasPrefix("v:") {
+            return core.lookup(parent: parent, name: name).map { ($0.id, .real($0)) }
+        }
+        guard let match = try children(parent).first(where: { $0.name == name }), let n = node(match.id) else {
+            return nil
+        }
+        return (match.id, n)
+    }
+
+    /// The names of a file's conflict versions, oldest first, made unique.
+    func versionNames(_ item: Item) -> [(name: String, conflict: WireConflict)] {
+        var stem = Substring(item.name), ext = Substring("")
+        if let dot = item.name.lastIndex(of: "."), dot != item.name.startIndex {
+            stem = item.name[..<dot]; ext = item.name[dot...]
+        }
+        var used = Set<String>()
+        return item.conflicts.sorted { ($0.mtime, $0.device, $0.id) < ($1.mtime, $1.device, $1.id) }.map { c in
+            let base = "\(stem) (\(c.device.replacingOccurrences(of: "/", with: "-")), \(localTime(c.mtime)))"
+            var name = base + ext, n = 2
+            while !used.insert(name).inserted { name = "\(base) \(n)\(ext)"; n += 1 }
+            return (name, c)
+        }
+    }
+
+    /// Attributes of a node.
+    func attributes(_ node: Node, ino: UInt64) -> stat {
+        switch node {
+        case .real(let item):
+            return attributes(item, ino: ino)
+        case .versionsDir(let item):
+            var st = stat()
+            st.st_ino = UInt(ino)
+            st.st_mode = S_IFDIR | 0o555
+            st.st_nlink = 2
+            st.st_uid = uid
+            st.st_gid = gid
+            st.st_size = 4096
+            st.st_mtim = timespec(tv_sec: Int(item.mtime / 1_000_000_000), tv_nsec: Int(item.mtime % 1_000_000_000))
+            st.st_atim = st.st_mtim
+            st.st_ctim = st.st_mtim
+            return st
+        case .version(_, let c):
+            var st = stat()
+            st.st_ino = UInt(ino)
+            st.st_mode = S_IFREG | 0o444
+            st.st_nlink = 1
+            st.st_uid = uid
+            st.st_gid = gid
+            st.st_size = off_t(c.size)
+            st.st_blksize = 4096
+            // Versions are not the container's own files: `du` of the mount leaves them out.
+            st.st_blocks = 0
+            st.st_mtim = timespec(tv_sec: Int(c.mtime / 1_000_000_000), tv_nsec: Int(c.mtime % 1_000_000_000))
+            st.st_atim = st.st_mtim
+            st.st_ctim = st.st_mtim
+            return st
+        }
+    }
+
+    // MARK: operations on versions
+
+    /// Opens a version read-only, fetching its content first if needed.
+    func openVersion(_ req: fuse_req_t, _ item: Item, _ c: WireConflict, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        if fi.pointee.flags & O_ACCMODE != O_RDONLY { return replyError(req, .readOnly) }
+        let info = fi.pointee
+        let finish: () -> Void = { [self] in
+            do {
+                var fi = info
+                let fd = try FileDescriptor.open(core.store.conflictPath(item.id, c.id), O_RDONLY)
+                fi.fh = addHandle(OpenFile(id: FileSystem.versionID(item.id, c.id), fd: fd, writable: false))
+                ubq_fi_set_keep_cache(&fi, 1)
+                if fuse_reply_open(req, &fi) != 0 { release(fi.fh) }
+            } catch { replyError(req, error) }
+        }
+        if core.hasLocalConflict(item.id, c.id) { return finish() }
+        if info.flags & O_NONBLOCK != 0 { return replyError(req, .wouldBlock) }
+        waitFor(req, start: { done in core.fetchConflict(item.id, c.id, done: done) }, then: finish)
+    }
+
+    /// `rm` of a version: discard it everywhere.
+    func unlinkVersion(_ req: fuse_req_t, _ parent: String, _ name: String) {
+        do {
+            guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
+                throw CoreError.notFound
+            }
+            try core.discardConflict(item.id, c.id)
+            fuse_reply_err(req, 0)
+        } catch { replyError(req, error) }
+    }
+
+    /// `mv` of a version onto its file's live path: make it current. Elsewhere in the mount: EXDEV, so that
+    /// `mv` copies it instead (and then discards it).
+    func renameVersion(_ req: fuse_req_t, _ parent: String, _ name: String, _ newParent: String, _ newName: String) {
+        do {
+            guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
+                throw CoreError.notFound
+            }
+            guard newParent == item.parent, newName == item.name else { return replyErrno(req, EXDEV) }
+            do {
+                try core.promoteConflict(item.id, c.id)
+                fuse_reply_err(req, 0)
+            } catch .wouldBlock {
+                waitFor(req, start: { done in core.fetchConflict(item.id, c.id, done: done) }) { [self] in
+                    do {
+                        try core.promoteConflict(item.id, c.id)
+                        fuse_reply_err(req, 0)
+                    } catch { replyError(req, error) }
+                }
+            }
+        } catch { replyError(req, error) }
+    }
+}
+
+/// A modification time as local `YYYY-MM-DD HH.MM.SS`.
+func localTime(_ ns: Int64) -> String {
+    var t = time_t(ns / 1_000_000_000)
+    var tm = tm()
+    localtime_r(&t, &tm)
+    return String(format: "%04d-%02d-%02d %02d.%02d.%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                  tm.tm_hour, tm.tm_min, tm.tm_sec)
+}
