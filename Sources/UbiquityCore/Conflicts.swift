@@ -47,6 +47,7 @@ extension Container {
             guard item.conflicts.contains(where: { $0.id == conflict }) else { throw .notFound }
             item.conflicts.removeAll { $0.id == conflict }
             item.metaDirty = true
+            discardedConflicts.insert(conflict)
             try saveLocalChange(item)
         }
         evictConflict(id, conflict)
@@ -66,6 +67,7 @@ extension Container {
                 syncDirectory(store.contentDirectory)
             } catch { throw CoreError.from(error) }
             item.conflicts.removeAll { $0.id == conflict }
+            discardedConflicts.insert(conflict)
             item.hasLocal = true
             item.dirty = true
             item.localSHA = nil

@@ -55,6 +55,9 @@ public final class Container: @unchecked Sendable {
     /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
     var contentGeneration: [String: Int] = [:]
     var transfers: [String: TransferState] = [:]
+    /// Conflict versions discarded here whose discard the remote has not acknowledged yet, so that a rebase on
+    /// a newer remote version does not bring them back.
+    var discardedConflicts: Set<String> = []
     private var notices: [Notice] = []
 
     var downloads: Downloads!
@@ -345,6 +348,27 @@ public final class Container: @unchecked Sendable {
             if children[parent]?[candidate] == nil && candidate != extra { return candidate }
             n += 1
         }
+    }
+
+    /// Links an item under its parent, moving a pending local item that holds the name to a free name, and
+    /// detaching a stale clean one (its own newer state follows in the feed). Expects the lock held.
+    func place(_ item: inout Item) throws {
+        let c = self
+        let parent = item.parent!
+        if let otherID = c.children[parent]?[item.name], otherID != item.id, var other = c.items[otherID] {
+            c.children[parent]?[item.name] = nil
+            c.notice(.removed(parent: parent, name: other.name, id: other.id))
+            if other.remoteVersion == 0 || other.isPending {
+                other.name = c.freeName(other.name, in: parent, avoiding: item.name)
+                other.metaDirty = true
+                try c.store.saveChanged(other)
+                c.items[other.id] = other
+                c.children[parent, default: [:]][other.name] = other.id
+                c.notice(.added(parent: parent, name: other.name))
+            }
+        }
+        c.children[parent, default: [:]][item.name] = item.id
+        c.notice(.added(parent: parent, name: item.name))
     }
 
     /// Marks the local content as changed. Expects the lock held.

@@ -232,9 +232,11 @@ struct Pusher {
     /// The remote moved on since this device last saw the item: merge, or keep both contents.
     private func resolve(_ current: WireItem?, snap: Snapshot, pushed: Item) throws {
         guard let current else { return try rebase(version: 0) }
-        if current.deleted || !snap.item.dirty || current.sha256 == pushed.remoteSHA || current.kind != .file {
-            // Edit against delete (the edit revives it), a metadata change, or the same content on both sides:
-            // this device's change goes on top of the remote's version.
+        let theirContentUnchanged = current.sha256 == snap.item.remoteSHA
+        if current.deleted || !snap.item.dirty || current.sha256 == pushed.remoteSHA || theirContentUnchanged
+            || current.kind != .file {
+            // Edit against delete (the edit revives it), a change on one side only, or the same content on both
+            // sides: this device's change goes on top of the remote's version, keeping what the remote changed.
             return try container.mutate {
                 guard var cur = container.items[id] else { return }
                 if !cur.dirty && !current.deleted {
@@ -244,7 +246,22 @@ struct Pusher {
                     cur.device = current.device
                     if cur.hasLocal && cur.localSHA != current.sha256 { container.notice(.changed(id, content: true)) }
                 }
-                cur.conflicts = current.conflicts
+                if !cur.metaDirty && !current.deleted {
+                    // Only the content changed here: take the remote's name, place, mode and attributes.
+                    let moved = cur.parent != current.parent || cur.name != current.name
+                    if moved {
+                        container.children[cur.parent!]?[cur.name] = nil
+                        container.notice(.removed(parent: cur.parent!, name: cur.name, id: id))
+                        cur.parent = current.parent
+                        cur.name = current.name
+                        try container.place(&cur)
+                    }
+                    cur.mode = current.mode
+                    cur.xattrs = current.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
+                    container.notice(.changed(id, content: false))
+                }
+                cur.conflicts = current.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+                if cur.conflicts != current.conflicts { cur.metaDirty = true }
                 cur.remoteVersion = current.version
                 try container.store.save(cur)
                 container.items[id] = cur
@@ -260,7 +277,8 @@ struct Pusher {
         try container.mutate {
             guard var cur = container.items[id] else { return }
             cur.remoteVersion = current.version
-            cur.conflicts = current.conflicts + [iWin ? theirs : mine]
+            cur.conflicts = current.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+                + [iWin ? theirs : mine]
             cur.metaDirty = true
             if !iWin {
                 // Their content becomes current; ours is kept as the conflict version just listed.

@@ -98,6 +98,7 @@ extension Container {
         try mutate { () throws(CoreError) in
             guard var item = items[id], !item.deleted else { throw .notFound }
             guard !item.conflicts.isEmpty else { return }
+            discardedConflicts.formUnion(item.conflicts.map(\.id))
             item.conflicts = []
             item.metaDirty = true
             try saveLocalChange(item)

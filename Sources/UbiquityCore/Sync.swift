@@ -113,7 +113,7 @@ final class SyncLoops: @unchecked Sendable {
                             device: "", hasLocal: w.kind == .dir, localSHA: nil, dirty: false, metaDirty: false,
                             deleted: false, pinned: false, xattrs: [:], conflicts: [])
             item.adopt(w)
-            try place(&item)
+            try c.place(&item)
             if item.kind == .file && c.isPinnedLocked(item.parent!) { toDownload.append(item.id) }
             try c.store.save(item)
             c.items[item.id] = item
@@ -138,34 +138,13 @@ final class SyncLoops: @unchecked Sendable {
         let oldConflicts = item.conflicts
         item.adopt(w)
         c.pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
-        if moved { try place(&item) }
+        if moved { try c.place(&item) }
         try c.store.save(item)
         c.items[item.id] = item
         c.notice(.changed(item.id, content: contentChanged))
         if contentChanged && item.kind == .file && c.isPinnedLocked(item.id) {
             toDownload.append(item.id)
         }
-    }
-
-    /// Links an item under its parent, moving a pending local item that holds the name to a free name, and
-    /// detaching a stale clean one (its own newer state follows in the feed). Expects the lock held.
-    private func place(_ item: inout Item) throws {
-        let c = container
-        let parent = item.parent!
-        if let otherID = c.children[parent]?[item.name], otherID != item.id, var other = c.items[otherID] {
-            c.children[parent]?[item.name] = nil
-            c.notice(.removed(parent: parent, name: other.name, id: other.id))
-            if other.remoteVersion == 0 || other.isPending {
-                other.name = c.freeName(other.name, in: parent, avoiding: item.name)
-                other.metaDirty = true
-                try c.store.saveChanged(other)
-                c.items[other.id] = other
-                c.children[parent, default: [:]][other.name] = other.id
-                c.notice(.added(parent: parent, name: other.name))
-            }
-        }
-        c.children[parent, default: [:]][item.name] = item.id
-        c.notice(.added(parent: parent, name: item.name))
     }
 
     /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and

@@ -84,7 +84,10 @@ enum MountCommand {
     /// Refuses a missing, non-directory or busy mount point; cleans up a stale one left by a dead daemon.
     static func checkMountpoint(_ path: String) throws {
         var st = stat()
-        if stat(path, &st) != 0 {
+        // statvfs always reaches a FUSE daemon (stat may be answered from the kernel's cache): a dead one
+        // answers ENOTCONN.
+        var vfs = statvfs()
+        if statvfs(path, &vfs) != 0 && errno == ENOTCONN || stat(path, &st) != 0 {
             if errno == ENOTCONN {
                 FileHandle.standardError.write(Data(
                     "ubiquityfs: \(path) was left mounted by a daemon that is gone; cleaning it up\n".utf8))
