@@ -1,1 +1,46 @@
 #include <microhttpd.h>
+#include <string.h>
+#include <stdint.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+// Swift cannot call variadic C functions: these fixed-argument wrappers cover what the stub needs.
+
+// Starts a daemon in thread-per-connection mode (poll(2), so no FD_SETSIZE limit), bound to the numeric address `host` (IPv4 or IPv6) and `port`
+// (0 picks a free port). Returns NULL when the address is not numeric or cannot be bound.
+static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
+                                               MHD_AccessHandlerCallback handler, void *handler_cls,
+                                               MHD_RequestCompletedCallback completed, void *completed_cls,
+                                               unsigned int idle_timeout_seconds) {
+    struct sockaddr_in v4;
+    struct sockaddr_in6 v6;
+    const struct sockaddr *addr;
+    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    memset(&v4, 0, sizeof v4);
+    memset(&v6, 0, sizeof v6);
+    if (inet_pton(AF_INET, host, &v4.sin_addr) == 1) {
+        v4.sin_family = AF_INET;
+        v4.sin_port = htons(port);
+        addr = (const struct sockaddr *)&v4;
+    } else if (inet_pton(AF_INET6, host, &v6.sin6_addr) == 1) {
+        v6.sin6_family = AF_INET6;
+        v6.sin6_port = htons(port);
+        addr = (const struct sockaddr *)&v6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        return NULL;
+    }
+    return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_SOCK_ADDR, addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_END);
+}
+
+// The port the daemon actually listens on.
+static inline uint16_t ubq_mhd_port(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
+}

@@ -1,0 +1,638 @@
+// The remote stub: plays "the cloud" over HTTP/1.1 on libmicrohttpd, per docs/WIRE.md.
+// One thread per connection, so a handler may block for a long poll or a throttled download.
+import CMicroHTTPD
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public struct StubConfig: Sendable {
+    /// Holds stub.sqlite, blobs/, tmp/ and token.
+    public var dataDir: String
+    /// A numeric address; loopback by default.
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port.
+    public var port: UInt16 = 0
+    /// Delay added to every answer.
+    public var latencyMs: Int = 0
+    /// Bytes per second per blob download, 0 = unlimited.
+    public var bandwidth: Int64 = 0
+    public var maxBlobBytes: Int64 = 64 << 30
+    public init(dataDir: String) { self.dataDir = dataDir }
+}
+
+/// What `StubServer.seed` puts at a path.
+public enum SeedContent: Sendable {
+    case directory
+    case bytes([UInt8])
+    /// A copy of a local file.
+    case file(path: String)
+}
+
+public struct StubError: Error, CustomStringConvertible, Sendable {
+    public let message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+public final class StubServer: @unchecked Sendable {
+    public let config: StubConfig
+    /// The bearer token every request but health must carry.
+    public let token: String
+    let store: StubStore
+    let counters = StubCounters()
+    let log = Logger("stub")
+    private let lock = NSLock()
+    private var daemon: OpaquePointer?
+    private var boundPort: UInt16 = 0
+
+    /// Opens (or creates) the data directory, the database and the token.
+    public init(config: StubConfig) throws {
+        self.config = config
+        try makeDirectories(config.dataDir)
+        store = try StubStore(dataDir: config.dataDir)
+        token = try Self.loadOrCreateToken(config.dataDir + "/token")
+    }
+
+    deinit { stop() }
+
+    private static func loadOrCreateToken(_ path: String) throws -> String {
+        if let data = FileManager.default.contents(atPath: path) {
+            let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard text.utf8.count == 64, isSHA256Hex(text) else { throw StubError("\(path): not a 64-hex-digit token") }
+            chmod(path, 0o600)
+            return text
+        }
+        let token = randomHex(bytes: 32)
+        let fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+        defer { fd.close() }
+        fchmod(fd.raw, 0o600)
+        try fd.writeAll(Array((token + "\n").utf8))
+        try fd.sync()
+        return token
+    }
+
+    /// The port actually bound; valid after `start()`.
+    public var port: UInt16 { lock.withLock { boundPort } }
+
+    /// Binds and serves in background threads.
+    public func start() throws {
+        try lock.withLock {
+            guard daemon == nil else { return }
+            store.setStopping(false)
+            let me = Unmanaged.passUnretained(self).toOpaque()
+            let d = ubq_mhd_start(config.host, config.port, { cls, connection, url, method, _, upload, uploadSize, context in
+                let server = Unmanaged<StubServer>.fromOpaque(cls!).takeUnretainedValue()
+                return server.handle(connection: connection!, url: url.map { String(cString: $0) } ?? "",
+                                     method: method.map { String(cString: $0) } ?? "",
+                                     upload: upload, uploadSize: uploadSize!, context: context!)
+            }, me, { _, _, context, _ in
+                if let context, let ex = context.pointee {
+                    Unmanaged<Exchange>.fromOpaque(ex).release()
+                    context.pointee = nil
+                }
+            }, nil, 300)
+            guard let d else {
+                let why = Errno.current
+                throw StubError("cannot serve on \(config.host):\(config.port): \(why)")
+            }
+            daemon = d
+            boundPort = ubq_mhd_port(d)
+            log.info("serving on \(config.host):\(boundPort), data in \(config.dataDir)")
+        }
+    }
+
+    /// Stops serving: wakes long polls, ends downloads and waits for connection threads.
+    public func stop() {
+        let d: OpaquePointer? = lock.withLock {
+            let d = daemon
+            daemon = nil
+            return d
+        }
+        guard let d else { return }
+        store.setStopping(true)
+        MHD_stop_daemon(d)
+        log.info("stopped")
+    }
+
+    /// Creates a file or directory directly in a container, as if from another device: makes missing parents
+    /// along `path` (relative to the container root) and replaces the content of an existing file.
+    public func seed(container: String, path: String, contents: SeedContent, device: String,
+                     mtime: Int64?) throws -> WireItem {
+        _ = try store.ensureContainer(container)
+        var names = path.split(separator: "/").map(String.init)
+        for name in names where !WireRules.isValidName(name) { throw StubError("bad name \(name) in \(path)") }
+        let leaf = names.popLast()
+        var content: (sha256: String, size: Int64)?
+        switch contents {
+        case .directory:
+            content = nil
+        case .bytes(let bytes):
+            content = try importBlob(container) { w in bytes.withUnsafeBytes { w.write($0) } }
+        case .file(let source):
+            content = try importBlob(container) { w in
+                let fd = try FileDescriptor.open(source, O_RDONLY)
+                defer { fd.close() }
+                let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+                defer { buf.deallocate() }
+                while true {
+                    let n = try fd.read(into: buf)
+                    if n == 0 { break }
+                    w.write(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
+                }
+            }
+        }
+        if leaf == nil && content != nil { throw StubError("a file needs a path") }
+        return try store.seed(container, dirs: names, leaf: leaf, content: content, device: device,
+                              mtime: mtime ?? nowNanoseconds())
+    }
+
+    private func importBlob(_ cid: String, _ fill: (BlobWriter) throws -> Void) throws -> (sha256: String, size: Int64) {
+        let writer = try BlobWriter(tmpDir: store.tmpDir)
+        defer { writer.discard() }
+        try fill(writer)
+        let sha = try writer.finish()
+        if sha != emptySHA256 { _ = try store.commitBlob(cid, sha, size: writer.written, tmpPath: writer.tmpPath) }
+        return (sha, writer.written)
+    }
+}
+
+// MARK: - Requests
+
+/// Where a request goes, after its path has been taken apart.
+enum Route {
+    case health, stats, faults
+    case container(String)
+    case changes(String)
+    case item(String, String)
+    case blob(String, String)
+    /// A recognised route with a malformed id or hash.
+    case invalid(String)
+    case unknown
+
+    init(path: String) {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count >= 3, parts[0] == "", parts[1] == "v1" else { self = .unknown; return }
+        switch parts.count {
+        case 3 where parts[2] == "health": self = .health
+        case 3 where parts[2] == "stats": self = .stats
+        case 3 where parts[2] == "faults": self = .faults
+        case 4 where parts[2] == "containers":
+            self = WireRules.isValidContainerID(parts[3]) ? .container(parts[3]) : .invalid("bad container id")
+        case 5 where parts[2] == "containers" && parts[4] == "changes":
+            self = WireRules.isValidContainerID(parts[3]) ? .changes(parts[3]) : .invalid("bad container id")
+        case 6 where parts[2] == "containers" && (parts[4] == "items" || parts[4] == "blobs"):
+            let cid = parts[3], key = parts[5]
+            guard WireRules.isValidContainerID(cid) else { self = .invalid("bad container id"); return }
+            if parts[4] == "items" {
+                self = WireRules.isValidID(key) ? .item(cid, key) : .invalid("bad item id")
+            } else {
+                self = isSHA256Hex(key) ? .blob(cid, key) : .invalid("bad blob hash")
+            }
+        default: self = .unknown
+        }
+    }
+
+    var allowedMethods: [String] {
+        switch self {
+        case .health, .stats: return ["GET"]
+        case .faults: return ["POST"]
+        case .container: return ["PUT"]
+        case .changes: return ["GET"]
+        case .item: return ["GET", "PUT", "DELETE"]
+        case .blob: return ["HEAD", "GET", "PUT"]
+        case .invalid: return ["GET", "HEAD", "PUT", "DELETE", "POST"]
+        case .unknown: return []
+        }
+    }
+
+    /// Health, stats and faults are neither counted nor failed by injected faults.
+    var isBookkeeping: Bool {
+        switch self {
+        case .health, .stats, .faults: return true
+        default: return false
+        }
+    }
+}
+
+/// One request in flight: created on MHD's first call, released when MHD reports it complete.
+final class Exchange {
+    let method: String
+    let url: String
+    let route: Route
+    var body: [UInt8] = []
+    var bodyTooLarge = false
+    var writer: BlobWriter?
+    var declaredLength: Int64?
+    var blobAlreadyThere = false
+    /// An answer settled before the body arrived: the body is drained, then this goes out.
+    var pending: Reply?
+    var answered = false
+
+    init(method: String, url: String, route: Route) {
+        self.method = method; self.url = url; self.route = route
+    }
+
+    deinit { writer?.discard() }
+}
+
+struct Reply {
+    enum Body {
+        case json([UInt8])
+        case stream(BlobStream)
+    }
+    var status: Int
+    var body: Body
+    var headers: [(String, String)] = []
+
+    static func json<T: Encodable>(_ status: Int, _ value: T, headers: [(String, String)] = []) -> Reply {
+        let bytes = (try? JSONEncoder.wire.encode(value)).map { Array($0) } ?? Array("{}".utf8)
+        return Reply(status: status, body: .json(bytes), headers: headers)
+    }
+
+    static func error(_ status: Int, _ message: String, current: WireItem? = nil) -> Reply {
+        json(status, WireError(error: message, current: current))
+    }
+}
+
+/// Serves a blob file's bytes to MHD's content reader, applying throttle and download faults.
+final class BlobStream {
+    let fd: FileDescriptor?
+    let offset: Int64
+    let length: Int64
+    let dropAfter: Int64?
+    let corrupt: Bool
+    let bandwidth: Int64
+    let started = monotonicNanoseconds()
+    let isStopping: () -> Bool
+
+    init(fd: FileDescriptor?, offset: Int64, length: Int64, dropAfter: Int64?, corrupt: Bool, bandwidth: Int64,
+         isStopping: @escaping () -> Bool) {
+        self.fd = fd; self.offset = offset; self.length = length; self.dropAfter = dropAfter
+        self.corrupt = corrupt; self.bandwidth = bandwidth; self.isStopping = isStopping
+    }
+
+    deinit { fd?.close() }
+
+    /// MHD's content reader: bytes from `pos` (relative to the body) into `buf`; -1 at the end, -2 to abort.
+    func read(pos: UInt64, into buf: UnsafeMutablePointer<CChar>?, max: Int) -> Int {
+        let pos = Int64(pos)
+        guard let fd, let buf else { return -2 }
+        if pos >= length { return -1 }
+        if let dropAfter, pos >= dropAfter { return -2 }
+        var n = Int64(max)
+        n = min(n, length - pos)
+        if let dropAfter { n = min(n, dropAfter - pos) }
+        if bandwidth > 0 {
+            n = min(n, Swift.max(1, bandwidth / 20))
+            // Send no faster than `bandwidth`: these bytes are due no earlier than (pos + n) / bandwidth seconds.
+            let due = started + Int64(Double(pos + n) * 1e9 / Double(bandwidth))
+            while true {
+                if isStopping() { return -2 }
+                let now = monotonicNanoseconds()
+                if now >= due { break }
+                usleep(useconds_t(Swift.min(due - now, 100_000_000) / 1000))
+            }
+        }
+        if isStopping() { return -2 }
+        let got: Int
+        do {
+            got = try fd.read(into: UnsafeMutableRawBufferPointer(start: buf, count: Int(n)), at: offset + pos)
+        } catch {
+            return -2
+        }
+        if got == 0 { return -2 }
+        if corrupt && pos == 0 { buf[0] = CChar(bitPattern: UInt8(bitPattern: buf[0]) ^ 0xff) }
+        return got
+    }
+}
+
+extension StubServer {
+    private func header(_ connection: OpaquePointer, _ name: String) -> String? {
+        MHD_lookup_connection_value(connection, .HEADER_KIND, name).map { String(cString: $0) }
+    }
+
+    private func argument(_ connection: OpaquePointer, _ name: String) -> String? {
+        MHD_lookup_connection_value(connection, .GET_ARGUMENT_KIND, name).map { String(cString: $0) }
+    }
+
+    /// MHD's access handler: called once with the headers, once per body chunk, and once at the end.
+    fileprivate func handle(connection: OpaquePointer, url: String, method: String,
+                            upload: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
+                            context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+        guard let raw = context.pointee else {
+            let ex = begin(connection: connection, url: url, method: method)
+            context.pointee = Unmanaged.passRetained(ex).toOpaque()
+            if let pending = ex.pending {
+                // Refuse a large or unsized body at once rather than drain it (MHD then closes the connection).
+                let hasBody = header(connection, "Transfer-Encoding") != nil || (ex.declaredLength ?? 0) > 0
+                if hasBody && (ex.declaredLength == nil || ex.declaredLength! > 1 << 20) {
+                    ex.answered = true
+                    return send(connection, ex, pending)
+                }
+            }
+            return .YES
+        }
+        let ex = Unmanaged<Exchange>.fromOpaque(raw).takeUnretainedValue()
+        if uploadSize.pointee > 0 {
+            if !ex.answered && ex.pending == nil {
+                consume(ex, UnsafeRawBufferPointer(start: upload, count: uploadSize.pointee))
+            }
+            uploadSize.pointee = 0
+            return .YES
+        }
+        if ex.answered { return .YES }
+        ex.answered = true
+        let reply = ex.pending ?? finish(connection: connection, ex)
+        return send(connection, ex, reply)
+    }
+
+    /// The checks that need no body: route, method, token, injected failures, sizes.
+    private func begin(connection: OpaquePointer, url: String, method: String) -> Exchange {
+        let route = Route(path: url)
+        let ex = Exchange(method: method, url: url, route: route)
+        if let length = header(connection, "Content-Length") { ex.declaredLength = Int64(length) }
+        if !route.isBookkeeping { counters.update { $0.requests += 1 } }
+        ex.pending = precheck(connection, ex)
+        return ex
+    }
+
+    private func precheck(_ connection: OpaquePointer, _ ex: Exchange) -> Reply? {
+        let route = ex.route
+        if case .unknown = route { return .error(404, "no such route") }
+        guard route.allowedMethods.contains(ex.method) else {
+            var r = Reply.error(405, "method not allowed")
+            r.headers.append(("Allow", route.allowedMethods.joined(separator: ", ")))
+            return r
+        }
+        if case .health = route { return nil }
+        guard authorized(header(connection, "Authorization")) else { return .error(401, "missing or wrong token") }
+        if !route.isBookkeeping, let status = counters.takeFailure() { return .error(status, "injected fault") }
+        switch route {
+        case .invalid(let why):
+            return .error(400, why)
+        case .blob(let cid, let sha) where ex.method == "PUT":
+            do {
+                guard try store.containerExists(cid) else { return .error(404, "no such container") }
+                guard let length = ex.declaredLength, length >= 0 else { return .error(400, "Content-Length needed") }
+                guard length <= config.maxBlobBytes else { return .error(413, "blob larger than \(config.maxBlobBytes) bytes") }
+                if try store.blobSize(cid, sha) != nil {
+                    ex.blobAlreadyThere = true
+                } else {
+                    ex.writer = try BlobWriter(tmpDir: store.tmpDir)
+                }
+            } catch {
+                return failureReply(error)
+            }
+        case .item, .faults:
+            if let length = ex.declaredLength, length > Int64(WireRules.maxJSONBytes) {
+                return .error(413, "body larger than \(WireRules.maxJSONBytes) bytes")
+            }
+        default:
+            break
+        }
+        return nil
+    }
+
+    private func authorized(_ value: String?) -> Bool {
+        guard let value else { return false }
+        let want = Array(("Bearer " + token).utf8), got = Array(value.utf8)
+        guard want.count == got.count else { return false }
+        var diff: UInt8 = 0
+        for i in 0..<want.count { diff |= want[i] ^ got[i] }
+        return diff == 0
+    }
+
+    private func consume(_ ex: Exchange, _ chunk: UnsafeRawBufferPointer) {
+        if let writer = ex.writer {
+            writer.write(chunk)
+        } else if ex.blobAlreadyThere {
+            return
+        } else if !ex.bodyTooLarge {
+            if ex.body.count + chunk.count > WireRules.maxJSONBytes {
+                ex.bodyTooLarge = true
+                ex.body = []
+            } else {
+                ex.body.append(contentsOf: chunk)
+            }
+        }
+    }
+
+    private func failureReply(_ error: Error) -> Reply {
+        if let f = error as? StubFailure { return .error(f.status, f.message, current: f.current) }
+        if let e = error as? SQLiteError, e.isDiskFull { return .error(503, "disk full") }
+        if let e = error as? Errno, e == .noSpace { return .error(503, "disk full") }
+        log.error("internal error: \(error)")
+        return .error(500, "\(error)")
+    }
+
+    /// The answer to a request whose body (if any) has fully arrived.
+    private func finish(connection: OpaquePointer, _ ex: Exchange) -> Reply {
+        if ex.bodyTooLarge { return .error(413, "body larger than \(WireRules.maxJSONBytes) bytes") }
+        do {
+            switch ex.route {
+            case .health:
+                return .json(200, ["ok": true])
+            case .stats:
+                return .json(200, counters.snapshot)
+            case .faults:
+                let faults = try decode(WireFaults.self, ex.body)
+                return .json(200, try counters.arm(faults))
+            case .container(let cid):
+                return .json(200, try store.ensureContainer(cid))
+            case .changes(let cid):
+                return try changes(connection, cid)
+            case .item(let cid, let id):
+                return try itemRoute(connection, ex, cid, id)
+            case .blob(let cid, let sha):
+                switch ex.method {
+                case "PUT": return try putBlob(ex, cid, sha)
+                default: return try getBlob(connection, ex, cid, sha)
+                }
+            case .invalid(let why):
+                return .error(400, why)
+            case .unknown:
+                return .error(404, "no such route")
+            }
+        } catch {
+            return failureReply(error)
+        }
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ body: [UInt8]) throws -> T {
+        do {
+            return try JSONDecoder().decode(type, from: Data(body))
+        } catch {
+            throw StubFailure(400, "bad JSON body")
+        }
+    }
+
+    private func changes(_ connection: OpaquePointer, _ cid: String) throws -> Reply {
+        var since: Int64 = 0
+        if let s = argument(connection, "since"), !s.isEmpty {
+            guard let v = Int64(s), v >= 0 else { throw StubFailure(400, "bad since token") }
+            since = v
+        }
+        var limit = 1000
+        if let s = argument(connection, "limit"), !s.isEmpty {
+            guard let v = Int(s), v > 0 else { throw StubFailure(400, "bad limit") }
+            limit = min(v, 10_000)
+        }
+        var wait = 0
+        if let s = argument(connection, "wait"), !s.isEmpty {
+            guard let v = Int(s), v >= 0 else { throw StubFailure(400, "bad wait") }
+            wait = min(v, 60)
+        }
+        let answer = try store.changes(cid, since: since, limit: limit, wait: wait)
+        counters.update { $0.changesRequests += 1 }
+        return .json(200, answer)
+    }
+
+    private func itemRoute(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ id: String) throws -> Reply {
+        switch ex.method {
+        case "GET":
+            return .json(200, try store.item(cid, id))
+        case "PUT":
+            let ifMatch = header(connection, "If-Match"), ifNoneMatch = header(connection, "If-None-Match")
+            let condition: WriteCondition
+            switch (ifMatch, ifNoneMatch) {
+            case (let m?, nil):
+                guard let v = parseVersion(m) else { throw StubFailure(400, "bad If-Match version") }
+                condition = .ifMatch(v)
+            case (nil, let n?):
+                guard n.trimmingCharacters(in: .whitespaces) == "*" else { throw StubFailure(400, "If-None-Match must be *") }
+                condition = .ifNoneMatch
+            default:
+                throw StubFailure(400, "exactly one of If-Match and If-None-Match: * is needed")
+            }
+            let body = try decode(WireItem.self, ex.body)
+            let stored = try store.putItem(cid, id, body, condition)
+            counters.update { $0.itemPuts += 1 }
+            return .json(200, stored)
+        default: // DELETE
+            guard let m = header(connection, "If-Match"), let v = parseVersion(m) else {
+                throw StubFailure(400, "If-Match version needed")
+            }
+            let tomb = try store.deleteItem(cid, id, ifMatch: v, device: header(connection, "X-Device") ?? "")
+            counters.update { $0.itemDeletes += 1 }
+            return .json(200, tomb)
+        }
+    }
+
+    /// A version in If-Match, bare or quoted like an entity tag.
+    private func parseVersion(_ s: String) -> Int64? {
+        var t = s.trimmingCharacters(in: .whitespaces)
+        if t.count >= 2 && t.hasPrefix("\"") && t.hasSuffix("\"") { t = String(t.dropFirst().dropLast()) }
+        guard let v = Int64(t), v >= 0 else { return nil }
+        return v
+    }
+
+    private func putBlob(_ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
+        struct Stored: Encodable { let sha256: String; let size: Int64 }
+        if ex.blobAlreadyThere {
+            let size = try store.blobSize(cid, sha) ?? 0
+            counters.update { $0.blobPuts += 1 }
+            return .json(200, Stored(sha256: sha, size: size))
+        }
+        guard let writer = ex.writer else { throw StubFailure(500, "no upload in progress") }
+        defer { writer.discard(); ex.writer = nil }
+        let got = try writer.finish()
+        guard writer.written == ex.declaredLength else {
+            throw StubFailure(422, "received \(writer.written) bytes of \(ex.declaredLength ?? -1)")
+        }
+        guard got == sha else { throw StubFailure(422, "the bytes hash to \(got)") }
+        let created = sha == emptySHA256 ? false : try store.commitBlob(cid, sha, size: writer.written, tmpPath: writer.tmpPath)
+        counters.update { $0.blobPuts += 1 }
+        return .json(created ? 201 : 200, Stored(sha256: sha, size: writer.written))
+    }
+
+    private func getBlob(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
+        guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
+        guard let size = try store.blobSize(cid, sha) else { throw StubFailure(404, "no such blob") }
+        var headers: [(String, String)] = [("Accept-Ranges", "bytes"), ("X-Content-SHA256", sha),
+                                           ("Content-Type", "application/octet-stream")]
+        let stopping: () -> Bool = { [store] in store.isStopping }
+        if ex.method == "HEAD" {
+            return Reply(status: 200, body: .stream(BlobStream(fd: nil, offset: 0, length: size, dropAfter: nil,
+                                                               corrupt: false, bandwidth: 0, isStopping: stopping)),
+                         headers: headers)
+        }
+        var status = 200
+        var start: Int64 = 0, length = size
+        if let range = header(connection, "Range") {
+            guard let (a, b) = parseRange(range, size: size) else {
+                var r = Reply.error(416, "bad range \(range)")
+                r.headers.append(("Content-Range", "bytes */\(size)"))
+                return r
+            }
+            if size > 0 {
+                status = 206
+                start = a; length = b - a + 1
+                headers.append(("Content-Range", "bytes \(a)-\(b)/\(size)"))
+            }
+        }
+        let fd: FileDescriptor? = size == 0 ? nil : try FileDescriptor.open(store.blobPath(cid, sha), O_RDONLY)
+        let faults = counters.takeDownloadFaults(length: length)
+        counters.update {
+            $0.blobGets += 1
+            $0.blobGetsBySha[sha, default: 0] += 1
+        }
+        let stream = BlobStream(fd: fd, offset: start, length: length, dropAfter: faults.dropAfter,
+                                corrupt: faults.corrupt, bandwidth: config.bandwidth, isStopping: stopping)
+        return Reply(status: status, body: .stream(stream), headers: headers)
+    }
+
+    /// `bytes=A-`, `bytes=A-B` or `bytes=-N` as first and last offsets; nil when unsatisfiable.
+    /// On an empty blob `bytes=0-` is accepted (and answered with the whole, empty, body).
+    private func parseRange(_ value: String, size: Int64) -> (Int64, Int64)? {
+        let v = value.trimmingCharacters(in: .whitespaces)
+        guard v.hasPrefix("bytes="), !v.contains(",") else { return nil }
+        let spec = v.dropFirst(6)
+        guard let dash = spec.firstIndex(of: "-") else { return nil }
+        let first = spec[..<dash], last = spec[spec.index(after: dash)...]
+        if first.isEmpty {
+            guard let n = Int64(last), n > 0, size > 0 else { return nil }
+            return (max(0, size - n), size - 1)
+        }
+        guard let a = Int64(first), a >= 0 else { return nil }
+        if size == 0 && a == 0 && last.isEmpty { return (0, -1) }
+        guard a < size else { return nil }
+        if last.isEmpty { return (a, size - 1) }
+        guard let b = Int64(last), b >= a else { return nil }
+        return (a, min(b, size - 1))
+    }
+
+    /// Queues the answer on the connection, after the configured latency.
+    private func send(_ connection: OpaquePointer, _ ex: Exchange, _ reply: Reply) -> MHD_Result {
+        if config.latencyMs > 0 { usleep(useconds_t(config.latencyMs) * 1000) }
+        let response: OpaquePointer?
+        var contentType = "application/json"
+        switch reply.body {
+        case .json(let bytes):
+            response = bytes.withUnsafeBytes {
+                MHD_create_response_from_buffer($0.count, UnsafeMutableRawPointer(mutating: $0.baseAddress),
+                                                .RESPMEM_MUST_COPY)
+            }
+        case .stream(let stream):
+            contentType = "application/octet-stream"
+            let cls = Unmanaged.passRetained(stream).toOpaque()
+            response = MHD_create_response_from_callback(UInt64(stream.length), 64 * 1024, { cls, pos, buf, max in
+                Unmanaged<BlobStream>.fromOpaque(cls!).takeUnretainedValue().read(pos: pos, into: buf, max: max)
+            }, cls, { cls in
+                Unmanaged<BlobStream>.fromOpaque(cls!).release()
+            })
+            if response == nil { Unmanaged<BlobStream>.fromOpaque(cls).release() }
+        }
+        guard let response else {
+            log.error("cannot create a response for \(ex.method) \(ex.url)")
+            return .NO
+        }
+        defer { MHD_destroy_response(response) }
+        var headers = reply.headers
+        if !headers.contains(where: { $0.0 == "Content-Type" }) { headers.append(("Content-Type", contentType)) }
+        for (name, value) in headers { _ = MHD_add_response_header(response, name, value) }
+        log.debug("\(ex.method) \(ex.url) -> \(reply.status)")
+        return MHD_queue_response(connection, UInt32(reply.status), response)
+    }
+}
