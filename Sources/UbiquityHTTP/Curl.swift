@@ -92,6 +92,9 @@ final class CurlRequest {
     private var bodyDecided = false
     private var bodyToFile = false
 
+    /// The request sends a file (a blob upload).
+    var isUpload: Bool { sourceFD != nil }
+
     /// For uploads from a file.
     private var sourceFD: FileDescriptor?
     private var sourceRemaining: Int64 = 0

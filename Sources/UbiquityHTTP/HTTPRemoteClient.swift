@@ -27,7 +27,7 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
     public let baseURL: String
     public let container: String
     public let timeouts: HTTPTimeouts
-    /// The name of this device; only used in log lines (items carry their own `device`).
+    /// The name of this device: in log lines and in `X-Device` on deletes (items carry their own `device`).
     public let device: String
     private let token: String
     private let pool = CurlHandlePool()
@@ -35,7 +35,8 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
     /// Largest JSON answer accepted (a change page of many items with extended attributes can be big).
     static let maxJSONAnswer = 256 << 20
 
-    /// `baseURL` like "http://127.0.0.1:8443"; `container` the container id.
+    /// `baseURL` like "http://127.0.0.1:8443"; `container` the container id; `device` names this device in
+    /// log lines and in the `X-Device` header of a delete (so the tombstone says who deleted).
     public init(baseURL: String, token: String, container: String, timeouts: HTTPTimeouts = .init(),
                 device: String = "") {
         var base = baseURL
@@ -44,7 +45,8 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
         self.token = token
         self.container = container
         self.timeouts = timeouts
-        self.device = device
+        // A header value: no control characters.
+        self.device = String(device.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f })
     }
 
     // MARK: - RemoteClient
@@ -82,7 +84,9 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
     }
 
     public func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem {
-        try json("DELETE", url(["v1", "containers", container, "items", id]), headers: ["If-Match: \(ifMatch)"])
+        var headers = ["If-Match: \(ifMatch)"]
+        if !device.isEmpty { headers.append("X-Device: \(device)") }  // names the device in the tombstone
+        return try json("DELETE", url(["v1", "containers", container, "items", id]), headers: headers)
     }
 
     public func hasBlob(sha256: String) throws(RemoteError) -> Bool {
@@ -266,6 +270,11 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
         if let local = req.localFailure { return local }
         if req.bodyTooLarge {
             return .server(status: req.status, message: "answer too large (HTTP \(req.status))")
+        }
+        // The server refused (say, an upload before reading its body) and closed: its answer says more
+        // than the broken send.
+        if req.status >= 400 && (code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR) {
+            return HTTPMapping.error(status: req.status, body: req.body, blobUpload: req.isUpload)
         }
         let hp = HTTPMapping.hostPort(baseURL)
         let curlText: String = {
