@@ -184,8 +184,10 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
         case .request(let s):
             _ = ubq_easy_setopt_long(h, CURLOPT_TIMEOUT, max(1, s))
         case .stall:
+            // libcurl's check as a backstop; the exact one runs in the progress callback.
             _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, 1)
             _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, max(1, timeouts.stallSeconds))
+            req.stallLimit = Int64(max(1, timeouts.stallSeconds)) * 1_000_000_000
         }
         _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, req.errorBuffer)
 
@@ -200,7 +202,7 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
             return size * count
         }
         _ = ubq_easy_setopt_pointer(h, CURLOPT_HEADERDATA, ctx)
-        if progress != nil {
+        if progress != nil || req.stallLimit != nil {
             _ = ubq_easy_setopt_long(h, CURLOPT_NOPROGRESS, 0)
             _ = ubq_easy_setopt_xferinfo_function(h) { ctx, _, dlnow, _, ulnow in
                 let req = Unmanaged<CurlRequest>.fromOpaque(ctx!).takeUnretainedValue()
@@ -252,6 +254,8 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
         req.finish()
         var osErrno = 0
         _ = ubq_easy_getinfo_long(h, CURLINFO_OS_ERRNO, &osErrno)
+        // The box dies with this call: leave no pointer into it in the idle handle.
+        _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, nil)
         pool.release(h)
 
         let ms = (monotonicNanoseconds() - started) / 1_000_000
@@ -266,6 +270,9 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
 
     /// The RemoteError for a transfer libcurl did not finish.
     private func failure(code: CURLcode, request req: CurlRequest, osErrno: Int, timeout: Timeout?) -> RemoteError {
+        if req.stalled {
+            return .unreachable("transfer with \(HTTPMapping.hostPort(baseURL)) stalled: nothing moved for \(timeouts.stallSeconds) s")
+        }
         if req.cancelled || code == CURLE_ABORTED_BY_CALLBACK && req.localFailure == nil { return .cancelled }
         if let local = req.localFailure { return local }
         if req.bodyTooLarge {
