@@ -131,10 +131,13 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
                     throw .server(status: r.status, message: "the server ignored the range request from byte \(start)")
                 }
             }
-            if let progress, !progress(r.fileOffset) { throw .cancelled }
+            // Bytes went in with pwrite at explicit offsets: leave the position after them, as write would.
+            _ = lseek(fd.raw, off_t(r.fileOffset), SEEK_SET)
+            // The final count; the download is complete, so a late "stop" changes nothing.
+            _ = progress?(r.fileOffset)
         case 416 where start > 0 && r.contentRange.flatMap(HTTPMapping.contentRangeTotal) == start:
             // Already complete: the blob has exactly `offset` bytes.
-            if let progress, !progress(start) { throw .cancelled }
+            _ = progress?(start)
         default:
             throw HTTPMapping.error(status: r.status, body: r.body)
         }

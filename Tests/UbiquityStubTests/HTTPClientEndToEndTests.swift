@@ -203,6 +203,7 @@ func fileItem(_ id: String, name: String, sha256: String = emptySHA256, size: In
         let out = try h.openOutput("whole")
         var last: Int64 = 0
         try h.client.downloadBlob(sha256: sha, offset: 0, to: out.fd) { last = $0; return true }
+        #expect(lseek(out.fd.raw, 0, SEEK_CUR) == off_t(size), "the position ends after the bytes")
         out.fd.close()
         #expect(last == Int64(size))
         #expect(try sha256OfFile(out.path).sha256 == sha)
