@@ -7,7 +7,7 @@
 
 // Swift cannot call variadic C functions: these fixed-argument wrappers cover what the stub needs.
 
-// Starts a daemon in thread-per-connection mode, bound to the numeric address `host` (IPv4 or IPv6) and `port`
+// Starts a daemon in thread-per-connection mode (poll(2), so no FD_SETSIZE limit), bound to the numeric address `host` (IPv4 or IPv6) and `port`
 // (0 picks a free port). Returns NULL when the address is not numeric or cannot be bound.
 static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                                MHD_AccessHandlerCallback handler, void *handler_cls,
@@ -16,7 +16,7 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
     struct sockaddr_in v4;
     struct sockaddr_in6 v6;
     const struct sockaddr *addr;
-    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
+    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
     memset(&v4, 0, sizeof v4);
     memset(&v6, 0, sizeof v6);
     if (inet_pton(AF_INET, host, &v4.sin_addr) == 1) {

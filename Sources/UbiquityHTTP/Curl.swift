@@ -92,6 +92,9 @@ final class CurlRequest {
     private var bodyDecided = false
     private var bodyToFile = false
 
+    /// The request sends a file (a blob upload).
+    var isUpload: Bool { sourceFD != nil }
+
     /// For uploads from a file.
     private var sourceFD: FileDescriptor?
     private var sourceRemaining: Int64 = 0
@@ -202,12 +205,30 @@ final class CurlRequest {
         }
     }
 
-    /// Periodic progress from libcurl. Returns false to abort the transfer.
+    /// For transfers: give up when no byte moved for this long (ns). libcurl's own low-speed check averages
+    /// over a few seconds' window, so it notices a stall only some seconds late; this one is exact.
+    var stallLimit: Int64?
+    /// The transfer was abandoned because nothing moved for `stallLimit`.
+    private(set) var stalled = false
+    private var movedCount: Int64 = -1
+    private var movedTime: Int64 = 0
+
+    /// Periodic progress from libcurl (several times a second, also while idle). Returns false to abort.
     func tick(downloaded: Int64, uploaded: Int64) -> Bool {
+        let now = monotonicNanoseconds()
+        if let stallLimit {
+            let moved = downloaded + uploaded
+            if moved != movedCount {
+                movedCount = moved
+                movedTime = now
+            } else if now - movedTime >= stallLimit {
+                stalled = true
+                return false
+            }
+        }
         guard let progress else { return true }
         let done: Int64
         if case .file = sink { done = fileOffset } else { done = uploaded }
-        let now = monotonicNanoseconds()
         // Report every change, and at least twice a second while stalled so a cancel still gets through.
         guard done != lastReported || now - lastReportTime >= 500_000_000 else { return true }
         lastReported = done

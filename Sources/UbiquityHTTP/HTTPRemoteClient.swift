@@ -27,7 +27,7 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
     public let baseURL: String
     public let container: String
     public let timeouts: HTTPTimeouts
-    /// The name of this device; only used in log lines (items carry their own `device`).
+    /// The name of this device: in log lines and in `X-Device` on deletes (items carry their own `device`).
     public let device: String
     private let token: String
     private let pool = CurlHandlePool()
@@ -35,7 +35,8 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
     /// Largest JSON answer accepted (a change page of many items with extended attributes can be big).
     static let maxJSONAnswer = 256 << 20
 
-    /// `baseURL` like "http://127.0.0.1:8443"; `container` the container id.
+    /// `baseURL` like "http://127.0.0.1:8443"; `container` the container id; `device` names this device in
+    /// log lines and in the `X-Device` header of a delete (so the tombstone says who deleted).
     public init(baseURL: String, token: String, container: String, timeouts: HTTPTimeouts = .init(),
                 device: String = "") {
         var base = baseURL
@@ -44,7 +45,8 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
         self.token = token
         self.container = container
         self.timeouts = timeouts
-        self.device = device
+        // A header value: no control characters.
+        self.device = String(device.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f })
     }
 
     // MARK: - RemoteClient
@@ -82,7 +84,9 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
     }
 
     public func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem {
-        try json("DELETE", url(["v1", "containers", container, "items", id]), headers: ["If-Match: \(ifMatch)"])
+        var headers = ["If-Match: \(ifMatch)"]
+        if !device.isEmpty { headers.append("X-Device: \(device)") }  // names the device in the tombstone
+        return try json("DELETE", url(["v1", "containers", container, "items", id]), headers: headers)
     }
 
     public func hasBlob(sha256: String) throws(RemoteError) -> Bool {
@@ -127,10 +131,13 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
                     throw .server(status: r.status, message: "the server ignored the range request from byte \(start)")
                 }
             }
-            if let progress, !progress(r.fileOffset) { throw .cancelled }
+            // Bytes went in with pwrite at explicit offsets: leave the position after them, as write would.
+            _ = lseek(fd.raw, off_t(r.fileOffset), SEEK_SET)
+            // The final count; the download is complete, so a late "stop" changes nothing.
+            _ = progress?(r.fileOffset)
         case 416 where start > 0 && r.contentRange.flatMap(HTTPMapping.contentRangeTotal) == start:
             // Already complete: the blob has exactly `offset` bytes.
-            if let progress, !progress(start) { throw .cancelled }
+            _ = progress?(start)
         default:
             throw HTTPMapping.error(status: r.status, body: r.body)
         }
@@ -180,8 +187,10 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
         case .request(let s):
             _ = ubq_easy_setopt_long(h, CURLOPT_TIMEOUT, max(1, s))
         case .stall:
+            // libcurl's check as a backstop; the exact one runs in the progress callback.
             _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, 1)
             _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, max(1, timeouts.stallSeconds))
+            req.stallLimit = Int64(max(1, timeouts.stallSeconds)) * 1_000_000_000
         }
         _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, req.errorBuffer)
 
@@ -196,7 +205,7 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
             return size * count
         }
         _ = ubq_easy_setopt_pointer(h, CURLOPT_HEADERDATA, ctx)
-        if progress != nil {
+        if progress != nil || req.stallLimit != nil {
             _ = ubq_easy_setopt_long(h, CURLOPT_NOPROGRESS, 0)
             _ = ubq_easy_setopt_xferinfo_function(h) { ctx, _, dlnow, _, ulnow in
                 let req = Unmanaged<CurlRequest>.fromOpaque(ctx!).takeUnretainedValue()
@@ -248,6 +257,8 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
         req.finish()
         var osErrno = 0
         _ = ubq_easy_getinfo_long(h, CURLINFO_OS_ERRNO, &osErrno)
+        // The box dies with this call: leave no pointer into it in the idle handle.
+        _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, nil)
         pool.release(h)
 
         let ms = (monotonicNanoseconds() - started) / 1_000_000
@@ -262,10 +273,18 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
 
     /// The RemoteError for a transfer libcurl did not finish.
     private func failure(code: CURLcode, request req: CurlRequest, osErrno: Int, timeout: Timeout?) -> RemoteError {
+        if req.stalled {
+            return .unreachable("transfer with \(HTTPMapping.hostPort(baseURL)) stalled: nothing moved for \(timeouts.stallSeconds) s")
+        }
         if req.cancelled || code == CURLE_ABORTED_BY_CALLBACK && req.localFailure == nil { return .cancelled }
         if let local = req.localFailure { return local }
         if req.bodyTooLarge {
             return .server(status: req.status, message: "answer too large (HTTP \(req.status))")
+        }
+        // The server refused (say, an upload before reading its body) and closed: its answer says more
+        // than the broken send.
+        if req.status >= 400 && (code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR) {
+            return HTTPMapping.error(status: req.status, body: req.body, blobUpload: req.isUpload)
         }
         let hp = HTTPMapping.hostPort(baseURL)
         let curlText: String = {

@@ -422,6 +422,7 @@ extension StubServer {
     private func failureReply(_ error: Error) -> Reply {
         if let f = error as? StubFailure { return .error(f.status, f.message, current: f.current) }
         if let e = error as? SQLiteError, e.isDiskFull { return .error(503, "disk full") }
+        if let e = error as? Errno, e == .noSpace { return .error(503, "disk full") }
         log.error("internal error: \(error)")
         return .error(500, "\(error)")
     }

@@ -106,3 +106,127 @@ import UbiquityCore
         return UInt16(bigEndian: addr.sin_port)
     }
 }
+
+/// A one-connection HTTP server that reads a request head and answers with canned bytes, then holds the
+/// connection open for a while: for the answers a well-behaved stub never gives (stalls, ignored ranges).
+final class CannedServer: @unchecked Sendable {
+    let listener: Int32
+    let port: UInt16
+
+    init(answer: [UInt8], holdSeconds: Double) throws {
+        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let fd = listener
+        let ok = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sp in
+                bind(fd, sp, len) == 0 && listen(fd, 4) == 0 && getsockname(fd, sp, &len) == 0
+            }
+        }
+        guard ok else { close(fd); throw Errno.current }
+        port = UInt16(bigEndian: addr.sin_port)
+        let thread = Thread {
+            let c = accept(fd, nil, nil)
+            guard c >= 0 else { return }
+            var head: [UInt8] = []
+            var byte: UInt8 = 0
+            while read(c, &byte, 1) == 1 {
+                head.append(byte)
+                if head.count >= 4 && head.suffix(4) == [13, 10, 13, 10] { break }
+            }
+            _ = answer.withUnsafeBytes { write(c, $0.baseAddress, $0.count) }
+            usleep(useconds_t(holdSeconds * 1_000_000))
+            close(c)
+        }
+        thread.start()
+    }
+
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+    deinit { close(listener) }
+}
+
+@Suite struct HTTPClientOddAnswerTests {
+    static func answer(_ status: String, headers: [String] = [], body: String) -> [UInt8] {
+        var text = "HTTP/1.1 \(status)\r\n"
+        for h in headers { text += h + "\r\n" }
+        return Array(text.utf8) + Array("\r\n".utf8) + Array(body.utf8)
+    }
+
+    static func output() throws -> (path: String, fd: FileDescriptor) {
+        let path = NSTemporaryDirectory() + "ubq-canned-\(randomHex(bytes: 6))"
+        return (path, try FileDescriptor.open(path, O_RDWR | O_CREAT | O_TRUNC))
+    }
+
+    @Test func stalledDownloadIsAbandoned() throws {
+        let server = try CannedServer(answer: Self.answer("200 OK", headers: ["Content-Length: 100000"],
+                                                          body: String(repeating: "x", count: 1000)),
+                                      holdSeconds: 8)
+        let client = HTTPRemoteClient(baseURL: server.baseURL, token: "t", container: "iCloud.a.b",
+                                      timeouts: HTTPTimeouts(connectSeconds: 2, requestSeconds: 2, stallSeconds: 1))
+        let out = try Self.output()
+        defer { out.fd.close(); unlink(out.path) }
+        let start = monotonicNanoseconds()
+        do {
+            try client.downloadBlob(sha256: emptySHA256, offset: 0, to: out.fd, progress: nil)
+            Issue.record("a stalled download succeeded")
+        } catch {
+            guard case .unreachable(let m) = error else { Issue.record("got \(error)"); return }
+            #expect(m.contains("stalled"))
+        }
+        #expect(monotonicNanoseconds() - start < 4_000_000_000)
+        #expect(try out.fd.stat().st_size == 1000)
+    }
+
+    @Test func ignoredRangeIsRefused() throws {
+        let server = try CannedServer(answer: Self.answer("200 OK", headers: ["Content-Length: 10"], body: "0123456789"),
+                                      holdSeconds: 0.5)
+        let client = HTTPRemoteClient(baseURL: server.baseURL, token: "t", container: "iCloud.a.b")
+        let out = try Self.output()
+        defer { out.fd.close(); unlink(out.path) }
+        do {
+            try client.downloadBlob(sha256: emptySHA256, offset: 5, to: out.fd, progress: nil)
+            Issue.record("a 200 answer to a range request was taken")
+        } catch {
+            guard case .server(200, _) = error else { Issue.record("got \(error)"); return }
+        }
+        #expect(try out.fd.stat().st_size == 0)
+    }
+
+    @Test func silentServerTimesOut() throws {
+        let server = try CannedServer(answer: [], holdSeconds: 5)
+        let client = HTTPRemoteClient(baseURL: server.baseURL, token: "t", container: "iCloud.a.b",
+                                      timeouts: HTTPTimeouts(connectSeconds: 1, requestSeconds: 1, stallSeconds: 1))
+        let start = monotonicNanoseconds()
+        do { _ = try client.item("x"); Issue.record("a silent server answered") } catch {
+            guard case .unreachable(let m) = error else { Issue.record("got \(error)"); return }
+            #expect(m.contains("127.0.0.1:\(server.port)"))
+        }
+        #expect(monotonicNanoseconds() - start < 4_000_000_000)
+    }
+
+    @Test func undecodableAnswerIsServerTrouble() throws {
+        let server = try CannedServer(answer: Self.answer("200 OK", headers: ["Content-Length: 4"], body: "nope"),
+                                      holdSeconds: 0.5)
+        let client = HTTPRemoteClient(baseURL: server.baseURL, token: "t", container: "iCloud.a.b")
+        do { _ = try client.item("x"); Issue.record("garbage decoded") } catch {
+            guard case .server(200, _) = error else { Issue.record("got \(error)"); return }
+        }
+    }
+
+    @Test func errorBodyOfADownloadIsReadNotWritten() throws {
+        let body = #"{"error":"range past the end"}"#
+        let server = try CannedServer(answer: Self.answer("416 Range Not Satisfiable",
+                                                          headers: ["Content-Length: \(body.utf8.count)",
+                                                                    "Content-Range: bytes */3"], body: body),
+                                      holdSeconds: 0.5)
+        let client = HTTPRemoteClient(baseURL: server.baseURL, token: "t", container: "iCloud.a.b")
+        let out = try Self.output()
+        defer { out.fd.close(); unlink(out.path) }
+        #expect(throws: RemoteError.rejected(status: 416, message: "range past the end")) {
+            try client.downloadBlob(sha256: emptySHA256, offset: 9, to: out.fd, progress: nil)
+        }
+        #expect(try out.fd.stat().st_size == 0)
+    }
+}
