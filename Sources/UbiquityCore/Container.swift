@@ -97,6 +97,9 @@ public final class Container: @unchecked Sendable {
         for id in pinnedStale { downloads.start(id) }
     }
 
+    /// Number of items with changes not yet acknowledged by the remote.
+    public var pendingChanges: Int { sync.pendingCount }
+
     /// Stops the background loops; in-flight transfers are abandoned (their staging files are removed at the next start).
     public func stop() { sync.stop() }
 

@@ -73,6 +73,9 @@ extension FileSystem {
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
+                if id == core.rootID && key == FileSystem.pendingChangesKey {
+                    return replyXattr(req, Array(String(core.pendingChanges).utf8), size)
+                }
                 guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
                     return replyError(req, .noAttribute)
                 }
@@ -94,6 +97,7 @@ extension FileSystem {
             for attr in StatusAttribute.allCases where attr.value(status) != nil {
                 list += Array(attr.fullName.utf8) + [0]
             }
+            if id == core.rootID { list += Array((StatusAttribute.prefix + FileSystem.pendingChangesKey).utf8) + [0] }
             for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
             replyXattr(req, list, size)
         } catch { replyError(req, error) }
@@ -150,6 +154,9 @@ extension FileSystem {
 }
 
 extension FileSystem {
+    /// On the mount root only: how many items have changes the remote has not acknowledged yet.
+    static let pendingChangesKey = "pendingChanges"
+
     /// The status a version file shows: whether its content is stored here.
     func versionAttributes(_ id: String) -> [String: String] {
         guard case .version(let item, let c) = node(id) else { return [:] }

@@ -148,18 +148,24 @@ struct MountFailure: Error, CustomStringConvertible {
 
 enum UnmountCommand {
     static let help = """
-    usage: ubiquityfs unmount MOUNTPOINT
+    usage: ubiquityfs unmount [--force] MOUNTPOINT
 
-    Unmounts a ubiquityfs mount and waits for its daemon to finish. Pending uploads stay in the store and go
-    up at the next mount.
+    Unmounts a ubiquityfs mount and waits for its daemon to finish. While changes wait to upload it refuses
+    and says how many (wait with 'ubiquityfs sync --wait MOUNTPOINT'); --force unmounts anyway: the changes
+    stay in the store and go up at the next mount.
     """
 
     static func run(_ words: [String]) throws {
-        let args = try Arguments(words, valued: [], switches: ["--help"])
+        let args = try Arguments(words, valued: [], switches: ["--help", "--force"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("unmount needs exactly one MOUNTPOINT") }
         let path = absolutePath(args.positional[0])
         guard mountType(path) == "fuse.ubiquityfs" else { throw MountFailure("\(path) is not a ubiquityfs mount") }
+        if !args.has("--force"), let n = (try? StatusCommand.attribute(path, FileSystemNames.pendingChanges))
+            .flatMap({ $0 }).flatMap({ Int($0) }), n > 0 {
+            throw MountFailure("\(n) change(s) in \(path) are not uploaded yet; wait with 'ubiquityfs sync --wait \(path)', "
+                + "or unmount with --force (they go up at the next mount)")
+        }
         let pid = readPID(for: path)
         let (status, output) = runTool("/bin/fusermount3", ["-u", path])
         guard status == 0 else {

@@ -9,7 +9,7 @@ usage: ubiquityfs COMMAND [OPTIONS]
 commands:
   mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR] [--device NAME] [--foreground]
                                     mount a container (without --remote: on a private stub started for it)
-  unmount MOUNTPOINT                unmount, waiting for the daemon to finish
+  unmount [--force] MOUNTPOINT      unmount (refused while changes wait to upload, unless --force)
   remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
                                     run the remote stub
   remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
@@ -17,6 +17,8 @@ commands:
   status [--json] PATH...           the sync status of files in a mount, as a table
   evict | download [--wait] | pin | unpin PATH...
                                     drop local copies, fetch them, keep them downloaded, or stop keeping them
+  sync --wait PATH                  wait until every change in the mount (or the file) is on the remote
+  check --store DIR [--repair]      check a store's database and local copies
 
 Run 'ubiquityfs COMMAND --help' for the options of one command.
 """
@@ -40,6 +42,10 @@ do {
         try StatusCommand.runStatus(words)
     case "evict", "download", "pin", "unpin":
         try StatusCommand.runAction(command, words)
+    case "sync":
+        try SyncCommand.run(words)
+    case "check":
+        try CheckCommand.run(words)
     default:
         fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
     }

@@ -145,7 +145,7 @@ class Mount:
 
     def unmount(self):
         if self.is_mounted():
-            proc = run(BIN, "unmount", self.path, check=False, timeout=60)
+            proc = run(BIN, "unmount", "--force", self.path, check=False, timeout=60)
             if proc.returncode != 0:
                 run("fusermount3", "-u", "-z", self.path, check=False)
         self.kill_daemon(signal.SIGTERM)

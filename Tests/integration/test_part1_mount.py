@@ -194,6 +194,7 @@ def test_remount_keeps_tree_and_local_files(seeded, mount_factory):
     assert md5(m / "Documents" / "big.bin") == md5(src / "big.bin")
     (m / "Documents" / "mine.txt").write_text("mine")
     before = sorted(run("find", m.path).stdout.split())
+    run(BIN, "sync", "--wait", "--timeout", "30", m.path)
     run(BIN, "unmount", m.path)
     assert not m.is_mounted()
     m.mount()

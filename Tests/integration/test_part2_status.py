@@ -209,6 +209,7 @@ def test_pin_keeps_downloaded_and_survives_remount(seeded, mount_factory):
     gets = stub.blob_gets()
     assert (d / "b.txt").read_text() == "bravo v2\n"
     assert stub.blob_gets() == gets  # it was already local
+    run(BIN, "sync", "--wait", "--timeout", "30", a.path)
     run(BIN, "unmount", a.path)
     a.mount()
     assert attr(d, "pinned") == "1"

@@ -215,6 +215,7 @@ def test_versions_survive_remount_and_eviction(two):
     vname = versions(a)[0]
     assert (a.path / ".versions" / REL / vname).read_text() == "old laptop\n"
     for m in (a, b):
+        run(BIN, "sync", "--wait", "--timeout", "30", m.path)
         run(BIN, "unmount", m.path)
         m.mount()
         assert versions(m) == [vname]
