@@ -49,7 +49,7 @@ public final class Container: @unchecked Sendable {
     /// Every item by id, live ones and local tombstones waiting to be pushed.
     var items: [String: Item] = [:]
     /// Live items by parent and name.
-    var children: [String: [String: String]] = [:]
+    var children: [String: NameTable] = [:]
     /// Open handles per item: total and writable.
     var handles: [String: (open: Int, writers: Int)] = [:]
     /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
@@ -269,7 +269,7 @@ public final class Container: @unchecked Sendable {
             _ = try liveDirectory(parent)
             _ = try liveDirectory(newParent)
             guard let id = children[parent]?[name], var item = items[id] else { throw .notFound }
-            if parent == newParent && name == newName { return }
+            if parent == newParent && sameName(name, newName) { return }
             if item.isDirectory && isAncestor(id, of: newParent) {
                 throw .invalidArgument("cannot move a directory into itself")
             }

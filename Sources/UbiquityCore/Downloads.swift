@@ -118,9 +118,12 @@ final class Downloads: @unchecked Sendable {
                 usleep(UInt32(min(backoff, deadline - now) / 1000))
                 backoff = min(backoff * 2, 5_000_000_000)
             } catch let error as RemoteError {
+                // Not worth resuming (refused, gone, or the store is full): free what the partial copy holds.
+                try? removeFile(stagingPath(id, sha))
                 record(id, error: error.description)
                 return .failure(.io(error.description))
             } catch {
+                try? removeFile(stagingPath(id, sha))
                 let e = CoreError.from(error)
                 record(id, error: e == .noSpace ? "no space left in the store" : "\(error)")
                 return .failure(e)
@@ -148,10 +151,15 @@ final class Downloads: @unchecked Sendable {
         }
     }
 
+    /// Where a download of one version lands until it is verified.
+    private func stagingPath(_ key: String, _ sha: String) -> String {
+        container.store.stagingDirectory + "/" + key + "-" + sha.prefix(16)
+    }
+
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
     /// Returns false when the item changed here meanwhile and the download was dropped.
     private func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
-        let staging = container.store.stagingDirectory + "/" + id + "-" + sha.prefix(16)
+        let staging = stagingPath(id, sha)
         let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
         defer { fd.close() }
         var have = Int64(try fd.stat().st_size)

@@ -139,7 +139,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     }
 
     private func liveChild(of parent: String, named name: String) -> WireItem? {
-        items.values.first { !$0.deleted && $0.parent == parent && $0.name == name }
+        items.values.first { !$0.deleted && $0.parent == parent && sameName($0.name, name) }
     }
 
     private func checkOnline() throws {

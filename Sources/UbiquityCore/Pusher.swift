@@ -158,7 +158,7 @@ struct Pusher {
     private func takeFreeName(pushed: Item) throws {
             try container.mutate {
                 guard var cur = container.items[id], let parent = cur.parent,
-                      parent == pushed.parent, cur.name == pushed.name else { return }
+                      parent == pushed.parent, sameName(cur.name, pushed.name) else { return }
                 container.children[parent]?[cur.name] = nil
                 container.notice(.removed(parent: parent, name: cur.name, id: id))
                 cur.name = container.freeName(cur.name, in: parent, avoiding: cur.name)
@@ -207,7 +207,7 @@ struct Pusher {
                 cur.localSHA = stored.sha256
                 cur.size = stored.size
             }
-            if cur.parent == pushed.parent && cur.name == pushed.name && cur.mode == pushed.mode
+            if cur.parent == pushed.parent && sameName(cur.name, pushed.name) && cur.mode == pushed.mode
                 && cur.mtime == pushed.mtime && cur.xattrs == pushed.xattrs {
                 cur.metaDirty = false
             }
@@ -248,7 +248,7 @@ struct Pusher {
                 }
                 if !cur.metaDirty && !current.deleted {
                     // Only the content changed here: take the remote's name, place, mode and attributes.
-                    let moved = cur.parent != current.parent || cur.name != current.name
+                    let moved = cur.parent != current.parent || !sameName(cur.name, current.name)
                     if moved {
                         container.children[cur.parent!]?[cur.name] = nil
                         container.notice(.removed(parent: cur.parent!, name: cur.name, id: id))

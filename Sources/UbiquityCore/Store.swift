@@ -6,6 +6,8 @@
 //          DIR/content/<id>   the local copy of a file (complete, or dirty local edits)
 //          DIR/staging/       downloads in flight; emptied at start
 //          DIR/lock           flock'd by the one daemon using the store
+//          DIR/reserve        1 MiB kept free for the database: given up when the disk is full, so that deletes
+//                             (which free space) can still be recorded
 // The store does no locking of its own: the Container serialises every call.
 import Foundation
 import UbiquityBase
@@ -47,6 +49,33 @@ public final class Store: @unchecked Sendable {
         }
         nextSeq = (try values("SELECT coalesce(max(seq), 0) FROM pending") { $0.int(0) }.first ?? 0) + 1
         clearStaging()
+        keepReserve()
+    }
+
+    private var reservePath: String { directory + "/reserve" }
+    private var hasReserve = false
+
+    /// Makes sure the reserve file exists (quietly does nothing when there is no room for it).
+    private func keepReserve() {
+        guard !hasReserve else { return }
+        if let fd = try? FileDescriptor.open(reservePath, O_WRONLY | O_CREAT, mode: 0o600) {
+            hasReserve = posix_fallocate(fd.raw, 0, 1 << 20) == 0
+            fd.close()
+            if !hasReserve { try? removeFile(reservePath) }
+        }
+    }
+
+    /// Runs a database write; when the disk is full, gives up the reserve and tries once more.
+    private func withReserve<T>(_ body: () throws -> T) throws -> T {
+        do {
+            let result = try body()
+            keepReserve()
+            return result
+        } catch let error as SQLiteError where error.isDiskFull && hasReserve {
+            try? removeFile(reservePath)
+            hasReserve = false
+            return try body()
+        }
     }
 
     deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
@@ -87,8 +116,10 @@ public final class Store: @unchecked Sendable {
     }
 
     public func setMeta(_ key: String, _ value: String) throws {
-        try db.query("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                     [.text(key), .text(value)])
+        try withReserve {
+            try db.query("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                         [.text(key), .text(value)])
+        }
     }
 
     // MARK: items
@@ -116,6 +147,10 @@ public final class Store: @unchecked Sendable {
 
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
     public func save(_ item: Item) throws {
+        try withReserve { try write(item) }
+    }
+
+    private func write(_ item: Item) throws {
         try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
             .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name), .text(item.kind.rawValue),
             .int(Int64(item.mode)), .int(item.mtime), .int(item.ctime), .int(item.size),
@@ -131,15 +166,19 @@ public final class Store: @unchecked Sendable {
 
     /// Saves an item with a local change and moves it to the end of the pending journal.
     public func saveChanged(_ item: Item) throws {
-        try save(item)
-        try db.query("INSERT OR REPLACE INTO pending(id, seq) VALUES(?, ?)", [.text(item.id), .int(nextSeq)])
+        try withReserve {
+            try write(item)
+            try db.query("INSERT OR REPLACE INTO pending(id, seq) VALUES(?, ?)", [.text(item.id), .int(nextSeq)])
+        }
         nextSeq += 1
     }
 
     /// Removes an item for good.
     public func delete(_ id: String) throws {
-        try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
-        try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
+        try withReserve {
+            try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
+            try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
+        }
     }
 
     /// The pending journal, oldest change first.

@@ -130,7 +130,7 @@ final class SyncLoops: @unchecked Sendable {
             return
         }
         let contentChanged = w.sha256 != item.remoteSHA
-        let moved = item.parent != w.parent || item.name != w.name
+        let moved = item.parent != w.parent || !sameName(item.name, w.name)
         if moved {
             c.children[item.parent!]?[item.name] = nil
             c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))

@@ -95,7 +95,7 @@ extension FileSystem {
         if !parent.hasPrefix("v:") {
             return core.lookup(parent: parent, name: name).map { ($0.id, .real($0)) }
         }
-        guard let match = try children(parent).first(where: { $0.name == name }), let n = node(match.id) else {
+        guard let match = try children(parent).first(where: { sameName($0.name, name) }), let n = node(match.id) else {
             return nil
         }
         return (match.id, n)
@@ -189,7 +189,7 @@ extension FileSystem {
             guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
                 throw CoreError.notFound
             }
-            guard newParent == item.parent, newName == item.name else { return replyErrno(req, EXDEV) }
+            guard newParent == item.parent, sameName(newName, item.name) else { return replyErrno(req, EXDEV) }
             do {
                 try core.promoteConflict(item.id, c.id)
                 fuse_reply_err(req, 0)
