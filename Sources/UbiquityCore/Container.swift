@@ -468,6 +468,12 @@ public final class Container: @unchecked Sendable {
         }
     }
 
+    /// fsync: what the store knows of the item is made durable too (its content the caller syncs itself).
+    public func synced(_ id: String) throws(CoreError) {
+        try flushed(id)
+        do { try withLock { try store.makeDurable() } } catch { throw CoreError.from(error) }
+    }
+
     /// Records a handle closed.
     public func closed(_ id: String, writable: Bool) {
         mutate {

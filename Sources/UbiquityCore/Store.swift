@@ -186,6 +186,12 @@ public final class Store: @unchecked Sendable {
         try values("SELECT id FROM pending ORDER BY seq") { $0.text(0) }
     }
 
+    /// Makes every committed change durable (commits are otherwise durable at the next checkpoint: WAL mode with
+    /// synchronous=NORMAL): a checkpoint syncs the log first. Called for fsync.
+    public func makeDurable() throws {
+        try db.exec("PRAGMA wal_checkpoint(PASSIVE)")
+    }
+
     /// Runs `body` in one transaction.
     public func transaction<T>(_ body: () throws -> T) throws -> T { try db.transaction(body) }
 

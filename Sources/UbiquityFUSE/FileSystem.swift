@@ -334,7 +334,7 @@ public final class FileSystem: @unchecked Sendable {
         guard let file = file(fh) else { return replyErrno(req, 0) }
         do {
             try file.fd.dataSync()
-            if file.wrote { try core.flushed(file.id) }
+            if file.wrote { try core.synced(file.id) }
             fuse_reply_err(req, 0)
         } catch {
             replyError(req, error)
