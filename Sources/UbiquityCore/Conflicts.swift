@@ -13,11 +13,6 @@ extension Container {
         withLock { items.values.filter { !$0.deleted && !$0.conflicts.isEmpty } }
     }
 
-    /// The conflict versions of a file.
-    public func conflicts(of id: String) -> [WireConflict] {
-        withLock { items[id].map { $0.deleted ? [] : $0.conflicts } ?? [] }
-    }
-
     /// True if the conflict version's content is stored here.
     public func hasLocalConflict(_ id: String, _ conflict: String) -> Bool {
         FileManager.default.fileExists(atPath: store.conflictPath(id, conflict))

@@ -164,11 +164,6 @@ public final class Container: @unchecked Sendable {
         }
     }
 
-    /// Bytes of local content this device stores for the item (what `du` counts).
-    public func localBytes(_ item: Item) -> Int64 {
-        item.hasLocal ? item.size : 0
-    }
-
     // MARK: local changes
 
     private func checkName(_ name: String) throws(CoreError) {
@@ -486,13 +481,6 @@ public final class Container: @unchecked Sendable {
             }
             if writable && h.writers == 0 { sync.wakePusher() }
         }
-    }
-
-    /// The size a written file has now (from its content file while it is open for writing).
-    public func currentSize(_ item: Item) -> Int64 {
-        guard item.dirty, item.hasLocal else { return item.size }
-        var st = stat()
-        return stat(store.contentPath(item.id), &st) == 0 ? Int64(st.st_size) : item.size
     }
 
     /// Fetches the newest content of a file, calling `done` once it is local (or failed, or gave up).

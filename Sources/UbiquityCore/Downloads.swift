@@ -39,12 +39,6 @@ final class Downloads: @unchecked Sendable {
         waiters[id]?[token] = nil
     }
 
-    /// True while a transfer of the item runs.
-    func isRunning(_ id: String) -> Bool {
-        lock.lock(); defer { lock.unlock() }
-        return running.contains(id)
-    }
-
     /// Starts a background transfer of the item unless one runs already.
     func start(_ id: String) {
         lock.lock()

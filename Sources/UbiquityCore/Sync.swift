@@ -15,8 +15,6 @@ final class SyncLoops: @unchecked Sendable {
     private var pushRequested = false
     private var stopping = false
     private var threads: [Thread] = []
-    /// Number of items waiting in the journal, and whether the last push attempt failed.
-    private(set) var lastPushError: String?
 
     init(container: Container) { self.container = container }
 
@@ -191,9 +189,7 @@ final class SyncLoops: @unchecked Sendable {
             guard let id = nextPushable() else { return .idle }
             do {
                 try Pusher(container: container, id: id).run()
-                lastPushError = nil
             } catch {
-                lastPushError = "\(error)"
                 log.warning("upload of \(container.path(of: id)) failed: \(error)")
                 container.withLock {
                     var t = container.transfers[id] ?? TransferState()

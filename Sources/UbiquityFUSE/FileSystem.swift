@@ -113,11 +113,6 @@ public final class FileSystem: @unchecked Sendable {
         fuse_reply_err(req, CoreError.from(error).errno)
     }
 
-    /// The live item behind an inode.
-    func item(_ ino: UInt64) -> Item? {
-        inodes.id(ino).flatMap { core.item($0) }
-    }
-
     // MARK: names
 
     func lookup(_ req: fuse_req_t, _ parent: UInt64, _ name: String) {
