@@ -104,12 +104,13 @@ def test_random_operations_with_crashes(stub, mount_factory):
     """At least 200 mixed operations; the daemon is killed with SIGKILL at random points; every file that was
     closed before a kill keeps exactly its bytes, and a second device converges on the same tree."""
     rng = random.Random(int(os.environ.get("UBIQUITYFS_SEED", "4242")))
+    steps = int(os.environ.get("UBIQUITYFS_SOAK_OPS", "220"))  # a soak run sets thousands
     a = mount_factory(stub, "laptop")
     root = a / "Documents"
     model = {}  # relative path -> bytes, for files; directories implied
     dirs = {""}
     kills = 0
-    for step in range(220):
+    for step in range(steps):
         op = rng.choice(["create", "create", "append", "truncate", "rename", "delete", "mkdir", "overwrite"])
         files = sorted(model)
         if op == "create" or not files:
@@ -150,6 +151,7 @@ def test_random_operations_with_crashes(stub, mount_factory):
             kills += 1
             a.mount()
     assert kills >= 3
+    print(f"{steps} operations, {kills} daemon kills")
 
     def tree(base):
         found = {}
@@ -208,6 +210,19 @@ def test_mount_while_remote_unreachable_uses_last_known_state(stub, mount_factor
     wait_until(lambda: (b / "Documents" / "queued.txt").exists(), timeout=40, what="queued change after restart")
     names = sorted(os.listdir(b / "Documents"))
     assert names == ["known.txt", "queued.txt"]  # no duplicates
+
+
+def test_remote_back_on_another_port(stub, mount_factory):
+    m = mount_factory(stub)
+    stub.stop()
+    (m / "Documents" / "moved-remote.txt").write_text("queued for the moved remote\n")
+    run(BIN, "unmount", "--force", m.path)
+    stub.port = 0  # the remote comes back elsewhere; the device is remounted with the new address
+    stub.start()
+    m.mount()
+    run(BIN, "sync", "--wait", "--timeout", "30", m.path)
+    b = mount_factory(stub, "desktop")
+    assert (b / "Documents" / "moved-remote.txt").read_text() == "queued for the moved remote\n"
 
 
 def test_forced_unmount_loses_nothing(stub, mount_factory):
@@ -390,6 +405,18 @@ def test_stub_survives_a_bounded_fuzz(stub):
         finally:
             conn.close()
         count += 1
+    # Oversized headers are refused (or the connection closed), never crash the stub.
+    conn = http.client.HTTPConnection("127.0.0.1", stub.port, timeout=10)
+    try:
+        conn.request("GET", "/v1/stats", headers={"Authorization": "Bearer " + token, "X-Big": "b" * 200_000})
+        assert conn.getresponse().status in (400, 413, 431)
+    except (http.client.HTTPException, ConnectionError):
+        pass
+    finally:
+        conn.close()
+    # It listens on loopback only.
+    listening = [l.split()[1] for l in Path("/proc/net/tcp").read_text().splitlines()[1:] if l.split()[3] == "0A"]
+    assert f"0100007F:{stub.port:04X}" in listening
     assert stub.proc.poll() is None, "the stub died under fuzzing"
     assert stub.request("GET", "/v1/health", auth=False)["ok"] is True
     print(f"fuzzed the stub with {count} requests")
