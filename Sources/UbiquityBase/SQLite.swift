@@ -88,8 +88,10 @@ public final class Database: @unchecked Sendable {
         }
     }
 
-    /// Runs `body` inside one transaction; rolls back if it throws.
+    /// Runs `body` inside one transaction; rolls back if it throws. Inside a transaction already, `body`
+    /// simply joins it.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
+        if sqlite3_get_autocommit(handle) == 0 { return try body() }
         try exec("BEGIN IMMEDIATE")
         do {
             let result = try body()

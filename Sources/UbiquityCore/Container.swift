@@ -58,6 +58,11 @@ public final class Container: @unchecked Sendable {
     /// Conflict versions discarded here whose discard the remote has not acknowledged yet, so that a rebase on
     /// a newer remote version does not bring them back.
     var discardedConflicts: Set<String> = []
+    /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
+    /// passed it: a page of the feed fetched before the delete must not bring them back.
+    var settledDeletes: [String: Int64] = [:]
+    /// The item whose create is on its way to the remote: deleting it leaves a tombstone, since it may land.
+    var creating: String?
     private var notices: [Notice] = []
 
     var downloads: Downloads!
@@ -238,7 +243,7 @@ public final class Container: @unchecked Sendable {
     private func deleteLocally(_ item: Item) throws(CoreError) {
         var item = item
         do {
-            if item.remoteVersion == 0 {
+            if item.remoteVersion == 0 && creating != item.id {
                 try store.delete(item.id)
                 items[item.id] = nil
             } else {
@@ -456,9 +461,11 @@ public final class Container: @unchecked Sendable {
             guard var item = items[id], !item.deleted, item.dirty else { return }
             var st = stat()
             guard stat(store.contentPath(id), &st) == 0 else { throw .io("content file missing") }
+            let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+            if item.size == Int64(st.st_size) && item.mtime == mtime { return } // already recorded
             item.size = Int64(st.st_size)
-            item.mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
-            item.ctime = item.mtime
+            item.mtime = mtime
+            item.ctime = mtime
             try saveLocalChange(item)
         }
     }

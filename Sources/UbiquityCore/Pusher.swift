@@ -20,13 +20,17 @@ struct Pusher {
         var generation: Int
     }
 
+    /// Takes the snapshot; from here until `run` returns, a local delete of the item leaves a tombstone (its create
+    /// may be on its way to the remote) instead of forgetting it.
     private func snapshot() -> Snapshot? {
         container.withLock {
-            container.items[id].map { Snapshot(item: $0, generation: container.contentGeneration[id] ?? 0) }
+            container.creating = id
+            return container.items[id].map { Snapshot(item: $0, generation: container.contentGeneration[id] ?? 0) }
         }
     }
 
     func run() throws {
+        defer { container.withLock { container.creating = nil } }
         var attempts = 0
         while let snap = snapshot(), snap.item.isPending {
             attempts += 1
@@ -60,14 +64,17 @@ struct Pusher {
             return true
         }
         do {
-            _ = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
-            try finishDelete()
+            let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
+            try finishDelete(tombstone: tombstone.version)
         } catch let error as RemoteError {
             switch error {
             case .notFound:
                 try finishDelete()
             case .preconditionFailed(let current):
-                guard let current, !current.deleted else { try finishDelete(); return true }
+                guard let current, !current.deleted else {
+                    try finishDelete(tombstone: current?.version)
+                    return true
+                }
                 // Edit against delete: the edit wins; the item comes back here as the remote has it.
                 try restore(current)
             case .conflict(_, let current):
@@ -81,10 +88,12 @@ struct Pusher {
         return true
     }
 
-    private func finishDelete() throws {
+    /// Forgets an item whose delete the remote has (at version `tombstone`, when known).
+    private func finishDelete(tombstone: Int64? = nil) throws {
         try container.mutate {
             try container.store.delete(id)
             container.items[id] = nil
+            if let tombstone { container.settledDeletes[id] = tombstone }
         }
     }
 

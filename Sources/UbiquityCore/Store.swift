@@ -147,7 +147,7 @@ public final class Store: @unchecked Sendable {
 
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
     public func save(_ item: Item) throws {
-        try withReserve { try write(item) }
+        try withReserve { try db.transaction { try write(item) } }
     }
 
     private func write(_ item: Item) throws {
@@ -167,8 +167,10 @@ public final class Store: @unchecked Sendable {
     /// Saves an item with a local change and moves it to the end of the pending journal.
     public func saveChanged(_ item: Item) throws {
         try withReserve {
-            try write(item)
-            try db.query("INSERT OR REPLACE INTO pending(id, seq) VALUES(?, ?)", [.text(item.id), .int(nextSeq)])
+            try db.transaction {
+                try write(item)
+                try db.query("INSERT OR REPLACE INTO pending(id, seq) VALUES(?, ?)", [.text(item.id), .int(nextSeq)])
+            }
         }
         nextSeq += 1
     }
@@ -176,8 +178,10 @@ public final class Store: @unchecked Sendable {
     /// Removes an item for good.
     public func delete(_ id: String) throws {
         try withReserve {
-            try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
-            try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
+            try db.transaction {
+                try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
+                try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
+            }
         }
     }
 

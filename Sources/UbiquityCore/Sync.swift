@@ -92,6 +92,9 @@ final class SyncLoops: @unchecked Sendable {
                     for w in batch.items { try applyOne(w, toDownload: &toDownload) }
                     try container.store.setMeta("token", batch.token)
                 }
+                if let newest = batch.items.map(\.version).max() {
+                    container.settledDeletes = container.settledDeletes.filter { $0.value > newest }
+                }
             } catch {
                 log.error("cannot apply remote changes: \(error)")
             }
@@ -105,7 +108,7 @@ final class SyncLoops: @unchecked Sendable {
         let c = container
         if w.id == c.rootID || w.parent == nil { return }
         guard var item = c.items[w.id] else {
-            if w.deleted { return }
+            if w.deleted || (c.settledDeletes[w.id].map { w.version <= $0 } ?? false) { return }
             var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
                             ctime: nowNanoseconds(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
                             device: "", hasLocal: w.kind == .dir, localSHA: nil, dirty: false, metaDirty: false,
@@ -168,6 +171,9 @@ final class SyncLoops: @unchecked Sendable {
     private func pushLoop() {
         var backoff: Int64 = 500_000_000
         while !isStopping {
+            // Gather a burst of changes (an editor's save, `tar x`) for a moment, so that it goes up together
+            // and the uploads do not compete with the burst for the machine.
+            usleep(100_000)
             wake.lock(); pushRequested = false; wake.unlock()
             let outcome = pushAll()
             switch outcome {

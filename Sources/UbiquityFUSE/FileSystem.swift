@@ -303,18 +303,19 @@ public final class FileSystem: @unchecked Sendable {
         ubq_reply_fd_read(req, file.fd.raw, size, offset)
     }
 
-    func write(_ req: fuse_req_t, _ buf: UnsafeRawBufferPointer, _ offset: off_t, _ fh: UInt64) {
+    func write(_ req: fuse_req_t, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ fh: UInt64) {
         guard let file = file(fh), file.writable else { return replyErrno(req, EBADF) }
         do {
             if !file.wrote {
                 try core.willWrite(file.id)
                 file.wrote = true
             }
-            try file.fd.writeAll(buf, at: Int64(offset))
-            fuse_reply_write(req, buf.count)
         } catch {
-            replyError(req, error)
+            return replyError(req, error)
         }
+        let n = ubq_write_buf_to_fd(bufv, file.fd.raw, offset)
+        if n < 0 { return replyErrno(req, Int32(-n)) }
+        fuse_reply_write(req, n)
     }
 
     func flush(_ req: fuse_req_t, _ fh: UInt64) {

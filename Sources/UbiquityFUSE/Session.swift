@@ -33,9 +33,7 @@ private func makeOperations() -> fuse_lowlevel_ops {
     ops.create = { req, parent, name, mode, fi in fs(req).create(req!, parent, str(name), mode, fi!) }
     ops.open = { req, ino, fi in fs(req).open(req!, ino, fi!) }
     ops.read = { req, _, size, off, fi in fs(req).read(req!, size, off, fi!.pointee.fh) }
-    ops.write = { req, _, buf, size, off, fi in
-        fs(req).write(req!, UnsafeRawBufferPointer(start: buf, count: size), off, fi!.pointee.fh)
-    }
+    ops.write_buf = { req, _, bufv, off, fi in fs(req).write(req!, bufv!, off, fi!.pointee.fh) }
     ops.flush = { req, _, fi in fs(req).flush(req!, fi!.pointee.fh) }
     ops.release = { req, _, fi in fs(req).release(fi!.pointee.fh); fuse_reply_err(req, 0) }
     ops.fsync = { req, _, _, fi in fs(req).fsync(req!, fi!.pointee.fh) }
