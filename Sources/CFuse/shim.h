@@ -48,9 +48,9 @@ static inline void ubq_conn_init(struct fuse_conn_info *conn, unsigned max_write
     // (splice for write requests measured slower here: FUSE_CAP_SPLICE_READ stays off)
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-    // The kernel gathers small writes into large ones and answers write() from its cache; content files are
-    // opened read-write for every writable handle, so the reads this needs for partial pages are served.
-    if (conn->capable & FUSE_CAP_WRITEBACK_CACHE) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+    // No writeback cache: with it the kernel keeps its own size and times of regular files and ignores the
+    // sizes we report, so a file changed on another device would keep showing its old size here.
+    conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
     conn->want &= ~(unsigned)FUSE_CAP_POSIX_LOCKS;
     conn->want &= ~(unsigned)FUSE_CAP_FLOCK_LOCKS;
 }
