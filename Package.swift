@@ -16,9 +16,10 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSys"),
 
         // Shared plumbing: SQLite, SHA-256, logging, wire model, system calls.
-        .target(name: "UbiquityBase", dependencies: ["CSQLite", "CCrypto"]),
+        .target(name: "UbiquityBase", dependencies: ["CSQLite", "CCrypto", "CSys"]),
         // The sync core: store, transfers, sync. Knows nothing of FUSE or HTTP.
         .target(name: "UbiquityCore", dependencies: ["UbiquityBase"]),
         // The remote client on libcurl, implementing the core's RemoteClient protocol.

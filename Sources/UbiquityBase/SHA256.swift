@@ -21,8 +21,8 @@ public struct SHA256Hasher: ~Copyable {
         bytes.withUnsafeBytes { update($0) }
     }
 
-    /// Returns the digest as lowercase hex.
-    public consuming func finalizeHex() -> String {
+    /// Returns the digest as lowercase hex. Call it once, last.
+    public mutating func finalizeHex() -> String {
         var digest = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 0
         EVP_DigestFinal_ex(ctx, &digest, &len)

@@ -1,4 +1,5 @@
 // Thin wrappers over the system calls the project uses. Each retries EINTR and throws a typed Errno.
+import CSys
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -89,6 +90,8 @@ public struct FileDescriptor: Sendable, Hashable {
     public func writeAll(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try writeAll($0) } }
 
     public func sync() throws { _ = try valueOrErrno { fsync(raw) } }
+    /// Starts writing a range to disk without waiting for it (a later `sync` then has less to do).
+    public func startWriteback(from offset: Int64, length: Int64) { _ = ubq_start_writeback(raw, offset, length) }
     public func dataSync() throws { _ = try valueOrErrno { fdatasync(raw) } }
     public func truncate(_ size: Int64) throws { _ = try valueOrErrno { ftruncate(raw, off_t(size)) } }
 

@@ -159,18 +159,17 @@ final class Downloads: @unchecked Sendable {
         var have = Int64(try fd.stat().st_size)
         if have > size { try fd.truncate(0); have = 0 }
         progress(id, done: have, total: size)
+        let landed = LandedBytes(fd)
         if have < size {
             _ = lseek(fd.raw, off_t(have), SEEK_SET)
-            do {
-                try container.remote.downloadBlob(sha256: sha, offset: have, to: fd) { [self] done in
-                    progress(id, done: done, total: size)
-                    return true
-                }
-            } catch {
-                throw error
+            try container.remote.downloadBlob(sha256: sha, offset: have, to: fd) { [self] done in
+                progress(id, done: done, total: size)
+                landed.follow(to: done)
+                return true
             }
         }
-        let (gotSHA, gotSize) = try sha256OfFile(staging)
+        let gotSize = Int64(try fd.stat().st_size)
+        let gotSHA = try landed.finish(at: gotSize)
         guard gotSize == size, gotSHA == sha else {
             try? removeFile(staging)
             throw RemoteError.corrupt("downloaded \(gotSize) bytes hashing to \(gotSHA.prefix(12)), "
@@ -203,6 +202,45 @@ final class Downloads: @unchecked Sendable {
             container.items[id] = item
             container.notice(.changed(id, content: true))
             return true
+        }
+    }
+}
+
+/// Hashes a staging file as its bytes land (reading them back while they are still in the page cache) and
+/// starts writing them to disk early, so that neither a second pass over the file nor a long final fsync
+/// follows the transfer.
+final class LandedBytes {
+    private let fd: FileDescriptor
+    private var hasher = SHA256Hasher()
+    private var hashed: Int64 = 0
+    private var flushed: Int64 = 0
+    private static let step: Int64 = 4 << 20
+
+    init(_ fd: FileDescriptor) { self.fd = fd }
+
+    /// Called as the file grows to `size` bytes: hashes and flushes in steps of a few MiB.
+    func follow(to size: Int64) {
+        guard size - hashed >= LandedBytes.step else { return }
+        try? hash(to: size)
+        fd.startWriteback(from: flushed, length: size - flushed)
+        flushed = size
+    }
+
+    /// Hashes the rest of the file; returns the SHA-256 of its first `size` bytes.
+    func finish(at size: Int64) throws -> String {
+        try hash(to: size)
+        return hasher.finalizeHex()
+    }
+
+    private func hash(to size: Int64) throws {
+        let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buf.deallocate() }
+        while hashed < size {
+            let want = Int(min(Int64(buf.count), size - hashed))
+            let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buf[0..<want]), at: hashed)
+            if n == 0 { break }
+            hasher.update(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
+            hashed += Int64(n)
         }
     }
 }

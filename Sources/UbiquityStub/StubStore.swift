@@ -411,7 +411,7 @@ final class BlobWriter {
     /// Closes the file and answers the hash of what was written; the file stays for the caller to move.
     func finish() throws -> String {
         if let failure { throw failure }
-        guard !closed, let h = hasher.take() else { throw StubFailure(500, "upload already finished") }
+        guard !closed, var h = hasher.take() else { throw StubFailure(500, "upload already finished") }
         fd.close(); closed = true
         return h.finalizeHex()
     }

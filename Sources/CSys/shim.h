@@ -1,0 +1,10 @@
+// Linux calls that Glibc's Swift module map leaves out.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <fcntl.h>
+
+// Starts writing a range of a file to disk without waiting (sync_file_range(2) with SYNC_FILE_RANGE_WRITE).
+static inline int ubq_start_writeback(int fd, long long offset, long long length) {
+    return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
+}
