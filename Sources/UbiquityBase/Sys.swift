@@ -142,3 +142,6 @@ public func randomHex(bytes count: Int) -> String {
     var rng = SystemRandomNumberGenerator()
     return hexString((0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) })
 }
+
+/// Returns free heap memory to the system, after a burst of allocations (loading, a first sync).
+public func trimHeap() { ubq_trim_heap() }

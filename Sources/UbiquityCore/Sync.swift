@@ -114,6 +114,7 @@ final class SyncLoops: @unchecked Sendable {
                             device: "", hasLocal: w.kind == .dir, localSHA: nil, dirty: false, metaDirty: false,
                             deleted: false, pinned: false, xattrs: [:], conflicts: [])
             item.adopt(w)
+            item.parent = c.interned(item.parent)
             try c.place(&item)
             if item.kind == .file && c.isPinnedLocked(item.parent!) { toDownload.append(item.id) }
             try c.store.save(item)
@@ -138,6 +139,7 @@ final class SyncLoops: @unchecked Sendable {
         }
         let oldConflicts = item.conflicts
         item.adopt(w)
+        item.parent = c.interned(item.parent)
         c.pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
         if moved { try c.place(&item) }
         try c.store.save(item)
