@@ -72,7 +72,7 @@ extension Container {
             item.dirty = true
             item.localSHA = nil
             item.size = c.size
-            let now = nowNanoseconds()
+            let now = self.now()
             item.mtime = now
             item.ctime = now
             item.metaDirty = true

@@ -28,6 +28,8 @@ public struct ContainerConfig: Sendable {
     public var maxConcurrentDownloads: Int = 4
     /// Long-poll wait of the change feed.
     public var pollWaitSeconds: Int = 25
+    /// Clock, randomness and scheduling (Environment.swift); the defaults are the real ones.
+    public var environment = CoreEnvironment()
     public init(device: String) { self.device = device }
 }
 
@@ -65,6 +67,9 @@ public final class Container: @unchecked Sendable {
 
     public var rootID: String { WireRules.rootID }
 
+    /// The injected wall clock (ns since the epoch).
+    func now() -> Int64 { config.environment.clock() }
+
     /// Opens the container's store. Call `start` to begin syncing.
     public init(store: Store, remote: RemoteClient, config: ContainerConfig) throws {
         self.store = store
@@ -72,8 +77,8 @@ public final class Container: @unchecked Sendable {
         self.config = config
         for item in try store.loadItems() { items[item.id] = item }
         if items[rootID] == nil {
-            let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: nowNanoseconds(),
-                            ctime: nowNanoseconds(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
+            let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),
+                            ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
                             device: "", hasLocal: true, localSHA: nil, dirty: false, metaDirty: false,
                             deleted: false, pinned: false, xattrs: [:], conflicts: [])
             items[rootID] = root
@@ -181,8 +186,8 @@ public final class Container: @unchecked Sendable {
     }
 
     private func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32) -> Item {
-        let now = nowNanoseconds()
-        return Item(id: randomHex(bytes: 16), parent: parent, name: name, kind: kind, mode: mode & 0o7777,
+        let now = self.now()
+        return Item(id: config.environment.randomHex(16), parent: parent, name: name, kind: kind, mode: mode & 0o7777,
                     mtime: now, ctime: now, size: 0, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
                     remoteSize: 0, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
                     metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [])
@@ -280,7 +285,7 @@ public final class Container: @unchecked Sendable {
             children[parent]?[name] = nil
             item.parent = newParent
             item.name = newName
-            item.ctime = nowNanoseconds()
+            item.ctime = now()
             item.metaDirty = true
             try saveLocalChange(item)
             children[newParent, default: [:]][newName] = id
@@ -310,7 +315,7 @@ public final class Container: @unchecked Sendable {
             guard var item = items[id], !item.deleted else { throw .notFound }
             if let mode { item.mode = mode & 0o7777 }
             if let mtime { item.mtime = mtime }
-            item.ctime = nowNanoseconds()
+            item.ctime = now()
             if id == rootID { items[id] = item; return item }
             item.metaDirty = true
             try saveLocalChange(item)
@@ -376,7 +381,7 @@ public final class Container: @unchecked Sendable {
         item.dirty = true
         item.localSHA = nil
         item.size = size
-        let now = nowNanoseconds()
+        let now = self.now()
         item.mtime = now
         item.ctime = now
         contentGeneration[item.id, default: 0] += 1

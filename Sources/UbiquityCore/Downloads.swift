@@ -11,11 +11,13 @@ import Glibc
 final class Downloads: @unchecked Sendable {
     private unowned let container: Container
     private let log = Logger("download")
-    private let lock = NSLock()
+    let lock = NSLock()
     /// Waiters per item id, by token.
     private var waiters: [String: [Int: @Sendable (Result<Void, CoreError>) -> Void]] = [:]
     private var running: Set<String> = []
     private var nextToken = 1
+    /// Without background transfers: keys asked for, oldest first, until `downloadOnce` fetches them.
+    var requested: [String] = []
     private let slots: DispatchSemaphore
 
     init(container: Container) {
@@ -34,6 +36,33 @@ final class Downloads: @unchecked Sendable {
         return token
     }
 
+    /// Without background transfers: remembers the key for the owner's next `downloadOnce`.
+    private func queue(_ key: String) {
+        lock.lock(); defer { lock.unlock() }
+        if !requested.contains(key) { requested.append(key) }
+    }
+
+    /// One attempt at a transfer, on the calling thread, without retries; waiters are told the outcome.
+    func runOnce(_ key: String) -> Result<Void, CoreError> {
+        lock.lock(); requested.removeAll { $0 == key }; lock.unlock()
+        let result: Result<Void, CoreError>
+        switch target(key) {
+        case .done: result = .success(())
+        case .failed(let e): record(key, error: e.description); result = .failure(e)
+        case .fetch(let sha, let size):
+            do {
+                _ = try transfer(key, sha: sha, size: size)
+                record(key, error: nil)
+                result = .success(())
+            } catch {
+                record(key, error: "\(error)")
+                result = .failure(CoreError.from(error))
+            }
+        }
+        finish(key, result)
+        return result
+    }
+
     func cancelWait(for id: String, token: Int) {
         lock.lock(); defer { lock.unlock() }
         waiters[id]?[token] = nil
@@ -47,6 +76,7 @@ final class Downloads: @unchecked Sendable {
 
     /// Starts a background transfer of the item unless one runs already.
     func start(_ id: String) {
+        if !container.config.environment.backgroundTransfers { return queue(id) }
         lock.lock()
         let fresh = running.insert(id).inserted
         lock.unlock()
@@ -62,7 +92,7 @@ final class Downloads: @unchecked Sendable {
         thread.start()
     }
 
-    private func finish(_ id: String, _ result: Result<Void, CoreError>) {
+    func finish(_ id: String, _ result: Result<Void, CoreError>) {
         lock.lock()
         running.remove(id)
         let list = waiters.removeValue(forKey: id) ?? [:]
@@ -71,14 +101,14 @@ final class Downloads: @unchecked Sendable {
     }
 
     /// What to fetch for an item now, or why nothing is to be fetched.
-    private enum Target {
+    enum Target {
         case fetch(sha: String, size: Int64)
         case done
         case failed(CoreError)
     }
 
     /// What a download key names: an item's current content, or one of its conflict versions ("ITEM.CONFLICT").
-    private func target(_ key: String) -> Target {
+    func target(_ key: String) -> Target {
         container.withLock {
             let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
             guard let item = container.items[parts[0]], !item.deleted else { return .failed(.notFound) }
@@ -129,7 +159,7 @@ final class Downloads: @unchecked Sendable {
     }
 
     /// Records progress and the last error in the item's transfer state.
-    private func record(_ id: String, error: String?) {
+    func record(_ id: String, error: String?) {
         container.withLock {
             var t = container.transfers[id] ?? TransferState()
             t.isDownloading = false
@@ -150,7 +180,7 @@ final class Downloads: @unchecked Sendable {
 
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
     /// Returns false when the item changed here meanwhile and the download was dropped.
-    private func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
+    func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
         let staging = container.store.stagingDirectory + "/" + id + "-" + sha.prefix(16)
         let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
         defer { fd.close() }

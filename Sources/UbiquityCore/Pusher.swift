@@ -268,9 +268,9 @@ struct Pusher {
             }
         }
         // Both sides changed the content: the later modification wins, ties to the greater device name.
-        let mine = WireConflict(id: randomHex(bytes: 8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
+        let mine = WireConflict(id: container.config.environment.randomHex(8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
                                 mtime: pushed.mtime, device: container.config.device)
-        let theirs = WireConflict(id: randomHex(bytes: 8), sha256: current.sha256, size: current.size,
+        let theirs = WireConflict(id: container.config.environment.randomHex(8), sha256: current.sha256, size: current.size,
                                   mtime: current.mtime, device: current.device)
         let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
         log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")

@@ -52,7 +52,7 @@ final class SyncLoops: @unchecked Sendable {
     // MARK: pull
 
     /// The feed position last applied (the store is used under the container lock only).
-    private var feedToken: String? { container.withLock { container.store.meta("token") } }
+    var feedToken: String? { container.withLock { container.store.meta("token") } }
 
     /// Applies the feed until the remote has nothing newer (used at start, without waiting).
     func pullUntilCaughtUp() throws {
@@ -109,7 +109,7 @@ final class SyncLoops: @unchecked Sendable {
         guard var item = c.items[w.id] else {
             if w.deleted { return }
             var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
-                            ctime: nowNanoseconds(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
+                            ctime: c.now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
                             device: "", hasLocal: w.kind == .dir, localSHA: nil, dirty: false, metaDirty: false,
                             deleted: false, pinned: false, xattrs: [:], conflicts: [])
             item.adopt(w)
@@ -208,7 +208,7 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
-    private func nextPushable() -> String? {
+    func nextPushable() -> String? {
         return container.withLock {
             let ids = (try? container.store.pendingIDs()) ?? []
             return ids.first { id in
