@@ -1,0 +1,60 @@
+// Runs of the simulation: one plan executed and checked, shrinking of a failing plan, and the totals.
+import Foundation
+import UbiquityBase
+import UbiquityCore
+
+public struct RunResult: Sendable {
+    public var seed: UInt64
+    public var steps: Int
+    public var violations: [String]
+    public var trace: [String]
+    public var counters: [String: Int]
+    public var failed: Bool { !violations.isEmpty }
+}
+
+public enum Simulation {
+    /// The core's logs would carry real time stamps: the simulation keeps them out of its output.
+    static let quietLogs: Void = Log.shared.configure(level: .error, path: "/dev/null")
+
+    /// Executes a plan (or a shrunk list of its steps) and checks the invariants.
+    public static func execute(_ plan: Plan, steps: [Step]? = nil) -> RunResult {
+        _ = quietLogs
+        let steps = steps ?? plan.steps
+        do {
+            let world = try World(plan: plan)
+            world.run(steps)
+            var p = plan
+            p.steps = steps
+            let violations = world.check()
+            return RunResult(seed: plan.seed, steps: steps.count, violations: violations, trace: world.trace,
+                             counters: world.counters)
+        } catch {
+            return RunResult(seed: plan.seed, steps: steps.count, violations: ["setup failed: \(error)"], trace: [],
+                             counters: [:])
+        }
+    }
+
+    public static func run(seed: UInt64, steps: Int? = nil) -> RunResult { execute(Plan(seed: seed, steps: steps)) }
+
+    /// Removes steps while the run still fails (any violation): chunks of halving size, at most `budget`
+    /// re-executions. Deterministic: every step carries its own seed.
+    public static func shrink(_ plan: Plan, budget: Int = 200) -> (steps: [Step], result: RunResult) {
+        var steps = plan.steps
+        var best = execute(plan, steps: steps)
+        var tries = 0
+        var chunk = max(1, steps.count / 2)
+        while chunk >= 1 && tries < budget {
+            var i = 0
+            while i < steps.count && tries < budget {
+                var candidate = steps
+                candidate.removeSubrange(i..<min(i + chunk, steps.count))
+                tries += 1
+                let r = execute(plan, steps: candidate)
+                if r.failed { steps = candidate; best = r } else { i += chunk }
+            }
+            if chunk == 1 { break }
+            chunk /= 2
+        }
+        return (steps, best)
+    }
+}

@@ -1,0 +1,15 @@
+// The simulation in CI: a bounded number of seeds, and the seeds that found bugs (regressions).
+import Testing
+import UbiquitySim
+
+@Suite struct SimulationTests {
+    @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6]) func boundedSeeds(seed: UInt64) {
+        let r = Simulation.run(seed: seed)
+        #expect(r.violations == [], "seed \(seed)")
+    }
+
+    @Test func sameSeedSameRun() {
+        let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
+        #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
+    }
+}
