@@ -89,6 +89,24 @@ public final class Container: @unchecked Sendable {
         }
         downloads = Downloads(container: self)
         sync = SyncLoops(container: self)
+        removeOrphanContent()
+    }
+
+    /// Removes content files no item owns: a file deleted while open keeps its content until the last close,
+    /// and a daemon that stops before that close would otherwise leave it in the store for ever. Likewise the
+    /// local copy of a conflict version no longer listed.
+    private func removeOrphanContent() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []
+        for name in names {
+            let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
+            guard let item = items[parts[0]], !item.deleted else {
+                try? removeFile(store.contentDirectory + "/" + name)
+                continue
+            }
+            if parts.count == 2 && !item.conflicts.contains(where: { $0.id == parts[1] }) {
+                try? removeFile(store.contentDirectory + "/" + name)
+            }
+        }
     }
 
     /// True when the store has never synced with the remote.

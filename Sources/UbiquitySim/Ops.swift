@@ -120,7 +120,8 @@ extension World {
         let c = dev.container!
         dev.openWrites.remove(id)
         defer { c.closed(id, writable: true) }
-        guard c.item(id) != nil else { return "item gone; handle closed" }
+        guard let item = c.item(id) else { return "item gone; handle closed" }
+        supersede(dev, item, conflicts: false)
         let bytes = newBytes(dev)
         let path = dev.store.contentPath(id)
         let fd = try FileDescriptor.open(path, O_WRONLY | O_APPEND)
