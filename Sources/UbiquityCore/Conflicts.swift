@@ -32,6 +32,7 @@ extension Container {
     /// Drops the local copy of a conflict version (it stays on the remote).
     public func evictConflict(_ id: String, _ conflict: String) {
         try? removeFile(store.conflictPath(id, conflict))
+        downloads.removeStaleStaging(id + "." + conflict)
     }
 
     /// Removes local copies of conflict versions that are no longer listed.

@@ -278,6 +278,7 @@ public final class Container: @unchecked Sendable {
         } catch { throw CoreError.from(error) }
         children[item.parent!]?[item.name] = nil
         if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)) }
+        downloads.removeStaleStaging(item.id)
     }
 
     /// rename(2): moves `name` in `parent` to `newName` in `newParent`, replacing a compatible target unless

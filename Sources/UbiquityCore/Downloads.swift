@@ -182,6 +182,7 @@ final class Downloads: @unchecked Sendable {
     /// Returns false when the item changed here meanwhile and the download was dropped.
     func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
         let staging = container.store.stagingDirectory + "/" + id + "-" + sha.prefix(16)
+        removeStaleStaging(id, keeping: staging)
         let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
         defer { fd.close() }
         var have = Int64(try fd.stat().st_size)
@@ -206,6 +207,18 @@ final class Downloads: @unchecked Sendable {
         }
         try fd.sync()
         return try install(id, sha: sha, staging: staging)
+    }
+
+    /// Removes partial downloads of other versions of the same key: a transfer cut off part way leaves its
+    /// staging file for a resume, but once the item has a newer version that file is never used again.
+    /// Without `path`: every partial download of the key and, for an item, of its conflict versions (the item
+    /// or the version is gone).
+    func removeStaleStaging(_ key: String, keeping path: String = "") {
+        let dir = container.store.stagingDirectory
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+        where (name.hasPrefix(key + "-") || (path.isEmpty && name.hasPrefix(key + "."))) && dir + "/" + name != path {
+            try? removeFile(dir + "/" + name)
+        }
     }
 
     /// Moves verified content into place, unless the item changed here meanwhile.

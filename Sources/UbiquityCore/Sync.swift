@@ -162,6 +162,7 @@ final class SyncLoops: @unchecked Sendable {
         c.items[item.id] = nil
         c.children[item.parent!]?[item.name] = nil
         if c.handles[item.id] == nil { try? removeFile(c.store.contentPath(item.id)) }
+        c.downloads.removeStaleStaging(item.id)
         c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
     }
 
