@@ -212,7 +212,8 @@ final class SyncLoops: @unchecked Sendable {
     func nextPushable() -> String? {
         return container.withLock {
             let ids = (try? container.store.pendingIDs()) ?? []
-            return ids.first { id in
+            let container = self.container
+            let pushable = { (id: String) -> Bool in
                 guard let item = container.items[id] else { return false }
                 if item.dirty && (container.handles[id]?.writers ?? 0) > 0 { return false }
                 if let p = item.parent, p != container.rootID, (container.items[p]?.remoteVersion ?? 0) == 0 {
@@ -220,6 +221,12 @@ final class SyncLoops: @unchecked Sendable {
                 }
                 return true
             }
+            // A directory with changes of its own goes before the items below it: it may have to be revived on
+            // the remote first (deleted there while this device added to it), or nothing can be put in it.
+            guard var id = ids.first(where: pushable) else { return nil }
+            let pending = Set(ids)
+            while let p = container.items[id]?.parent, p != container.rootID, pending.contains(p), pushable(p) { id = p }
+            return id
         }
     }
 
