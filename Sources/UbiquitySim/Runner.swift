@@ -37,24 +37,30 @@ public enum Simulation {
     public static func run(seed: UInt64, steps: Int? = nil) -> RunResult { execute(Plan(seed: seed, steps: steps)) }
 
     /// Removes steps while the run still fails (any violation): chunks of halving size, at most `budget`
-    /// re-executions. Deterministic: every step carries its own seed.
-    public static func shrink(_ plan: Plan, budget: Int = 200) -> (steps: [Step], result: RunResult) {
-        var steps = plan.steps
-        var best = execute(plan, steps: steps)
+    /// re-executions. Deterministic: every step carries its own seed. Returns the indices of the steps kept.
+    public static func shrink(_ plan: Plan, budget: Int = 200) -> (kept: [Int], result: RunResult) {
+        var kept = Array(plan.steps.indices)
+        var best = execute(plan)
         var tries = 0
-        var chunk = max(1, steps.count / 2)
-        while chunk >= 1 && tries < budget {
+        var chunk = max(1, kept.count / 2)
+        while tries < budget {
             var i = 0
-            while i < steps.count && tries < budget {
-                var candidate = steps
-                candidate.removeSubrange(i..<min(i + chunk, steps.count))
+            while i < kept.count && tries < budget {
+                var candidate = kept
+                candidate.removeSubrange(i..<min(i + chunk, kept.count))
                 tries += 1
-                let r = execute(plan, steps: candidate)
-                if r.failed { steps = candidate; best = r } else { i += chunk }
+                let r = execute(plan, steps: candidate.map { plan.steps[$0] })
+                if r.failed { kept = candidate; best = r } else { i += chunk }
             }
             if chunk == 1 { break }
             chunk /= 2
         }
-        return (steps, best)
+        return (kept, best)
+    }
+
+    /// Runs only the given steps of a seed's plan (a shrunk trace).
+    public static func run(seed: UInt64, only: [Int]) -> RunResult {
+        let plan = Plan(seed: seed)
+        return execute(plan, steps: only.filter { $0 < plan.steps.count }.map { plan.steps[$0] })
     }
 }

@@ -1,4 +1,5 @@
-// ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--no-shrink] [--trace]
+// ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace]
+// (--only: replay just those steps of the seed's plan, as printed for a shrunk failing trace)
 // K runs of the deterministic multi-device simulation from seed N (random when not given, and printed).
 // Exit status 1 when an invariant is violated; the output is the same for the same seed and runs.
 import Foundation
@@ -13,9 +14,10 @@ var hours: Double?
 var stepCount: Int?
 var shrink = true
 var showTrace = false
+var only: [Int]?
 var args = Array(CommandLine.arguments.dropFirst())
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--no-shrink] [--trace]\n".utf8))
+    FileHandle.standardError.write(Data("usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace]\n".utf8))
     exit(2)
 }
 while !args.isEmpty {
@@ -33,6 +35,7 @@ while !args.isEmpty {
     case "--runs": runs = number(Int.self)
     case "--hours": hours = number(Double.self)
     case "--steps": stepCount = number(Int.self)
+    case "--only": only = value().split(separator: ",").compactMap { Int($0) }
     case "--no-shrink": shrink = false
     case "--trace": showTrace = true
     default: usage()
@@ -49,7 +52,8 @@ var s = first
 while done < totalRuns {
     if let deadline, Date() >= deadline { break }
     let plan = Plan(seed: s, steps: stepCount)
-    let r = Simulation.execute(plan)
+    let r = only.map { Simulation.execute(plan, steps: $0.filter { $0 < plan.steps.count }.map { plan.steps[$0] }) }
+        ?? Simulation.execute(plan)
     done += 1
     steps += r.steps
     for (k, v) in r.counters { totals[k, default: 0] += v }
@@ -61,8 +65,9 @@ while done < totalRuns {
         for v in r.violations { print("  violation: \(v)") }
         if showTrace { for line in r.trace { print("  | \(line)") } }
         if shrink {
-            let (small, sr) = Simulation.shrink(plan)
-            print("  minimal trace (\(small.count) of \(plan.steps.count) steps, reproduce: ubiquity-simulate --seed \(s) --runs 1):")
+            let (kept, sr) = Simulation.shrink(plan)
+            let list = kept.map(String.init).joined(separator: ",")
+            print("  minimal trace (\(kept.count) of \(plan.steps.count) steps; replay: ubiquity-simulate --seed \(s) --only \(list)):")
             for line in sr.trace { print("  | \(line)") }
             for v in sr.violations { print("  | violation: \(v)") }
         }
