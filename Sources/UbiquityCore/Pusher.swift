@@ -229,9 +229,32 @@ struct Pusher {
         }
     }
 
+    /// The tombstone carries exactly the state being pushed: this write already landed (its answer was lost)
+    /// and another device deleted the item after it saw that state. Not a concurrent edit: the delete wins, as
+    /// it would have had the answer arrived. False (edit wins) when anything differs, here or there, but the
+    /// name (the puller may have moved this item out of the way of a new item that took its name meanwhile).
+    private func acceptDelete(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
+        let xattrs = pushed.xattrs.mapValues { Data($0).base64EncodedString() }
+        guard current.parent == pushed.parent, current.mode == pushed.mode,
+              current.mtime == pushed.mtime, current.xattrs == xattrs, current.conflicts == pushed.conflicts,
+              pushed.kind == .dir || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
+        else { return false }
+        return try container.mutate {
+            guard let cur = container.items[id], !cur.deleted,
+                  (container.contentGeneration[id] ?? 0) == snap.generation,
+                  cur.parent == pushed.parent, cur.mode == pushed.mode,
+                  cur.mtime == pushed.mtime, cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
+                  (container.children[id] ?? [:]).isEmpty else { return false }
+            log.info("\(container.path(of: id)) was deleted elsewhere after this device's change landed: removed")
+            try container.sync.removeRemotelyDeleted(cur)
+            return true
+        }
+    }
+
     /// The remote moved on since this device last saw the item: merge, or keep both contents.
     private func resolve(_ current: WireItem?, snap: Snapshot, pushed: Item) throws {
         guard let current else { return try rebase(version: 0) }
+        if current.deleted, try acceptDelete(current, snap: snap, pushed: pushed) { return }
         let theirContentUnchanged = current.sha256 == snap.item.remoteSHA
         if current.deleted || !snap.item.dirty || current.sha256 == pushed.remoteSHA || theirContentUnchanged
             || current.kind != .file {

@@ -149,7 +149,7 @@ final class SyncLoops: @unchecked Sendable {
 
     /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and
     /// revived on the remote by the pusher. Expects the lock held.
-    private func removeRemotelyDeleted(_ item: Item) throws {
+    func removeRemotelyDeleted(_ item: Item) throws {
         let c = container
         if item.isDirectory, let kids = c.children[item.id], !kids.isEmpty {
             var revived = item

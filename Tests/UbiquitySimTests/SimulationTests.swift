@@ -18,6 +18,14 @@ import UbiquitySim
         #expect(r.violations == [], "seed \(seed)")
     }
 
+    /// Shrunk traces (steps of a seed's plan) that found bugs in the core.
+    @Test func regressionDeleteAfterLostAnswer() {
+        // c's write lands but its answer is lost; a sees it and deletes the file; c's retry met the tombstone
+        // and revived the file as if its write were a concurrent edit.
+        let r = Simulation.run(seed: 5, only: [3, 4, 8, 10, 148, 153, 160])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
