@@ -47,8 +47,8 @@ final class Downloads: @unchecked Sendable {
         lock.lock(); requested.removeAll { $0 == key }; lock.unlock()
         let result: Result<Void, CoreError>
         switch target(key) {
-        case .done: result = .success(())
-        case .failed(let e): record(key, error: e.description); result = .failure(e)
+        case .done: removeStaleStaging(key); result = .success(())
+        case .failed(let e): removeStaleStaging(key); record(key, error: e.description); result = .failure(e)
         case .fetch(let sha, let size):
             do {
                 _ = try transfer(key, sha: sha, size: size)
@@ -130,8 +130,8 @@ final class Downloads: @unchecked Sendable {
         while true {
             let sha: String, size: Int64
             switch target(id) {
-            case .done: return .success(())
-            case .failed(let e): record(id, error: e.description); return .failure(e)
+            case .done: removeStaleStaging(id); return .success(())
+            case .failed(let e): removeStaleStaging(id); record(id, error: e.description); return .failure(e)
             case .fetch(let s, let n): sha = s; size = n
             }
             do {
@@ -196,6 +196,8 @@ final class Downloads: @unchecked Sendable {
                     return true
                 }
             } catch {
+                // Nothing arrived: no partial file to resume from.
+                if (try? fd.stat().st_size) == 0 { try? removeFile(staging) }
                 throw error
             }
         }

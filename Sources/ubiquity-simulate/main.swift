@@ -43,7 +43,7 @@ while !args.isEmpty {
 }
 let first = seed ?? UInt64.random(in: 0..<1_000_000_000)
 print("seed \(first)\(seed == nil ? " (random)" : "")")
-let totalRuns = runs ?? (hours == nil ? 10 : Int.max)
+let totalRuns = runs ?? (only != nil ? 1 : hours == nil ? 10 : Int.max)
 let deadline = hours.map { Date().addingTimeInterval($0 * 3600) }
 
 var done = 0, steps = 0, failedSeeds: [UInt64] = []

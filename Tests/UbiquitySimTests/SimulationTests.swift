@@ -12,6 +12,7 @@ import UbiquitySim
     @Test(arguments: [
         UInt64(1), // a file deleted while open, then a crash: its content file stayed in the store for ever
         2, // a download cut off part way, then the item changed: the partial file stayed in staging
+        12, // a download that failed before any byte (or was cut) left its staging file when no retry came
         11, 14, // a file created in a folder another device deleted: its push failed (400) for ever
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
