@@ -223,9 +223,11 @@ final class SyncLoops: @unchecked Sendable {
             }
             // A directory with changes of its own goes before the items below it: it may have to be revived on
             // the remote first (deleted there while this device added to it), or nothing can be put in it.
+            // Not a directory deleted here: the deletes of what was below it must go first.
             guard var id = ids.first(where: pushable) else { return nil }
             let pending = Set(ids)
-            while let p = container.items[id]?.parent, p != container.rootID, pending.contains(p), pushable(p) { id = p }
+            while let p = container.items[id]?.parent, p != container.rootID, pending.contains(p),
+                  container.items[p]?.deleted == false, pushable(p) { id = p }
             return id
         }
     }

@@ -27,6 +27,13 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionFolderDeletedAfterItsFile() {
+        // A deleted folder was pushed before the delete of the file in it (parent first): the remote refused
+        // (not empty) and the folder came back.
+        let r = Simulation.run(seed: 77, only: [143, 152, 155, 159, 160, 167])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
