@@ -258,12 +258,13 @@ public final class Container: @unchecked Sendable {
         }
     }
 
-    /// Deletes an item here: drops it at once if the remote never saw it, else keeps a tombstone to push.
+    /// Deletes an item here: drops it at once if the remote never saw it, else keeps a tombstone to push (also
+    /// when a create was sent without an answer: it may have landed).
     /// Expects the lock held.
     private func deleteLocally(_ item: Item) throws(CoreError) {
         var item = item
         do {
-            if item.remoteVersion == 0 {
+            if item.remoteVersion == 0 && !store.createWasSent(item.id) {
                 try store.delete(item.id)
                 items[item.id] = nil
             } else {

@@ -56,6 +56,18 @@ struct Pusher {
     /// Returns true when done, false to look again.
     private func pushDelete(_ item: Item) throws -> Bool {
         if item.remoteVersion == 0 {
+            // Its create was sent and no answer came: look whether it landed.
+            if container.withLock({ container.store.createWasSent(id) }) {
+                let current: WireItem
+                do { current = try container.remote.item(id) } catch RemoteError.notFound {
+                    try finishDelete(); return true
+                }
+                if current.deleted { try finishDelete(); return true }
+                if !isOwnWrite(current, deleted: item) { try restore(current); return true }
+                // It landed and nobody changed it since: delete that version.
+                try rebase(version: current.version)
+                return false
+            }
             try finishDelete()
             return true
         }
@@ -68,6 +80,11 @@ struct Pusher {
                 try finishDelete()
             case .preconditionFailed(let current):
                 guard let current, !current.deleted else { try finishDelete(); return true }
+                if isOwnWrite(current, deleted: item) {
+                    // The newer version is a write of this device whose answer was lost: the delete stands.
+                    try rebase(version: current.version)
+                    return false
+                }
                 // Edit against delete: the edit wins; the item comes back here as the remote has it.
                 try restore(current)
             case .conflict(_, let current):
@@ -79,6 +96,17 @@ struct Pusher {
             }
         }
         return true
+    }
+
+    /// True when the remote's version of an item deleted here was made by this device (a write whose answer
+    /// was lost) and lists no conflict version this device has not seen: nothing in it is news to the delete.
+    private func isOwnWrite(_ current: WireItem, deleted item: Item) -> Bool {
+        guard current.device == container.config.device else { return false }
+        return container.withLock {
+            current.conflicts.allSatisfy { c in
+                item.conflicts.contains { $0.id == c.id } || container.discardedConflicts.contains(c.id)
+            }
+        }
     }
 
     private func finishDelete() throws {
@@ -132,6 +160,9 @@ struct Pusher {
                             conflicts: item.conflicts)
         if !item.dirty { wire.device = item.device.isEmpty ? container.config.device : item.device }
         let stored: WireItem
+        if item.remoteVersion == 0 {
+            try container.withLock { try container.store.markCreateSent(id) }
+        }
         do {
             stored = try container.remote.putItem(wire, ifMatch: item.remoteVersion == 0 ? nil : item.remoteVersion)
         } catch let error as RemoteError {

@@ -23,6 +23,7 @@ extension World {
                 do { while try c.pullOnce() {} } catch { failures.append("\(dev.name) pull: \(error)") }
                 for _ in 0..<1000 {
                     let r = c.pushOnce()
+                    if r != .idle { note("\(dev.name) push: \(r)") }
                     if case .failed(let id, let e) = r { failures.append("\(dev.name) push [\(short(id))]: \(e)"); break }
                     if r == .idle { break }
                 }

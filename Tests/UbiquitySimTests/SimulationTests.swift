@@ -34,6 +34,17 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test(arguments: [
+        (UInt64(49), [83, 86, 88, 107, 109, 110, 127, 130, 152, 156, 163, 164, 168, 173, 183, 203, 213]),
+        (UInt64(86), [197, 206, 209, 224, 236, 253, 260]),
+    ]) func regressionDeleteAfterOwnLostAnswer(seed: UInt64, steps: [Int]) {
+        // A device's write lands but its answer is lost; the same device then deletes the file: the create
+        // was forgotten locally (never on the remote, it thought) or the delete met its own newer version as
+        // a concurrent edit, and the file came back.
+        let r = Simulation.run(seed: seed, only: steps)
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
