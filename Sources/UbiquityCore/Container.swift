@@ -280,6 +280,7 @@ public final class Container: @unchecked Sendable {
         children[item.parent!]?[item.name] = nil
         if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)) }
         downloads.removeStaleStaging(item.id)
+        for c in item.conflicts { evictConflict(item.id, c.id) }
     }
 
     /// rename(2): moves `name` in `parent` to `newName` in `newParent`, replacing a compatible target unless

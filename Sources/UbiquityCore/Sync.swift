@@ -163,6 +163,7 @@ final class SyncLoops: @unchecked Sendable {
         c.children[item.parent!]?[item.name] = nil
         if c.handles[item.id] == nil { try? removeFile(c.store.contentPath(item.id)) }
         c.downloads.removeStaleStaging(item.id)
+        for conflict in item.conflicts { c.evictConflict(item.id, conflict.id) }
         c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
     }
 

@@ -45,6 +45,13 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionDeleteKeepsNoConflictCopies() {
+        // A conflict version fetched (for a promote refused as busy), then the file deleted: the local copy of
+        // the conflict version stayed in the store for ever.
+        let r = Simulation.run(seed: 18, only: [22, 35, 42, 49, 52, 74, 80, 85])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
