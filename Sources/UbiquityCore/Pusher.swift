@@ -126,6 +126,13 @@ struct Pusher {
             item.hasLocal = item.kind == .dir
             item.localSHA = nil
             item.adopt(w)
+            // Conflict versions resolved here before the delete stay resolved on the item that came back.
+            let kept = w.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+            if kept != w.conflicts {
+                container.pruneConflictFiles(id, old: item.conflicts, new: kept)
+                item.conflicts = kept
+                item.metaDirty = true
+            }
             if container.children[w.parent ?? ""]?[w.name] != nil {
                 item.name = container.freeName(w.name, in: w.parent ?? "")
                 item.metaDirty = true

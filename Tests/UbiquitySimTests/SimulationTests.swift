@@ -52,6 +52,13 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionResolvedConflictStaysResolvedWhenTheFileComesBack() {
+        // Conflict resolved, then the file deleted here; another device's edit brings the file back (edit wins
+        // over delete) with the remote's list, the resolved version included.
+        let r = Simulation.run(seed: 18, only: [63, 91, 192, 198, 199, 202, 203, 210, 221, 229, 239, 246])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
