@@ -321,7 +321,10 @@ struct Pusher {
                     cur.xattrs = current.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
                     container.notice(.changed(id, content: false))
                 }
-                cur.conflicts = current.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+                // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
+                // them); those this device knows come back with its edit.
+                cur.conflicts = (current.deleted ? cur.conflicts : current.conflicts)
+                    .filter { !container.discardedConflicts.contains($0.id) }
                 if cur.conflicts != current.conflicts { cur.metaDirty = true }
                 cur.remoteVersion = current.version
                 try container.store.save(cur)

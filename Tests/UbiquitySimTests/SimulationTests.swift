@@ -59,6 +59,13 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionRevivedTombstoneDropsItsConflictList() {
+        // Conflict resolved and the file deleted (the delete landed, carrying the old list); another device's
+        // edit revives the tombstone and took its list, the resolved version included.
+        let r = Simulation.run(seed: 18, only: [63, 91, 192, 198, 199, 202, 203, 210, 221, 229, 239, 244, 246])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
