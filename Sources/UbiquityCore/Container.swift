@@ -314,7 +314,7 @@ public final class Container: @unchecked Sendable {
     }
 
     /// True if `ancestor` is `id` or one of its ancestors. Expects the lock held.
-    private func isAncestor(_ ancestor: String, of id: String) -> Bool {
+    func isAncestor(_ ancestor: String, of id: String) -> Bool {
         var cur: String? = id
         while let c = cur {
             if c == ancestor { return true }
