@@ -8,6 +8,7 @@ let package = Package(
     platforms: [.macOS(.v13)],
     products: [
         .executable(name: "ubiquityfs", targets: ["ubiquityfs"]),
+        .executable(name: "ubiquity-simulate", targets: ["ubiquity-simulate"]),
     ],
     targets: [
         // C libraries from Debian, each behind a module map and a tiny header of inline shims.
@@ -34,7 +35,12 @@ let package = Package(
         .executableTarget(name: "ubiquityfs",
                           dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE", "CFuse"]),
 
+        // The deterministic multi-device simulation of the sync core (issue 7), and its command.
+        .target(name: "UbiquitySim", dependencies: ["UbiquityBase", "UbiquityCore"]),
+        .executableTarget(name: "ubiquity-simulate", dependencies: ["UbiquitySim"]),
+
         .testTarget(name: "UbiquityCoreTests", dependencies: ["UbiquityBase", "UbiquityCore"]),
+        .testTarget(name: "UbiquitySimTests", dependencies: ["UbiquitySim"]),
         .testTarget(name: "UbiquityStubTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP"]),
     ]
 )

@@ -27,6 +27,7 @@ extension Container {
     /// Drops the local copy of a conflict version (it stays on the remote).
     public func evictConflict(_ id: String, _ conflict: String) {
         try? removeFile(store.conflictPath(id, conflict))
+        downloads.removeStaleStaging(id + "." + conflict)
     }
 
     /// Removes local copies of conflict versions that are no longer listed.
@@ -67,7 +68,7 @@ extension Container {
             item.dirty = true
             item.localSHA = nil
             item.size = c.size
-            let now = nowNanoseconds()
+            let now = self.now()
             item.mtime = now
             item.ctime = now
             item.metaDirty = true

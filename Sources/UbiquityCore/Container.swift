@@ -28,6 +28,8 @@ public struct ContainerConfig: Sendable {
     public var maxConcurrentDownloads: Int = 4
     /// Long-poll wait of the change feed.
     public var pollWaitSeconds: Int = 25
+    /// Clock, randomness and scheduling (Environment.swift); the defaults are the real ones.
+    public var environment = CoreEnvironment()
     public init(device: String) { self.device = device }
 }
 
@@ -61,14 +63,15 @@ public final class Container: @unchecked Sendable {
     /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
     /// passed it: a page of the feed fetched before the delete must not bring them back.
     var settledDeletes: [String: Int64] = [:]
-    /// The item whose create is on its way to the remote: deleting it leaves a tombstone, since it may land.
-    var creating: String?
     private var notices: [Notice] = []
 
     var downloads: Downloads!
     var sync: SyncLoops!
 
     public var rootID: String { WireRules.rootID }
+
+    /// The injected wall clock (ns since the epoch).
+    func now() -> Int64 { config.environment.clock() }
 
     /// Opens the container's store. Call `start` to begin syncing.
     public init(store: Store, remote: RemoteClient, config: ContainerConfig) throws {
@@ -78,8 +81,8 @@ public final class Container: @unchecked Sendable {
         for item in try store.loadItems() { items[item.id] = item }
         for (id, item) in items where item.parent != nil { items[id]!.parent = interned(item.parent) }
         if items[rootID] == nil {
-            let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: nowNanoseconds(),
-                            ctime: nowNanoseconds(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
+            let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),
+                            ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
                             device: "", hasLocal: true, localSHA: nil, dirty: false, metaDirty: false,
                             deleted: false, pinned: false, xattrs: [:], conflicts: [])
             items[rootID] = root
@@ -90,6 +93,24 @@ public final class Container: @unchecked Sendable {
         }
         downloads = Downloads(container: self)
         sync = SyncLoops(container: self)
+        removeOrphanContent()
+    }
+
+    /// Removes content files no item owns: a file deleted while open keeps its content until the last close,
+    /// and a daemon that stops before that close would otherwise leave it in the store for ever. Likewise the
+    /// local copy of a conflict version no longer listed.
+    private func removeOrphanContent() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []
+        for name in names {
+            let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
+            guard let item = items[parts[0]], !item.deleted else {
+                try? removeFile(store.contentDirectory + "/" + name)
+                continue
+            }
+            if parts.count == 2 && !item.conflicts.contains(where: { $0.id == parts[1] }) {
+                try? removeFile(store.contentDirectory + "/" + name)
+            }
+        }
     }
 
     /// The same id, sharing the storage of the item's own id string: with 100,000 items, one copy of each id
@@ -193,8 +214,8 @@ public final class Container: @unchecked Sendable {
     }
 
     private func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32) -> Item {
-        let now = nowNanoseconds()
-        return Item(id: randomHex(bytes: 16), parent: parent, name: name, kind: kind, mode: mode & 0o7777,
+        let now = self.now()
+        return Item(id: config.environment.randomHex(16), parent: parent, name: name, kind: kind, mode: mode & 0o7777,
                     mtime: now, ctime: now, size: 0, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
                     remoteSize: 0, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
                     metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [])
@@ -247,12 +268,13 @@ public final class Container: @unchecked Sendable {
         }
     }
 
-    /// Deletes an item here: drops it at once if the remote never saw it, else keeps a tombstone to push.
+    /// Deletes an item here: drops it at once if the remote never saw it, else keeps a tombstone to push (also
+    /// when a create was sent without an answer: it may have landed).
     /// Expects the lock held.
     private func deleteLocally(_ item: Item) throws(CoreError) {
         var item = item
         do {
-            if item.remoteVersion == 0 && creating != item.id {
+            if item.remoteVersion == 0 && !store.createWasSent(item.id) {
                 try store.delete(item.id)
                 items[item.id] = nil
             } else {
@@ -267,6 +289,8 @@ public final class Container: @unchecked Sendable {
         } catch { throw CoreError.from(error) }
         children[item.parent!]?[item.name] = nil
         if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)) }
+        downloads.removeStaleStaging(item.id)
+        for c in item.conflicts { evictConflict(item.id, c.id) }
     }
 
     /// rename(2): moves `name` in `parent` to `newName` in `newParent`, replacing a compatible target unless
@@ -292,7 +316,7 @@ public final class Container: @unchecked Sendable {
             children[parent]?[name] = nil
             item.parent = newParent
             item.name = newName
-            item.ctime = nowNanoseconds()
+            item.ctime = now()
             item.metaDirty = true
             try saveLocalChange(item)
             children[newParent, default: [:]][newName] = id
@@ -300,7 +324,7 @@ public final class Container: @unchecked Sendable {
     }
 
     /// True if `ancestor` is `id` or one of its ancestors. Expects the lock held.
-    private func isAncestor(_ ancestor: String, of id: String) -> Bool {
+    func isAncestor(_ ancestor: String, of id: String) -> Bool {
         var cur: String? = id
         while let c = cur {
             if c == ancestor { return true }
@@ -322,7 +346,7 @@ public final class Container: @unchecked Sendable {
             guard var item = items[id], !item.deleted else { throw .notFound }
             if let mode { item.mode = mode & 0o7777 }
             if let mtime { item.mtime = mtime }
-            item.ctime = nowNanoseconds()
+            item.ctime = now()
             if id == rootID { items[id] = item; return item }
             item.metaDirty = true
             try saveLocalChange(item)
@@ -388,7 +412,7 @@ public final class Container: @unchecked Sendable {
         item.dirty = true
         item.localSHA = nil
         item.size = size
-        let now = nowNanoseconds()
+        let now = self.now()
         item.mtime = now
         item.ctime = now
         contentGeneration[item.id, default: 0] += 1
@@ -497,6 +521,13 @@ public final class Container: @unchecked Sendable {
             }
             if writable && h.writers == 0 { sync.wakePusher() }
         }
+    }
+
+    /// The size a written file has now (from its content file while it is open for writing).
+    public func currentSize(_ item: Item) -> Int64 {
+        guard item.dirty, item.hasLocal else { return item.size }
+        var st = stat()
+        return stat(store.contentPath(item.id), &st) == 0 ? Int64(st.st_size) : item.size
     }
 
     /// Fetches the newest content of a file, calling `done` once it is local (or failed, or gave up).

@@ -11,11 +11,13 @@ import Glibc
 final class Downloads: @unchecked Sendable {
     private unowned let container: Container
     private let log = Logger("download")
-    private let lock = NSLock()
+    let lock = NSLock()
     /// Waiters per item id, by token.
     private var waiters: [String: [Int: @Sendable (Result<Void, CoreError>) -> Void]] = [:]
     private var running: Set<String> = []
     private var nextToken = 1
+    /// Without background transfers: keys asked for, oldest first, until `downloadOnce` fetches them.
+    var requested: [String] = []
     private let slots: DispatchSemaphore
 
     init(container: Container) {
@@ -34,6 +36,33 @@ final class Downloads: @unchecked Sendable {
         return token
     }
 
+    /// Without background transfers: remembers the key for the owner's next `downloadOnce`.
+    private func queue(_ key: String) {
+        lock.lock(); defer { lock.unlock() }
+        if !requested.contains(key) { requested.append(key) }
+    }
+
+    /// One attempt at a transfer, on the calling thread, without retries; waiters are told the outcome.
+    func runOnce(_ key: String) -> Result<Void, CoreError> {
+        lock.lock(); requested.removeAll { $0 == key }; lock.unlock()
+        let result: Result<Void, CoreError>
+        switch target(key) {
+        case .done: removeStaleStaging(key); result = .success(())
+        case .failed(let e): removeStaleStaging(key); record(key, error: e.description); result = .failure(e)
+        case .fetch(let sha, let size):
+            do {
+                _ = try transfer(key, sha: sha, size: size)
+                record(key, error: nil)
+                result = .success(())
+            } catch {
+                record(key, error: "\(error)")
+                result = .failure(CoreError.from(error))
+            }
+        }
+        finish(key, result)
+        return result
+    }
+
     func cancelWait(for id: String, token: Int) {
         lock.lock(); defer { lock.unlock() }
         waiters[id]?[token] = nil
@@ -41,6 +70,7 @@ final class Downloads: @unchecked Sendable {
 
     /// Starts a background transfer of the item unless one runs already.
     func start(_ id: String) {
+        if !container.config.environment.backgroundTransfers { return queue(id) }
         lock.lock()
         let fresh = running.insert(id).inserted
         lock.unlock()
@@ -56,7 +86,7 @@ final class Downloads: @unchecked Sendable {
         thread.start()
     }
 
-    private func finish(_ id: String, _ result: Result<Void, CoreError>) {
+    func finish(_ id: String, _ result: Result<Void, CoreError>) {
         lock.lock()
         running.remove(id)
         let list = waiters.removeValue(forKey: id) ?? [:]
@@ -65,14 +95,14 @@ final class Downloads: @unchecked Sendable {
     }
 
     /// What to fetch for an item now, or why nothing is to be fetched.
-    private enum Target {
+    enum Target {
         case fetch(sha: String, size: Int64)
         case done
         case failed(CoreError)
     }
 
     /// What a download key names: an item's current content, or one of its conflict versions ("ITEM.CONFLICT").
-    private func target(_ key: String) -> Target {
+    func target(_ key: String) -> Target {
         container.withLock {
             let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
             guard let item = container.items[parts[0]], !item.deleted else { return .failed(.notFound) }
@@ -94,8 +124,8 @@ final class Downloads: @unchecked Sendable {
         while true {
             let sha: String, size: Int64
             switch target(id) {
-            case .done: return .success(())
-            case .failed(let e): record(id, error: e.description); return .failure(e)
+            case .done: removeStaleStaging(id); return .success(())
+            case .failed(let e): removeStaleStaging(id); record(id, error: e.description); return .failure(e)
             case .fetch(let s, let n): sha = s; size = n
             }
             do {
@@ -126,7 +156,7 @@ final class Downloads: @unchecked Sendable {
     }
 
     /// Records progress and the last error in the item's transfer state.
-    private func record(_ id: String, error: String?) {
+    func record(_ id: String, error: String?) {
         container.withLock {
             var t = container.transfers[id] ?? TransferState()
             t.isDownloading = false
@@ -152,8 +182,9 @@ final class Downloads: @unchecked Sendable {
 
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
     /// Returns false when the item changed here meanwhile and the download was dropped.
-    private func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
+    func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
         let staging = stagingPath(id, sha)
+        removeStaleStaging(id, keeping: staging)
         let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
         defer { fd.close() }
         var have = Int64(try fd.stat().st_size)
@@ -162,10 +193,16 @@ final class Downloads: @unchecked Sendable {
         let landed = LandedBytes(fd)
         if have < size {
             _ = lseek(fd.raw, off_t(have), SEEK_SET)
-            try container.remote.downloadBlob(sha256: sha, offset: have, to: fd) { [self] done in
-                progress(id, done: done, total: size)
-                landed.follow(to: done)
-                return true
+            do {
+                try container.remote.downloadBlob(sha256: sha, offset: have, to: fd) { [self] done in
+                    progress(id, done: done, total: size)
+                    landed.follow(to: done)
+                    return true
+                }
+            } catch {
+                // Nothing arrived: no partial file to resume from.
+                if (try? fd.stat().st_size) == 0 { try? removeFile(staging) }
+                throw error
             }
         }
         let gotSize = Int64(try fd.stat().st_size)
@@ -177,6 +214,18 @@ final class Downloads: @unchecked Sendable {
         }
         try fd.sync()
         return try install(id, sha: sha, staging: staging)
+    }
+
+    /// Removes partial downloads of other versions of the same key: a transfer cut off part way leaves its
+    /// staging file for a resume, but once the item has a newer version that file is never used again.
+    /// Without `path`: every partial download of the key and, for an item, of its conflict versions (the item
+    /// or the version is gone).
+    func removeStaleStaging(_ key: String, keeping path: String = "") {
+        let dir = container.store.stagingDirectory
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+        where (name.hasPrefix(key + "-") || (path.isEmpty && name.hasPrefix(key + "."))) && dir + "/" + name != path {
+            try? removeFile(dir + "/" + name)
+        }
     }
 
     /// Moves verified content into place, unless the item changed here meanwhile.

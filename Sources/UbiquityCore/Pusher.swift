@@ -20,17 +20,13 @@ struct Pusher {
         var generation: Int
     }
 
-    /// Takes the snapshot; from here until `run` returns, a local delete of the item leaves a tombstone (its create
-    /// may be on its way to the remote) instead of forgetting it.
     private func snapshot() -> Snapshot? {
         container.withLock {
-            container.creating = id
-            return container.items[id].map { Snapshot(item: $0, generation: container.contentGeneration[id] ?? 0) }
+            container.items[id].map { Snapshot(item: $0, generation: container.contentGeneration[id] ?? 0) }
         }
     }
 
     func run() throws {
-        defer { container.withLock { container.creating = nil } }
         var attempts = 0
         while let snap = snapshot(), snap.item.isPending {
             attempts += 1
@@ -60,6 +56,18 @@ struct Pusher {
     /// Returns true when done, false to look again.
     private func pushDelete(_ item: Item) throws -> Bool {
         if item.remoteVersion == 0 {
+            // Its create was sent and no answer came: look whether it landed.
+            if container.withLock({ container.store.createWasSent(id) }) {
+                let current: WireItem
+                do { current = try container.remote.item(id) } catch RemoteError.notFound {
+                    try finishDelete(); return true
+                }
+                if current.deleted { try finishDelete(); return true }
+                if !isOwnWrite(current, deleted: item) { try restore(current); return true }
+                // It landed and nobody changed it since: delete that version.
+                try rebase(version: current.version)
+                return false
+            }
             try finishDelete()
             return true
         }
@@ -75,6 +83,11 @@ struct Pusher {
                     try finishDelete(tombstone: current?.version)
                     return true
                 }
+                if isOwnWrite(current, deleted: item) {
+                    // The newer version is a write of this device whose answer was lost: the delete stands.
+                    try rebase(version: current.version)
+                    return false
+                }
                 // Edit against delete: the edit wins; the item comes back here as the remote has it.
                 try restore(current)
             case .conflict(_, let current):
@@ -86,6 +99,17 @@ struct Pusher {
             }
         }
         return true
+    }
+
+    /// True when the remote's version of an item deleted here was made by this device (a write whose answer
+    /// was lost) and lists no conflict version this device has not seen: nothing in it is news to the delete.
+    private func isOwnWrite(_ current: WireItem, deleted item: Item) -> Bool {
+        guard current.device == container.config.device else { return false }
+        return container.withLock {
+            current.conflicts.allSatisfy { c in
+                item.conflicts.contains { $0.id == c.id } || container.discardedConflicts.contains(c.id)
+            }
+        }
     }
 
     /// Forgets an item whose delete the remote has (at version `tombstone`, when known).
@@ -107,6 +131,13 @@ struct Pusher {
             item.hasLocal = item.kind == .dir
             item.localSHA = nil
             item.adopt(w)
+            // Conflict versions resolved here before the delete stay resolved on the item that came back.
+            let kept = w.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+            if kept != w.conflicts {
+                container.pruneConflictFiles(id, old: item.conflicts, new: kept)
+                item.conflicts = kept
+                item.metaDirty = true
+            }
             if container.children[w.parent ?? ""]?[w.name] != nil {
                 item.name = container.freeName(w.name, in: w.parent ?? "")
                 item.metaDirty = true
@@ -141,6 +172,16 @@ struct Pusher {
                             conflicts: item.conflicts)
         if !item.dirty { wire.device = item.device.isEmpty ? container.config.device : item.device }
         let stored: WireItem
+        if item.remoteVersion == 0 {
+            // From the mark on, a local delete leaves a tombstone (the create may land) instead of forgetting the
+            // item; an item deleted since the snapshot is not sent at all.
+            let exists = try container.withLock { () throws -> Bool in
+                guard container.items[id] != nil else { return false }
+                try container.store.markCreateSent(id)
+                return true
+            }
+            if !exists { return true }
+        }
         do {
             stored = try container.remote.putItem(wire, ifMatch: item.remoteVersion == 0 ? nil : item.remoteVersion)
         } catch let error as RemoteError {
@@ -238,9 +279,32 @@ struct Pusher {
         }
     }
 
+    /// The tombstone carries exactly the state being pushed: this write already landed (its answer was lost)
+    /// and another device deleted the item after it saw that state. Not a concurrent edit: the delete wins, as
+    /// it would have had the answer arrived. False (edit wins) when anything differs, here or there, but the
+    /// name (the puller may have moved this item out of the way of a new item that took its name meanwhile).
+    private func acceptDelete(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
+        let xattrs = pushed.xattrs.mapValues { Data($0).base64EncodedString() }
+        guard current.parent == pushed.parent, current.mode == pushed.mode,
+              current.mtime == pushed.mtime, current.xattrs == xattrs, current.conflicts == pushed.conflicts,
+              pushed.kind == .dir || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
+        else { return false }
+        return try container.mutate {
+            guard let cur = container.items[id], !cur.deleted,
+                  (container.contentGeneration[id] ?? 0) == snap.generation,
+                  cur.parent == pushed.parent, cur.mode == pushed.mode,
+                  cur.mtime == pushed.mtime, cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
+                  (container.children[id] ?? [:]).isEmpty else { return false }
+            log.info("\(container.path(of: id)) was deleted elsewhere after this device's change landed: removed")
+            try container.sync.removeRemotelyDeleted(cur)
+            return true
+        }
+    }
+
     /// The remote moved on since this device last saw the item: merge, or keep both contents.
     private func resolve(_ current: WireItem?, snap: Snapshot, pushed: Item) throws {
         guard let current else { return try rebase(version: 0) }
+        if current.deleted, try acceptDelete(current, snap: snap, pushed: pushed) { return }
         let theirContentUnchanged = current.sha256 == snap.item.remoteSHA
         if current.deleted || !snap.item.dirty || current.sha256 == pushed.remoteSHA || theirContentUnchanged
             || current.kind != .file {
@@ -269,7 +333,10 @@ struct Pusher {
                     cur.xattrs = current.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
                     container.notice(.changed(id, content: false))
                 }
-                cur.conflicts = current.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+                // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
+                // them); those this device knows come back with its edit.
+                cur.conflicts = (current.deleted ? cur.conflicts : current.conflicts)
+                    .filter { !container.discardedConflicts.contains($0.id) }
                 if cur.conflicts != current.conflicts { cur.metaDirty = true }
                 cur.remoteVersion = current.version
                 try container.store.save(cur)
@@ -277,9 +344,9 @@ struct Pusher {
             }
         }
         // Both sides changed the content: the later modification wins, ties to the greater device name.
-        let mine = WireConflict(id: randomHex(bytes: 8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
+        let mine = WireConflict(id: container.config.environment.randomHex(8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
                                 mtime: pushed.mtime, device: container.config.device)
-        let theirs = WireConflict(id: randomHex(bytes: 8), sha256: current.sha256, size: current.size,
+        let theirs = WireConflict(id: container.config.environment.randomHex(8), sha256: current.sha256, size: current.size,
                                   mtime: current.mtime, device: current.device)
         let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
         log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")

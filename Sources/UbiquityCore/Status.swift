@@ -131,7 +131,7 @@ extension Container {
             if total > WireRules.maxXattrBytes { throw .tooBig }
             if exists && item.xattrs[name] == items[id]?.xattrs[name] { return }
             item.metaDirty = true
-            item.ctime = nowNanoseconds()
+            item.ctime = now()
             try saveLocalChange(item)
         }
     }
@@ -141,7 +141,7 @@ extension Container {
             guard var item = items[id], !item.deleted else { throw .notFound }
             guard item.xattrs.removeValue(forKey: name) != nil else { throw .noAttribute }
             item.metaDirty = true
-            item.ctime = nowNanoseconds()
+            item.ctime = now()
             try saveLocalChange(item)
         }
     }

@@ -122,6 +122,14 @@ public final class Store: @unchecked Sendable {
         }
     }
 
+    public func removeMeta(_ key: String) throws {
+        try db.query("DELETE FROM meta WHERE key = ?", [.text(key)])
+    }
+
+    /// Marks an item whose create was sent: the remote may hold it even if no answer came back.
+    public func markCreateSent(_ id: String) throws { try setMeta("sent:" + id, "1") }
+    public func createWasSent(_ id: String) -> Bool { meta("sent:" + id) != nil }
+
     // MARK: items
 
     private static let columns = """
@@ -181,6 +189,7 @@ public final class Store: @unchecked Sendable {
             try db.transaction {
                 try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
+                try db.query("DELETE FROM meta WHERE key = ?", [.text("sent:" + id)])
             }
         }
     }

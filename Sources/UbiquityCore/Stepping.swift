@@ -1,0 +1,55 @@
+// Step entry points for a deterministic driver (the simulator): each does one unit of the background work
+// on the calling thread and returns, so a scheduler decides what runs when. Production uses `start` and its
+// threads instead; these share the code the threads run (`apply`, `Pusher`, `Downloads.transfer`).
+import UbiquityBase
+
+extension Container {
+    /// What one push step did.
+    public enum PushStep: Equatable, Sendable {
+        /// Nothing can be pushed now.
+        case idle
+        /// One item was pushed (or its conflict resolved and settled).
+        case pushed(String)
+        /// The push of that item failed; it stays in the journal.
+        case failed(String, String)
+    }
+
+    /// Fetches one page of the change feed without waiting and applies it. Returns true when more pages wait.
+    public func pullOnce() throws -> Bool {
+        let batch = try remote.changes(since: sync.feedToken, waitSeconds: 0)
+        sync.apply(batch)
+        return batch.more
+    }
+
+    /// Pushes the oldest pushable pending item.
+    public func pushOnce() -> PushStep {
+        guard let id = sync.nextPushable() else { return .idle }
+        do {
+            try Pusher(container: self, id: id).run()
+            return .pushed(id)
+        } catch {
+            withLock {
+                var t = transfers[id] ?? TransferState()
+                t.isUploading = false
+                t.uploadError = "\(error)"
+                transfers[id] = t
+            }
+            return .failed(id, "\(error)")
+        }
+    }
+
+    /// One attempt to fetch an item's current content (`ID`) or a conflict version (`ID.CONFLICT`).
+    public func downloadOnce(_ key: String) -> Result<Void, CoreError> { downloads.runOnce(key) }
+
+    /// Without background transfers: the downloads asked for (pins, requests) and not yet fetched.
+    public var requestedDownloads: [String] { downloads.lock.withLock { downloads.requested } }
+
+    /// Every item of the in-memory index, tombstones waiting to be pushed included, by id.
+    public func indexSnapshot() -> [Item] { withLock { items.values.sorted { $0.id < $1.id } } }
+
+    /// Ids in the pending journal, oldest first.
+    public func pendingIDs() -> [String] { withLock { (try? store.pendingIDs()) ?? [] } }
+
+    /// The feed position last applied.
+    public var feedPosition: String? { sync.feedToken }
+}

@@ -1,0 +1,171 @@
+// The end of a run: heal every link, finish writes in progress, let pulls and pushes run until nothing moves,
+// fetch every content, then check the invariants (rules of the model in Model.swift).
+import Foundation
+import UbiquityBase
+import UbiquityCore
+
+extension World {
+    /// Drives every device until the remote and all journals are still. Returns a violation when it cannot.
+    func quiesce() -> String? {
+        for dev in devices { dev.link.partitioned = false; dev.link.calm = true }
+        stepIndex = plan.steps.count
+        for dev in devices {
+            for id in dev.openWrites.sorted() {
+                do { note("\(dev.name) endWrite: " + (try finishWrite(dev, id))) } catch { note("\(dev.name) endWrite: \(error)") }
+            }
+        }
+        var failures: [String] = []
+        for round in 1...40 {
+            let before = remote.currentVersion
+            failures = []
+            for dev in devices {
+                let c = dev.container!
+                do { while try c.pullOnce() {} } catch { failures.append("\(dev.name) pull: \(error)") }
+                for _ in 0..<1000 {
+                    let r = c.pushOnce()
+                    if r != .idle { note("\(dev.name) push: \(r)") }
+                    if case .failed(let id, let e) = r { failures.append("\(dev.name) push [\(short(id))]: \(e)"); break }
+                    if r == .idle { break }
+                }
+            }
+            let still = remote.currentVersion == before && devices.allSatisfy {
+                $0.container.pendingIDs().isEmpty && $0.container.feedPosition == String(remote.currentVersion)
+            }
+            if still { note("quiescent after \(round) round(s)"); return nil }
+        }
+        let pending = devices.map { "\($0.name): \($0.container.pendingIDs().map(short))" }.joined(separator: ", ")
+        return "no quiescence after 40 rounds; pending \(pending); \(failures.prefix(4).joined(separator: "; "))"
+    }
+
+    /// Signature lines of a tree: one per live item below the root, sorted by path.
+    static func signature(_ items: [(id: String, parent: String?, name: String, kind: ItemKind, mode: UInt32,
+                                    mtime: Int64, size: Int64, sha: String, conflicts: [WireConflict])]) -> [String] {
+        var byParent: [String: [Int]] = [:]
+        for (i, it) in items.enumerated() { if let p = it.parent { byParent[p, default: []].append(i) } }
+        var out: [String] = []
+        func walk(_ id: String, _ prefix: String) {
+            for i in (byParent[id] ?? []).sorted(by: { items[$0].name < items[$1].name }) {
+                let it = items[i]
+                let path = prefix + "/" + it.name
+                let cs = it.conflicts.sorted { $0.id < $1.id }.map { "\($0.id):\($0.sha256.prefix(8)):\($0.size):\($0.device)" }
+                out.append("\(path) [\(it.id.prefix(6))] \(it.kind.rawValue) \(String(it.mode, radix: 8)) mtime \(it.mtime) "
+                           + "size \(it.size) \(it.sha.prefix(8)) conflicts \(cs)")
+                walk(it.id, path)
+            }
+        }
+        walk(WireRules.rootID, "")
+        return out
+    }
+
+    func deviceSignature(_ dev: SimDevice) -> [String] {
+        let items = dev.container.indexSnapshot().filter { !$0.deleted && $0.id != WireRules.rootID }
+        return World.signature(items.map { ($0.id, $0.parent, $0.name, $0.kind, $0.mode, $0.mtime, $0.size,
+                                            $0.isDirectory ? "" : $0.remoteSHA, $0.conflicts) })
+    }
+
+    func remoteSignature() -> [String] {
+        let items = remote.allItems.filter { !$0.deleted && $0.id != WireRules.rootID }
+        return World.signature(items.map { ($0.id, $0.parent, $0.name, $0.kind, $0.mode, $0.mtime, $0.size, $0.sha256,
+                                            $0.conflicts) })
+    }
+
+    /// Every invariant; an empty list when all hold.
+    func check() -> [String] {
+        if let stuck = quiesce() { return [stuck] }
+        var v: [String] = []
+
+        // Every device fetches every content and conflict version, so bytes can be compared.
+        for dev in devices {
+            let c = dev.container!
+            for f in live(dev).filter({ !$0.isDirectory }) {
+                if case .failure(let e) = c.downloadOnce(f.id) { v.append("\(dev.name): fetch of \(c.path(of: f.id)) failed: \(e)") }
+                for cv in f.conflicts {
+                    if case .failure(let e) = c.downloadOnce(f.id + "." + cv.id) {
+                        v.append("\(dev.name): fetch of conflict \(cv.id) of \(c.path(of: f.id)) failed: \(e)")
+                    }
+                }
+            }
+        }
+
+        // Convergence: the same tree, metadata, current content and conflict versions everywhere.
+        let want = remoteSignature()
+        for dev in devices {
+            let got = deviceSignature(dev)
+            if got != want {
+                let extra = got.filter { !want.contains($0) }, missing = want.filter { !got.contains($0) }
+                v.append("divergence: \(dev.name) differs from the remote: has \(extra.prefix(3)), lacks \(missing.prefix(3))")
+            }
+        }
+
+        // Store integrity, and the bytes behind what each device shows.
+        for dev in devices { v += integrity(dev) }
+
+        // Nothing lost.
+        var present = Set<String>()
+        for w in remote.allItems where !w.deleted && w.kind == .file {
+            present.insert(w.sha256)
+            for c in w.conflicts { present.insert(c.sha256) }
+        }
+        for w in model.written where !present.contains(w.sha) && !model.superseded.contains(Model.key(w.item, w.sha)) {
+            v.append("lost: content \(w.sha.prefix(8)) of [\(short(w.item))] (\(w.what) by \(w.device) at #\(w.step))")
+        }
+
+        // No resurrection.
+        let liveIDs = Set(remote.allItems.filter { !$0.deleted }.map(\.id))
+        for d in model.deletes where liveIDs.contains(d.item) && model.contest(d) == nil {
+            v.append("resurrected: [\(short(d.item))] deleted by \(d.device) at #\(d.step) with no concurrent edit is live")
+        }
+        for w in remote.allItems where !w.deleted {
+            for c in w.conflicts {
+                if let r = model.resolved[c.id] {
+                    v.append("resurrected: conflict \(c.id) of [\(short(w.id))] resolved by \(r.device) at #\(r.step) is listed again")
+                }
+            }
+        }
+        return v
+    }
+
+    /// Store integrity of one quiescent device.
+    func integrity(_ dev: SimDevice) -> [String] {
+        var v: [String] = []
+        let c = dev.container!, store = dev.store
+        let index = c.indexSnapshot()
+        let byID = Dictionary(uniqueKeysWithValues: index.map { ($0.id, $0) })
+        let stored = ((try? store.loadItems()) ?? []).sorted { $0.id < $1.id }
+        let indexNoRoot = index.filter { $0.id != WireRules.rootID }
+        let storedNoRoot = stored.filter { $0.id != WireRules.rootID }
+        if indexNoRoot != storedNoRoot {
+            let diff = Set(indexNoRoot.map(\.id)).symmetricDifference(storedNoRoot.map(\.id)).sorted().map(short)
+            v.append("\(dev.name): the index and the store differ (ids \(diff))")
+        }
+        var names = Set<String>()
+        for item in index where item.id != WireRules.rootID {
+            let name = item.name
+            if item.deleted || item.isPending { v.append("\(dev.name): [\(short(item.id))] \(name) still pending after quiescence") }
+            guard let p = item.parent, let parent = byID[p], !parent.deleted, parent.isDirectory else {
+                v.append("\(dev.name): [\(short(item.id))] \(name) has no live parent directory"); continue
+            }
+            if !names.insert(p + "/" + name).inserted { v.append("\(dev.name): two items named \(name) in [\(short(p))]") }
+            let path = store.contentPath(item.id)
+            let exists = FileManager.default.fileExists(atPath: path)
+            if !item.isDirectory && item.hasLocal != exists {
+                v.append("\(dev.name): [\(short(item.id))] \(name) hasLocal \(item.hasLocal) but content file exists \(exists)")
+            }
+            if !item.isDirectory && item.hasLocal, let (sha, _) = try? sha256OfFile(path), sha != item.remoteSHA {
+                v.append("\(dev.name): [\(short(item.id))] \(name) local bytes \(sha.prefix(8)) are not the current \(item.remoteSHA.prefix(8))")
+            }
+            for cv in item.conflicts {
+                if let (sha, _) = try? sha256OfFile(store.conflictPath(item.id, cv.id)), sha != cv.sha256 {
+                    v.append("\(dev.name): conflict \(cv.id) of \(name): local bytes are not its content")
+                }
+            }
+        }
+        let listed = Set(index.filter { !$0.isDirectory && $0.hasLocal }.map(\.id)
+                         + index.flatMap { i in i.conflicts.map { i.id + "." + $0.id } })
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []).sorted()
+        for f in files where !listed.contains(f) { v.append("\(dev.name): orphan content file \(f)") }
+        let staging = (try? FileManager.default.contentsOfDirectory(atPath: store.stagingDirectory)) ?? []
+        if !staging.isEmpty { v.append("\(dev.name): \(staging.count) file(s) left in staging") }
+        return v
+    }
+}

@@ -1,0 +1,320 @@
+// The steps of the scheduler: local operations through the same Container calls the FUSE adapter makes
+// (createFile, then open + willWrite + write the content file + flushed + closed, and so on), and the
+// background work (pull, push, download) one unit at a time, plus partitions, heals and crashes.
+import Foundation
+import UbiquityBase
+import UbiquityCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let fileNames = ["a.txt", "b.txt", "c.md", "notes", "e.txt"]
+let dirNames = ["x", "y", "z"]
+
+extension World {
+    func short(_ id: String) -> String { String(id.prefix(6)) }
+
+    /// Live items below Documents (Documents included when `withDocuments`), depth first by name.
+    func live(_ dev: SimDevice, withDocuments: Bool = false) -> [Item] {
+        var out: [Item] = []
+        func walk(_ id: String) {
+            for item in (try? dev.container.list(id)) ?? [] {
+                out.append(item)
+                if item.isDirectory { walk(item.id) }
+            }
+        }
+        if withDocuments, let d = dev.container.item(WireRules.documentsID) { out.append(d) }
+        walk(WireRules.documentsID)
+        return out
+    }
+
+    func pickFile(_ dev: SimDevice) throws -> Item {
+        guard let f = rng.pick(live(dev).filter { !$0.isDirectory }) else { throw Skip(why: "no file") }
+        return f
+    }
+
+    func pickDir(_ dev: SimDevice) throws -> Item {
+        guard let d = rng.pick(live(dev, withDocuments: true).filter(\.isDirectory)) else { throw Skip(why: "no dir") }
+        return d
+    }
+
+    func pickConflicted(_ dev: SimDevice) throws -> (Item, WireConflict) {
+        guard let f = rng.pick(live(dev).filter { !$0.conflicts.isEmpty }), let c = rng.pick(f.conflicts) else {
+            throw Skip(why: "no conflict")
+        }
+        return (f, c)
+    }
+
+    /// Unique bytes for a write: device, sequence number, then filler.
+    func newBytes(_ dev: SimDevice) -> [UInt8] {
+        model.writeCounter += 1
+        let head = "\(dev.name)\(model.writeCounter);"
+        return Array(head.utf8) + [UInt8](repeating: UInt8(97 + rng.int(26)), count: rng.int(80))
+    }
+
+    /// The kernel stamps a written file with the (virtual) time of the write.
+    func stamp(_ path: String) {
+        let t = timespec(tv_sec: Int(clock.now / 1_000_000_000), tv_nsec: Int(clock.now % 1_000_000_000))
+        var times = [t, t]
+        _ = utimensat(AT_FDCWD, path, &times, 0)
+    }
+
+    /// The content the device shows for a file now.
+    func viewSHA(_ dev: SimDevice, _ item: Item) -> String {
+        if item.dirty && item.hasLocal, let (sha, _) = try? sha256OfFile(dev.store.contentPath(item.id)) { return sha }
+        return item.remoteSHA
+    }
+
+    /// The device deliberately replaces the item's current content (and, with `conflicts`, its conflict versions).
+    func supersede(_ dev: SimDevice, _ item: Item, conflicts: Bool) {
+        guard let item = dev.container.item(item.id) ?? Optional(item) else { return }
+        if !item.isDirectory { model.superseded.insert(Model.key(item.id, viewSHA(dev, item))) }
+        if conflicts { for c in item.conflicts { model.superseded.insert(Model.key(item.id, c.sha256)) } }
+    }
+
+    /// Records the content a file holds now as closed/flushed by this device.
+    func recordContent(_ dev: SimDevice, _ id: String, _ what: String) {
+        guard let item = dev.container.item(id), item.hasLocal,
+              let (sha, _) = try? sha256OfFile(dev.store.contentPath(id)) else { return }
+        model.written.append(.init(item: id, sha: sha, device: dev.name, step: stepIndex, what: what))
+    }
+
+    /// Records a delete; the caller superseded what the device showed before it deleted.
+    func recordDelete(_ dev: SimDevice, _ item: Item) {
+        model.deletes.append(.init(item: item.id, device: dev.name, step: stepIndex, sawVersion: item.remoteVersion,
+                                   feed: Int64(dev.container.feedPosition ?? "0") ?? 0))
+    }
+
+    /// open(O_RDONLY or O_RDWR) of a file: the content must be current first (fetched if need be).
+    func ensureLocal(_ dev: SimDevice, _ id: String) throws -> String {
+        let c = dev.container!
+        switch try c.planOpen(id, truncating: false, nonBlocking: false) {
+        case .ready(let path): return path
+        case .fetch:
+            if case .failure(let e) = c.downloadOnce(id) { throw Skip(why: "open failed: \(e)") }
+            guard case .ready(let path) = try c.planOpen(id, truncating: false, nonBlocking: true) else {
+                throw Skip(why: "still not local")
+            }
+            return path
+        }
+    }
+
+    /// A program writes a whole file: open(O_WRONLY|O_TRUNC), write, close.
+    func writeWhole(_ dev: SimDevice, _ id: String, _ bytes: [UInt8]) throws {
+        let c = dev.container!
+        guard case .ready(let path) = try c.planOpen(id, truncating: true, nonBlocking: true) else {
+            throw Skip(why: "not ready")
+        }
+        try c.opened(id, writable: true, truncate: true)
+        defer { c.closed(id, writable: true) }
+        try c.willWrite(id)
+        let fd = try FileDescriptor.open(path, O_WRONLY | O_TRUNC)
+        try fd.writeAll(bytes)
+        fd.close()
+        stamp(path)
+        try c.flushed(id)
+    }
+
+    /// Ends a write left open by `beginWrite`: a last append, then close.
+    func finishWrite(_ dev: SimDevice, _ id: String) throws -> String {
+        let c = dev.container!
+        dev.openWrites.remove(id)
+        defer { c.closed(id, writable: true) }
+        guard let item = c.item(id) else { return "item gone; handle closed" }
+        supersede(dev, item, conflicts: false)
+        let bytes = newBytes(dev)
+        let path = dev.store.contentPath(id)
+        let fd = try FileDescriptor.open(path, O_WRONLY | O_APPEND)
+        try fd.writeAll(bytes)
+        fd.close()
+        stamp(path)
+        try c.flushed(id)
+        recordContent(dev, id, "endWrite")
+        return "\(c.path(of: id)) +\(bytes.count) bytes, closed"
+    }
+
+    func perform(_ kind: StepKind, _ dev: SimDevice) throws -> String {
+        if kind == .crash {
+            // Nothing may hold the old container: its store lock goes with it, as with a dead process.
+            dev.openWrites = []
+            dev.container = nil
+            try open(dev)
+            return "restarted from the store"
+        }
+        let c = dev.container!
+        switch kind {
+        case .create:
+            let parent = try pickDir(dev)
+            let name = rng.pick(fileNames)!
+            let item = try c.createFile(parent: parent.id, name: name, mode: 0o644)
+            model.op(dev.name, item.id, step: stepIndex)
+            model.op(dev.name, parent.id, step: stepIndex, child: item.id)
+            let bytes = newBytes(dev)
+            try writeWhole(dev, item.id, bytes)
+            recordContent(dev, item.id, "create")
+            return "\(c.path(of: item.id)) [\(short(item.id))] \(bytes.count) bytes"
+        case .mkdir:
+            let parent = try pickDir(dev)
+            let item = try c.makeDirectory(parent: parent.id, name: rng.pick(dirNames)!, mode: 0o755)
+            model.op(dev.name, item.id, step: stepIndex)
+            model.op(dev.name, parent.id, step: stepIndex, child: item.id)
+            return "\(c.path(of: item.id)) [\(short(item.id))]"
+        case .write:
+            let f = try pickFile(dev)
+            supersede(dev, f, conflicts: false)
+            model.op(dev.name, f.id, step: stepIndex)
+            let bytes = newBytes(dev)
+            try writeWhole(dev, f.id, bytes)
+            recordContent(dev, f.id, "write")
+            return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes"
+        case .append:
+            let f = try pickFile(dev)
+            let path = try ensureLocal(dev, f.id)
+            supersede(dev, f, conflicts: false)
+            model.op(dev.name, f.id, step: stepIndex)
+            try c.opened(f.id, writable: true, truncate: false)
+            defer { c.closed(f.id, writable: true) }
+            try c.willWrite(f.id)
+            let bytes = newBytes(dev)
+            let fd = try FileDescriptor.open(path, O_WRONLY | O_APPEND)
+            try fd.writeAll(bytes)
+            fd.close()
+            stamp(path)
+            try c.flushed(f.id)
+            recordContent(dev, f.id, "append")
+            return "\(c.path(of: f.id)) [\(short(f.id))] +\(bytes.count) bytes"
+        case .truncate:
+            let f = try pickFile(dev)
+            let size = Int64(rng.int(Int(f.size) + 1))
+            if size != 0 { _ = try ensureLocal(dev, f.id) }
+            supersede(dev, f, conflicts: false)
+            model.op(dev.name, f.id, step: stepIndex)
+            _ = try c.truncate(f.id, to: size)
+            recordContent(dev, f.id, "truncate")
+            return "\(c.path(of: f.id)) [\(short(f.id))] to \(size)"
+        case .beginWrite:
+            let f = try pickFile(dev)
+            if dev.openWrites.contains(f.id) { throw Skip(why: "already open") }
+            let path = try ensureLocal(dev, f.id)
+            supersede(dev, f, conflicts: false)
+            model.op(dev.name, f.id, step: stepIndex)
+            try c.opened(f.id, writable: true, truncate: false)
+            dev.openWrites.insert(f.id)
+            try c.willWrite(f.id)
+            let bytes = newBytes(dev)
+            let offset = Int64(rng.int(Int(c.currentSize(c.item(f.id) ?? f)) + 1))
+            let fd = try FileDescriptor.open(path, O_WRONLY)
+            try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: offset)
+            fd.close()
+            stamp(path)
+            return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes at \(offset), left open"
+        case .endWrite:
+            guard let id = rng.pick(dev.openWrites.sorted()) else { throw Skip(why: "nothing open") }
+            return try finishWrite(dev, id)
+        case .rename, .move:
+            guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
+            var newParent = item.parent!
+            var newName = rng.pick(item.isDirectory ? dirNames : fileNames)!
+            if kind == .move {
+                newParent = try pickDir(dev).id
+                newName = item.name
+            }
+            let target = c.lookup(parent: newParent, name: newName)
+            let noReplace = rng.chance(0.5)
+            let from = c.path(of: item.id)
+            if let target, target.id != item.id, !noReplace { supersede(dev, target, conflicts: true) }
+            try c.rename(parent: item.parent!, name: item.name, newParent: newParent, newName: newName,
+                         noReplace: noReplace)
+            model.op(dev.name, item.id, step: stepIndex)
+            model.op(dev.name, newParent, step: stepIndex, child: item.id)
+            if let target, target.id != item.id { recordDelete(dev, target) }
+            return "\(from) -> \(c.path(of: item.id)) [\(short(item.id))]\(target.map { $0.id != item.id ? " replacing [\(short($0.id))]" : "" } ?? "")"
+        case .delete, .rmdir:
+            let pool = live(dev).filter { $0.isDirectory == (kind == .rmdir) }
+            guard let item = rng.pick(pool) else { throw Skip(why: "nothing") }
+            let path = c.path(of: item.id)
+            supersede(dev, item, conflicts: true)
+            try c.remove(parent: item.parent!, name: item.name, directory: kind == .rmdir)
+            recordDelete(dev, item)
+            return "\(path) [\(short(item.id))]"
+        case .chmod:
+            guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
+            let mode = rng.pick(item.isDirectory ? [0o755, 0o700, 0o750] : [0o644, 0o600, 0o640])!
+            _ = try c.setAttributes(item.id, mode: UInt32(mode), mtime: nil)
+            model.op(dev.name, item.id, step: stepIndex)
+            return "\(c.path(of: item.id)) [\(short(item.id))] mode \(String(mode, radix: 8))"
+        case .evict:
+            let f = try pickFile(dev)
+            try c.evict(f.id)
+            return "\(c.path(of: f.id)) [\(short(f.id))]"
+        case .pin:
+            guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
+            let on = rng.chance(0.6)
+            try c.setPinned(item.id, on)
+            return "\(c.path(of: item.id)) [\(short(item.id))] \(on ? "on" : "off")"
+        case .discard:
+            let (f, conflict) = try pickConflicted(dev)
+            model.superseded.insert(Model.key(f.id, conflict.sha256))
+            try c.discardConflict(f.id, conflict.id)
+            model.resolve(conflict.id, dev.name, stepIndex)
+            model.op(dev.name, f.id, step: stepIndex)
+            return "\(c.path(of: f.id)) [\(short(f.id))] conflict \(conflict.id)"
+        case .promote:
+            let (f, conflict) = try pickConflicted(dev)
+            if !c.hasLocalConflict(f.id, conflict.id),
+               case .failure(let e) = c.downloadOnce(f.id + "." + conflict.id) {
+                throw Skip(why: "fetch of the conflict version failed: \(e)")
+            }
+            supersede(dev, f, conflicts: false)
+            try c.promoteConflict(f.id, conflict.id)
+            model.resolve(conflict.id, dev.name, stepIndex)
+            model.op(dev.name, f.id, step: stepIndex)
+            recordContent(dev, f.id, "promote")
+            return "\(c.path(of: f.id)) [\(short(f.id))] conflict \(conflict.id)"
+        case .keepCurrent:
+            let (f, _) = try pickConflicted(dev)
+            for cv in f.conflicts { model.superseded.insert(Model.key(f.id, cv.sha256)); model.resolve(cv.id, dev.name, stepIndex) }
+            try c.resolveKeepingCurrent(f.id)
+            model.op(dev.name, f.id, step: stepIndex)
+            return "\(c.path(of: f.id)) [\(short(f.id))] \(f.conflicts.count) resolved"
+        case .pull:
+            var pages = 0
+            while pages < 3 {
+                pages += 1
+                if try !c.pullOnce() { break }
+            }
+            return "\(pages) page(s), at \(c.feedPosition ?? "-")"
+        case .push:
+            var done: [String] = []
+            for _ in 0..<(1 + rng.int(3)) {
+                switch c.pushOnce() {
+                case .idle: done.append("idle")
+                case .pushed(let id): done.append("pushed [\(short(id))]")
+                case .failed(let id, let e): done.append("[\(short(id))] failed: \(e)")
+                }
+                if done.last == "idle" { break }
+            }
+            return done.joined(separator: "; ")
+        case .download:
+            let wanted = c.requestedDownloads
+            let key: String
+            if let first = wanted.first { key = first } else {
+                guard let f = rng.pick(live(dev).filter { !$0.isDirectory && !$0.isCurrent && $0.remoteVersion > 0 })
+                else { throw Skip(why: "nothing to fetch") }
+                key = f.id
+            }
+            switch c.downloadOnce(key) {
+            case .success: return "[\(short(key))] ok"
+            case .failure(let e): return "[\(short(key))] failed: \(e)"
+            }
+        case .partition:
+            dev.link.partitioned = true
+            return "link down"
+        case .heal:
+            dev.link.partitioned = false
+            return "link up"
+        case .crash:
+            fatalError("handled above")
+        }
+    }
+}

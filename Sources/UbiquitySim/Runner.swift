@@ -1,0 +1,66 @@
+// Runs of the simulation: one plan executed and checked, shrinking of a failing plan, and the totals.
+import Foundation
+import UbiquityBase
+import UbiquityCore
+
+public struct RunResult: Sendable {
+    public var seed: UInt64
+    public var steps: Int
+    public var violations: [String]
+    public var trace: [String]
+    public var counters: [String: Int]
+    public var failed: Bool { !violations.isEmpty }
+}
+
+public enum Simulation {
+    /// The core's logs would carry real time stamps: the simulation keeps them out of its output.
+    static let quietLogs: Void = Log.shared.configure(level: .error, path: "/dev/null")
+
+    /// Executes a plan (or a shrunk list of its steps) and checks the invariants.
+    public static func execute(_ plan: Plan, steps: [Step]? = nil) -> RunResult {
+        _ = quietLogs
+        let steps = steps ?? plan.steps
+        do {
+            let world = try World(plan: plan)
+            world.run(steps)
+            var p = plan
+            p.steps = steps
+            let violations = world.check()
+            return RunResult(seed: plan.seed, steps: steps.count, violations: violations, trace: world.trace,
+                             counters: world.counters)
+        } catch {
+            return RunResult(seed: plan.seed, steps: steps.count, violations: ["setup failed: \(error)"], trace: [],
+                             counters: [:])
+        }
+    }
+
+    public static func run(seed: UInt64, steps: Int? = nil) -> RunResult { execute(Plan(seed: seed, steps: steps)) }
+
+    /// Removes steps while the run still fails (any violation): chunks of halving size, at most `budget`
+    /// re-executions. Deterministic: every step carries its own seed. Returns the indices of the steps kept.
+    public static func shrink(_ plan: Plan, budget: Int = 200) -> (kept: [Int], result: RunResult) {
+        var kept = Array(plan.steps.indices)
+        var best = execute(plan)
+        var tries = 0
+        var chunk = max(1, kept.count / 2)
+        while tries < budget {
+            var i = 0
+            while i < kept.count && tries < budget {
+                var candidate = kept
+                candidate.removeSubrange(i..<min(i + chunk, kept.count))
+                tries += 1
+                let r = execute(plan, steps: candidate.map { plan.steps[$0] })
+                if r.failed { kept = candidate; best = r } else { i += chunk }
+            }
+            if chunk == 1 { break }
+            chunk /= 2
+        }
+        return (kept, best)
+    }
+
+    /// Runs only the given steps of a seed's plan (a shrunk trace).
+    public static func run(seed: UInt64, only: [Int]) -> RunResult {
+        let plan = Plan(seed: seed)
+        return execute(plan, steps: only.filter { $0 < plan.steps.count }.map { plan.steps[$0] })
+    }
+}

@@ -1,0 +1,164 @@
+// One simulated run: a MemoryRemote, N devices each with its own Store in a temporary directory and a
+// fault-injecting link, a virtual clock, and the steps a seeded scheduler planned. Everything happens on one
+// thread in the order of the plan, so a seed (and a plan) reproduces exactly.
+//
+// Durability model: a crash is a crash of the daemon process (not of the machine). What survives it is what a
+// killed process leaves: committed SQLite transactions (the store) and bytes written to content files. What is
+// lost is everything only in memory: the Container's index and its in-memory bookkeeping, open file handles
+// (a program writing through the mount loses its handle; bytes it wrote stay in the content file), downloads
+// in flight (staging is emptied when the store opens). Power loss (unsynced page cache) is not modelled.
+import Foundation
+import UbiquityBase
+import UbiquityCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum StepKind: String, CaseIterable, Sendable {
+    case create, mkdir, write, append, truncate, beginWrite, endWrite, rename, move, delete, rmdir, chmod
+    case evict, pin, discard, promote, keepCurrent
+    case pull, push, download, partition, heal, crash
+
+    var weight: Int {
+        switch self {
+        case .pull, .push: return 14
+        case .create, .write: return 8
+        case .download: return 6
+        case .append, .rename, .move, .delete, .endWrite: return 4
+        case .mkdir, .truncate, .beginWrite, .evict, .discard, .promote, .heal: return 3
+        case .rmdir, .chmod, .pin, .keepCurrent, .partition, .crash: return 2
+        }
+    }
+}
+
+public struct Step: Sendable {
+    public var kind: StepKind
+    public var device: Int
+    /// Seeds every random choice made in this step (what to touch, which faults strike).
+    public var seed: UInt64
+    /// Virtual time that passes before the step, in nanoseconds.
+    public var dt: Int64
+}
+
+public struct Plan: Sendable {
+    public var seed: UInt64
+    public var devices: Int
+    public var rates: FaultRates
+    public var feedPage: Int
+    public var steps: [Step]
+
+    /// The plan a seed stands for.
+    public init(seed: UInt64, steps count: Int? = nil) {
+        self.seed = seed
+        var rng = SimRNG(seed: seed)
+        devices = 3 + rng.int(2)
+        rates = FaultRates(dropRequest: Double(rng.int(12)) / 100, dropResponse: Double(rng.int(12)) / 100,
+                           duplicate: Double(rng.int(10)) / 100, staleFeed: Double(rng.int(8)) / 100,
+                           slowTransfer: Double(rng.int(20)) / 100, corrupt: Double(rng.int(6)) / 100)
+        feedPage = 1 + rng.int(6)
+        let n = count ?? (120 + rng.int(280))
+        let kinds = StepKind.allCases
+        let total = kinds.reduce(0) { $0 + $1.weight }
+        var planned: [Step] = []
+        for _ in 0..<n {
+            var r = rng.int(total)
+            var kind = kinds[0]
+            for k in kinds { if r < k.weight { kind = k; break }; r -= k.weight }
+            let dt: Int64 = rng.chance(0.1) ? 0 : Int64(1 + rng.int(5000)) * 1_000_000
+            planned.append(Step(kind: kind, device: rng.int(devices), seed: rng.next(), dt: dt))
+        }
+        steps = planned
+    }
+}
+
+final class SimDevice {
+    let index: Int
+    let name: String
+    let dir: String
+    let link: SimLink
+    let ids: IDSource
+    var container: Container!
+    /// Items this device holds open for writing across steps (a program in the middle of writing).
+    var openWrites: Set<String> = []
+
+    init(index: Int, dir: String, link: SimLink, ids: IDSource) {
+        self.index = index
+        self.name = link.device
+        self.dir = dir
+        self.link = link
+        self.ids = ids
+    }
+    var store: Store { container.store }
+}
+
+/// Why a step did nothing: its target was missing or the core refused (an ordinary outcome, not a violation).
+struct Skip: Error { let why: String }
+
+final class World {
+    let plan: Plan
+    let remote = MemoryRemote()
+    let clock = SimClock()
+    var rng = SimRNG(seed: 0)
+    var rates: FaultRates { plan.rates }
+    var devices: [SimDevice] = []
+    let base: String
+    var model = Model()
+    var counters: [String: Int] = [:]
+    var trace: [String] = []
+    var stepIndex = 0
+
+    init(plan: Plan) throws {
+        self.plan = plan
+        var template = Array((NSTemporaryDirectory() + "/ubiquity-sim-XXXXXX").utf8CString)
+        base = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+        remote.changeLimit = plan.feedPage
+        for i in 0..<plan.devices {
+            let name = String(UnicodeScalar(UInt8(97 + i)))
+            let link = SimLink(remote: remote, device: name, world: self)
+            let dev = SimDevice(index: i, dir: base + "/" + name, link: link,
+                                ids: IDSource(seed: plan.seed &* 31 &+ UInt64(i) &+ 1))
+            devices.append(dev)
+            try open(dev)
+        }
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: base) }
+
+    func count(_ what: String) { counters[what, default: 0] += 1 }
+    func note(_ line: String) { trace.append("#\(stepIndex) " + line) }
+
+    /// Opens (or reopens after a crash) a device's container from its store.
+    func open(_ dev: SimDevice) throws {
+        var config = ContainerConfig(device: dev.name)
+        config.environment.clock = { [clock] in clock.now }
+        config.environment.randomHex = { [ids = dev.ids] in ids.hex($0) }
+        config.environment.backgroundTransfers = false
+        dev.container = try Container(store: try Store(directory: dev.dir), remote: dev.link, config: config)
+    }
+
+    /// A remote write of `w` by `device` was applied: every deliberate operation of that device on the item
+    /// (or, for a child, on its parent directory) has now reached the remote.
+    func reached(_ device: String, _ w: WireItem) {
+        model.reached(device: device, item: w.id, parent: w.parent, version: w.version)
+    }
+
+    // MARK: running
+
+    func run(_ steps: [Step]) {
+        for (i, step) in steps.enumerated() {
+            stepIndex = i
+            clock.now += step.dt
+            rng = SimRNG(seed: step.seed)
+            let dev = devices[step.device]
+            count("step " + step.kind.rawValue)
+            do {
+                let what = try perform(step.kind, dev)
+                note("\(dev.name) \(step.kind.rawValue): \(what)")
+            } catch let s as Skip {
+                note("\(dev.name) \(step.kind.rawValue): skipped (\(s.why))")
+            } catch {
+                note("\(dev.name) \(step.kind.rawValue): \(error)")
+            }
+        }
+    }
+}
