@@ -30,6 +30,17 @@ extension Container {
         downloads.removeStaleStaging(id + "." + conflict)
     }
 
+    /// Drops from a remote state the conflict versions this device resolved (a version can come back when an edit
+    /// elsewhere revives a file this device resolved and then deleted); true when the resolution must be pushed
+    /// again. Expects the lock held.
+    func keepResolutions(_ item: inout Item) -> Bool {
+        let kept = item.conflicts.filter { !discardedConflicts.contains($0.id) }
+        guard kept.count != item.conflicts.count else { return false }
+        item.conflicts = kept
+        item.metaDirty = true
+        return true
+    }
+
     /// Removes local copies of conflict versions that are no longer listed.
     func pruneConflictFiles(_ id: String, old: [WireConflict], new: [WireConflict]) {
         let kept = Set(new.map(\.id))

@@ -335,8 +335,10 @@ struct Pusher {
                 }
                 // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
                 // them); those this device knows come back with its edit.
-                cur.conflicts = (current.deleted ? cur.conflicts : current.conflicts)
+                let conflicts = (current.deleted ? cur.conflicts : current.conflicts)
                     .filter { !container.discardedConflicts.contains($0.id) }
+                container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
+                cur.conflicts = conflicts
                 if cur.conflicts != current.conflicts { cur.metaDirty = true }
                 cur.remoteVersion = current.version
                 try container.store.save(cur)
@@ -353,8 +355,10 @@ struct Pusher {
         try container.mutate {
             guard var cur = container.items[id] else { return }
             cur.remoteVersion = current.version
-            cur.conflicts = current.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+            let conflicts = current.conflicts.filter { !container.discardedConflicts.contains($0.id) }
                 + [iWin ? theirs : mine]
+            container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
+            cur.conflicts = conflicts
             cur.metaDirty = true
             if !iWin {
                 // Their content becomes current; ours is kept as the conflict version just listed.

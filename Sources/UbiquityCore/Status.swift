@@ -99,6 +99,7 @@ extension Container {
             guard var item = items[id], !item.deleted else { throw .notFound }
             guard !item.conflicts.isEmpty else { return }
             discardedConflicts.formUnion(item.conflicts.map(\.id))
+            pruneConflictFiles(id, old: item.conflicts, new: [])
             item.conflicts = []
             item.metaDirty = true
             try saveLocalChange(item)

@@ -117,7 +117,7 @@ final class SyncLoops: @unchecked Sendable {
             item.parent = c.interned(item.parent)
             try c.place(&item)
             if item.kind == .file && c.isPinnedLocked(item.parent!) { toDownload.append(item.id) }
-            try c.store.save(item)
+            if c.keepResolutions(&item) { try c.store.saveChanged(item) } else { try c.store.save(item) }
             c.items[item.id] = item
             return
         }
@@ -147,9 +147,10 @@ final class SyncLoops: @unchecked Sendable {
         let oldConflicts = item.conflicts
         item.adopt(w)
         item.parent = c.interned(item.parent)
+        let resolvedAgain = c.keepResolutions(&item)
         c.pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
         if moved { try c.place(&item) }
-        try c.store.save(item)
+        if resolvedAgain { try c.store.saveChanged(item) } else { try c.store.save(item) }
         c.items[item.id] = item
         c.notice(.changed(item.id, content: contentChanged))
         if contentChanged && item.kind == .file && c.isPinnedLocked(item.id) {
