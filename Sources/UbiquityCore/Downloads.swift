@@ -158,20 +158,20 @@ final class Downloads: @unchecked Sendable {
     /// Records progress and the last error in the item's transfer state.
     func record(_ id: String, error: String?) {
         container.withLock {
-            var t = container.transfers[id] ?? TransferState()
-            t.isDownloading = false
-            t.downloadError = error
-            container.transfers[id] = t
+            container.updateTransfer(id) {
+                $0.isDownloading = false
+                $0.downloadError = error
+            }
         }
     }
 
     private func progress(_ id: String, done: Int64, total: Int64) {
         container.withLock {
-            var t = container.transfers[id] ?? TransferState()
-            t.isDownloading = true
-            t.downloadedBytes = done
-            t.downloadTotal = total
-            container.transfers[id] = t
+            container.updateTransfer(id) {
+                $0.isDownloading = true
+                $0.downloadedBytes = done
+                $0.downloadTotal = total
+            }
         }
     }
 

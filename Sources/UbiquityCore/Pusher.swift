@@ -233,11 +233,11 @@ struct Pusher {
 
     private func setUploading(_ on: Bool, done: Int64, total: Int64) {
         container.withLock {
-            var t = container.transfers[id] ?? TransferState()
-            t.isUploading = on
-            t.uploadedBytes = done
-            t.uploadTotal = total
-            container.transfers[id] = t
+            container.updateTransfer(id) {
+                $0.isUploading = on
+                $0.uploadedBytes = done
+                $0.uploadTotal = total
+            }
         }
     }
 
@@ -263,9 +263,7 @@ struct Pusher {
             }
             try container.store.save(cur)
             container.items[id] = cur
-            var t = container.transfers[id] ?? TransferState()
-            t.uploadError = nil
-            container.transfers[id] = t
+            container.updateTransfer(id) { $0.uploadError = nil }
         }
     }
 

@@ -25,6 +25,23 @@ extension Container {
         }
     }
 
+    /// Changes the live transfer state of an item (or a conflict version's key). Expects the lock held.
+    func updateTransfer(_ id: String, _ change: (inout TransferState) -> Void) {
+        var t = transfers[id] ?? TransferState()
+        change(&t)
+        transfers[id] = t
+    }
+
+    /// Records that a push of the item failed, with the reason `uploadingError` shows.
+    func recordUploadFailure(_ id: String, _ error: Error) {
+        withLock {
+            updateTransfer(id) {
+                $0.isUploading = false
+                $0.uploadError = "\(error)"
+            }
+        }
+    }
+
     /// True if the item or a directory above it is pinned. Expects the lock held.
     func isPinnedLocked(_ id: String) -> Bool {
         var cur: String? = id

@@ -28,12 +28,7 @@ extension Container {
             try Pusher(container: self, id: id).run()
             return .pushed(id)
         } catch {
-            withLock {
-                var t = transfers[id] ?? TransferState()
-                t.isUploading = false
-                t.uploadError = "\(error)"
-                transfers[id] = t
-            }
+            recordUploadFailure(id, error)
             return .failed(id, "\(error)")
         }
     }

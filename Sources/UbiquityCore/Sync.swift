@@ -209,12 +209,7 @@ final class SyncLoops: @unchecked Sendable {
                 try Pusher(container: container, id: id).run()
             } catch {
                 log.warning("upload of \(container.path(of: id)) failed: \(error)")
-                container.withLock {
-                    var t = container.transfers[id] ?? TransferState()
-                    t.isUploading = false
-                    t.uploadError = "\(error)"
-                    container.transfers[id] = t
-                }
+                container.recordUploadFailure(id, error)
                 return .failed
             }
         }

@@ -122,33 +122,27 @@ extension FileSystem {
         case .real(let item):
             return attributes(item, ino: ino)
         case .versionsDir(let item):
-            var st = stat()
-            st.st_ino = UInt(ino)
-            st.st_mode = S_IFDIR | 0o555
-            st.st_nlink = 2
-            st.st_uid = uid
-            st.st_gid = gid
-            st.st_size = 4096
-            st.st_mtim = timespec(tv_sec: Int(item.mtime / 1_000_000_000), tv_nsec: Int(item.mtime % 1_000_000_000))
-            st.st_atim = st.st_mtim
-            st.st_ctim = st.st_mtim
-            return st
+            return virtualAttributes(ino: ino, mode: S_IFDIR | 0o555, size: 4096, mtime: item.mtime)
         case .version(_, let c):
-            var st = stat()
-            st.st_ino = UInt(ino)
-            st.st_mode = S_IFREG | 0o444
-            st.st_nlink = 1
-            st.st_uid = uid
-            st.st_gid = gid
-            st.st_size = off_t(c.size)
-            st.st_blksize = 4096
-            // Versions are not the container's own files: `du` of the mount leaves them out.
-            st.st_blocks = 0
-            st.st_mtim = timespec(tv_sec: Int(c.mtime / 1_000_000_000), tv_nsec: Int(c.mtime % 1_000_000_000))
-            st.st_atim = st.st_mtim
-            st.st_ctim = st.st_mtim
-            return st
+            // Versions are not the container's own files: no blocks, so `du` of the mount leaves them out.
+            return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: c.size, mtime: c.mtime)
         }
+    }
+
+    /// Attributes of a read-only virtual node.
+    private func virtualAttributes(ino: UInt64, mode: mode_t, size: Int64, mtime: Int64) -> stat {
+        var st = stat()
+        st.st_ino = UInt(ino)
+        st.st_mode = mode
+        st.st_nlink = mode & S_IFMT == S_IFDIR ? 2 : 1
+        st.st_uid = uid
+        st.st_gid = gid
+        st.st_size = off_t(size)
+        st.st_blksize = 4096
+        st.st_mtim = timespec(tv_sec: Int(mtime / 1_000_000_000), tv_nsec: Int(mtime % 1_000_000_000))
+        st.st_atim = st.st_mtim
+        st.st_ctim = st.st_mtim
+        return st
     }
 
     // MARK: operations on versions
