@@ -54,7 +54,7 @@ extension Container {
             guard item.conflicts.contains(where: { $0.id == conflict }) else { throw .notFound }
             item.conflicts.removeAll { $0.id == conflict }
             item.metaDirty = true
-            discardedConflicts.insert(conflict)
+            try rememberResolved([conflict])
             try saveLocalChange(item)
         }
         evictConflict(id, conflict)
@@ -74,7 +74,7 @@ extension Container {
                 syncDirectory(store.contentDirectory)
             } catch { throw CoreError.from(error) }
             item.conflicts.removeAll { $0.id == conflict }
-            discardedConflicts.insert(conflict)
+            try rememberResolved([conflict])
             item.hasLocal = true
             item.dirty = true
             item.localSHA = nil

@@ -57,8 +57,9 @@ public final class Container: @unchecked Sendable {
     /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
     var contentGeneration: [String: Int] = [:]
     var transfers: [String: TransferState] = [:]
-    /// Conflict versions discarded here whose discard the remote has not acknowledged yet, so that a rebase on
-    /// a newer remote version does not bring them back.
+    /// Conflict versions resolved here (kept in the store, so a crash does not forget them): a rebase on a newer
+    /// remote version, or an edit elsewhere reviving a file resolved and then deleted here, does not bring them
+    /// back. Conflict ids are random and never reused, so the set only grows (by a few bytes a resolution).
     var discardedConflicts: Set<String> = []
     /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
     /// passed it: a page of the feed fetched before the delete must not bring them back.
@@ -80,6 +81,7 @@ public final class Container: @unchecked Sendable {
         self.config = config
         for item in try store.loadItems() { items[item.id] = item }
         for (id, item) in items where item.parent != nil { items[id]!.parent = interned(item.parent) }
+        discardedConflicts = Set(try store.resolvedConflicts())
         if items[rootID] == nil {
             let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),
                             ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
@@ -118,6 +120,12 @@ public final class Container: @unchecked Sendable {
     func interned(_ id: String?) -> String? {
         guard let id else { return nil }
         return items.index(forKey: id).map { items.keys[$0] } ?? id
+    }
+
+    /// Remembers conflict versions resolved here. Expects the lock held.
+    func rememberResolved(_ ids: [String]) throws(CoreError) {
+        do { try store.markResolved(ids) } catch { throw CoreError.from(error) }
+        discardedConflicts.formUnion(ids)
     }
 
     /// True when the store has never synced with the remote.

@@ -115,7 +115,7 @@ extension Container {
         try mutate { () throws(CoreError) in
             guard var item = items[id], !item.deleted else { throw .notFound }
             guard !item.conflicts.isEmpty else { return }
-            discardedConflicts.formUnion(item.conflicts.map(\.id))
+            try rememberResolved(item.conflicts.map(\.id))
             pruneConflictFiles(id, old: item.conflicts, new: [])
             item.conflicts = []
             item.metaDirty = true

@@ -126,6 +126,19 @@ public final class Store: @unchecked Sendable {
         try db.query("DELETE FROM meta WHERE key = ?", [.text(key)])
     }
 
+    /// Conflict versions resolved on this device, remembered across restarts (see Container.discardedConflicts).
+    public func markResolved(_ conflicts: [String]) throws {
+        try withReserve {
+            try db.transaction {
+                for c in conflicts { try db.query("INSERT OR REPLACE INTO meta(key, value) VALUES(?, '1')", [.text("resolved:" + c)]) }
+            }
+        }
+    }
+
+    public func resolvedConflicts() throws -> [String] {
+        try values("SELECT key FROM meta WHERE key LIKE 'resolved:%'") { String($0.text(0).dropFirst("resolved:".count)) }
+    }
+
     /// Marks an item whose create was sent: the remote may hold it even if no answer came back.
     public func markCreateSent(_ id: String) throws { try setMeta("sent:" + id, "1") }
     public func createWasSent(_ id: String) -> Bool { meta("sent:" + id) != nil }

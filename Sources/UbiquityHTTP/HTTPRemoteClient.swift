@@ -193,7 +193,7 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
             req.stallLimit = Int64(max(1, timeouts.stallSeconds)) * 1_000_000_000
         }
         _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, req.errorBuffer)
-        // Large receive buffers: one write (and one progress call) per 512 KiB rather than per 16 KiB.
+        // Large receive buffers: one write to the file per 512 KiB rather than per 16 KiB.
         _ = ubq_easy_setopt_long(h, CURLOPT_BUFFERSIZE, 512 << 10)
 
         _ = ubq_easy_setopt_write_function(h) { ptr, size, count, ctx in

@@ -258,7 +258,8 @@ func fileItem(_ id: String, name: String, sha256: String = emptySHA256, size: In
     @Test func progressCancelsTransfers() throws {
         let h = try StubHarness()
         _ = try h.client.openContainer()
-        let size = 8 * 1024 * 1024
+        // Large enough that, with 512 KiB receive buffers on loopback, a cancel at 1 MB lands well before the end.
+        let size = 64 * 1024 * 1024
         let (path, sha) = try h.makeFile("big", size: size)
         #expect(throws: RemoteError.cancelled) {
             try h.client.uploadBlob(sha256: sha, size: Int64(size), fromFile: path) { $0 < 1_000_000 }
