@@ -48,13 +48,9 @@ public func sha256OfFile(_ path: String) throws -> (sha256: String, size: Int64)
     defer { fd.close() }
     var h = SHA256Hasher()
     var total: Int64 = 0
-    let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-    defer { buf.deallocate() }
-    while true {
-        let n = try fd.read(into: buf)
-        if n == 0 { break }
-        h.update(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
-        total += Int64(n)
+    try fd.forEachChunk { chunk in
+        h.update(chunk)
+        total += Int64(chunk.count)
     }
     return (h.finalizeHex(), total)
 }

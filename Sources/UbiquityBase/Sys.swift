@@ -89,6 +89,17 @@ public struct FileDescriptor: Sendable, Hashable {
 
     public func writeAll(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try writeAll($0) } }
 
+    /// Reads the file from its current position to the end in 1 MiB chunks, handing each to `body`.
+    public func forEachChunk(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buf.deallocate() }
+        while true {
+            let n = try read(into: buf)
+            if n == 0 { return }
+            try body(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
+        }
+    }
+
     public func sync() throws { _ = try valueOrErrno { fsync(raw) } }
     /// Starts writing a range to disk without waiting for it (a later `sync` then has less to do).
     public func startWriteback(from offset: Int64, length: Int64) { _ = ubq_start_writeback(raw, offset, length) }

@@ -134,13 +134,7 @@ public final class StubServer: @unchecked Sendable {
             content = try importBlob(container) { w in
                 let fd = try FileDescriptor.open(source, O_RDONLY)
                 defer { fd.close() }
-                let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-                defer { buf.deallocate() }
-                while true {
-                    let n = try fd.read(into: buf)
-                    if n == 0 { break }
-                    w.write(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
-                }
+                try fd.forEachChunk { w.write($0) }
             }
         }
         if leaf == nil && content != nil { throw StubError("a file needs a path") }
