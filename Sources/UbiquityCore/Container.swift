@@ -238,27 +238,27 @@ public final class Container: @unchecked Sendable {
     }
 
     public func makeDirectory(parent: String, name: String, mode: UInt32) throws(CoreError) -> Item {
-        try checkName(name)
-        return try mutate { () throws(CoreError) -> Item in
-            _ = try liveDirectory(parent)
-            if children[parent]?[name] != nil { throw .exists }
-            let item = newItem(parent: parent, name: name, kind: .dir, mode: mode)
-            try insertNew(item)
-            return item
-        }
+        try create(parent: parent, name: name, kind: .dir, mode: mode)
     }
 
-    /// Creates an empty file with local content; returns it with the path of its content file.
+    /// Creates an empty file with local content.
     public func createFile(parent: String, name: String, mode: UInt32) throws(CoreError) -> Item {
+        try create(parent: parent, name: name, kind: .file, mode: mode)
+    }
+
+    /// Creates a new item in a live directory; a file gets an empty content file.
+    private func create(parent: String, name: String, kind: ItemKind, mode: UInt32) throws(CoreError) -> Item {
         try checkName(name)
         return try mutate { () throws(CoreError) -> Item in
             _ = try liveDirectory(parent)
             if children[parent]?[name] != nil { throw .exists }
-            let item = newItem(parent: parent, name: name, kind: .file, mode: mode)
-            do {
-                let fd = try FileDescriptor.open(store.contentPath(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
-                fd.close()
-            } catch { throw CoreError.from(error) }
+            let item = newItem(parent: parent, name: name, kind: kind, mode: mode)
+            if kind == .file {
+                do {
+                    let fd = try FileDescriptor.open(store.contentPath(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+                    fd.close()
+                } catch { throw CoreError.from(error) }
+            }
             try insertNew(item)
             return item
         }
