@@ -204,10 +204,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             }
             // The parent: a live directory, not the item itself nor below it.
             guard let parentID = item.parent, let parent = items[parentID], !parent.deleted, parent.kind == .dir
-            else { throw Self.bad("the parent is not a live directory") }
+            else { throw RemoteError.misplaced("the parent is not a live directory") }
             var cur: String? = parentID
             while let c = cur {
-                if c == item.id { throw Self.bad("an item cannot move below itself") }
+                if c == item.id { throw RemoteError.misplaced("an item cannot move below itself") }
                 cur = items[c]?.parent
             }
             var new = item

@@ -16,6 +16,8 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
     case preconditionFailed(current: WireItem?)
     /// Another live item holds the name, or a directory is not empty.
     case conflict(String, current: WireItem?)
+    /// The item cannot go where it was sent: its parent is not a live directory there, or lies below it.
+    case misplaced(String)
     /// The remote refused the request as malformed or too large.
     case rejected(status: Int, message: String)
     /// Bytes did not hash to what was promised.
@@ -32,6 +34,7 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
         case .notFound(let m): return "not found on the remote: \(m)"
         case .preconditionFailed: return "the item changed on the remote"
         case .conflict(let m, _): return "conflict on the remote: \(m)"
+        case .misplaced(let m): return "the remote refused the place: \(m)"
         case .rejected(let s, let m): return "the remote refused the request (\(s)): \(m)"
         case .corrupt(let m): return "corrupt data: \(m)"
         case .server(let s, let m): return "remote error (\(s)): \(m)"

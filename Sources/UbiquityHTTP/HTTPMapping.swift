@@ -69,7 +69,8 @@ enum HTTPMapping {
         return "HTTP \(status)"
     }
 
-    /// The RemoteError for a non-success HTTP answer. `blobUpload` turns 422 into `.corrupt`.
+    /// The RemoteError for a non-success HTTP answer. 422 is a refused place for an item, and for a blob upload
+    /// (`blobUpload`) bytes that do not hash to their name.
     static func error(status: Int, body: [UInt8], blobUpload: Bool = false) -> RemoteError {
         let decoded = decodeError(body)
         let msg = message(status: status, body: body, decoded: decoded)
@@ -79,6 +80,7 @@ enum HTTPMapping {
         case 409: return .conflict(msg, current: decoded?.current)
         case 412: return .preconditionFailed(current: decoded?.current)
         case 422 where blobUpload: return .corrupt(msg)
+        case 422: return .misplaced(msg)
         case 500...599: return .server(status: status, message: msg)
         default: return .rejected(status: status, message: msg)
         }

@@ -232,13 +232,13 @@ final class StubStore: @unchecked Sendable {
             }
             if let parentID = item.parent {
                 guard let parent = try itemLocked(cid, parentID), !parent.deleted, parent.kind == .dir else {
-                    throw StubFailure(400, "the parent is not a live directory")
+                    throw StubFailure(422, "the parent is not a live directory")
                 }
                 // No cycles: the new parent must not be the item or lie below it.
                 var cursor: String? = parentID
                 var steps = 0
                 while let c = cursor {
-                    if c == id { throw StubFailure(400, "an item cannot move below itself") }
+                    if c == id { throw StubFailure(422, "an item cannot move below itself") }
                     steps += 1
                     if steps > 100_000 { throw StubFailure(500, "the tree is too deep") }
                     cursor = try itemLocked(cid, c)?.parent

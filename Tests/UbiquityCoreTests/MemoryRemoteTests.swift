@@ -74,7 +74,7 @@ import UbiquityBase
         // The parent must be a live directory, never the item itself or below it.
         let d = try remote.putItem(dir("d", "d"), ifMatch: nil)
         let e = try remote.putItem(dir("e", "e", parent: "d"), ifMatch: nil)
-        #expect(throws: RemoteError.rejected(status: 400, message: "an item cannot move below itself")) {
+        #expect(throws: RemoteError.misplaced("an item cannot move below itself")) {
             try remote.putItem(dir("d", "d", parent: "e"), ifMatch: d.version)
         }
         #expect(throws: RemoteError.self) { try remote.putItem(file("c", "c", parent: "a"), ifMatch: nil) }

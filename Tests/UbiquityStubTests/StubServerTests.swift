@@ -202,13 +202,13 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
         #expect(taken.status == 409)
         #expect(try taken.decode(WireError.self).current?.id == "d1")
 
-        // Bad names, missing parents, cycles, kind changes, id mismatch, bad JSON.
+        // Bad names, kind changes, id mismatch, bad JSON: 400. A missing parent or a cycle: 422.
         #expect(try f.putItem(dir("d3", "..")).status == 400)
         #expect(try f.putItem(dir("d3", "a/b")).status == 400)
-        #expect(try f.putItem(dir("d3", "Orphan", parent: "ghost")).status == 400)
+        #expect(try f.putItem(dir("d3", "Orphan", parent: "ghost")).status == 422)
         #expect(try f.putItem(dir("d3", "Inner", parent: "d1")).status == 200)
         renamed.parent = "d3"
-        #expect(try f.putItem(renamed, ifMatch: 4).status == 400)          // d1 below its own child
+        #expect(try f.putItem(renamed, ifMatch: 4).status == 422)          // d1 below its own child
         let asFile = file("d1", "Renamed", [])
         #expect(try f.putItem(asFile, ifMatch: 4).status == 400)
         #expect(try f.call("PUT", "/v1/containers/\(cid)/items/zz", headers: ["If-None-Match: *"],
