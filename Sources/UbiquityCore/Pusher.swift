@@ -193,6 +193,10 @@ struct Pusher {
                 try rebase(version: 0)
             case .conflict:
                 try takeFreeName(pushed: item)
+            case .misplaced(let why):
+                // Done for now: what must go first (a revived parent) is the next push's choice.
+                try giveWay(pushed: item, why: why)
+                return true
             default:
                 throw error
             }
@@ -209,8 +213,7 @@ struct Pusher {
             try container.mutate {
                 guard var cur = container.items[id], let parent = cur.parent,
                       parent == pushed.parent, sameName(cur.name, pushed.name) else { return }
-                container.children[parent]?[cur.name] = nil
-                container.notice(.removed(parent: parent, name: cur.name, id: id))
+                container.unlink(cur)
                 cur.name = container.freeName(cur.name, in: parent, avoiding: cur.name)
                 cur.metaDirty = true
                 try container.store.saveChanged(cur)
@@ -218,6 +221,42 @@ struct Pusher {
                 container.children[parent, default: [:]][cur.name] = id
                 container.notice(.added(parent: parent, name: cur.name))
             }
+    }
+
+    /// The remote refused the item's place. Either its parent is gone there (deleted elsewhere while this
+    /// device put the item in it): the parent's tombstone is applied here, which revives the parent since it
+    /// holds this item (edit wins over delete), and the parent's push goes first. Or the parent lies below
+    /// the item there (two devices each moved one folder into the other): the move that reached the remote
+    /// first wins, and this item goes back to where the remote has it (or, if that place is gone or below it
+    /// here too, to the top of the container). Then the remote changes the puller refused meanwhile follow.
+    private func giveWay(pushed: Item, why: String) throws {
+        guard let parentID = pushed.parent else { return }
+        let parent: WireItem?
+        do { parent = try container.remote.item(parentID) } catch RemoteError.notFound { parent = nil }
+        if let parent, parent.deleted || parent.kind != .dir {
+            log.info("\(container.path(of: id)): its folder was deleted elsewhere; the folder comes back")
+            container.sync.apply([parent], token: nil)
+            return
+        }
+        let current: WireItem?
+        do { current = try container.remote.item(id) } catch RemoteError.notFound { current = nil }
+        try container.mutate {
+            guard var cur = container.items[id], !cur.deleted, cur.parent == pushed.parent,
+                  sameName(cur.name, pushed.name) else { return }
+            var place = (parent: WireRules.documentsID, name: cur.name)
+            if let current, !current.deleted, let p = current.parent, let dir = container.items[p], dir.isDirectory,
+               !dir.deleted, !container.isAncestor(id, of: p) {
+                place = (p, current.name)
+            }
+            log.info("\(container.path(of: id)): the remote refused its place (\(why)); it goes back")
+            container.unlink(cur)
+            cur.parent = place.parent
+            cur.name = place.name
+            try container.place(&cur)
+            try container.store.saveChanged(cur)
+            container.items[id] = cur
+        }
+        container.sync.refetchRefused()
     }
 
     private func uploadBlob(sha: String, size: Int64, path: String) throws {
@@ -321,8 +360,7 @@ struct Pusher {
                     // Only the content changed here: take the remote's name, place, mode and attributes.
                     let moved = cur.parent != current.parent || !sameName(cur.name, current.name)
                     if moved {
-                        container.children[cur.parent!]?[cur.name] = nil
-                        container.notice(.removed(parent: cur.parent!, name: cur.name, id: id))
+                        container.unlink(cur)
                         cur.parent = current.parent
                         cur.name = current.name
                         try container.place(&cur)

@@ -140,6 +140,16 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Marks an item whose create was sent: the remote may hold it even if no answer came back.
+    /// Remote changes the puller could not take yet (see SyncLoops.refetchRefused), by item id.
+    public func markRefused(_ id: String) throws { try setMeta("refused:" + id, "1") }
+    public func takeRefused() throws -> [String] {
+        let ids = try values("SELECT key FROM meta WHERE key LIKE 'refused:%' ORDER BY key") {
+            String($0.text(0).dropFirst("refused:".count))
+        }
+        try db.query("DELETE FROM meta WHERE key LIKE 'refused:%'")
+        return ids
+    }
+
     public func markCreateSent(_ id: String) throws { try setMeta("sent:" + id, "1") }
     public func createWasSent(_ id: String) -> Bool { meta("sent:" + id) != nil }
 

@@ -54,6 +54,7 @@ final class SyncLoops: @unchecked Sendable {
 
     /// Applies the feed until the remote has nothing newer (used at start, without waiting).
     func pullUntilCaughtUp() throws {
+        refetchRefused()
         while true {
             let batch = try container.remote.changes(since: feedToken, waitSeconds: 0)
             apply(batch)
@@ -65,6 +66,7 @@ final class SyncLoops: @unchecked Sendable {
         var backoff: Int64 = 500_000_000
         while !isStopping {
             do {
+                refetchRefused()
                 let batch = try container.remote.changes(since: feedToken,
                                                          waitSeconds: container.config.pollWaitSeconds)
                 if isStopping { return }
@@ -84,15 +86,18 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// Applies one batch of remote items and records the new feed position, in one store transaction.
-    func apply(_ batch: WireChanges) {
+    func apply(_ batch: WireChanges) { apply(batch.items, token: batch.token) }
+
+    /// Applies remote items, and the feed position they bring (nil: items fetched one by one, no position).
+    func apply(_ items: [WireItem], token: String?) {
         var toDownload: [String] = []
         container.mutate {
             do {
                 try container.store.transaction {
-                    for w in batch.items { try applyOne(w, toDownload: &toDownload) }
-                    try container.store.setMeta("token", batch.token)
+                    for w in items { try applyOne(w, toDownload: &toDownload) }
+                    if let token { try container.store.setMeta("token", token) }
                 }
-                if let newest = batch.items.map(\.version).max() {
+                if token != nil, let newest = items.map(\.version).max() {
                     container.settledDeletes = container.settledDeletes.filter { $0.value > newest }
                 }
             } catch {
@@ -100,7 +105,24 @@ final class SyncLoops: @unchecked Sendable {
             }
         }
         for id in toDownload { container.downloads.start(id) }
-        if !batch.items.isEmpty { wakePusher() }
+        if !items.isEmpty { wakePusher() }
+    }
+
+    /// Fetches again, one by one, the items whose remote change the puller refused (a move that would have
+    /// made a cycle here) and applies them: the local move in the way may have given way since. A change
+    /// still refused is marked again. A failure to reach the remote leaves the marks for the next time.
+    func refetchRefused() {
+        let ids = container.withLock { (try? container.store.takeRefused()) ?? [] }
+        var items: [WireItem] = []
+        for (i, id) in ids.enumerated() {
+            do { items.append(try container.remote.item(id)) } catch RemoteError.notFound {
+                continue
+            } catch {
+                container.withLock { for rest in ids[i...] { try? container.store.markRefused(rest) } }
+                break
+            }
+        }
+        if !items.isEmpty { apply(items, token: nil) }
     }
 
     /// Applies the remote's newest state of one item. Expects the container lock held.
@@ -134,16 +156,15 @@ final class SyncLoops: @unchecked Sendable {
         let contentChanged = w.sha256 != item.remoteSHA
         // The remote moved the item below a directory that is below the item here (moved by a change not yet
         // pushed): taking it would make a cycle, and every walk up the tree would spin. The item stays where
-        // it is here. (Known gap: the pending move is then refused by the remote and not yet resolved.)
+        // it is for now; the remote refuses the pending move, which then gives way (Pusher.giveWay), and the
+        // refused change is fetched again (refetchRefused).
         if item.parent != w.parent, let p = w.parent, c.isAncestor(item.id, of: p) {
-            log.warning("\(item.name): the remote's move would make a cycle here; not taken")
+            log.info("\(item.name): the remote's move would make a cycle here; taken once the local move gives way")
+            try c.store.markRefused(item.id)
             return
         }
         let moved = item.parent != w.parent || !sameName(item.name, w.name)
-        if moved {
-            c.children[item.parent!]?[item.name] = nil
-            c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
-        }
+        if moved { c.unlink(item) }
         let oldConflicts = item.conflicts
         item.adopt(w)
         item.parent = c.interned(item.parent)
@@ -171,11 +192,10 @@ final class SyncLoops: @unchecked Sendable {
         }
         try c.store.delete(item.id)
         c.items[item.id] = nil
-        c.children[item.parent!]?[item.name] = nil
+        c.unlink(item)
         if c.handles[item.id] == nil { try? removeFile(c.store.contentPath(item.id)) }
         c.downloads.removeStaleStaging(item.id)
         for conflict in item.conflicts { c.evictConflict(item.id, conflict.id) }
-        c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
     }
 
     // MARK: push
@@ -224,6 +244,8 @@ final class SyncLoops: @unchecked Sendable {
             let pushable = { (id: String) -> Bool in
                 guard let item = container.items[id] else { return false }
                 if item.dirty && (container.handles[id]?.writers ?? 0) > 0 { return false }
+                // A delete goes by id: where the item was does not matter (its folder may be gone already).
+                if item.deleted { return true }
                 if let p = item.parent, p != container.rootID, (container.items[p]?.remoteVersion ?? 0) == 0 {
                     return false
                 }
@@ -232,10 +254,14 @@ final class SyncLoops: @unchecked Sendable {
             // A directory with changes of its own goes before the items below it: it may have to be revived on
             // the remote first (deleted there while this device added to it), or nothing can be put in it.
             // Not a directory deleted here: the deletes of what was below it must go first.
+            // The highest such directory goes first: one further up may be new (its subtree waits for it).
             guard var id = ids.first(where: pushable) else { return nil }
             let pending = Set(ids)
-            while let p = container.items[id]?.parent, p != container.rootID, pending.contains(p),
-                  container.items[p]?.deleted == false, pushable(p) { id = p }
+            var cursor = container.items[id]?.parent
+            while let p = cursor, p != container.rootID, let dir = container.items[p], !dir.deleted {
+                if pending.contains(p) && pushable(p) { id = p }
+                cursor = dir.parent
+            }
             return id
         }
     }

@@ -146,6 +146,9 @@ extension World {
                 v.append("\(dev.name): [\(short(item.id))] \(name) has no live parent directory"); continue
             }
             if !names.insert(p + "/" + name).inserted { v.append("\(dev.name): two items named \(name) in [\(short(p))]") }
+            if c.lookup(parent: p, name: name)?.id != item.id {
+                v.append("\(dev.name): [\(short(item.id))] \(name) is not listed in its folder [\(short(p))]")
+            }
             let path = store.contentPath(item.id)
             let exists = FileManager.default.fileExists(atPath: path)
             if !item.isDirectory && item.hasLocal != exists {
@@ -165,7 +168,7 @@ extension World {
         let files = ((try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []).sorted()
         for f in files where !listed.contains(f) { v.append("\(dev.name): orphan content file \(f)") }
         let staging = (try? FileManager.default.contentsOfDirectory(atPath: store.stagingDirectory)) ?? []
-        if !staging.isEmpty { v.append("\(dev.name): \(staging.count) file(s) left in staging") }
+        if !staging.isEmpty { v.append("\(dev.name): left in staging: \(staging.sorted().joined(separator: ", "))") }
         return v
     }
 }
