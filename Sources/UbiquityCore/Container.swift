@@ -394,6 +394,14 @@ public final class Container: @unchecked Sendable {
         }
     }
 
+    /// Takes an item's name out of its directory, if the name there is still the item's: `place` detaches a
+    /// stale clean item whose name a newer one took, and the newer one keeps the name. Expects the lock held.
+    func unlink(_ item: Item) {
+        guard let parent = item.parent, children[parent]?[item.name] == item.id else { return }
+        children[parent]?[item.name] = nil
+        notice(.removed(parent: parent, name: item.name, id: item.id))
+    }
+
     /// Links an item under its parent, moving a pending local item that holds the name to a free name, and
     /// detaching a stale clean one (its own newer state follows in the feed). Expects the lock held.
     func place(_ item: inout Item) throws {

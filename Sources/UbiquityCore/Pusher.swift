@@ -209,8 +209,7 @@ struct Pusher {
             try container.mutate {
                 guard var cur = container.items[id], let parent = cur.parent,
                       parent == pushed.parent, sameName(cur.name, pushed.name) else { return }
-                container.children[parent]?[cur.name] = nil
-                container.notice(.removed(parent: parent, name: cur.name, id: id))
+                container.unlink(cur)
                 cur.name = container.freeName(cur.name, in: parent, avoiding: cur.name)
                 cur.metaDirty = true
                 try container.store.saveChanged(cur)
@@ -321,8 +320,7 @@ struct Pusher {
                     // Only the content changed here: take the remote's name, place, mode and attributes.
                     let moved = cur.parent != current.parent || !sameName(cur.name, current.name)
                     if moved {
-                        container.children[cur.parent!]?[cur.name] = nil
-                        container.notice(.removed(parent: cur.parent!, name: cur.name, id: id))
+                        container.unlink(cur)
                         cur.parent = current.parent
                         cur.name = current.name
                         try container.place(&cur)

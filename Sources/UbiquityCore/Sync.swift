@@ -139,11 +139,9 @@ final class SyncLoops: @unchecked Sendable {
             log.warning("\(item.name): the remote's move would make a cycle here; not taken")
             return
         }
-        let moved = item.parent != w.parent || !sameName(item.name, w.name)
-        if moved {
-            c.children[item.parent!]?[item.name] = nil
-            c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
-        }
+        // Also "moved" when detached here (`place`): it takes its name back.
+        let moved = item.parent != w.parent || !sameName(item.name, w.name) || c.children[w.parent!]?[w.name] != item.id
+        if moved { c.unlink(item) }
         let oldConflicts = item.conflicts
         item.adopt(w)
         item.parent = c.interned(item.parent)
@@ -171,11 +169,10 @@ final class SyncLoops: @unchecked Sendable {
         }
         try c.store.delete(item.id)
         c.items[item.id] = nil
-        c.children[item.parent!]?[item.name] = nil
+        c.unlink(item)
         if c.handles[item.id] == nil { try? removeFile(c.store.contentPath(item.id)) }
         c.downloads.removeStaleStaging(item.id)
         for conflict in item.conflicts { c.evictConflict(item.id, conflict.id) }
-        c.notice(.removed(parent: item.parent!, name: item.name, id: item.id))
     }
 
     // MARK: push

@@ -66,6 +66,16 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionRenameOfADetachedItemKeepsTheNewOwnersName() {
+        // A file renamed over another elsewhere took its name here and detached the stale one; the stale one's
+        // next version (renamed away) then removed the name from the directory, and the new file was lost
+        // from the tree (never listed, never fetched).
+        let r = Simulation.run(seed: 10091, only: [11, 12, 28, 35, 38, 41, 47, 54, 56, 66, 86, 88, 94, 95, 128, 129,
+                                                   130, 131, 132, 137, 138, 157, 158, 161, 171, 176, 177, 178, 179,
+                                                   184, 185, 200, 201, 206, 207, 208, 209, 214, 215, 250, 251])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
