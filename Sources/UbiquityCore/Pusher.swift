@@ -250,6 +250,7 @@ struct Pusher {
             cur.device = stored.device
             container.pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
             cur.conflicts = stored.conflicts
+            try container.forgetUnpushed(listed: stored.conflicts)
             let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation
             if snap.item.dirty && unchanged && cur.dirty {
                 cur.dirty = false
@@ -331,8 +332,10 @@ struct Pusher {
                 }
                 // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
                 // them); those this device knows come back with its edit.
-                let conflicts = (current.deleted ? cur.conflicts : current.conflicts)
-                    .filter { !container.discardedConflicts.contains($0.id) }
+                let conflicts = current.deleted
+                    ? cur.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+                    : container.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
+                try container.forgetUnpushed(listed: current.conflicts)
                 container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
                 cur.conflicts = conflicts
                 if cur.conflicts != current.conflicts { cur.metaDirty = true }
@@ -351,8 +354,10 @@ struct Pusher {
         try container.mutate {
             guard var cur = container.items[id] else { return }
             cur.remoteVersion = current.version
-            let conflicts = current.conflicts.filter { !container.discardedConflicts.contains($0.id) }
-                + [iWin ? theirs : mine]
+            let loser = iWin ? theirs : mine
+            try container.rememberUnpushed([loser.id])
+            try container.forgetUnpushed(listed: current.conflicts)
+            let conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts) + [loser]
             container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
             cur.conflicts = conflicts
             cur.metaDirty = true

@@ -76,6 +76,16 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test(arguments: [
+        (UInt64(11502), [4, 24, 45, 68, 71, 85, 86, 95, 97, 98, 102, 114, 118]),
+        (UInt64(11067), [42, 45, 48, 55, 64, 77, 79, 160, 163, 166, 171, 172, 184, 194]),
+    ]) func regressionUnpushedConflictVersionSurvivesANewerRemoteList(seed: UInt64, steps: [Int]) {
+        // A device loses a conflict and lists its content as a conflict version, but that list is not pushed
+        // yet; its next push meets a newer remote version and took the remote's list, dropping the version.
+        let r = Simulation.run(seed: seed, only: steps)
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
