@@ -86,6 +86,16 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test(arguments: [
+        [74, 109, 190, 249, 254],
+        [66, 70, 73, 74, 98, 102, 105, 108, 109, 169, 173, 175, 180, 186, 189, 202, 247, 249, 254],
+    ]) func regressionCreateWhoseAnswerWasLostMeetsAnEmptiedFile(steps: [Int]) {
+        // A create lands but its answer is lost; another device empties the file; the create's retry took the
+        // empty content for its own base (the placeholder of a new file) and wrote over the emptied file.
+        let r = Simulation.run(seed: 11199, only: steps)
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
