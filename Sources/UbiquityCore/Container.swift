@@ -61,6 +61,10 @@ public final class Container: @unchecked Sendable {
     /// remote version, or an edit elsewhere reviving a file resolved and then deleted here, does not bring them
     /// back. Conflict ids are random and never reused, so the set only grows (by a few bytes a resolution).
     var discardedConflicts: Set<String> = []
+    /// Conflict versions this device added to a file's list (the losing side of a conflict it resolved) that the
+    /// remote has not stored yet (kept in the store): a later push that meets a newer remote version lists them
+    /// on top of the remote's list, which cannot have them. One left behind by a delete is never listed again.
+    var unpushedConflicts: Set<String> = []
     /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
     /// passed it: a page of the feed fetched before the delete must not bring them back.
     var settledDeletes: [String: Int64] = [:]
@@ -82,6 +86,7 @@ public final class Container: @unchecked Sendable {
         for item in try store.loadItems() { items[item.id] = item }
         for (id, item) in items where item.parent != nil { items[id]!.parent = interned(item.parent) }
         discardedConflicts = Set(try store.resolvedConflicts())
+        unpushedConflicts = Set(try store.unpushedConflicts())
         if items[rootID] == nil {
             let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),
                             ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
@@ -126,6 +131,28 @@ public final class Container: @unchecked Sendable {
     func rememberResolved(_ ids: [String]) throws(CoreError) {
         do { try store.markResolved(ids) } catch { throw CoreError.from(error) }
         discardedConflicts.formUnion(ids)
+    }
+
+    /// Remembers conflict versions added here, until the remote stores them. Expects the lock held.
+    func rememberUnpushed(_ ids: [String]) throws {
+        try store.markUnpushed(ids, added: true)
+        unpushedConflicts.formUnion(ids)
+    }
+
+    /// Forgets the conflict versions added here that the remote lists now. Expects the lock held.
+    func forgetUnpushed(listed: [WireConflict]) throws {
+        let stored = listed.map(\.id).filter { unpushedConflicts.contains($0) }
+        if stored.isEmpty { return }
+        try store.markUnpushed(stored, added: false)
+        unpushedConflicts.subtract(stored)
+    }
+
+    /// The conflict list to push on top of the remote's list `remote`: the remote's without the versions resolved
+    /// here, and the versions added here (of `local`) that the remote does not have yet. Expects the lock held.
+    func mergedConflicts(local: [WireConflict], remote: [WireConflict]) -> [WireConflict] {
+        let listed = Set(remote.map(\.id))
+        return remote.filter { !discardedConflicts.contains($0.id) }
+            + local.filter { unpushedConflicts.contains($0.id) && !listed.contains($0.id) }
     }
 
     /// True when the store has never synced with the remote.

@@ -290,6 +290,7 @@ struct Pusher {
             cur.device = stored.device
             container.pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
             cur.conflicts = stored.conflicts
+            try container.forgetUnpushed(listed: stored.conflicts)
             let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation
             if snap.item.dirty && unchanged && cur.dirty {
                 cur.dirty = false
@@ -342,16 +343,22 @@ struct Pusher {
     private func resolve(_ current: WireItem?, snap: Snapshot, pushed: Item) throws {
         guard let current else { return try rebase(version: 0) }
         if current.deleted, try acceptDelete(current, snap: snap, pushed: pushed) { return }
-        let theirContentUnchanged = current.sha256 == snap.item.remoteSHA
+        // A create that meets an item already there has no version of its own to compare with: its remoteSHA
+        // (the empty content) is not a content the remote had, and an item emptied there is a change too.
+        let theirContentUnchanged = snap.item.remoteVersion != 0 && current.sha256 == snap.item.remoteSHA
         if current.deleted || !snap.item.dirty || current.sha256 == pushed.remoteSHA || theirContentUnchanged
             || current.kind != .file {
             // Edit against delete (the edit revives it), a change on one side only, or the same content on both
             // sides: this device's change goes on top of the remote's version, keeping what the remote changed.
             return try container.mutate {
                 guard var cur = container.items[id] else { return }
-                if !cur.dirty && !current.deleted {
+                if !current.deleted {
+                    // The content of the version the next write goes on top of, also while dirty: the next 412
+                    // compares with it to tell whether the remote's content changed since.
                     cur.remoteSHA = current.sha256
                     cur.remoteSize = current.size
+                }
+                if !cur.dirty && !current.deleted {
                     cur.size = current.size
                     cur.device = current.device
                     if cur.hasLocal && cur.localSHA != current.sha256 { container.notice(.changed(id, content: true)) }
@@ -371,8 +378,10 @@ struct Pusher {
                 }
                 // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
                 // them); those this device knows come back with its edit.
-                let conflicts = (current.deleted ? cur.conflicts : current.conflicts)
-                    .filter { !container.discardedConflicts.contains($0.id) }
+                let conflicts = current.deleted
+                    ? cur.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+                    : container.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
+                try container.forgetUnpushed(listed: current.conflicts)
                 container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
                 cur.conflicts = conflicts
                 if cur.conflicts != current.conflicts { cur.metaDirty = true }
@@ -391,8 +400,10 @@ struct Pusher {
         try container.mutate {
             guard var cur = container.items[id] else { return }
             cur.remoteVersion = current.version
-            let conflicts = current.conflicts.filter { !container.discardedConflicts.contains($0.id) }
-                + [iWin ? theirs : mine]
+            let loser = iWin ? theirs : mine
+            try container.rememberUnpushed([loser.id])
+            try container.forgetUnpushed(listed: current.conflicts)
+            let conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts) + [loser]
             container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
             cur.conflicts = conflicts
             cur.metaDirty = true

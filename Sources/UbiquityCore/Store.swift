@@ -139,6 +139,26 @@ public final class Store: @unchecked Sendable {
         try values("SELECT key FROM meta WHERE key LIKE 'resolved:%'") { String($0.text(0).dropFirst("resolved:".count)) }
     }
 
+    /// Conflict versions added here and not yet stored by the remote (see Container.unpushedConflicts):
+    /// `added` true remembers them, false forgets them.
+    public func markUnpushed(_ conflicts: [String], added: Bool) throws {
+        try withReserve {
+            try db.transaction {
+                for c in conflicts {
+                    if added {
+                        try db.query("INSERT OR REPLACE INTO meta(key, value) VALUES(?, '1')", [.text("unpushed:" + c)])
+                    } else {
+                        try db.query("DELETE FROM meta WHERE key = ?", [.text("unpushed:" + c)])
+                    }
+                }
+            }
+        }
+    }
+
+    public func unpushedConflicts() throws -> [String] {
+        try values("SELECT key FROM meta WHERE key LIKE 'unpushed:%'") { String($0.text(0).dropFirst("unpushed:".count)) }
+    }
+
     /// Marks an item whose create was sent: the remote may hold it even if no answer came back.
     /// Remote changes the puller could not take yet (see SyncLoops.refetchRefused), by item id.
     public func markRefused(_ id: String) throws { try setMeta("refused:" + id, "1") }

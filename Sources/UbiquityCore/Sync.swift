@@ -163,7 +163,8 @@ final class SyncLoops: @unchecked Sendable {
             try c.store.markRefused(item.id)
             return
         }
-        let moved = item.parent != w.parent || !sameName(item.name, w.name)
+        // Also "moved" when detached here (`place`): it takes its name back.
+        let moved = item.parent != w.parent || !sameName(item.name, w.name) || c.children[w.parent!]?[w.name] != item.id
         if moved { c.unlink(item) }
         let oldConflicts = item.conflicts
         item.adopt(w)

@@ -79,6 +79,36 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionRenameOfADetachedItemKeepsTheNewOwnersName() {
+        // A file renamed over another elsewhere took its name here and detached the stale one; the stale one's
+        // next version (renamed away) then removed the name from the directory, and the new file was lost
+        // from the tree (never listed, never fetched).
+        let r = Simulation.run(seed: 10091, only: [11, 12, 28, 35, 38, 41, 47, 54, 56, 66, 86, 88, 94, 95, 128, 129,
+                                                   130, 131, 132, 137, 138, 157, 158, 161, 171, 176, 177, 178, 179,
+                                                   184, 185, 200, 201, 206, 207, 208, 209, 214, 215, 250, 251])
+        #expect(r.violations == [])
+    }
+
+    @Test(arguments: [
+        (UInt64(11502), [4, 24, 45, 68, 71, 85, 86, 95, 97, 98, 102, 114, 118]),
+        (UInt64(11067), [42, 45, 48, 55, 64, 77, 79, 160, 163, 166, 171, 172, 184, 194]),
+    ]) func regressionUnpushedConflictVersionSurvivesANewerRemoteList(seed: UInt64, steps: [Int]) {
+        // A device loses a conflict and lists its content as a conflict version, but that list is not pushed
+        // yet; its next push meets a newer remote version and took the remote's list, dropping the version.
+        let r = Simulation.run(seed: seed, only: steps)
+        #expect(r.violations == [])
+    }
+
+    @Test(arguments: [
+        [74, 109, 190, 249, 254],
+        [66, 70, 73, 74, 98, 102, 105, 108, 109, 169, 173, 175, 180, 186, 189, 202, 247, 249, 254],
+    ]) func regressionCreateWhoseAnswerWasLostMeetsAnEmptiedFile(steps: [Int]) {
+        // A create lands but its answer is lost; another device empties the file; the create's retry took the
+        // empty content for its own base (the placeholder of a new file) and wrote over the emptied file.
+        let r = Simulation.run(seed: 11199, only: steps)
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
