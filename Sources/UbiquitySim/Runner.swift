@@ -36,11 +36,16 @@ public enum Simulation {
 
     public static func run(seed: UInt64, steps: Int? = nil) -> RunResult { execute(Plan(seed: seed, steps: steps)) }
 
-    /// Removes steps while the run still fails (any violation): chunks of halving size, at most `budget`
+    /// The kind of a violation: its text up to the first colon ("resurrected", "lost", "divergence", ...).
+    static func kind(_ violation: String) -> Substring { violation.prefix { $0 != ":" } }
+
+    /// Removes steps while the run still fails with a violation of the kind of its first one (so a shrunk
+    /// trace shows the same bug, not another one met on the way): chunks of halving size, at most `budget`
     /// re-executions. Deterministic: every step carries its own seed. Returns the indices of the steps kept.
     public static func shrink(_ plan: Plan, budget: Int = 200) -> (kept: [Int], result: RunResult) {
         var kept = Array(plan.steps.indices)
         var best = execute(plan)
+        let wanted = best.violations.first.map(kind)
         var tries = 0
         var chunk = max(1, kept.count / 2)
         while tries < budget {
@@ -50,7 +55,7 @@ public enum Simulation {
                 candidate.removeSubrange(i..<min(i + chunk, kept.count))
                 tries += 1
                 let r = execute(plan, steps: candidate.map { plan.steps[$0] })
-                if r.failed { kept = candidate; best = r } else { i += chunk }
+                if r.violations.contains(where: { kind($0) == wanted }) { kept = candidate; best = r } else { i += chunk }
             }
             if chunk == 1 { break }
             chunk /= 2
