@@ -299,6 +299,25 @@ struct Pusher {
         }
     }
 
+    /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it
+    /// already (this device's write landed and its answer was lost, or the same change was made there). Writing
+    /// it again would make a newer version that overrides what other devices did to the item since (a delete).
+    private func settleIfSame(_ cur: inout Item, as current: WireItem, snap: Snapshot, pushed: Item) {
+        if cur.dirty && cur.kind == .file && pushed.remoteSHA == current.sha256 && cur.mtime == current.mtime
+            && (container.contentGeneration[id] ?? 0) == snap.generation {
+            cur.dirty = false
+            cur.localSHA = current.sha256
+            cur.remoteSHA = current.sha256
+            cur.remoteSize = current.size
+            cur.size = current.size
+            cur.device = current.device
+        }
+        if cur.metaDirty && cur.parent == current.parent && cur.name == current.name && cur.mode == current.mode
+            && cur.mtime == current.mtime && cur.xattrs.mapValues({ Data($0).base64EncodedString() }) == current.xattrs {
+            cur.metaDirty = false
+        }
+    }
+
     /// The remote moved on since this device last saw the item: merge, or keep both contents.
     private func resolve(_ current: WireItem?, snap: Snapshot, pushed: Item) throws {
         guard let current else { return try rebase(version: 0) }
@@ -337,6 +356,7 @@ struct Pusher {
                     .filter { !container.discardedConflicts.contains($0.id) }
                 container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
                 cur.conflicts = conflicts
+                if !current.deleted { settleIfSame(&cur, as: current, snap: snap, pushed: pushed) }
                 if cur.conflicts != current.conflicts { cur.metaDirty = true }
                 cur.remoteVersion = current.version
                 try container.store.save(cur)

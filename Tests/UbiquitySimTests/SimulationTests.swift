@@ -66,6 +66,25 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test(arguments: [
+        (UInt64(11509), [29, 37, 47, 78, 82, 94, 107, 108]),
+        (UInt64(11251), [32, 34, 83, 84, 107, 158, 159, 173, 193, 197, 199, 203, 207, 223, 226, 231, 232, 264, 265, 268]),
+        (UInt64(10487), [5, 19, 132, 212, 289, 291, 301, 309, 338, 341, 348, 349, 358, 360, 390, 391, 392]),
+        (UInt64(10748), [25, 27, 32, 44, 45, 52, 57, 58, 60, 64, 65, 66, 76, 77, 80, 85, 90, 101, 103, 105, 119, 135,
+                         137, 159, 160, 162, 179, 181, 183, 202, 203]),
+    ]) func regressionLandedWriteNotWrittenAgain(seed: UInt64, steps: [Int]) {
+        // A write (create or update) lands but its answer is lost; another device sees it and deletes the file;
+        // the retry met the write itself (412) and wrote it again, a newer version that beat the delete.
+        let r = Simulation.run(seed: seed, only: steps)
+        #expect(r.violations == [])
+    }
+
+    @Test func regressionLandedWriteNotWrittenAgainSeed() {
+        // The same, in a whole run (its shrunk trace is long).
+        let r = Simulation.run(seed: 11238)
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
