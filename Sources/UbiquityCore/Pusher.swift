@@ -177,7 +177,8 @@ struct Pusher {
             // item; an item deleted since the snapshot is not sent at all.
             let exists = try container.withLock { () throws -> Bool in
                 guard container.items[id] != nil else { return false }
-                try container.store.markCreateSent(id)
+                let sent = (try? JSONEncoder().encode(wire)).flatMap { String(data: $0, encoding: .utf8) } ?? "1"
+                try container.store.markCreateSent(id, sent)
                 return true
             }
             if !exists { return true }
@@ -187,9 +188,13 @@ struct Pusher {
         } catch let error as RemoteError {
             switch error {
             case .preconditionFailed(let current):
+                if item.remoteVersion == 0, let current, let sent = sentCreate() {
+                    return try resolveOverLandedCreate(sent, current, snap: snap, pushed: item)
+                }
                 try resolve(current, snap: snap, pushed: item)
             case .notFound:
                 // The remote forgot the item: create it afresh.
+                try container.withLock { try container.store.forgetCreateSent(id) }
                 try rebase(version: 0)
             case .conflict:
                 try takeFreeName(pushed: item)
@@ -200,6 +205,54 @@ struct Pusher {
         }
         try acknowledge(stored, snap: snap, pushed: item)
         return true
+    }
+
+    /// The state this device first sent to create the item, if recorded.
+    private func sentCreate() -> WireItem? {
+        container.withLock { container.store.sentCreate(id) }
+            .flatMap { try? JSONDecoder().decode(WireItem.self, from: Data($0.utf8)) }
+    }
+
+    /// A create of this device landed (nobody else makes this id) without an answer, and the remote moved on
+    /// from it: another device changed or deleted the item after it saw it. What was sent is what this device
+    /// and the remote have in common: what is unchanged here since is acknowledged as landed, and the
+    /// remote's newer state is taken for it as a pull would take it; only what changed here since is pushed
+    /// against it (a conflict, or edit against delete, only then). Returns true when done.
+    private func resolveOverLandedCreate(_ sent: WireItem, _ current: WireItem, snap: Snapshot,
+                                         pushed: Item) throws -> Bool {
+        var toDownload: [String] = []
+        var metaChanged = true
+        let pending = try container.mutate { () throws -> Bool in
+            guard var cur = container.items[id], !cur.deleted else { return true }
+            let xattrs = cur.xattrs.mapValues { Data($0).base64EncodedString() }
+            if cur.kind == .file && cur.dirty && pushed.remoteSHA == sent.sha256
+                && (container.contentGeneration[id] ?? 0) == snap.generation {
+                cur.dirty = false
+                cur.localSHA = sent.sha256
+            }
+            if cur.parent == sent.parent && cur.name == sent.name && cur.mode == sent.mode
+                && cur.mtime == sent.mtime && xattrs == sent.xattrs && cur.conflicts == sent.conflicts {
+                cur.metaDirty = false
+            }
+            cur.remoteSHA = sent.sha256
+            cur.remoteSize = sent.size
+            cur.device = sent.device
+            metaChanged = cur.metaDirty
+            try container.store.save(cur)
+            container.items[id] = cur
+            if cur.isPending { return true }
+            try container.sync.applyOne(current, toDownload: &toDownload)
+            return false
+        }
+        for id in toDownload { container.downloads.start(id) }
+        if !pending { return true }
+        var base = snap
+        base.item.remoteSHA = sent.sha256
+        base.item.remoteSize = sent.size
+        base.item.dirty = snap.item.kind == .file && pushed.remoteSHA != sent.sha256
+        base.item.metaDirty = metaChanged
+        try resolve(current, snap: base, pushed: pushed)
+        return false
     }
 
     /// Another item holds the name on the remote: this one takes the next free name, here and there.

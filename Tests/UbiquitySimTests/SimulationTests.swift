@@ -85,6 +85,14 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionLandedCreateChangedElsewhere() {
+        // b's create lands but its answer is lost; c edits the file, d sees that and deletes it; b's retry met
+        // c's version as a concurrent edit of its create (a conflict, a newer version) and the file came back.
+        let r = Simulation.run(seed: 11594, only: [4, 7, 8, 14, 24, 37, 39, 43, 51, 53, 63, 65, 67, 73, 74, 100, 122, 130,
+                                                   136, 137])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
