@@ -330,16 +330,20 @@ struct Pusher {
         }
     }
 
-    /// The tombstone carries exactly the state being pushed: this write already landed (its answer was lost)
-    /// and another device deleted the item after it saw that state. Not a concurrent edit: the delete wins, as
-    /// it would have had the answer arrived. False (edit wins) when anything differs, here or there, but the
-    /// name (the puller may have moved this item out of the way of a new item that took its name meanwhile).
+    /// The tombstone carries what this device changed in the state being pushed (its content when dirty, its
+    /// metadata when changed): this write already landed (its answer was lost) and another device deleted the
+    /// item after it saw that change (having maybe moved or changed it further itself). Not a concurrent edit:
+    /// the delete wins, as it would have had the answer arrived. False (edit wins) when anything of this
+    /// device's change differs, here or there, but the name (the puller may have moved this item out of the
+    /// way of a new item that took its name meanwhile).
     private func acceptDelete(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
         let xattrs = pushed.xattrs.mapValues { Data($0).base64EncodedString() }
-        guard current.parent == pushed.parent, current.mode == pushed.mode,
-              current.mtime == pushed.mtime, current.xattrs == xattrs, current.conflicts == pushed.conflicts,
-              pushed.kind == .dir || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
-        else { return false }
+        let contentThere = !snap.item.dirty || pushed.kind == .dir
+            || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
+        let metaThere = !snap.item.metaDirty
+            || (current.parent == pushed.parent && current.mode == pushed.mode && current.mtime == pushed.mtime
+                && current.xattrs == xattrs && current.conflicts == pushed.conflicts)
+        guard contentThere && metaThere else { return false }
         return try container.mutate {
             guard let cur = container.items[id], !cur.deleted,
                   (container.contentGeneration[id] ?? 0) == snap.generation,

@@ -93,6 +93,16 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionLandedWriteMovedThenDeleted() {
+        // a's append lands but its answer is lost; c moves the file, then deletes it; a's retry met the
+        // tombstone, which held a's content but not a's (stale, unchanged) place, and revived the file.
+        let r = Simulation.run(seed: 11415, only: [18, 20, 39, 51, 64, 67, 69, 70, 77, 83, 90, 93, 98, 102, 105, 110, 111,
+                                                   117, 122, 124, 128, 132, 136, 137, 141, 142, 156, 157, 162, 163, 164,
+                                                   165, 166, 167, 174, 189, 190, 194, 195, 203, 210, 211, 212, 219, 220,
+                                                   221])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
