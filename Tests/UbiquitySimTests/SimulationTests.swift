@@ -103,6 +103,13 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionEditBelowDeletedFolderContestsIt() {
+        // Model: a deletes x/x/notes then rmdir x/x while d edits notes unseen; the edit wins and brings x/x back
+        // with it, but the model counted only creates and moves into a directory against its delete.
+        let r = Simulation.run(seed: 11895, only: [16, 18, 39, 75, 88, 149, 152, 159, 160, 169, 173, 194, 218])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
