@@ -177,7 +177,8 @@ struct Pusher {
             // item; an item deleted since the snapshot is not sent at all.
             let exists = try container.withLock { () throws -> Bool in
                 guard container.items[id] != nil else { return false }
-                try container.store.markCreateSent(id)
+                let sent = (try? JSONEncoder().encode(wire)).flatMap { String(data: $0, encoding: .utf8) } ?? "1"
+                try container.store.markCreateSent(id, sent)
                 return true
             }
             if !exists { return true }
@@ -187,9 +188,13 @@ struct Pusher {
         } catch let error as RemoteError {
             switch error {
             case .preconditionFailed(let current):
+                if item.remoteVersion == 0, let current, let sent = sentCreate() {
+                    return try resolveOverLandedCreate(sent, current, snap: snap, pushed: item)
+                }
                 try resolve(current, snap: snap, pushed: item)
             case .notFound:
                 // The remote forgot the item: create it afresh.
+                try container.withLock { try container.store.forgetCreateSent(id) }
                 try rebase(version: 0)
             case .conflict:
                 try takeFreeName(pushed: item)
@@ -204,6 +209,54 @@ struct Pusher {
         }
         try acknowledge(stored, snap: snap, pushed: item)
         return true
+    }
+
+    /// The state this device first sent to create the item, if recorded.
+    private func sentCreate() -> WireItem? {
+        container.withLock { container.store.sentCreate(id) }
+            .flatMap { try? JSONDecoder().decode(WireItem.self, from: Data($0.utf8)) }
+    }
+
+    /// A create of this device landed (nobody else makes this id) without an answer, and the remote moved on
+    /// from it: another device changed or deleted the item after it saw it. What was sent is what this device
+    /// and the remote have in common: what is unchanged here since is acknowledged as landed, and the
+    /// remote's newer state is taken for it as a pull would take it; only what changed here since is pushed
+    /// against it (a conflict, or edit against delete, only then). Returns true when done.
+    private func resolveOverLandedCreate(_ sent: WireItem, _ current: WireItem, snap: Snapshot,
+                                         pushed: Item) throws -> Bool {
+        var toDownload: [String] = []
+        var metaChanged = true
+        let pending = try container.mutate { () throws -> Bool in
+            guard var cur = container.items[id], !cur.deleted else { return true }
+            let xattrs = cur.xattrs.mapValues { Data($0).base64EncodedString() }
+            if cur.kind == .file && cur.dirty && pushed.remoteSHA == sent.sha256
+                && (container.contentGeneration[id] ?? 0) == snap.generation {
+                cur.dirty = false
+                cur.localSHA = sent.sha256
+            }
+            if cur.parent == sent.parent && cur.name == sent.name && cur.mode == sent.mode
+                && cur.mtime == sent.mtime && xattrs == sent.xattrs && cur.conflicts == sent.conflicts {
+                cur.metaDirty = false
+            }
+            cur.remoteSHA = sent.sha256
+            cur.remoteSize = sent.size
+            cur.device = sent.device
+            metaChanged = cur.metaDirty
+            try container.store.save(cur)
+            container.items[id] = cur
+            if cur.isPending { return true }
+            try container.sync.applyOne(current, toDownload: &toDownload)
+            return false
+        }
+        for id in toDownload { container.downloads.start(id) }
+        if !pending { return true }
+        var base = snap
+        base.item.remoteSHA = sent.sha256
+        base.item.remoteSize = sent.size
+        base.item.dirty = snap.item.kind == .file && pushed.remoteSHA != sent.sha256
+        base.item.metaDirty = metaChanged
+        try resolve(current, snap: base, pushed: pushed)
+        return false
     }
 
     /// Another item holds the name on the remote: this one takes the next free name, here and there.
@@ -317,16 +370,20 @@ struct Pusher {
         }
     }
 
-    /// The tombstone carries exactly the state being pushed: this write already landed (its answer was lost)
-    /// and another device deleted the item after it saw that state. Not a concurrent edit: the delete wins, as
-    /// it would have had the answer arrived. False (edit wins) when anything differs, here or there, but the
-    /// name (the puller may have moved this item out of the way of a new item that took its name meanwhile).
+    /// The tombstone carries what this device changed in the state being pushed (its content when dirty, its
+    /// metadata when changed): this write already landed (its answer was lost) and another device deleted the
+    /// item after it saw that change (having maybe moved or changed it further itself). Not a concurrent edit:
+    /// the delete wins, as it would have had the answer arrived. False (edit wins) when anything of this
+    /// device's change differs, here or there, but the name (the puller may have moved this item out of the
+    /// way of a new item that took its name meanwhile).
     private func acceptDelete(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
         let xattrs = pushed.xattrs.mapValues { Data($0).base64EncodedString() }
-        guard current.parent == pushed.parent, current.mode == pushed.mode,
-              current.mtime == pushed.mtime, current.xattrs == xattrs, current.conflicts == pushed.conflicts,
-              pushed.kind == .dir || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
-        else { return false }
+        let contentThere = !snap.item.dirty || pushed.kind == .dir
+            || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
+        let metaThere = !snap.item.metaDirty
+            || (current.parent == pushed.parent && current.mode == pushed.mode && current.mtime == pushed.mtime
+                && current.xattrs == xattrs && current.conflicts == pushed.conflicts)
+        guard contentThere && metaThere else { return false }
         return try container.mutate {
             guard let cur = container.items[id], !cur.deleted,
                   (container.contentGeneration[id] ?? 0) == snap.generation,
@@ -336,6 +393,25 @@ struct Pusher {
             log.info("\(container.path(of: id)) was deleted elsewhere after this device's change landed: removed")
             try container.sync.removeRemotelyDeleted(cur)
             return true
+        }
+    }
+
+    /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it
+    /// already (this device's write landed and its answer was lost, or the same change was made there). Writing
+    /// it again would make a newer version that overrides what other devices did to the item since (a delete).
+    private func settleIfSame(_ cur: inout Item, as current: WireItem, snap: Snapshot, pushed: Item) {
+        if cur.dirty && cur.kind == .file && pushed.remoteSHA == current.sha256 && cur.mtime == current.mtime
+            && (container.contentGeneration[id] ?? 0) == snap.generation {
+            cur.dirty = false
+            cur.localSHA = current.sha256
+            cur.remoteSHA = current.sha256
+            cur.remoteSize = current.size
+            cur.size = current.size
+            cur.device = current.device
+        }
+        if cur.metaDirty && cur.parent == current.parent && cur.name == current.name && cur.mode == current.mode
+            && cur.mtime == current.mtime && cur.xattrs.mapValues({ Data($0).base64EncodedString() }) == current.xattrs {
+            cur.metaDirty = false
         }
     }
 
@@ -384,6 +460,7 @@ struct Pusher {
                 try container.forgetUnpushed(listed: current.conflicts)
                 container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
                 cur.conflicts = conflicts
+                if !current.deleted { settleIfSame(&cur, as: current, snap: snap, pushed: pushed) }
                 if cur.conflicts != current.conflicts { cur.metaDirty = true }
                 cur.remoteVersion = current.version
                 try container.store.save(cur)

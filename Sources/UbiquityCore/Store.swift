@@ -159,7 +159,6 @@ public final class Store: @unchecked Sendable {
         try values("SELECT key FROM meta WHERE key LIKE 'unpushed:%'") { String($0.text(0).dropFirst("unpushed:".count)) }
     }
 
-    /// Marks an item whose create was sent: the remote may hold it even if no answer came back.
     /// Remote changes the puller could not take yet (see SyncLoops.refetchRefused), by item id.
     public func markRefused(_ id: String) throws { try setMeta("refused:" + id, "1") }
     public func takeRefused() throws -> [String] {
@@ -170,8 +169,19 @@ public final class Store: @unchecked Sendable {
         return ids
     }
 
-    public func markCreateSent(_ id: String) throws { try setMeta("sent:" + id, "1") }
+    /// Marks an item whose create was sent: the remote may hold it even if no answer came back. `what` is the
+    /// state sent (encoded by the caller); the first one sent is kept, as the one that may have landed first.
+    public func markCreateSent(_ id: String, _ what: String = "1") throws {
+        try withReserve {
+            try db.query("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO NOTHING",
+                         [.text("sent:" + id), .text(what)])
+        }
+    }
     public func createWasSent(_ id: String) -> Bool { meta("sent:" + id) != nil }
+    /// The state recorded by `markCreateSent`.
+    public func sentCreate(_ id: String) -> String? { meta("sent:" + id) }
+    /// The remote does not hold the item (any more): a create sent before is not there.
+    public func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
 
     // MARK: items
 

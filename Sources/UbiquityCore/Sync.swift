@@ -126,7 +126,7 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// Applies the remote's newest state of one item. Expects the container lock held.
-    private func applyOne(_ w: WireItem, toDownload: inout [String]) throws {
+    func applyOne(_ w: WireItem, toDownload: inout [String]) throws {
         let c = container
         if w.id == c.rootID || w.parent == nil { return }
         guard var item = c.items[w.id] else {

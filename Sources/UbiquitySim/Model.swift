@@ -10,16 +10,19 @@
 //
 // NO RESURRECTION. A delete (unlink, rmdir, rename over) by device E of item I is contested when another
 // device D made a deliberate operation on I (any edit, rename, move, chmod, conflict resolution, or for a
-// directory: creating or moving an item into it) that E had not seen when it deleted: the operation had not
-// reached the remote, or reached it at a version newer than E's version of I (for an operation on a
-// directory through a child: newer than E's feed position). An uncontested delete must hold at the end: I is
+// directory: any of those on an item below it, creating or moving an item below it) that E had not seen when
+// it deleted: the operation had not reached the remote, or reached it at a version newer than E's version of
+// I (for an operation on a directory through an item below: newer than E's feed position). An operation below
+// a directory counts for it because the operation wins over the delete of that item, which deleting the
+// directory took, and the item needs its directories back. An uncontested delete must hold at the end: I is
 // not live on the remote. A resolved conflict version (discard, promote, keep-current) is listed nowhere at
 // the end.
 import Foundation
 
 struct Model {
     struct Written { var item, sha, device: String; var step: Int; var what: String }
-    struct Op { var item, device: String; var step: Int; var child: String?; var reachedVersion: Int64? }
+    /// An operation on `item`, or on `child` below the directory `item` (`via`: the child's parent then).
+    struct Op { var item, device: String; var step: Int; var child, via: String?; var reachedVersion: Int64? }
     struct Delete { var item, device: String; var step: Int; var sawVersion: Int64; var feed: Int64 }
 
     var written: [Written] = []
@@ -32,18 +35,19 @@ struct Model {
 
     static func key(_ item: String, _ sha: String) -> String { item + "/" + sha }
 
-    mutating func op(_ device: String, _ item: String, step: Int, child: String? = nil) {
-        ops.append(Op(item: item, device: device, step: step, child: child, reachedVersion: nil))
+    mutating func op(_ device: String, _ item: String, step: Int, child: String? = nil, via: String? = nil) {
+        ops.append(Op(item: item, device: device, step: step, child: child, via: via, reachedVersion: nil))
     }
 
     mutating func resolve(_ conflict: String, _ device: String, _ step: Int) {
         if resolved[conflict] == nil { resolved[conflict] = (device, step) }
     }
 
-    /// A write of `item` by `device` was applied at `version`: its operations so far have reached the remote.
+    /// A write of `item` (below `parent`) by `device` was applied at `version`: its operations so far have
+    /// reached the remote.
     mutating func reached(device: String, item: String, parent: String?, version: Int64) {
         for i in ops.indices where ops[i].device == device && ops[i].reachedVersion == nil {
-            if ops[i].child == nil ? ops[i].item == item : (ops[i].child == item && ops[i].item == parent) {
+            if ops[i].child == nil ? ops[i].item == item : (ops[i].child == item && ops[i].via == parent) {
                 ops[i].reachedVersion = version
             }
         }

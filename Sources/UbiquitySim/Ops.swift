@@ -79,6 +79,19 @@ extension World {
         model.written.append(.init(item: id, sha: sha, device: dev.name, step: stepIndex, what: what))
     }
 
+    /// Records a deliberate operation of the device on an item, and through it on every directory above it
+    /// here: the operation keeps the item against a delete it had not seen (edit wins), and with it each
+    /// directory that holds it (deleting those took deleting the item first).
+    func deliberate(_ dev: SimDevice, _ id: String) {
+        model.op(dev.name, id, step: stepIndex)
+        guard let via = dev.container.item(id)?.parent else { return }
+        var dir: String? = via
+        while let d = dir, d != WireRules.rootID {
+            model.op(dev.name, d, step: stepIndex, child: id, via: via)
+            dir = dev.container.item(d)?.parent
+        }
+    }
+
     /// Records a delete; the caller superseded what the device showed before it deleted.
     func recordDelete(_ dev: SimDevice, _ item: Item) {
         model.deletes.append(.init(item: item.id, device: dev.name, step: stepIndex, sawVersion: item.remoteVersion,
@@ -147,8 +160,7 @@ extension World {
             let parent = try pickDir(dev)
             let name = rng.pick(fileNames)!
             let item = try c.createFile(parent: parent.id, name: name, mode: 0o644)
-            model.op(dev.name, item.id, step: stepIndex)
-            model.op(dev.name, parent.id, step: stepIndex, child: item.id)
+            deliberate(dev, item.id)
             let bytes = newBytes(dev)
             try writeWhole(dev, item.id, bytes)
             recordContent(dev, item.id, "create")
@@ -156,13 +168,12 @@ extension World {
         case .mkdir:
             let parent = try pickDir(dev)
             let item = try c.makeDirectory(parent: parent.id, name: rng.pick(dirNames)!, mode: 0o755)
-            model.op(dev.name, item.id, step: stepIndex)
-            model.op(dev.name, parent.id, step: stepIndex, child: item.id)
+            deliberate(dev, item.id)
             return "\(c.path(of: item.id)) [\(short(item.id))]"
         case .write:
             let f = try pickFile(dev)
             supersede(dev, f, conflicts: false)
-            model.op(dev.name, f.id, step: stepIndex)
+            deliberate(dev, f.id)
             let bytes = newBytes(dev)
             try writeWhole(dev, f.id, bytes)
             recordContent(dev, f.id, "write")
@@ -171,7 +182,7 @@ extension World {
             let f = try pickFile(dev)
             let path = try ensureLocal(dev, f.id)
             supersede(dev, f, conflicts: false)
-            model.op(dev.name, f.id, step: stepIndex)
+            deliberate(dev, f.id)
             try c.opened(f.id, writable: true, truncate: false)
             defer { c.closed(f.id, writable: true) }
             try c.willWrite(f.id)
@@ -188,7 +199,7 @@ extension World {
             let size = Int64(rng.int(Int(f.size) + 1))
             if size != 0 { _ = try ensureLocal(dev, f.id) }
             supersede(dev, f, conflicts: false)
-            model.op(dev.name, f.id, step: stepIndex)
+            deliberate(dev, f.id)
             _ = try c.truncate(f.id, to: size)
             recordContent(dev, f.id, "truncate")
             return "\(c.path(of: f.id)) [\(short(f.id))] to \(size)"
@@ -197,7 +208,7 @@ extension World {
             if dev.openWrites.contains(f.id) { throw Skip(why: "already open") }
             let path = try ensureLocal(dev, f.id)
             supersede(dev, f, conflicts: false)
-            model.op(dev.name, f.id, step: stepIndex)
+            deliberate(dev, f.id)
             try c.opened(f.id, writable: true, truncate: false)
             dev.openWrites.insert(f.id)
             try c.willWrite(f.id)
@@ -225,8 +236,7 @@ extension World {
             if let target, target.id != item.id, !noReplace { supersede(dev, target, conflicts: true) }
             try c.rename(parent: item.parent!, name: item.name, newParent: newParent, newName: newName,
                          noReplace: noReplace)
-            model.op(dev.name, item.id, step: stepIndex)
-            model.op(dev.name, newParent, step: stepIndex, child: item.id)
+            deliberate(dev, item.id)
             if let target, target.id != item.id { recordDelete(dev, target) }
             return "\(from) -> \(c.path(of: item.id)) [\(short(item.id))]\(target.map { $0.id != item.id ? " replacing [\(short($0.id))]" : "" } ?? "")"
         case .delete, .rmdir:
@@ -241,7 +251,7 @@ extension World {
             guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
             let mode = rng.pick(item.isDirectory ? [0o755, 0o700, 0o750] : [0o644, 0o600, 0o640])!
             _ = try c.setAttributes(item.id, mode: UInt32(mode), mtime: nil)
-            model.op(dev.name, item.id, step: stepIndex)
+            deliberate(dev, item.id)
             return "\(c.path(of: item.id)) [\(short(item.id))] mode \(String(mode, radix: 8))"
         case .evict:
             let f = try pickFile(dev)
@@ -257,7 +267,7 @@ extension World {
             model.superseded.insert(Model.key(f.id, conflict.sha256))
             try c.discardConflict(f.id, conflict.id)
             model.resolve(conflict.id, dev.name, stepIndex)
-            model.op(dev.name, f.id, step: stepIndex)
+            deliberate(dev, f.id)
             return "\(c.path(of: f.id)) [\(short(f.id))] conflict \(conflict.id)"
         case .promote:
             let (f, conflict) = try pickConflicted(dev)
@@ -268,14 +278,14 @@ extension World {
             supersede(dev, f, conflicts: false)
             try c.promoteConflict(f.id, conflict.id)
             model.resolve(conflict.id, dev.name, stepIndex)
-            model.op(dev.name, f.id, step: stepIndex)
+            deliberate(dev, f.id)
             recordContent(dev, f.id, "promote")
             return "\(c.path(of: f.id)) [\(short(f.id))] conflict \(conflict.id)"
         case .keepCurrent:
             let (f, _) = try pickConflicted(dev)
             for cv in f.conflicts { model.superseded.insert(Model.key(f.id, cv.sha256)); model.resolve(cv.id, dev.name, stepIndex) }
             try c.resolveKeepingCurrent(f.id)
-            model.op(dev.name, f.id, step: stepIndex)
+            deliberate(dev, f.id)
             return "\(c.path(of: f.id)) [\(short(f.id))] \(f.conflicts.count) resolved"
         case .pull:
             var pages = 0

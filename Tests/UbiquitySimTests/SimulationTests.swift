@@ -100,12 +100,56 @@ import UbiquitySim
     }
 
     @Test(arguments: [
+        (UInt64(11509), [29, 37, 47, 78, 82, 94, 107, 108]),
+        (UInt64(11251), [32, 34, 83, 84, 107, 158, 159, 173, 193, 197, 199, 203, 207, 223, 226, 231, 232, 264, 265, 268]),
+        (UInt64(10487), [5, 19, 132, 212, 289, 291, 301, 309, 338, 341, 348, 349, 358, 360, 390, 391, 392]),
+        (UInt64(10748), [25, 27, 32, 44, 45, 52, 57, 58, 60, 64, 65, 66, 76, 77, 80, 85, 90, 101, 103, 105, 119, 135,
+                         137, 159, 160, 162, 179, 181, 183, 202, 203]),
+    ]) func regressionLandedWriteNotWrittenAgain(seed: UInt64, steps: [Int]) {
+        // A write (create or update) lands but its answer is lost; another device sees it and deletes the file;
+        // the retry met the write itself (412) and wrote it again, a newer version that beat the delete.
+        let r = Simulation.run(seed: seed, only: steps)
+        #expect(r.violations == [])
+    }
+
+    @Test(arguments: [
         [74, 109, 190, 249, 254],
         [66, 70, 73, 74, 98, 102, 105, 108, 109, 169, 173, 175, 180, 186, 189, 202, 247, 249, 254],
     ]) func regressionCreateWhoseAnswerWasLostMeetsAnEmptiedFile(steps: [Int]) {
         // A create lands but its answer is lost; another device empties the file; the create's retry took the
         // empty content for its own base (the placeholder of a new file) and wrote over the emptied file.
         let r = Simulation.run(seed: 11199, only: steps)
+        #expect(r.violations == [])
+    }
+
+    @Test func regressionLandedWriteNotWrittenAgainSeed() {
+        // The same, in a whole run (its shrunk trace is long).
+        let r = Simulation.run(seed: 11238)
+        #expect(r.violations == [])
+    }
+
+    @Test func regressionLandedCreateChangedElsewhere() {
+        // b's create lands but its answer is lost; c edits the file, d sees that and deletes it; b's retry met
+        // c's version as a concurrent edit of its create (a conflict, a newer version) and the file came back.
+        let r = Simulation.run(seed: 11594, only: [4, 7, 8, 14, 24, 37, 39, 43, 51, 53, 63, 65, 67, 73, 74, 100, 122, 130,
+                                                   136, 137])
+        #expect(r.violations == [])
+    }
+
+    @Test func regressionLandedWriteMovedThenDeleted() {
+        // a's append lands but its answer is lost; c moves the file, then deletes it; a's retry met the
+        // tombstone, which held a's content but not a's (stale, unchanged) place, and revived the file.
+        let r = Simulation.run(seed: 11415, only: [18, 20, 39, 51, 64, 67, 69, 70, 77, 83, 90, 93, 98, 102, 105, 110, 111,
+                                                   117, 122, 124, 128, 132, 136, 137, 141, 142, 156, 157, 162, 163, 164,
+                                                   165, 166, 167, 174, 189, 190, 194, 195, 203, 210, 211, 212, 219, 220,
+                                                   221])
+        #expect(r.violations == [])
+    }
+
+    @Test func regressionEditBelowDeletedFolderContestsIt() {
+        // Model: a deletes x/x/notes then rmdir x/x while d edits notes unseen; the edit wins and brings x/x back
+        // with it, but the model counted only creates and moves into a directory against its delete.
+        let r = Simulation.run(seed: 11895, only: [16, 18, 39, 75, 88, 149, 152, 159, 160, 169, 173, 194, 218])
         #expect(r.violations == [])
     }
 
