@@ -138,16 +138,14 @@ struct Pusher {
                 item.conflicts = kept
                 item.metaDirty = true
             }
-            if container.children[w.parent ?? ""]?[w.name] != nil {
-                item.name = container.freeName(w.name, in: w.parent ?? "")
-                item.metaDirty = true
-            }
-            // Back in the journal only if there is still something to push (a new name); a journal row
-            // for a clean item would have the push loop pick it again and again.
+            // It takes back the remote's name; a local item made since under that name moves to a free one
+            // (renaming the item that came back instead would be a change of this device, newer than the
+            // state another device may have deleted).
+            try container.place(&item)
+            // Back in the journal only if there is still something to push; a journal row for a clean item
+            // would have the push loop pick it again and again.
             if item.isPending { try container.store.saveChanged(item) } else { try container.store.save(item) }
             container.items[id] = item
-            container.children[item.parent!, default: [:]][item.name] = id
-            container.notice(.added(parent: item.parent!, name: item.name))
         }
         log.info("\(container.path(of: id)) was changed elsewhere while deleted here: kept")
     }
@@ -391,7 +389,7 @@ struct Pusher {
                   cur.mtime == pushed.mtime, cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
                   (container.children[id] ?? [:]).isEmpty else { return false }
             log.info("\(container.path(of: id)) was deleted elsewhere after this device's change landed: removed")
-            try container.sync.removeRemotelyDeleted(cur)
+            try container.sync.removeRemotelyDeleted(cur, tombstone: current.version)
             return true
         }
     }

@@ -150,7 +150,7 @@ final class SyncLoops: @unchecked Sendable {
             return
         }
         if w.deleted {
-            try removeRemotelyDeleted(item)
+            try removeRemotelyDeleted(item, tombstone: w.version)
             return
         }
         let contentChanged = w.sha256 != item.remoteSHA
@@ -180,13 +180,15 @@ final class SyncLoops: @unchecked Sendable {
         }
     }
 
-    /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and
-    /// revived on the remote by the pusher. Expects the lock held.
-    func removeRemotelyDeleted(_ item: Item) throws {
+    /// Removes an item the remote deleted (at version `tombstone`); a directory holding local changes below is
+    /// kept (edit wins) and revived on the remote by the pusher, written over the tombstone. Expects the lock
+    /// held.
+    func removeRemotelyDeleted(_ item: Item, tombstone: Int64) throws {
         let c = container
         if item.isDirectory, let kids = c.children[item.id], !kids.isEmpty {
             var revived = item
             revived.metaDirty = true
+            revived.remoteVersion = tombstone
             try c.store.saveChanged(revived)
             c.items[item.id] = revived
             return

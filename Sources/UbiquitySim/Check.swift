@@ -74,13 +74,20 @@ extension World {
         if let stuck = quiesce() { return [stuck] }
         var v: [String] = []
 
-        // Every device fetches every content and conflict version, so bytes can be compared.
+        // Every device fetches every content and conflict version, so bytes can be compared. Like the daemon's
+        // downloads, a fetch is tried again after a failure (a partial file left by a fault is resumed, and if
+        // that resumed file does not verify it is dropped and the next try starts over).
+        func fetch(_ c: Container, _ key: String) -> Result<Void, CoreError> {
+            var result = c.downloadOnce(key)
+            for _ in 0..<2 { if case .failure = result { result = c.downloadOnce(key) } }
+            return result
+        }
         for dev in devices {
             let c = dev.container!
             for f in live(dev).filter({ !$0.isDirectory }) {
-                if case .failure(let e) = c.downloadOnce(f.id) { v.append("\(dev.name): fetch of \(c.path(of: f.id)) failed: \(e)") }
+                if case .failure(let e) = fetch(c, f.id) { v.append("\(dev.name): fetch of \(c.path(of: f.id)) failed: \(e)") }
                 for cv in f.conflicts {
-                    if case .failure(let e) = c.downloadOnce(f.id + "." + cv.id) {
+                    if case .failure(let e) = fetch(c, f.id + "." + cv.id) {
                         v.append("\(dev.name): fetch of conflict \(cv.id) of \(c.path(of: f.id)) failed: \(e)")
                     }
                 }
