@@ -237,9 +237,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             guard !existing.deleted, existing.version == ifMatch else {
                 throw RemoteError.preconditionFailed(current: existing)
             }
-            if existing.kind == .dir && items.values.contains(where: { !$0.deleted && $0.parent == id }) {
-                // The item in the way is the directory itself, as it stands.
-                throw RemoteError.conflict("the directory is not empty", current: existing)
+            if existing.kind == .dir,
+               let child = items.values.filter({ !$0.deleted && $0.parent == id }).min(by: { $0.id < $1.id }) {
+                // The item in the way is a child, as on the stub.
+                throw RemoteError.conflict("the directory is not empty", current: child)
             }
             var tombstone = existing
             tombstone.deleted = true

@@ -90,15 +90,28 @@ struct Pusher {
                 }
                 // Edit against delete: the edit wins; the item comes back here as the remote has it.
                 try restore(current)
-            case .conflict(_, let current):
-                // A directory that gained children elsewhere: keep it; its new children arrive by the feed.
-                guard let current else { throw error }
-                try restore(current)
+            case .conflict(_, let child):
+                // The directory is not empty there. A child that this device moved out or deleted goes first;
+                // otherwise it gained children elsewhere: it is kept, and its new children arrive by the feed.
+                guard let child, child.id != id else { throw error }
+                if pushesFirst(child.id) {
+                    try Pusher(container: container, id: child.id).run()
+                    return false
+                }
+                try restore(try container.remote.item(id))
             default:
                 throw error
             }
         }
         return true
+    }
+
+    /// True when a child in the way of this directory's delete has a change here that takes it out.
+    private func pushesFirst(_ child: String) -> Bool {
+        container.withLock {
+            guard let item = container.items[child], item.isPending else { return false }
+            return item.deleted || item.parent != id
+        }
     }
 
     /// True when the remote's version of an item deleted here was made by this device (a write whose answer

@@ -81,8 +81,8 @@ import UbiquityBase
         #expect(throws: RemoteError.self) { try remote.putItem(file("c", "c", parent: "missing"), ifMatch: nil) }
         #expect(throws: RemoteError.self) { try remote.putItem(file("c", "."), ifMatch: nil) }
         #expect(throws: RemoteError.self) { try remote.putItem(file("d", "d"), ifMatch: d.version) } // kind
-        // A non-empty directory cannot be deleted; an empty one can, and only once.
-        #expect(throws: RemoteError.conflict("the directory is not empty", current: d)) {
+        // A non-empty directory cannot be deleted (the child in the way comes back); an empty one can, once.
+        #expect(throws: RemoteError.conflict("the directory is not empty", current: e)) {
             try remote.deleteItem("d", ifMatch: d.version)
         }
         let gone = try remote.deleteItem("e", ifMatch: e.version)

@@ -153,6 +153,27 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionRestoredItemKeepsItsRemoteName() {
+        // b deletes b.txt while c renames it to notes; b then renames another file to notes. b's delete meets
+        // c's rename (edit wins), and the file came back under a new name: a change newer than what d deleted.
+        let r = Simulation.run(seed: 31630, only: [60, 99, 109, 117, 119, 121, 142, 144, 176, 177, 193])
+        #expect(r.violations == [])
+    }
+
+    @Test func regressionFolderRevivedOverTombstone() {
+        // c's mkdir lands but its answer is lost; c adds a file to it; a deletes the empty folder. c revived the
+        // folder with a create (If-None-Match), refused by the tombstone for ever.
+        let r = Simulation.run(seed: 41116, only: [14, 37, 117, 171, 203, 207])
+        #expect(r.violations == [])
+    }
+
+    @Test func regressionFolderDeleteWaitsForItsChildMovedOut() {
+        // A file moved out of a folder, the folder removed, the file deleted: the folder's delete went first,
+        // met its child still there (409) and brought the folder back.
+        let r = Simulation.run(seed: 52980, only: [42, 58, 74, 92, 108, 109, 118, 168, 226, 228, 256, 260])
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
