@@ -94,7 +94,9 @@ struct Pusher {
                 // The directory is not empty there. A child that this device moved out or deleted goes first;
                 // otherwise it gained children elsewhere: it is kept, and its new children arrive by the feed.
                 guard let child, child.id != id else { throw error }
-                if pushesFirst(child.id) {
+                if takenOutHere(child.id) {
+                    // Not while a program writes it: the delete waits (the push loop tries again later).
+                    guard container.withLock({ container.sync.isPushable(child.id) }) else { throw error }
                     try Pusher(container: container, id: child.id).run()
                     return false
                 }
@@ -107,7 +109,7 @@ struct Pusher {
     }
 
     /// True when a child in the way of this directory's delete has a change here that takes it out.
-    private func pushesFirst(_ child: String) -> Bool {
+    private func takenOutHere(_ child: String) -> Bool {
         container.withLock {
             guard let item = container.items[child], item.isPending else { return false }
             return item.deleted || item.parent != id

@@ -239,21 +239,21 @@ final class SyncLoops: @unchecked Sendable {
         return .idle
     }
 
+    /// True when the item can go now: nobody is writing it, and its parent is on the remote (a delete goes by
+    /// id: where the item was does not matter, its folder may be gone already). Expects the lock held.
+    func isPushable(_ id: String) -> Bool {
+        guard let item = container.items[id] else { return false }
+        if item.dirty && (container.handles[id]?.writers ?? 0) > 0 { return false }
+        if item.deleted { return true }
+        if let p = item.parent, p != container.rootID, (container.items[p]?.remoteVersion ?? 0) == 0 { return false }
+        return true
+    }
+
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
     func nextPushable() -> String? {
         return container.withLock {
             let ids = (try? container.store.pendingIDs()) ?? []
-            let container = self.container
-            let pushable = { (id: String) -> Bool in
-                guard let item = container.items[id] else { return false }
-                if item.dirty && (container.handles[id]?.writers ?? 0) > 0 { return false }
-                // A delete goes by id: where the item was does not matter (its folder may be gone already).
-                if item.deleted { return true }
-                if let p = item.parent, p != container.rootID, (container.items[p]?.remoteVersion ?? 0) == 0 {
-                    return false
-                }
-                return true
-            }
+            let pushable = isPushable
             // A directory with changes of its own goes before the items below it: it may have to be revived on
             // the remote first (deleted there while this device added to it), or nothing can be put in it.
             // Not a directory deleted here: the deletes of what was below it must go first.

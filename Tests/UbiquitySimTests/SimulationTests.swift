@@ -19,6 +19,7 @@ import UbiquitySim
         10637, // a file created in a folder deleted elsewhere: refused (422) for ever; now the folder comes back
         20402, // the same below a new folder: the deleted folder's push waited behind its own child
         10091, 10243, // the puller gave a name to an item, then unlisted it while moving the former holder away
+        60077, 60581, // a child pushed ahead of its folder's delete while a program was still writing it
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
         #expect(r.violations == [], "seed \(seed)")
