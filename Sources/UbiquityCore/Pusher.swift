@@ -404,7 +404,7 @@ struct Pusher {
                   cur.mtime == pushed.mtime, cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
                   (container.children[id] ?? [:]).isEmpty else { return false }
             log.info("\(container.path(of: id)) was deleted elsewhere after this device's change landed: removed")
-            try container.sync.removeRemotelyDeleted(cur, tombstone: current.version)
+            try container.sync.removeRemotelyDeleted(cur, tombstone: current)
             return true
         }
     }

@@ -150,7 +150,7 @@ final class SyncLoops: @unchecked Sendable {
             return
         }
         if w.deleted {
-            try removeRemotelyDeleted(item, tombstone: w.version)
+            try removeRemotelyDeleted(item, tombstone: w)
             return
         }
         let contentChanged = w.sha256 != item.remoteSHA
@@ -180,15 +180,31 @@ final class SyncLoops: @unchecked Sendable {
         }
     }
 
-    /// Removes an item the remote deleted (at version `tombstone`); a directory holding local changes below is
-    /// kept (edit wins) and revived on the remote by the pusher, written over the tombstone. Expects the lock
-    /// held.
-    func removeRemotelyDeleted(_ item: Item, tombstone: Int64) throws {
+    /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and
+    /// revived on the remote by the pusher, written over the tombstone. Clean items still below it here are
+    /// stale (the remote deletes only empty directories): their newer state follows in the feed. Expects the
+    /// lock held.
+    func removeRemotelyDeleted(_ item: Item, tombstone: WireItem) throws {
         let c = container
-        if item.isDirectory, let kids = c.children[item.id], !kids.isEmpty {
+        if item.isDirectory && hasLocalChanges(below: item.id) {
             var revived = item
             revived.metaDirty = true
-            revived.remoteVersion = tombstone
+            revived.remoteVersion = tombstone.version
+            // It comes back where the remote last had it, under a free name: its place here may have gone to
+            // another item meanwhile (see `place`).
+            if let p = tombstone.parent, let dir = c.items[p], dir.isDirectory, !dir.deleted,
+               !c.isAncestor(item.id, of: p) {
+                c.unlink(revived)
+                revived.parent = p
+                revived.name = tombstone.name
+            }
+            if c.children[revived.parent!]?[revived.name] != revived.id {
+                if c.children[revived.parent!]?[revived.name] != nil {
+                    revived.name = c.freeName(revived.name, in: revived.parent!)
+                }
+                c.children[revived.parent!, default: [:]][revived.name] = revived.id
+                c.notice(.added(parent: revived.parent!, name: revived.name))
+            }
             try c.store.saveChanged(revived)
             c.items[item.id] = revived
             return
@@ -199,6 +215,15 @@ final class SyncLoops: @unchecked Sendable {
         if c.handles[item.id] == nil { try? removeFile(c.store.contentPath(item.id)) }
         c.downloads.removeStaleStaging(item.id)
         for conflict in item.conflicts { c.evictConflict(item.id, conflict.id) }
+    }
+
+    /// True when a live item below the directory has changes not yet pushed. Expects the lock held.
+    private func hasLocalChanges(below id: String) -> Bool {
+        for child in (container.children[id] ?? [:]).values {
+            guard let item = container.items[child] else { continue }
+            if (item.isPending && !item.deleted) || (item.isDirectory && hasLocalChanges(below: child)) { return true }
+        }
+        return false
     }
 
     // MARK: push

@@ -119,7 +119,13 @@ extension World {
 
         // No resurrection.
         let liveIDs = Set(remote.allItems.filter { !$0.deleted }.map(\.id))
-        for d in model.deletes where liveIDs.contains(d.item) && model.contest(d) == nil {
+        let remoteByID = Dictionary(remote.allItems.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        var aboveRevived = Set<String>()
+        for d in model.deletes where liveIDs.contains(d.item) && model.contest(d) != nil {
+            var p = remoteByID[d.item]?.parent
+            while let dir = p, dir != WireRules.rootID { aboveRevived.insert(dir); p = remoteByID[dir]?.parent }
+        }
+        for d in model.deletes where liveIDs.contains(d.item) && model.contest(d) == nil && !aboveRevived.contains(d.item) {
             v.append("resurrected: [\(short(d.item))] deleted by \(d.device) at #\(d.step) with no concurrent edit is live")
         }
         for w in remote.allItems where !w.deleted {

@@ -14,9 +14,11 @@
 // it deleted: the operation had not reached the remote, or reached it at a version newer than E's version of
 // I (for an operation on a directory through an item below: newer than E's feed position). An operation below
 // a directory counts for it because the operation wins over the delete of that item, which deleting the
-// directory took, and the item needs its directories back. An uncontested delete must hold at the end: I is
-// not live on the remote. A resolved conflict version (discard, promote, keep-current) is listed nowhere at
-// the end.
+// directory took, and the item needs its directories back. For the same reason an item whose delete was
+// contested and that is live at the end brings back the directories above it where the remote has it (an
+// edit made while the item was elsewhere lands where the item is by then). An uncontested delete must hold at
+// the end: I is not live on the remote. A resolved conflict version (discard, promote, keep-current) is listed
+// nowhere at the end.
 import Foundation
 
 struct Model {

@@ -175,6 +175,21 @@ import UbiquitySim
         #expect(r.violations == [])
     }
 
+    @Test func regressionFolderRevivedWhereTheRemoteLastHadIt() {
+        // b's folder x was renamed and deleted by c while b added a file to it, and a made a new x meanwhile:
+        // b gave the name x to a's folder, then revived its own folder without listing it anywhere.
+        let r = Simulation.run(seed: 71372, only: [81, 94, 108, 116, 117, 120, 132, 137, 141, 148, 150, 157, 162, 171, 225])
+        #expect(r.violations == [])
+    }
+
+    @Test func regressionBystanderDoesNotReviveAFolder() {
+        // A device that changed nothing revived a deleted folder because a file the feed had not yet moved out
+        // was still below it here. (Model: an edit that wins lands where the item is on the remote, so the
+        // folders above it there come back with it, seed 73150.)
+        let r = Simulation.run(seed: 73150)
+        #expect(r.violations == [])
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
