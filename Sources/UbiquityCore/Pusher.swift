@@ -383,15 +383,19 @@ struct Pusher {
         }
     }
 
-    /// The tombstone carries what this device changed in the state being pushed (its content when dirty, its
-    /// metadata when changed): this write already landed (its answer was lost) and another device deleted the
-    /// item after it saw that change (having maybe moved or changed it further itself). Not a concurrent edit:
-    /// the delete wins, as it would have had the answer arrived. False (edit wins) when anything of this
-    /// device's change differs, here or there, but the name (the puller may have moved this item out of the
-    /// way of a new item that took its name meanwhile).
+    /// The tombstone carries what this device changed in the state being pushed (its content when dirty, as
+    /// the current content or as a conflict version of this device; its metadata when changed): this write
+    /// already landed (its answer was lost) and another device deleted the item after it saw that change
+    /// (having maybe moved or changed it further itself). Not a concurrent edit: the delete wins, as it would
+    /// have had the answer arrived. False (edit wins) when anything of this device's change differs, here or
+    /// there, but the name (the puller may have moved this item out of the way of a new item that took its
+    /// name meanwhile).
     private func acceptDelete(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
         let xattrs = pushed.xattrs.mapValues { Data($0).base64EncodedString() }
-        let contentThere = !snap.item.dirty || pushed.kind == .dir
+        let keptAsVersion = current.conflicts.contains {
+            $0.sha256 == pushed.remoteSHA && $0.size == pushed.remoteSize && $0.device == container.config.device
+        }
+        let contentThere = !snap.item.dirty || pushed.kind == .dir || keptAsVersion
             || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
         let metaThere = !snap.item.metaDirty
             || (current.parent == pushed.parent && current.mode == pushed.mode && current.mtime == pushed.mtime
@@ -480,23 +484,30 @@ struct Pusher {
                 container.items[id] = cur
             }
         }
-        // Both sides changed the content: the later modification wins, ties to the greater device name.
+        // Both sides changed the content: the later modification wins, ties to the greater device name. If
+        // this device's content is listed there already as its conflict version, its write landed (the answer
+        // was lost) and another device's write won over it since, having seen it: theirs stays current and no
+        // second version of ours is added.
+        let me = container.config.device
+        let keptThere = current.conflicts.contains {
+            $0.sha256 == pushed.remoteSHA && $0.size == pushed.remoteSize && $0.device == me
+        }
         let mine = WireConflict(id: container.config.environment.randomHex(8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
-                                mtime: pushed.mtime, device: container.config.device)
+                                mtime: pushed.mtime, device: me)
         let theirs = WireConflict(id: container.config.environment.randomHex(8), sha256: current.sha256, size: current.size,
                                   mtime: current.mtime, device: current.device)
-        let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
+        let iWin = !keptThere && (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
         log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")
         try container.mutate {
             guard var cur = container.items[id] else { return }
             cur.remoteVersion = current.version
-            let loser = iWin ? theirs : mine
-            try container.rememberUnpushed([loser.id])
+            let loser: [WireConflict] = keptThere ? [] : [iWin ? theirs : mine]
+            try container.rememberUnpushed(loser.map(\.id))
             try container.forgetUnpushed(listed: current.conflicts)
-            let conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts) + [loser]
+            let conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts) + loser
             container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
             cur.conflicts = conflicts
-            cur.metaDirty = true
+            if conflicts != current.conflicts { cur.metaDirty = true }
             if !iWin {
                 // Their content becomes current; ours is kept as the conflict version just listed.
                 let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation

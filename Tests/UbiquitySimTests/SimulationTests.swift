@@ -20,6 +20,7 @@ import UbiquitySim
         20402, // the same below a new folder: the deleted folder's push waited behind its own child
         10091, 10243, // the puller gave a name to an item, then unlisted it while moving the former holder away
         60077, 60581, // a child pushed ahead of its folder's delete while a program was still writing it
+        90815, // a write landed unanswered, lost a conflict elsewhere, and its retry added a second version of it
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
         #expect(r.violations == [], "seed \(seed)")
