@@ -392,10 +392,7 @@ struct Pusher {
     /// name meanwhile).
     private func acceptDelete(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
         let xattrs = pushed.xattrs.mapValues { Data($0).base64EncodedString() }
-        let keptAsVersion = current.conflicts.contains {
-            $0.sha256 == pushed.remoteSHA && $0.size == pushed.remoteSize && $0.device == container.config.device
-        }
-        let contentThere = !snap.item.dirty || pushed.kind == .dir || keptAsVersion
+        let contentThere = !snap.item.dirty || pushed.kind == .dir || container.withLock { keptAsConflict(current, pushed: pushed) }
             || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
         let metaThere = !snap.item.metaDirty
             || (current.parent == pushed.parent && current.mode == pushed.mode && current.mtime == pushed.mtime
@@ -410,6 +407,40 @@ struct Pusher {
             log.info("\(container.path(of: id)) was deleted elsewhere after this device's change landed: removed")
             try container.sync.removeRemotelyDeleted(cur, tombstone: current)
             return true
+        }
+    }
+
+    /// This very write is listed there as this device's conflict version: it landed (the answer was lost) and
+    /// another device's write won over it since, having seen it. Unless the item changed here since, the
+    /// remote's state is taken as the puller takes it: pushing again would add a second version of the same
+    /// write and make a version newer than what that device did next (a delete).
+    private func settleLanded(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
+        var toDownload: [String] = []
+        let settled = try container.mutate { () throws -> Bool in
+            guard keptAsConflict(current, pushed: pushed), var cur = container.items[id], !cur.deleted,
+                  (container.contentGeneration[id] ?? 0) == snap.generation, cur.parent == pushed.parent,
+                  sameName(cur.name, pushed.name), cur.mode == pushed.mode, cur.mtime == pushed.mtime,
+                  cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
+                  !cur.conflicts.contains(where: { container.unpushedConflicts.contains($0.id) }) else { return false }
+            log.info("\(container.path(of: id)): this change landed and was kept as a conflict version elsewhere")
+            cur.dirty = false
+            cur.metaDirty = false
+            cur.localSHA = pushed.remoteSHA
+            try container.store.save(cur)
+            container.items[id] = cur
+            try container.sync.applyOne(current, toDownload: &toDownload)
+            return true
+        }
+        for id in toDownload { container.downloads.start(id) }
+        return settled
+    }
+
+    /// True when the remote lists the content being pushed, written at the same time, as a conflict version
+    /// of this device that this device has not resolved: that write landed. Expects the lock held.
+    private func keptAsConflict(_ current: WireItem, pushed: Item) -> Bool {
+        current.conflicts.contains {
+            $0.sha256 == pushed.remoteSHA && $0.size == pushed.remoteSize && $0.mtime == pushed.mtime
+                && $0.device == container.config.device && !container.discardedConflicts.contains($0.id)
         }
     }
 
@@ -484,30 +515,24 @@ struct Pusher {
                 container.items[id] = cur
             }
         }
-        // Both sides changed the content: the later modification wins, ties to the greater device name. If
-        // this device's content is listed there already as its conflict version, its write landed (the answer
-        // was lost) and another device's write won over it since, having seen it: theirs stays current and no
-        // second version of ours is added.
-        let me = container.config.device
-        let keptThere = current.conflicts.contains {
-            $0.sha256 == pushed.remoteSHA && $0.size == pushed.remoteSize && $0.device == me
-        }
+        if try settleLanded(current, snap: snap, pushed: pushed) { return }
+        // Both sides changed the content: the later modification wins, ties to the greater device name.
         let mine = WireConflict(id: container.config.environment.randomHex(8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
-                                mtime: pushed.mtime, device: me)
+                                mtime: pushed.mtime, device: container.config.device)
         let theirs = WireConflict(id: container.config.environment.randomHex(8), sha256: current.sha256, size: current.size,
                                   mtime: current.mtime, device: current.device)
-        let iWin = !keptThere && (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
+        let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
         log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")
         try container.mutate {
             guard var cur = container.items[id] else { return }
             cur.remoteVersion = current.version
-            let loser: [WireConflict] = keptThere ? [] : [iWin ? theirs : mine]
-            try container.rememberUnpushed(loser.map(\.id))
+            let loser = iWin ? theirs : mine
+            try container.rememberUnpushed([loser.id])
             try container.forgetUnpushed(listed: current.conflicts)
-            let conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts) + loser
+            let conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts) + [loser]
             container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
             cur.conflicts = conflicts
-            if conflicts != current.conflicts { cur.metaDirty = true }
+            cur.metaDirty = true
             if !iWin {
                 // Their content becomes current; ours is kept as the conflict version just listed.
                 let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation
