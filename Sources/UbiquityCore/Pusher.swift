@@ -96,8 +96,10 @@ struct Pusher {
                 guard let child, child.id != id else { throw error }
                 if takenOutHere(child.id) {
                     // Not while a program writes it: the delete waits (the push loop tries again later).
-                    guard container.withLock({ container.sync.isPushable(child.id) }) else { throw error }
-                    try Pusher(container: container, id: child.id).run()
+                    guard let first = container.withLock({ container.sync.pushFirst(toFree: child.id) }) else {
+                        throw error
+                    }
+                    try Pusher(container: container, id: first).run()
                     return false
                 }
                 try restore(try container.remote.item(id))

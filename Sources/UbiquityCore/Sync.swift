@@ -274,6 +274,16 @@ final class SyncLoops: @unchecked Sendable {
         return true
     }
 
+    /// What to push so that `id` can go: the item itself, or the new folder it waits for (the highest one not
+    /// on the remote yet). Nil while a program writes it. Expects the lock held.
+    func pushFirst(toFree id: String) -> String? {
+        if isPushable(id) { return id }
+        guard let item = container.items[id], !item.deleted, !(item.dirty && (container.handles[id]?.writers ?? 0) > 0),
+              let p = item.parent, let parent = container.items[p], !parent.deleted, parent.remoteVersion == 0
+        else { return nil }
+        return pushFirst(toFree: p)
+    }
+
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
     func nextPushable() -> String? {
         return container.withLock {

@@ -21,6 +21,7 @@ import UbiquitySim
         10091, 10243, // the puller gave a name to an item, then unlisted it while moving the former holder away
         60077, 60581, // a child pushed ahead of its folder's delete while a program was still writing it
         90815, // a write landed unanswered, lost a conflict elsewhere, and its retry added a second version of it
+        100004, // a folder's delete waited for a child moved into a new folder, which waited behind that delete
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
         #expect(r.violations == [], "seed \(seed)")
