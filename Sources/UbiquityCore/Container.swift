@@ -148,11 +148,15 @@ public final class Container: @unchecked Sendable {
     }
 
     /// The conflict list to push on top of the remote's list `remote`: the remote's without the versions resolved
-    /// here, and the versions added here (of `local`) that the remote does not have yet. Expects the lock held.
+    /// here, and the versions added here (of `local`) that the remote does not have yet, under any id (another
+    /// device may have kept the same write as a version first). Expects the lock held.
     func mergedConflicts(local: [WireConflict], remote: [WireConflict]) -> [WireConflict] {
         let listed = Set(remote.map(\.id))
         return remote.filter { !discardedConflicts.contains($0.id) }
-            + local.filter { unpushedConflicts.contains($0.id) && !listed.contains($0.id) }
+            + local.filter { mine in
+                unpushedConflicts.contains(mine.id) && !listed.contains(mine.id)
+                    && !remote.contains { $0.isSameWrite(as: mine) }
+            }
     }
 
     /// True when the store has never synced with the remote.

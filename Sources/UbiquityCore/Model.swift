@@ -49,6 +49,14 @@ public struct Item: Equatable, Sendable {
     /// Local content that is the newest remote version (or newer, while dirty).
     public var isCurrent: Bool { hasLocal && (dirty || localSHA == remoteSHA) }
 
+    /// Takes the remote's content as current (its hash, size and author); the local copy stays as it is.
+    mutating func takeContent(of w: WireItem) {
+        remoteSHA = w.sha256
+        remoteSize = w.size
+        size = w.size
+        device = w.device
+    }
+
     /// Takes the remote's state of the item: place, metadata, and the newest remote content.
     public mutating func adopt(_ w: WireItem) {
         parent = w.parent

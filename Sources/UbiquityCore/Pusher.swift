@@ -440,10 +440,9 @@ struct Pusher {
     /// True when the remote lists the content being pushed, written at the same time, as a conflict version
     /// of this device that this device has not resolved: that write landed. Expects the lock held.
     private func keptAsConflict(_ current: WireItem, pushed: Item) -> Bool {
-        current.conflicts.contains {
-            $0.sha256 == pushed.remoteSHA && $0.size == pushed.remoteSize && $0.mtime == pushed.mtime
-                && $0.device == container.config.device && !container.discardedConflicts.contains($0.id)
-        }
+        let write = WireConflict(id: "", sha256: pushed.remoteSHA, size: pushed.remoteSize, mtime: pushed.mtime,
+                                 device: container.config.device)
+        return current.conflicts.contains { $0.isSameWrite(as: write) && !container.discardedConflicts.contains($0.id) }
     }
 
     /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it
@@ -454,10 +453,7 @@ struct Pusher {
             && (container.contentGeneration[id] ?? 0) == snap.generation {
             cur.dirty = false
             cur.localSHA = current.sha256
-            cur.remoteSHA = current.sha256
-            cur.remoteSize = current.size
-            cur.size = current.size
-            cur.device = current.device
+            cur.takeContent(of: current)
         }
         if cur.metaDirty && cur.parent == current.parent && cur.name == current.name && cur.mode == current.mode
             && cur.mtime == current.mtime && cur.xattrs.mapValues({ Data($0).base64EncodedString() }) == current.xattrs {
@@ -529,9 +525,12 @@ struct Pusher {
             guard var cur = container.items[id] else { return }
             cur.remoteVersion = current.version
             let loser = iWin ? theirs : mine
-            try container.rememberUnpushed([loser.id])
             try container.forgetUnpushed(listed: current.conflicts)
-            let conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts) + [loser]
+            var conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
+            if !conflicts.contains(where: { $0.isSameWrite(as: loser) }) {
+                try container.rememberUnpushed([loser.id])
+                conflicts.append(loser)
+            }
             container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
             cur.conflicts = conflicts
             cur.metaDirty = true
@@ -542,11 +541,8 @@ struct Pusher {
                     cur.dirty = false
                     cur.localSHA = pushed.remoteSHA
                 }
-                cur.remoteSHA = current.sha256
-                cur.remoteSize = current.size
-                cur.size = current.size
+                cur.takeContent(of: current)
                 cur.mtime = current.mtime
-                cur.device = current.device
                 container.notice(.changed(id, content: true))
             }
             try container.store.saveChanged(cur)
