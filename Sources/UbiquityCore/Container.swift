@@ -96,7 +96,15 @@ public final class Container: @unchecked Sendable {
             try store.save(root)
         }
         for item in items.values where !item.deleted {
-            if let parent = item.parent { children[parent, default: [:]][item.name] = item.id }
+            guard let parent = item.parent else { continue }
+            // Two items may claim one name after a restart: `place` unlists a stale clean item without moving
+            // it in the store (its newer state follows from the remote). The pending one keeps the name, else
+            // the one the remote gave it later.
+            if let otherID = children[parent]?[item.name], let other = items[otherID],
+               (other.isPending ? 1 : 0, other.remoteVersion, other.id) > (item.isPending ? 1 : 0, item.remoteVersion, item.id) {
+                continue
+            }
+            children[parent, default: [:]][item.name] = item.id
         }
         downloads = Downloads(container: self)
         sync = SyncLoops(container: self)

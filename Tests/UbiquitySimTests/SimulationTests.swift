@@ -22,6 +22,7 @@ import UbiquitySim
         60077, 60581, // a child pushed ahead of its folder's delete while a program was still writing it
         90815, // a write landed unanswered, lost a conflict elsewhere, and its retry added a second version of it
         100004, // a folder's delete waited for a child moved into a new folder, which waited behind that delete
+        212084, // after a crash a stale item unlisted by `place` took its old name back from the item holding it
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
         #expect(r.violations == [], "seed \(seed)")
