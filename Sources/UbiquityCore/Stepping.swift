@@ -16,7 +16,6 @@ extension Container {
 
     /// Fetches one page of the change feed without waiting and applies it. Returns true when more pages wait.
     public func pullOnce() throws -> Bool {
-        sync.refetchRefused()
         let batch = try remote.changes(since: sync.feedToken, waitSeconds: 0)
         sync.apply(batch)
         return batch.more

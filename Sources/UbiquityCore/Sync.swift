@@ -54,7 +54,6 @@ final class SyncLoops: @unchecked Sendable {
 
     /// Applies the feed until the remote has nothing newer (used at start, without waiting).
     func pullUntilCaughtUp() throws {
-        refetchRefused()
         while true {
             let batch = try container.remote.changes(since: feedToken, waitSeconds: 0)
             apply(batch)
@@ -66,7 +65,6 @@ final class SyncLoops: @unchecked Sendable {
         var backoff: Int64 = 500_000_000
         while !isStopping {
             do {
-                refetchRefused()
                 let batch = try container.remote.changes(since: feedToken,
                                                          waitSeconds: container.config.pollWaitSeconds)
                 if isStopping { return }
@@ -85,8 +83,12 @@ final class SyncLoops: @unchecked Sendable {
         while !isStopping && monotonicNanoseconds() < end { usleep(100_000) }
     }
 
-    /// Applies one batch of remote items and records the new feed position, in one store transaction.
-    func apply(_ batch: WireChanges) { apply(batch.items, token: batch.token) }
+    /// Applies one batch of remote items and records the new feed position, in one store transaction; then
+    /// the changes refused before, whose obstacle the batch may have moved.
+    func apply(_ batch: WireChanges) {
+        apply(batch.items, token: batch.token)
+        refetchRefused()
+    }
 
     /// Applies remote items, and the feed position they bring (nil: items fetched one by one, no position).
     func apply(_ items: [WireItem], token: String?) {

@@ -23,6 +23,7 @@ import UbiquitySim
         90815, // a write landed unanswered, lost a conflict elsewhere, and its retry added a second version of it
         100004, // a folder's delete waited for a child moved into a new folder, which waited behind that delete
         212084, // after a crash a stale item unlisted by `place` took its old name back from the item holding it
+        212664, // a remote move refused (a cycle here) was fetched again only before the batch that freed it
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
         #expect(r.violations == [], "seed \(seed)")
