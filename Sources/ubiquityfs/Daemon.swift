@@ -24,6 +24,9 @@ struct Daemon {
         let logFile = options.logFile ?? (notify ? options.store + "/ubiquityfs.log" : nil)
         Log.shared.configure(level: options.logLevel, path: logFile)
         let store = try openStore()
+        // Before the core starts its threads: from then on the store is only used under the core's lock
+        // (SQLite is opened without its own mutex).
+        try store.setMeta("container", options.container)
         var stub: EmbeddedStub?
         let url: String, token: String
         if let remote = options.remoteURL, let tokenFile = options.tokenFile {
@@ -42,7 +45,6 @@ struct Daemon {
         let reachable = try checkRemote(client, url: url, fresh: core.isFresh)
         try core.start(initialSync: reachable)
         defer { core.stop() }
-        try store.setMeta("container", options.container)
         let fs = FileSystem(core: core)
         try fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(options.container)")
         let pidPath = pidFile(for: options.mountpoint)
