@@ -261,6 +261,14 @@ struct Pusher {
             container.items[id] = cur
             if cur.isPending { return true }
             try container.sync.applyOne(current, toDownload: &toDownload)
+            // The puller may have refused the remote's place (a cycle here): the item is on the remote all the
+            // same, and its place here goes there as a move (which gives way if the remote refuses it too).
+            if var left = container.items[id], left.remoteVersion == 0 {
+                left.remoteVersion = current.version
+                left.metaDirty = true
+                try container.store.saveChanged(left)
+                container.items[id] = left
+            }
             return false
         }
         for id in toDownload { container.downloads.start(id) }

@@ -24,6 +24,8 @@ import UbiquitySim
         100004, // a folder's delete waited for a child moved into a new folder, which waited behind that delete
         212084, // after a crash a stale item unlisted by `place` took its old name back from the item holding it
         212664, // a remote move refused (a cycle here) was fetched again only before the batch that freed it
+        300156, // a folder's create landed unanswered and its remote place was refused here: never pushed again
+        308650, // (hour-long run) a name claimed twice after a crash, as 212084
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
         #expect(r.violations == [], "seed \(seed)")
