@@ -249,7 +249,7 @@ struct Pusher {
                 cur.dirty = false
                 cur.localSHA = sent.sha256
             }
-            if cur.parent == sent.parent && cur.name == sent.name && cur.mode == sent.mode
+            if cur.parent == sent.parent && sameName(cur.name, sent.name) && cur.mode == sent.mode
                 && cur.mtime == sent.mtime && xattrs == sent.xattrs && cur.conflicts == sent.conflicts {
                 cur.metaDirty = false
             }
@@ -319,15 +319,19 @@ struct Pusher {
         try container.mutate {
             guard var cur = container.items[id], !cur.deleted, cur.parent == pushed.parent,
                   sameName(cur.name, pushed.name) else { return }
-            var place = (parent: WireRules.documentsID, name: cur.name)
+            // Where the remote has it (an item holding that name here is stale: `place` unlists it), or else
+            // the top of the container under a name free here.
+            var target = (parent: WireRules.documentsID, name: cur.name)
             if let current, !current.deleted, let p = current.parent, let dir = container.items[p], dir.isDirectory,
                !dir.deleted, !container.isAncestor(id, of: p) {
-                place = (p, current.name)
+                target = (p, current.name)
+            } else if container.children[target.parent]?[target.name] != nil {
+                target.name = container.freeName(target.name, in: target.parent)
             }
             log.info("\(container.path(of: id)): the remote refused its place (\(why)); it goes back")
             container.unlink(cur)
-            cur.parent = place.parent
-            cur.name = place.name
+            cur.parent = target.parent
+            cur.name = target.name
             try container.place(&cur)
             try container.store.saveChanged(cur)
             container.items[id] = cur
