@@ -500,7 +500,11 @@ struct Pusher {
                 if !cur.metaDirty && !current.deleted {
                     // Only the content changed here: take the remote's name, place, mode and attributes.
                     let moved = cur.parent != current.parent || !sameName(cur.name, current.name)
-                    if moved {
+                    // Not below itself here (another item's move not yet pushed): its place here goes up as a
+                    // move instead, and gives way if the remote refuses it.
+                    if moved, let p = current.parent, container.items[p] == nil || container.isAncestor(id, of: p) {
+                        cur.metaDirty = true
+                    } else if moved {
                         container.unlink(cur)
                         cur.parent = current.parent
                         cur.name = current.name

@@ -133,6 +133,12 @@ final class SyncLoops: @unchecked Sendable {
         if w.id == c.rootID || w.parent == nil { return }
         guard var item = c.items[w.id] else {
             if w.deleted || (c.settledDeletes[w.id].map { w.version <= $0 } ?? false) { return }
+            // Stale items may still name it as their parent here (a deleted folder that comes back): not below
+            // one of them. Taken once their newer state has moved them (refetchRefused).
+            if let p = w.parent, c.isAncestor(w.id, of: p) {
+                try c.store.markRefused(w.id)
+                return
+            }
             var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
                             ctime: c.now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
                             device: "", hasLocal: w.kind == .dir, localSHA: nil, dirty: false, metaDirty: false,
