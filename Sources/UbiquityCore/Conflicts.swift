@@ -93,7 +93,7 @@ extension Container {
 extension WireConflict {
     /// True when both name the same write (content, size, time and device), whatever their ids: two devices
     /// that lost the same race keep the same content as a version each.
-    func isSameWrite(as other: WireConflict) -> Bool {
+    public func isSameWrite(as other: WireConflict) -> Bool {
         sha256 == other.sha256 && size == other.size && mtime == other.mtime && device == other.device
     }
 }

@@ -126,47 +126,42 @@ public final class Store: @unchecked Sendable {
         try db.query("DELETE FROM meta WHERE key = ?", [.text(key)])
     }
 
-    /// Conflict versions resolved on this device, remembered across restarts (see Container.discardedConflicts).
-    public func markResolved(_ conflicts: [String]) throws {
+    /// Sets of ids kept in `meta` under a key prefix ("resolved:", "unpushed:", "refused:").
+    private func insertIDs(_ prefix: String, _ ids: [String]) throws {
         try withReserve {
             try db.transaction {
-                for c in conflicts { try db.query("INSERT OR REPLACE INTO meta(key, value) VALUES(?, '1')", [.text("resolved:" + c)]) }
+                for id in ids { try db.query("INSERT OR REPLACE INTO meta(key, value) VALUES(?, '1')", [.text(prefix + id)]) }
             }
         }
     }
 
-    public func resolvedConflicts() throws -> [String] {
-        try values("SELECT key FROM meta WHERE key LIKE 'resolved:%'") { String($0.text(0).dropFirst("resolved:".count)) }
+    private func deleteIDs(_ prefix: String, _ ids: [String]) throws {
+        try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } }
     }
+
+    private func ids(_ prefix: String) throws -> [String] {
+        try values("SELECT key FROM meta WHERE key LIKE ? ORDER BY key", [.text(prefix + "%")]) {
+            String($0.text(0).dropFirst(prefix.count))
+        }
+    }
+
+    /// Conflict versions resolved on this device, remembered across restarts (see Container.discardedConflicts).
+    public func markResolved(_ conflicts: [String]) throws { try insertIDs("resolved:", conflicts) }
+    public func resolvedConflicts() throws -> [String] { try ids("resolved:") }
 
     /// Conflict versions added here and not yet stored by the remote (see Container.unpushedConflicts):
     /// `added` true remembers them, false forgets them.
     public func markUnpushed(_ conflicts: [String], added: Bool) throws {
-        try withReserve {
-            try db.transaction {
-                for c in conflicts {
-                    if added {
-                        try db.query("INSERT OR REPLACE INTO meta(key, value) VALUES(?, '1')", [.text("unpushed:" + c)])
-                    } else {
-                        try db.query("DELETE FROM meta WHERE key = ?", [.text("unpushed:" + c)])
-                    }
-                }
-            }
-        }
+        if added { try insertIDs("unpushed:", conflicts) } else { try deleteIDs("unpushed:", conflicts) }
     }
-
-    public func unpushedConflicts() throws -> [String] {
-        try values("SELECT key FROM meta WHERE key LIKE 'unpushed:%'") { String($0.text(0).dropFirst("unpushed:".count)) }
-    }
+    public func unpushedConflicts() throws -> [String] { try ids("unpushed:") }
 
     /// Remote changes the puller could not take yet (see SyncLoops.refetchRefused), by item id.
-    public func markRefused(_ id: String) throws { try setMeta("refused:" + id, "1") }
+    public func markRefused(_ id: String) throws { try insertIDs("refused:", [id]) }
     public func takeRefused() throws -> [String] {
-        let ids = try values("SELECT key FROM meta WHERE key LIKE 'refused:%' ORDER BY key") {
-            String($0.text(0).dropFirst("refused:".count))
-        }
-        try db.query("DELETE FROM meta WHERE key LIKE 'refused:%'")
-        return ids
+        let refused = try ids("refused:")
+        try deleteIDs("refused:", refused)
+        return refused
     }
 
     /// Marks an item whose create was sent: the remote may hold it even if no answer came back. `what` is the

@@ -170,9 +170,7 @@ extension World {
             if !item.isDirectory && item.hasLocal, let (sha, _) = try? sha256OfFile(path), sha != item.remoteSHA {
                 v.append("\(dev.name): [\(short(item.id))] \(name) local bytes \(sha.prefix(8)) are not the current \(item.remoteSHA.prefix(8))")
             }
-            for (i, cv) in item.conflicts.enumerated() where item.conflicts[..<i].contains(where: {
-                $0.sha256 == cv.sha256 && $0.size == cv.size && $0.mtime == cv.mtime && $0.device == cv.device
-            }) {
+            for (i, cv) in item.conflicts.enumerated() where item.conflicts[..<i].contains(where: { $0.isSameWrite(as: cv) }) {
                 v.append("\(dev.name): [\(short(item.id))] \(name) lists the same write twice as a conflict version")
             }
             for cv in item.conflicts {

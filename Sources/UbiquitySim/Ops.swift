@@ -128,6 +128,15 @@ extension World {
         try c.flushed(id)
     }
 
+    /// A deliberate write of new bytes over the whole file, recorded as closed content.
+    func writeNew(_ dev: SimDevice, _ id: String, _ what: String) throws -> String {
+        deliberate(dev, id)
+        let bytes = newBytes(dev)
+        try writeWhole(dev, id, bytes)
+        recordContent(dev, id, what)
+        return "\(dev.container.path(of: id)) [\(short(id))] \(bytes.count) bytes"
+    }
+
     /// Ends a write left open by `beginWrite`: a last append, then close.
     func finishWrite(_ dev: SimDevice, _ id: String) throws -> String {
         let c = dev.container!
@@ -160,11 +169,7 @@ extension World {
             let parent = try pickDir(dev)
             let name = rng.pick(fileNames)!
             let item = try c.createFile(parent: parent.id, name: name, mode: 0o644)
-            deliberate(dev, item.id)
-            let bytes = newBytes(dev)
-            try writeWhole(dev, item.id, bytes)
-            recordContent(dev, item.id, "create")
-            return "\(c.path(of: item.id)) [\(short(item.id))] \(bytes.count) bytes"
+            return try writeNew(dev, item.id, "create")
         case .mkdir:
             let parent = try pickDir(dev)
             let item = try c.makeDirectory(parent: parent.id, name: rng.pick(dirNames)!, mode: 0o755)
@@ -173,11 +178,7 @@ extension World {
         case .write:
             let f = try pickFile(dev)
             supersede(dev, f, conflicts: false)
-            deliberate(dev, f.id)
-            let bytes = newBytes(dev)
-            try writeWhole(dev, f.id, bytes)
-            recordContent(dev, f.id, "write")
-            return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes"
+            return try writeNew(dev, f.id, "write")
         case .append:
             let f = try pickFile(dev)
             let path = try ensureLocal(dev, f.id)
