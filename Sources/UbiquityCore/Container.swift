@@ -57,6 +57,9 @@ public final class Container: @unchecked Sendable {
     /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
     var contentGeneration: [String: Int] = [:]
     var transfers: [String: TransferState] = [:]
+    /// Items deleted (here or elsewhere) while programs still hold them open, as they were, with `deleted` set:
+    /// as on ext4 the descriptors keep working until the last close, on content moved aside to `unlinkedPath`.
+    var unlinked: [String: Item] = [:]
     /// Conflict versions resolved here (kept in the store, so a crash does not forget them): a rebase on a newer
     /// remote version, or an edit elsewhere reviving a file resolved and then deleted here, does not bring them
     /// back. Conflict ids are random and never reused, so the set only grows (by a few bytes a resolution).
@@ -319,6 +322,7 @@ public final class Container: @unchecked Sendable {
     /// when a create was sent without an answer: it may have landed).
     /// Expects the lock held.
     private func deleteLocally(_ item: Item) throws(CoreError) {
+        let before = item
         var item = item
         do {
             if item.remoteVersion == 0 && !store.createWasSent(item.id) {
@@ -335,7 +339,7 @@ public final class Container: @unchecked Sendable {
             }
         } catch { throw CoreError.from(error) }
         children[item.parent!]?[item.name] = nil
-        if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)) }
+        releaseContent(of: before)
         downloads.removeStaleStaging(item.id)
         for c in item.conflicts { evictConflict(item.id, c.id) }
     }
@@ -390,10 +394,12 @@ public final class Container: @unchecked Sendable {
     /// Changes mode and times (metadata only; no content needed).
     public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?) throws(CoreError) -> Item {
         try mutate { () throws(CoreError) -> Item in
-            guard var item = items[id], !item.deleted else { throw .notFound }
+            let gone = items[id]?.deleted ?? true
+            guard var item = gone ? unlinked[id] : items[id] else { throw .notFound }
             if let mode { item.mode = mode & 0o7777 }
             if let mtime { item.mtime = mtime }
             item.ctime = now()
+            if gone { unlinked[id] = item; return item }
             if id == rootID { items[id] = item; return item }
             item.metaDirty = true
             try saveLocalChange(item)
@@ -404,6 +410,7 @@ public final class Container: @unchecked Sendable {
     /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.
     public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
         try mutate { () throws(CoreError) -> Item in
+            if let gone = unlinked[id], items[id]?.deleted ?? true { return try truncateUnlinked(gone, to: size) }
             guard var item = items[id], !item.deleted else { throw .notFound }
             if item.isDirectory { throw .isDirectory }
             if size != 0 && !item.hasLocal { throw .wouldBlock }
@@ -417,6 +424,21 @@ public final class Container: @unchecked Sendable {
             try saveLocalChange(item)
             return item
         }
+    }
+
+    /// ftruncate(2) on a descriptor of an unlinked file: its content changes, nothing is recorded or uploaded.
+    /// Expects the lock held.
+    private func truncateUnlinked(_ item: Item, to size: Int64) throws(CoreError) -> Item {
+        do {
+            let fd = try FileDescriptor.open(unlinkedPath(item.id), O_WRONLY | O_CREAT, mode: 0o600)
+            defer { fd.close() }
+            try fd.truncate(size)
+        } catch { throw CoreError.from(error) }
+        var item = item
+        item.size = size
+        item.ctime = now()
+        unlinked[item.id] = item
+        return item
     }
 
     /// A name not taken in `parent`: `name 2.ext`, `name 3.ext`, and so on. Expects the lock held.
@@ -475,58 +497,91 @@ public final class Container: @unchecked Sendable {
 
     // MARK: opening
 
-    /// What an open must do before it can use the content file.
-    public enum OpenPlan: Equatable {
-        /// The content is local: open `path`.
-        case ready(path: String)
-        /// The content must be fetched first: call `fetch` and open when it completes.
+    /// What an open gets: the content file's descriptor, or the need to fetch the content first.
+    public enum Opening {
+        case opened(FileDescriptor)
+        /// The newest content is not local: fetch it, then open again.
         case fetch
     }
 
-    /// Decides how to open a file. `truncating` (O_TRUNC with write access) needs no old content.
-    /// `nonBlocking` fails with `.wouldBlock` rather than waiting for content.
-    public func planOpen(_ id: String, truncating: Bool, nonBlocking: Bool) throws(CoreError) -> OpenPlan {
-        try withLock { () throws(CoreError) -> OpenPlan in
-            guard let item = items[id], !item.deleted else { throw .notFound }
-            if item.isDirectory { throw .isDirectory }
-            if truncating || item.isCurrent { return .ready(path: store.contentPath(id)) }
-            if item.remoteSHA == emptySHA256 && item.remoteSize == 0 && !item.hasLocal {
-                return .ready(path: store.contentPath(id))
-            }
-            // A stale local copy: try for the newest, but serve the old one if it cannot be had.
-            if item.hasLocal && (nonBlocking || (handles[id]?.writers ?? 0) > 0) { return .ready(path: store.contentPath(id)) }
-            if nonBlocking { throw .wouldBlock }
-            return .fetch
-        }
-    }
-
-    /// Records a handle opened on the file (after `planOpen` said ready or the fetch completed).
-    /// Creates an empty content file for a file whose remote content is empty; truncates when asked.
-    public func opened(_ id: String, writable: Bool, truncate: Bool) throws(CoreError) {
-        try mutate { () throws(CoreError) in
+    /// open(2) of a file. Whether the content can be used now, the descriptor on the content file, the handle's
+    /// count and the item's new local state are all decided under the lock in one step, so no eviction, install
+    /// or truncation can fall between the decision and the descriptor (one of them did, and an eviction between
+    /// them had the open write into an empty file that was then uploaded).
+    /// - `truncate`: O_TRUNC with write access, which needs no old content.
+    /// - `staleOK`: an older local copy will do (the newest could not be had).
+    /// - `nonBlocking`: never ask for a fetch: an older local copy is used, else `.wouldBlock`.
+    public func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool = false,
+                     nonBlocking: Bool = false) throws(CoreError) -> Opening {
+        try mutate { () throws(CoreError) -> Opening in
             guard var item = items[id], !item.deleted else { throw .notFound }
+            if item.isDirectory { throw .isDirectory }
+            let truncating = writable && truncate
+            let emptyRemote = item.remoteSHA == emptySHA256 && item.remoteSize == 0
+            let staleUsable = item.hasLocal && (staleOK || nonBlocking || (handles[id]?.writers ?? 0) > 0)
+            guard truncating || item.isCurrent || (!item.hasLocal && emptyRemote) || staleUsable else {
+                if nonBlocking { throw .wouldBlock }
+                return .fetch
+            }
+            let fd: FileDescriptor
+            do {
+                fd = try FileDescriptor.open(store.contentPath(id), (writable ? O_RDWR : O_RDONLY) | (item.hasLocal ? 0 : O_CREAT),
+                                        mode: 0o600)
+            } catch { throw CoreError.from(error) }
+            do throws(CoreError) {
+                if !item.hasLocal || truncating {
+                    let wasLocal = item.hasLocal
+                    item.hasLocal = true
+                    if truncating {
+                        do { try fd.truncate(0) } catch { throw CoreError.from(error) }
+                    }
+                    if truncating && (item.size != 0 || !wasLocal || !item.isCurrent) {
+                        markContentChanged(&item, size: 0)
+                        try saveLocalChange(item)
+                    } else if !wasLocal {
+                        item.localSHA = emptySHA256
+                        do { try store.save(item) } catch { throw CoreError.from(error) }
+                        items[id] = item
+                    }
+                }
+            } catch {
+                fd.close()
+                throw error
+            }
             var h = handles[id] ?? (0, 0)
             h.open += 1
             if writable { h.writers += 1 }
             handles[id] = h
-            if !item.hasLocal || truncate {
-                do {
-                    let fd = try FileDescriptor.open(store.contentPath(id), O_WRONLY | O_CREAT, mode: 0o600)
-                    defer { fd.close() }
-                    if truncate { try fd.truncate(0) }
-                } catch { throw CoreError.from(error) }
-                let wasLocal = item.hasLocal
-                item.hasLocal = true
-                if truncate && (item.size != 0 || !wasLocal || !item.isCurrent) {
-                    markContentChanged(&item, size: 0)
-                    try saveLocalChange(item)
-                } else if !wasLocal {
-                    item.localSHA = emptySHA256
-                    do { try store.save(item) } catch { throw CoreError.from(error) }
-                    items[id] = item
-                }
-            }
+            return .opened(fd)
         }
+    }
+
+    /// Lets the content of an item that is going away go, or, while programs hold it open, moves it aside and
+    /// keeps the item as it was for their descriptors until the last close. Expects the lock held.
+    func releaseContent(of item: Item) {
+        guard item.kind == .file else { return }
+        if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)); return }
+        guard item.hasLocal || unlinked[item.id] == nil else { return }
+        if item.hasLocal { try? renameFile(store.contentPath(item.id), unlinkedPath(item.id)) }
+        var gone = item
+        gone.deleted = true
+        gone.hasLocal = true
+        gone.dirty = true // its bytes are this device's alone now, and the size shown is the content file's
+        unlinked[item.id] = gone
+    }
+
+    /// Where the content of an unlinked item that is still open lives (removed at the next start if left).
+    func unlinkedPath(_ id: String) -> String { store.contentPath(id) + ".unlinked" }
+
+    /// An item deleted while a program still holds it open, as `fstat` on that descriptor sees it (link count 0).
+    public func unlinkedItem(_ id: String) -> Item? { withLock { unlinked[id] } }
+
+    /// `stat` of the local content of a file (of the copy moved aside, for an unlinked one), or nil if none.
+    public func localStat(_ item: Item) -> stat? {
+        guard item.kind == .file, item.hasLocal else { return nil }
+        var st = stat()
+        let path = item.deleted ? unlinkedPath(item.id) : store.contentPath(item.id)
+        return stat(path, &st) == 0 ? st : nil
     }
 
     /// Records the first write through a handle: the content is now dirty (made durable before the write is
@@ -571,9 +626,7 @@ public final class Container: @unchecked Sendable {
             h.open -= 1
             if writable { h.writers -= 1 }
             handles[id] = h.open > 0 ? h : nil
-            if h.open == 0 && items[id].map({ $0.deleted }) ?? true {
-                try? removeFile(store.contentPath(id))
-            }
+            if h.open == 0 && unlinked.removeValue(forKey: id) != nil { try? removeFile(unlinkedPath(id)) }
             if writable && h.writers == 0 { sync.wakePusher() }
         }
     }

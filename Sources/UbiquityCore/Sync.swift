@@ -220,7 +220,7 @@ final class SyncLoops: @unchecked Sendable {
         try c.store.delete(item.id)
         c.items[item.id] = nil
         c.unlink(item)
-        if c.handles[item.id] == nil { try? removeFile(c.store.contentPath(item.id)) }
+        c.releaseContent(of: item)
         c.downloads.removeStaleStaging(item.id)
         for conflict in item.conflicts { c.evictConflict(item.id, conflict.id) }
     }

@@ -59,14 +59,11 @@ public final class FileSystem: @unchecked Sendable {
             st.st_size = 4096
         } else {
             st.st_mode = S_IFREG | mode_t(item.mode)
-            st.st_nlink = 1
+            st.st_nlink = item.deleted ? 0 : 1 // deleted: unlinked, still open
             st.st_size = off_t(item.size)
-            if item.hasLocal {
-                var local = stat()
-                if stat(core.store.contentPath(item.id), &local) == 0 {
-                    st.st_blocks = local.st_blocks
-                    if item.dirty { st.st_size = local.st_size }
-                }
+            if let local = core.localStat(item) {
+                st.st_blocks = local.st_blocks
+                if item.dirty { st.st_size = local.st_size }
             }
         }
         st.st_mtim = timespec(tv_sec: Int(item.mtime / 1_000_000_000), tv_nsec: Int(item.mtime % 1_000_000_000))
@@ -143,16 +140,10 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(id) { return replyError(req, .readOnly) }
         do {
             if toSet & FUSE_SET_ATTR_SIZE != 0 {
-                do {
+                // Truncating to a non-zero size needs the old content: fetched first when it is not local.
+                return withContent(req, id, attempt: 1) { [self] () throws(CoreError) in
                     _ = try core.truncate(id, to: Int64(attr.st_size))
-                } catch .wouldBlock {
-                    // Truncating to a non-zero size needs the old content: fetch it, then finish.
-                    return whenLocal(req, id) { [self] in
-                        do {
-                            _ = try core.truncate(id, to: Int64(attr.st_size))
-                            try finishSetattr(req, ino, id, attr, toSet & ~FUSE_SET_ATTR_SIZE)
-                        } catch { replyError(req, error) }
-                    }
+                    try finishSetattr(req, ino, id, attr, toSet & ~FUSE_SET_ATTR_SIZE)
                 }
             }
             try finishSetattr(req, ino, id, attr, toSet)
@@ -160,6 +151,23 @@ public final class FileSystem: @unchecked Sendable {
             replyError(req, error)
         }
     }
+
+    /// Runs `body`, which needs the item's content local; when it says `.wouldBlock`, fetches the content and
+    /// runs it again (an eviction or a newer version may come between the fetch and the next try, a few times).
+    private func withContent(_ req: fuse_req_t, _ id: String, attempt: Int, _ body: @escaping () throws(CoreError) -> Void) {
+        do {
+            try body()
+        } catch .wouldBlock {
+            if attempt >= FileSystem.fetchAttempts { return replyError(req, .io("the content kept changing while fetched")) }
+            whenLocal(req, id) { [self] in withContent(req, id, attempt: attempt + 1, body) }
+        } catch {
+            replyError(req, error)
+        }
+    }
+
+    /// How often an open or a truncation fetches content that something else (an eviction, a newer version)
+    /// took away again before it could be used.
+    static let fetchAttempts = 5
 
     private func finishSetattr(_ req: fuse_req_t, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32) throws(CoreError) {
         var mode: UInt32?
@@ -175,7 +183,7 @@ public final class FileSystem: @unchecked Sendable {
         if mode != nil || mtime != nil {
             item = try core.setAttributes(id, mode: mode, mtime: mtime)
         } else {
-            guard let cur = core.item(id) else { throw .notFound }
+            guard case .real(let cur)? = node(id) else { throw .notFound }
             item = cur
         }
         var st = attributes(item, ino: ino)
@@ -227,8 +235,10 @@ public final class FileSystem: @unchecked Sendable {
         if isVersionsName(dirID, name) { return replyError(req, .exists) }
         do {
             let item = try core.createFile(parent: dirID, name: name, mode: UInt32(mode))
-            let file = try openContent(item.id, flags: fi.pointee.flags | O_RDWR)
-            fi.pointee.fh = addHandle(file)
+            guard case .opened(let fd) = try core.open(item.id, writable: true, truncate: false) else {
+                throw CoreError.io("a new file has no local content")
+            }
+            fi.pointee.fh = addHandle(OpenFile(id: item.id, fd: fd, writable: true))
             var e = entry(item.id, .real(item))
             if fuse_reply_create(req, &e, fi) != 0 {
                 inodes.forget(e.ino, 1)
@@ -246,43 +256,27 @@ public final class FileSystem: @unchecked Sendable {
             default: return replyError(req, .notFound)
             }
         }
-        let flags = fi.pointee.flags
-        let writable = flags & O_ACCMODE != O_RDONLY
-        let truncating = writable && flags & O_TRUNC != 0
+        openFile(req, id, fi.pointee, attempt: 1)
+    }
+
+    /// Opens a file's content, fetching it first when it is not local. After a fetch an older local copy will
+    /// do (the newest could not be had, or a newer one arrived meanwhile); one taken away again is fetched again.
+    private func openFile(_ req: fuse_req_t, _ id: String, _ info: fuse_file_info, attempt: Int) {
+        let writable = info.flags & O_ACCMODE != O_RDONLY
         do {
-            switch try core.planOpen(id, truncating: truncating, nonBlocking: flags & O_NONBLOCK != 0) {
-            case .ready:
-                try replyOpen(req, id, fi.pointee)
+            switch try core.open(id, writable: writable, truncate: info.flags & O_TRUNC != 0, staleOK: attempt > 1,
+                                 nonBlocking: info.flags & O_NONBLOCK != 0) {
+            case .opened(let fd):
+                var fi = info
+                fi.fh = addHandle(OpenFile(id: id, fd: fd, writable: writable))
+                // Content only changes under the kernel through this mount, or with an explicit invalidation.
+                ubq_fi_set_keep_cache(&fi, 1)
+                if fuse_reply_open(req, &fi) != 0 { release(fi.fh) }
             case .fetch:
-                let info = fi.pointee
-                whenLocal(req, id, staleOK: true) { [self] in
-                    do { try replyOpen(req, id, info) } catch { replyError(req, error) }
-                }
+                if attempt >= FileSystem.fetchAttempts { return replyError(req, .io("the content kept changing while fetched")) }
+                whenLocal(req, id, staleOK: true) { [self] in openFile(req, id, info, attempt: attempt + 1) }
             }
         } catch { replyError(req, error) }
-    }
-
-    private func replyOpen(_ req: fuse_req_t, _ id: String, _ info: fuse_file_info) throws {
-        var fi = info
-        let file = try openContent(id, flags: fi.flags)
-        fi.fh = addHandle(file)
-        // Content only changes under the kernel through this mount, or with an explicit invalidation.
-        ubq_fi_set_keep_cache(&fi, 1)
-        if fuse_reply_open(req, &fi) != 0 { release(fi.fh) }
-    }
-
-    /// Opens the content file for a handle and tells the core.
-    private func openContent(_ id: String, flags: Int32) throws(CoreError) -> OpenFile {
-        let writable = flags & O_ACCMODE != O_RDONLY
-        let truncate = writable && flags & O_TRUNC != 0
-        try core.opened(id, writable: writable, truncate: truncate)
-        do {
-            let fd = try FileDescriptor.open(core.store.contentPath(id), writable ? O_RDWR : O_RDONLY)
-            return OpenFile(id: id, fd: fd, writable: writable)
-        } catch {
-            core.closed(id, writable: writable)
-            throw CoreError.from(error)
-        }
     }
 
     func addHandle(_ file: OpenFile) -> UInt64 {

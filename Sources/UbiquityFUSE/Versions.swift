@@ -54,7 +54,8 @@ extension FileSystem {
                   let c = item.conflicts.first(where: { $0.id == parts[1] }) else { return nil }
             return .version(of: item, conflict: c)
         }
-        return core.item(id).map { .real($0) }
+        // A file deleted while open is still there for its descriptors (fstat, fchmod, ftruncate).
+        return (core.item(id) ?? core.unlinkedItem(id)).map { .real($0) }
     }
 
     /// Ids of every conflicted file and every directory above one.

@@ -98,33 +98,35 @@ extension World {
                                    feed: Int64(dev.container.feedPosition ?? "0") ?? 0))
     }
 
-    /// open(O_RDONLY or O_RDWR) of a file: the content must be current first (fetched if need be).
-    func ensureLocal(_ dev: SimDevice, _ id: String) throws -> String {
+    /// open(2) of a file without O_TRUNC: the content must be current first (fetched if need be). The handle
+    /// stays counted until `closed`.
+    func openFile(_ dev: SimDevice, _ id: String, writable: Bool) throws -> FileDescriptor {
         let c = dev.container!
-        switch try c.planOpen(id, truncating: false, nonBlocking: false) {
-        case .ready(let path): return path
-        case .fetch:
-            if case .failure(let e) = c.downloadOnce(id) { throw Skip(why: "open failed: \(e)") }
-            guard case .ready(let path) = try c.planOpen(id, truncating: false, nonBlocking: true) else {
-                throw Skip(why: "still not local")
-            }
-            return path
+        if case .opened(let fd) = try c.open(id, writable: writable, truncate: false) { return fd }
+        if case .failure(let e) = c.downloadOnce(id) { throw Skip(why: "open failed: \(e)") }
+        guard case .opened(let fd) = try c.open(id, writable: writable, truncate: false, nonBlocking: true) else {
+            throw Skip(why: "still not local")
         }
+        return fd
+    }
+
+    /// Makes the content current, as an open and close would.
+    func ensureLocal(_ dev: SimDevice, _ id: String) throws {
+        try openFile(dev, id, writable: false).close()
+        dev.container.closed(id, writable: false)
     }
 
     /// A program writes a whole file: open(O_WRONLY|O_TRUNC), write, close.
     func writeWhole(_ dev: SimDevice, _ id: String, _ bytes: [UInt8]) throws {
         let c = dev.container!
-        guard case .ready(let path) = try c.planOpen(id, truncating: true, nonBlocking: true) else {
+        guard case .opened(let fd) = try c.open(id, writable: true, truncate: true) else {
             throw Skip(why: "not ready")
         }
-        try c.opened(id, writable: true, truncate: true)
         defer { c.closed(id, writable: true) }
         try c.willWrite(id)
-        let fd = try FileDescriptor.open(path, O_WRONLY | O_TRUNC)
         try fd.writeAll(bytes)
         fd.close()
-        stamp(path)
+        stamp(dev.store.contentPath(id))
         try c.flushed(id)
     }
 
@@ -181,24 +183,21 @@ extension World {
             return try writeNew(dev, f.id, "write")
         case .append:
             let f = try pickFile(dev)
-            let path = try ensureLocal(dev, f.id)
+            let fd = try openFile(dev, f.id, writable: true)
+            defer { fd.close(); c.closed(f.id, writable: true) }
             supersede(dev, f, conflicts: false)
             deliberate(dev, f.id)
-            try c.opened(f.id, writable: true, truncate: false)
-            defer { c.closed(f.id, writable: true) }
             try c.willWrite(f.id)
             let bytes = newBytes(dev)
-            let fd = try FileDescriptor.open(path, O_WRONLY | O_APPEND)
-            try fd.writeAll(bytes)
-            fd.close()
-            stamp(path)
+            try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: Int64(try fd.stat().st_size))
+            stamp(dev.store.contentPath(f.id))
             try c.flushed(f.id)
             recordContent(dev, f.id, "append")
             return "\(c.path(of: f.id)) [\(short(f.id))] +\(bytes.count) bytes"
         case .truncate:
             let f = try pickFile(dev)
             let size = Int64(rng.int(Int(f.size) + 1))
-            if size != 0 { _ = try ensureLocal(dev, f.id) }
+            if size != 0 { try ensureLocal(dev, f.id) }
             supersede(dev, f, conflicts: false)
             deliberate(dev, f.id)
             _ = try c.truncate(f.id, to: size)
@@ -207,18 +206,16 @@ extension World {
         case .beginWrite:
             let f = try pickFile(dev)
             if dev.openWrites.contains(f.id) { throw Skip(why: "already open") }
-            let path = try ensureLocal(dev, f.id)
+            let fd = try openFile(dev, f.id, writable: true)
             supersede(dev, f, conflicts: false)
             deliberate(dev, f.id)
-            try c.opened(f.id, writable: true, truncate: false)
             dev.openWrites.insert(f.id)
             try c.willWrite(f.id)
             let bytes = newBytes(dev)
             let offset = Int64(rng.int(Int(c.currentSize(c.item(f.id) ?? f)) + 1))
-            let fd = try FileDescriptor.open(path, O_WRONLY)
             try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: offset)
             fd.close()
-            stamp(path)
+            stamp(dev.store.contentPath(f.id))
             return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes at \(offset), left open"
         case .endWrite:
             guard let id = rng.pick(dev.openWrites.sorted()) else { throw Skip(why: "nothing open") }

@@ -18,8 +18,8 @@ import UbiquityBase
         let sub = try #require(dev.lookup("sub"))
         #expect(try dev.container.list(sub.id).map(\.name) == ["b.txt"])
         #expect(dev.container.path(of: item.id) == "Documents/a.txt")
-        #expect(throws: CoreError.wouldBlock) { try dev.container.planOpen(a.id, truncating: false, nonBlocking: true) }
-        #expect(try dev.container.planOpen(a.id, truncating: false, nonBlocking: false) == .fetch)
+        #expect(throws: CoreError.wouldBlock) { try dev.container.open(a.id, writable: false, truncate: false, nonBlocking: true) }
+        #expect(try dev.container.open(a.id, writable: false, truncate: false).isFetch)
         #expect(remote.blobDownloads.isEmpty)
     }
 
@@ -41,7 +41,10 @@ import UbiquityBase
         #expect(dev.content(f.id) == content)
         let item = try #require(dev.container.item(f.id))
         #expect(item.isCurrent && item.localSHA == f.sha256 && item.downloadingStatus == .current)
-        #expect(try dev.container.planOpen(f.id, truncating: false, nonBlocking: true) == .ready(path: dev.container.store.contentPath(f.id)))
+        let opening = try dev.container.open(f.id, writable: false, truncate: false, nonBlocking: true)
+        guard case .opened(let fd) = opening else { Issue.record("current content must open"); return }
+        fd.close()
+        dev.container.closed(f.id, writable: false)
         #expect(remote.blobDownloads == [f.sha256: 1])
         #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.store.stagingDirectory).isEmpty)
         // Current content is not fetched again.
@@ -122,5 +125,49 @@ import UbiquityBase
         #expect(remote.lookup(path: "Documents/g.txt") == nil)
         #expect(eventually { dev.pending == 0 })
         #expect(try dev.container.list(dev.docs).isEmpty)
+    }
+
+    /// An open for writing and an eviction are one after the other, never interleaved: once the open has its
+    /// descriptor the eviction is refused, and an evicted file is fetched again before it opens.
+    @Test func openForWritingExcludesEviction() throws {
+        let f = remote.seed(path: "Documents/e.txt", bytes: bytes("keep me"), device: "other", mtime: 5)
+        let dev = try Device(remote, name: "a")
+        #expect(dev.fetch(f.id).map { (try? $0.get()) != nil } == true)
+        guard case .opened(let fd) = try dev.container.open(f.id, writable: true, truncate: false) else {
+            Issue.record("current content must open"); return
+        }
+        #expect(throws: CoreError.self) { try dev.container.evict(f.id) }
+        var buf = [UInt8](repeating: 0, count: 16)
+        let n = try buf.withUnsafeMutableBytes { try fd.read(into: $0, at: 0) }
+        #expect(Array(buf[0..<n]) == bytes("keep me"))
+        fd.close()
+        dev.container.closed(f.id, writable: true)
+        try dev.container.evict(f.id)
+        #expect(try dev.container.open(f.id, writable: true, truncate: false).isFetch)
+        #expect(dev.container.item(f.id)?.hasLocal == false)
+    }
+
+    /// A file removed while open stays readable and writable through its descriptor, is shown with its own
+    /// size, and leaves nothing behind at the last close.
+    @Test func unlinkedOpenFileLivesUntilLastClose() throws {
+        let dev = try Device(remote, name: "a")
+        let f = try dev.container.createFile(parent: dev.docs, name: "tmp", mode: 0o600)
+        guard case .opened(let fd) = try dev.container.open(f.id, writable: true, truncate: false) else {
+            Issue.record("a new file must open"); return
+        }
+        try dev.container.willWrite(f.id)
+        try fd.writeAll(bytes("scratch"))
+        try dev.container.remove(parent: dev.docs, name: "tmp", directory: false)
+        #expect(dev.lookup("tmp") == nil)
+        let gone = try #require(dev.container.unlinkedItem(f.id))
+        #expect(gone.deleted && dev.container.localStat(gone)?.st_size == 7)
+        #expect(try dev.container.truncate(f.id, to: 3).size == 3)
+        #expect(dev.container.localStat(gone)?.st_size == 3)
+        fd.close()
+        dev.container.closed(f.id, writable: true)
+        #expect(dev.container.unlinkedItem(f.id) == nil)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.store.contentDirectory).isEmpty)
+        #expect(eventually { dev.pending == 0 })
+        #expect(remote.lookup(path: "Documents/tmp") == nil)
     }
 }

@@ -131,10 +131,11 @@ final class Device: @unchecked Sendable {
 
     /// Writes a whole file as a program would: open with O_TRUNC, write, set the time, close.
     func write(_ id: String, _ bytes: [UInt8], mtimeSeconds: Int? = nil) throws {
-        try container.opened(id, writable: true, truncate: true)
+        guard case .opened(let fd) = try container.open(id, writable: true, truncate: true) else {
+            throw CoreError.io("an open with O_TRUNC must not fetch")
+        }
         try container.willWrite(id)
         let path = container.store.contentPath(id)
-        let fd = try FileDescriptor.open(path, O_WRONLY | O_TRUNC)
         try fd.writeAll(bytes)
         fd.close()
         if let mtimeSeconds {
@@ -153,3 +154,8 @@ final class Device: @unchecked Sendable {
 }
 
 func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+extension Container.Opening {
+    /// True when the open must fetch the content first.
+    var isFetch: Bool { if case .fetch = self { return true } else { return false } }
+}

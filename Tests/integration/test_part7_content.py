@@ -1,0 +1,271 @@
+"""Part 7: the content of a file under concurrent eviction, writes, truncation, downloads and remote updates,
+and files that stay usable through open descriptors after unlink, as on ext4.
+
+Two devices share one stub. The randomized race keeps a model of each file's bytes and checks every byte on
+both devices at the end.
+"""
+import os
+import random
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, run, wait_until
+
+
+def attr(path, name):
+    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
+    return p.stdout if p.returncode == 0 else None
+
+
+@pytest.fixture
+def two(stub, mount_factory):
+    a = mount_factory(stub, "laptop")
+    b = mount_factory(stub, "desktop")
+    return stub, a, b
+
+
+def sync(m, timeout=60):
+    run(BIN, "sync", "--wait", "--timeout", str(timeout), m.path, timeout=timeout + 30)
+
+
+def same_on(m, rel, data, timeout=30):
+    def check():
+        p = m / rel
+        return p.exists() and p.stat().st_size == len(data) and p.read_bytes() == data
+    wait_until(check, timeout=timeout, what=f"{rel} to match the model on {m.device}")
+
+
+def test_evict_racing_writers_loses_nothing(two):
+    """The repro of the data loss: eviction in a loop while dd writes into the file."""
+    stub, a, b = two
+    rel = "Documents/race.bin"
+    data = bytearray(os.urandom(1 << 20))
+    (a / rel).write_bytes(data)
+    sync(a)
+    stop = threading.Event()
+
+    def evict_loop():
+        while not stop.is_set():
+            subprocess.run(["setfattr", "-n", "user.ubiquity.evict", str(a / rel)], capture_output=True)
+
+    evictor = threading.Thread(target=evict_loop)
+    evictor.start()
+    try:
+        for i in range(1, 31):
+            chunk = b"W%02d" % i
+            run("dd", f"of={a / rel}", "bs=1", f"seek={i * 1000}", "conv=notrunc", "status=none",
+                input=chunk.decode(), timeout=120)
+            data[i * 1000:i * 1000 + 3] = chunk
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        evictor.join()
+    sync(a)
+    assert (a / rel).stat().st_size == len(data)
+    assert (a / rel).read_bytes() == bytes(data)
+    same_on(b, rel, bytes(data))
+
+
+class Model:
+    """The bytes each file should hold; every operation on the mount is mirrored here under one lock."""
+
+    def __init__(self, names):
+        self.lock = threading.Lock()
+        self.files = {n: b"" for n in names}
+
+
+def test_randomized_content_race_matches_model(two):
+    """For a minute, threads race evict, download, open-for-write with pwrite, truncate, rename over and
+    remote updates on a few files; each file's final bytes on both devices equal the model's."""
+    stub, a, b = two
+    names = [f"f{i}.bin" for i in range(4)]
+    model = Model(names)
+    for n in names:
+        data = os.urandom(random.randint(1, 200_000))
+        (a / "Documents" / n).write_bytes(data)
+        model.files[n] = data
+    sync(a)
+    for n in names:
+        same_on(b, f"Documents/{n}", model.files[n])
+    seed = int(os.environ.get("RACE_SEED", random.randrange(1 << 30)))
+    print("seed", seed)
+    deadline = time.monotonic() + float(os.environ.get("RACE_SECONDS", "60"))
+    errors = []
+    # Writers on A hold the model's lock per file operation, so the model's order is the mount's order.
+    file_locks = {n: threading.Lock() for n in names}
+
+    def writer(k):
+        rng = random.Random(seed + k)
+        while time.monotonic() < deadline:
+            n = rng.choice(names)
+            p = a / "Documents" / n
+            op = rng.random()
+            with file_locks[n]:
+                try:
+                    cur = model.files[n]
+                    if op < 0.45:
+                        off = rng.randint(0, len(cur) + 100)
+                        chunk = os.urandom(rng.randint(1, 5000))
+                        fd = os.open(p, os.O_WRONLY)
+                        try:
+                            os.pwrite(fd, chunk, off)
+                        finally:
+                            os.close(fd)
+                        new = cur.ljust(off, b"\0")[:off] + chunk + cur[off + len(chunk):]
+                        model.files[n] = new
+                    elif op < 0.65:
+                        size = rng.randint(0, len(cur) + 1000)
+                        os.truncate(p, size)
+                        model.files[n] = cur[:size].ljust(size, b"\0")
+                    elif op < 0.8:
+                        tmp = a / "Documents" / f".{n}.tmp{k}"
+                        data = os.urandom(rng.randint(0, 100_000))
+                        tmp.write_bytes(data)
+                        os.rename(tmp, p)
+                        model.files[n] = data
+                    else:
+                        got = p.read_bytes()
+                        if got != cur:
+                            errors.append(f"{n}: read {len(got)} bytes, model has {len(cur)}")
+                except OSError as e:
+                    errors.append(f"{n}: op {op:.2f}: {e!r}")
+            time.sleep(rng.random() * 0.02)
+
+    def evictor(k):
+        rng = random.Random(seed + 100 + k)
+        while time.monotonic() < deadline:
+            n = rng.choice(names)
+            action = rng.choice(["evict", "evict", "download"])
+            subprocess.run(["setfattr", "-n", "user.ubiquity." + action, str(a / "Documents" / n)],
+                           capture_output=True)
+            time.sleep(rng.random() * 0.01)
+
+    def remote_updater():
+        """Device B writes whole files now and then, after waiting for A's last state of the file to
+        arrive; A's writes to that file pause meanwhile, so no conflict muddles the model."""
+        rng = random.Random(seed + 200)
+        while time.monotonic() < deadline - 5:
+            n = rng.choice(names)
+            with file_locks[n]:
+                try:
+                    sync(a)
+                    same_on(b, f"Documents/{n}", model.files[n], timeout=30)
+                    data = os.urandom(rng.randint(0, 150_000))
+                    (b / "Documents" / n).write_bytes(data)
+                    model.files[n] = data
+                    sync(b)
+                    same_on(a, f"Documents/{n}", data, timeout=30)
+                except (OSError, AssertionError) as e:
+                    errors.append(f"remote update of {n}: {e!r}")
+            time.sleep(rng.random() * 3)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    threads += [threading.Thread(target=evictor, args=(k,)) for k in range(2)]
+    threads.append(threading.Thread(target=remote_updater))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, (errors[:10], a.log())
+    sync(a)
+    sync(b)
+    for n in names:
+        same_on(a, f"Documents/{n}", model.files[n])
+        same_on(b, f"Documents/{n}", model.files[n])
+        assert not (a / ".versions" / "Documents" / n).exists(), f"{n} has conflict versions"
+
+
+PY_UNLINKED = r"""
+import mmap, os, sys
+p = sys.argv[1]
+fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, b"hello world")
+os.unlink(p)
+assert not os.path.exists(p)
+st = os.fstat(fd)
+print("nlink", st.st_nlink, "size", st.st_size)
+print("pread", os.pread(fd, 5, 6))
+os.ftruncate(fd, 5)
+os.fsync(fd)
+print("after truncate", os.fstat(fd).st_size, os.pread(fd, 100, 0))
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096)
+m[0:3] = b"MAP"
+m.flush()
+print("mmap", os.pread(fd, 5, 0))
+m.close()
+os.close(fd)
+"""
+
+
+def test_unlinked_open_file_stays_usable(stub, mount_factory):
+    a = mount_factory(stub, "laptop")
+    p = run("python3", "-c", PY_UNLINKED, a / "Documents" / "gone.txt")
+    assert p.stdout.splitlines() == [
+        "nlink 0 size 11",
+        "pread b'world'",
+        "after truncate 5 b'hello'",
+        "mmap b'MAPlo'",
+    ]
+    sync(a)
+    assert not (a / "Documents" / "gone.txt").exists()
+    # Nothing of it went to the remote, and nothing is left in the store once it is closed.
+    stats = stub.stats()
+    assert stats["blobPuts"] == 0 and stats["itemPuts"] == 0, stats
+    assert os.listdir(a.store / "content") == []
+
+
+def test_python_temporary_file(stub, mount_factory):
+    a = mount_factory(stub, "laptop")
+    code = ("import tempfile;t=tempfile.TemporaryFile(dir=%r);t.write(b'x');t.seek(0);print(t.read())"
+            % str(a / "Documents"))
+    assert run("python3", "-c", code).stdout == "b'x'\n"
+    assert os.listdir(a / "Documents") == []
+
+
+def test_rename_over_an_open_file_keeps_its_descriptor(two):
+    stub, a, b = two
+    target = a / "Documents" / "t.txt"
+    target.write_text("old content")
+    sync(a)
+    with open(target, "rb") as old:
+        (a / "Documents" / "new.txt").write_text("new")
+        os.rename(a / "Documents" / "new.txt", target)
+        assert os.fstat(old.fileno()).st_nlink == 0
+        assert old.read() == b"old content"
+    sync(a)
+    same_on(b, "Documents/t.txt", b"new")
+
+
+def test_tmpfile_in_c(stub, mount_factory, tmp_path):
+    """tmpfile(3)-style use: open, unlink, write, seek, read, from a C program."""
+    a = mount_factory(stub, "laptop")
+    src = tmp_path / "t.c"
+    src.write_text(r"""
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+int main(int argc, char **argv) {
+    int fd = open(argv[1], O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) { perror("open"); return 1; }
+    if (unlink(argv[1]) != 0) { perror("unlink"); return 1; }
+    FILE *f = fdopen(fd, "w+");
+    fputs("scratch data\n", f);
+    fflush(f);
+    struct stat st;
+    if (fstat(fd, &st) != 0) { perror("fstat"); return 1; }
+    rewind(f);
+    char buf[64] = {0};
+    if (!fgets(buf, sizeof buf, f)) { perror("fgets"); return 1; }
+    printf("%ld %lu %s", (long)st.st_size, (unsigned long)st.st_nlink, buf);
+    return 0;
+}
+""")
+    run("cc", "-o", tmp_path / "t", src)
+    assert run(tmp_path / "t", a / "Documents" / "scratch").stdout == "13 0 scratch data\n"
