@@ -105,6 +105,12 @@ public struct FileDescriptor: Sendable, Hashable {
     public func startWriteback(from offset: Int64, length: Int64) { _ = ubq_start_writeback(raw, offset, length) }
     public func dataSync() throws { _ = try valueOrErrno { fdatasync(raw) } }
     public func truncate(_ size: Int64) throws { _ = try valueOrErrno { ftruncate(raw, off_t(size)) } }
+    /// Makes this (empty) file a copy of the first `length` bytes of `source`: a reflink where the file system
+    /// allows it, else a copy inside the kernel (FICLONE, then copy_file_range(2)).
+    public func copyContent(of source: FileDescriptor, length: Int64) throws {
+        let rc = ubq_copy_file(raw, source.raw, length)
+        if rc < 0 { throw Errno(-rc) }
+    }
 
     public func stat() throws -> Glibc.stat {
         var st = Glibc.stat()

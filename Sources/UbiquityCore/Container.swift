@@ -26,6 +26,9 @@ public struct ContainerConfig: Sendable {
     /// How long an open waits for content before failing with EIO.
     public var downloadTimeoutSeconds: Int = 30
     public var maxConcurrentDownloads: Int = 4
+    /// A file held open for writing goes up as a snapshot once it has had no write for this long (and at
+    /// each fsync); nil: only after its last close.
+    public var snapshotQuietSeconds: Int? = 3
     /// Long-poll wait of the change feed.
     public var pollWaitSeconds: Int = 25
     /// Clock, randomness and scheduling (Environment.swift); the defaults are the real ones.
@@ -60,6 +63,11 @@ public final class Container: @unchecked Sendable {
     /// Items deleted (here or elsewhere) while programs still hold them open, as they were, with `deleted` set:
     /// as on ext4 the descriptors keep working until the last close, on content moved aside to `unlinkedPath`.
     var unlinked: [String: Item] = [:]
+    /// Files open for writing: the time of the last write, and whether an fsync came since the last snapshot
+    /// (Snapshots.swift).
+    var lastWrite: [String: Int64] = [:]
+    var fsyncedSinceSnapshot: Set<String> = []
+    let gates = ContentGates()
     /// Conflict versions resolved here (kept in the store, so a crash does not forget them): a rebase on a newer
     /// remote version, or an edit elsewhere reviving a file resolved and then deleted here, does not bring them
     /// back. Conflict ids are random and never reused, so the set only grows (by a few bytes a resolution).
@@ -409,6 +417,10 @@ public final class Container: @unchecked Sendable {
 
     /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.
     public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
+        try gates.shared(id) { () throws(CoreError) -> Item in try truncateLocked(id, to: size) }
+    }
+
+    private func truncateLocked(_ id: String, to size: Int64) throws(CoreError) -> Item {
         try mutate { () throws(CoreError) -> Item in
             if let gone = unlinked[id], items[id]?.deleted ?? true { return try truncateUnlinked(gone, to: size) }
             guard var item = items[id], !item.deleted else { throw .notFound }
@@ -617,6 +629,7 @@ public final class Container: @unchecked Sendable {
     public func synced(_ id: String) throws(CoreError) {
         try flushed(id)
         do { try withLock { try store.makeDurable() } } catch { throw CoreError.from(error) }
+        snapshotRequested(id)
     }
 
     /// Records a handle closed.
@@ -627,7 +640,11 @@ public final class Container: @unchecked Sendable {
             if writable { h.writers -= 1 }
             handles[id] = h.open > 0 ? h : nil
             if h.open == 0 && unlinked.removeValue(forKey: id) != nil { try? removeFile(unlinkedPath(id)) }
-            if writable && h.writers == 0 { sync.wakePusher() }
+            if writable && h.writers == 0 {
+                lastWrite[id] = nil
+                fsyncedSinceSnapshot.remove(id)
+                sync.wakePusher()
+            }
         }
     }
 

@@ -171,14 +171,17 @@ struct Pusher {
 
     /// Returns true when done, false to look again.
     private func pushItem(_ snap: Snapshot) throws -> Bool {
+        var snap = snap
         var item = snap.item
         if item.dirty {
-            let path = container.store.contentPath(id)
-            let (sha, size) = try sha256OfFile(path)
+            let upload = try container.contentForUpload(id)
+            defer { upload.done() }
+            if let generation = upload.generation { snap.generation = generation }
+            let (sha, size) = try sha256OfFile(upload.path)
             item.remoteSHA = sha
             item.remoteSize = size
             item.size = size
-            try uploadBlob(sha: sha, size: size, path: path)
+            try uploadBlob(sha: sha, size: size, path: upload.path)
         }
         var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.mode,
                             mtime: item.mtime, size: item.kind == .dir ? 0 : item.remoteSize,

@@ -19,8 +19,11 @@ final class SyncLoops: @unchecked Sendable {
     init(container: Container) { self.container = container }
 
     func start() {
+        // The loops keep the container alive until they have seen `stop`: an owner that lets go of it right
+        // after stopping must not pull it from under a loop between two of its looks at `stopping`.
+        let owner = container
         for name in ["pull", "push"] {
-            let t = Thread { [self] in name == "pull" ? pullLoop() : pushLoop() }
+            let t = Thread { [self] in withExtendedLifetime(owner) { name == "pull" ? pullLoop() : pushLoop() } }
             t.name = name
             t.start()
             threads.append(t)
@@ -247,7 +250,7 @@ final class SyncLoops: @unchecked Sendable {
             switch outcome {
             case .idle:
                 backoff = 500_000_000
-                pause(60_000_000_000)
+                pause(min(60_000_000_000, container.nextSnapshotDue() ?? .max))
             case .failed:
                 pause(backoff)
                 backoff = min(backoff * 2, 30_000_000_000)
@@ -272,11 +275,12 @@ final class SyncLoops: @unchecked Sendable {
         return .idle
     }
 
-    /// True when the item can go now: nobody is writing it, and its parent is on the remote (a delete goes by
-    /// id: where the item was does not matter, its folder may be gone already). Expects the lock held.
+    /// True when the item can go now: no program is writing it (or a snapshot of it is due), and its parent is
+    /// on the remote (a delete goes by id: where the item was does not matter, its folder may be gone already).
+    /// Expects the lock held.
     func isPushable(_ id: String) -> Bool {
         guard let item = container.items[id] else { return false }
-        if item.dirty && (container.handles[id]?.writers ?? 0) > 0 { return false }
+        if container.isBeingWritten(id) { return false }
         if item.deleted { return true }
         if let p = item.parent, p != container.rootID, (container.items[p]?.remoteVersion ?? 0) == 0 { return false }
         return true
@@ -286,7 +290,7 @@ final class SyncLoops: @unchecked Sendable {
     /// on the remote yet). Nil while a program writes it. Expects the lock held.
     func pushFirst(toFree id: String) -> String? {
         if isPushable(id) { return id }
-        guard let item = container.items[id], !item.deleted, !(item.dirty && (container.handles[id]?.writers ?? 0) > 0),
+        guard let item = container.items[id], !item.deleted, !container.isBeingWritten(id),
               let p = item.parent, let parent = container.items[p], !parent.deleted, parent.remoteVersion == 0
         else { return nil }
         return pushFirst(toFree: p)

@@ -299,15 +299,13 @@ public final class FileSystem: @unchecked Sendable {
 
     func write(_ req: fuse_req_t, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ fh: UInt64) {
         guard let file = file(fh), file.writable else { return replyErrno(req, EBADF) }
+        let n: Int
         do {
-            if !file.wrote {
-                try core.willWrite(file.id)
-                file.wrote = true
-            }
+            n = try core.write(file.id) { ubq_write_buf_to_fd(bufv, file.fd.raw, offset) }
         } catch {
             return replyError(req, error)
         }
-        let n = ubq_write_buf_to_fd(bufv, file.fd.raw, offset)
+        file.wrote = true
         if n < 0 { return replyErrno(req, Int32(-n)) }
         fuse_reply_write(req, n)
     }

@@ -133,6 +133,8 @@ final class World {
         config.environment.clock = { [clock] in clock.now }
         config.environment.randomHex = { [ids = dev.ids] in ids.hex($0) }
         config.environment.backgroundTransfers = false
+        // Writes left open go up at their close only, as the simulation's model expects.
+        config.snapshotQuietSeconds = nil
         dev.container = try Container(store: try Store(directory: dev.dir), remote: dev.link, config: config)
     }
 

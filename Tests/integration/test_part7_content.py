@@ -269,3 +269,65 @@ int main(int argc, char **argv) {
 """)
     run("cc", "-o", tmp_path / "t", src)
     assert run(tmp_path / "t", a / "Documents" / "scratch").stdout == "13 0 scratch data\n"
+
+
+def test_log_held_open_reaches_the_other_device(two):
+    """A log written with fsync every second goes up at its fsync points as a consistent prefix, while the
+    writer still holds it open; once it is quiet, `sync --wait` returns and isUploaded says 1."""
+    stub, a, b = two
+    path = a / "Documents" / "app.log"
+    lines = [f"line {i:03d} {'x' * 50}\n" for i in range(8)]
+    seen_open = set()
+    with open(path, "w") as log:
+        for i, line in enumerate(lines):
+            log.write(line)
+            log.flush()
+            os.fsync(log.fileno())
+            time.sleep(1)
+            copy = b / "Documents" / "app.log"
+            if copy.exists():
+                text = copy.read_text()
+                assert "".join(lines[:i + 1]).startswith(text), "a torn or foreign snapshot"
+                seen_open.add(text.count("\n"))
+        assert len(seen_open - {0}) >= 2, f"the other device saw only {seen_open} lines while open"
+        # Quiet now, still open: everything goes up and sync --wait returns.
+        sync(a, timeout=30)
+        assert attr(path, "isUploaded") == "1"
+        same_on(b, "Documents/app.log", "".join(lines).encode())
+        log.write("after\n")
+        log.flush()
+        assert attr(path, "isUploaded") == "0"
+    sync(a)
+    same_on(b, "Documents/app.log", ("".join(lines) + "after\n").encode())
+
+
+def test_sqlite_with_a_long_lived_connection_reaches_the_other_device(two):
+    stub, a, b = two
+    code = r"""
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1])
+db.execute("create table notes(n integer, body text)")
+for i in range(5):
+    db.execute("insert into notes values(?, ?)", (i, "note %d" % i))
+    db.commit()
+print("committed", flush=True)
+sys.stdin.readline()   # hold the connection open until told
+db.close()
+"""
+    proc = subprocess.Popen(["python3", "-c", code, str(a / "Documents" / "notes.db")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "committed\n"
+
+        def rows_on_b():
+            p = b / "Documents" / "notes.db"
+            if not p.exists():
+                return None
+            out = run("sqlite3", p, "select count(*), max(body) from notes", check=False)
+            return out.returncode == 0 and out.stdout.strip() == "5|note 4"
+
+        wait_until(rows_on_b, timeout=30, what="the database on the other device while still open")
+        assert proc.poll() is None
+    finally:
+        proc.communicate("\n", timeout=30)
+    assert proc.returncode == 0

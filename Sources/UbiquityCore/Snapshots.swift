@@ -1,0 +1,120 @@
+// Uploads of files that programs hold open for writing (a log, a database): a consistent copy of the content
+// goes up at the program's fsync points and once the file has been quiet for a while, rather than only after
+// the last close.
+//
+// What must hold: an uploaded copy never holds half of a write. Every write and truncation through the mount
+// runs inside a gate shared by the writers of that file (`write`, `truncate`); a snapshot takes the gate
+// alone while it copies (a reflink where the file system can, else a copy inside the kernel), and records
+// the content generation at that moment. A write that lands after the copy bumps the generation, so the
+// acknowledged upload leaves the item dirty and it goes up again later: `isUploaded` stays true to the bytes.
+//
+// Lock order: a file's gate, then the container's lock.
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reader-writer locks striped by item id: writers of a file share theirs, a snapshot takes it alone. Striped
+/// (not one per item) so that they need no lifetime of their own; two files in one stripe only wait for each
+/// other's snapshots.
+final class ContentGates: @unchecked Sendable {
+    private let locks: UnsafeMutablePointer<pthread_rwlock_t>
+    private let count = 64
+
+    init() {
+        locks = .allocate(capacity: count)
+        for i in 0..<count { pthread_rwlock_init(locks + i, nil) }
+    }
+
+    deinit {
+        for i in 0..<count { pthread_rwlock_destroy(locks + i) }
+        locks.deallocate()
+    }
+
+    private func lock(_ id: String) -> UnsafeMutablePointer<pthread_rwlock_t> {
+        var h: UInt32 = 2166136261
+        for b in id.utf8 { h = (h ^ UInt32(b)) &* 16777619 }
+        return locks + Int(h % UInt32(count))
+    }
+
+    func shared<T, E: Error>(_ id: String, _ body: () throws(E) -> T) throws(E) -> T {
+        let l = lock(id)
+        pthread_rwlock_rdlock(l); defer { pthread_rwlock_unlock(l) }
+        return try body()
+    }
+
+    func exclusive<T, E: Error>(_ id: String, _ body: () throws(E) -> T) throws(E) -> T {
+        let l = lock(id)
+        pthread_rwlock_wrlock(l); defer { pthread_rwlock_unlock(l) }
+        return try body()
+    }
+}
+
+extension Container {
+    /// Runs one write of a program into an open file's content: the item is marked dirty first (durably, before
+    /// the write is acknowledged), and no snapshot sees the write half done.
+    public func write<T>(_ id: String, _ body: () -> T) throws(CoreError) -> T {
+        try willWrite(id)
+        return gates.shared(id) {
+            let result = body()
+            withLock {
+                contentGeneration[id, default: 0] += 1
+                lastWrite[id] = now()
+            }
+            return result
+        }
+    }
+
+    /// An fsync of a file open for writing: a snapshot of it is due.
+    func snapshotRequested(_ id: String) {
+        withLock { fsyncedSinceSnapshot.insert(id) }
+        sync.wakePusher()
+    }
+
+    /// True while a program writes the file and no snapshot of it is due: it waits for its fsync, for a quiet
+    /// moment, or for its last close. Expects the lock held.
+    func isBeingWritten(_ id: String) -> Bool {
+        guard let item = items[id], item.dirty, (handles[id]?.writers ?? 0) > 0 else { return false }
+        return !isSnapshotDue(id)
+    }
+
+    /// Expects the lock held.
+    private func isSnapshotDue(_ id: String) -> Bool {
+        guard let quiet = config.snapshotQuietSeconds else { return false }
+        if fsyncedSinceSnapshot.contains(id) { return true }
+        return now() - (lastWrite[id] ?? 0) >= Int64(quiet) * 1_000_000_000
+    }
+
+    /// When the next file held open for writing becomes quiet enough for a snapshot (nanoseconds from now).
+    func nextSnapshotDue() -> Int64? {
+        guard let quiet = config.snapshotQuietSeconds else { return nil }
+        return withLock {
+            let now = self.now()
+            return handles.compactMap { id, h -> Int64? in
+                guard h.writers > 0, items[id]?.dirty == true, let last = lastWrite[id] else { return nil }
+                return max(0, last + Int64(quiet) * 1_000_000_000 - now)
+            }.min()
+        }
+    }
+
+    /// What the pusher uploads for a dirty file: the content file itself while nobody writes it, else a copy
+    /// taken between two writes (in staging, removed by `done`). `generation` is the content's at that moment.
+    func contentForUpload(_ id: String) throws -> (path: String, generation: Int?, done: () -> Void) {
+        let path = store.contentPath(id)
+        if withLock({ (handles[id]?.writers ?? 0) == 0 }) { return (path, nil, {}) }
+        let copy = store.stagingDirectory + "/snapshot-" + id
+        let generation = try gates.exclusive(id) { () throws -> Int in
+            let source = try FileDescriptor.open(path, O_RDONLY)
+            defer { source.close() }
+            let target = try FileDescriptor.open(copy, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+            defer { target.close() }
+            try target.copyContent(of: source, length: Int64(try source.stat().st_size))
+            return withLock {
+                fsyncedSinceSnapshot.remove(id)
+                return contentGeneration[id] ?? 0
+            }
+        }
+        return (copy, generation, { try? removeFile(copy) })
+    }
+}
