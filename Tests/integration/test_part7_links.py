@@ -70,6 +70,7 @@ def test_links_are_created_read_and_synced(two):
     assert run("ls", d / "todir").stdout.split() == ["inside.txt"]      # followed by the kernel
     assert (d / "todir" / "inside.txt").read_text() == "inside\n"
     assert not (d / "dangling").exists() and (d / "dangling").is_symlink()
+    assert os.listxattr(d / "rel", follow_symlinks=False) == []          # no user.* attributes on links
     assert run("ls", "-l", d).stdout.count("\nl") == len(LINKS)           # listed as links
 
     sync(a)
@@ -81,9 +82,11 @@ def test_links_are_created_read_and_synced(two):
 
     os.rename(d / "rel", d / "renamed")
     os.unlink(d / "abs")
+    run("ln", "-sfn", "elsewhere", d / "dangling")                     # a link is replaced by a new one
     sync(a)
     wait_until(lambda: not (db / "rel").is_symlink() and not (db / "abs").is_symlink()
-               and os.readlink(db / "renamed") == LINKS["rel"], what="rename and delete on b")
+               and os.readlink(db / "renamed") == LINKS["rel"] and os.readlink(db / "dangling") == "elsewhere",
+               what="rename, delete and replacement on b")
     assert "abs" not in remote_names(stub)
 
 
