@@ -2,7 +2,7 @@
 //
 // Invariants (checked by `Store.check` and the tests):
 // - every live item but the root has a live parent directory, and (parent, name) is unique among live items;
-// - `hasLocal` is true exactly when `content/<id>` exists in the store and is complete;
+// - for a file, `hasLocal` is true exactly when `content/<id>` exists in the store and is complete;
 // - `localSHA` is the hash of that content when it is a clean copy of some remote version, nil when dirty;
 // - an item with `dirty`, `metaDirty` or `deleted` set has a row in the pending journal, unless it is local-only
 //   (`isLocalOnly`): those never enter the journal and never reach the remote;
