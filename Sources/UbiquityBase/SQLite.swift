@@ -103,6 +103,14 @@ public final class Database: @unchecked Sendable {
         }
     }
 
+    /// Adds a column to an existing table unless it has it already: the schema migration of a database made
+    /// by an older version (`definition` is the column's type and default, e.g. `TEXT`).
+    public func addColumnIfMissing(_ table: String, _ column: String, _ definition: String) throws {
+        var found = false
+        try forEach("SELECT name FROM pragma_table_info(?)", [.text(table)]) { if $0.text(0) == column { found = true } }
+        if !found { try exec("ALTER TABLE \(table) ADD COLUMN \(column) \(definition)") }
+    }
+
     public var changes: Int { Int(sqlite3_changes(handle)) }
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 }

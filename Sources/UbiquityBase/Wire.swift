@@ -2,8 +2,10 @@
 // change both together.
 import Foundation
 
+/// What an item is. `fifo` and `socket` are core-only: such nodes live on one device and are never sent (the
+/// remote refuses them).
 public enum ItemKind: String, Codable, Sendable {
-    case file, dir
+    case file, dir, symlink, fifo, socket
 }
 
 /// One unresolved conflict version of a file: a content that lost, kept until a person resolves it.
@@ -43,13 +45,16 @@ public struct WireItem: Codable, Equatable, Sendable {
     /// The user's own extended attributes (`user.*` but not `user.ubiquity.*`), values in base64.
     public var xattrs: [String: String]
     public var conflicts: [WireConflict]
+    /// A symbolic link's target, exactly as written; absent (nil) for every other kind.
+    public var target: String?
 
     public init(id: String, parent: String?, name: String, kind: ItemKind, mode: UInt32, mtime: Int64,
                 size: Int64, sha256: String, version: Int64 = 0, deleted: Bool = false, device: String = "",
-                xattrs: [String: String] = [:], conflicts: [WireConflict] = []) {
+                xattrs: [String: String] = [:], conflicts: [WireConflict] = [], target: String? = nil) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.mode = mode
         self.mtime = mtime; self.size = size; self.sha256 = sha256; self.version = version
         self.deleted = deleted; self.device = device; self.xattrs = xattrs; self.conflicts = conflicts
+        self.target = target
     }
 }
 
@@ -87,6 +92,32 @@ public enum WireRules {
     public static let maxNameBytes = 255
     public static let maxXattrBytes = 64 * 1024
     public static let maxJSONBytes = 1 << 20
+    /// A symbolic link's target: PATH_MAX (4096) less the terminating NUL, as the kernel takes them.
+    public static let maxTargetBytes = 4095
+
+    /// A valid symbolic link target: 1 to 4095 bytes, no NUL (any other byte, `/` included, is allowed).
+    public static func isValidTarget(_ target: String) -> Bool {
+        let n = target.utf8.count
+        return n > 0 && n <= maxTargetBytes && !target.utf8.contains(0)
+    }
+
+    /// Why a wire item's kind-specific fields are wrong, or nil: a link carries its target, its size is the
+    /// target's length in bytes, and it has no content or conflict versions; other kinds carry no target;
+    /// fifos and sockets are never sent.
+    public static func kindProblem(_ item: WireItem) -> String? {
+        switch item.kind {
+        case .symlink:
+            guard let target = item.target else { return "a symbolic link needs a target" }
+            guard isValidTarget(target) else { return "bad symbolic link target (1 to 4095 bytes, no NUL)" }
+            guard item.size == Int64(target.utf8.count) else { return "a link's size is its target's length" }
+            guard item.sha256.isEmpty, item.conflicts.isEmpty else { return "a symbolic link has no content" }
+        case .fifo, .socket:
+            return "fifos and sockets are local-only"
+        case .file, .dir:
+            if item.target != nil { return "only a symbolic link has a target" }
+        }
+        return nil
+    }
 
     /// A valid item name: 1 to 255 bytes of UTF-8, no `/` or NUL, not `.` or `..`.
     public static func isValidName(_ name: String) -> Bool {

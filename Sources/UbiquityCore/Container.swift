@@ -271,12 +271,14 @@ public final class Container: @unchecked Sendable {
         return dir
     }
 
-    private func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32) -> Item {
+    private func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32, target: String?) -> Item {
         let now = self.now()
+        // A link's size is its target's length; it has no content.
+        let size = Int64(target?.utf8.count ?? 0)
         return Item(id: config.environment.randomHex(16), parent: parent, name: name, kind: kind, mode: mode & 0o7777,
-                    mtime: now, ctime: now, size: 0, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
-                    remoteSize: 0, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
-                    metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [])
+                    mtime: now, ctime: now, size: size, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
+                    remoteSize: size, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
+                    metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [], target: target)
     }
 
     /// Adds a new item to the index and the store, and wakes the pusher.
@@ -296,13 +298,28 @@ public final class Container: @unchecked Sendable {
         try create(parent: parent, name: name, kind: .file, mode: mode)
     }
 
+    /// Creates a symbolic link to `target`, kept exactly as given (relative or absolute; it need not exist).
+    /// Its target never changes: POSIX replaces a link by a new one.
+    public func createSymlink(parent: String, name: String, target: String) throws(CoreError) -> Item {
+        if target.utf8.count > WireRules.maxTargetBytes { throw .nameTooLong }
+        if !WireRules.isValidTarget(target) { throw .invalidArgument("bad link target") }
+        return try create(parent: parent, name: name, kind: .symlink, mode: 0o777, target: target)
+    }
+
+    /// Creates a fifo or a socket: a local-only node (never uploaded) whose data the kernel carries.
+    public func createLocalNode(parent: String, name: String, kind: ItemKind, mode: UInt32) throws(CoreError) -> Item {
+        precondition(kind == .fifo || kind == .socket, "only fifos and sockets are local nodes")
+        return try create(parent: parent, name: name, kind: kind, mode: mode)
+    }
+
     /// Creates a new item in a live directory; a file gets an empty content file.
-    private func create(parent: String, name: String, kind: ItemKind, mode: UInt32) throws(CoreError) -> Item {
+    private func create(parent: String, name: String, kind: ItemKind, mode: UInt32,
+                        target: String? = nil) throws(CoreError) -> Item {
         try checkName(name)
         return try mutate { () throws(CoreError) -> Item in
             _ = try liveDirectory(parent)
             if children[parent]?[name] != nil { throw .exists }
-            let item = newItem(parent: parent, name: name, kind: kind, mode: mode)
+            let item = newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
             if kind == .file {
                 do {
                     let fd = try FileDescriptor.open(store.contentPath(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
@@ -425,6 +442,7 @@ public final class Container: @unchecked Sendable {
             if let gone = unlinked[id], items[id]?.deleted ?? true { return try truncateUnlinked(gone, to: size) }
             guard var item = items[id], !item.deleted else { throw .notFound }
             if item.isDirectory { throw .isDirectory }
+            if !item.hasContent { throw .invalidArgument("only a file has content to truncate") }
             if size != 0 && !item.hasLocal { throw .wouldBlock }
             do {
                 let fd = try FileDescriptor.open(store.contentPath(id), O_WRONLY | O_CREAT, mode: 0o600)
@@ -528,6 +546,7 @@ public final class Container: @unchecked Sendable {
         try mutate { () throws(CoreError) -> Opening in
             guard var item = items[id], !item.deleted else { throw .notFound }
             if item.isDirectory { throw .isDirectory }
+            if !item.hasContent { throw .invalidArgument("only a file has content to open") }
             let truncating = writable && truncate
             let emptyRemote = item.remoteSHA == emptySHA256 && item.remoteSize == 0
             let staleUsable = item.hasLocal && (staleOK || nonBlocking || (handles[id]?.writers ?? 0) > 0)

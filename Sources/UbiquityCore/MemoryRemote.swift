@@ -213,12 +213,13 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             var new = item
             new.deleted = false
             new.mode &= 0o7777
+            if let problem = WireRules.kindProblem(item) { throw Self.bad(problem) }
             if item.kind == .file {
                 guard isSHA256Hex(item.sha256) else { throw Self.bad("bad hash") }
                 let size = item.sha256 == emptySHA256 ? 0 : blobs[item.sha256].map { Int64($0.count) }
                 guard let size else { throw Self.bad("blob \(item.sha256) missing") }
                 guard size == item.size else { throw Self.bad("size \(item.size) does not match the blob's \(size)") }
-            } else {
+            } else if item.kind == .dir {
                 new.size = 0
                 new.sha256 = ""
             }

@@ -2,9 +2,12 @@
 //
 // Invariants (checked by `Store.check` and the tests):
 // - every live item but the root has a live parent directory, and (parent, name) is unique among live items;
-// - `hasLocal` is true exactly when `content/<id>` exists in the store and is complete;
+// - for a file, `hasLocal` is true exactly when `content/<id>` exists in the store and is complete;
 // - `localSHA` is the hash of that content when it is a clean copy of some remote version, nil when dirty;
-// - an item with `dirty`, `metaDirty` or `deleted` set has a row in the pending journal.
+// - an item with `dirty`, `metaDirty` or `deleted` set has a row in the pending journal, unless it is local-only
+//   (`isLocalOnly`): those never enter the journal and never reach the remote;
+// - only files have content: directories, links, fifos and sockets are metadata only (`hasLocal` true, no
+//   content file); a link's `target` is set exactly when its kind is `.symlink`, its size is the target's length.
 import Foundation
 import UbiquityBase
 
@@ -42,9 +45,17 @@ public struct Item: Equatable, Sendable {
     /// The user's own extended attributes.
     public var xattrs: [String: [UInt8]]
     public var conflicts: [WireConflict]
+    /// A symbolic link's target, exactly as written; nil for every other kind.
+    public var target: String? = nil
 
     public var isDirectory: Bool { kind == .dir }
-    public var isPending: Bool { dirty || metaDirty || deleted }
+    /// Only files have content to store, download, upload or evict.
+    public var hasContent: Bool { kind == .file }
+    /// Lives on this device only: never uploaded, never in the journal of pending changes. Today fifos and
+    /// sockets (the kernel carries their data; only the node is ours).
+    public var isLocalOnly: Bool { kind == .fifo || kind == .socket }
+    /// Has changes to send to the remote (a local-only item never has).
+    public var isPending: Bool { !isLocalOnly && (dirty || metaDirty || deleted) }
 
     /// Local content that is the newest remote version (or newer, while dirty).
     public var isCurrent: Bool { hasLocal && (dirty || localSHA == remoteSHA) }
@@ -70,10 +81,11 @@ public struct Item: Equatable, Sendable {
         device = w.device
         xattrs = w.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
         conflicts = w.conflicts
+        target = w.target
     }
 
     public var downloadingStatus: DownloadingStatus {
-        if kind == .dir || isCurrent { return .current }
+        if !hasContent || isCurrent { return .current }
         return hasLocal ? .downloaded : .notDownloaded
     }
 }
@@ -109,6 +121,8 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case noAttribute
     /// An extended attribute value or list too large.
     case tooBig
+    /// A name or link target that is not valid UTF-8 (every device of a container must be able to hold it).
+    case notUTF8
 
     public var description: String {
         switch self {
@@ -129,6 +143,7 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .readOnly: return "read-only"
         case .noAttribute: return "no such attribute"
         case .tooBig: return "attribute too large"
+        case .notUTF8: return "not valid UTF-8"
         }
     }
 

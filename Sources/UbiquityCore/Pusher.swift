@@ -27,6 +27,8 @@ struct Pusher {
     }
 
     func run() throws {
+        // A local-only item never goes up, and its delete sends nothing (it never enters the journal).
+        if snapshot()?.item.isLocalOnly == true { return dropFromJournal() }
         var attempts = 0
         while let snap = snapshot(), snap.item.isPending {
             attempts += 1
@@ -145,7 +147,7 @@ struct Pusher {
             item.deleted = false
             item.dirty = false
             item.metaDirty = false
-            item.hasLocal = item.kind == .dir
+            item.hasLocal = !item.hasContent
             item.localSHA = nil
             item.adopt(w)
             // Conflict versions resolved here before the delete stay resolved on the item that came back.
@@ -185,9 +187,9 @@ struct Pusher {
         }
         var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.mode,
                             mtime: item.mtime, size: item.kind == .dir ? 0 : item.remoteSize,
-                            sha256: item.kind == .dir ? "" : item.remoteSHA, device: container.config.device,
+                            sha256: item.hasContent ? item.remoteSHA : "", device: container.config.device,
                             xattrs: item.xattrs.mapValues { Data($0).base64EncodedString() },
-                            conflicts: item.conflicts)
+                            conflicts: item.conflicts, target: item.target)
         if !item.dirty { wire.device = item.device.isEmpty ? container.config.device : item.device }
         let stored: WireItem
         if item.remoteVersion == 0 {

@@ -52,10 +52,10 @@ extension Container {
         return false
     }
 
-    /// The files at and below an item. Expects the lock held.
+    /// The files at and below an item (links, fifos and sockets have no content: never listed). Expects the lock held.
     private func filesBelow(_ id: String) -> [Item] {
         guard let item = items[id], !item.deleted else { return [] }
-        if !item.isDirectory { return [item] }
+        if !item.isDirectory { return item.hasContent ? [item] : [] }
         return (children[id] ?? [:]).values.flatMap { filesBelow($0) }
     }
 

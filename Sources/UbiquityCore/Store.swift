@@ -93,6 +93,8 @@ public final class Store: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS pending(id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS pending_seq ON pending(seq);
         """)
+        // A symbolic link's target (NULL for every other kind); stores made before links lack the column.
+        try db.addColumnIfMissing("items", "target", "TEXT")
     }
 
     /// Removes every leftover of an interrupted download: nothing in staging is ever served.
@@ -182,7 +184,7 @@ public final class Store: @unchecked Sendable {
 
     private static let columns = """
         id, parent, name, kind, mode, mtime, ctime, size, remote_version, remote_sha, remote_size, device,
-        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts
+        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, target
         """
 
     /// Every item in the store.
@@ -196,7 +198,8 @@ public final class Store: @unchecked Sendable {
                 remoteVersion: row.int(8), remoteSHA: row.text(9), remoteSize: row.int(10), device: row.text(11),
                 hasLocal: row.int(12) != 0, localSHA: row.optionalText(13), dirty: row.int(14) != 0,
                 metaDirty: row.int(15) != 0, deleted: row.int(16) != 0, pinned: row.int(17) != 0,
-                xattrs: Store.decodeXattrs(row.text(18)), conflicts: Store.decodeConflicts(row.text(19))))
+                xattrs: Store.decodeXattrs(row.text(18)), conflicts: Store.decodeConflicts(row.text(19)),
+                target: row.optionalText(20)))
         }
         return items
     }
@@ -207,21 +210,24 @@ public final class Store: @unchecked Sendable {
     }
 
     private func write(_ item: Item) throws {
-        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
             .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name), .text(item.kind.rawValue),
             .int(Int64(item.mode)), .int(item.mtime), .int(item.ctime), .int(item.size),
             .int(item.remoteVersion), .text(item.remoteSHA), .int(item.remoteSize), .text(item.device),
             .int(item.hasLocal ? 1 : 0), item.localSHA.map { .text($0) } ?? .null, .int(item.dirty ? 1 : 0),
             .int(item.metaDirty ? 1 : 0), .int(item.deleted ? 1 : 0), .int(item.pinned ? 1 : 0),
             .text(Store.encodeXattrs(item.xattrs)), .text(Store.encodeConflicts(item.conflicts)),
+            item.target.map { .text($0) } ?? .null,
         ])
         if !item.isPending {
             try db.query("DELETE FROM pending WHERE id = ?", [.text(item.id)])
         }
     }
 
-    /// Saves an item with a local change and moves it to the end of the pending journal.
+    /// Saves an item with a local change and moves it to the end of the pending journal (a local-only item
+    /// is only saved: it never enters the journal).
     public func saveChanged(_ item: Item) throws {
+        if item.isLocalOnly { return try save(item) }
         try withReserve {
             try db.transaction {
                 try write(item)

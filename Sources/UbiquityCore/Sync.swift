@@ -144,7 +144,7 @@ final class SyncLoops: @unchecked Sendable {
             }
             var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
                             ctime: c.now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
-                            device: "", hasLocal: w.kind == .dir, localSHA: nil, dirty: false, metaDirty: false,
+                            device: "", hasLocal: w.kind != .file, localSHA: nil, dirty: false, metaDirty: false,
                             deleted: false, pinned: false, xattrs: [:], conflicts: [])
             item.adopt(w)
             item.parent = c.interned(item.parent)
@@ -228,11 +228,13 @@ final class SyncLoops: @unchecked Sendable {
         for conflict in item.conflicts { c.evictConflict(item.id, conflict.id) }
     }
 
-    /// True when a live item below the directory has changes not yet pushed. Expects the lock held.
+    /// True when a live item below the directory has changes not yet pushed, or lives here only (a fifo kept
+    /// in a folder deleted elsewhere keeps the folder, as an edit would). Expects the lock held.
     private func hasLocalChanges(below id: String) -> Bool {
         for child in (container.children[id] ?? [:]).values {
             guard let item = container.items[child] else { continue }
-            if (item.isPending && !item.deleted) || (item.isDirectory && hasLocalChanges(below: child)) { return true }
+            if (item.isPending && !item.deleted) || item.isLocalOnly { return true }
+            if item.isDirectory && hasLocalChanges(below: child) { return true }
         }
         return false
     }

@@ -23,6 +23,7 @@ extension CoreError {
         case .readOnly: return EROFS
         case .noAttribute: return ENODATA
         case .tooBig: return E2BIG
+        case .notUTF8: return EILSEQ
         }
     }
 }

@@ -36,7 +36,8 @@ public final class FileSystem: @unchecked Sendable {
     struct DirEntry {
         let name: String
         let id: String?
-        let isDirectory: Bool
+        /// The type bits of the entry's mode.
+        let type: mode_t
     }
 
     public init(core: Container) {
@@ -53,23 +54,41 @@ public final class FileSystem: @unchecked Sendable {
         st.st_uid = uid
         st.st_gid = gid
         st.st_blksize = 4096
-        if item.isDirectory {
-            st.st_mode = S_IFDIR | mode_t(item.mode)
+        st.st_mode = FileSystem.fileType(item.kind) | mode_t(item.mode)
+        st.st_nlink = 1
+        switch item.kind {
+        case .dir:
             st.st_nlink = 2
             st.st_size = 4096
-        } else {
-            st.st_mode = S_IFREG | mode_t(item.mode)
+        case .file:
             st.st_nlink = item.deleted ? 0 : 1 // deleted: unlinked, still open
             st.st_size = off_t(item.size)
             if let local = core.localStat(item) {
                 st.st_blocks = local.st_blocks
                 if item.dirty { st.st_size = local.st_size }
             }
+        case .symlink:
+            // lrwxrwxrwx, as every Linux file system shows links; the size is the target's length in bytes.
+            st.st_mode = S_IFLNK | 0o777
+            st.st_size = off_t(item.target?.utf8.count ?? 0)
+        case .fifo, .socket:
+            st.st_size = 0
         }
         st.st_mtim = timespec(tv_sec: Int(item.mtime / 1_000_000_000), tv_nsec: Int(item.mtime % 1_000_000_000))
         st.st_atim = st.st_mtim
         st.st_ctim = timespec(tv_sec: Int(item.ctime / 1_000_000_000), tv_nsec: Int(item.ctime % 1_000_000_000))
         return st
+    }
+
+    /// The type bits of an item kind's mode.
+    static func fileType(_ kind: ItemKind) -> mode_t {
+        switch kind {
+        case .file: return S_IFREG
+        case .dir: return S_IFDIR
+        case .symlink: return S_IFLNK
+        case .fifo: return S_IFIFO
+        case .socket: return S_IFSOCK
+        }
     }
 
     /// An entry for a reply, counting one lookup. Virtual nodes are not cached by the kernel.
@@ -196,6 +215,41 @@ public final class FileSystem: @unchecked Sendable {
         if isVersionsName(dirID, name) { return replyError(req, .exists) }
         do {
             replyEntry(req, try core.makeDirectory(parent: dirID, name: name, mode: UInt32(mode)))
+        } catch { replyError(req, error) }
+    }
+
+    /// symlink(2): the target is kept exactly as given; it must be valid UTF-8 (EILSEQ otherwise).
+    func symlink(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ target: UnsafePointer<CChar>) {
+        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        if isVirtual(dirID) { return replyError(req, .readOnly) }
+        if isVersionsName(dirID, name) { return replyError(req, .exists) }
+        if strlen(target) > WireRules.maxTargetBytes { return replyError(req, .nameTooLong) }
+        guard let text = String(validatingCString: target) else { return replyError(req, .notUTF8) }
+        do {
+            replyEntry(req, try core.createSymlink(parent: dirID, name: name, target: text))
+        } catch { replyError(req, error) }
+    }
+
+    func readlink(_ req: fuse_req_t, _ ino: UInt64) {
+        guard let id = inodes.id(ino), let item = core.item(id) else { return replyError(req, .notFound) }
+        guard let target = item.target else { return replyError(req, .invalidArgument("not a symbolic link")) }
+        fuse_reply_readlink(req, target)
+    }
+
+    /// mknod(2): fifos and sockets are local-only nodes (the kernel carries their data); a regular file is
+    /// created as by creat(2); device nodes are refused with EPERM.
+    func mknod(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t) {
+        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        if isVirtual(dirID) { return replyError(req, .readOnly) }
+        if isVersionsName(dirID, name) { return replyError(req, .exists) }
+        do {
+            let perms = UInt32(mode & 0o7777)
+            switch mode & S_IFMT {
+            case S_IFIFO: replyEntry(req, try core.createLocalNode(parent: dirID, name: name, kind: .fifo, mode: perms))
+            case S_IFSOCK: replyEntry(req, try core.createLocalNode(parent: dirID, name: name, kind: .socket, mode: perms))
+            case S_IFREG, 0: replyEntry(req, try core.createFile(parent: dirID, name: name, mode: perms))
+            default: replyError(req, .notPermitted("device nodes are not supported"))
+            }
         } catch { replyError(req, error) }
     }
 
@@ -415,9 +469,9 @@ public final class FileSystem: @unchecked Sendable {
     func opendir(_ req: fuse_req_t, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
         do {
-            var list = [DirEntry(name: ".", id: nil, isDirectory: true), DirEntry(name: "..", id: nil, isDirectory: true)]
+            var list = [DirEntry(name: ".", id: nil, type: S_IFDIR), DirEntry(name: "..", id: nil, type: S_IFDIR)]
             for child in try children(id) {
-                list.append(DirEntry(name: child.name, id: child.id, isDirectory: node(child.id)?.isDirectory ?? false))
+                list.append(DirEntry(name: child.name, id: child.id, type: node(child.id)?.fileType ?? S_IFREG))
             }
             handleLock.lock()
             let fh = nextHandle
@@ -460,7 +514,7 @@ public final class FileSystem: @unchecked Sendable {
                 if n > size - used, remembered != 0 { inodes.forget(remembered, 1) }
             } else {
                 var st = stat()
-                st.st_mode = e.isDirectory ? S_IFDIR : S_IFREG
+                st.st_mode = e.type
                 st.st_ino = UInt(e.id.flatMap { inodes.known($0) } ?? 1)
                 n = buf.withUnsafeMutableBufferPointer {
                     fuse_add_direntry(req, $0.baseAddress! + used, size - used, e.name, &st, next)

@@ -43,10 +43,11 @@ private func makeOperations() -> fuse_lowlevel_ops {
     ops.releasedir = { req, _, fi in fs(req).releasedir(fi!.pointee.fh); fuse_reply_err(req, 0) }
     ops.fsyncdir = { req, _, _, _ in fuse_reply_err(req, 0) }
     ops.statfs = { req, _ in fs(req).statfs(req!) }
-    // A ubiquity container holds files and folders only, as iCloud Drive does: no links, devices or fifos.
-    ops.symlink = { req, _, _, _ in fuse_reply_err(req, EPERM) }
+    ops.symlink = { req, target, parent, name in fs(req).symlink(req!, parent, str(name), target!) }
+    ops.readlink = { req, ino in fs(req).readlink(req!, ino) }
+    ops.mknod = { req, parent, name, mode, _ in fs(req).mknod(req!, parent, str(name), mode) }
+    // No hard links: an item has one place (its parent and name), as on iCloud Drive.
     ops.link = { req, _, _, _ in fuse_reply_err(req, EPERM) }
-    ops.mknod = { req, _, _, _, _ in fuse_reply_err(req, EPERM) }
     ops.getxattr = { req, ino, name, size in fs(req).getxattr(req!, ino, str(name), size) }
     ops.listxattr = { req, ino, size in fs(req).listxattr(req!, ino, size) }
     ops.setxattr = { req, ino, name, value, size, flags in

@@ -19,11 +19,12 @@ enum Node {
     case versionsDir(of: Item)
     case version(of: Item, conflict: WireConflict)
 
-    var isDirectory: Bool {
+    /// The type bits of its mode (S_IFDIR, S_IFREG, S_IFLNK, ...), as listings report them.
+    var fileType: mode_t {
         switch self {
-        case .real(let item): return item.isDirectory
-        case .versionsDir: return true
-        case .version: return false
+        case .real(let item): return FileSystem.fileType(item.kind)
+        case .versionsDir: return S_IFDIR
+        case .version: return S_IFREG
         }
     }
 

@@ -91,6 +91,8 @@ extension FileSystem {
         if isVirtual(id) {
             return replyXattr(req, versionAttributes(id).keys.sorted().flatMap { Array($0.utf8) + [0] }, size)
         }
+        // The kernel allows user.* attributes on files and directories only: a link, fifo or socket lists none.
+        if let item = core.item(id), !item.isDirectory && !item.hasContent { return replyXattr(req, [], size) }
         do {
             let status = try core.status(id)
             var list = [UInt8]()

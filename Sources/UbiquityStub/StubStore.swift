@@ -63,6 +63,8 @@ final class StubStore: @unchecked Sendable {
             CREATE TABLE IF NOT EXISTS blobs (container TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
                 PRIMARY KEY (container, sha256));
             """)
+        // A symbolic link's target (NULL for every other kind); stores made before links lack the column.
+        try db.addColumnIfMissing("items", "target", "TEXT")
     }
 
     // MARK: Locking and waking
@@ -114,7 +116,7 @@ final class StubStore: @unchecked Sendable {
 
     // MARK: Items
 
-    private static let columns = "id, parent, name, kind, mode, mtime, size, sha256, version, deleted, device, xattrs, conflicts"
+    private static let columns = "id, parent, name, kind, mode, mtime, size, sha256, version, deleted, device, xattrs, conflicts, target"
 
     private static func decodeRow(_ r: Row) -> WireItem {
         let xattrs = (try? JSONDecoder().decode([String: String].self, from: Data(r.text(11).utf8))) ?? [:]
@@ -122,7 +124,7 @@ final class StubStore: @unchecked Sendable {
         return WireItem(id: r.text(0), parent: r.optionalText(1), name: r.text(2),
                         kind: ItemKind(rawValue: r.text(3)) ?? .file, mode: UInt32(truncatingIfNeeded: r.int(4)),
                         mtime: r.int(5), size: r.int(6), sha256: r.text(7), version: r.int(8), deleted: r.int(9) != 0,
-                        device: r.text(10), xattrs: xattrs, conflicts: conflicts)
+                        device: r.text(10), xattrs: xattrs, conflicts: conflicts, target: r.optionalText(13))
     }
 
     private func itemLocked(_ cid: String, _ id: String) throws -> WireItem? {
@@ -157,11 +159,11 @@ final class StubStore: @unchecked Sendable {
         let xattrs = String(decoding: try JSONEncoder.wire.encode(stored.xattrs), as: UTF8.self)
         let conflicts = String(decoding: try JSONEncoder.wire.encode(stored.conflicts), as: UTF8.self)
         try db.query("UPDATE containers SET seq = ? WHERE id = ?", [.int(stored.version), .text(cid)])
-        try db.query("INSERT OR REPLACE INTO items (container, \(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        try db.query("INSERT OR REPLACE INTO items (container, \(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
             .text(cid), .text(stored.id), stored.parent.map { .text($0) } ?? .null, .text(stored.name),
             .text(stored.kind.rawValue), .int(Int64(stored.mode)), .int(stored.mtime), .int(stored.size),
             .text(stored.sha256), .int(stored.version), .int(stored.deleted ? 1 : 0), .text(stored.device),
-            .text(xattrs), .text(conflicts),
+            .text(xattrs), .text(conflicts), stored.target.map { .text($0) } ?? .null,
         ])
         return stored
     }
@@ -181,11 +183,14 @@ final class StubStore: @unchecked Sendable {
         item.mode &= 0o7777
         item.deleted = false
         guard item.device.utf8.count <= 255 else { throw StubFailure(400, "device name too long") }
+        if let problem = WireRules.kindProblem(item) { throw StubFailure(400, problem) }
         switch item.kind {
         case .dir:
             item.size = 0; item.sha256 = ""
         case .file:
             try checkContentLocked(cid, sha256: item.sha256, size: item.size, what: "content")
+        case .symlink, .fifo, .socket:
+            break // checked above: a link's fields follow from its target, and the others are refused
         }
         var xattrBytes = 0
         for (key, value) in item.xattrs {
