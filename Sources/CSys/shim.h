@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <sys/ioctl.h>
 #include <linux/fs.h>
+#include <linux/falloc.h>
 
 // Starts writing a range of a file to disk without waiting (sync_file_range(2) with SYNC_FILE_RANGE_WRITE).
 static inline int ubq_start_writeback(int fd, long long offset, long long length) {
@@ -28,4 +29,9 @@ static inline int ubq_copy_file(int dst, int src, long long length) {
         if (n == 0) break;
     }
     return 0;
+}
+
+// Deallocates a range of a file, which then reads as zeros (fallocate(2) with PUNCH_HOLE, KEEP_SIZE).
+static inline int ubq_punch_hole(int fd, long long offset, long long length) {
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length);
 }

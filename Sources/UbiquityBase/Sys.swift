@@ -105,6 +105,11 @@ public struct FileDescriptor: Sendable, Hashable {
     public func startWriteback(from offset: Int64, length: Int64) { _ = ubq_start_writeback(raw, offset, length) }
     public func dataSync() throws { _ = try valueOrErrno { fdatasync(raw) } }
     public func truncate(_ size: Int64) throws { _ = try valueOrErrno { ftruncate(raw, off_t(size)) } }
+    /// Frees the blocks of a range, which then reads as zeros (a hole), keeping the size.
+    public func punchHole(at offset: Int64, length: Int64) throws {
+        _ = try valueOrErrno { ubq_punch_hole(raw, offset, length) }
+    }
+
     /// Makes this (empty) file a copy of the first `length` bytes of `source`: a reflink where the file system
     /// allows it, else a copy inside the kernel (FICLONE, then copy_file_range(2)).
     public func copyContent(of source: FileDescriptor, length: Int64) throws {

@@ -257,13 +257,15 @@ final class Downloads: @unchecked Sendable {
 
 /// Hashes a staging file as its bytes land (reading them back while they are still in the page cache) and
 /// starts writing them to disk early, so that neither a second pass over the file nor a long final fsync
-/// follows the transfer.
+/// follows the transfer. Blocks that are all zeros become holes, so a sparse file stays sparse on every device
+/// (the wire carries the zeros; the disk here does not keep them).
 final class LandedBytes {
     private let fd: FileDescriptor
     private var hasher = SHA256Hasher()
     private var hashed: Int64 = 0
     private var flushed: Int64 = 0
     private static let step: Int64 = 4 << 20
+    private static let block = 4096
 
     init(_ fd: FileDescriptor) { self.fd = fd }
 
@@ -289,7 +291,34 @@ final class LandedBytes {
             let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buf[0..<want]), at: hashed)
             if n == 0 { break }
             hasher.update(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
+            punchZeroBlocks(UnsafeRawBufferPointer(rebasing: buf[0..<n]), at: hashed)
             hashed += Int64(n)
         }
+    }
+
+    /// Turns the whole zero blocks of `bytes`, read at `offset`, into holes (blocks aligned in the file).
+    private func punchZeroBlocks(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+        let block = LandedBytes.block
+        var i = (block - Int(offset % Int64(block))) % block
+        var runStart: Int?
+        while i + block <= bytes.count {
+            let zero = LandedBytes.isZero(UnsafeRawBufferPointer(rebasing: bytes[i..<i + block]))
+            if zero && runStart == nil { runStart = i }
+            if !zero, let start = runStart { punch(offset + Int64(start), Int64(i - start)); runStart = nil }
+            i += block
+        }
+        if let start = runStart { punch(offset + Int64(start), Int64(i - start)) }
+    }
+
+    /// True when a block (a multiple of 8 bytes long) holds only zeros.
+    private static func isZero(_ block: UnsafeRawBufferPointer) -> Bool {
+        var acc: UInt64 = 0
+        for k in stride(from: 0, to: block.count, by: 8) { acc |= block.loadUnaligned(fromByteOffset: k, as: UInt64.self) }
+        return acc == 0
+    }
+
+    private func punch(_ offset: Int64, _ length: Int64) {
+        // Only an optimisation: a file system without holes keeps the zeros.
+        try? fd.punchHole(at: offset, length: length)
     }
 }

@@ -331,3 +331,23 @@ db.close()
     finally:
         proc.communicate("\n", timeout=30)
     assert proc.returncode == 0
+
+
+def test_holes_stay_holes_on_the_other_device(two):
+    """A sparse file made with truncate and a few writes takes as little disk on the device that downloads
+    it as on the one that made it, and reads the same bytes."""
+    stub, a, b = two
+    rel = "Documents/sparse.img"
+    run("truncate", "-s", "64M", a / rel)
+    with open(a / rel, "r+b") as f:
+        f.seek(32 << 20)
+        f.write(b"middle")
+        f.seek((64 << 20) - 5)
+        f.write(b"tail!")
+    sync(a)
+    wait_until(lambda: (b / rel).exists() and (b / rel).stat().st_size == 64 << 20, what="the sparse file on b")
+    assert run("cmp", a / rel, b / rel).returncode == 0  # the open downloads it
+    used_a = int(run("du", "-k", a / rel).stdout.split()[0])
+    used_b = int(run("du", "-k", b / rel).stdout.split()[0])
+    assert used_a <= 64 and used_b <= 64, (used_a, used_b)
+    assert int(run("du", "-k", "--apparent-size", b / rel).stdout.split()[0]) == 64 << 10
