@@ -428,7 +428,8 @@ public final class Container: @unchecked Sendable {
         var n = 2
         while true {
             let candidate = "\(stem) \(n)\(ext)"
-            if children[parent]?[candidate] == nil && candidate != extra { return candidate }
+            let taken = children[parent]?[candidate] != nil || extra.map { sameName(candidate, $0) } == true
+            if !taken { return candidate }
             n += 1
         }
     }

@@ -92,6 +92,8 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case notDirectory
     case invalidName
     case nameTooLong
+    /// A name that is not valid UTF-8: refused, never rewritten (no other device could hold it).
+    case illegalByteSequence
     /// The operation would move a directory into itself, or names the root.
     case invalidArgument(String)
     /// Refused while the item is in use or has changes not yet uploaded.
@@ -119,6 +121,7 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .notDirectory: return "not a directory"
         case .invalidName: return "invalid name"
         case .nameTooLong: return "name too long"
+        case .illegalByteSequence: return "name is not valid UTF-8"
         case .invalidArgument(let m): return "invalid argument: \(m)"
         case .busy(let m): return "busy: \(m)"
         case .wouldBlock: return "content not local"

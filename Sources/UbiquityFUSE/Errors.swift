@@ -12,6 +12,7 @@ extension CoreError {
         case .notDirectory: return ENOTDIR
         case .invalidName: return EINVAL
         case .nameTooLong: return ENAMETOOLONG
+        case .illegalByteSequence: return EILSEQ
         case .invalidArgument: return EINVAL
         case .busy: return EBUSY
         // An O_NONBLOCK open of content that is not local: the caller can try later.

@@ -97,7 +97,7 @@ public final class FileSystem: @unchecked Sendable {
 
     /// True for the name `.versions` in the mount root, which no item may take.
     func isVersionsName(_ parent: String, _ name: String) -> Bool {
-        parent == core.rootID && name == FileSystem.versionsName
+        parent == core.rootID && sameName(name, FileSystem.versionsName)
     }
 
     func replyErrno(_ req: fuse_req_t, _ errno: Int32) {

@@ -89,7 +89,7 @@ extension FileSystem {
 
     /// One child of a directory node.
     func child(_ parent: String, _ name: String) throws(CoreError) -> (id: String, node: Node)? {
-        if parent == core.rootID && name == FileSystem.versionsName {
+        if parent == core.rootID && sameName(name, FileSystem.versionsName) {
             return node(FileSystem.versionsDirID(parent)).map { (FileSystem.versionsDirID(parent), $0) }
         }
         if !parent.hasPrefix("v:") {
