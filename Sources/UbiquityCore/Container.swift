@@ -485,8 +485,9 @@ public final class Container: @unchecked Sendable {
     }
 
     /// Decides how to open a file. `truncating` (O_TRUNC with write access) needs no old content.
-    /// `nonBlocking` fails with `.wouldBlock` rather than waiting for content.
-    public func planOpen(_ id: String, truncating: Bool, nonBlocking: Bool) throws(CoreError) -> OpenPlan {
+    /// `noDownload` (a caller that may not download, such as an indexer) is served a stale local copy, or fails
+    /// with `.wouldBlock`; it never needs a fetch.
+    public func planOpen(_ id: String, truncating: Bool, noDownload: Bool) throws(CoreError) -> OpenPlan {
         try withLock { () throws(CoreError) -> OpenPlan in
             guard let item = items[id], !item.deleted else { throw .notFound }
             if item.isDirectory { throw .isDirectory }
@@ -495,8 +496,8 @@ public final class Container: @unchecked Sendable {
                 return .ready(path: store.contentPath(id))
             }
             // A stale local copy: try for the newest, but serve the old one if it cannot be had.
-            if item.hasLocal && (nonBlocking || (handles[id]?.writers ?? 0) > 0) { return .ready(path: store.contentPath(id)) }
-            if nonBlocking { throw .wouldBlock }
+            if item.hasLocal && (noDownload || (handles[id]?.writers ?? 0) > 0) { return .ready(path: store.contentPath(id)) }
+            if noDownload { throw .wouldBlock }
             return .fetch
         }
     }

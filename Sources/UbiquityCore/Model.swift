@@ -98,7 +98,7 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case invalidArgument(String)
     /// Refused while the item is in use or has changes not yet uploaded.
     case busy(String)
-    /// The content is not local and the caller asked not to wait.
+    /// The content is not local and the caller may not download it.
     case wouldBlock
     /// The content could not be fetched or stored.
     case io(String)

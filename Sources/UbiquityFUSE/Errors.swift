@@ -15,7 +15,7 @@ extension CoreError {
         case .illegalByteSequence: return EILSEQ
         case .invalidArgument: return EINVAL
         case .busy: return EBUSY
-        // An O_NONBLOCK open of content that is not local: the caller can try later.
+        // An open of content that is not local by a process that may not download it (an indexer).
         case .wouldBlock: return EAGAIN
         case .io: return EIO
         case .noSpace: return ENOSPC

@@ -11,6 +11,8 @@ import UbiquityCore
 public final class FileSystem: @unchecked Sendable {
     let core: Container
     let inodes: InodeTable
+    /// Which processes may not download (indexers).
+    let downloadPolicy: DownloadPolicy
     let log = Logger("fuse")
     var session: OpaquePointer?
     /// How long the kernel may cache attributes and names; remote changes invalidate them explicitly.
@@ -39,8 +41,9 @@ public final class FileSystem: @unchecked Sendable {
         let isDirectory: Bool
     }
 
-    public init(core: Container) {
+    public init(core: Container, downloadPolicy: DownloadPolicy = DownloadPolicy(noDownloadFor: [])) {
         self.core = core
+        self.downloadPolicy = downloadPolicy
         inodes = InodeTable(rootID: core.rootID)
         core.observer = self
     }
@@ -250,7 +253,12 @@ public final class FileSystem: @unchecked Sendable {
         let writable = flags & O_ACCMODE != O_RDONLY
         let truncating = writable && flags & O_TRUNC != 0
         do {
-            switch try core.planOpen(id, truncating: truncating, nonBlocking: flags & O_NONBLOCK != 0) {
+            // O_NONBLOCK changes nothing for a regular file. Only an open that would download asks who calls.
+            var plan = try core.planOpen(id, truncating: truncating, noDownload: false)
+            if plan == .fetch && !downloadPolicy.mayDownload(req) {
+                plan = try core.planOpen(id, truncating: truncating, noDownload: true)
+            }
+            switch plan {
             case .ready:
                 try replyOpen(req, id, fi.pointee)
             case .fetch:

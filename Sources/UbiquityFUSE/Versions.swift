@@ -161,7 +161,7 @@ extension FileSystem {
             } catch { replyError(req, error) }
         }
         if core.hasLocalConflict(item.id, c.id) { return finish() }
-        if info.flags & O_NONBLOCK != 0 { return replyError(req, .wouldBlock) }
+        if !downloadPolicy.mayDownload(req) { return replyError(req, .wouldBlock) }
         waitFor(req, start: { done in core.fetchConflict(item.id, c.id, done: done) }, then: finish)
     }
 

@@ -101,11 +101,11 @@ extension World {
     /// open(O_RDONLY or O_RDWR) of a file: the content must be current first (fetched if need be).
     func ensureLocal(_ dev: SimDevice, _ id: String) throws -> String {
         let c = dev.container!
-        switch try c.planOpen(id, truncating: false, nonBlocking: false) {
+        switch try c.planOpen(id, truncating: false, noDownload: false) {
         case .ready(let path): return path
         case .fetch:
             if case .failure(let e) = c.downloadOnce(id) { throw Skip(why: "open failed: \(e)") }
-            guard case .ready(let path) = try c.planOpen(id, truncating: false, nonBlocking: true) else {
+            guard case .ready(let path) = try c.planOpen(id, truncating: false, noDownload: true) else {
                 throw Skip(why: "still not local")
             }
             return path
@@ -115,7 +115,7 @@ extension World {
     /// A program writes a whole file: open(O_WRONLY|O_TRUNC), write, close.
     func writeWhole(_ dev: SimDevice, _ id: String, _ bytes: [UInt8]) throws {
         let c = dev.container!
-        guard case .ready(let path) = try c.planOpen(id, truncating: true, nonBlocking: true) else {
+        guard case .ready(let path) = try c.planOpen(id, truncating: true, noDownload: true) else {
             throw Skip(why: "not ready")
         }
         try c.opened(id, writable: true, truncate: true)

@@ -18,8 +18,8 @@ import UbiquityBase
         let sub = try #require(dev.lookup("sub"))
         #expect(try dev.container.list(sub.id).map(\.name) == ["b.txt"])
         #expect(dev.container.path(of: item.id) == "Documents/a.txt")
-        #expect(throws: CoreError.wouldBlock) { try dev.container.planOpen(a.id, truncating: false, nonBlocking: true) }
-        #expect(try dev.container.planOpen(a.id, truncating: false, nonBlocking: false) == .fetch)
+        #expect(throws: CoreError.wouldBlock) { try dev.container.planOpen(a.id, truncating: false, noDownload: true) }
+        #expect(try dev.container.planOpen(a.id, truncating: false, noDownload: false) == .fetch)
         #expect(remote.blobDownloads.isEmpty)
     }
 
@@ -41,7 +41,7 @@ import UbiquityBase
         #expect(dev.content(f.id) == content)
         let item = try #require(dev.container.item(f.id))
         #expect(item.isCurrent && item.localSHA == f.sha256 && item.downloadingStatus == .current)
-        #expect(try dev.container.planOpen(f.id, truncating: false, nonBlocking: true) == .ready(path: dev.container.store.contentPath(f.id)))
+        #expect(try dev.container.planOpen(f.id, truncating: false, noDownload: true) == .ready(path: dev.container.store.contentPath(f.id)))
         #expect(remote.blobDownloads == [f.sha256: 1])
         #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.store.stagingDirectory).isEmpty)
         // Current content is not fetched again.
