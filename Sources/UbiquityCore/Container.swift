@@ -387,12 +387,15 @@ public final class Container: @unchecked Sendable {
         sync.wakePusher()
     }
 
-    /// Changes mode and times (metadata only; no content needed).
+    /// Changes mode and times (metadata only; no content needed). Setting what is there already changes
+    /// nothing, not even the ctime, and queues no upload (rsync sets every file's time again).
     public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?) throws(CoreError) -> Item {
         try mutate { () throws(CoreError) -> Item in
             guard var item = items[id], !item.deleted else { throw .notFound }
+            let unchanged = item
             if let mode { item.mode = mode & 0o7777 }
             if let mtime { item.mtime = mtime }
+            if item.mode == unchanged.mode && item.mtime == unchanged.mtime { return item }
             item.ctime = now()
             if id == rootID { items[id] = item; return item }
             item.metaDirty = true
@@ -402,10 +405,12 @@ public final class Container: @unchecked Sendable {
     }
 
     /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.
+    /// The size the file has already changes nothing (and needs no content).
     public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
         try mutate { () throws(CoreError) -> Item in
             guard var item = items[id], !item.deleted else { throw .notFound }
             if item.isDirectory { throw .isDirectory }
+            if size == currentSize(item) { return item }
             if size != 0 && !item.hasLocal { throw .wouldBlock }
             do {
                 let fd = try FileDescriptor.open(store.contentPath(id), O_WRONLY | O_CREAT, mode: 0o600)
