@@ -55,6 +55,16 @@ def test_a_name_that_is_not_utf8_cannot_exist(d):
     assert (d / "x\ufffd").read_text() == "replacement character\n"
 
 
+def test_attribute_names_that_are_not_utf8_are_refused(d):
+    f = d / "f.txt"
+    f.write_text("f\n")
+    fails(errno.EILSEQ, os.setxattr, f, b"user.x\xfe", b"v")
+    os.setxattr(f, "user.x\ufffd", b"replacement")
+    fails(errno.ENODATA, os.getxattr, f, b"user.x\xfe")
+    fails(errno.ENODATA, os.removexattr, f, b"user.x\xff")
+    assert os.getxattr(f, "user.x\ufffd") == b"replacement"
+
+
 def test_touch_of_a_name_that_is_not_utf8_fails(d):
     p = run("sh", "-c", "touch \"$(printf 'x\\376')\"", cwd=d, check=False)
     assert p.returncode != 0
