@@ -22,16 +22,17 @@ extension Store {
         var items = try loadItems()
         report.items = items.count
         let byID = Dictionary(items.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        var names: [String: String] = [:]
+        var names: NameTable = [:]
         for item in items where !item.deleted {
             guard let parent = item.parent else { continue }
             if byID[parent].map({ $0.deleted || !$0.isDirectory }) ?? true {
                 report.problems.append("\(item.name) (\(item.id)): its parent \(parent) is missing")
             }
             let key = parent + "/" + item.name
-            if let other = names.updateValue(item.id, forKey: key) {
+            if let other = names[key] {
                 report.problems.append("\(item.name): two items (\(other), \(item.id)) share one name")
             }
+            names[key] = item.id
         }
         let pending = Set(try pendingIDs())
         for item in items where item.isPending && !pending.contains(item.id) {

@@ -416,13 +416,16 @@ public final class Container: @unchecked Sendable {
         sync.wakePusher()
     }
 
-    /// Changes mode and times (metadata only; no content needed).
+    /// Changes mode and times (metadata only; no content needed). Setting what is there already changes
+    /// nothing, not even the ctime, and queues no upload (rsync sets every file's time again).
     public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?) throws(CoreError) -> Item {
         try mutate { () throws(CoreError) -> Item in
             let gone = items[id]?.deleted ?? true
             guard var item = gone ? unlinked[id] : items[id] else { throw .notFound }
+            let unchanged = item
             if let mode { item.mode = mode & 0o7777 }
             if let mtime { item.mtime = mtime }
+            if item.mode == unchanged.mode && item.mtime == unchanged.mtime { return item }
             item.ctime = now()
             if gone { unlinked[id] = item; return item }
             if id == rootID { items[id] = item; return item }
@@ -433,6 +436,7 @@ public final class Container: @unchecked Sendable {
     }
 
     /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.
+    /// The size the file has already changes nothing (and needs no content).
     public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
         try gates.shared(id) { () throws(CoreError) -> Item in try truncateLocked(id, to: size) }
     }
@@ -443,6 +447,7 @@ public final class Container: @unchecked Sendable {
             guard var item = items[id], !item.deleted else { throw .notFound }
             if item.isDirectory { throw .isDirectory }
             if !item.hasContent { throw .invalidArgument("only a file has content to truncate") }
+            if size == currentSize(item) { return item }
             if size != 0 && !item.hasLocal { throw .wouldBlock }
             do {
                 let fd = try FileDescriptor.open(store.contentPath(id), O_WRONLY | O_CREAT, mode: 0o600)
@@ -480,7 +485,8 @@ public final class Container: @unchecked Sendable {
         var n = 2
         while true {
             let candidate = "\(stem) \(n)\(ext)"
-            if children[parent]?[candidate] == nil && candidate != extra { return candidate }
+            let taken = children[parent]?[candidate] != nil || extra.map { sameName(candidate, $0) } == true
+            if !taken { return candidate }
             n += 1
         }
     }
@@ -540,18 +546,18 @@ public final class Container: @unchecked Sendable {
     /// them had the open write into an empty file that was then uploaded).
     /// - `truncate`: O_TRUNC with write access, which needs no old content.
     /// - `staleOK`: an older local copy will do (the newest could not be had).
-    /// - `nonBlocking`: never ask for a fetch: an older local copy is used, else `.wouldBlock`.
+    /// - `noDownload`: a caller that may not download (an indexer): an older local copy, else `.wouldBlock`.
     public func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool = false,
-                     nonBlocking: Bool = false) throws(CoreError) -> Opening {
+                     noDownload: Bool = false) throws(CoreError) -> Opening {
         try mutate { () throws(CoreError) -> Opening in
             guard var item = items[id], !item.deleted else { throw .notFound }
             if item.isDirectory { throw .isDirectory }
             if !item.hasContent { throw .invalidArgument("only a file has content to open") }
             let truncating = writable && truncate
             let emptyRemote = item.remoteSHA == emptySHA256 && item.remoteSize == 0
-            let staleUsable = item.hasLocal && (staleOK || nonBlocking || (handles[id]?.writers ?? 0) > 0)
+            let staleUsable = item.hasLocal && (staleOK || noDownload || (handles[id]?.writers ?? 0) > 0)
             guard truncating || item.isCurrent || (!item.hasLocal && emptyRemote) || staleUsable else {
-                if nonBlocking { throw .wouldBlock }
+                if noDownload { throw .wouldBlock }
                 return .fetch
             }
             let fd: FileDescriptor

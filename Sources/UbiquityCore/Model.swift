@@ -104,11 +104,13 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case notDirectory
     case invalidName
     case nameTooLong
+    /// A name or link target that is not valid UTF-8: refused, never rewritten (no other device could hold it).
+    case illegalByteSequence
     /// The operation would move a directory into itself, or names the root.
     case invalidArgument(String)
     /// Refused while the item is in use or has changes not yet uploaded.
     case busy(String)
-    /// The content is not local and the caller asked not to wait.
+    /// The content is not local and the caller may not download it.
     case wouldBlock
     /// The content could not be fetched or stored.
     case io(String)
@@ -121,8 +123,6 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case noAttribute
     /// An extended attribute value or list too large.
     case tooBig
-    /// A name or link target that is not valid UTF-8 (every device of a container must be able to hold it).
-    case notUTF8
 
     public var description: String {
         switch self {
@@ -133,6 +133,7 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .notDirectory: return "not a directory"
         case .invalidName: return "invalid name"
         case .nameTooLong: return "name too long"
+        case .illegalByteSequence: return "not valid UTF-8"
         case .invalidArgument(let m): return "invalid argument: \(m)"
         case .busy(let m): return "busy: \(m)"
         case .wouldBlock: return "content not local"
@@ -143,7 +144,6 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .readOnly: return "read-only"
         case .noAttribute: return "no such attribute"
         case .tooBig: return "attribute too large"
-        case .notUTF8: return "not valid UTF-8"
         }
     }
 

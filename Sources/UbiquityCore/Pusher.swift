@@ -472,7 +472,7 @@ struct Pusher {
             cur.localSHA = current.sha256
             cur.takeContent(of: current)
         }
-        if cur.metaDirty && cur.parent == current.parent && cur.name == current.name && cur.mode == current.mode
+        if cur.metaDirty && cur.parent == current.parent && sameName(cur.name, current.name) && cur.mode == current.mode
             && cur.mtime == current.mtime && cur.xattrs.mapValues({ Data($0).base64EncodedString() }) == current.xattrs {
             cur.metaDirty = false
         }

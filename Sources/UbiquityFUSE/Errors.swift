@@ -12,9 +12,10 @@ extension CoreError {
         case .notDirectory: return ENOTDIR
         case .invalidName: return EINVAL
         case .nameTooLong: return ENAMETOOLONG
+        case .illegalByteSequence: return EILSEQ
         case .invalidArgument: return EINVAL
         case .busy: return EBUSY
-        // An O_NONBLOCK open of content that is not local: the caller can try later.
+        // An open of content that is not local by a process that may not download it (an indexer).
         case .wouldBlock: return EAGAIN
         case .io: return EIO
         case .noSpace: return ENOSPC
@@ -23,7 +24,6 @@ extension CoreError {
         case .readOnly: return EROFS
         case .noAttribute: return ENODATA
         case .tooBig: return E2BIG
-        case .notUTF8: return EILSEQ
         }
     }
 }

@@ -11,6 +11,8 @@ import UbiquityCore
 public final class FileSystem: @unchecked Sendable {
     let core: Container
     let inodes: InodeTable
+    /// Which processes may not download (indexers).
+    let downloadPolicy: DownloadPolicy
     let log = Logger("fuse")
     var session: OpaquePointer?
     /// How long the kernel may cache attributes and names; remote changes invalidate them explicitly.
@@ -40,8 +42,9 @@ public final class FileSystem: @unchecked Sendable {
         let type: mode_t
     }
 
-    public init(core: Container) {
+    public init(core: Container, downloadPolicy: DownloadPolicy = DownloadPolicy(noDownloadFor: [])) {
         self.core = core
+        self.downloadPolicy = downloadPolicy
         inodes = InodeTable(rootID: core.rootID)
         core.observer = self
     }
@@ -113,7 +116,7 @@ public final class FileSystem: @unchecked Sendable {
 
     /// True for the name `.versions` in the mount root, which no item may take.
     func isVersionsName(_ parent: String, _ name: String) -> Bool {
-        parent == core.rootID && name == FileSystem.versionsName
+        parent == core.rootID && sameName(name, FileSystem.versionsName)
     }
 
     func replyErrno(_ req: fuse_req_t, _ errno: Int32) {
@@ -224,7 +227,7 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(dirID) { return replyError(req, .readOnly) }
         if isVersionsName(dirID, name) { return replyError(req, .exists) }
         if strlen(target) > WireRules.maxTargetBytes { return replyError(req, .nameTooLong) }
-        guard let text = String(validatingCString: target) else { return replyError(req, .notUTF8) }
+        guard let text = String(validatingCString: target) else { return replyError(req, .illegalByteSequence) }
         do {
             replyEntry(req, try core.createSymlink(parent: dirID, name: name, target: text))
         } catch { replyError(req, error) }
@@ -318,8 +321,13 @@ public final class FileSystem: @unchecked Sendable {
     private func openFile(_ req: fuse_req_t, _ id: String, _ info: fuse_file_info, attempt: Int) {
         let writable = info.flags & O_ACCMODE != O_RDONLY
         do {
-            switch try core.open(id, writable: writable, truncate: info.flags & O_TRUNC != 0, staleOK: attempt > 1,
-                                 nonBlocking: info.flags & O_NONBLOCK != 0) {
+            // O_NONBLOCK changes nothing for a regular file. Only an open that would download asks who calls.
+            let truncate = info.flags & O_TRUNC != 0
+            var opening = try core.open(id, writable: writable, truncate: truncate, staleOK: attempt > 1)
+            if case .fetch = opening, !downloadPolicy.mayDownload(req) {
+                opening = try core.open(id, writable: writable, truncate: truncate, noDownload: true)
+            }
+            switch opening {
             case .opened(let fd):
                 var fi = info
                 fi.fh = addHandle(OpenFile(id: id, fd: fd, writable: writable))

@@ -11,13 +11,20 @@ private func fs(_ req: fuse_req_t?) -> FileSystem {
     Unmanaged<FileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
 }
 
+/// Calls `body` with a name from the kernel, or answers `refusal` when the name is not valid UTF-8. Such a name
+/// is never rewritten (to U+FFFD): two different names would become one.
 @inline(__always)
-private func str(_ p: UnsafePointer<CChar>?) -> String { p.map { String(cString: $0) } ?? "" }
+private func named(_ req: fuse_req_t?, _ p: UnsafePointer<CChar>?, else refusal: CoreError = .illegalByteSequence,
+                   _ body: (String) -> Void) {
+    guard let name = p.flatMap({ String(validatingCString: $0) }) else { return fs(req).replyError(req!, refusal) }
+    body(name)
+}
 
 private func makeOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
     ops.`init` = { _, conn in ubq_conn_init(conn, 1 << 20) }
-    ops.lookup = { req, parent, name in fs(req).lookup(req!, parent, str(name)) }
+    // A name that is not valid UTF-8 cannot exist here: looking it up (or removing it) finds nothing.
+    ops.lookup = { req, parent, name in named(req, name, else: .notFound) { fs(req).lookup(req!, parent, $0) } }
     ops.forget = { req, ino, n in fs(req).forget(ino, n); fuse_reply_none(req) }
     ops.forget_multi = { req, count, list in
         let f = fs(req)
@@ -26,11 +33,17 @@ private func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.getattr = { req, ino, _ in fs(req).getattr(req!, ino) }
     ops.setattr = { req, ino, attr, toSet, fi in fs(req).setattr(req!, ino, attr!.pointee, toSet, fi?.pointee.fh) }
-    ops.mkdir = { req, parent, name, mode in fs(req).mkdir(req!, parent, str(name), mode) }
-    ops.unlink = { req, parent, name in fs(req).remove(req!, parent, str(name), directory: false) }
-    ops.rmdir = { req, parent, name in fs(req).remove(req!, parent, str(name), directory: true) }
-    ops.rename = { req, p, n, np, nn, flags in fs(req).rename(req!, p, str(n), np, str(nn), flags) }
-    ops.create = { req, parent, name, mode, fi in fs(req).create(req!, parent, str(name), mode, fi!) }
+    ops.mkdir = { req, parent, name, mode in named(req, name) { fs(req).mkdir(req!, parent, $0, mode) } }
+    ops.unlink = { req, parent, name in
+        named(req, name, else: .notFound) { fs(req).remove(req!, parent, $0, directory: false) }
+    }
+    ops.rmdir = { req, parent, name in
+        named(req, name, else: .notFound) { fs(req).remove(req!, parent, $0, directory: true) }
+    }
+    ops.rename = { req, p, n, np, nn, flags in
+        named(req, n) { name in named(req, nn) { newName in fs(req).rename(req!, p, name, np, newName, flags) } }
+    }
+    ops.create = { req, parent, name, mode, fi in named(req, name) { fs(req).create(req!, parent, $0, mode, fi!) } }
     ops.open = { req, ino, fi in fs(req).open(req!, ino, fi!) }
     ops.read = { req, _, size, off, fi in fs(req).read(req!, size, off, fi!.pointee.fh) }
     ops.write_buf = { req, _, bufv, off, fi in fs(req).write(req!, bufv!, off, fi!.pointee.fh) }
@@ -43,17 +56,20 @@ private func makeOperations() -> fuse_lowlevel_ops {
     ops.releasedir = { req, _, fi in fs(req).releasedir(fi!.pointee.fh); fuse_reply_err(req, 0) }
     ops.fsyncdir = { req, _, _, _ in fuse_reply_err(req, 0) }
     ops.statfs = { req, _ in fs(req).statfs(req!) }
-    ops.symlink = { req, target, parent, name in fs(req).symlink(req!, parent, str(name), target!) }
+    // A name that is not valid UTF-8 is refused first, whatever the operation.
+    ops.symlink = { req, target, parent, name in named(req, name) { fs(req).symlink(req!, parent, $0, target!) } }
     ops.readlink = { req, ino in fs(req).readlink(req!, ino) }
-    ops.mknod = { req, parent, name, mode, _ in fs(req).mknod(req!, parent, str(name), mode) }
+    ops.mknod = { req, parent, name, mode, _ in named(req, name) { fs(req).mknod(req!, parent, $0, mode) } }
     // No hard links: an item has one place (its parent and name), as on iCloud Drive.
-    ops.link = { req, _, _, _ in fuse_reply_err(req, EPERM) }
-    ops.getxattr = { req, ino, name, size in fs(req).getxattr(req!, ino, str(name), size) }
+    ops.link = { req, _, _, name in named(req, name) { _ in fuse_reply_err(req, EPERM) } }
+    ops.getxattr = { req, ino, name, size in
+        named(req, name, else: .noAttribute) { fs(req).getxattr(req!, ino, $0, size) }
+    }
     ops.listxattr = { req, ino, size in fs(req).listxattr(req!, ino, size) }
     ops.setxattr = { req, ino, name, value, size, flags in
-        fs(req).setxattr(req!, ino, str(name), UnsafeRawBufferPointer(start: value, count: size), flags)
+        named(req, name) { fs(req).setxattr(req!, ino, $0, UnsafeRawBufferPointer(start: value, count: size), flags) }
     }
-    ops.removexattr = { req, ino, name in fs(req).removexattr(req!, ino, str(name)) }
+    ops.removexattr = { req, ino, name in named(req, name, else: .noAttribute) { fs(req).removexattr(req!, ino, $0) } }
     return ops
 }
 

@@ -91,7 +91,7 @@ extension FileSystem {
 
     /// One child of a directory node.
     func child(_ parent: String, _ name: String) throws(CoreError) -> (id: String, node: Node)? {
-        if parent == core.rootID && name == FileSystem.versionsName {
+        if parent == core.rootID && sameName(name, FileSystem.versionsName) {
             return node(FileSystem.versionsDirID(parent)).map { (FileSystem.versionsDirID(parent), $0) }
         }
         if !parent.hasPrefix("v:") {
@@ -163,7 +163,7 @@ extension FileSystem {
             } catch { replyError(req, error) }
         }
         if core.hasLocalConflict(item.id, c.id) { return finish() }
-        if info.flags & O_NONBLOCK != 0 { return replyError(req, .wouldBlock) }
+        if !downloadPolicy.mayDownload(req) { return replyError(req, .wouldBlock) }
         waitFor(req, start: { done in core.fetchConflict(item.id, c.id, done: done) }, then: finish)
     }
 

@@ -104,7 +104,7 @@ extension World {
         let c = dev.container!
         if case .opened(let fd) = try c.open(id, writable: writable, truncate: false) { return fd }
         if case .failure(let e) = c.downloadOnce(id) { throw Skip(why: "open failed: \(e)") }
-        guard case .opened(let fd) = try c.open(id, writable: writable, truncate: false, nonBlocking: true) else {
+        guard case .opened(let fd) = try c.open(id, writable: writable, truncate: false, noDownload: true) else {
             throw Skip(why: "still not local")
         }
         return fd

@@ -45,7 +45,7 @@ struct Daemon {
         let reachable = try checkRemote(client, url: url, fresh: core.isFresh)
         try core.start(initialSync: reachable)
         defer { core.stop() }
-        let fs = FileSystem(core: core)
+        let fs = FileSystem(core: core, downloadPolicy: DownloadPolicy(noDownloadFor: options.noDownloadFor))
         try fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(options.container)")
         let pidPath = pidFile(for: options.mountpoint)
         try? makeDirectories((pidPath as NSString).deletingLastPathComponent)

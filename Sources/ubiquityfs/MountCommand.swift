@@ -16,7 +16,8 @@ enum MountCommand {
     static let help = """
     usage: ubiquityfs mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR]
                                       [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
-                                      [--download-timeout SECONDS] [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
+                                      [--download-timeout SECONDS] [--no-download-for NAME,...]
+                                      [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
 
     Mounts the container ID (default \(defaultContainer)) at MOUNTPOINT and returns once it is usable.
     Without --remote it uses a private remote stub with its data in \(dataDirectory())/remote, started for the
@@ -26,7 +27,21 @@ enum MountCommand {
       --device NAME      this device's name (default: the host name)
       --foreground       stay attached; log to stderr unless --log-file
       --download-timeout how long an open waits for content before failing with EIO (default 30)
+      --no-download-for NAME,...
+                         processes that may not download (names as in /proc/PID/comm; longer names match
+                         their first 15 bytes): their opens of a file that is not local fail at once with
+                         EAGAIN (an older local copy is served). O_NONBLOCK changes nothing.
+                         '' for none; the default is the desktop indexers:
+                         \(indexerLines)
     """
+
+    /// The default --no-download-for list, four names a line.
+    private static var indexerLines: String {
+        let names = DownloadPolicy.indexers
+        return stride(from: 0, to: names.count, by: 4)
+            .map { names[$0..<min($0 + 4, names.count)].joined(separator: ",") }
+            .joined(separator: ",\n" + String(repeating: " ", count: 21))
+    }
 
     struct Options {
         var mountpoint: String
@@ -38,6 +53,8 @@ enum MountCommand {
         var logLevel: LogLevel
         var logFile: String?
         var downloadTimeout: Int
+        /// Processes that may not download (indexers).
+        var noDownloadFor: [String]
         var stubBandwidth: Int
         var stubLatency: Int
     }
@@ -45,7 +62,7 @@ enum MountCommand {
     static func run(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--remote", "--token-file", "--container", "--store", "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
-                                                "--stub-latency-ms"],
+                                                "--stub-latency-ms", "--no-download-for"],
                                  switches: ["--foreground", "--help"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("mount needs exactly one MOUNTPOINT") }
@@ -72,6 +89,8 @@ enum MountCommand {
             remoteURL: args.value("--remote"), tokenFile: args.value("--token-file").map(absolutePath),
             logLevel: level, logFile: args.value("--log-file").map(absolutePath),
             downloadTimeout: try args.int("--download-timeout") ?? 30,
+            noDownloadFor: args.value("--no-download-for").map { $0.split(separator: ",").map(String.init) }
+                ?? DownloadPolicy.indexers,
             stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0)
         try checkMountpoint(options.mountpoint)
         if args.has("--foreground") {

@@ -18,7 +18,7 @@ import UbiquityBase
         let sub = try #require(dev.lookup("sub"))
         #expect(try dev.container.list(sub.id).map(\.name) == ["b.txt"])
         #expect(dev.container.path(of: item.id) == "Documents/a.txt")
-        #expect(throws: CoreError.wouldBlock) { try dev.container.open(a.id, writable: false, truncate: false, nonBlocking: true) }
+        #expect(throws: CoreError.wouldBlock) { try dev.container.open(a.id, writable: false, truncate: false, noDownload: true) }
         #expect(try dev.container.open(a.id, writable: false, truncate: false).isFetch)
         #expect(remote.blobDownloads.isEmpty)
     }
@@ -41,7 +41,7 @@ import UbiquityBase
         #expect(dev.content(f.id) == content)
         let item = try #require(dev.container.item(f.id))
         #expect(item.isCurrent && item.localSHA == f.sha256 && item.downloadingStatus == .current)
-        let opening = try dev.container.open(f.id, writable: false, truncate: false, nonBlocking: true)
+        let opening = try dev.container.open(f.id, writable: false, truncate: false, noDownload: true)
         guard case .opened(let fd) = opening else { Issue.record("current content must open"); return }
         fd.close()
         dev.container.closed(f.id, writable: false)

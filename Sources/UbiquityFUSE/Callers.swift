@@ -1,0 +1,59 @@
+// Who sent a request, for the per-process download policy. Desktop indexers open every file they meet; on a
+// mount of files that are not local they would pull the whole container. Processes named in the policy may not
+// download: their opens of content that is not local fail at once with EAGAIN (a stale local copy is served).
+// O_NONBLOCK plays no part: GNU grep, tar and file open regular files with it and must simply work.
+import CFuse
+import Glibc
+
+public struct DownloadPolicy: Sendable {
+    /// The desktop indexers, as their processes are named.
+    public static let indexers = [
+        "tracker-miner-fs-3", "tracker-extract-3", "tracker-miner-fs", "tracker-extract",
+        "localsearch-3", "localsearch-extractor-3", "baloo_file", "baloo_file_extractor",
+        "updatedb", "updatedb.mlocate", "updatedb.plocate", "recollindex",
+    ]
+
+    /// The kernel keeps at most this many bytes of a process name (TASK_COMM_LEN less its NUL).
+    static let nameBytes = 15
+
+    /// The refused names as the kernel keeps them.
+    private let refused: [[UInt8]]
+
+    /// Refuses downloads to the processes named `names` (longer names match their first 15 bytes, as in
+    /// /proc/PID/comm).
+    public init(noDownloadFor names: [String]) {
+        refused = names.map { Array($0.utf8.prefix(DownloadPolicy.nameBytes)) }
+    }
+
+    /// True unless the request comes from a process that may not download. Reads /proc, which is local and
+    /// fast; called only for opens that would download.
+    func mayDownload(_ req: fuse_req_t) -> Bool {
+        guard !refused.isEmpty, let pid = fuse_req_ctx(req)?.pointee.pid, pid > 0,
+              let name = processName(pid) else { return true }
+        return !refused.contains(name)
+    }
+}
+
+/// The name of the process that thread `tid` belongs to: its main thread's /proc/PID/comm (worker threads are
+/// often named otherwise, such as "pool-tracker-mi").
+func processName(_ tid: pid_t) -> [UInt8]? {
+    guard let status = readSmallFile("/proc/\(tid)/status") else { return nil }
+    let tgid = status.split(separator: UInt8(ascii: "\n")).lazy
+        .compactMap { line -> pid_t? in
+            guard line.starts(with: Array("Tgid:".utf8)) else { return nil }
+            return pid_t(String(decoding: line.dropFirst(5).filter { $0 != 0x20 && $0 != 0x09 }, as: UTF8.self))
+        }.first ?? tid
+    guard var comm = readSmallFile("/proc/\(tgid)/comm") else { return nil }
+    if comm.last == UInt8(ascii: "\n") { comm.removeLast() }
+    return comm
+}
+
+/// The first 4 KiB of a file, or nil when it cannot be read.
+private func readSmallFile(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var buf = [UInt8](repeating: 0, count: 4096)
+    let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+    return n < 0 ? nil : Array(buf.prefix(n))
+}
