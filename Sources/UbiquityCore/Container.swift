@@ -79,6 +79,9 @@ public final class Container: @unchecked Sendable {
     /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
     /// passed it: a page of the feed fetched before the delete must not bring them back.
     var settledDeletes: [String: Int64] = [:]
+    /// True while the change feed cannot reach the remote: an open then takes what is local at once instead of
+    /// waiting out the download timeout.
+    var remoteDown = false
     private var notices: [Notice] = []
 
     var downloads: Downloads!

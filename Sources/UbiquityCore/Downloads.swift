@@ -128,6 +128,12 @@ final class Downloads: @unchecked Sendable {
             case .failed(let e): removeStaleStaging(id); record(id, error: e.description); return .failure(e)
             case .fetch(let s, let n): sha = s; size = n
             }
+            // Offline (the change feed says so): no open waits out a timeout; what is local is served.
+            if container.withLock({ container.remoteDown }) {
+                let why = "the remote cannot be reached"
+                record(id, error: why)
+                return .failure(.io(why))
+            }
             do {
                 let installed = try transfer(id, sha: sha, size: size)
                 record(id, error: nil)

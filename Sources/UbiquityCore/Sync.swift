@@ -71,11 +71,16 @@ final class SyncLoops: @unchecked Sendable {
                 let batch = try container.remote.changes(since: feedToken,
                                                          waitSeconds: container.config.pollWaitSeconds)
                 if isStopping { return }
+                container.withLock { container.remoteDown = false }
                 apply(batch)
                 backoff = 500_000_000
             } catch {
                 log.warning("change feed: \(error)")
-                sleepUnlessStopping(backoff)
+                let down: Bool
+                if case RemoteError.unreachable = error { down = true } else { down = false }
+                container.withLock { container.remoteDown = down }
+                // While the remote is away, look again often enough that opens wait for it only briefly.
+                sleepUnlessStopping(down ? min(backoff, 2_000_000_000) : backoff)
                 backoff = min(backoff * 2, 30_000_000_000)
             }
         }

@@ -1,0 +1,38 @@
+"""Part 7: while the remote is known to be unreachable, an open is answered at once: from an older local copy
+where there is one, else EIO with the cause in downloadingError. No open waits out the download timeout."""
+import time
+
+from conftest import BIN, run, wait_until
+
+
+def attr(path, name):
+    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
+    return p.stdout if p.returncode == 0 else None
+
+
+def test_offline_open_is_answered_at_once(stub, mount_factory):
+    a = mount_factory(stub, "laptop")
+    b = mount_factory(stub, "desktop", extra=["--download-timeout", "60"])
+    (a / "Documents" / "remote.txt").write_text("only on the remote\n")
+    (a / "Documents" / "stale.txt").write_text("old\n")
+    run(BIN, "sync", "--wait", "--timeout", "30", a.path)
+    wait_until(lambda: (b / "Documents" / "stale.txt").exists(), what="stale.txt on b")
+    assert (b / "Documents" / "stale.txt").read_text() == "old\n"
+    (a / "Documents" / "stale.txt").write_text("newer content\n")
+    run(BIN, "sync", "--wait", "--timeout", "30", a.path)
+    wait_until(lambda: attr(b / "Documents" / "stale.txt", "downloadingStatus") == "downloaded",
+               what="the newer version to be listed on b")
+    stub.stop()
+    time.sleep(2)  # the change feed notices the remote is gone
+    t0 = time.monotonic()
+    p = run("cat", b / "Documents" / "remote.txt", check=False)
+    took = time.monotonic() - t0
+    assert p.returncode == 1 and "Input/output error" in p.stderr
+    assert took < 30, f"the open waited {took:.1f}s for a remote known to be away (timeout 60s)"
+    assert "cannot be reached" in attr(b / "Documents" / "remote.txt", "downloadingError")
+    # An older local copy is served at once (the kernel shows it within the newer version's size).
+    p = run("cat", b / "Documents" / "stale.txt", check=False)
+    assert p.returncode == 0 and p.stdout.startswith("old\n")
+    stub.start()
+    wait_until(lambda: run("cat", b / "Documents" / "remote.txt", check=False).stdout == "only on the remote\n",
+               timeout=30, what="the open to work again once the remote is back")
