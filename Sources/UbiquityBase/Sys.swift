@@ -26,6 +26,7 @@ public struct Errno: Error, Equatable, Hashable, CustomStringConvertible, Sendab
     public static let accessDenied = Errno(EACCES)
     public static let nameTooLong = Errno(ENAMETOOLONG)
     public static let noSpace = Errno(ENOSPC)
+    public static let fileTooBig = Errno(EFBIG)
     public static let noData = Errno(ENODATA)
     public static let range = Errno(ERANGE)
     public static let notSupported = Errno(ENOTSUP)
@@ -105,6 +106,10 @@ public struct FileDescriptor: Sendable, Hashable {
     public func startWriteback(from offset: Int64, length: Int64) { _ = ubq_start_writeback(raw, offset, length) }
     public func dataSync() throws { _ = try valueOrErrno { fdatasync(raw) } }
     public func truncate(_ size: Int64) throws { _ = try valueOrErrno { ftruncate(raw, off_t(size)) } }
+    /// fallocate(2): `mode` 0 allocates (and grows the file), else FALLOC_FL_* flags.
+    public func allocate(mode: Int32, offset: Int64, length: Int64) throws {
+        _ = try valueOrErrno { ubq_fallocate(raw, mode, offset, length) }
+    }
 
     public func stat() throws -> Glibc.stat {
         var st = Glibc.stat()

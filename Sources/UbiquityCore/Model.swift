@@ -43,6 +43,17 @@ public struct Item: Equatable, Sendable {
     public var xattrs: [String: [UInt8]]
     public var conflicts: [WireConflict]
 
+    /// Access time (not synced: this device's, like ctime); nil until set here (utimens): it reads as mtime.
+    /// Reads do not change it (the mount behaves as noatime).
+    public var atime: Int64? = nil
+    /// For a directory: when an entry was last added, removed or renamed in it on this device, by a local or a
+    /// remote change (not synced, so a folder's entries do not make it an upload).
+    public var entriesMTime: Int64 = 0
+
+    /// The modification time programs see: for a directory also the last change of its entries.
+    public var shownMTime: Int64 { max(mtime, entriesMTime) }
+    public var shownATime: Int64 { atime ?? mtime }
+
     public var isDirectory: Bool { kind == .dir }
     public var isPending: Bool { dirty || metaDirty || deleted }
 
@@ -109,6 +120,10 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case noAttribute
     /// An extended attribute value or list too large.
     case tooBig
+    /// A file size or offset beyond what the store's file system holds.
+    case fileTooBig
+    /// The store's file system cannot do that (a fallocate mode).
+    case unsupported(String)
 
     public var description: String {
         switch self {
@@ -129,6 +144,8 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .readOnly: return "read-only"
         case .noAttribute: return "no such attribute"
         case .tooBig: return "attribute too large"
+        case .fileTooBig: return "file too large"
+        case .unsupported(let m): return "not supported: \(m)"
         }
     }
 
@@ -136,6 +153,9 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     public static func from(_ error: Error) -> CoreError {
         if let e = error as? CoreError { return e }
         if let e = error as? Errno, e == .noSpace { return .noSpace }
+        if let e = error as? Errno, e == .fileTooBig { return .fileTooBig }
+        if let e = error as? Errno, e == .notSupported { return .unsupported("\(e)") }
+        if let e = error as? Errno, e == .invalid { return .invalidArgument("\(e)") }
         if let e = error as? SQLiteError, e.isDiskFull { return .noSpace }
         return .io("\(error)")
     }

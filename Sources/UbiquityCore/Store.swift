@@ -93,6 +93,21 @@ public final class Store: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS pending(id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS pending_seq ON pending(seq);
         """)
+        try addMissingColumns()
+    }
+
+    /// Columns added since the first schema, with what an older row holds in them: a store made by an older
+    /// version opens, and its items read as they did (atime as mtime, no entry change seen).
+    private static let addedColumns = [
+        ("atime", "INTEGER"),
+        ("entries_mtime", "INTEGER NOT NULL DEFAULT 0"),
+    ]
+
+    private func addMissingColumns() throws {
+        let present = Set(try values("PRAGMA table_info(items)") { $0.text(1) })
+        for (name, type) in Store.addedColumns where !present.contains(name) {
+            try db.exec("ALTER TABLE items ADD COLUMN \(name) \(type)")
+        }
     }
 
     /// Removes every leftover of an interrupted download: nothing in staging is ever served.
@@ -182,7 +197,7 @@ public final class Store: @unchecked Sendable {
 
     private static let columns = """
         id, parent, name, kind, mode, mtime, ctime, size, remote_version, remote_sha, remote_size, device,
-        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts
+        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, atime, entries_mtime
         """
 
     /// Every item in the store.
@@ -196,7 +211,8 @@ public final class Store: @unchecked Sendable {
                 remoteVersion: row.int(8), remoteSHA: row.text(9), remoteSize: row.int(10), device: row.text(11),
                 hasLocal: row.int(12) != 0, localSHA: row.optionalText(13), dirty: row.int(14) != 0,
                 metaDirty: row.int(15) != 0, deleted: row.int(16) != 0, pinned: row.int(17) != 0,
-                xattrs: Store.decodeXattrs(row.text(18)), conflicts: Store.decodeConflicts(row.text(19))))
+                xattrs: Store.decodeXattrs(row.text(18)), conflicts: Store.decodeConflicts(row.text(19)),
+                atime: row.isNull(20) ? nil : row.int(20), entriesMTime: row.int(21)))
         }
         return items
     }
@@ -207,13 +223,14 @@ public final class Store: @unchecked Sendable {
     }
 
     private func write(_ item: Item) throws {
-        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
             .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name), .text(item.kind.rawValue),
             .int(Int64(item.mode)), .int(item.mtime), .int(item.ctime), .int(item.size),
             .int(item.remoteVersion), .text(item.remoteSHA), .int(item.remoteSize), .text(item.device),
             .int(item.hasLocal ? 1 : 0), item.localSHA.map { .text($0) } ?? .null, .int(item.dirty ? 1 : 0),
             .int(item.metaDirty ? 1 : 0), .int(item.deleted ? 1 : 0), .int(item.pinned ? 1 : 0),
             .text(Store.encodeXattrs(item.xattrs)), .text(Store.encodeConflicts(item.conflicts)),
+            item.atime.map { .int($0) } ?? .null, .int(item.entriesMTime),
         ])
         if !item.isPending {
             try db.query("DELETE FROM pending WHERE id = ?", [.text(item.id)])
