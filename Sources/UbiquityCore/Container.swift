@@ -452,7 +452,9 @@ public final class Container: @unchecked Sendable {
         try mutate { () throws(CoreError) -> Item in
             guard var item = items[id], !item.deleted else { throw .notFound }
             if let mode { item.mode = mode & 0o7777 }
-            if let mtime { item.mtime = mtime }
+            // A time set explicitly is what shows, also on a directory whose entries changed later (tar, rsync
+            // and cp -a set a folder's time after filling it).
+            if let mtime { item.mtime = mtime; item.entriesMTime = 0 }
             if let atime { item.atime = atime }
             item.ctime = now()
             if id == rootID || (mode == nil && mtime == nil) {

@@ -70,6 +70,8 @@ public struct Item: Equatable, Sendable {
 
     /// Takes the remote's state of the item: place, metadata, and the newest remote content.
     public mutating func adopt(_ w: WireItem) {
+        // A time set elsewhere shows as set, as a time set here does (Container.setAttributes).
+        if w.mtime != mtime { entriesMTime = 0 }
         parent = w.parent
         name = w.name
         mode = w.mode
