@@ -119,6 +119,7 @@ def test_ctime_follows_chmod_rename_truncate_and_xattrs(m):
         ("truncate", lambda: run("truncate", "-s", "2", f)),
         ("setfattr", lambda: run("setfattr", "-n", "user.color", "-v", "red", f)),
         ("setfattr -x", lambda: run("setfattr", "-x", "user.color", f)),
+        ("pin", lambda: run("setfattr", "-n", "user.ubiquity.pinned", "-v", "1", f)),
         ("touch -a", lambda: run("touch", "-a", "-d", "@5000", f)),
     ]
     for what, step in steps:
