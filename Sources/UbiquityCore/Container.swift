@@ -242,7 +242,7 @@ public final class Container: @unchecked Sendable {
 
     /// How many live subdirectories a directory has (its link count is 2 more).
     public func subdirectoryCount(_ id: String) -> Int {
-        withLock { (children[id] ?? [:]).values.reduce(0) { $0 + (items[$1]?.isDirectory == true ? 1 : 0) } }
+        withLock { children[id]?.directoryCount { items[$0]?.isDirectory == true } ?? 0 }
     }
 
     /// The path of an item from the container root, for messages and the status command.

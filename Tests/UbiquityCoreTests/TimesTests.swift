@@ -110,4 +110,24 @@ import UbiquityBase
         #expect(eventually { b.container.item(d.id)?.shownMTime == 2_000 })
         #expect(a.container.subdirectoryCount(a.docs) == 1 && a.container.subdirectoryCount(d.id) == 0)
     }
+
+    /// The count of subdirectories stays exact through adds, removals and replacements of names.
+    @Test func nameTableCountsDirectories() {
+        let dirs: Set<String> = ["d1", "d2", "d3"]
+        let isDir = { (id: String) in dirs.contains(id) }
+        var t: NameTable = ["a": "d1", "b": "f1"]
+        #expect(t.directoryCount(isDir) == 1)
+        t["c"] = "d2"
+        t["d"] = "f2"
+        #expect(t.directoryCount(isDir) == 2)
+        t["a"] = nil
+        #expect(t.directoryCount(isDir) == 1)
+        t["c"] = "f3" // a directory's name taken by a file
+        t["b"] = "d3" // a file's name taken by a directory
+        #expect(t.directoryCount(isDir) == 1)
+        t["x"] = "d1"
+        t["x"] = nil // gone before it was counted
+        #expect(t.directoryCount(isDir) == 1)
+        #expect(t.count == 3)
+    }
 }
