@@ -211,6 +211,7 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(to) || isVersionsName(from, name) || isVersionsName(to, newName) {
             return replyError(req, .readOnly)
         }
+        if isVirtual(from) && flags & renameExchange != 0 { return replyError(req, .readOnly) }
         if isVirtual(from) { return renameVersion(req, from, name, to, newName) }
         if flags & ~(renameNoReplace | renameExchange) != 0 || flags == renameNoReplace | renameExchange {
             return replyError(req, .invalidArgument("unsupported rename flags"))

@@ -236,3 +236,21 @@ def test_a_remote_entry_change_moves_the_directory_mtime(two):
     run("touch", "-d", "@2000", a / "Documents" / "d")
     sync(a)
     wait_until(lambda: times(bd)[1] == 2000, what="the set time on the desktop")
+
+
+def test_exchange_with_a_conflict_version_is_refused(two):
+    stub, a, b = two
+    rel = Path("Documents") / "notes.txt"
+    (a / rel).write_text("original\n")
+    wait_until(lambda: (b / rel).exists() and (b / rel).read_text() == "original\n", what="original on b")
+    stub.stop()
+    (a / rel).write_text("laptop\n")
+    os.utime(a / rel, (1_800_000_000, 1_800_000_000))
+    (b / rel).write_text("desktop\n")
+    os.utime(b / rel, (1_800_000_100, 1_800_000_100))
+    stub.start()
+    vdir = a.path / ".versions" / rel
+    wait_until(lambda: vdir.exists() and len(os.listdir(vdir)) == 1, timeout=30, what="the conflict version")
+    version = vdir / os.listdir(vdir)[0]
+    assert exchange(version, a / rel) == errno.EROFS
+    assert (a / rel).read_text() == "desktop\n" and version.read_text() == "laptop\n"
