@@ -250,7 +250,8 @@ def test_exchange_with_a_conflict_version_is_refused(two):
     os.utime(b / rel, (1_800_000_100, 1_800_000_100))
     stub.start()
     vdir = a.path / ".versions" / rel
-    wait_until(lambda: vdir.exists() and len(os.listdir(vdir)) == 1, timeout=30, what="the conflict version")
+    wait_until(lambda: vdir.exists() and len(os.listdir(vdir)) == 1 and (a / rel).read_text() == "desktop\n",
+               timeout=60, what="the conflict settled on the laptop")
     version = vdir / os.listdir(vdir)[0]
     assert exchange(version, a / rel) == errno.EROFS
     assert (a / rel).read_text() == "desktop\n" and version.read_text() == "laptop\n"
