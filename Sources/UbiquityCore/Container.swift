@@ -412,15 +412,20 @@ public final class Container: @unchecked Sendable {
             if (item.isDirectory && isAncestor(id, of: newParent)) || (other.isDirectory && isAncestor(otherID, of: parent)) {
                 throw .invalidArgument("cannot move a directory into itself")
             }
-            let now = self.now()
             (item.parent, item.name, other.parent, other.name) = (newParent, newName, parent, name)
-            for changed in [item, other] {
-                var changed = changed
-                changed.ctime = now
-                changed.metaDirty = true
-                do { try store.saveChanged(changed) } catch { throw CoreError.from(error) }
-                items[changed.id] = changed
-            }
+            item.ctime = now()
+            other.ctime = item.ctime
+            item.metaDirty = true
+            other.metaDirty = true
+            // Both or neither: a crash never leaves the two under one name.
+            do {
+                try store.transaction {
+                    try store.saveChanged(item)
+                    try store.saveChanged(other)
+                }
+            } catch { throw CoreError.from(error) }
+            items[id] = item
+            items[otherID] = other
             children[newParent]?[newName] = id
             children[parent]?[name] = otherID
             entriesChanged(in: parent)
