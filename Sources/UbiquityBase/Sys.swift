@@ -26,6 +26,7 @@ public struct Errno: Error, Equatable, Hashable, CustomStringConvertible, Sendab
     public static let accessDenied = Errno(EACCES)
     public static let nameTooLong = Errno(ENAMETOOLONG)
     public static let noSpace = Errno(ENOSPC)
+    public static let fileTooBig = Errno(EFBIG)
     public static let noData = Errno(ENODATA)
     public static let range = Errno(ERANGE)
     public static let notSupported = Errno(ENOTSUP)
@@ -115,6 +116,11 @@ public struct FileDescriptor: Sendable, Hashable {
     public func copyContent(of source: FileDescriptor, length: Int64) throws {
         let rc = ubq_copy_file(raw, source.raw, length)
         if rc < 0 { throw Errno(-rc) }
+    }
+
+    /// fallocate(2): `mode` 0 allocates (and grows the file), else FALLOC_FL_* flags.
+    public func allocate(mode: Int32, offset: Int64, length: Int64) throws {
+        _ = try valueOrErrno { ubq_fallocate(raw, mode, offset, length) }
     }
 
     public func stat() throws -> Glibc.stat {

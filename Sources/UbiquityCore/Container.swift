@@ -83,6 +83,9 @@ public final class Container: @unchecked Sendable {
     /// waiting out the download timeout.
     var remoteDown = false
     private var notices: [Notice] = []
+    /// False until the remote's feed has been applied to the end once: the tree that arrives in a fresh store is
+    /// the remote's as it is, not a change of its folders' entries (their mtimes stay the synced ones).
+    var caughtUp = false
 
     var downloads: Downloads!
     var sync: SyncLoops!
@@ -100,6 +103,7 @@ public final class Container: @unchecked Sendable {
         for item in try store.loadItems() { items[item.id] = item }
         for (id, item) in items where item.parent != nil { items[id]!.parent = interned(item.parent) }
         discardedConflicts = Set(try store.resolvedConflicts())
+        caughtUp = store.meta("token") != nil
         unpushedConflicts = Set(try store.unpushedConflicts())
         if items[rootID] == nil {
             let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),
@@ -250,6 +254,11 @@ public final class Container: @unchecked Sendable {
         }
     }
 
+    /// How many live subdirectories a directory has (its link count is 2 more).
+    public func subdirectoryCount(_ id: String) -> Int {
+        withLock { children[id]?.directoryCount { items[$0]?.isDirectory == true } ?? 0 }
+    }
+
     /// The path of an item from the container root, for messages and the status command.
     public func path(of id: String) -> String {
         withLock {
@@ -289,7 +298,24 @@ public final class Container: @unchecked Sendable {
         do { try store.saveChanged(item) } catch { throw CoreError.from(error) }
         items[item.id] = item
         children[item.parent!, default: [:]][item.name] = item.id
+        entriesChanged(in: item.parent!)
         sync.wakePusher()
+    }
+
+    /// Records that an entry of directory `id` was added, removed or renamed: its shown mtime and its ctime move
+    /// on here, and are not synced (a folder's entries make no upload of the folder). `remote`: a change that
+    /// did not come through the file system, whose cached attributes of the directory must then be dropped.
+    /// Expects the lock held.
+    func entriesChanged(in id: String, remote: Bool = false) {
+        guard var dir = items[id], dir.isDirectory, !dir.deleted, caughtUp || !remote else { return }
+        let now = self.now()
+        dir.entriesMTime = now
+        dir.ctime = now
+        items[id] = dir
+        // Saved with whatever else the directory has pending (it keeps its place in the journal). A failure
+        // here loses only the time, never the entry change itself, which is recorded already.
+        try? store.save(dir)
+        if remote { notice(.changed(id, content: false)) }
     }
 
     public func makeDirectory(parent: String, name: String, mode: UInt32) throws(CoreError) -> Item {
@@ -367,6 +393,7 @@ public final class Container: @unchecked Sendable {
             }
         } catch { throw CoreError.from(error) }
         children[item.parent!]?[item.name] = nil
+        entriesChanged(in: item.parent!)
         releaseContent(of: before)
         downloads.removeStaleStaging(item.id)
         for c in item.conflicts { evictConflict(item.id, c.id) }
@@ -399,6 +426,43 @@ public final class Container: @unchecked Sendable {
             item.metaDirty = true
             try saveLocalChange(item)
             children[newParent, default: [:]][newName] = id
+            entriesChanged(in: parent)
+            if newParent != parent { entriesChanged(in: newParent) }
+        }
+    }
+
+    /// renameat2's RENAME_EXCHANGE: `name` in `parent` and `newName` in `newParent` swap places in one step.
+    /// Both moves are pushed; the pusher lets one of them step aside on the remote while the other takes its
+    /// name (see Pusher), so neither ends under another name.
+    public func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            _ = try liveDirectory(parent)
+            _ = try liveDirectory(newParent)
+            guard let id = children[parent]?[name], var item = items[id],
+                  let otherID = children[newParent]?[newName], var other = items[otherID] else { throw .notFound }
+            if id == otherID { return }
+            if (item.isDirectory && isAncestor(id, of: newParent)) || (other.isDirectory && isAncestor(otherID, of: parent)) {
+                throw .invalidArgument("cannot move a directory into itself")
+            }
+            (item.parent, item.name, other.parent, other.name) = (newParent, newName, parent, name)
+            item.ctime = now()
+            other.ctime = item.ctime
+            item.metaDirty = true
+            other.metaDirty = true
+            // Both or neither: a crash never leaves the two under one name.
+            do {
+                try store.transaction {
+                    try store.saveChanged(item)
+                    try store.saveChanged(other)
+                }
+            } catch { throw CoreError.from(error) }
+            items[id] = item
+            items[otherID] = other
+            children[newParent]?[newName] = id
+            children[parent]?[name] = otherID
+            entriesChanged(in: parent)
+            if newParent != parent { entriesChanged(in: newParent) }
+            sync.wakePusher()
         }
     }
 
@@ -420,18 +484,27 @@ public final class Container: @unchecked Sendable {
     }
 
     /// Changes mode and times (metadata only; no content needed). Setting what is there already changes
-    /// nothing, not even the ctime, and queues no upload (rsync sets every file's time again).
-    public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?) throws(CoreError) -> Item {
+    /// nothing, not even the ctime, and queues no upload (rsync sets every file's time again). The access time
+    /// is this device's: a change of it alone is not pushed.
+    public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64? = nil) throws(CoreError) -> Item {
         try mutate { () throws(CoreError) -> Item in
             let gone = items[id]?.deleted ?? true
             guard var item = gone ? unlinked[id] : items[id] else { throw .notFound }
             let unchanged = item
             if let mode { item.mode = mode & 0o7777 }
-            if let mtime { item.mtime = mtime }
-            if item.mode == unchanged.mode && item.mtime == unchanged.mtime { return item }
+            // A time set explicitly is what shows, also on a directory whose entries changed later (tar, rsync
+            // and cp -a set a folder's time after filling it).
+            if let mtime { item.mtime = mtime; item.entriesMTime = 0 }
+            if let atime { item.atime = atime }
+            if item == unchanged { return item }
             item.ctime = now()
             if gone { unlinked[id] = item; return item }
-            if id == rootID { items[id] = item; return item }
+            // The root's times and every access time are this device's alone: kept, not pushed.
+            if id == rootID || (item.mode == unchanged.mode && item.mtime == unchanged.mtime) {
+                do { try store.save(item) } catch { throw CoreError.from(error) }
+                items[id] = item
+                return item
+            }
             item.metaDirty = true
             try saveLocalChange(item)
             return item
@@ -500,6 +573,7 @@ public final class Container: @unchecked Sendable {
         guard let parent = item.parent, children[parent]?[item.name] == item.id else { return }
         children[parent]?[item.name] = nil
         notice(.removed(parent: parent, name: item.name, id: item.id))
+        entriesChanged(in: parent, remote: true)
     }
 
     /// Links an item under its parent, moving a pending local item that holds the name to a free name, and
@@ -521,6 +595,7 @@ public final class Container: @unchecked Sendable {
         }
         c.children[parent, default: [:]][item.name] = item.id
         c.notice(.added(parent: parent, name: item.name))
+        c.entriesChanged(in: parent, remote: true)
     }
 
     /// Marks the local content as changed. Expects the lock held.

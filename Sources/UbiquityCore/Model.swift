@@ -48,6 +48,17 @@ public struct Item: Equatable, Sendable {
     /// A symbolic link's target, exactly as written; nil for every other kind.
     public var target: String? = nil
 
+    /// Access time (not synced: this device's, like ctime); nil until set here (utimens): it reads as mtime.
+    /// Reads do not change it (the mount behaves as noatime).
+    public var atime: Int64? = nil
+    /// For a directory: when an entry was last added, removed or renamed in it on this device, by a local or a
+    /// remote change (not synced, so a folder's entries do not make it an upload).
+    public var entriesMTime: Int64 = 0
+
+    /// The modification time programs see: for a directory also the last change of its entries.
+    public var shownMTime: Int64 { max(mtime, entriesMTime) }
+    public var shownATime: Int64 { atime ?? mtime }
+
     public var isDirectory: Bool { kind == .dir }
     /// Only files have content to store, download, upload or evict.
     public var hasContent: Bool { kind == .file }
@@ -70,6 +81,8 @@ public struct Item: Equatable, Sendable {
 
     /// Takes the remote's state of the item: place, metadata, and the newest remote content.
     public mutating func adopt(_ w: WireItem) {
+        // A time set elsewhere shows as set, as a time set here does (Container.setAttributes).
+        if w.mtime != mtime { entriesMTime = 0 }
         parent = w.parent
         name = w.name
         mode = w.mode
@@ -123,6 +136,10 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case noAttribute
     /// An extended attribute value or list too large.
     case tooBig
+    /// A file size or offset beyond what the store's file system holds.
+    case fileTooBig
+    /// The store's file system cannot do that (a fallocate mode).
+    case unsupported(String)
 
     public var description: String {
         switch self {
@@ -144,6 +161,8 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .readOnly: return "read-only"
         case .noAttribute: return "no such attribute"
         case .tooBig: return "attribute too large"
+        case .fileTooBig: return "file too large"
+        case .unsupported(let m): return "not supported: \(m)"
         }
     }
 
@@ -151,6 +170,9 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     public static func from(_ error: Error) -> CoreError {
         if let e = error as? CoreError { return e }
         if let e = error as? Errno, e == .noSpace { return .noSpace }
+        if let e = error as? Errno, e == .fileTooBig { return .fileTooBig }
+        if let e = error as? Errno, e == .notSupported { return .unsupported("\(e)") }
+        if let e = error as? Errno, e == .invalid { return .invalidArgument("\(e)") }
         if let e = error as? SQLiteError, e.isDiskFull { return .noSpace }
         return .io("\(error)")
     }

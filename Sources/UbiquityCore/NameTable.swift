@@ -16,18 +16,37 @@ struct NameTable: Sequence, ExpressibleByDictionaryLiteral {
     }
 
     private var map: [ByteKey: String] = [:]
+    /// The names whose entry is a directory, among the entries sorted so far; the names set since (an item's
+    /// kind never changes, so each entry is sorted once, when the directories are next counted). Together they
+    /// keep the count of subdirectories exact at a cost per entry set, not per count.
+    private var directoryNames: Set<ByteKey> = []
+    private var unsorted: [ByteKey] = []
 
     typealias Key = String
     typealias Value = String
 
     init(dictionaryLiteral elements: (String, String)...) {
-        for (name, id) in elements { map[ByteKey(name)] = id }
+        for (name, id) in elements { self[name] = id }
     }
 
     /// The id of the entry with exactly this name.
     subscript(_ name: String) -> String? {
         get { map[ByteKey(name)] }
-        set { map[ByteKey(name)] = newValue }
+        set {
+            let key = ByteKey(name)
+            directoryNames.remove(key)
+            if newValue != nil { unsorted.append(key) }
+            map[key] = newValue
+        }
+    }
+
+    /// How many entries are directories; `isDirectory` tells the kind of an item by id.
+    mutating func directoryCount(_ isDirectory: (String) -> Bool) -> Int {
+        for key in unsorted {
+            if let id = map[key], isDirectory(id) { directoryNames.insert(key) }
+        }
+        unsorted = []
+        return directoryNames.count
     }
 
     var isEmpty: Bool { map.isEmpty }

@@ -7,11 +7,14 @@ import UbiquityBase
 struct Pusher {
     let container: Container
     let id: String
+    /// The items whose push waits for this one to leave a name it holds on the remote, in the order they met it.
+    let waiting: [String]
     private let log = Logger("push")
 
-    init(container: Container, id: String) {
+    init(container: Container, id: String, waiting: [String] = []) {
         self.container = container
         self.id = id
+        self.waiting = waiting
     }
 
     /// A snapshot of what is being pushed, taken under the lock.
@@ -216,8 +219,22 @@ struct Pusher {
                 // The remote forgot the item: create it afresh.
                 try container.withLock { try container.store.forgetCreateSent(id) }
                 try rebase(version: 0)
-            case .conflict:
-                try takeFreeName(pushed: item)
+            case .conflict(_, let holder):
+                guard let holder, holder.id != id, movedAwayHere(holder) else {
+                    try takeFreeName(pushed: item)
+                    return false
+                }
+                if waiting.contains(holder.id) {
+                    // A cycle of moves (an exchange, a rotation): this item steps aside on the remote, so that the
+                    // one waiting for its name can take it; its own place goes at its next push.
+                    guard item.remoteVersion != 0 else { try takeFreeName(pushed: item); return false }
+                    try stepAside(wire, pushed: item)
+                    return true
+                }
+                // The item in the way leaves that name here (moved or deleted, not pushed yet): it goes first.
+                // Not while a program writes it: this push waits (the push loop tries again later).
+                guard let first = container.withLock({ container.sync.pushFirst(toFree: holder.id) }) else { throw error }
+                try Pusher(container: container, id: first, waiting: waiting + [id]).run()
             case .misplaced(let why):
                 // Done for now: what must go first (a revived parent) is the next push's choice.
                 try giveWay(pushed: item, why: why)
@@ -285,6 +302,25 @@ struct Pusher {
         base.item.metaDirty = metaChanged
         try resolve(current, snap: base, pushed: pushed)
         return false
+    }
+
+    /// True when the item holding a name on the remote has left that place here, by a change still to push.
+    private func movedAwayHere(_ holder: WireItem) -> Bool {
+        container.withLock {
+            guard let here = container.items[holder.id], here.isPending else { return false }
+            return here.deleted || here.parent != holder.parent || !sameName(here.name, holder.name)
+        }
+    }
+
+    /// Puts the item on the remote under a name of its own in the folder it goes to, to free the name it holds
+    /// there; it stays pending here, where it already has its new place. Other devices may see that name until
+    /// the item's next push lands.
+    private func stepAside(_ wire: WireItem, pushed: Item) throws {
+        var aside = wire
+        aside.name = ".\(id).moving"
+        let stored = try container.remote.putItem(aside, ifMatch: pushed.remoteVersion)
+        log.info("\(container.path(of: id)) steps aside on the remote for a move that takes its name")
+        try rebase(version: stored.version)
     }
 
     /// Another item holds the name on the remote: this one takes the next free name, here and there.

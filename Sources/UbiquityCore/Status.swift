@@ -104,6 +104,7 @@ extension Container {
             guard var item = items[id], !item.deleted else { throw .notFound }
             guard item.pinned != on else { return }
             item.pinned = on
+            item.ctime = now() // an attribute changed, as for any setxattr
             do { try store.save(item) } catch { throw CoreError.from(error) }
             items[id] = item
         }

@@ -93,9 +93,16 @@ public final class Store: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS pending(id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS pending_seq ON pending(seq);
         """)
-        // A symbolic link's target (NULL for every other kind); stores made before links lack the column.
-        try db.addColumnIfMissing("items", "target", "TEXT")
+        for (name, type) in Store.addedColumns { try db.addColumnIfMissing("items", name, type) }
     }
+
+    /// Columns added since the first schema, with what an older row holds in them: a store made by an older
+    /// version opens, and its items read as they did (no link target, atime as mtime, no entry change seen).
+    private static let addedColumns = [
+        ("target", "TEXT"),
+        ("atime", "INTEGER"),
+        ("entries_mtime", "INTEGER NOT NULL DEFAULT 0"),
+    ]
 
     /// Removes every leftover of an interrupted download: nothing in staging is ever served.
     private func clearStaging() {
@@ -184,7 +191,7 @@ public final class Store: @unchecked Sendable {
 
     private static let columns = """
         id, parent, name, kind, mode, mtime, ctime, size, remote_version, remote_sha, remote_size, device,
-        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, target
+        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, target, atime, entries_mtime
         """
 
     /// Every item in the store.
@@ -199,7 +206,8 @@ public final class Store: @unchecked Sendable {
                 hasLocal: row.int(12) != 0, localSHA: row.optionalText(13), dirty: row.int(14) != 0,
                 metaDirty: row.int(15) != 0, deleted: row.int(16) != 0, pinned: row.int(17) != 0,
                 xattrs: Store.decodeXattrs(row.text(18)), conflicts: Store.decodeConflicts(row.text(19)),
-                target: row.optionalText(20)))
+                target: row.optionalText(20),
+                atime: row.isNull(21) ? nil : row.int(21), entriesMTime: row.int(22)))
         }
         return items
     }
@@ -210,7 +218,7 @@ public final class Store: @unchecked Sendable {
     }
 
     private func write(_ item: Item) throws {
-        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
             .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name), .text(item.kind.rawValue),
             .int(Int64(item.mode)), .int(item.mtime), .int(item.ctime), .int(item.size),
             .int(item.remoteVersion), .text(item.remoteSHA), .int(item.remoteSize), .text(item.device),
@@ -218,6 +226,7 @@ public final class Store: @unchecked Sendable {
             .int(item.metaDirty ? 1 : 0), .int(item.deleted ? 1 : 0), .int(item.pinned ? 1 : 0),
             .text(Store.encodeXattrs(item.xattrs)), .text(Store.encodeConflicts(item.conflicts)),
             item.target.map { .text($0) } ?? .null,
+            item.atime.map { .int($0) } ?? .null, .int(item.entriesMTime),
         ])
         if !item.isPending {
             try db.query("DELETE FROM pending WHERE id = ?", [.text(item.id)])

@@ -95,6 +95,7 @@ final class SyncLoops: @unchecked Sendable {
     /// the changes refused before, whose obstacle the batch may have moved.
     func apply(_ batch: WireChanges) {
         apply(batch.items, token: batch.token)
+        if !batch.more { container.withLock { container.caughtUp = true } }
         refetchRefused()
     }
 

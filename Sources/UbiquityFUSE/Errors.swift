@@ -24,6 +24,8 @@ extension CoreError {
         case .readOnly: return EROFS
         case .noAttribute: return ENODATA
         case .tooBig: return E2BIG
+        case .fileTooBig: return EFBIG
+        case .unsupported: return EOPNOTSUPP
         }
     }
 }

@@ -61,7 +61,8 @@ public final class FileSystem: @unchecked Sendable {
         st.st_nlink = 1
         switch item.kind {
         case .dir:
-            st.st_nlink = 2
+            // `.` and the entry in its parent, and each subdirectory's `..` (the root's `.versions` too).
+            st.st_nlink = UInt(2 + core.subdirectoryCount(item.id) + (item.id == core.rootID ? 1 : 0))
             st.st_size = 4096
         case .file:
             st.st_nlink = item.deleted ? 0 : 1 // deleted: unlinked, still open
@@ -77,9 +78,9 @@ public final class FileSystem: @unchecked Sendable {
         case .fifo, .socket:
             st.st_size = 0
         }
-        st.st_mtim = timespec(tv_sec: Int(item.mtime / 1_000_000_000), tv_nsec: Int(item.mtime % 1_000_000_000))
-        st.st_atim = st.st_mtim
-        st.st_ctim = timespec(tv_sec: Int(item.ctime / 1_000_000_000), tv_nsec: Int(item.ctime % 1_000_000_000))
+        st.st_mtim = timespec(nanoseconds: item.shownMTime)
+        st.st_atim = timespec(nanoseconds: item.shownATime)
+        st.st_ctim = timespec(nanoseconds: item.ctime)
         return st
     }
 
@@ -193,23 +194,26 @@ public final class FileSystem: @unchecked Sendable {
 
     private func finishSetattr(_ req: fuse_req_t, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32) throws(CoreError) {
         var mode: UInt32?
-        var mtime: Int64?
         if toSet & FUSE_SET_ATTR_MODE != 0 { mode = UInt32(attr.st_mode & 0o7777) }
-        if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 {
-            mtime = nowNanoseconds()
-        } else if toSet & FUSE_SET_ATTR_MTIME != 0 {
-            mtime = Int64(attr.st_mtim.tv_sec) * 1_000_000_000 + Int64(attr.st_mtim.tv_nsec)
-        }
+        let mtime = time(toSet, FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr.st_mtim)
+        let atime = time(toSet, FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr.st_atim)
         // Ownership is the mounting user's; chown is accepted and changes nothing, as on other cloud mounts.
         var item: Item
-        if mode != nil || mtime != nil {
-            item = try core.setAttributes(id, mode: mode, mtime: mtime)
+        if mode != nil || mtime != nil || atime != nil {
+            item = try core.setAttributes(id, mode: mode, mtime: mtime, atime: atime)
         } else {
             guard case .real(let cur)? = node(id) else { throw .notFound }
             item = cur
         }
         var st = attributes(item, ino: ino)
         fuse_reply_attr(req, &st, cacheTimeout)
+    }
+
+    /// A time that setattr sets (`now` flag: the current time), or nil.
+    private func time(_ toSet: Int32, _ flag: Int32, _ now: Int32, _ value: timespec) -> Int64? {
+        if toSet & now != 0 { return nowNanoseconds() }
+        if toSet & flag != 0 { return Int64(value.tv_sec) * 1_000_000_000 + Int64(value.tv_nsec) }
+        return nil
     }
 
     func mkdir(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t) {
@@ -272,17 +276,25 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(to) || isVersionsName(from, name) || isVersionsName(to, newName) {
             return replyError(req, .readOnly)
         }
+        if isVirtual(from) && flags & renameExchange != 0 { return replyError(req, .readOnly) }
         if isVirtual(from) { return renameVersion(req, from, name, to, newName) }
-        if flags & ~renameNoReplace != 0 { return replyError(req, .invalidArgument("unsupported rename flags")) }
+        if flags & ~(renameNoReplace | renameExchange) != 0 || flags == renameNoReplace | renameExchange {
+            return replyError(req, .invalidArgument("unsupported rename flags"))
+        }
         do {
-            try core.rename(parent: from, name: name, newParent: to, newName: newName,
-                            noReplace: flags & renameNoReplace != 0)
+            if flags & renameExchange != 0 {
+                try core.exchange(parent: from, name: name, newParent: to, newName: newName)
+            } else {
+                try core.rename(parent: from, name: name, newParent: to, newName: newName,
+                                noReplace: flags & renameNoReplace != 0)
+            }
             fuse_reply_err(req, 0)
         } catch { replyError(req, error) }
     }
 
-    /// renameat2's RENAME_NOREPLACE, which glibc's headers hide from Swift.
+    /// renameat2's RENAME_NOREPLACE and RENAME_EXCHANGE, which glibc's headers hide from Swift.
     private var renameNoReplace: UInt32 { 1 }
+    private var renameExchange: UInt32 { 2 }
 
     // MARK: files
 
@@ -370,6 +382,19 @@ public final class FileSystem: @unchecked Sendable {
         file.wrote = true
         if n < 0 { return replyErrno(req, Int32(-n)) }
         fuse_reply_write(req, n)
+    }
+
+    /// fallocate(2) on the content file: allocating, punching or zeroing changes the content like a write.
+    func fallocate(_ req: fuse_req_t, _ mode: Int32, _ offset: off_t, _ length: off_t, _ fh: UInt64) {
+        guard let file = file(fh), file.writable else { return replyErrno(req, EBADF) }
+        do {
+            // Like a write: the item turns dirty first, and no snapshot sees the change half done.
+            try core.write(file.id) {
+                Result { try file.fd.allocate(mode: mode, offset: Int64(offset), length: Int64(length)) }
+            }.get()
+            file.wrote = true
+            fuse_reply_err(req, 0)
+        } catch { replyError(req, error) }
     }
 
     func flush(_ req: fuse_req_t, _ fh: UInt64) {
@@ -573,5 +598,13 @@ extension FileSystem: ContainerObserver {
             guard let se = session else { return }
             fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
         }
+    }
+}
+
+extension timespec {
+    /// A time given in nanoseconds since the epoch (tv_nsec stays in 0..<1e9 before the epoch too).
+    init(nanoseconds ns: Int64) {
+        let (sec, nsec) = ns.quotientAndRemainder(dividingBy: 1_000_000_000)
+        self.init(tv_sec: Int(nsec < 0 ? sec - 1 : sec), tv_nsec: Int(nsec < 0 ? nsec + 1_000_000_000 : nsec))
     }
 }

@@ -50,6 +50,7 @@ private func makeOperations() -> fuse_lowlevel_ops {
     ops.flush = { req, _, fi in fs(req).flush(req!, fi!.pointee.fh) }
     ops.release = { req, _, fi in fs(req).release(fi!.pointee.fh); fuse_reply_err(req, 0) }
     ops.fsync = { req, _, _, fi in fs(req).fsync(req!, fi!.pointee.fh) }
+    ops.fallocate = { req, _, mode, off, len, fi in fs(req).fallocate(req!, mode, off, len, fi!.pointee.fh) }
     ops.opendir = { req, ino, fi in fs(req).opendir(req!, ino, fi!) }
     ops.readdir = { req, ino, size, off, fi in fs(req).readdir(req!, ino, size, off, fi!.pointee.fh, plus: false) }
     ops.readdirplus = { req, ino, size, off, fi in fs(req).readdir(req!, ino, size, off, fi!.pointee.fh, plus: true) }

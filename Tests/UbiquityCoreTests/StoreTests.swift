@@ -21,7 +21,8 @@ import UbiquityBase
                         remoteVersion: 17, remoteSHA: sha256Hex(bytes("hello world\n")), remoteSize: 12,
                         device: "laptop", hasLocal: true, localSHA: "abc", dirty: true, metaDirty: true,
                         deleted: false, pinned: true, xattrs: ["user.color": [0, 1, 0xff], "user.x": []],
-                        conflicts: [WireConflict(id: "c1", sha256: emptySHA256, size: 0, mtime: 5, device: "phone")])
+                        conflicts: [WireConflict(id: "c1", sha256: emptySHA256, size: 0, mtime: 5, device: "phone")],
+                        atime: 1_764_531_730_000_000_003, entriesMTime: 1_764_531_730_000_000_004)
         let tomb = Item(id: "d1", parent: nil, name: "dir", kind: .dir, mode: 0o7755, mtime: -1, ctime: 0, size: 0,
                         remoteVersion: 3, remoteSHA: "", remoteSize: 0, device: "", hasLocal: false, localSHA: nil,
                         dirty: false, metaDirty: false, deleted: true, pinned: false, xattrs: [:], conflicts: [])
@@ -91,5 +92,39 @@ import UbiquityBase
         let store = try Store(directory: path)
         #expect(try FileManager.default.contentsOfDirectory(atPath: store.stagingDirectory).isEmpty)
         #expect(FileManager.default.fileExists(atPath: store.contentPath("kept")))
+    }
+
+    /// A store made before atime and the entry change time were kept: it opens, its items read as before (atime
+    /// as mtime), and the new fields are kept from then on.
+    @Test func storeFromBeforeAtimeOpensAndKeepsIt() throws {
+        try makeDirectories(path)
+        do {
+            let db = try Database(path: path + "/state.sqlite")
+            try db.exec("""
+            CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE items(
+              id TEXT PRIMARY KEY, parent TEXT, name TEXT NOT NULL, kind TEXT NOT NULL, mode INTEGER NOT NULL,
+              mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, size INTEGER NOT NULL,
+              remote_version INTEGER NOT NULL, remote_sha TEXT NOT NULL, remote_size INTEGER NOT NULL,
+              device TEXT NOT NULL, has_local INTEGER NOT NULL, local_sha TEXT, dirty INTEGER NOT NULL,
+              meta_dirty INTEGER NOT NULL, deleted INTEGER NOT NULL, pinned INTEGER NOT NULL,
+              xattrs TEXT NOT NULL, conflicts TEXT NOT NULL);
+            CREATE TABLE pending(id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+            INSERT INTO items VALUES('old', 'documents', 'old.txt', 'file', 420, 7000, 7001, 3, 2, 'abc', 3,
+              'laptop', 0, NULL, 0, 0, 0, 0, '{}', '[]');
+            """)
+        }
+        do {
+            let store = try Store(directory: path)
+            var old = try #require(try store.loadItems().first)
+            #expect(old.id == "old" && old.mtime == 7000 && old.atime == nil && old.entriesMTime == 0)
+            #expect(old.shownATime == 7000)
+            old.atime = 5000
+            old.entriesMTime = 9000
+            try store.save(old)
+        }
+        let old = try #require(try Store(directory: path).loadItems().first)
+        #expect(old.atime == 5000 && old.shownATime == 5000)
+        #expect(old.entriesMTime == 9000 && old.shownMTime == 9000)
     }
 }

@@ -71,7 +71,10 @@ def test_rename_rules(d):
     assert not (d / "dir").exists() and (d / "empty").is_dir()
     fails(errno.EINVAL, os.rename, d / "full", d / "full" / "inside")
     assert renameat2(d / "a", d / "b", RENAME_NOREPLACE) == errno.EEXIST
-    assert renameat2(d / "a", d / "b", RENAME_EXCHANGE) == errno.EINVAL
+    assert renameat2(d / "a", d / "b", RENAME_EXCHANGE) == 0
+    assert (d / "a").read_text() == "b" and (d / "b").read_text() == "a"
+    assert renameat2(d / "a", d / "b", RENAME_EXCHANGE) == 0
+    assert renameat2(d / "a", d / "nope", RENAME_EXCHANGE) == errno.ENOENT
     os.rename(d / "a", d / "b")
     assert (d / "b").read_text() == "a" and not (d / "a").exists()
     fails(errno.ENOENT, os.rename, d / "a", d / "c")
