@@ -128,14 +128,9 @@ final class Downloads: @unchecked Sendable {
             case .failed(let e): removeStaleStaging(id); record(id, error: e.description); return .failure(e)
             case .fetch(let s, let n): sha = s; size = n
             }
-            // Offline (the change feed says so): no open waits out a timeout; what is local is served.
-            if container.withLock({ container.remoteDown }) {
-                let why = "the remote cannot be reached"
-                record(id, error: why)
-                return .failure(.io(why))
-            }
             do {
                 let installed = try transfer(id, sha: sha, size: size)
+                container.withLock { container.remoteDown = false }
                 record(id, error: nil)
                 // Installed: the next target() says done, or names a newer version that arrived meanwhile.
                 // Not installed (changed here meanwhile): what is local is what the user has.
@@ -143,8 +138,12 @@ final class Downloads: @unchecked Sendable {
             } catch let error as RemoteError where error.isTransient {
                 let now = monotonicNanoseconds()
                 record(id, error: error.description)
+                // Offline (the change feed knows the remote is away): one try, no waiting out the deadline;
+                // the open serves what is local.
+                if now >= deadline || container.withLock({ container.remoteDown }) {
+                    return .failure(.io(error.description))
+                }
                 log.warning("download of \(id) failed: \(error); retrying")
-                if now >= deadline { return .failure(.io(error.description)) }
                 usleep(UInt32(min(backoff, deadline - now) / 1000))
                 backoff = min(backoff * 2, 5_000_000_000)
             } catch let error as RemoteError {

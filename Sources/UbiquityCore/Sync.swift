@@ -15,15 +15,23 @@ final class SyncLoops: @unchecked Sendable {
     private var pushRequested = false
     private var stopping = false
     private var threads: [Thread] = []
+    /// Left when the push loop has ended: `stop` waits for it, so the container is let go of promptly.
+    private let pushRunning = DispatchGroup()
 
     init(container: Container) { self.container = container }
 
     func start() {
-        // The loops keep the container alive until they have seen `stop`: an owner that lets go of it right
-        // after stopping must not pull it from under a loop between two of its looks at `stopping`.
+        // The push loop keeps the container alive until it has seen `stop` (which waits for that): an owner
+        // that lets go of it right after stopping must not pull it from under the loop between two of its looks
+        // at `stopping`.
         let owner = container
+        pushRunning.enter()
         for name in ["pull", "push"] {
-            let t = Thread { [self] in withExtendedLifetime(owner) { name == "pull" ? pullLoop() : pushLoop() } }
+            let t = Thread { [self] in
+                if name == "pull" { return pullLoop() }
+                withExtendedLifetime(owner) { pushLoop() }
+                pushRunning.leave()
+            }
             t.name = name
             t.start()
             threads.append(t)
@@ -31,8 +39,10 @@ final class SyncLoops: @unchecked Sendable {
         wakePusher()
     }
 
+    /// Stops both loops; waits a few seconds at most for the push loop (an upload in flight may hold it).
     func stop() {
         wake.lock(); stopping = true; wake.broadcast(); wake.unlock()
+        _ = pushRunning.wait(timeout: .now() + 5)
     }
 
     private var isStopping: Bool { wake.lock(); defer { wake.unlock() }; return stopping }
