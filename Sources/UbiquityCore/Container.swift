@@ -491,11 +491,12 @@ public final class Container: @unchecked Sendable {
             let gone = items[id]?.deleted ?? true
             guard var item = gone ? unlinked[id] : items[id] else { throw .notFound }
             let unchanged = item
+            // What shows is compared: a time set to what `stat` says changes nothing.
             if let mode { item.mode = mode & 0o7777 }
             // A time set explicitly is what shows, also on a directory whose entries changed later (tar, rsync
             // and cp -a set a folder's time after filling it).
-            if let mtime { item.mtime = mtime; item.entriesMTime = 0 }
-            if let atime { item.atime = atime }
+            if let mtime, mtime != item.shownMTime { item.mtime = mtime; item.entriesMTime = 0 }
+            if let atime, atime != item.shownATime { item.atime = atime }
             if item == unchanged { return item }
             item.ctime = now()
             if gone { unlinked[id] = item; return item }

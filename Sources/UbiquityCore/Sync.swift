@@ -24,12 +24,12 @@ final class SyncLoops: @unchecked Sendable {
         // The push loop keeps the container alive until it has seen `stop` (which waits for that): an owner
         // that lets go of it right after stopping must not pull it from under the loop between two of its looks
         // at `stopping`.
-        let owner = container
+        // (Held weakly by the thread itself, which its Thread object keeps for as long as the loops exist.)
         pushRunning.enter()
         for name in ["pull", "push"] {
-            let t = Thread { [self] in
+            let t = Thread { [self, weak owner = container] in
                 if name == "pull" { return pullLoop() }
-                withExtendedLifetime(owner) { pushLoop() }
+                if let owner { withExtendedLifetime(owner) { pushLoop() } }
                 pushRunning.leave()
             }
             t.name = name

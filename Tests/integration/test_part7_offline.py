@@ -29,7 +29,7 @@ def test_offline_open_is_answered_at_once(stub, mount_factory):
     took = time.monotonic() - t0
     assert p.returncode == 1 and "Input/output error" in p.stderr
     assert took < 30, f"the open waited {took:.1f}s for a remote known to be away (timeout 60s)"
-    assert "cannot be reached" in attr(b / "Documents" / "remote.txt", "downloadingError")
+    assert "unreachable" in attr(b / "Documents" / "remote.txt", "downloadingError")
     # An older local copy is served at once (the kernel shows it within the newer version's size).
     p = run("cat", b / "Documents" / "stale.txt", check=False)
     assert p.returncode == 0 and p.stdout.startswith("old\n")
