@@ -241,22 +241,7 @@ final class Downloads: @unchecked Sendable {
             syncDirectory(container.store.contentDirectory)
             return true
         }
-        let id = key
-        return try container.mutate {
-            guard var item = container.items[id], !item.deleted, !item.dirty,
-                  (container.handles[id]?.writers ?? 0) == 0 else {
-                try? removeFile(staging)
-                return false
-            }
-            try renameFile(staging, container.store.contentPath(id))
-            syncDirectory(container.store.contentDirectory)
-            item.hasLocal = true
-            item.localSHA = sha
-            try container.store.save(item)
-            container.items[id] = item
-            container.notice(.changed(id, content: true))
-            return true
-        }
+        return try container.installDownload(key, sha: sha, staging: staging)
     }
 }
 

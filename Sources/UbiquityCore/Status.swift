@@ -53,40 +53,10 @@ extension Container {
     }
 
     /// The files at and below an item (links, fifos and sockets have no content: never listed). Expects the lock held.
-    private func filesBelow(_ id: String) -> [Item] {
+    func filesBelow(_ id: String) -> [Item] {
         guard let item = items[id], !item.deleted else { return [] }
         if !item.isDirectory { return item.hasContent ? [item] : [] }
         return (children[id] ?? [:]).values.flatMap { filesBelow($0) }
-    }
-
-    /// Drops the local content of a file, or of every file below a directory, keeping the entries.
-    /// Refused (`.busy`) for content not yet uploaded, a file open for writing, or a pinned item; on a
-    /// directory every file that can go goes, and the refusal names how many could not.
-    public func evict(_ id: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
-            var refused: [String] = []
-            for file in filesBelow(id) where file.hasLocal {
-                if let why = evictionRefusal(file) { refused.append(why); continue }
-                var item = file
-                try? removeFile(store.contentPath(item.id))
-                item.hasLocal = false
-                item.localSHA = nil
-                do { try store.save(item) } catch { throw CoreError.from(error) }
-                items[item.id] = item
-                notice(.changed(item.id, content: true))
-            }
-            if refused.count == 1 && items[id]?.isDirectory == false { throw .busy(refused[0]) }
-            if !refused.isEmpty { throw .busy("\(refused.count) file(s) could not be evicted: \(refused[0])") }
-        }
-    }
-
-    /// Why a file's local content must stay, or nil. Expects the lock held.
-    private func evictionRefusal(_ item: Item) -> String? {
-        if item.dirty || item.remoteVersion == 0 { return "\(item.name) has changes not yet uploaded" }
-        if (handles[item.id]?.writers ?? 0) > 0 { return "\(item.name) is open for writing" }
-        if isPinnedLocked(item.id) { return "\(item.name) is pinned" }
-        return nil
     }
 
     /// Starts downloading a file, or every file below a directory, in the background.

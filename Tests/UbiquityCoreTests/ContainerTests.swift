@@ -170,4 +170,23 @@ import UbiquityBase
         #expect(eventually { dev.pending == 0 })
         #expect(remote.lookup(path: "Documents/tmp") == nil)
     }
+
+    /// The content's states through a file's life: absent, clean after a download, dirty after a write, clean
+    /// again once the upload is acknowledged, absent after an eviction.
+    @Test func localContentFollowsTheStateMachine() throws {
+        let f = remote.seed(path: "Documents/s.txt", bytes: bytes("one"), device: "other", mtime: 5)
+        let link = Link(remote)
+        let dev = try Device(link, name: "a")
+        #expect(dev.container.item(f.id)?.localContent == .absent)
+        #expect(dev.fetch(f.id).map { (try? $0.get()) != nil } == true)
+        #expect(dev.container.item(f.id)?.localContent == .clean(sha: f.sha256))
+        link.offline = true // the upload waits, so the dirty state can be seen
+        try dev.write(f.id, bytes("two"))
+        #expect(dev.container.item(f.id)?.localContent == .dirty)
+        link.offline = false
+        dev.nudge()
+        #expect(eventually { dev.container.item(f.id)?.localContent == .clean(sha: sha256Hex(bytes("two"))) })
+        try dev.container.evict(f.id)
+        #expect(dev.container.item(f.id)?.localContent == .absent)
+    }
 }

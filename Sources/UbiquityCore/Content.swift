@@ -1,0 +1,306 @@
+// The local content of a file, and every change of it: one state machine, changed under the container's lock.
+//
+//     absent ──(open of remote-empty content, O_TRUNC, a download's install)──▶ clean(sha)
+//     clean(sha) ──(write, truncate, fallocate, O_TRUNC)──▶ dirty ──(upload acknowledged, Pusher)──▶ clean(sha)
+//     clean(sha) ──(evict)──▶ absent          clean(old) ──(install of a newer version)──▶ clean(new)
+//
+// with the handle counts beside it (`handles`: open, writable). What must hold, and why it holds:
+// - An open decides whether the content can be used, opens the descriptor on it and counts the handle in one
+//   step under the lock (`open`). Eviction and install check the counts under the same lock, so neither can
+//   fall between an open's decision and its descriptor (one did, and a writer wrote into an empty file that was
+//   then uploaded over the real content on every device).
+// - Eviction only leaves `clean`, never while the file is open for writing or pinned (`evictionRefusal`); an
+//   install only replaces `absent` or `clean`, never `dirty` and never under a writer (`install`). A reader
+//   keeps the bytes it opened: the content file is replaced by rename, never written in place.
+// - Writes and truncations run inside the file's gate (Snapshots.swift), so a snapshot upload of a file held
+//   open sees no half write; the lock order is gate, then the container's lock.
+// - A file deleted while open keeps its content, moved aside, for its descriptors until the last close
+//   (`releaseContent`, `unlinked`).
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The state of a file's local content (derived from the item's stored fields).
+public enum LocalContent: Equatable, Sendable {
+    case absent
+    /// A verified copy of the remote version with this hash.
+    case clean(sha: String)
+    /// Changed here and not yet acknowledged by the remote.
+    case dirty
+}
+
+extension Item {
+    public var localContent: LocalContent {
+        if !hasLocal { return .absent }
+        if dirty { return .dirty }
+        return localSHA.map { .clean(sha: $0) } ?? .dirty
+    }
+}
+
+extension Container {
+    // MARK: opening
+
+    /// What an open gets: the content file's descriptor, or the need to fetch the content first.
+    public enum Opening {
+        case opened(FileDescriptor)
+        /// The newest content is not local: fetch it, then open again.
+        case fetch
+    }
+
+    /// open(2) of a file. Whether the content can be used now, the descriptor on the content file, the handle's
+    /// count and the item's new local state are all decided under the lock in one step, so no eviction, install
+    /// or truncation can fall between the decision and the descriptor (one of them did, and an eviction between
+    /// them had the open write into an empty file that was then uploaded).
+    /// - `truncate`: O_TRUNC with write access, which needs no old content.
+    /// - `staleOK`: an older local copy will do (the newest could not be had).
+    /// - `noDownload`: a caller that may not download (an indexer): an older local copy, else `.wouldBlock`.
+    public func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool = false,
+                     noDownload: Bool = false) throws(CoreError) -> Opening {
+        try mutate { () throws(CoreError) -> Opening in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            if item.isDirectory { throw .isDirectory }
+            if !item.hasContent { throw .invalidArgument("only a file has content to open") }
+            let truncating = writable && truncate
+            let emptyRemote = item.remoteSHA == emptySHA256 && item.remoteSize == 0
+            let staleUsable = item.hasLocal && (staleOK || noDownload || (handles[id]?.writers ?? 0) > 0)
+            guard truncating || item.isCurrent || (!item.hasLocal && emptyRemote) || staleUsable else {
+                if noDownload { throw .wouldBlock }
+                return .fetch
+            }
+            let fd: FileDescriptor
+            do {
+                fd = try FileDescriptor.open(store.contentPath(id), (writable ? O_RDWR : O_RDONLY) | (item.hasLocal ? 0 : O_CREAT),
+                                        mode: 0o600)
+            } catch { throw CoreError.from(error) }
+            do throws(CoreError) {
+                if !item.hasLocal || truncating {
+                    let wasLocal = item.hasLocal
+                    item.hasLocal = true
+                    if truncating {
+                        do { try fd.truncate(0) } catch { throw CoreError.from(error) }
+                    }
+                    if truncating && (item.size != 0 || !wasLocal || !item.isCurrent) {
+                        markContentChanged(&item, size: 0)
+                        try saveLocalChange(item)
+                    } else if !wasLocal {
+                        item.localSHA = emptySHA256
+                        do { try store.save(item) } catch { throw CoreError.from(error) }
+                        items[id] = item
+                    }
+                }
+            } catch {
+                fd.close()
+                throw error
+            }
+            var h = handles[id] ?? (0, 0)
+            h.open += 1
+            if writable { h.writers += 1 }
+            handles[id] = h
+            return .opened(fd)
+        }
+    }
+
+    /// Lets the content of an item that is going away go, or, while programs hold it open, moves it aside and
+    /// keeps the item as it was for their descriptors until the last close. Expects the lock held.
+    func releaseContent(of item: Item) {
+        guard item.kind == .file else { return }
+        if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)); return }
+        guard item.hasLocal || unlinked[item.id] == nil else { return }
+        if item.hasLocal { try? renameFile(store.contentPath(item.id), unlinkedPath(item.id)) }
+        var gone = item
+        gone.deleted = true
+        gone.hasLocal = true
+        gone.dirty = true // its bytes are this device's alone now, and the size shown is the content file's
+        unlinked[item.id] = gone
+    }
+
+    /// Where the content of an unlinked item that is still open lives (removed at the next start if left).
+    func unlinkedPath(_ id: String) -> String { store.contentPath(id) + ".unlinked" }
+
+    /// An item deleted while a program still holds it open, as `fstat` on that descriptor sees it (link count 0).
+    public func unlinkedItem(_ id: String) -> Item? { withLock { unlinked[id] } }
+
+    /// `stat` of the local content of a file (of the copy moved aside, for an unlinked one), or nil if none.
+    public func localStat(_ item: Item) -> stat? {
+        guard item.kind == .file, item.hasLocal else { return nil }
+        var st = stat()
+        let path = item.deleted ? unlinkedPath(item.id) : store.contentPath(item.id)
+        return stat(path, &st) == 0 ? st : nil
+    }
+
+    /// Records the first write through a handle: the content is now dirty (made durable before the write is
+    /// acknowledged, so a crash never forgets that the file must be uploaded).
+    public func willWrite(_ id: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { return }
+            contentGeneration[id, default: 0] += 1
+            if item.dirty { return }
+            item.dirty = true
+            item.localSHA = nil
+            try saveLocalChange(item)
+        }
+    }
+
+    /// Records that written content was flushed (close or fsync): size and time from the content file,
+    /// persisted, and queued for upload.
+    public func flushed(_ id: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted, item.dirty else { return }
+            var st = stat()
+            guard stat(store.contentPath(id), &st) == 0 else { throw .io("content file missing") }
+            let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+            if item.size == Int64(st.st_size) && item.mtime == mtime { return } // already recorded
+            item.size = Int64(st.st_size)
+            item.mtime = mtime
+            item.ctime = mtime
+            try saveLocalChange(item)
+        }
+    }
+
+    /// fsync: what the store knows of the item is made durable too (its content the caller syncs itself).
+    public func synced(_ id: String) throws(CoreError) {
+        try flushed(id)
+        do { try withLock { try store.makeDurable() } } catch { throw CoreError.from(error) }
+        snapshotRequested(id)
+    }
+
+    /// Records a handle closed.
+    public func closed(_ id: String, writable: Bool) {
+        mutate {
+            guard var h = handles[id] else { return }
+            h.open -= 1
+            if writable { h.writers -= 1 }
+            handles[id] = h.open > 0 ? h : nil
+            if h.open == 0 && unlinked.removeValue(forKey: id) != nil { try? removeFile(unlinkedPath(id)) }
+            if writable && h.writers == 0 {
+                lastWrite[id] = nil
+                fsyncedSinceSnapshot.remove(id)
+                sync.wakePusher()
+            }
+        }
+    }
+
+    /// The size a written file has now (from its content file while it is open for writing).
+    public func currentSize(_ item: Item) -> Int64 {
+        guard item.dirty, item.hasLocal else { return item.size }
+        var st = stat()
+        return stat(store.contentPath(item.id), &st) == 0 ? Int64(st.st_size) : item.size
+    }
+
+    /// Fetches the newest content of a file, calling `done` once it is local (or failed, or gave up).
+    /// Returns a token to cancel the wait (the transfer itself goes on).
+    public func fetch(_ id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) -> Int {
+        downloads.wait(for: id, done: done)
+    }
+
+    public func cancelFetchWait(_ id: String, token: Int) {
+        downloads.cancelWait(for: id, token: token)
+    }
+
+    /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.
+    /// The size the file has already changes nothing (and needs no content).
+    public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
+        try gates.shared(id) { () throws(CoreError) -> Item in try truncateLocked(id, to: size) }
+    }
+
+    private func truncateLocked(_ id: String, to size: Int64) throws(CoreError) -> Item {
+        try mutate { () throws(CoreError) -> Item in
+            if let gone = unlinked[id], items[id]?.deleted ?? true { return try truncateUnlinked(gone, to: size) }
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            if item.isDirectory { throw .isDirectory }
+            if !item.hasContent { throw .invalidArgument("only a file has content to truncate") }
+            if size == currentSize(item) { return item }
+            if size != 0 && !item.hasLocal { throw .wouldBlock }
+            do {
+                let fd = try FileDescriptor.open(store.contentPath(id), O_WRONLY | O_CREAT, mode: 0o600)
+                defer { fd.close() }
+                try fd.truncate(size)
+            } catch { throw CoreError.from(error) }
+            item.hasLocal = true
+            markContentChanged(&item, size: size)
+            try saveLocalChange(item)
+            return item
+        }
+    }
+
+    /// ftruncate(2) on a descriptor of an unlinked file: its content changes, nothing is recorded or uploaded.
+    /// Expects the lock held.
+    private func truncateUnlinked(_ item: Item, to size: Int64) throws(CoreError) -> Item {
+        do {
+            let fd = try FileDescriptor.open(unlinkedPath(item.id), O_WRONLY | O_CREAT, mode: 0o600)
+            defer { fd.close() }
+            try fd.truncate(size)
+        } catch { throw CoreError.from(error) }
+        var item = item
+        item.size = size
+        item.ctime = now()
+        unlinked[item.id] = item
+        return item
+    }
+
+    /// Marks the local content as changed. Expects the lock held.
+    func markContentChanged(_ item: inout Item, size: Int64) {
+        item.dirty = true
+        item.localSHA = nil
+        item.size = size
+        let now = self.now()
+        item.mtime = now
+        item.ctime = now
+        contentGeneration[item.id, default: 0] += 1
+    }
+
+    /// Drops the local content of a file, or of every file below a directory, keeping the entries.
+    /// Refused (`.busy`) for content not yet uploaded, a file open for writing, or a pinned item; on a
+    /// directory every file that can go goes, and the refusal names how many could not.
+    public func evict(_ id: String) throws(CoreError) {
+        try mutate { () throws(CoreError) in
+            guard items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
+            var refused: [String] = []
+            for file in filesBelow(id) where file.hasLocal {
+                if let why = evictionRefusal(file) { refused.append(why); continue }
+                var item = file
+                try? removeFile(store.contentPath(item.id))
+                item.hasLocal = false
+                item.localSHA = nil
+                do { try store.save(item) } catch { throw CoreError.from(error) }
+                items[item.id] = item
+                notice(.changed(item.id, content: true))
+            }
+            if refused.count == 1 && items[id]?.isDirectory == false { throw .busy(refused[0]) }
+            if !refused.isEmpty { throw .busy("\(refused.count) file(s) could not be evicted: \(refused[0])") }
+        }
+    }
+
+    /// Why a file's local content must stay, or nil. Expects the lock held.
+    private func evictionRefusal(_ item: Item) -> String? {
+        guard case .clean = item.localContent, item.remoteVersion != 0 else {
+            return "\(item.name) has changes not yet uploaded"
+        }
+        if (handles[item.id]?.writers ?? 0) > 0 { return "\(item.name) is open for writing" }
+        if isPinnedLocked(item.id) { return "\(item.name) is pinned" }
+        return nil
+    }
+
+    /// Moves a verified download into place as the file's content (absent or clean → clean), unless the file
+    /// changed here meanwhile or a program has it open for writing: then the download is dropped (false) and
+    /// what is local is what the user has.
+    func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
+        try mutate {
+            guard var item = items[id], !item.deleted, item.localContent != .dirty,
+                  (handles[id]?.writers ?? 0) == 0 else {
+                try? removeFile(staging)
+                return false
+            }
+            try renameFile(staging, store.contentPath(id))
+            syncDirectory(store.contentDirectory)
+            item.hasLocal = true
+            item.localSHA = sha
+            try store.save(item)
+            items[id] = item
+            notice(.changed(id, content: true))
+            return true
+        }
+    }
+}
