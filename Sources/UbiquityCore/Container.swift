@@ -79,9 +79,9 @@ public final class Container: @unchecked Sendable {
     /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
     /// passed it: a page of the feed fetched before the delete must not bring them back.
     var settledDeletes: [String: Int64] = [:]
-    /// True while the change feed cannot reach the remote: an open then takes what is local at once instead of
-    /// waiting out the download timeout.
-    var remoteDown = false
+    /// Since when (wall clock, ns) the remote cannot be reached, as the change feed last found; nil while it
+    /// answers. While set, an open takes what is local at once instead of waiting out the download timeout.
+    var offlineSince: Int64?
     private var notices: [Notice] = []
     /// False until the remote's feed has been applied to the end once: the tree that arrives in a fresh store is
     /// the remote's as it is, not a change of its folders' entries (their mtimes stay the synced ones).

@@ -130,7 +130,7 @@ final class Downloads: @unchecked Sendable {
             }
             do {
                 let installed = try transfer(id, sha: sha, size: size)
-                container.withLock { container.remoteDown = false }
+                container.remoteAnswered()
                 record(id, error: nil)
                 // Installed: the next target() says done, or names a newer version that arrived meanwhile.
                 // Not installed (changed here meanwhile): what is local is what the user has.
@@ -140,7 +140,7 @@ final class Downloads: @unchecked Sendable {
                 record(id, error: error.description)
                 // Offline (the change feed knows the remote is away): one try, no waiting out the deadline;
                 // the open serves what is local.
-                if now >= deadline || container.withLock({ container.remoteDown }) {
+                if now >= deadline || container.isOffline {
                     return .failure(.io(error.description))
                 }
                 log.warning("download of \(id) failed: \(error); retrying")

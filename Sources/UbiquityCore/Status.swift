@@ -134,4 +134,34 @@ extension Container {
             try saveLocalChange(item)
         }
     }
+
+    // MARK: the mount root
+
+    /// The remote answered (the feed, a download): the mount is online.
+    func remoteAnswered() { withLock { offlineSince = nil } }
+
+    /// The remote could not be reached: the mount is offline, since the first such failure.
+    func remoteUnreachable() {
+        withLock { if offlineSince == nil { offlineSince = now() } }
+    }
+
+    /// True while the remote is known to be unreachable.
+    var isOffline: Bool { withLock { offlineSince != nil } }
+
+    /// The attributes of the mount root alone, by name without the `user.ubiquity.` prefix, in listing order:
+    /// how many changes wait to upload, and whether (and since when, in UTC) the remote is away.
+    public func rootAttributes() -> [(name: String, value: String)] {
+        let since = withLock { offlineSince }
+        var list = [(name: "pendingChanges", value: String(pendingChanges)),
+                    (name: "isOffline", value: since == nil ? "0" : "1")]
+        if let since { list.append((name: "offlineSince", value: iso8601(nanoseconds: since))) }
+        return list
+    }
+}
+
+/// A wall-clock time as `2026-12-01T07:09:53Z`.
+func iso8601(nanoseconds: Int64) -> String {
+    let f = ISO8601DateFormatter()
+    f.timeZone = TimeZone(identifier: "UTC")
+    return f.string(from: Date(timeIntervalSince1970: Double(nanoseconds) / 1e9))
 }

@@ -76,19 +76,24 @@ final class SyncLoops: @unchecked Sendable {
 
     private func pullLoop() {
         var backoff: Int64 = 500_000_000
+        var failed = false
         while !isStopping {
             do {
+                // After a failure the first look is a quick one (no long poll), so a remote that is back is
+                // noticed at once rather than when the long poll ends.
                 let batch = try container.remote.changes(since: feedToken,
-                                                         waitSeconds: container.config.pollWaitSeconds)
+                                                         waitSeconds: failed ? 0 : container.config.pollWaitSeconds)
                 if isStopping { return }
-                container.withLock { container.remoteDown = false }
+                container.remoteAnswered()
+                failed = false
                 apply(batch)
                 backoff = 500_000_000
             } catch {
                 log.warning("change feed: \(error)")
+                failed = true
                 let down: Bool
                 if case RemoteError.unreachable = error { down = true } else { down = false }
-                container.withLock { container.remoteDown = down }
+                if down { container.remoteUnreachable() } else { container.remoteAnswered() }
                 // While the remote is away, look again often enough that opens wait for it only briefly.
                 sleepUnlessStopping(down ? min(backoff, 2_000_000_000) : backoff)
                 backoff = min(backoff * 2, 30_000_000_000)

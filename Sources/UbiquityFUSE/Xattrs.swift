@@ -73,8 +73,8 @@ extension FileSystem {
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
-                if id == core.rootID && key == FileSystem.pendingChangesKey {
-                    return replyXattr(req, Array(String(core.pendingChanges).utf8), size)
+                if id == core.rootID, let value = core.rootAttributes().first(where: { $0.name == key })?.value {
+                    return replyXattr(req, Array(value.utf8), size)
                 }
                 guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
                     return replyError(req, .noAttribute)
@@ -99,7 +99,9 @@ extension FileSystem {
             for attr in StatusAttribute.allCases where attr.value(status) != nil {
                 list += Array(attr.fullName.utf8) + [0]
             }
-            if id == core.rootID { list += Array((StatusAttribute.prefix + FileSystem.pendingChangesKey).utf8) + [0] }
+            if id == core.rootID {
+                for attr in core.rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
+            }
             for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
             replyXattr(req, list, size)
         } catch { replyError(req, error) }
@@ -156,9 +158,6 @@ extension FileSystem {
 }
 
 extension FileSystem {
-    /// On the mount root only: how many items have changes the remote has not acknowledged yet.
-    static let pendingChangesKey = "pendingChanges"
-
     /// The status a version file shows: whether its content is stored here.
     func versionAttributes(_ id: String) -> [String: String] {
         guard case .version(let item, let c) = node(id) else { return [:] }

@@ -33,12 +33,18 @@ enum StatusCommand {
         return String(decoding: buf[0..<n], as: UTF8.self)
     }
 
+    /// What the mount root shows beside the item status: changes waiting, and whether the remote is away.
+    static let rootNames = ["pendingChanges", "isOffline", "offlineSince"]
+
     static func status(_ path: String) throws -> [String: String] {
         guard try attribute(path, "isUbiquitous") == "1" else {
             throw CommandFailure("\(path) is not in a ubiquityfs mount")
         }
         var result: [String: String] = [:]
         for name in names { result[name] = try attribute(path, name) }
+        if try attribute(path, "pendingChanges") != nil {
+            for name in rootNames { result[name] = try attribute(path, name) }
+        }
         return result
     }
 
@@ -67,6 +73,7 @@ enum StatusCommand {
             print(String(decoding: data, as: UTF8.self))
         } else if !rows.isEmpty {
             printTable(rows)
+            for r in rows where r["pendingChanges"] != nil { printMount(r) }
         }
         if failed { exit(1) }
     }
@@ -86,6 +93,13 @@ enum StatusCommand {
             print(row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
                 .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
+    }
+
+    /// The lines for a mount root: what waits to upload, and whether the remote is reachable.
+    private static func printMount(_ r: [String: String]) {
+        let remote = r["isOffline"] == "1" ? "offline since \(r["offlineSince"] ?? "?") (the remote cannot be reached)"
+            : "online"
+        print("\(r["path"] ?? ""): \(r["pendingChanges"] ?? "0") change(s) waiting to upload; \(remote)")
     }
 
     static func humanSize(_ n: Int64) -> String {

@@ -1,4 +1,4 @@
-"""Part 7: while the remote is known to be unreachable, an open is answered at once: from an older local copy
+"""Offline without stalls (Part 7's contract, Part 9 point 3): while the remote is known to be unreachable, an open
 where there is one, else EIO with the cause in downloadingError. No open waits out the download timeout."""
 import time
 
@@ -36,3 +36,20 @@ def test_offline_open_is_answered_at_once(stub, mount_factory):
     stub.start()
     wait_until(lambda: run("cat", b / "Documents" / "remote.txt", check=False).stdout == "only on the remote\n",
                timeout=30, what="the open to work again once the remote is back")
+
+
+def test_the_mount_root_says_offline_and_since_when(stub, mount_factory):
+    m = mount_factory(stub, "laptop")
+    assert attr(m.path, "isOffline") == "0" and attr(m.path, "offlineSince") is None
+    assert "online" in run(BIN, "status", m.path).stdout
+    stub.stop()
+    wait_until(lambda: attr(m.path, "isOffline") == "1", timeout=10, what="the mount to notice the remote is gone")
+    since = attr(m.path, "offlineSince")
+    assert since and since.endswith("Z") and since.startswith("20"), since
+    assert f"offline since {since}" in run(BIN, "status", m.path).stdout
+    listed = run("getfattr", "-d", "-m", "-", "--absolute-names", m.path).stdout
+    assert "user.ubiquity.isOffline" in listed and "user.ubiquity.offlineSince" in listed
+    stub.start()
+    # The return is noticed within a couple of seconds, not at the end of a long poll.
+    wait_until(lambda: attr(m.path, "isOffline") == "0", timeout=8, what="the mount to notice the remote is back")
+    assert attr(m.path, "offlineSince") is None
