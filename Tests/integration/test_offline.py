@@ -1,5 +1,6 @@
-"""Offline without stalls (Part 7's contract, Part 9 point 3): while the remote is known to be unreachable, an open
-where there is one, else EIO with the cause in downloadingError. No open waits out the download timeout."""
+"""Offline without stalls (Part 7's contract, Part 9 point 3): while the remote is known to be unreachable, an
+open is answered at once, from an older local copy where there is one, else EIO with the cause in
+downloadingError; no open waits out the download timeout. The mount root says offline and since when."""
 import time
 
 from conftest import BIN, run, wait_until
