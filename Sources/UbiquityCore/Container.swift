@@ -500,6 +500,11 @@ public final class Container: @unchecked Sendable {
             if item == unchanged { return item }
             item.ctime = now()
             if gone { unlinked[id] = item; return item }
+            // The content file carries the time too: a flush after this (the release of a handle closed just
+            // before the utimens, as cp -p and rsync do) takes the time from the file and must find this one.
+            if item.mtime != unchanged.mtime && item.hasContent && item.hasLocal {
+                setFileTime(store.contentPath(id), item.mtime)
+            }
             // The root's times and every access time are this device's alone: kept, not pushed.
             if id == rootID || (item.mode == unchanged.mode && item.mtime == unchanged.mtime) {
                 do { try store.save(item) } catch { throw CoreError.from(error) }
@@ -557,4 +562,12 @@ public final class Container: @unchecked Sendable {
         c.notice(.added(parent: parent, name: item.name))
         c.entriesChanged(in: parent, remote: true)
     }
+}
+
+/// Sets a file's modification time (nanoseconds since the epoch), leaving its access time.
+private func setFileTime(_ path: String, _ mtime: Int64) {
+    let omit = (1 << 30) - 2 // UTIME_OMIT, a macro Swift does not import
+    var times = [timespec(tv_sec: 0, tv_nsec: omit),
+                 timespec(tv_sec: Int(mtime / 1_000_000_000), tv_nsec: Int(mtime % 1_000_000_000))]
+    _ = utimensat(AT_FDCWD, path, &times, 0)
 }

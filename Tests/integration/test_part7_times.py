@@ -9,6 +9,7 @@ items atomically and the swap reaches the other devices.
 import ctypes
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -255,3 +256,16 @@ def test_exchange_with_a_conflict_version_is_refused(two):
     version = vdir / os.listdir(vdir)[0]
     assert exchange(version, a / rel) == errno.EROFS
     assert (a / rel).read_text() == "desktop\n" and version.read_text() == "laptop\n"
+
+
+def test_a_time_set_right_after_close_stays(stub, mount_factory):
+    """cp -p and rsync close a file and set its time at once; the kernel's release of the handle may reach
+    the daemon after that and must not put the write's time back."""
+    m = mount_factory(stub)
+    files = [m / "Documents" / f"t{i}.txt" for i in range(40)]
+    for i, f in enumerate(files):
+        f.write_text(f"file {i}\n")
+        os.utime(f, ns=(1_600_000_000_000_000_000 + i, 1_600_000_000_000_000_000 + i))
+    time.sleep(0.5)
+    run(BIN, "sync", "--wait", "--timeout", "30", m.path)
+    assert [f.stat().st_mtime_ns for f in files] == [1_600_000_000_000_000_000 + i for i in range(40)]
