@@ -133,7 +133,7 @@ extension Container {
         var st = stat()
         let path = store.contentDirectory + "/" + name
         cache.set(name, stat(path, &st) == 0 ? Int64(st.st_blocks) * 512 : 0)
-        if cache.used + cache.reserved > config.cacheLimit { evictor?.wake() }
+        if cache.used > config.cacheLimit { evictor?.wake() }
     }
 
     /// Re-measures an item's content file and its unlinked copy. Expects the lock held.
@@ -224,10 +224,12 @@ extension Container {
         let free = freeBytes()
         let minFree = config.minFreeBytes
         let short = minFree > 0 && free < minFree ? minFree + minFree / 10 - free : 0
-        let over = withLock { cache.used + cache.reserved > config.cacheLimit }
+        // Reserved bytes are the downloads' own business (`makeRoom`): an install counts its file before it lets
+        // go of its reservation, and the evictor must not see that file twice.
+        let over = withLock { cache.used > config.cacheLimit }
         guard over || short > 0 else { return }
         let target = over ? lowWaterMark : config.cacheLimit
-        evictLeastRecentlyUsed(until: { freed in cache.used + cache.reserved <= target && freed >= short })
+        evictLeastRecentlyUsed(until: { freed in cache.used <= target && freed >= short })
     }
 
     /// Makes room for a download of `bytes` (before it starts, on the download's thread): evicts until it fits
@@ -246,7 +248,7 @@ extension Container {
     func roomUsed(_ bytes: Int64) {
         withLock {
             cache.reserved -= bytes
-            if cache.used + cache.reserved > config.cacheLimit { evictor?.wake() }
+            if cache.used > config.cacheLimit { evictor?.wake() }
         }
     }
 

@@ -73,8 +73,8 @@ extension FileSystem {
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
-                if id == core.rootID && key == FileSystem.pendingChangesKey {
-                    return replyXattr(req, Array(String(core.pendingChanges).utf8), size)
+                if id == core.rootID, let value = rootAttribute(key) {
+                    return replyXattr(req, Array(value.utf8), size)
                 }
                 guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
                     return replyError(req, .noAttribute)
@@ -99,7 +99,9 @@ extension FileSystem {
             for attr in StatusAttribute.allCases where attr.value(status) != nil {
                 list += Array(attr.fullName.utf8) + [0]
             }
-            if id == core.rootID { list += Array((StatusAttribute.prefix + FileSystem.pendingChangesKey).utf8) + [0] }
+            if id == core.rootID {
+                for key in FileSystem.rootKeys { list += Array((StatusAttribute.prefix + key).utf8) + [0] }
+            }
             for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
             replyXattr(req, list, size)
         } catch { replyError(req, error) }
@@ -158,6 +160,28 @@ extension FileSystem {
 extension FileSystem {
     /// On the mount root only: how many items have changes the remote has not acknowledged yet.
     static let pendingChangesKey = "pendingChanges"
+    /// On the mount root only (read-only): bytes the local copies take, the local store limit (or "none"),
+    /// and what the evictor gave back: a line "N files, B bytes since the mount", then the latest evictions,
+    /// newest first, one a line: "TIME BYTES PATH" (UTC, ISO 8601).
+    static let cacheUsedKey = "cacheUsed", cacheLimitKey = "cacheLimit", recentlyEvictedKey = "recentlyEvicted"
+    static let rootKeys = [pendingChangesKey, cacheUsedKey, cacheLimitKey, recentlyEvictedKey]
+
+    /// The value of a root-only attribute, nil for any other name.
+    func rootAttribute(_ key: String) -> String? {
+        switch key {
+        case FileSystem.pendingChangesKey: return String(core.pendingChanges)
+        case FileSystem.cacheUsedKey: return String(core.cacheStatus().used)
+        case FileSystem.cacheLimitKey: return core.cacheStatus().limit.map(String.init) ?? "none"
+        case FileSystem.recentlyEvictedKey:
+            let s = core.cacheStatus()
+            let lines = s.recent.map { e in
+                let time = Date(timeIntervalSince1970: Double(e.time) / 1e9).formatted(.iso8601)
+                return "\(time) \(e.bytes) \(e.path)"
+            }
+            return (["\(s.evictedFiles) files, \(s.evictedBytes) bytes since the mount"] + lines).joined(separator: "\n")
+        default: return nil
+        }
+    }
 
     /// The status a version file shows: whether its content is stored here.
     func versionAttributes(_ id: String) -> [String: String] {

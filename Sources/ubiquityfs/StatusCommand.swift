@@ -9,7 +9,8 @@ enum StatusCommand {
     usage: ubiquityfs status [--json] PATH...
 
     Prints the sync status of each PATH in a ubiquityfs mount: size, state (current, downloaded: a newer version
-    waits on the remote, notDownloaded), transfer progress, pin, conflicts and errors.
+    waits on the remote, notDownloaded), transfer progress, pin, conflicts and errors. For the mount root also
+    the local store: bytes used, the limit, and the files evicted lately to keep under it.
     """
     static let actionHelp = """
     usage: ubiquityfs evict PATH...          drop local copies (kept on the remote); directories: every file below
@@ -33,12 +34,16 @@ enum StatusCommand {
         return String(decoding: buf[0..<n], as: UTF8.self)
     }
 
+    /// What only the mount root shows: the local store's usage, limit and recent evictions.
+    static let rootNames = ["cacheUsed", "cacheLimit", "recentlyEvicted"]
+
     static func status(_ path: String) throws -> [String: String] {
         guard try attribute(path, "isUbiquitous") == "1" else {
             throw CommandFailure("\(path) is not in a ubiquityfs mount")
         }
         var result: [String: String] = [:]
         for name in names { result[name] = try attribute(path, name) }
+        for name in rootNames { result[name] = try? attribute(path, name) }
         return result
     }
 
@@ -67,6 +72,7 @@ enum StatusCommand {
             print(String(decoding: data, as: UTF8.self))
         } else if !rows.isEmpty {
             printTable(rows)
+            for row in rows where row["cacheUsed"] != nil { printStore(row) }
         }
         if failed { exit(1) }
     }
@@ -86,6 +92,17 @@ enum StatusCommand {
             print(row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
                 .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
+    }
+
+    /// The mount root's local store: usage against the limit, then the latest evictions.
+    private static func printStore(_ r: [String: String]) {
+        let used = humanSize(Int64(r["cacheUsed"] ?? "0") ?? 0)
+        let limit = Int64(r["cacheLimit"] ?? "").map(humanSize) ?? "none"
+        print("\nlocal store of \(r["path"] ?? ""): \(used) used, limit \(limit)")
+        let lines = (r["recentlyEvicted"] ?? "").split(separator: "\n")
+        guard let summary = lines.first else { return }
+        print("evicted: \(summary)")
+        for line in lines.dropFirst() { print("  " + line) }
     }
 
     static func humanSize(_ n: Int64) -> String {
