@@ -206,3 +206,55 @@ def test_bad_sizes_are_refused_in_one_line(tmp_path, option, value):
     p = run(BIN, "mount", mnt, option, value, check=False)
     assert p.returncode != 0
     assert p.stderr.count("\n") == 1 and option in p.stderr and value in p.stderr, p.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 40 MiB file system for the store (a tmpfs), so that tests can fill it."""
+    disk = tmp_path / "smallfs"
+    disk.mkdir()
+    run("mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", disk)
+    yield disk
+    run("umount", "-l", disk, check=False)
+
+
+def small_mount(mount_factory, stub, disk, *extra):
+    m = mount_factory(stub, extra=list(extra), mount=False)
+    m.store = disk / "store"
+    m.mount()
+    return m
+
+
+def fill(disk, leave):
+    """Fills the disk with a file of another program until about `leave` bytes are free."""
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    run("dd", "if=/dev/zero", "of=" + str(disk / "filler"), "bs=64K", f"count={max(0, free - leave) // (64 * 1024)}",
+        "status=none")
+
+
+def test_a_download_that_meets_a_full_disk_makes_room_and_succeeds(stub, mount_factory, tmp_path, small_disk):
+    hashes = seed_files(stub, tmp_path, 3, 8 * MiB)
+    m = small_mount(mount_factory, stub, small_disk, "--cache-size", "1T", "--min-free", "0")
+    big = m / "Documents/big"
+    for name in ["f0000.bin", "f0001.bin"]:
+        assert sha_of_cat(big / name) == hashes[name]
+    fill(small_disk, 4 * MiB)
+    assert sha_of_cat(big / "f0002.bin") == hashes["f0002.bin"]
+    assert attr(big / "f0000.bin", "downloadingStatus") == "notDownloaded"
+    assert attr(big / "f0002.bin", "downloadingStatus") == "current"
+    assert "met a full disk" in m.log()
+
+
+def test_free_space_under_the_minimum_is_given_back(stub, mount_factory, tmp_path, small_disk):
+    hashes = seed_files(stub, tmp_path, 3, 8 * MiB)
+    m = small_mount(mount_factory, stub, small_disk, "--cache-size", "1T", "--min-free", "10M")
+    big = m / "Documents/big"
+    for name in hashes:
+        assert sha_of_cat(big / name) == hashes[name]
+    fill(small_disk, 6 * MiB)
+    wait_until(lambda: attr(big / "f0000.bin", "downloadingStatus") == "notDownloaded", what="eviction for free space")
+    assert attr(big / "f0002.bin", "downloadingStatus") == "current"
+    assert os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize >= 10 * MiB
+    # Coming back, the file makes room first: the next least recently used one goes.
+    assert sha_of_cat(big / "f0000.bin") == hashes["f0000.bin"]
+    assert attr(big / "f0001.bin", "downloadingStatus") == "notDownloaded"
