@@ -100,9 +100,14 @@ final class CacheAccount {
 
     func size(_ name: String) -> Int64 { sizes[name] ?? 0 }
 
+    /// What the order of eviction is made from, taken under the lock and sorted outside it (both are copied
+    /// on write: taking them costs nothing).
+    var order: (sizes: [String: Int64], lastUsed: [String: Int64]) { (sizes, lastUsed) }
+
     /// Item ids with local bytes, least recently used first (never used: first, in id order).
-    func leastRecentlyUsed() -> [String] {
-        sizes.keys.filter { !$0.contains(".") }.sorted { (lastUsed[$0] ?? 0, $0) < (lastUsed[$1] ?? 0, $1) }
+    static func leastRecentlyUsed(_ order: (sizes: [String: Int64], lastUsed: [String: Int64])) -> [String] {
+        order.sizes.keys.filter { !$0.contains(".") }
+            .sorted { (order.lastUsed[$0] ?? 0, $0) < (order.lastUsed[$1] ?? 0, $1) }
     }
 
     func recordEviction(_ e: Eviction) {
@@ -123,7 +128,7 @@ extension Container {
     func scanContent() {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []
         for name in names where !name.contains(".") { recountLocked(name) }
-        cache.lastUsed = (try? store.lastUsedTimes()) ?? [:]
+        cache.lastUsed = ((try? store.lastUsedTimes()) ?? [:]).filter { items[$0.key] != nil }
         cache.savedLastUsed = cache.lastUsed
     }
 
@@ -145,6 +150,7 @@ extension Container {
     /// Records an open or a close of a file as its last use; saves it when it moved by more than a minute.
     /// Expects the lock held.
     func touchLocked(_ id: String) {
+        guard items[id].map({ !$0.deleted }) ?? false else { return }
         let t = now()
         cache.lastUsed[id] = t
         if let saved = cache.savedLastUsed[id], t - saved <= CacheAccount.saveStep { return }
@@ -205,12 +211,16 @@ extension Container {
     /// same lock. `sparing`: a file never evicted (the one being downloaded).
     func evictLeastRecentlyUsed(sparing: String? = nil, until enough: (Int64) -> Bool, then: () -> Void = {}) {
         var freed: Int64 = 0
-        var queue: ArraySlice<String>?
+        let order = withLock { () -> (sizes: [String: Int64], lastUsed: [String: Int64])? in
+            if enough(0) { then(); return nil }
+            return cache.order
+        }
+        guard let order else { return }
+        var queue = CacheAccount.leastRecentlyUsed(order)[...]
         while true {
             let finished = mutate { () -> Bool in
                 if enough(freed) { then(); return true }
-                if queue == nil { queue = cache.leastRecentlyUsed()[...] }
-                guard let id = queue?.popFirst() else { then(); return true }
+                guard let id = queue.popFirst() else { then(); return true }
                 if id != sparing { freed += autoEvictLocked(id) }
                 return false
             }

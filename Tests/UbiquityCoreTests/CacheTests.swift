@@ -83,7 +83,7 @@ import UbiquityBase
         try c.start(initialSync: true)
         defer { c.stop() }
         #expect(c.cacheStatus().used == Int64(2 * CacheTests.fileSize))
-        #expect(c.withLock { c.cache.leastRecentlyUsed() } == [ids[1], ids[0]])
+        #expect(CacheAccount.leastRecentlyUsed(c.withLock { c.cache.order }) == [ids[1], ids[0]])
     }
 
     @Test func pinnedDirtyAndOpenFilesAreNeverEvicted() throws {
