@@ -77,9 +77,12 @@ enum MountCommand {
     /// Parses a --cache-size or --min-free value, or says in one line what it takes.
     static func size(_ args: Arguments, _ name: String, zeroAllowed: Bool) throws -> SizeSpec? {
         guard let text = args.value(name) else { return nil }
-        guard let spec = SizeSpec.parse(text), zeroAllowed || spec != .bytes(0) else {
+        guard let spec = SizeSpec.parse(text) else {
             throw UsageError("\(name) takes bytes with K, M, G or T (powers of 1024) or a percentage of the store's "
-                             + "file system, like 50M or 10%\(zeroAllowed ? "" : " (more than 0)"); not '\(text)'")
+                             + "file system, like 50M or 10%; not '\(text)'")
+        }
+        if !zeroAllowed && spec == .bytes(0) {
+            throw UsageError("\(name) takes more than 0 bytes; not '\(text)'")
         }
         return spec
     }
