@@ -73,6 +73,7 @@ extension Container {
                 try renameFile(source, store.contentPath(id))
                 syncDirectory(store.contentDirectory)
             } catch { throw CoreError.from(error) }
+            recountContent(id)
             item.conflicts.removeAll { $0.id == conflict }
             try rememberResolved([conflict])
             item.hasLocal = true

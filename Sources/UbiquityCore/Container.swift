@@ -31,6 +31,11 @@ public struct ContainerConfig: Sendable {
     public var snapshotQuietSeconds: Int? = 3
     /// Long-poll wait of the change feed.
     public var pollWaitSeconds: Int = 25
+    /// The local store limit (Cache.swift): local content above this many bytes is evicted, least recently used
+    /// first, down to 90% of it. `.max`: no limit.
+    public var cacheLimit: Int64 = .max
+    /// Free space on the store's file system under this many bytes is given back the same way. 0: none kept.
+    public var minFreeBytes: Int64 = 0
     /// Clock, randomness and scheduling (Environment.swift); the defaults are the real ones.
     public var environment = CoreEnvironment()
     public init(device: String) { self.device = device }
@@ -89,6 +94,10 @@ public final class Container: @unchecked Sendable {
 
     var downloads: Downloads!
     var sync: SyncLoops!
+    /// Bytes of local content and the last use of each file (Cache.swift).
+    let cache = CacheAccount()
+    /// Keeps the store under its limit, when it has one and transfers run in the background.
+    var evictor: Evictor?
 
     public var rootID: String { WireRules.rootID }
 
@@ -127,6 +136,7 @@ public final class Container: @unchecked Sendable {
         downloads = Downloads(container: self)
         sync = SyncLoops(container: self)
         removeOrphanContent()
+        scanContent()
     }
 
     /// Removes content files no item owns: a file deleted while open keeps its content until the last close,
@@ -193,6 +203,11 @@ public final class Container: @unchecked Sendable {
         if initialSync { try sync.pullUntilCaughtUp() }
         trimHeap() // give back what loading and the first sync left free
         sync.start()
+        if config.environment.backgroundTransfers && (config.cacheLimit != .max || config.minFreeBytes > 0) {
+            evictor = Evictor(container: self)
+            evictor?.start()
+            evictor?.wake()
+        }
         let pinnedStale = withLock { items.values.filter { $0.pinned && $0.kind == .file && !$0.isCurrent }.map(\.id) }
         for id in pinnedStale { downloads.start(id) }
     }
@@ -201,7 +216,11 @@ public final class Container: @unchecked Sendable {
     public var pendingChanges: Int { sync.pendingCount }
 
     /// Stops the background loops; in-flight transfers are abandoned (their staging files are removed at the next start).
-    public func stop() { sync.stop() }
+    public func stop() {
+        sync.stop()
+        evictor?.stop()
+        saveLastUses()
+    }
 
     // MARK: locking and notices
 
@@ -261,12 +280,15 @@ public final class Container: @unchecked Sendable {
 
     /// The path of an item from the container root, for messages and the status command.
     public func path(of id: String) -> String {
-        withLock {
-            var parts: [String] = []
-            var cur = items[id]
-            while let c = cur, let p = c.parent { parts.append(c.name); cur = items[p] }
-            return parts.reversed().joined(separator: "/")
-        }
+        withLock { pathLocked(id) }
+    }
+
+    /// The path of an item from the container root. Expects the lock held.
+    func pathLocked(_ id: String) -> String {
+        var parts: [String] = []
+        var cur = items[id]
+        while let c = cur, let p = c.parent { parts.append(c.name); cur = items[p] }
+        return parts.reversed().joined(separator: "/")
     }
 
     // MARK: local changes

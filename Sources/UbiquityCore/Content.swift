@@ -98,6 +98,9 @@ extension Container {
             h.open += 1
             if writable { h.writers += 1 }
             handles[id] = h
+            cache.awaitingOpen[id] = nil
+            touchLocked(id)
+            recountContent(id) // created or truncated here, or grown by a writer not closed yet
             return .opened(fd)
         }
     }
@@ -106,6 +109,7 @@ extension Container {
     /// keeps the item as it was for their descriptors until the last close. Expects the lock held.
     func releaseContent(of item: Item) {
         guard item.kind == .file else { return }
+        defer { recountContent(item.id) }
         if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)); return }
         guard item.hasLocal || unlinked[item.id] == nil else { return }
         if item.hasLocal { try? renameFile(store.contentPath(item.id), unlinkedPath(item.id)) }
@@ -150,6 +154,7 @@ extension Container {
             guard var item = items[id], !item.deleted, item.dirty else { return }
             var st = stat()
             guard stat(store.contentPath(id), &st) == 0 else { throw .io("content file missing") }
+            recountContent(id)
             let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
             if item.size == Int64(st.st_size) && item.mtime == mtime { return } // already recorded
             item.size = Int64(st.st_size)
@@ -173,7 +178,14 @@ extension Container {
             h.open -= 1
             if writable { h.writers -= 1 }
             handles[id] = h.open > 0 ? h : nil
-            if h.open == 0 && unlinked.removeValue(forKey: id) != nil { try? removeFile(unlinkedPath(id)) }
+            touchLocked(id)
+            if h.open == 0 && unlinked.removeValue(forKey: id) != nil {
+                try? removeFile(unlinkedPath(id))
+                recountLocked(id + ".unlinked")
+            }
+            // A written file is re-measured; a file over the limit goes now that nothing holds it.
+            if writable && h.writers == 0 { recountContent(id) }
+            if h.open == 0 && cache.used > config.cacheLimit { evictor?.wake() }
             if writable && h.writers == 0 {
                 lastWrite[id] = nil
                 fsyncedSinceSnapshot.remove(id)
@@ -218,6 +230,7 @@ extension Container {
                 defer { fd.close() }
                 try fd.truncate(size)
             } catch { throw CoreError.from(error) }
+            recountContent(id)
             item.hasLocal = true
             markContentChanged(&item, size: size)
             try saveLocalChange(item)
@@ -260,21 +273,27 @@ extension Container {
             var refused: [String] = []
             for file in filesBelow(id) where file.hasLocal {
                 if let why = evictionRefusal(file) { refused.append(why); continue }
-                var item = file
-                try? removeFile(store.contentPath(item.id))
-                item.hasLocal = false
-                item.localSHA = nil
-                do { try store.save(item) } catch { throw CoreError.from(error) }
-                items[item.id] = item
-                notice(.changed(item.id, content: true))
+                try dropContent(file)
             }
             if refused.count == 1 && items[id]?.isDirectory == false { throw .busy(refused[0]) }
             if !refused.isEmpty { throw .busy("\(refused.count) file(s) could not be evicted: \(refused[0])") }
         }
     }
 
-    /// Why a file's local content must stay, or nil. Expects the lock held.
-    private func evictionRefusal(_ item: Item) -> String? {
+    /// clean → absent: removes the content file of a file `evictionRefusal` lets go. Expects the lock held.
+    func dropContent(_ file: Item) throws(CoreError) {
+        var item = file
+        try? removeFile(store.contentPath(item.id))
+        recountContent(item.id)
+        item.hasLocal = false
+        item.localSHA = nil
+        do { try store.save(item) } catch { throw CoreError.from(error) }
+        items[item.id] = item
+        notice(.changed(item.id, content: true))
+    }
+
+    /// Why a file's local content must stay, or nil (the evictor asks it too). Expects the lock held.
+    func evictionRefusal(_ item: Item) -> String? {
         guard case .clean = item.localContent, item.remoteVersion != 0 else {
             return "\(item.name) has changes not yet uploaded"
         }
@@ -295,6 +314,8 @@ extension Container {
             }
             try renameFile(staging, store.contentPath(id))
             syncDirectory(store.contentDirectory)
+            recountContent(id)
+            cache.awaitingOpen[id] = now()
             item.hasLocal = true
             item.localSHA = sha
             try store.save(item)

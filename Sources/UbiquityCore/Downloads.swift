@@ -121,6 +121,7 @@ final class Downloads: @unchecked Sendable {
     private func run(_ id: String) -> Result<Void, CoreError> {
         let deadline = monotonicNanoseconds() + Int64(container.config.downloadTimeoutSeconds) * 1_000_000_000
         var backoff: Int64 = 200_000_000
+        var madeRoom = false
         while true {
             let sha: String, size: Int64
             switch target(id) {
@@ -135,6 +136,11 @@ final class Downloads: @unchecked Sendable {
                 // Installed: the next target() says done, or names a newer version that arrived meanwhile.
                 // Not installed (changed here meanwhile): what is local is what the user has.
                 if !installed { return .success(()) }
+            } catch where Downloads.isDiskFull(error) && !madeRoom {
+                // The disk filled during the download: make room, then try once more (resuming what landed).
+                madeRoom = true
+                log.warning("download of \(id) met a full disk; evicting to make room and retrying")
+                container.makeRoomAfterNoSpace(for: id, bytes: size)
             } catch let error as RemoteError where error.isTransient {
                 let now = monotonicNanoseconds()
                 record(id, error: error.description)
@@ -158,6 +164,12 @@ final class Downloads: @unchecked Sendable {
                 return .failure(e)
             }
         }
+    }
+
+    /// True for the failure of a download that met a full disk here.
+    static func isDiskFull(_ error: Error) -> Bool {
+        if case RemoteError.localDiskFull = error { return true }
+        return !(error is RemoteError) && CoreError.from(error) == .noSpace
     }
 
     /// Records progress and the last error in the item's transfer state.
@@ -186,8 +198,15 @@ final class Downloads: @unchecked Sendable {
     }
 
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
-    /// Returns false when the item changed here meanwhile and the download was dropped.
+    /// Returns false when the item changed here meanwhile and the download was dropped. Makes room under the
+    /// local store limit first, and holds it until the content is installed.
     func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
+        container.makeRoom(for: id, bytes: size)
+        defer { container.roomUsed(size) }
+        return try land(id, sha: sha, size: size)
+    }
+
+    private func land(_ id: String, sha: String, size: Int64) throws -> Bool {
         let staging = stagingPath(id, sha)
         removeStaleStaging(id, keeping: staging)
         let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)

@@ -26,6 +26,8 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
     case server(status: Int, message: String)
     /// The caller cancelled the transfer.
     case cancelled
+    /// The bytes that arrived could not be written here: the local disk is full.
+    case localDiskFull(String)
 
     public var description: String {
         switch self {
@@ -39,6 +41,7 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
         case .corrupt(let m): return "corrupt data: \(m)"
         case .server(let s, let m): return "remote error (\(s)): \(m)"
         case .cancelled: return "cancelled"
+        case .localDiskFull(let m): return "no space left here: \(m)"
         }
     }
 

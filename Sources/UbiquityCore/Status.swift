@@ -149,12 +149,21 @@ extension Container {
     var isOffline: Bool { withLock { offlineSince != nil } }
 
     /// The attributes of the mount root alone, by name without the `user.ubiquity.` prefix, in listing order:
-    /// how many changes wait to upload, and whether (and since when, in UTC) the remote is away.
+    /// how many changes wait to upload, whether (and since when, in UTC) the remote is away, and the local
+    /// store's usage, limit and latest evictions (read-only).
     public func rootAttributes() -> [(name: String, value: String)] {
         let since = withLock { offlineSince }
         var list = [(name: "pendingChanges", value: String(pendingChanges)),
                     (name: "isOffline", value: since == nil ? "0" : "1")]
         if let since { list.append((name: "offlineSince", value: iso8601(nanoseconds: since))) }
+        let cache = cacheStatus()
+        list.append((name: "cacheUsed", value: String(cache.used)))
+        list.append((name: "cacheLimit", value: cache.limit.map(String.init) ?? "none"))
+        // A line "N files, B bytes since the mount", then the latest evictions, newest first: "TIME BYTES PATH".
+        let evicted = cache.recent.map { "\(iso8601(nanoseconds: $0.time)) \($0.bytes) \($0.path)" }
+        list.append((name: "recentlyEvicted",
+                     value: (["\(cache.evictedFiles) files, \(cache.evictedBytes) bytes since the mount"] + evicted)
+                        .joined(separator: "\n")))
         return list
     }
 }

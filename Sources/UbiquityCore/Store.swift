@@ -92,6 +92,7 @@ public final class Store: @unchecked Sendable {
           xattrs TEXT NOT NULL, conflicts TEXT NOT NULL);
         CREATE TABLE IF NOT EXISTS pending(id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS pending_seq ON pending(seq);
+        CREATE TABLE IF NOT EXISTS last_used(id TEXT PRIMARY KEY, at INTEGER NOT NULL);
         """)
         for (name, type) in Store.addedColumns { try db.addColumnIfMissing("items", name, type) }
     }
@@ -253,6 +254,27 @@ public final class Store: @unchecked Sendable {
                 try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM meta WHERE key = ?", [.text("sent:" + id)])
+                try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
+            }
+        }
+    }
+
+    // MARK: last use of local copies (the order of eviction)
+
+    /// The last open or close of each file with a recorded one (ns since the epoch).
+    public func lastUsedTimes() throws -> [String: Int64] {
+        var times: [String: Int64] = [:]
+        try db.forEach("SELECT id, at FROM last_used") { times[$0.text(0)] = $0.int(1) }
+        return times
+    }
+
+    /// Records last uses, in one transaction.
+    public func saveLastUsed(_ times: [String: Int64]) throws {
+        try withReserve {
+            try db.transaction {
+                for (id, at) in times {
+                    try db.query("INSERT OR REPLACE INTO last_used(id, at) VALUES(?, ?)", [.text(id), .int(at)])
+                }
             }
         }
     }

@@ -141,6 +141,9 @@ final class CurlRequest {
         if bodyToFile, case .file(let fd, _) = sink {
             do {
                 try fd.writeAll(chunk, at: fileOffset)
+            } catch let error as Errno where error == .noSpace {
+                localFailure = .localDiskFull("cannot write the downloaded bytes: \(error)")
+                return 0
             } catch {
                 localFailure = .rejected(status: 0, message: "cannot write the downloaded bytes: \(error)")
                 return 0

@@ -41,6 +41,8 @@ struct Daemon {
                                       device: options.device)
         var config = ContainerConfig(device: options.device)
         config.downloadTimeoutSeconds = options.downloadTimeout
+        (config.cacheLimit, config.minFreeBytes) = storeLimits()
+        log.info("local store limit \(config.cacheLimit) bytes, keeping \(config.minFreeBytes) bytes free")
         let core = try Container(store: store, remote: client, config: config)
         let reachable = try checkRemote(client, url: url, fresh: core.isFresh)
         try core.start(initialSync: reachable)
@@ -55,6 +57,15 @@ struct Daemon {
         announceReady()
         fs.run()
         log.info("unmounted \(options.mountpoint)")
+    }
+
+    /// The local store limit and the free space kept, in bytes, percentages taken of the store's file system.
+    private func storeLimits() -> (Int64, Int64) {
+        var vfs = statvfs()
+        let total = statvfs(options.store, &vfs) == 0 ? Int64(vfs.f_blocks) * Int64(vfs.f_frsize) : 0
+        let limit = (options.cacheSize ?? MountCommand.defaultCacheSize).bytes(of: total)
+        let minFree = options.minFree?.bytes(of: total) ?? MountCommand.defaultMinFree(fileSystemBytes: total)
+        return (max(limit, 1), minFree)
     }
 
     /// Opens the store, waiting a little for a daemon that is still finishing to let go of it.

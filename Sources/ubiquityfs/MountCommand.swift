@@ -17,6 +17,7 @@ enum MountCommand {
     usage: ubiquityfs mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR]
                                       [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
                                       [--download-timeout SECONDS] [--no-download-for NAME,...]
+                                      [--cache-size SIZE] [--min-free SIZE]
                                       [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
 
     Mounts the container ID (default \(defaultContainer)) at MOUNTPOINT and returns once it is usable.
@@ -27,6 +28,11 @@ enum MountCommand {
       --device NAME      this device's name (default: the host name)
       --foreground       stay attached; log to stderr unless --log-file
       --download-timeout how long an open waits for content before failing with EIO (default 30)
+      --cache-size SIZE  the most the local copies of files may take: bytes with K, M, G or T (powers of 1024),
+                         or a percentage of the store's file system (default 25%); past it the least recently
+                         used files that are uploaded, not pinned and not open are evicted, down to 90% of it
+      --min-free SIZE    free space kept on the store's file system the same way (default 5%, at most 1G;
+                         0 for none)
       --no-download-for NAME,...
                          processes that may not download (names as in /proc/PID/comm; longer names match
                          their first 15 bytes): their opens of a file that is not local fail at once with
@@ -57,12 +63,34 @@ enum MountCommand {
         var noDownloadFor: [String]
         var stubBandwidth: Int
         var stubLatency: Int
+        /// The local store limit and the free space kept (defaults: see `defaultCacheSize`, `defaultMinFree`).
+        var cacheSize: SizeSpec?
+        var minFree: SizeSpec?
+    }
+
+    /// Without --cache-size: a quarter of the store's file system, a guest's share of a disk that is shared.
+    static let defaultCacheSize = SizeSpec.percent(25)
+    /// Without --min-free: 5% of the store's file system, at most 1 GiB: room for the database, staging and
+    /// writes when other programs fill the disk.
+    static func defaultMinFree(fileSystemBytes: Int64) -> Int64 { min(SizeSpec.percent(5).bytes(of: fileSystemBytes), 1 << 30) }
+
+    /// Parses a --cache-size or --min-free value, or says in one line what it takes.
+    static func size(_ args: Arguments, _ name: String, zeroAllowed: Bool) throws -> SizeSpec? {
+        guard let text = args.value(name) else { return nil }
+        guard let spec = SizeSpec.parse(text) else {
+            throw UsageError("\(name) takes bytes with K, M, G or T (powers of 1024) or a percentage of the store's "
+                             + "file system, like 50M or 10%; not '\(text)'")
+        }
+        if !zeroAllowed && spec == .bytes(0) {
+            throw UsageError("\(name) takes more than 0 bytes; not '\(text)'")
+        }
+        return spec
     }
 
     static func run(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--remote", "--token-file", "--container", "--store", "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
-                                                "--stub-latency-ms", "--no-download-for"],
+                                                "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
                                  switches: ["--foreground", "--help"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("mount needs exactly one MOUNTPOINT") }
@@ -91,7 +119,9 @@ enum MountCommand {
             downloadTimeout: try args.int("--download-timeout") ?? 30,
             noDownloadFor: args.value("--no-download-for").map { $0.split(separator: ",").map(String.init) }
                 ?? DownloadPolicy.indexers,
-            stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0)
+            stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0,
+            cacheSize: try size(args, "--cache-size", zeroAllowed: false),
+            minFree: try size(args, "--min-free", zeroAllowed: true))
         try checkMountpoint(options.mountpoint)
         if args.has("--foreground") {
             try Daemon(options: options, notify: ProcessInfo.processInfo.environment["UBIQUITYFS_NOTIFY"] == "1").run()

@@ -9,7 +9,8 @@ enum StatusCommand {
     usage: ubiquityfs status [--json] PATH...
 
     Prints the sync status of each PATH in a ubiquityfs mount: size, state (current, downloaded: a newer version
-    waits on the remote, notDownloaded), transfer progress, pin, conflicts and errors.
+    waits on the remote, notDownloaded), transfer progress, pin, conflicts and errors. For the mount root also
+    the local store: bytes used, the limit, and the files evicted lately to keep under it.
     """
     static let actionHelp = """
     usage: ubiquityfs evict PATH...          drop local copies (kept on the remote); directories: every file below
@@ -33,8 +34,9 @@ enum StatusCommand {
         return String(decoding: buf[0..<n], as: UTF8.self)
     }
 
-    /// What the mount root shows beside the item status: changes waiting, and whether the remote is away.
-    static let rootNames = ["pendingChanges", "isOffline", "offlineSince"]
+    /// What only the mount root shows: changes waiting, whether the remote is away, and the local store's usage,
+    /// limit and recent evictions.
+    static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "cacheUsed", "cacheLimit", "recentlyEvicted"]
 
     static func status(_ path: String) throws -> [String: String] {
         guard try attribute(path, "isUbiquitous") == "1" else {
@@ -73,7 +75,10 @@ enum StatusCommand {
             print(String(decoding: data, as: UTF8.self))
         } else if !rows.isEmpty {
             printTable(rows)
-            for r in rows where r["pendingChanges"] != nil { printMount(r) }
+            for r in rows where r["pendingChanges"] != nil {
+                printMount(r)
+                printStore(r)
+            }
         }
         if failed { exit(1) }
     }
@@ -100,6 +105,17 @@ enum StatusCommand {
         let remote = r["isOffline"] == "1" ? "offline since \(r["offlineSince"] ?? "?") (the remote cannot be reached)"
             : "online"
         print("\(r["path"] ?? ""): \(r["pendingChanges"] ?? "0") change(s) waiting to upload; \(remote)")
+    }
+
+    /// The mount root's local store: usage against the limit, then the latest evictions.
+    private static func printStore(_ r: [String: String]) {
+        let used = humanSize(Int64(r["cacheUsed"] ?? "0") ?? 0)
+        let limit = Int64(r["cacheLimit"] ?? "").map(humanSize) ?? "none"
+        print("\nlocal store of \(r["path"] ?? ""): \(used) used, limit \(limit)")
+        let lines = (r["recentlyEvicted"] ?? "").split(separator: "\n")
+        guard let summary = lines.first else { return }
+        print("evicted: \(summary)")
+        for line in lines.dropFirst() { print("  " + line) }
     }
 
     static func humanSize(_ n: Int64) -> String {

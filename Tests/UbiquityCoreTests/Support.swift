@@ -94,11 +94,13 @@ final class Device: @unchecked Sendable {
     let container: Container
     var docs: String { WireRules.documentsID }
 
-    init(_ remote: RemoteClient, name: String, downloadTimeout: Int = 20) throws {
+    init(_ remote: RemoteClient, name: String, downloadTimeout: Int = 20,
+         configure: (inout ContainerConfig) -> Void = { _ in }) throws {
         _ = quietLogs
         var config = ContainerConfig(device: name)
         config.pollWaitSeconds = 1
         config.downloadTimeoutSeconds = downloadTimeout
+        configure(&config)
         container = try Container(store: try Store(directory: dir.path + "/store"), remote: remote, config: config)
         try container.start(initialSync: true)
     }

@@ -1,0 +1,312 @@
+// The local store limit: how many bytes the local copies of files take (`CacheAccount`), which file was used
+// least recently, and the evictor that gives back the space of the oldest ones.
+//
+// What must hold:
+// - `used` is the sum of the allocated size (st_blocks * 512) of the content files of items: measured by a scan
+//   at start and re-measured under the container's lock at every change of a content file (open that creates or
+//   truncates, install, close and fsync of a written file, truncate, evict, delete). Conflict versions are not
+//   counted. Bytes grow between a write and its close uncounted: a close re-measures.
+// - The evictor only takes what `evictionRefusal` lets go (clean, uploaded, not pinned, not local-only), and
+//   only a file not open at all (`handles[id] == nil`, readers too) and not just installed for an open that
+//   has yet to count its handle (`awaitingOpen`). It evicts one file at a time under the lock, re-checking all
+//   of that at that moment, through the same transition as a manual evict (`dropContent`).
+// - It runs on its own thread, never on a file-system request: woken when usage passes the limit or free
+//   space on the store's disk falls under the minimum (and every few seconds, for space others take), it
+//   evicts down to the low-water mark (90% of the limit).
+// - A download makes room for its bytes before it starts (on its own thread) and holds them as `reserved`
+//   until it is installed, so concurrent downloads do not together pass the limit. It never evicts the file it
+//   fetches, nor anything open.
+// - The last use of a file is the time of its last open or close, kept in memory and saved in the store when it
+//   moved by more than a minute, and at stop: the order survives a remount (to the minute after a crash).
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A size as the options take it: bytes (with K, M, G or T, powers of 1024) or a percentage of a file system.
+public enum SizeSpec: Equatable, Sendable {
+    case bytes(Int64)
+    case percent(Double)
+
+    /// Parses "500K", "50M", "2G", "1T", "1048576" or "10%"; nil for anything else.
+    public static func parse(_ text: String) -> SizeSpec? {
+        if text.hasSuffix("%") {
+            guard let p = Double(text.dropLast()), p > 0, p <= 100 else { return nil }
+            return .percent(p)
+        }
+        let units: [Character: Int64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
+        var digits = Substring(text), unit: Int64 = 1
+        if let last = text.last?.uppercased().first, let u = units[last] { digits = text.dropLast(); unit = u }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), let n = Int64(digits), n >= 0 else { return nil }
+        let (bytes, overflow) = n.multipliedReportingOverflow(by: unit)
+        return overflow ? nil : .bytes(bytes)
+    }
+
+    /// The size in bytes, a percentage taken of `total`.
+    public func bytes(of total: Int64) -> Int64 {
+        switch self {
+        case .bytes(let n): return n
+        case .percent(let p): return Int64(Double(total) * p / 100)
+        }
+    }
+}
+
+/// One eviction, as the mount root's `recentlyEvicted` shows it.
+public struct Eviction: Sendable, Equatable {
+    public let time: Int64
+    public let bytes: Int64
+    public let path: String
+}
+
+/// Usage and limit, as the mount root's attributes show them.
+public struct CacheStatus: Sendable {
+    public let used: Int64
+    /// nil: no limit.
+    public let limit: Int64?
+    public let evictedFiles: Int
+    public let evictedBytes: Int64
+    /// The latest evictions, newest first.
+    public let recent: [Eviction]
+}
+
+/// The accounting of the local store. Guarded by the container's lock.
+final class CacheAccount {
+    /// Allocated bytes of each item's content file (by item id; ".unlinked" copies by their file name).
+    private(set) var sizes: [String: Int64] = [:]
+    private(set) var used: Int64 = 0
+    /// Bytes promised to downloads in flight (they land in staging, then move into content in one rename).
+    var reserved: Int64 = 0
+    /// Last open or close of each item (ns since the epoch), and what the store holds of it.
+    var lastUsed: [String: Int64] = [:]
+    var savedLastUsed: [String: Int64] = [:]
+    /// Installed by a download and not opened since, with the time of the install.
+    var awaitingOpen: [String: Int64] = [:]
+    private(set) var recent: [Eviction] = []
+    private(set) var evictedFiles = 0
+    private(set) var evictedBytes: Int64 = 0
+
+    static let recentKept = 10
+    /// A last use saved in the store is rewritten once it is this much older than the one in memory.
+    static let saveStep: Int64 = 60_000_000_000
+    /// How long a file installed for an open is kept for that open.
+    static let awaitingOpenGrace: Int64 = 30_000_000_000
+
+    /// Records the allocated size of one content file (0: gone or empty).
+    func set(_ name: String, _ bytes: Int64) {
+        used += bytes - (sizes[name] ?? 0)
+        sizes[name] = bytes > 0 ? bytes : nil
+    }
+
+    func size(_ name: String) -> Int64 { sizes[name] ?? 0 }
+
+    /// What the order of eviction is made from, taken under the lock and sorted outside it (both are copied
+    /// on write: taking them costs nothing).
+    var order: (sizes: [String: Int64], lastUsed: [String: Int64]) { (sizes, lastUsed) }
+
+    /// Item ids with local bytes, least recently used first (never used: first, in id order).
+    static func leastRecentlyUsed(_ order: (sizes: [String: Int64], lastUsed: [String: Int64])) -> [String] {
+        order.sizes.keys.filter { !$0.contains(".") }
+            .sorted { (order.lastUsed[$0] ?? 0, $0) < (order.lastUsed[$1] ?? 0, $1) }
+    }
+
+    func recordEviction(_ e: Eviction) {
+        evictedFiles += 1
+        evictedBytes += e.bytes
+        recent.append(e)
+        if recent.count > CacheAccount.recentKept { recent.removeFirst() }
+    }
+
+    /// Last uses that moved on by more than `step` since they were saved.
+    func unsavedLastUses(step: Int64) -> [String: Int64] {
+        lastUsed.filter { id, t in savedLastUsed[id].map { t - $0 > step } ?? true }
+    }
+}
+
+extension Container {
+    /// Measures every content file of an item (at start, before any other thread).
+    func scanContent() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []
+        for name in names where !name.contains(".") { recountLocked(name) }
+        cache.lastUsed = ((try? store.lastUsedTimes()) ?? [:]).filter { items[$0.key] != nil }
+        cache.savedLastUsed = cache.lastUsed
+    }
+
+    /// Re-measures the content file of `name` (an item id, or an unlinked copy's file name) and wakes the
+    /// evictor when usage passed the limit. Expects the lock held.
+    func recountLocked(_ name: String) {
+        var st = stat()
+        let path = store.contentDirectory + "/" + name
+        cache.set(name, stat(path, &st) == 0 ? Int64(st.st_blocks) * 512 : 0)
+        if cache.used > config.cacheLimit { evictor?.wake() }
+    }
+
+    /// Re-measures an item's content file and its unlinked copy. Expects the lock held.
+    func recountContent(_ id: String) {
+        recountLocked(id)
+        if cache.size(id + ".unlinked") > 0 || unlinked[id] != nil { recountLocked(id + ".unlinked") }
+    }
+
+    /// Records an open or a close of a file as its last use; saves it when it moved by more than a minute.
+    /// Expects the lock held.
+    func touchLocked(_ id: String) {
+        guard items[id].map({ !$0.deleted }) ?? false else { return }
+        let t = now()
+        cache.lastUsed[id] = t
+        if let saved = cache.savedLastUsed[id], t - saved <= CacheAccount.saveStep { return }
+        if (try? store.saveLastUsed([id: t])) != nil { cache.savedLastUsed[id] = t }
+    }
+
+    /// Saves every last use not saved yet (at stop: the exact order survives a clean remount).
+    func saveLastUses() {
+        withLock {
+            let unsaved = cache.unsavedLastUses(step: 0)
+            if !unsaved.isEmpty, (try? store.saveLastUsed(unsaved)) != nil { cache.savedLastUsed.merge(unsaved) { $1 } }
+        }
+    }
+
+    /// Free bytes on the store's file system (for an unprivileged writer).
+    func freeBytes() -> Int64 {
+        var vfs = statvfs()
+        guard statvfs(store.directory, &vfs) == 0 else { return .max }
+        return Int64(vfs.f_bavail) * Int64(vfs.f_frsize)
+    }
+
+    /// The usage the evictor brings the store down to once it passed the limit.
+    var lowWaterMark: Int64 { config.cacheLimit - config.cacheLimit / 10 }
+
+    /// Usage, limit and what was evicted lately.
+    public func cacheStatus() -> CacheStatus {
+        withLock {
+            CacheStatus(used: cache.used, limit: config.cacheLimit == .max ? nil : config.cacheLimit,
+                        evictedFiles: cache.evictedFiles, evictedBytes: cache.evictedBytes,
+                        recent: cache.recent.reversed())
+        }
+    }
+
+    /// Why the evictor must leave a file's content, or nil: the refusal of any eviction, or it is open, or it
+    /// was just installed for an open that has not counted its handle yet. Expects the lock held.
+    func autoEvictionRefusal(_ item: Item) -> String? {
+        if let why = evictionRefusal(item) { return why }
+        if handles[item.id] != nil { return "\(item.name) is open" }
+        if let t = cache.awaitingOpen[item.id] {
+            if now() - t < CacheAccount.awaitingOpenGrace { return "\(item.name) was just downloaded for an open" }
+            cache.awaitingOpen[item.id] = nil
+        }
+        return nil
+    }
+
+    /// Evicts one file if it can go now; returns the bytes given back. Expects the lock held.
+    private func autoEvictLocked(_ id: String) -> Int64 {
+        guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { return 0 }
+        let bytes = cache.size(id)
+        guard (try? dropContent(item)) != nil else { return 0 }
+        cache.recordEviction(Eviction(time: now(), bytes: bytes, path: pathLocked(id)))
+        log.info("evicted \(pathLocked(id)) (\(bytes) bytes) for the local store limit")
+        return bytes
+    }
+
+    /// Evicts least recently used files, one at a time under the lock, until `enough` (asked under the lock
+    /// before each, with the bytes given back so far) holds or nothing more can go; then runs `then` under the
+    /// same lock. `sparing`: a file never evicted (the one being downloaded).
+    func evictLeastRecentlyUsed(sparing: String? = nil, until enough: (Int64) -> Bool, then: () -> Void = {}) {
+        var freed: Int64 = 0
+        let order = withLock { () -> (sizes: [String: Int64], lastUsed: [String: Int64])? in
+            if enough(0) { then(); return nil }
+            return cache.order
+        }
+        guard let order else { return }
+        var queue = CacheAccount.leastRecentlyUsed(order)[...]
+        while true {
+            let finished = mutate { () -> Bool in
+                if enough(freed) { then(); return true }
+                guard let id = queue.popFirst() else { then(); return true }
+                if id != sparing { freed += autoEvictLocked(id) }
+                return false
+            }
+            if finished { return }
+        }
+    }
+
+    /// The evictor's pass: when usage passed the limit, evicts down to the low-water mark; when free space is
+    /// under the minimum, evicts until a tenth more than the minimum is free.
+    func evictIfNeeded() {
+        let free = freeBytes()
+        let minFree = config.minFreeBytes
+        let short = minFree > 0 && free < minFree ? minFree + minFree / 10 - free : 0
+        // Reserved bytes are the downloads' own business (`makeRoom`): an install counts its file before it lets
+        // go of its reservation, and the evictor must not see that file twice.
+        let over = withLock { cache.used > config.cacheLimit }
+        guard over || short > 0 else { return }
+        let target = over ? lowWaterMark : config.cacheLimit
+        evictLeastRecentlyUsed(until: { freed in cache.used <= target && freed >= short })
+    }
+
+    /// Makes room for a download of `bytes` (before it starts, on the download's thread): evicts until it fits
+    /// under the limit and leaves the minimum free, never the file itself (`key`) nor anything open, then holds
+    /// the bytes as reserved until `roomUsed`. A file larger than what can be freed still goes ahead.
+    func makeRoom(for key: String, bytes: Int64) {
+        let limit = config.cacheLimit
+        let minFree = config.minFreeBytes
+        let short = minFree > 0 ? max(0, minFree + bytes - freeBytes()) : 0
+        evictLeastRecentlyUsed(sparing: key.split(separator: ".").first.map(String.init),
+                               until: { freed in cache.used + cache.reserved <= limit - bytes && freed >= short },
+                               then: { cache.reserved += bytes })
+    }
+
+    /// A download that made room for `bytes` is installed (or failed): the bytes are no longer held.
+    func roomUsed(_ bytes: Int64) {
+        withLock {
+            cache.reserved -= bytes
+            if cache.used > config.cacheLimit { evictor?.wake() }
+        }
+    }
+
+    /// After a download met a full disk: evicts what can go to leave `bytes` more than the minimum free.
+    func makeRoomAfterNoSpace(for key: String, bytes: Int64) {
+        let need = max(config.minFreeBytes, 0) + bytes - freeBytes()
+        evictLeastRecentlyUsed(sparing: key.split(separator: ".").first.map(String.init),
+                               until: { freed in freed >= need })
+    }
+}
+
+/// The background thread that keeps the local store under its limit: it sleeps until woken (usage passed the
+/// limit) or a few seconds passed (free space is checked then), and runs the container's `evictIfNeeded`.
+final class Evictor: @unchecked Sendable {
+    private weak var container: Container?
+    private let wakeup = NSCondition()
+    private var woken = false
+    private var stopping = false
+    private let running = DispatchGroup()
+    static let tickSeconds = 5.0
+
+    init(container: Container) { self.container = container }
+
+    func start() {
+        running.enter()
+        let t = Thread { [self] in
+            while let owner = nextPass() { owner.evictIfNeeded() }
+            running.leave()
+        }
+        t.name = "evict"
+        t.start()
+    }
+
+    /// Waits for a wake-up or the tick; nil once stopping (or the container is gone).
+    private func nextPass() -> Container? {
+        wakeup.lock(); defer { wakeup.unlock() }
+        if !woken && !stopping { _ = wakeup.wait(until: Date(timeIntervalSinceNow: Evictor.tickSeconds)) }
+        woken = false
+        return stopping ? nil : container
+    }
+
+    /// Asks for a pass now. Safe under the container's lock (the evictor never waits on its own lock holding it).
+    func wake() {
+        wakeup.lock(); woken = true; wakeup.broadcast(); wakeup.unlock()
+    }
+
+    func stop() {
+        wakeup.lock(); stopping = true; wakeup.broadcast(); wakeup.unlock()
+        _ = running.wait(timeout: .now() + 5)
+    }
+}
