@@ -89,6 +89,7 @@ final class SyncLoops: @unchecked Sendable {
                 apply(batch)
                 backoff = 500_000_000
             } catch {
+                if isStopping { return } // the container may be going: touch nothing of it
                 log.warning("change feed: \(error)")
                 failed = true
                 let down: Bool
