@@ -147,29 +147,4 @@ import UbiquityBase
         #expect(a.lookup("p", in: d.id)?.id == fifo.id)
         #expect(try a.container.store.check(repair: false).isClean)
     }
-
-    /// A store made before links (no `target` column) opens, keeps its items and stores links.
-    @Test func anOlderStoreGainsTheTargetColumn() throws {
-        let dir = TempDir()
-        try makeDirectories(dir.path)
-        do {
-            let old = try Database(path: dir.path + "/state.sqlite")
-            try old.exec("""
-                CREATE TABLE items(
-                  id TEXT PRIMARY KEY, parent TEXT, name TEXT NOT NULL, kind TEXT NOT NULL, mode INTEGER NOT NULL,
-                  mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, size INTEGER NOT NULL,
-                  remote_version INTEGER NOT NULL, remote_sha TEXT NOT NULL, remote_size INTEGER NOT NULL,
-                  device TEXT NOT NULL, has_local INTEGER NOT NULL, local_sha TEXT, dirty INTEGER NOT NULL,
-                  meta_dirty INTEGER NOT NULL, deleted INTEGER NOT NULL, pinned INTEGER NOT NULL,
-                  xattrs TEXT NOT NULL, conflicts TEXT NOT NULL);
-                INSERT INTO items VALUES('d1', 'documents', 'old', 'dir', 493, 1, 1, 0, 3, '', 0, 'x', 1, NULL, 0, 0, 0, 0, '{}', '[]');
-                """)
-        }
-        let store = try Store(directory: dir.path)
-        #expect(try store.loadItems().map(\.name) == ["old"])
-        var l = try #require(try store.loadItems().first)
-        l.id = "l1"; l.kind = .symlink; l.target = "../t"
-        try store.save(l)
-        #expect(try store.loadItems().first { $0.id == "l1" }?.target == "../t")
-    }
 }

@@ -94,9 +94,9 @@ import UbiquityBase
         #expect(FileManager.default.fileExists(atPath: store.contentPath("kept")))
     }
 
-    /// A store made before atime and the entry change time were kept: it opens, its items read as before (atime
-    /// as mtime), and the new fields are kept from then on.
-    @Test func storeFromBeforeAtimeOpensAndKeepsIt() throws {
+    /// A store made with the first schema (before links, atime and the entry change time): it opens, its items
+    /// read as before (no target, atime as mtime), and the new fields are kept from then on.
+    @Test func storeWithTheFirstSchemaOpensAndKeepsTheNewFields() throws {
         try makeDirectories(path)
         do {
             let db = try Database(path: path + "/state.sqlite")
@@ -119,12 +119,18 @@ import UbiquityBase
             var old = try #require(try store.loadItems().first)
             #expect(old.id == "old" && old.mtime == 7000 && old.atime == nil && old.entriesMTime == 0)
             #expect(old.shownATime == 7000)
+            #expect(old.target == nil)
             old.atime = 5000
             old.entriesMTime = 9000
             try store.save(old)
+            var link = old
+            link.id = "l1"; link.kind = .symlink; link.target = "../t"
+            try store.save(link)
         }
-        let old = try #require(try Store(directory: path).loadItems().first)
+        let items = try Store(directory: path).loadItems()
+        let old = try #require(items.first { $0.id == "old" })
         #expect(old.atime == 5000 && old.shownATime == 5000)
         #expect(old.entriesMTime == 9000 && old.shownMTime == 9000)
+        #expect(items.first { $0.id == "l1" }?.target == "../t")
     }
 }

@@ -6,7 +6,6 @@ Every mount is unmounted and every process stopped at the end of its test.
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -215,3 +214,33 @@ def mount_factory(tmp_path):
 
 def read(path):
     return Path(path).read_bytes()
+
+
+def attr(path, name):
+    """One `user.ubiquity.` attribute as getfattr prints it, or None where getfattr fails (absent)."""
+    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
+    return p.stdout if p.returncode == 0 else None
+
+
+def sync(m, timeout=60):
+    """`ubiquityfs sync --wait` on a mount: every change of it is on the remote."""
+    run(BIN, "sync", "--wait", "--timeout", str(timeout), m.path, timeout=timeout + 30)
+
+
+def fails(errno_value, fn, *args):
+    """Calls fn(*args) and asserts it raises OSError with that errno."""
+    with pytest.raises(OSError) as e:
+        fn(*args)
+    assert e.value.errno == errno_value, (fn, args, e.value)
+
+
+@pytest.fixture
+def two(stub, mount_factory):
+    """One stub and two devices on it: (stub, laptop, desktop)."""
+    return stub, mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+
+
+@pytest.fixture
+def d(stub, mount_factory):
+    """The Documents folder of one mounted device."""
+    return mount_factory(stub) / "Documents"

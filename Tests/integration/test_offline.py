@@ -3,12 +3,7 @@ open is answered at once, from an older local copy where there is one, else EIO 
 downloadingError; no open waits out the download timeout. The mount root says offline and since when."""
 import time
 
-from conftest import BIN, run, wait_until
-
-
-def attr(path, name):
-    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
-    return p.stdout if p.returncode == 0 else None
+from conftest import BIN, run, wait_until, attr
 
 
 def test_offline_open_is_answered_at_once(stub, mount_factory):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, CONTAINER, run, wait_until
+from conftest import BIN, run, wait_until
 
 
 def make_tree(base: Path, big_size=3 << 20):

@@ -1,13 +1,12 @@
 """Part 2: status attributes with getfattr, evict/download/pin with setfattr, and the same from the command."""
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run, wait_until
+from conftest import BIN, run, wait_until, attr
 
 STATUS = ["isUbiquitous", "downloadingStatus", "isDownloading", "percentDownloaded", "isUploaded",
           "isUploading", "percentUploaded", "hasUnresolvedConflicts", "pinned"]
@@ -22,11 +21,6 @@ def attrs(path):
             k, v = line.split("=", 1)
             result[k] = v.strip('"')
     return result
-
-
-def attr(path, name):
-    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
-    return p.stdout if p.returncode == 0 else None
 
 
 def blocks(path):

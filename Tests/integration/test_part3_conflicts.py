@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run, wait_until
+from conftest import BIN, run, wait_until, attr
 
 REL = Path("Documents") / "notes.txt"
-
-
-def attr(path, name):
-    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
-    return p.stdout if p.returncode == 0 else None
 
 
 def versions(m, rel=REL):

@@ -11,12 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, CONTAINER, run, wait_until
-
-
-def attr(path, name):
-    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
-    return p.stdout if p.returncode == 0 else None
+from conftest import BIN, CONTAINER, run, wait_until, attr
 
 
 def sha(path):

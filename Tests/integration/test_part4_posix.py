@@ -8,7 +8,8 @@ import os
 import stat
 import time
 
-import pytest
+
+from conftest import fails
 
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
@@ -18,18 +19,6 @@ def renameat2(a, b, flags):
     AT_FDCWD = -100
     rc = libc.renameat2(AT_FDCWD, str(a).encode(), AT_FDCWD, str(b).encode(), flags)
     return 0 if rc == 0 else ctypes.get_errno()
-
-
-@pytest.fixture
-def d(stub, mount_factory):
-    m = mount_factory(stub)
-    return m / "Documents"
-
-
-def fails(errno_value, fn, *args):
-    with pytest.raises(OSError) as e:
-        fn(*args)
-    assert e.value.errno == errno_value, (fn, args, e.value)
 
 
 def test_open_and_creat(d):

@@ -9,27 +9,10 @@ import random
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run, wait_until
-
-
-def attr(path, name):
-    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
-    return p.stdout if p.returncode == 0 else None
-
-
-@pytest.fixture
-def two(stub, mount_factory):
-    a = mount_factory(stub, "laptop")
-    b = mount_factory(stub, "desktop")
-    return stub, a, b
-
-
-def sync(m, timeout=60):
-    run(BIN, "sync", "--wait", "--timeout", str(timeout), m.path, timeout=timeout + 30)
+from conftest import BIN, run, wait_until, attr, sync
 
 
 def same_on(m, rel, data, timeout=30):

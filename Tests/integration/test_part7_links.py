@@ -2,7 +2,6 @@
 target kept exactly as written), so venv, tar, rsync, unzip and git work in the mount; fifos and sockets work
 locally and stay on their device. Hard links and device nodes stay refused with EPERM."""
 import errno
-import json
 import os
 import stat
 import subprocess
@@ -10,19 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, CONTAINER, run, wait_until
+from conftest import BIN, CONTAINER, run, wait_until, sync
 
 LINKS = {"rel": "../up/file.txt", "abs": "/etc/hostname", "dangling": "no such thing", "todir": "sub",
          "utf8": "résumé ☃"}
-
-
-@pytest.fixture
-def two(stub, mount_factory):
-    return stub, mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
-
-
-def sync(m):
-    run(BIN, "sync", "--wait", "--timeout", "30", m.path)
 
 
 def links_below(root):

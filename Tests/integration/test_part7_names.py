@@ -5,23 +5,10 @@ import errno
 import os
 import unicodedata
 
-import pytest
 
-from conftest import BIN, run, wait_until
+from conftest import BIN, run, wait_until, fails
 
 BAD = [b"x\xfe", b"x\xff", b"caf\xe9", b"\xc0\xaf", b"\xed\xa0\x80"]  # stray bytes, overlong, a surrogate
-
-
-@pytest.fixture
-def d(stub, mount_factory):
-    m = mount_factory(stub)
-    return m / "Documents"
-
-
-def fails(errno_value, fn, *args):
-    with pytest.raises(OSError) as e:
-        fn(*args)
-    assert e.value.errno == errno_value, (fn, args, e.value)
 
 
 def listing(d):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run, wait_until
+from conftest import BIN, run, wait_until, sync
 
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 RENAME_EXCHANGE = 2
@@ -36,18 +36,9 @@ def ctime_ns(path):
     return os.stat(path).st_ctime_ns
 
 
-def sync(m):
-    run(BIN, "sync", "--wait", "--timeout", "60", m.path, timeout=90)
-
-
 @pytest.fixture
 def m(stub, mount_factory):
     return mount_factory(stub)
-
-
-@pytest.fixture
-def two(stub, mount_factory):
-    return stub, mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
 
 
 def test_atime_is_kept_apart_from_mtime_and_reads_leave_it(m):

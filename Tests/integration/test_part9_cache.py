@@ -3,21 +3,15 @@ content under the limit; pinned, dirty and open files stay; evicted files come b
 import hashlib
 import json
 import os
-import random
 import subprocess
 import sys
 import threading
 
 import pytest
 
-from conftest import BIN, run, wait_until
+from conftest import BIN, run, wait_until, attr
 
 MiB = 1 << 20
-
-
-def attr(path, name):
-    p = run("getfattr", "-n", "user.ubiquity." + name, "--only-values", "--absolute-names", path, check=False)
-    return p.stdout if p.returncode == 0 else None
 
 
 def du(path):
