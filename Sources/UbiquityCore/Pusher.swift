@@ -30,12 +30,15 @@ struct Pusher {
     }
 
     func run() throws {
-        // A local-only item never goes up, and its delete sends nothing (it never enters the journal).
-        if snapshot()?.item.isLocalOnly == true { return dropFromJournal() }
         var attempts = 0
         while let snap = snapshot(), snap.item.isPending {
             attempts += 1
             if attempts > 8 { throw RemoteError.server(status: 0, message: "conflict did not settle after 8 tries") }
+            // A local-only item never goes up: only the delete of a copy the remote still holds.
+            if snap.item.isLocalOnly {
+                if try pushRemoteCopyDelete(snap.item) { return }
+                continue
+            }
             if snap.item.deleted {
                 if try pushDelete(snap.item) { return }
                 continue
@@ -113,6 +116,63 @@ struct Pusher {
             }
         }
         return true
+    }
+
+    // MARK: a local-only item's remote copy
+
+    /// Deletes the remote copy of an item that became local-only here (a folder's once what is below it is
+    /// gone); the local copy stays. Returns true when done, false to look again.
+    private func pushRemoteCopyDelete(_ item: Item) throws -> Bool {
+        do {
+            let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
+            try leftRemote(tombstone: tombstone.version)
+        } catch let error as RemoteError {
+            switch error {
+            case .notFound:
+                try leftRemote(tombstone: nil)
+            case .preconditionFailed(let current):
+                guard let current, !current.deleted else { try leftRemote(tombstone: current?.version); return true }
+                // A write of this device whose answer was lost: the delete goes on top of it.
+                if current.device == container.config.device { try rebase(version: current.version); return false }
+                // Changed elsewhere before the delete came: that edit stays on the remote (edit wins over delete),
+                // apart from the copy kept here; made ubiquitous again, this one meets it as a conflict.
+                log.info("\(container.path(of: id)) was changed elsewhere: that version stays on the remote")
+                try leftRemote(tombstone: current.version)
+            case .conflict(_, let child):
+                guard let child, child.id != id else { throw error }
+                let ours = container.withLock { container.items[child.id].map { $0.isLocalOnly && $0.isPending } ?? false }
+                if ours {
+                    try Pusher(container: container, id: child.id).run()
+                    return false
+                }
+                // Something added there by another device meanwhile: the folder stays on the remote for it.
+                log.info("\(container.path(of: id)) holds items added elsewhere: it stays on the remote for them")
+                try leftRemote(tombstone: nil)
+            default:
+                throw error
+            }
+        }
+        return true
+    }
+
+    /// The remote copy of a local-only item is gone (its tombstone at version `tombstone`, when known): the
+    /// item is a plain local one (remote version 0). Deleted here meanwhile, it is forgotten; made ubiquitous
+    /// again meanwhile, it goes up as new, over that tombstone.
+    private func leftRemote(tombstone: Int64?) throws {
+        try container.mutate {
+            guard var cur = container.items[id] else { return }
+            if cur.deleted {
+                try container.store.delete(id)
+                container.items[id] = nil
+                return
+            }
+            try container.store.forgetCreateSent(id)
+            if let tombstone { try container.store.markLeftRemote(id, tombstone: tombstone) }
+            cur.remoteVersion = 0
+            if !cur.isLocalOnly { container.becomeUbiquitous(&cur) }
+            try container.store.saveChanged(cur)
+            container.items[id] = cur
+        }
     }
 
     /// True when a child in the way of this directory's delete has a change here that takes it out.

@@ -21,7 +21,9 @@ extension Container {
                 hasUnresolvedConflicts: !item.conflicts.isEmpty,
                 downloadingError: t.downloadError,
                 uploadingError: item.isPending ? t.uploadError : nil,
-                pinned: isPinnedLocked(id))
+                pinned: isPinnedLocked(id),
+                isUbiquitous: !item.isLocalOnly,
+                isExcludedFromSync: item.excluded)
         }
     }
 
@@ -81,8 +83,10 @@ extension Container {
         }
     }
 
-    /// Why a file's local content must stay, or nil. Expects the lock held.
-    private func evictionRefusal(_ item: Item) -> String? {
+    /// Why a file's local content must stay, or nil: the one rule of every eviction, asked for and automatic.
+    /// Expects the lock held.
+    func evictionRefusal(_ item: Item) -> String? {
+        if item.isLocalOnly { return "\(item.name) is local-only (excluded from sync): this copy is its only one" }
         if item.dirty || item.remoteVersion == 0 { return "\(item.name) has changes not yet uploaded" }
         if (handles[item.id]?.writers ?? 0) > 0 { return "\(item.name) is open for writing" }
         if isPinnedLocked(item.id) { return "\(item.name) is pinned" }
