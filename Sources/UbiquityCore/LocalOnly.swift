@@ -62,7 +62,7 @@ extension Container {
             try store.transaction { for changed in order { try store.saveChanged(changed) } }
         } catch { throw CoreError.from(error) }
         for changed in order { items[changed.id] = changed }
-        if item.isLocalOnly { log.info("\(path(of: item.id)) is local-only now: it leaves the remote") }
+        if item.isLocalOnly { log.info("\(item.name) is local-only now: it leaves the remote") }
         sync.wakePusher()
     }
 
