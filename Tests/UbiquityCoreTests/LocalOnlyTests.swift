@@ -161,6 +161,52 @@ import UbiquityBase
         #expect(try c.store.check(repair: false).isClean)
     }
 
+    /// A folder made ubiquitous again takes what is below it along, but not a .nosync folder inside it.
+    @Test func aNoSyncFolderInsideAnExcludedOneStaysLocal() throws {
+        let a = try Device(remote, name: "a")
+        let b = try Device(remote, name: "b")
+        let d = try a.container.makeDirectory(parent: a.docs, name: "d", mode: 0o755)
+        try a.container.setExcludedFromSync(d.id, true)
+        let inner = try a.container.makeDirectory(parent: d.id, name: "inner.nosync", mode: 0o755)
+        let kept = try a.createFile("kept.txt", bytes("kept"), in: inner.id)
+        let plain = try a.createFile("plain.txt", bytes("plain"), in: d.id)
+        #expect(a.pending == 0 && a.container.item(plain.id)?.isLocalOnly == true)
+        try a.container.setExcludedFromSync(d.id, false)
+        #expect(a.container.item(plain.id)?.isLocalOnly == false && a.container.item(kept.id)?.isLocalOnly == true)
+        #expect(eventually { b.lookup("d").flatMap { b.lookup("plain.txt", in: $0.id) } != nil && a.pending == 0 })
+        #expect(b.lookup("d").flatMap { b.lookup("inner.nosync", in: $0.id) } == nil)
+        #expect(remote.allItems.allSatisfy { $0.id != inner.id && $0.id != kept.id })
+    }
+
+    /// RENAME_EXCHANGE of a synced file with one in a .nosync folder: each takes the other's rule.
+    @Test func anExchangeAcrossANoSyncFolder() throws {
+        let a = try Device(remote, name: "a")
+        let b = try Device(remote, name: "b")
+        let cache = try a.container.makeDirectory(parent: a.docs, name: "cache.nosync", mode: 0o755)
+        let out = try a.createFile("x.txt", bytes("was synced"))
+        let inside = try a.createFile("x.txt", bytes("was local"), in: cache.id)
+        #expect(eventually { b.lookup("x.txt")?.id == out.id && a.pending == 0 })
+        try a.container.exchange(parent: a.docs, name: "x.txt", newParent: cache.id, newName: "x.txt")
+        #expect(a.container.item(out.id)?.isLocalOnly == true && a.container.item(inside.id)?.isLocalOnly == false)
+        #expect(eventually { b.lookup("x.txt")?.id == inside.id && a.pending == 0 && b.pending == 0 })
+        #expect(remote.allItems.allSatisfy { $0.id != out.id || $0.deleted })
+        let x = try #require(b.lookup("x.txt"))
+        #expect(b.fetch(x.id).map { (try? $0.get()) != nil } == true && b.content(x.id) == bytes("was local"))
+    }
+
+    /// `check --repair` reports a local-only file's damaged copy but never drops it: it is the only one.
+    @Test func checkNeverDropsALocalOnlyCopy() throws {
+        let a = try Device(remote, name: "a")
+        let f = try a.createFile("f.txt", bytes("only copy"))
+        #expect(eventually { a.pending == 0 })
+        try a.container.setExcludedFromSync(f.id, true)
+        #expect(eventually { a.pending == 0 && remote.lookup(path: "Documents/f.txt") == nil })
+        try Data("0nly copy".utf8).write(to: URL(fileURLWithPath: a.container.store.contentPath(f.id)))
+        let report = try a.container.store.check(repair: true)
+        #expect(!report.isClean && report.repaired.isEmpty)
+        #expect(a.content(f.id) == bytes("0nly copy"))
+    }
+
     /// Writes a whole file through the container as a program would.
     private func write(_ c: Container, _ id: String, _ content: [UInt8]) throws {
         guard case .opened(let fd) = try c.open(id, writable: true, truncate: true) else { throw CoreError.io("fetch") }
