@@ -83,10 +83,11 @@ extension Container {
     }
 
     /// Makes a local-only item ubiquitous again: all of it goes up, over its old tombstone when the remote
-    /// deleted it (a copy the remote has not deleted yet is simply updated). Expects the lock held.
+    /// deleted it, on top of the version it had when an edit elsewhere kept it there (a conflict then), and a
+    /// copy the remote has not deleted yet is simply updated. Expects the lock held.
     func becomeUbiquitous(_ item: inout Item) {
         if item.remoteVersion == 0 {
-            item.remoteVersion = store.leftRemoteTombstone(item.id) ?? 0
+            item.remoteVersion = store.leftRemoteBase(item.id) ?? 0
             if item.hasContent {
                 item.dirty = true
                 item.localSHA = nil

@@ -125,19 +125,20 @@ struct Pusher {
     private func pushRemoteCopyDelete(_ item: Item) throws -> Bool {
         do {
             let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
-            try leftRemote(tombstone: tombstone.version)
+            try leftRemote(base: tombstone.version)
         } catch let error as RemoteError {
             switch error {
             case .notFound:
-                try leftRemote(tombstone: nil)
+                try leftRemote(base: nil)
             case .preconditionFailed(let current):
-                guard let current, !current.deleted else { try leftRemote(tombstone: current?.version); return true }
+                guard let current, !current.deleted else { try leftRemote(base: current?.version); return true }
                 // A write of this device whose answer was lost: the delete goes on top of it.
                 if current.device == container.config.device { try rebase(version: current.version); return false }
                 // Changed elsewhere before the delete came: that edit stays on the remote (edit wins over delete),
-                // apart from the copy kept here; made ubiquitous again, this one meets it as a conflict.
+                // apart from the copy kept here; made ubiquitous again, this one goes on top of the version it
+                // had, and so meets that edit as a conflict.
                 log.info("\(container.path(of: id)) was changed elsewhere: that version stays on the remote")
-                try leftRemote(tombstone: current.version)
+                try leftRemote(base: item.remoteVersion)
             case .conflict(_, let child):
                 guard let child, child.id != id else { throw error }
                 let ours = container.withLock { container.items[child.id].map { $0.isLocalOnly && $0.isPending } ?? false }
@@ -147,7 +148,7 @@ struct Pusher {
                 }
                 // Something added there by another device meanwhile: the folder stays on the remote for it.
                 log.info("\(container.path(of: id)) holds items added elsewhere: it stays on the remote for them")
-                try leftRemote(tombstone: nil)
+                try leftRemote(base: item.remoteVersion)
             default:
                 throw error
             }
@@ -155,10 +156,11 @@ struct Pusher {
         return true
     }
 
-    /// The remote copy of a local-only item is gone (its tombstone at version `tombstone`, when known): the
-    /// item is a plain local one (remote version 0). Deleted here meanwhile, it is forgotten; made ubiquitous
-    /// again meanwhile, it goes up as new, over that tombstone.
-    private func leftRemote(tombstone: Int64?) throws {
+    /// The remote copy of a local-only item is gone, or left to the other devices: the item is a plain local
+    /// one (remote version 0). `base` is the remote version a return to the remote is written against (the
+    /// tombstone, or the version this device had of a copy left there); nil when the remote has none.
+    /// Deleted here meanwhile, the item is forgotten; made ubiquitous again meanwhile, it goes up at once.
+    private func leftRemote(base: Int64?) throws {
         try container.mutate {
             guard var cur = container.items[id] else { return }
             if cur.deleted {
@@ -167,7 +169,7 @@ struct Pusher {
                 return
             }
             try container.store.forgetCreateSent(id)
-            if let tombstone { try container.store.markLeftRemote(id, tombstone: tombstone) }
+            if let base { try container.store.markLeftRemote(id, base: base) }
             cur.remoteVersion = 0
             if !cur.isLocalOnly { container.becomeUbiquitous(&cur) }
             try container.store.saveChanged(cur)

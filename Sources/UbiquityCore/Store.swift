@@ -188,13 +188,13 @@ public final class Store: @unchecked Sendable {
     /// The remote does not hold the item (any more): a create sent before is not there.
     public func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
 
-    /// A local-only item whose remote copy was deleted, at tombstone version `version`: made ubiquitous again,
-    /// it is written over that tombstone (the remote keeps the id).
-    public func markLeftRemote(_ id: String, tombstone version: Int64) throws {
-        try setMeta("gone:" + id, String(version))
+    /// A local-only item whose remote copy is gone (or left to other devices): made ubiquitous again, it is
+    /// written against remote version `base` (its tombstone: the remote keeps the id).
+    public func markLeftRemote(_ id: String, base: Int64) throws {
+        try setMeta("gone:" + id, String(base))
     }
-    /// The tombstone recorded by `markLeftRemote` (kept until the item is removed: a newer one replaces it).
-    public func leftRemoteTombstone(_ id: String) -> Int64? { meta("gone:" + id).flatMap { Int64($0) } }
+    /// The version recorded by `markLeftRemote` (kept until the item is removed: a newer one replaces it).
+    public func leftRemoteBase(_ id: String) -> Int64? { meta("gone:" + id).flatMap { Int64($0) } }
 
     // MARK: items
 

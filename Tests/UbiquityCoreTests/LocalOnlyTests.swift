@@ -194,6 +194,30 @@ import UbiquityBase
         #expect(b.fetch(x.id).map { (try? $0.get()) != nil } == true && b.content(x.id) == bytes("was local"))
     }
 
+    /// Edited elsewhere before the delete of its remote copy came: that edit stays on the remote (edit wins
+    /// over delete); made ubiquitous again, the copy kept here meets it as a conflict, and both are kept.
+    @Test func anEditElsewhereBeforeTheDeleteStaysOnTheRemote() throws {
+        let link = Link(remote)
+        let a = try Device(link, name: "a")
+        let b = try Device(remote, name: "b")
+        let f = try a.createFile("f.txt", bytes("from a"), mtimeSeconds: 1_000)
+        #expect(eventually { b.lookup("f.txt") != nil && a.pending == 0 })
+        link.offline = true
+        try a.container.setExcludedFromSync(f.id, true)
+        try b.write(f.id, bytes("edited on b"), mtimeSeconds: 2_000)
+        #expect(eventually { b.pending == 0 })
+        link.offline = false
+        a.nudge()
+        #expect(eventually { a.pending == 0 })
+        #expect(remote.lookup(path: "Documents/f.txt")?.device == "b" && b.lookup("f.txt") != nil)
+        #expect(a.content(f.id) == bytes("from a") && a.container.item(f.id)?.isLocalOnly == true)
+        try a.container.setExcludedFromSync(f.id, false)
+        #expect(eventually { a.pending == 0 && b.pending == 0 && remote.lookup(path: "Documents/f.txt")?.conflicts.count == 1 })
+        let onRemote = try #require(remote.lookup(path: "Documents/f.txt"))
+        let shas = Set([onRemote.sha256] + onRemote.conflicts.map(\.sha256))
+        #expect(shas == Set([sha256Hex(bytes("from a")), sha256Hex(bytes("edited on b"))]))
+    }
+
     /// `check --repair` reports a local-only file's damaged copy but never drops it: it is the only one.
     @Test func checkNeverDropsALocalOnlyCopy() throws {
         let a = try Device(remote, name: "a")
