@@ -187,8 +187,8 @@ final class SyncLoops: @unchecked Sendable {
             return
         }
         let contentChanged = w.sha256 != item.remoteSHA
-        if item.parent != w.parent, c.isKeptOut(w) {
-            log.info("\(item.name): the remote moved it where it would be local-only here; it stays")
+        if c.isKeptOut(w) {
+            log.info("\(item.name): the remote moved or renamed it where it would be local-only here; it stays")
             return
         }
         // The remote moved the item below a directory that is below the item here (moved by a change not yet

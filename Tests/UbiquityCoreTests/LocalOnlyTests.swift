@@ -218,6 +218,29 @@ import UbiquityBase
         #expect(shas == Set([sha256Hex(bytes("from a")), sha256Hex(bytes("edited on b"))]))
     }
 
+    /// A file added elsewhere to a folder while this device takes it local-only: the folder stays on the remote
+    /// for it, and this device does not take the file into its local-only folder.
+    @Test func aFileAddedElsewhereKeepsTheFolderOnTheRemote() throws {
+        let link = Link(remote)
+        let a = try Device(link, name: "a")
+        let b = try Device(remote, name: "b")
+        let d = try a.container.makeDirectory(parent: a.docs, name: "d", mode: 0o755)
+        #expect(eventually { b.lookup("d") != nil && a.pending == 0 })
+        link.offline = true
+        try a.container.setExcludedFromSync(d.id, true)
+        let added = try b.createFile("new.txt", bytes("from b"), in: d.id)
+        #expect(eventually { b.pending == 0 })
+        link.offline = false
+        a.nudge()
+        #expect(eventually { a.pending == 0 && a.container.item(d.id)?.remoteVersion == 0 })
+        // Once a later change from b has arrived here, so has the file.
+        _ = try b.createFile("later.txt", bytes("later"))
+        #expect(eventually { a.lookup("later.txt") != nil })
+        #expect(remote.lookup(path: "Documents/d/new.txt")?.id == added.id && b.lookup("new.txt", in: d.id) != nil)
+        #expect(a.lookup("new.txt", in: d.id) == nil && a.container.item(d.id)?.isLocalOnly == true)
+        #expect(try a.container.store.check(repair: false).isClean)
+    }
+
     /// `check --repair` reports a local-only file's damaged copy but never drops it: it is the only one.
     @Test func checkNeverDropsALocalOnlyCopy() throws {
         let a = try Device(remote, name: "a")
