@@ -51,7 +51,8 @@ extension Store {
         let exists = FileManager.default.fileExists(atPath: path)
         if item.hasLocal != exists {
             report.problems.append("\(item.name) (\(item.id)): " + (exists ? "content file not recorded" : "content file missing"))
-            guard repair, !item.dirty else { return nil }
+            // A local-only file's copy is its only one: reported, never dropped.
+            guard repair, !item.dirty, !item.isLocalOnly else { return nil }
             if exists { try? removeFile(path) }
             item.hasLocal = false
             item.localSHA = nil
@@ -63,7 +64,7 @@ extension Store {
         report.verifiedFiles += 1
         guard sha != expected else { return nil }
         report.problems.append("\(item.name) (\(item.id)): local content is corrupt (hash \(sha.prefix(12)), expected \(expected.prefix(12)))")
-        guard repair else { return nil }
+        guard repair, !item.isLocalOnly else { return nil }
         try? removeFile(path)
         item.hasLocal = false
         item.localSHA = nil

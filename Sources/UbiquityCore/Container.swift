@@ -370,7 +370,8 @@ public final class Container: @unchecked Sendable {
         return try mutate { () throws(CoreError) -> Item in
             _ = try liveDirectory(parent)
             if children[parent]?[name] != nil { throw .exists }
-            let item = newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
+            var item = newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
+            item.localOnlyAbove = isLocalOnlyFolder(parent)
             if kind == .file {
                 do {
                     let fd = try FileDescriptor.open(store.contentPath(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
@@ -434,6 +435,7 @@ public final class Container: @unchecked Sendable {
             if item.isDirectory && isAncestor(id, of: newParent) {
                 throw .invalidArgument("cannot move a directory into itself")
             }
+            try checkLocalOnlyMove(item, to: newParent, name: newName)
             if let targetID = children[newParent]?[newName], let target = items[targetID] {
                 if noReplace { throw .exists }
                 if target.isDirectory && !item.isDirectory { throw .isDirectory }
@@ -442,11 +444,12 @@ public final class Container: @unchecked Sendable {
                 try deleteLocally(target)
             }
             children[parent]?[name] = nil
+            let before = item
             item.parent = newParent
             item.name = newName
             item.ctime = now()
             item.metaDirty = true
-            try saveLocalChange(item)
+            try saveLocalOnlyChange(item, was: before)
             children[newParent, default: [:]][newName] = id
             entriesChanged(in: parent)
             if newParent != parent { entriesChanged(in: newParent) }
@@ -466,6 +469,9 @@ public final class Container: @unchecked Sendable {
             if (item.isDirectory && isAncestor(id, of: newParent)) || (other.isDirectory && isAncestor(otherID, of: parent)) {
                 throw .invalidArgument("cannot move a directory into itself")
             }
+            try checkLocalOnlyMove(item, to: newParent, name: newName)
+            try checkLocalOnlyMove(other, to: parent, name: name)
+            let (itemBefore, otherBefore) = (item, other)
             (item.parent, item.name, other.parent, other.name) = (newParent, newName, parent, name)
             item.ctime = now()
             other.ctime = item.ctime
@@ -482,6 +488,9 @@ public final class Container: @unchecked Sendable {
             items[otherID] = other
             children[newParent]?[newName] = id
             children[parent]?[name] = otherID
+            // Each may have crossed into or out of a local-only folder (saved again with what is below it).
+            try saveLocalOnlyChange(item, was: itemBefore)
+            try saveLocalOnlyChange(other, was: otherBefore)
             entriesChanged(in: parent)
             if newParent != parent { entriesChanged(in: newParent) }
             sync.wakePusher()
@@ -568,6 +577,7 @@ public final class Container: @unchecked Sendable {
     func place(_ item: inout Item) throws {
         let c = self
         let parent = item.parent!
+        item.localOnlyAbove = c.isLocalOnlyFolder(parent)
         if let otherID = c.children[parent]?[item.name], otherID != item.id, var other = c.items[otherID] {
             c.children[parent]?[item.name] = nil
             c.notice(.removed(parent: parent, name: other.name, id: other.id))

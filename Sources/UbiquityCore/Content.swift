@@ -294,6 +294,7 @@ extension Container {
 
     /// Why a file's local content must stay, or nil (the evictor asks it too). Expects the lock held.
     func evictionRefusal(_ item: Item) -> String? {
+        if item.isLocalOnly { return "\(item.name) is local-only (excluded from sync): this copy is its only one" }
         guard case .clean = item.localContent, item.remoteVersion != 0 else {
             return "\(item.name) has changes not yet uploaded"
         }

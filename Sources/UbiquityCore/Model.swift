@@ -5,7 +5,9 @@
 // - for a file, `hasLocal` is true exactly when `content/<id>` exists in the store and is complete;
 // - `localSHA` is the hash of that content when it is a clean copy of some remote version, nil when dirty;
 // - an item with `dirty`, `metaDirty` or `deleted` set has a row in the pending journal, unless it is local-only
-//   (`isLocalOnly`): those never enter the journal and never reach the remote;
+//   (`isLocalOnly`): those never reach the remote; one the remote still holds (`remoteVersion` > 0) is in the
+//   journal until its remote copy is deleted, after which it has `remoteVersion` 0;
+// - `localOnlyAbove` is true exactly when a folder above the item is local-only (kept by the container);
 // - only files have content: directories, links, fifos and sockets are metadata only (`hasLocal` true, no
 //   content file); a link's `target` is set exactly when its kind is `.symlink`, its size is the target's length.
 import Foundation
@@ -54,6 +56,12 @@ public struct Item: Equatable, Sendable {
     /// For a directory: when an entry was last added, removed or renamed in it on this device, by a local or a
     /// remote change (not synced, so a folder's entries do not make it an upload).
     public var entriesMTime: Int64 = 0
+    /// The user's `isExcludedFromSync` flag (persisted, not synced): the item, and everything below a folder,
+    /// stays on this device only.
+    public var excluded = false
+    /// A folder above the item is local-only (not persisted: the store and the container derive it from the
+    /// parents, see `Item.markLocalOnlyAbove`).
+    public var localOnlyAbove = false
 
     /// The modification time programs see: for a directory also the last change of its entries.
     public var shownMTime: Int64 { max(mtime, entriesMTime) }
@@ -62,11 +70,17 @@ public struct Item: Equatable, Sendable {
     public var isDirectory: Bool { kind == .dir }
     /// Only files have content to store, download, upload or evict.
     public var hasContent: Bool { kind == .file }
-    /// Lives on this device only: never uploaded, never in the journal of pending changes. Today fifos and
-    /// sockets (the kernel carries their data; only the node is ours).
-    public var isLocalOnly: Bool { kind == .fifo || kind == .socket }
-    /// Has changes to send to the remote (a local-only item never has).
-    public var isPending: Bool { !isLocalOnly && (dirty || metaDirty || deleted) }
+    /// Local-only by itself: a fifo or a socket (the kernel carries their data; only the node is ours), a name
+    /// ending in `.nosync` (Apple's rule), or the user's excluded flag. Everything below such a folder is too.
+    public var isLocalOnlyItself: Bool {
+        kind == .fifo || kind == .socket || excluded || name.hasSuffix(Item.noSyncSuffix)
+    }
+    public static let noSyncSuffix = ".nosync"
+    /// Lives on this device only: never uploaded, never evicted, never listed on other devices.
+    public var isLocalOnly: Bool { localOnlyAbove || isLocalOnlyItself }
+    /// Has changes to send to the remote. For a local-only item only one: the delete of the copy the remote
+    /// still holds (it became local-only after it was uploaded); its local copy stays.
+    public var isPending: Bool { isLocalOnly ? remoteVersion > 0 : (dirty || metaDirty || deleted) }
 
     /// Local content that is the newest remote version (or newer, while dirty).
     public var isCurrent: Bool { hasLocal && (dirty || localSHA == remoteSHA) }
@@ -95,6 +109,20 @@ public struct Item: Equatable, Sendable {
         xattrs = w.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
         conflicts = w.conflicts
         target = w.target
+    }
+
+    /// Sets `localOnlyAbove` on every item of `items` from its parents (a walk up each chain, remembering the
+    /// answer per folder).
+    public static func markLocalOnlyAbove(_ items: inout [String: Item]) {
+        var known: [String: Bool] = [:]
+        func localOnly(_ id: String) -> Bool {
+            if let k = known[id] { return k }
+            guard let item = items[id] else { return false }
+            let answer = item.isLocalOnlyItself || item.parent.map(localOnly) == true
+            known[id] = answer
+            return answer
+        }
+        for id in Array(items.keys) { items[id]!.localOnlyAbove = items[id]!.parent.map(localOnly) ?? false }
     }
 
     public var downloadingStatus: DownloadingStatus {
@@ -140,6 +168,9 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case fileTooBig
     /// The store's file system cannot do that (a fallocate mode).
     case unsupported(String)
+    /// A rename that cannot be done in place (it would make content that is not local local-only): the caller
+    /// copies instead (mv does on EXDEV).
+    case crossDevice(String)
 
     public var description: String {
         switch self {
@@ -163,6 +194,7 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .tooBig: return "attribute too large"
         case .fileTooBig: return "file too large"
         case .unsupported(let m): return "not supported: \(m)"
+        case .crossDevice(let m): return "cannot be moved in place: \(m)"
         }
     }
 
@@ -203,6 +235,10 @@ public struct ItemStatus: Equatable, Sendable {
     public var downloadingError: String?
     public var uploadingError: String?
     public var pinned: Bool
+    /// False for a local-only item (`Item.isLocalOnly`).
+    public var isUbiquitous: Bool = true
+    /// The user's excluded flag of the item itself.
+    public var isExcludedFromSync: Bool = false
 }
 
 /// Percent of `done` in `total`, 100 for an empty total.

@@ -30,12 +30,15 @@ struct Pusher {
     }
 
     func run() throws {
-        // A local-only item never goes up, and its delete sends nothing (it never enters the journal).
-        if snapshot()?.item.isLocalOnly == true { return dropFromJournal() }
         var attempts = 0
         while let snap = snapshot(), snap.item.isPending {
             attempts += 1
             if attempts > 8 { throw RemoteError.server(status: 0, message: "conflict did not settle after 8 tries") }
+            // A local-only item never goes up: only the delete of a copy the remote still holds.
+            if snap.item.isLocalOnly {
+                if try pushRemoteCopyDelete(snap.item) { return }
+                continue
+            }
             if snap.item.deleted {
                 if try pushDelete(snap.item) { return }
                 continue
@@ -113,6 +116,65 @@ struct Pusher {
             }
         }
         return true
+    }
+
+    // MARK: a local-only item's remote copy
+
+    /// Deletes the remote copy of an item that became local-only here (a folder's once what is below it is
+    /// gone); the local copy stays. Returns true when done, false to look again.
+    private func pushRemoteCopyDelete(_ item: Item) throws -> Bool {
+        do {
+            let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
+            try leftRemote(base: tombstone.version)
+        } catch let error as RemoteError {
+            switch error {
+            case .notFound:
+                try leftRemote(base: nil)
+            case .preconditionFailed(let current):
+                guard let current, !current.deleted else { try leftRemote(base: current?.version); return true }
+                // A write of this device whose answer was lost: the delete goes on top of it.
+                if current.device == container.config.device { try rebase(version: current.version); return false }
+                // Changed elsewhere before the delete came: that edit stays on the remote (edit wins over delete),
+                // apart from the copy kept here; made ubiquitous again, this one goes on top of the version it
+                // had, and so meets that edit as a conflict.
+                log.info("\(container.path(of: id)) was changed elsewhere: that version stays on the remote")
+                try leftRemote(base: item.remoteVersion)
+            case .conflict(_, let child):
+                guard let child, child.id != id else { throw error }
+                let ours = container.withLock { container.items[child.id].map { $0.isLocalOnly && $0.isPending } ?? false }
+                if ours {
+                    try Pusher(container: container, id: child.id).run()
+                    return false
+                }
+                // Something added there by another device meanwhile: the folder stays on the remote for it.
+                log.info("\(container.path(of: id)) holds items added elsewhere: it stays on the remote for them")
+                try leftRemote(base: item.remoteVersion)
+            default:
+                throw error
+            }
+        }
+        return true
+    }
+
+    /// The remote copy of a local-only item is gone, or left to the other devices: the item is a plain local
+    /// one (remote version 0). `base` is the remote version a return to the remote is written against (the
+    /// tombstone, or the version this device had of a copy left there); nil when the remote has none.
+    /// Deleted here meanwhile, the item is forgotten; made ubiquitous again meanwhile, it goes up at once.
+    private func leftRemote(base: Int64?) throws {
+        try container.mutate {
+            guard var cur = container.items[id] else { return }
+            if cur.deleted {
+                try container.store.delete(id)
+                container.items[id] = nil
+                return
+            }
+            try container.store.forgetCreateSent(id)
+            if let base { try container.store.markLeftRemote(id, base: base) }
+            cur.remoteVersion = 0
+            if !cur.isLocalOnly { container.becomeUbiquitous(&cur) }
+            try container.store.saveChanged(cur)
+            container.items[id] = cur
+        }
     }
 
     /// True when a child in the way of this directory's delete has a change here that takes it out.
@@ -369,7 +431,7 @@ struct Pusher {
             } else if container.children[target.parent]?[target.name] != nil {
                 target.name = container.freeName(target.name, in: target.parent)
             }
-            log.info("\(container.path(of: id)): the remote refused its place (\(why)); it goes back")
+            log.info("\(container.pathLocked(id)): the remote refused its place (\(why)); it goes back")
             container.unlink(cur)
             cur.parent = target.parent
             cur.name = target.name
@@ -459,7 +521,7 @@ struct Pusher {
                   cur.parent == pushed.parent, cur.mode == pushed.mode,
                   cur.mtime == pushed.mtime, cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
                   (container.children[id] ?? [:]).isEmpty else { return false }
-            log.info("\(container.path(of: id)) was deleted elsewhere after this device's change landed: removed")
+            log.info("\(container.pathLocked(id)) was deleted elsewhere after this device's change landed: removed")
             try container.sync.removeRemotelyDeleted(cur, tombstone: current)
             return true
         }
@@ -477,7 +539,7 @@ struct Pusher {
                   sameName(cur.name, pushed.name), cur.mode == pushed.mode, cur.mtime == pushed.mtime,
                   cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
                   !cur.conflicts.contains(where: { container.unpushedConflicts.contains($0.id) }) else { return false }
-            log.info("\(container.path(of: id)): this change landed and was kept as a conflict version elsewhere")
+            log.info("\(container.pathLocked(id)): this change landed and was kept as a conflict version elsewhere")
             cur.dirty = false
             cur.metaDirty = false
             cur.localSHA = pushed.remoteSHA

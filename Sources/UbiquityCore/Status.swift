@@ -21,7 +21,9 @@ extension Container {
                 hasUnresolvedConflicts: !item.conflicts.isEmpty,
                 downloadingError: t.downloadError,
                 uploadingError: item.isPending ? t.uploadError : nil,
-                pinned: isPinnedLocked(id))
+                pinned: isPinnedLocked(id),
+                isUbiquitous: !item.isLocalOnly,
+                isExcludedFromSync: item.excluded)
         }
     }
 

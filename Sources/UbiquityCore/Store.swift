@@ -103,6 +103,7 @@ public final class Store: @unchecked Sendable {
         ("target", "TEXT"),
         ("atime", "INTEGER"),
         ("entries_mtime", "INTEGER NOT NULL DEFAULT 0"),
+        ("excluded", "INTEGER NOT NULL DEFAULT 0"),
     ]
 
     /// Removes every leftover of an interrupted download: nothing in staging is ever served.
@@ -188,15 +189,30 @@ public final class Store: @unchecked Sendable {
     /// The remote does not hold the item (any more): a create sent before is not there.
     public func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
 
+    /// A local-only item whose remote copy is gone (or left to other devices): made ubiquitous again, it is
+    /// written against remote version `base` (its tombstone: the remote keeps the id).
+    public func markLeftRemote(_ id: String, base: Int64) throws {
+        try setMeta("gone:" + id, String(base))
+    }
+    /// The version recorded by `markLeftRemote` (kept until the item is removed: a newer one replaces it).
+    public func leftRemoteBase(_ id: String) -> Int64? { meta("gone:" + id).flatMap { Int64($0) } }
+
     // MARK: items
 
     private static let columns = """
         id, parent, name, kind, mode, mtime, ctime, size, remote_version, remote_sha, remote_size, device,
-        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, target, atime, entries_mtime
+        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, target, atime, entries_mtime, excluded
         """
 
-    /// Every item in the store.
+    /// Every item in the store, each knowing whether a folder above it is local-only.
     public func loadItems() throws -> [Item] {
+        var byID: [String: Item] = [:]
+        for item in try loadRows() { byID[item.id] = item }
+        Item.markLocalOnlyAbove(&byID)
+        return Array(byID.values)
+    }
+
+    private func loadRows() throws -> [Item] {
         var items: [Item] = []
         try db.forEach("SELECT \(Store.columns) FROM items") { row in
             items.append(Item(
@@ -208,7 +224,7 @@ public final class Store: @unchecked Sendable {
                 metaDirty: row.int(15) != 0, deleted: row.int(16) != 0, pinned: row.int(17) != 0,
                 xattrs: Store.decodeXattrs(row.text(18)), conflicts: Store.decodeConflicts(row.text(19)),
                 target: row.optionalText(20),
-                atime: row.isNull(21) ? nil : row.int(21), entriesMTime: row.int(22)))
+                atime: row.isNull(21) ? nil : row.int(21), entriesMTime: row.int(22), excluded: row.int(23) != 0))
         }
         return items
     }
@@ -219,7 +235,7 @@ public final class Store: @unchecked Sendable {
     }
 
     private func write(_ item: Item) throws {
-        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
             .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name), .text(item.kind.rawValue),
             .int(Int64(item.mode)), .int(item.mtime), .int(item.ctime), .int(item.size),
             .int(item.remoteVersion), .text(item.remoteSHA), .int(item.remoteSize), .text(item.device),
@@ -227,15 +243,20 @@ public final class Store: @unchecked Sendable {
             .int(item.metaDirty ? 1 : 0), .int(item.deleted ? 1 : 0), .int(item.pinned ? 1 : 0),
             .text(Store.encodeXattrs(item.xattrs)), .text(Store.encodeConflicts(item.conflicts)),
             item.target.map { .text($0) } ?? .null,
-            item.atime.map { .int($0) } ?? .null, .int(item.entriesMTime),
+            item.atime.map { .int($0) } ?? .null, .int(item.entriesMTime), .int(item.excluded ? 1 : 0),
         ])
         if !item.isPending {
             try db.query("DELETE FROM pending WHERE id = ?", [.text(item.id)])
+        } else {
+            // A pending item is always in the journal, where it keeps its place if it has one already: an item
+            // that becomes local-only while its create is in flight has the delete of that create to push.
+            try db.query("INSERT OR IGNORE INTO pending(id, seq) VALUES(?, ?)", [.text(item.id), .int(nextSeq)])
+            nextSeq += 1
         }
     }
 
     /// Saves an item with a local change and moves it to the end of the pending journal (a local-only item
-    /// is only saved: it never enters the journal).
+    /// is only saved: it is in the journal only while the remote holds a copy to delete).
     public func saveChanged(_ item: Item) throws {
         if item.isLocalOnly { return try save(item) }
         try withReserve {
@@ -254,6 +275,7 @@ public final class Store: @unchecked Sendable {
                 try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM meta WHERE key = ?", [.text("sent:" + id)])
+                try db.query("DELETE FROM meta WHERE key = ?", [.text("gone:" + id)])
                 try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
             }
         }

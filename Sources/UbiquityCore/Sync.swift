@@ -158,6 +158,10 @@ final class SyncLoops: @unchecked Sendable {
         if w.id == c.rootID || w.parent == nil { return }
         guard var item = c.items[w.id] else {
             if w.deleted || (c.settledDeletes[w.id].map { w.version <= $0 } ?? false) { return }
+            if c.isKeptOut(w) {
+                log.info("\(w.name): not taken, it would be local-only here")
+                return
+            }
             // Stale items may still name it as their parent here (a deleted folder that comes back): not below
             // one of them. Taken once their newer state has moved them (refetchRefused).
             if let p = w.parent, c.isAncestor(w.id, of: p) {
@@ -176,6 +180,8 @@ final class SyncLoops: @unchecked Sendable {
             c.items[item.id] = item
             return
         }
+        // A local-only item's remote copy is not this device's concern any more (its delete may be on the way).
+        if item.isLocalOnly { return }
         if w.version <= item.remoteVersion { return }
         if item.isPending {
             // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet.
@@ -187,6 +193,10 @@ final class SyncLoops: @unchecked Sendable {
             return
         }
         let contentChanged = w.sha256 != item.remoteSHA
+        if c.isKeptOut(w) {
+            log.info("\(item.name): the remote moved or renamed it where it would be local-only here; it stays")
+            return
+        }
         // The remote moved the item below a directory that is below the item here (moved by a change not yet
         // pushed): taking it would make a cycle, and every walk up the tree would spin. The item stays where
         // it is for now; the remote refuses the pending move, which then gives way (Pusher.giveWay), and the
@@ -231,6 +241,7 @@ final class SyncLoops: @unchecked Sendable {
                 revived.parent = p
                 revived.name = tombstone.name
             }
+            revived.localOnlyAbove = c.isLocalOnlyFolder(revived.parent)
             if c.children[revived.parent!]?[revived.name] != revived.id {
                 if c.children[revived.parent!]?[revived.name] != nil {
                     revived.name = c.freeName(revived.name, in: revived.parent!)
@@ -304,6 +315,8 @@ final class SyncLoops: @unchecked Sendable {
     /// Expects the lock held.
     func isPushable(_ id: String) -> Bool {
         guard let item = container.items[id] else { return false }
+        // The delete of a local-only item's remote copy goes by id, and no write here holds it up.
+        if item.isLocalOnly { return true }
         if container.isBeingWritten(id) { return false }
         if item.deleted { return true }
         if let p = item.parent, p != container.rootID, (container.items[p]?.remoteVersion ?? 0) == 0 { return false }
@@ -332,7 +345,7 @@ final class SyncLoops: @unchecked Sendable {
             guard var id = ids.first(where: pushable) else { return nil }
             let pending = Set(ids)
             var cursor = container.items[id]?.parent
-            while let p = cursor, p != container.rootID, let dir = container.items[p], !dir.deleted {
+            while let p = cursor, p != container.rootID, let dir = container.items[p], !dir.deleted, !dir.isLocalOnly {
                 if pending.contains(p) && pushable(p) { id = p }
                 cursor = dir.parent
             }

@@ -26,6 +26,8 @@ extension CoreError {
         case .tooBig: return E2BIG
         case .fileTooBig: return EFBIG
         case .unsupported: return EOPNOTSUPP
+        // A rename that would make content not downloaded local-only: mv then copies (downloading it).
+        case .crossDevice: return EXDEV
         }
     }
 }

@@ -2,13 +2,17 @@
 // that `setfattr` triggers, and the user's own `user.*` attributes, which are synced with the item.
 //
 // Errno of each refusal (README, "Status attributes"):
-//   a bad value for `pinned` or `resolve`, or a malformed value for a status name   EINVAL
+//   a bad value for `pinned`, `isExcludedFromSync` or `resolve`, or a malformed
+//   value for a status name                                                         EINVAL
 //   an unknown `user.ubiquity.` name (set)                                        ENOTSUP
 //   reading an absent error, an action name or an unknown name                    ENODATA
-//   evicting content not yet uploaded, open for writing, or pinned                 EBUSY
+//   evicting content not yet uploaded, open for writing, pinned, or local-only     EBUSY
+//   isExcludedFromSync=1 while a file it takes along is not downloaded (the
+//   downloads start)                                                               EBUSY
 //   names outside `user.`                                                           ENOTSUP (set), ENODATA (get)
 // Writing a status name with a well-formed value, or removing one, is accepted and changes nothing: the
 // status is the file system's to say, and `cp -a` or `rsync -X` copying a file within the mount write them.
+// `isExcludedFromSync` is the one status name that is also a setting: 1 makes the item local-only, 0 ubiquitous.
 import CFuse
 import Foundation
 import Glibc
@@ -17,7 +21,7 @@ import UbiquityCore
 
 enum StatusAttribute: String, CaseIterable {
     case isUbiquitous, downloadingStatus, isDownloading, percentDownloaded, isUploaded, isUploading,
-         percentUploaded, hasUnresolvedConflicts, downloadingError, uploadingError, pinned
+         percentUploaded, hasUnresolvedConflicts, downloadingError, uploadingError, pinned, isExcludedFromSync
 
     static let prefix = "user.ubiquity."
     var fullName: String { StatusAttribute.prefix + rawValue }
@@ -26,7 +30,7 @@ enum StatusAttribute: String, CaseIterable {
     func value(_ s: ItemStatus) -> String? {
         func flag(_ b: Bool) -> String { b ? "1" : "0" }
         switch self {
-        case .isUbiquitous: return "1"
+        case .isUbiquitous: return flag(s.isUbiquitous)
         case .downloadingStatus: return s.downloadingStatus.rawValue
         case .isDownloading: return flag(s.isDownloading)
         case .percentDownloaded: return String(s.percentDownloaded)
@@ -37,15 +41,17 @@ enum StatusAttribute: String, CaseIterable {
         case .downloadingError: return s.downloadingError
         case .uploadingError: return s.uploadingError
         case .pinned: return flag(s.pinned)
+        case .isExcludedFromSync: return flag(s.isExcludedFromSync)
         }
     }
 
     /// True if `text` is a value this attribute can have.
     func accepts(_ text: String) -> Bool {
         switch self {
-        case .isUbiquitous: return text == "1"
         case .downloadingStatus: return DownloadingStatus(rawValue: text) != nil
-        case .isDownloading, .isUploaded, .isUploading, .hasUnresolvedConflicts, .pinned: return text == "0" || text == "1"
+        case .isUbiquitous, .isDownloading, .isUploaded, .isUploading, .hasUnresolvedConflicts, .pinned,
+             .isExcludedFromSync:
+            return text == "0" || text == "1"
         case .percentDownloaded, .percentUploaded: return Int(text).map { (0...100).contains($0) } ?? false
         case .downloadingError, .uploadingError: return !text.isEmpty
         }
@@ -139,6 +145,7 @@ extension FileSystem {
         guard let attr = StatusAttribute(rawValue: key) else { throw UnknownAttribute() }
         guard attr.accepts(text) else { throw CoreError.invalidArgument("\(text) is not a value of \(key)") }
         if attr == .pinned { try core.setPinned(id, text == "1") }
+        if attr == .isExcludedFromSync { try core.setExcludedFromSync(id, text == "1") }
     }
 
     func removexattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String) {

@@ -9,8 +9,10 @@ enum StatusCommand {
     usage: ubiquityfs status [--json] PATH...
 
     Prints the sync status of each PATH in a ubiquityfs mount: size, state (current, downloaded: a newer version
-    waits on the remote, notDownloaded), transfer progress, pin, conflicts and errors. For the mount root also
-    the local store: bytes used, the limit, and the files evicted lately to keep under it.
+    waits on the remote, notDownloaded), transfer progress, pin, whether it syncs (SYNC: yes, excluded: its
+    isExcludedFromSync flag is set, local-only: a .nosync name, a fifo or socket, or inside such a folder),
+    conflicts and errors. For the mount root also the local store (bytes used, the limit, the files evicted
+    lately to keep under it) and whether the remote can be reached.
     """
     static let actionHelp = """
     usage: ubiquityfs evict PATH...          drop local copies (kept on the remote); directories: every file below
@@ -21,7 +23,7 @@ enum StatusCommand {
 
     static let names = ["isUbiquitous", "downloadingStatus", "isDownloading", "percentDownloaded", "isUploaded",
                         "isUploading", "percentUploaded", "hasUnresolvedConflicts", "downloadingError",
-                        "uploadingError", "pinned"]
+                        "uploadingError", "pinned", "isExcludedFromSync"]
 
     /// Reads one status attribute; nil when absent.
     static func attribute(_ path: String, _ name: String) throws -> String? {
@@ -39,7 +41,8 @@ enum StatusCommand {
     static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "cacheUsed", "cacheLimit", "recentlyEvicted"]
 
     static func status(_ path: String) throws -> [String: String] {
-        guard try attribute(path, "isUbiquitous") == "1" else {
+        // Present on every item of a mount (0 on a local-only one).
+        guard try attribute(path, "isUbiquitous") != nil else {
             throw CommandFailure("\(path) is not in a ubiquityfs mount")
         }
         var result: [String: String] = [:]
@@ -84,13 +87,16 @@ enum StatusCommand {
     }
 
     private static func printTable(_ rows: [[String: String]]) {
-        let header = ["NAME", "SIZE", "STATE", "DOWN", "UP", "PIN", "CONFLICTS", "ERROR"]
+        let header = ["NAME", "SIZE", "STATE", "DOWN", "UP", "PIN", "SYNC", "CONFLICTS", "ERROR"]
         let table = rows.map { r -> [String] in
-            let up = r["isUploaded"] == "1" ? "done" : (r["isUploading"] == "1" ? "\(r["percentUploaded"] ?? "0")%" : "waiting")
+            let localOnly = r["isUbiquitous"] == "0"
+            let up = localOnly ? "-"
+                : r["isUploaded"] == "1" ? "done" : (r["isUploading"] == "1" ? "\(r["percentUploaded"] ?? "0")%" : "waiting")
+            let sync = r["isExcludedFromSync"] == "1" ? "excluded" : (localOnly ? "local-only" : "yes")
             let down = r["isDownloading"] == "1" ? "\(r["percentDownloaded"] ?? "0")%" : (r["downloadingStatus"] == "current" ? "done" : "-")
             let error = r["downloadingError"].map { "download: " + $0 } ?? r["uploadingError"].map { "upload: " + $0 } ?? ""
             return [r["path"] ?? "", r["kind"] == "dir" ? "-" : humanSize(Int64(r["size"] ?? "0") ?? 0),
-                    r["downloadingStatus"] ?? "", down, up, r["pinned"] == "1" ? "yes" : "no",
+                    r["downloadingStatus"] ?? "", down, up, r["pinned"] == "1" ? "yes" : "no", sync,
                     r["hasUnresolvedConflicts"] == "1" ? "yes" : "no", error]
         }
         let widths = header.indices.map { i in ([header] + table).map { $0[i].count }.max() ?? 0 }
@@ -131,7 +137,7 @@ enum StatusCommand {
         let rc = value.withCString { setxattr(path, "user.ubiquity." + name, $0, strlen($0), 0) }
         if rc != 0 {
             let e = errno
-            let why = e == EBUSY ? "busy: it has changes not yet uploaded, is open for writing, or is pinned"
+            let why = e == EBUSY ? "busy: it has changes not yet uploaded, is open for writing, is pinned, or is local-only"
                 : String(cString: strerror(e))
             throw CommandFailure("cannot \(name == "pinned" ? (value == "1" ? "pin" : "unpin") : name) \(path): \(why)")
         }

@@ -1,0 +1,118 @@
+// Local-only items (Apple's `.nosync` rule and `isExcludedFromSync`): a fifo or socket, a name ending in
+// `.nosync`, an item the user excluded, and everything below such a folder live on this device only
+// (`Item.isLocalOnly`). An item that becomes local-only after it was uploaded leaves the remote (its delete
+// is pushed; other devices see it deleted) and keeps its local copy, complete and never evicted; one that
+// becomes ubiquitous again is pushed as new, written over its old tombstone when it has one.
+import Foundation
+import UbiquityBase
+
+extension Container {
+    /// True when the folder `id` is local-only (so is everything below it). Expects the lock held.
+    func isLocalOnlyFolder(_ id: String?) -> Bool {
+        id.flatMap { items[$0] }?.isLocalOnly ?? false
+    }
+
+    /// Sets or clears the user's excluded flag (`isExcludedFromSync`) of a file or folder. Making an item
+    /// local-only needs the newest content of every file it takes along here: while some is not, their
+    /// downloads start and the change is refused (`.busy`), as an eviction refuses what it cannot let go.
+    public func setExcludedFromSync(_ id: String, _ on: Bool) throws(CoreError) {
+        var missing: [String] = []
+        try mutate { () throws(CoreError) in
+            guard var item = items[id], !item.deleted else { throw .notFound }
+            if id == rootID || id == WireRules.documentsID {
+                throw .invalidArgument("the container's own folders cannot be local-only")
+            }
+            guard item.excluded != on else { return }
+            let before = item
+            item.excluded = on
+            if !before.isLocalOnly && item.isLocalOnly {
+                missing = filesNotCurrent(at: item)
+                if !missing.isEmpty { return }
+            }
+            item.ctime = now()
+            try saveLocalOnlyChange(item, was: before)
+        }
+        guard !missing.isEmpty else { return }
+        for file in missing { downloads.start(file) }
+        throw .busy("\(missing.count) file(s) to keep on this device only are not downloaded yet; "
+            + "they are downloading: try again when they are")
+    }
+
+    /// The files at and below `item` whose newest content is not here (a local-only item's local copy is its
+    /// only one). Expects the lock held.
+    func filesNotCurrent(at item: Item) -> [String] {
+        if item.hasContent { return item.isCurrent ? [] : [item.id] }
+        guard item.isDirectory else { return [] }
+        return (children[item.id] ?? [:]).values.flatMap { child in
+            items[child].map { $0.isLocalOnly ? [] : filesNotCurrent(at: $0) } ?? []
+        }
+    }
+
+    /// Saves `item`, changed here from `before` (its flag, name or place), and when that changed whether it is
+    /// local-only, brings everything below it along. Expects the lock held.
+    func saveLocalOnlyChange(_ item: Item, was before: Item) throws(CoreError) {
+        var item = item
+        item.localOnlyAbove = isLocalOnlyFolder(item.parent)
+        guard item.isLocalOnly != before.isLocalOnly else { return try saveLocalChange(item) }
+        var order: [Item] = []
+        collectLocalOnlyChange(item, into: &order)
+        // The remote takes what is in a folder only once the folder is there, and deletes only empty folders.
+        if item.isLocalOnly { order.reverse() }
+        do {
+            try store.transaction { for changed in order { try store.saveChanged(changed) } }
+        } catch { throw CoreError.from(error) }
+        for changed in order { items[changed.id] = changed }
+        if item.isLocalOnly { log.info("\(item.name) is local-only now: it leaves the remote") }
+        sync.wakePusher()
+    }
+
+    /// Appends `item`, in its new state, and every item below it whose state changes with it, parents first.
+    /// Expects the lock held.
+    private func collectLocalOnlyChange(_ item: Item, into order: inout [Item]) {
+        var item = item
+        if !item.isLocalOnly { becomeUbiquitous(&item) }
+        order.append(item)
+        for childID in (children[item.id] ?? [:]).values {
+            guard var child = items[childID] else { continue }
+            let was = child.isLocalOnly
+            child.localOnlyAbove = item.isLocalOnly
+            // Local-only by itself (a nested .nosync folder, a fifo): it and what is below it stay as they are.
+            if child.isLocalOnly == was { items[childID] = child; continue }
+            collectLocalOnlyChange(child, into: &order)
+        }
+    }
+
+    /// Makes a local-only item ubiquitous again: all of it goes up, over its old tombstone when the remote
+    /// deleted it, on top of the version it had when an edit elsewhere kept it there (a conflict then), and a
+    /// copy the remote has not deleted yet is simply updated. Expects the lock held.
+    func becomeUbiquitous(_ item: inout Item) {
+        if item.remoteVersion == 0 {
+            item.remoteVersion = store.leftRemoteBase(item.id) ?? 0
+            if item.hasContent {
+                item.dirty = true
+                item.localSHA = nil
+            }
+        }
+        item.metaDirty = true
+    }
+
+    /// True when a remote item must not be taken here: it would be local-only here (inside a folder that is
+    /// local-only here, or named `.nosync`). It stays on the remote, unseen on this device. Expects the lock held.
+    func isKeptOut(_ w: WireItem) -> Bool {
+        w.name.hasSuffix(Item.noSyncSuffix) || isLocalOnlyFolder(w.parent)
+    }
+}
+
+extension Container {
+    /// A move that would make files whose newest content is not here local-only is refused (`.crossDevice`):
+    /// mv then copies them, which downloads them, rather than keep a copy that is not here. Expects the lock held.
+    func checkLocalOnlyMove(_ item: Item, to parent: String, name: String) throws(CoreError) {
+        var moved = item
+        moved.parent = parent
+        moved.name = name
+        moved.localOnlyAbove = isLocalOnlyFolder(parent)
+        guard moved.isLocalOnly && !item.isLocalOnly else { return }
+        let missing = filesNotCurrent(at: item).count
+        if missing > 0 { throw .crossDevice("\(missing) file(s) to keep on this device only are not downloaded") }
+    }
+}
