@@ -4,20 +4,10 @@ deleted) while its local copy stays, complete and never evicted; `-v 0` puts it 
 was taken meanwhile). A move into or out of a .nosync folder does the same."""
 import errno
 import os
-from pathlib import Path
 
 import pytest
 
-from conftest import BIN, CONTAINER, run, wait_until
-
-
-@pytest.fixture
-def two(stub, mount_factory):
-    return stub, mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
-
-
-def sync(m):
-    run(BIN, "sync", "--wait", "--timeout", "30", m.path)
+from conftest import BIN, CONTAINER, run, sync, wait_until
 
 
 def remote_names(stub):
