@@ -134,8 +134,8 @@ extension Container {
         return stat(path, &st) == 0 ? st : nil
     }
 
-    /// Records the first write through a handle: the content is now dirty (made durable before the write is
-    /// acknowledged, so a crash never forgets that the file must be uploaded).
+    /// Records a write through a handle (called by `write` before each one): the content is now dirty, made
+    /// durable before the write is acknowledged, so a crash never forgets that the file must be uploaded.
     public func willWrite(_ id: String) throws(CoreError) {
         try mutate { () throws(CoreError) in
             guard var item = items[id], !item.deleted else { return }
