@@ -286,16 +286,21 @@ struct Pusher {
                     try takeFreeName(pushed: item)
                     return false
                 }
-                if waiting.contains(holder.id) {
-                    // A cycle of moves (an exchange, a rotation): this item steps aside on the remote, so that the
-                    // one waiting for its name can take it; its own place goes at its next push.
+                // The item in the way leaves that name here (moved or deleted, not pushed yet): it goes first (or
+                // the new folder it waits for). Not while a program writes it: this push waits (the push loop tries
+                // again later).
+                let first = container.withLock { container.sync.pushFirst(toFree: holder.id) }
+                if waiting.contains(holder.id) || first.map({ $0 == id || waiting.contains($0) }) == true {
+                    // A cycle of moves (an exchange, a rotation, or one through a new folder): this item steps
+                    // aside on the remote, so that the one waiting for its name can take it; its own place goes
+                    // at its next push.
                     guard item.remoteVersion != 0 else { try takeFreeName(pushed: item); return false }
                     try stepAside(wire, pushed: item)
                     return true
                 }
-                // The item in the way leaves that name here (moved or deleted, not pushed yet): it goes first.
-                // Not while a program writes it: this push waits (the push loop tries again later).
-                guard let first = container.withLock({ container.sync.pushFirst(toFree: holder.id) }) else { throw error }
+                guard let first else { throw error }
+                // A chain this long is not a real one: let the push loop try again later rather than recurse on.
+                if waiting.count >= 32 { throw error }
                 try Pusher(container: container, id: first, waiting: waiting + [id]).run()
             case .misplaced(let why):
                 // Done for now: what must go first (a revived parent) is the next push's choice.

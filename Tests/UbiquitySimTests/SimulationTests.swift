@@ -28,6 +28,8 @@ import UbiquitySim
         308650, // (hour-long run) a name claimed twice after a crash, as 212084
         316403, // a folder that gave way to the top of the container unlisted a folder of the same name there
         404452, // a deleted folder came back below a stale item that still named it as its parent: a cycle here
+        10181, // a name held by an item moved away here, that waited for a new folder that waited for the first
+               // push: the pushes recursed until the stack overflowed
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
         #expect(r.violations == [], "seed \(seed)")
