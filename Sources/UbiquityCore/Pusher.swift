@@ -31,6 +31,8 @@ struct Pusher {
 
     func run() throws {
         var attempts = 0
+        // Items in the way of this one's name that were pushed first once already (see pushItem).
+        var pushedFirst: Set<String> = []
         while let snap = snapshot(), snap.item.isPending {
             attempts += 1
             if attempts > 8 { throw RemoteError.server(status: 0, message: "conflict did not settle after 8 tries") }
@@ -43,7 +45,7 @@ struct Pusher {
                 if try pushDelete(snap.item) { return }
                 continue
             }
-            if try pushItem(snap) { return }
+            if try pushItem(snap, pushedFirst: &pushedFirst) { return }
         }
         dropFromJournal()
     }
@@ -237,7 +239,7 @@ struct Pusher {
     // MARK: create or update
 
     /// Returns true when done, false to look again.
-    private func pushItem(_ snap: Snapshot) throws -> Bool {
+    private func pushItem(_ snap: Snapshot, pushedFirst: inout Set<String>) throws -> Bool {
         var snap = snap
         var item = snap.item
         if item.dirty {
@@ -282,7 +284,9 @@ struct Pusher {
                 try container.withLock { try container.store.forgetCreateSent(id) }
                 try rebase(version: 0)
             case .conflict(_, let holder):
-                guard let holder, holder.id != id, movedAwayHere(holder) else {
+                // Pushed first once and still in the way (its own push settled otherwise): this item takes a
+                // free name, as against any other holder.
+                guard let holder, holder.id != id, movedAwayHere(holder), !pushedFirst.contains(holder.id) else {
                     try takeFreeName(pushed: item)
                     return false
                 }
@@ -301,6 +305,7 @@ struct Pusher {
                 guard let first else { throw error }
                 // A chain this long is not a real one: let the push loop try again later rather than recurse on.
                 if waiting.count >= 32 { throw error }
+                pushedFirst.insert(holder.id)
                 try Pusher(container: container, id: first, waiting: waiting + [id]).run()
             case .misplaced(let why):
                 // Done for now: what must go first (a revived parent) is the next push's choice.
