@@ -49,6 +49,8 @@ final class QueryClient {
     /// Bytes queued in all, bytes sent, and bytes queued when the gathering ended (the gathering is not
     /// counted against the backlog limit: it is as big as the tree).
     var queued = 0, sent = 0, gatheredAt = 0
+    /// The last byte sent: a newline when the client has whole lines.
+    var lastSent: UInt8 = 10
     var readClosed = false
     /// Set once nothing more is queued: closed when the output is sent (or after a while, if never taken).
     var closingSince: Date?
@@ -72,6 +74,7 @@ final class QueryClient {
                 if errno != EAGAIN && errno != EINTR { dead = true }
                 if errno != EINTR { break } else { continue }
             }
+            if n > 0 { lastSent = out[outStart + n - 1] }
             outStart += n
             sent += n
         }
@@ -81,8 +84,7 @@ final class QueryClient {
     /// Drops the batches waiting (keeping the end of a line partly sent, so lines stay whole), says so, and
     /// ends the query.
     func fallBehind() {
-        let atLineStart = outStart == 0 || out[outStart - 1] == 10
-        let keepEnd = atLineStart ? outStart : (out[outStart...].firstIndex(of: 10).map { $0 + 1 } ?? out.count)
+        let keepEnd = lastSent == 10 ? outStart : (out[outStart...].firstIndex(of: 10).map { $0 + 1 } ?? out.count)
         out = Array(out[outStart..<keepEnd])
         outStart = 0
         queue(#"{"fellBehind":true}"#)
