@@ -152,6 +152,7 @@ def test_ten_thousand_creates_arrive_in_a_few_batches(stub, mount_factory, tmp_p
             return len(added) == 10_001
         q.until(all_added, timeout=120, what="10,000 files added")
         assert added == {"Documents/many"} | {f"Documents/many/f{n:05}.txt" for n in range(10_000)}
+        print(f"10,000 creates: {len(q.batches)} batches")
         assert len(q.batches) <= 100, len(q.batches)
     finally:
         q.stop()
