@@ -247,15 +247,13 @@ final class QueryServer: @unchecked Sendable {
         c.flush()
     }
 
-    /// Every item below the root, depth first in name order; directories' paths are remembered.
+    /// Every item below the root, depth first in name order (a folder, then what is in it).
     private func allItems() -> [String] {
         var ids: [String] = []
-        var stack = [core.rootID]
-        while let dir = stack.popLast() {
-            for child in ((try? core.list(dir)) ?? []).reversed() {
-                ids.append(child.id)
-                if child.isDirectory { stack.append(child.id) }
-            }
+        var stack = Array(((try? core.list(core.rootID)) ?? []).reversed())
+        while let item = stack.popLast() {
+            ids.append(item.id)
+            if item.isDirectory { stack += ((try? core.list(item.id)) ?? []).reversed() }
         }
         return ids
     }

@@ -122,8 +122,12 @@ def test_gathering_holds_the_name_and_scope_filters(two):
     assert gather("--name", "*.txt") == {"Documents/notes.txt", "Documents/sub/deep.txt", "settings.txt"}
     assert gather("--name", "*.txt", "--scope", "documents") == {"Documents/notes.txt", "Documents/sub/deep.txt"}
     assert gather("--scope", "data") == {"settings.txt"}
-    assert gather("--scope", "documents") == {"Documents/notes.txt", "Documents/photo.jpg", "Documents/sub",
-                                              "Documents/sub/deep.txt"}
+    q = Query(b, "--scope", "documents")
+    try:  # depth first in name order
+        assert list(q.gathered()) == ["Documents/notes.txt", "Documents/photo.jpg", "Documents/sub",
+                                      "Documents/sub/deep.txt"]
+    finally:
+        q.stop()
     # The table a person reads, and a query without --live ends after the gathering.
     out = run(BIN, "query", b.path, "--name", "*.jpg").stdout
     assert out.splitlines()[0].startswith("Documents/photo.jpg  1B  (")
