@@ -11,39 +11,12 @@ import Glibc
 import UbiquityBase
 import UbiquityCore
 
-/// What a client asks for: a scope (Apple's: documents is what is under `Documents/`, data everything else)
-/// and a name pattern (fnmatch(3)).
-struct QueryFilter {
-    enum Scope: String { case documents, data, all }
-    let scope: Scope
-    let name: String?
-
-    func matches(path: String, name itemName: String) -> Bool {
-        let inDocuments = path.hasPrefix("Documents/")
-        switch scope {
-        case .documents: if !inDocuments { return false }
-        case .data: if inDocuments || path == "Documents" { return false }
-        case .all: break
-        }
-        return name.map { fnmatch($0, itemName, 0) == 0 } ?? true
-    }
-}
-
-/// One item as the query shows it: its JSON object (encoded once for every client) and what a filter needs.
-struct QueryEntry {
-    let path: String
-    let name: String
-    let isDirectory: Bool
-    let json: String
-}
-
 final class QueryClient {
     let fd: Int32
     var request: [UInt8] = []
-    var filter: QueryFilter?
+    /// Set by the request.
+    var view: QueryView?
     var live = false
-    /// What was last sent of each item shown: its path (for a removal) and its JSON (unchanged: not sent again).
-    var shown: [String: (path: String, json: String)] = [:]
     var out: [UInt8] = []
     var outStart = 0
     /// Bytes queued in all, bytes sent, and bytes queued when the gathering ended (the gathering is not
@@ -88,7 +61,7 @@ final class QueryClient {
         out = Array(out[outStart..<keepEnd])
         outStart = 0
         queue(#"{"fellBehind":true}"#)
-        shown = [:]
+        view = nil
         live = false
         closingSince = Date()
     }
@@ -205,9 +178,9 @@ final class QueryServer: @unchecked Sendable {
     private func read(_ c: QueryClient) {
         var buf = [UInt8](repeating: 0, count: 4096)
         let n = recv(c.fd, &buf, buf.count, Int32(MSG_DONTWAIT))
-        if n == 0 { c.readClosed = true; if c.filter == nil && c.closingSince == nil { c.dead = true }; return }
+        if n == 0 { c.readClosed = true; if c.view == nil && c.closingSince == nil { c.dead = true }; return }
         if n < 0 { if errno != EAGAIN && errno != EINTR { c.dead = true }; return }
-        guard c.filter == nil, c.closingSince == nil else { return }
+        guard c.view == nil, c.closingSince == nil else { return }
         c.request += buf[0..<n]
         if let end = c.request.firstIndex(of: 10) {
             begin(c, line: Array(c.request[..<end]))
@@ -230,18 +203,15 @@ final class QueryServer: @unchecked Sendable {
         guard let scope = QueryFilter.Scope(rawValue: object["scope"] as? String ?? "all") else {
             return refuse(c, "scope is documents, data or all")
         }
-        let filter = QueryFilter(scope: scope, name: object["name"] as? String)
-        c.filter = filter
+        var view = QueryView(filter: QueryFilter(scope: scope, name: object["name"] as? String))
         c.live = object["live"] as? Bool ?? false
         if c.live { core.changes.follow(true) }
-        var count = 0
         for id in allItems() {
-            guard let e = entry(id), filter.matches(path: e.path, name: e.name) else { continue }
-            c.queue(#"{"item":"# + e.json + "}")
-            if c.live { c.shown[id] = (e.path, e.json) }
-            count += 1
+            guard let e = entry(id), view.gather(id, e) else { continue }
+            c.queue(#"{"item":"# + e.rendered + "}")
         }
-        c.queue(#"{"gathered":true,"count":\#(count)}"#)
+        c.queue(#"{"gathered":true,"count":\#(view.count)}"#)
+        c.view = view
         c.gatheredAt = c.queued
         if !c.live { c.closingSince = Date() }
         c.flush()
@@ -279,7 +249,7 @@ final class QueryServer: @unchecked Sendable {
             "ctime": dates.string(from: Date(timeIntervalSince1970: Double(item.ctime) / 1e9)),
             "status": s,
         ]
-        return QueryEntry(path: path, name: item.name, isDirectory: item.isDirectory, json: jsonLine(object))
+        return QueryEntry(path: path, name: item.name, isDirectory: item.isDirectory, rendered: jsonLine(object))
     }
 
     private func jsonLine(_ object: [String: Any]) -> String {
@@ -309,23 +279,9 @@ final class QueryServer: @unchecked Sendable {
     }
 
     private func send(_ c: QueryClient, _ entries: [String: QueryEntry], _ gone: Set<String>) {
-        guard let filter = c.filter else { return }
-        var added: [String] = [], changed: [String] = [], removed: [String] = []
-        for (id, e) in entries {
-            if filter.matches(path: e.path, name: e.name) {
-                if let was = c.shown[id] {
-                    if was.json != e.json { changed.append(e.json) }
-                } else {
-                    added.append(e.json)
-                }
-                c.shown[id] = (e.path, e.json)
-            } else if let was = c.shown.removeValue(forKey: id) {
-                removed.append(jsonLine(["id": id, "path": was.path]))
-            }
-        }
-        for id in gone {
-            if let was = c.shown.removeValue(forKey: id) { removed.append(jsonLine(["id": id, "path": was.path])) }
-        }
+        guard let told = c.view?.batch(entries, gone: gone) else { return }
+        let (added, changed) = (told.added, told.changed)
+        let removed = told.removed.map { jsonLine(["id": $0.id, "path": $0.path]) }
         if added.isEmpty && changed.isEmpty && removed.isEmpty { return }
         if c.backlog > Self.backlogLimit {
             log.info("a query client fell behind (\(c.backlog) bytes waiting); dropping it")
