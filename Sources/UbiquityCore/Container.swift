@@ -53,6 +53,10 @@ public final class Container: @unchecked Sendable {
     public let remote: RemoteClient
     public let config: ContainerConfig
     public weak var observer: ContainerObserver?
+    /// Every change, local or not, for the live query (Changes.swift).
+    public let changes = ItemChanges()
+    /// Where the daemon serves the live query, shown as the root's `querySocket` attribute; nil: not served.
+    public var querySocket: String?
     let log = Logger("core")
 
     let lock = NSLock()
@@ -109,6 +113,7 @@ public final class Container: @unchecked Sendable {
         self.store = store
         self.remote = remote
         self.config = config
+        store.changes = changes
         for item in try store.loadItems() { items[item.id] = item }
         for (id, item) in items where item.parent != nil { items[id]!.parent = interned(item.parent) }
         discardedConflicts = Set(try store.resolvedConflicts())

@@ -32,6 +32,7 @@ extension Container {
         var t = transfers[id] ?? TransferState()
         change(&t)
         transfers[id] = t
+        changes.note(id)
     }
 
     /// Records that a push of the item failed, with the reason `uploadingError` shows.
@@ -166,6 +167,7 @@ extension Container {
         list.append((name: "recentlyEvicted",
                      value: (["\(cache.evictedFiles) files, \(cache.evictedBytes) bytes since the mount"] + evicted)
                         .joined(separator: "\n")))
+        if let querySocket { list.append((name: "querySocket", value: querySocket)) }
         return list
     }
 }

@@ -20,6 +20,8 @@ public final class Store: @unchecked Sendable {
     let db: Database
     private var lockFD: Int32 = -1
     private var nextSeq: Int64 = 1
+    /// Told the id of every item written or deleted (the live query's change stream).
+    var changes: ItemChanges?
 
     public var contentDirectory: String { directory + "/content" }
     public var stagingDirectory: String { directory + "/staging" }
@@ -232,6 +234,7 @@ public final class Store: @unchecked Sendable {
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
     public func save(_ item: Item) throws {
         try withReserve { try db.transaction { try write(item) } }
+        changes?.note(item.id)
     }
 
     private func write(_ item: Item) throws {
@@ -266,6 +269,7 @@ public final class Store: @unchecked Sendable {
             }
         }
         nextSeq += 1
+        changes?.note(item.id)
     }
 
     /// Removes an item for good.
@@ -279,6 +283,7 @@ public final class Store: @unchecked Sendable {
                 try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
             }
         }
+        changes?.note(id)
     }
 
     // MARK: last use of local copies (the order of eviction)

@@ -47,6 +47,8 @@ struct Daemon {
         let reachable = try checkRemote(client, url: url, fresh: core.isFresh)
         try core.start(initialSync: reachable)
         defer { core.stop() }
+        let query = serveQuery(core)
+        defer { query?.stop() }
         let fs = FileSystem(core: core, downloadPolicy: DownloadPolicy(noDownloadFor: options.noDownloadFor))
         try fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(options.container)")
         let pidPath = pidFile(for: options.mountpoint)
@@ -57,6 +59,18 @@ struct Daemon {
         announceReady()
         fs.run()
         log.info("unmounted \(options.mountpoint)")
+    }
+
+    /// Serves the live query on a socket in the store, named by the root's `querySocket` attribute. A mount
+    /// without it still works.
+    private func serveQuery(_ core: Container) -> QueryServer? {
+        let server = QueryServer(core: core, path: options.store + "/query.sock")
+        do { try server.start() } catch {
+            log.warning("no live query: \(error)")
+            return nil
+        }
+        core.querySocket = server.path
+        return server
     }
 
     /// The local store limit and the free space kept, in bytes, percentages taken of the store's file system.

@@ -1,0 +1,36 @@
+// The change stream of the live query: the ids of items added, changed or removed (by a local request, the
+// puller, the pusher or a transfer's progress) since the last drain. The container feeds it under its own
+// lock with a cheap set insert; a consumer (the daemon's query server) drains it in batches, so a burst of
+// changes to one item, or 10,000 creates, costs one entry each and arrives as a few batches.
+import Foundation
+
+public final class ItemChanges: @unchecked Sendable {
+    private let lock = NSLock()
+    private var pending: Set<String> = []
+    /// Nothing is kept while nobody follows the container: the set must not grow for ever.
+    private var followed = false
+
+    public init() {}
+
+    /// Records that item `id` changed (its entry, attributes, content or transfer state). Lock order: the
+    /// container's lock, then this one.
+    func note(_ id: String) {
+        lock.lock(); defer { lock.unlock() }
+        if followed { pending.insert(id) }
+    }
+
+    /// Starts or stops keeping changes; stopping forgets what was kept.
+    public func follow(_ on: Bool) {
+        lock.lock(); defer { lock.unlock() }
+        followed = on
+        if !on { pending = [] }
+    }
+
+    /// The ids changed since the last drain, and forgets them.
+    public func drain() -> Set<String> {
+        lock.lock(); defer { lock.unlock() }
+        let ids = pending
+        pending = []
+        return ids
+    }
+}
