@@ -19,6 +19,8 @@ commands:
                                     drop local copies, fetch them, keep them downloaded, or stop keeping them
   sync --wait PATH                  wait until every change in the mount (or the file) is on the remote
   check --store DIR [--repair]      check a store's database and local copies
+  kv get|set|delete|list|watch [--json] MOUNT [KEY [VALUE]]
+                                    the container's key-value store
 
 Run 'ubiquityfs COMMAND --help' for the options of one command.
 """
@@ -46,6 +48,8 @@ do {
         try SyncCommand.run(words)
     case "check":
         try CheckCommand.run(words)
+    case "kv":
+        try KVCommand.run(words)
     default:
         fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
     }
