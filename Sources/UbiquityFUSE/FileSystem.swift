@@ -34,6 +34,8 @@ public final class FileSystem: @unchecked Sendable {
         let fd: FileDescriptor
         let writable: Bool
         var wrote = false
+        /// A key-value handle refused at a write: its close fails the same way and stores nothing.
+        var refused: CoreError?
         init(id: String, fd: FileDescriptor, writable: Bool) { self.id = id; self.fd = fd; self.writable = writable }
     }
 

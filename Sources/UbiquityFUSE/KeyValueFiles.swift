@@ -151,7 +151,10 @@ extension FileSystem {
 
     func kvWrite(_ req: fuse_req_t, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ file: OpenFile) {
         let limit = file.id.hasPrefix(FileSystem.kvJSONDirID) ? KVLimits.maxBodyBytes : KVLimits.maxTotalBytes
-        if Int(offset) + fuse_buf_size(bufv) > limit { return replyError(req, .fileTooBig) }
+        if Int(offset) + fuse_buf_size(bufv) > limit {
+            file.refused = .fileTooBig
+            return replyError(req, .fileTooBig)
+        }
         let n = ubq_write_buf_to_fd(bufv, file.fd.raw, offset)
         if n < 0 { return replyErrno(req, Int32(-n)) }
         file.wrote = true
@@ -163,6 +166,7 @@ extension FileSystem {
     func kvCommit(_ file: OpenFile) throws(CoreError) {
         guard file.wrote, let kv else { return }
         file.wrote = false
+        if let refused = file.refused { throw refused }
         let typed = file.id.hasPrefix(FileSystem.kvJSONDirID)
         let key = String(file.id.dropFirst(typed ? 4 : 3))
         let size = Int(lseek(file.fd.raw, 0, SEEK_END))
@@ -178,6 +182,7 @@ extension FileSystem {
             guard let fh, let file = file(fh), file.writable else { return replyError(req, .readOnly) }
             if Int(attr.st_size) > KVLimits.maxBodyBytes { return replyError(req, .fileTooBig) }
             if ftruncate(file.fd.raw, attr.st_size) != 0 { return replyErrno(req, errno) }
+            file.refused = nil
             file.wrote = true
         }
         var st = attributes(node, ino: ino)
