@@ -65,8 +65,10 @@ public final class FileSystem: @unchecked Sendable {
         st.st_nlink = 1
         switch item.kind {
         case .dir:
-            // `.` and the entry in its parent, and each subdirectory's `..` (the root's `.versions` too).
-            st.st_nlink = UInt(2 + core.subdirectoryCount(item.id) + (item.id == core.rootID ? 1 : 0))
+            // `.` and the entry in its parent, and each subdirectory's `..` (the root's `.versions` and
+            // `.kvstore` too).
+            let virtualDirs = item.id == core.rootID ? (kv == nil ? 1 : 2) : 0
+            st.st_nlink = UInt(2 + core.subdirectoryCount(item.id) + virtualDirs)
             st.st_size = 4096
         case .file:
             st.st_nlink = item.deleted ? 0 : 1 // deleted: unlinked, still open

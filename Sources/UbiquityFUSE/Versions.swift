@@ -140,8 +140,10 @@ extension FileSystem {
         case .version(_, let c):
             // Versions are not the container's own files: no blocks, so `du` of the mount leaves them out.
             return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: c.size, mtime: c.mtime)
-        case .kvDir:
-            return virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+        case .kvDir(let typed):
+            var st = virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+            if !typed { st.st_nlink = 3 } // and .json's `..`
+            return st
         case .kvKey(let key, let typed):
             return virtualAttributes(ino: ino, mode: S_IFREG | 0o644, size: Int64(kvBytes(key, typed: typed).count),
                                      mtime: nowNanoseconds())

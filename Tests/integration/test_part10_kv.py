@@ -8,7 +8,7 @@ import urllib.error
 
 import pytest
 
-from conftest import BIN, CONTAINER, run, wait_until
+from conftest import BIN, CONTAINER, fails, run, wait_until
 
 MB = 1 << 20
 
@@ -45,6 +45,16 @@ def test_a_set_on_one_device_is_read_on_the_other(two):
     run("rm", b / ".kvstore" / "colour")
     wait_until(lambda: key_text(a, "colour") is None, timeout=10, what="colour deleted on A")
     assert kv("get", a.path, "colour", check=False).stderr.strip() == "ubiquityfs: kv get: no such key: colour"
+
+
+def test_kvstore_is_no_item_and_is_never_uploaded(two):
+    stub, a, b = two
+    fails(errno.EEXIST, os.mkdir, b / "Documents" / ".." / ".kvstore")
+    fails(errno.EROFS, os.mkdir, a / ".kvstore" / "dir")
+    kv("set", a.path, "k", "v")
+    wait_until(lambda: key_text(b, "k") == "v", timeout=10, what="k on B")
+    names = [i["name"] for i in stub.request("GET", f"/v1/containers/{CONTAINER}/changes")["items"]]
+    assert ".kvstore" not in names and "k" not in names
 
 
 def test_the_later_write_wins_on_both_after_both_were_offline(two):
