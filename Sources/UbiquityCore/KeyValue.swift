@@ -162,9 +162,10 @@ public final class KeyValueStore: @unchecked Sendable {
     private func feedLoop() {
         while !isStopped {
             guard let remote else { return }
-            let since = cond.withLock { Int64(meta("seq") ?? "0") ?? 0 }
+            // The initial sync answers at once, even with nothing on the remote; later reads long-poll.
+            let (since, synced) = cond.withLock { (Int64(meta("seq") ?? "0") ?? 0, meta("synced") != nil) }
             do {
-                let answer = try remote.kvChanges(since: since, waitSeconds: 20)
+                let answer = try remote.kvChanges(since: since, waitSeconds: synced ? 20 : 0)
                 cond.withLock { take(answer, since: since) }
             } catch {
                 pause(seconds: 1)

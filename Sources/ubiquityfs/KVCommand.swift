@@ -11,15 +11,16 @@ enum KVCommand {
            ubiquityfs kv set [--json] MOUNT KEY [VALUE]  set a value (without VALUE: read from stdin)
            ubiquityfs kv delete MOUNT KEY
            ubiquityfs kv list [--json] MOUNT            the keys (--json: one object of keys and typed values)
-           ubiquityfs kv watch [--json] MOUNT           print each change that came from elsewhere, one line each:
+           ubiquityfs kv watch [--json] [--all] MOUNT   print each change that came from elsewhere, one line each:
                                                         the reason (ServerChange, InitialSyncChange,
-                                                        QuotaViolationChange, AccountChange) and the keys
+                                                        QuotaViolationChange, AccountChange) and the keys;
+                                                        --all: first those kept since the mount started
 
     Limits (Apple's): keys of at most 64 bytes of UTF-8, at most 1024 keys, at most 1 MB in all.
     """
 
     static func run(_ words: [String]) throws {
-        let args = try Arguments(words, valued: [], switches: ["--json", "--help"])
+        let args = try Arguments(words, valued: [], switches: ["--json", "--all", "--help"])
         if args.has("--help") { return print(help) }
         var rest = args.positional
         guard !rest.isEmpty else { throw UsageError("kv needs an action: get, set, delete, list or watch") }
@@ -51,7 +52,7 @@ enum KVCommand {
             case "list":
                 try list(dir, json: json)
             case "watch":
-                try watch(dir + "/.changes", json: json)
+                try watch(dir + "/.changes", json: json, all: args.has("--all"))
             default:
                 throw UsageError("unknown kv action '\(action)'")
             }
@@ -105,9 +106,9 @@ enum KVCommand {
 
     struct Record: Decodable { let seq: Int64; let reason: String; let keys: [String] }
 
-    /// Follows the change records, printing those that arrive after it started.
-    static func watch(_ path: String, json: Bool) throws {
-        var seen = try records(path).last?.0.seq ?? 0
+    /// Follows the change records, printing those that arrive after it started (with `all`, also the kept ones).
+    static func watch(_ path: String, json: Bool, all: Bool) throws {
+        var seen = all ? 0 : try records(path).last?.0.seq ?? 0
         while true {
             for (r, line) in try records(path) where r.seq > seen {
                 seen = r.seq

@@ -211,3 +211,20 @@ def test_watch_prints_a_change_made_on_the_other_device(two, tmp_path):
     record = json.loads(jout.read_text())
     assert (record["reason"], record["keys"]) == ("ServerChange", ["theme"])
     assert key_text(a, "theme") == "dark"
+
+
+def test_watch_all_shows_the_initial_sync_and_an_account_change(stub, stub_factory, mount_factory):
+    a = mount_factory(stub, "laptop")
+    kv("set", a.path, "k", "v")
+    changes = a / ".kvstore" / ".changes"
+    wait_until(lambda: "InitialSyncChange" in changes.read_text(), timeout=10, what="the initial sync")
+    other = stub_factory("another-account")
+    a.unmount()
+    a.stub = other
+    a.mount()
+    wait_until(lambda: "InitialSyncChange" in changes.read_text(), timeout=10, what="the initial sync afresh")
+    watch = run("timeout", "1", BIN, "kv", "watch", "--all", a.path, check=False)
+    lines = watch.stdout.splitlines()
+    assert lines[0] == "AccountChange k", lines
+    assert lines[1].startswith("InitialSyncChange"), lines
+    assert key_text(a, "k") is None
