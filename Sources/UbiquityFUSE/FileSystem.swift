@@ -36,6 +36,9 @@ public final class FileSystem: @unchecked Sendable {
         var wrote = false
         /// A key-value handle refused at a write: its close fails the same way and stores nothing.
         var refused: CoreError?
+        /// A key-value handle written (or truncated explicitly) since its last commit, not just opened with
+        /// O_TRUNC: only such a handle commits at flush (a shell's `>` flushes once before the first write).
+        var wroteData = false
         init(id: String, fd: FileDescriptor, writable: Bool) { self.id = id; self.fd = fd; self.writable = writable }
     }
 
@@ -440,7 +443,7 @@ public final class FileSystem: @unchecked Sendable {
         let file = files.removeValue(forKey: fh)
         handleLock.unlock()
         guard let file else { return }
-        if isKVID(file.id) { try? kvCommit(file) }
+        if isKVID(file.id) { try? kvCommit(file, releasing: true) }
         file.fd.close()
         if isVirtual(file.id) { return }
         if file.wrote { try? core.flushed(file.id) }

@@ -158,14 +158,17 @@ extension FileSystem {
         let n = ubq_write_buf_to_fd(bufv, file.fd.raw, offset)
         if n < 0 { return replyErrno(req, Int32(-n)) }
         file.wrote = true
+        file.wroteData = true
         fuse_reply_write(req, n)
     }
 
     /// Makes a written handle's bytes the key's value. Over a limit: the error and nothing stored; the
-    /// handle's bytes are dropped either way, so release does not try again.
-    func kvCommit(_ file: OpenFile) throws(CoreError) {
-        guard file.wrote, let kv else { return }
+    /// handle's bytes are dropped either way, so release does not try again. A handle only opened with O_TRUNC
+    /// (or created) commits its empty value at release, so a write refused after it stores nothing.
+    func kvCommit(_ file: OpenFile, releasing: Bool = false) throws(CoreError) {
+        guard file.wrote, file.wroteData || releasing, let kv else { return }
         file.wrote = false
+        file.wroteData = false
         if let refused = file.refused { throw refused }
         let typed = file.id.hasPrefix(FileSystem.kvJSONDirID)
         let key = String(file.id.dropFirst(typed ? 4 : 3))
@@ -184,6 +187,7 @@ extension FileSystem {
             if ftruncate(file.fd.raw, attr.st_size) != 0 { return replyErrno(req, errno) }
             file.refused = nil
             file.wrote = true
+            file.wroteData = true
         }
         var st = attributes(node, ino: ino)
         fuse_reply_attr(req, &st, 0)

@@ -57,6 +57,7 @@ enum KVCommand {
                 throw UsageError("unknown kv action '\(action)'")
             }
         } catch let e as Errno {
+            if ["list", "watch"].contains(action) { throw CommandFailure("kv \(action): \(dir): \(e)") }
             throw CommandFailure("kv \(action): " + message(e.rawValue, key: rest.first ?? ""))
         }
     }

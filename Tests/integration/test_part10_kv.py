@@ -85,6 +85,15 @@ def test_each_limit_is_refused_on_the_mount_and_stores_nothing(two):
         write_key(store / "other-half", b"y" * (600 * 1024))
     assert e.value.errno == errno.EDQUOT
     assert run("ls", store).stdout.split() == ["half"]
+    # a shell's `>` opens with O_TRUNC and flushes once before the first write: still nothing is stored, and an
+    # existing value is kept
+    run("sh", "-c", f"echo old > {store}/kept")
+    for key in ("kept", "new"):
+        shell = run("sh", "-c", f"yes x | head -c {MB + 1} > {store}/{key}", check=False)
+        assert "File too large" in shell.stderr
+    assert run("ls", store).stdout.split() == ["half", "kept"]
+    assert (store / "kept").read_text() == "old\n"
+    os.unlink(store / "kept")
     os.unlink(store / "half")
     for i in range(1024):
         write_key(store / f"key{i}", b"1")
