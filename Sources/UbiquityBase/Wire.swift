@@ -153,3 +153,146 @@ extension JSONEncoder {
         let e = JSONEncoder(); e.outputFormatting = [.sortedKeys]; return e
     }
 }
+
+// MARK: - The key-value store
+
+/// A property-list value of the key-value store. On the wire each value carries its type:
+/// `{"type":"integer","value":5}`; a date is ns since the epoch, data is base64, an array's and a dictionary's
+/// elements are typed values themselves.
+public indirect enum KVValue: Equatable, Sendable {
+    case string(String)
+    case integer(Int64)
+    case real(Double)
+    case boolean(Bool)
+    /// Nanoseconds since the epoch.
+    case date(Int64)
+    case data([UInt8])
+    case array([KVValue])
+    case dictionary([String: KVValue])
+
+    /// The bytes the value counts for against the quota: a string's or data's bytes, 8 for a number or a date,
+    /// 1 for a boolean, the sum of the elements (and of a dictionary's keys) for a container.
+    public var byteSize: Int {
+        switch self {
+        case .string(let s): return s.utf8.count
+        case .data(let d): return d.count
+        case .integer, .real, .date: return 8
+        case .boolean: return 1
+        case .array(let a): return a.reduce(0) { $0 + $1.byteSize }
+        case .dictionary(let d): return d.reduce(0) { $0 + $1.key.utf8.count + $1.value.byteSize }
+        }
+    }
+}
+
+extension KVValue: Codable {
+    private enum CodingKeys: String, CodingKey { case type, value }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        switch try c.decode(String.self, forKey: .type) {
+        case "string": self = .string(try c.decode(String.self, forKey: .value))
+        case "integer": self = .integer(try c.decode(Int64.self, forKey: .value))
+        case "real": self = .real(try c.decode(Double.self, forKey: .value))
+        case "boolean": self = .boolean(try c.decode(Bool.self, forKey: .value))
+        case "date": self = .date(try c.decode(Int64.self, forKey: .value))
+        case "data":
+            guard let d = Data(base64Encoded: try c.decode(String.self, forKey: .value)) else {
+                throw DecodingError.dataCorruptedError(forKey: .value, in: c, debugDescription: "bad base64")
+            }
+            self = .data(Array(d))
+        case "array": self = .array(try c.decode([KVValue].self, forKey: .value))
+        case "dictionary": self = .dictionary(try c.decode([String: KVValue].self, forKey: .value))
+        case let other:
+            throw DecodingError.dataCorruptedError(forKey: .type, in: c, debugDescription: "unknown type \(other)")
+        }
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .string(let s): try c.encode("string", forKey: .type); try c.encode(s, forKey: .value)
+        case .integer(let i): try c.encode("integer", forKey: .type); try c.encode(i, forKey: .value)
+        case .real(let r): try c.encode("real", forKey: .type); try c.encode(r, forKey: .value)
+        case .boolean(let b): try c.encode("boolean", forKey: .type); try c.encode(b, forKey: .value)
+        case .date(let d): try c.encode("date", forKey: .type); try c.encode(d, forKey: .value)
+        case .data(let d): try c.encode("data", forKey: .type); try c.encode(Data(d).base64EncodedString(), forKey: .value)
+        case .array(let a): try c.encode("array", forKey: .type); try c.encode(a, forKey: .value)
+        case .dictionary(let d): try c.encode("dictionary", forKey: .type); try c.encode(d, forKey: .value)
+        }
+    }
+}
+
+/// One key's newest write: a value, or a delete (a tombstone, `value` nil). The later `mtime` wins, ties broken
+/// by the greater `device`; `seq` is the remote's feed position of the write (0 in a request).
+public struct WireKVEntry: Codable, Equatable, Sendable {
+    public var key: String
+    public var value: KVValue?
+    /// The writing device's clock at the write, ns since the epoch.
+    public var mtime: Int64
+    public var device: String
+    public var deleted: Bool
+    public var seq: Int64
+
+    public init(key: String, value: KVValue?, mtime: Int64, device: String, deleted: Bool = false, seq: Int64 = 0) {
+        self.key = key; self.value = value; self.mtime = mtime; self.device = device; self.deleted = deleted
+        self.seq = seq
+    }
+
+    /// True when this write wins over `other`: the later timestamp, then the greater device name.
+    public func wins(over other: WireKVEntry) -> Bool {
+        (mtime, device) > (other.mtime, other.device)
+    }
+
+    /// True when both are the same write.
+    public func sameWrite(as other: WireKVEntry) -> Bool { mtime == other.mtime && device == other.device }
+}
+
+/// Answer of `GET .../kv?since=SEQ`: the entries written after SEQ, in feed order, and the position now.
+public struct WireKVChanges: Codable, Equatable, Sendable {
+    public var entries: [WireKVEntry]
+    public var seq: Int64
+    public init(entries: [WireKVEntry], seq: Int64) { self.entries = entries; self.seq = seq }
+}
+
+/// Apple's limits of the key-value store, checked on the device and again on the remote.
+public enum KVLimits {
+    public static let maxKeyBytes = 64
+    public static let maxKeys = 1024
+    /// The whole store (keys and values), and so each value.
+    public static let maxTotalBytes = 1 << 20
+    /// A request body carrying one value: a 1 MB value may take more as JSON (base64, escapes).
+    public static let maxBodyBytes = 8 << 20
+
+    public enum Violation: Error, Equatable, Sendable {
+        case keyTooLong, valueTooLarge, tooManyKeys, overTotal
+        public var message: String {
+            switch self {
+            case .keyTooLong: return "key too long (over \(maxKeyBytes) bytes)"
+            case .valueTooLarge: return "value too large (over 1 MB)"
+            case .tooManyKeys: return "over the quota (more than \(maxKeys) keys)"
+            case .overTotal: return "over the quota (more than 1 MB in all)"
+            }
+        }
+    }
+
+    /// A valid key: 1 to 64 bytes of UTF-8, no `/` or NUL (a key is a file name in the mount).
+    public static func isValidKey(_ key: String) -> Bool {
+        let n = key.utf8.count
+        return n > 0 && n <= maxKeyBytes && !key.utf8.contains(0x2f) && !key.utf8.contains(0)
+    }
+
+    /// What `key = value` would break in a store whose live entries are `live` (key -> byte size of its
+    /// value), or nil. A nil value (a delete) breaks nothing.
+    public static func violation(key: String, value: KVValue?, live: [String: Int]) -> Violation? {
+        if key.utf8.count > maxKeyBytes { return .keyTooLong }
+        guard let value else { return nil }
+        let size = value.byteSize
+        if size > maxTotalBytes { return .valueTooLarge }
+        var others = live
+        others[key] = nil
+        if others.count + 1 > maxKeys { return .tooManyKeys }
+        let total = others.reduce(0) { $0 + $1.key.utf8.count + $1.value } + key.utf8.count + size
+        if total > maxTotalBytes { return .overTotal }
+        return nil
+    }
+}

@@ -21,6 +21,9 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     private var _downloadDelay = 0
     private var _changeLimit = 1000
     private var _blobDownloads: [String: Int] = [:]
+    /// The key-value store: each key's winning write, and the feed position of the newest.
+    private var kv: [String: WireKVEntry] = [:]
+    private var kvSeq: Int64 = 0
 
     public init() {
         _ = store(WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: 0,
@@ -292,5 +295,37 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         if corrupt && !bytes.isEmpty { bytes[bytes.count / 2] ^= 0xff }
         try fd.writeAll(bytes)
         if let progress, !progress(offset + Int64(bytes.count)) { throw RemoteError.cancelled }
+    }
+}
+
+// MARK: - key-value store
+
+extension MemoryRemote: KeyValueRemote {
+    public func putKV(_ entry: WireKVEntry) throws -> WireKVEntry {
+        try locked {
+            if _offline { throw RemoteError.unreachable("the memory remote is offline") }
+            if let current = kv[entry.key], !entry.wins(over: current) { return current }
+            let live = kv.values.filter { !$0.deleted }.reduce(into: [String: Int]()) { $0[$1.key] = $1.value?.byteSize ?? 0 }
+            if let v = KVLimits.violation(key: entry.key, value: entry.value, live: live) {
+                throw RemoteError.rejected(status: 413, message: "quota: " + v.message)
+            }
+            kvSeq += 1
+            var stored = entry
+            stored.seq = kvSeq
+            kv[entry.key] = stored
+            cond.broadcast()
+            return stored
+        }
+    }
+
+    public func kvChanges(since: Int64, waitSeconds: Int) throws -> WireKVChanges {
+        try locked {
+            if _offline { throw RemoteError.unreachable("the memory remote is offline") }
+            let deadline = Date(timeIntervalSinceNow: TimeInterval(waitSeconds))
+            while kvSeq <= since && !_offline && cond.wait(until: deadline) {}
+            if _offline { throw RemoteError.unreachable("the memory remote is offline") }
+            let entries = kv.values.filter { $0.seq > since }.sorted { $0.seq < $1.seq }
+            return WireKVChanges(entries: entries, seq: kvSeq)
+        }
     }
 }

@@ -171,6 +171,8 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     /// A rename that cannot be done in place (it would make content that is not local local-only): the caller
     /// copies instead (mv does on EXDEV).
     case crossDevice(String)
+    /// The key-value store's quota (its key count or its total size) would pass.
+    case quotaExceeded(String)
 
     public var description: String {
         switch self {
@@ -195,6 +197,7 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .fileTooBig: return "file too large"
         case .unsupported(let m): return "not supported: \(m)"
         case .crossDevice(let m): return "cannot be moved in place: \(m)"
+        case .quotaExceeded(let m): return m
         }
     }
 

@@ -105,11 +105,13 @@ struct Pusher {
                 // otherwise it gained children elsewhere: it is kept, and its new children arrive by the feed.
                 guard let child, child.id != id else { throw error }
                 if takenOutHere(child.id) {
-                    // Not while a program writes it: the delete waits (the push loop tries again later).
-                    guard let first = container.withLock({ container.sync.pushFirst(toFree: child.id) }) else {
+                    // Not while a program writes it, nor when that push waits for this one (a cycle, which the
+                    // push of a name in the way breaks): the delete waits (the push loop tries again later).
+                    guard let first = container.withLock({ container.sync.pushFirst(toFree: child.id) }),
+                          first != id, !waiting.contains(first), waiting.count < 32 else {
                         throw error
                     }
-                    try Pusher(container: container, id: first).run()
+                    try Pusher(container: container, id: first, waiting: waiting + [id]).run()
                     return false
                 }
                 try restore(try container.remote.item(id))
@@ -379,7 +381,11 @@ struct Pusher {
     /// True when the item holding a name on the remote has left that place here, by a change still to push.
     private func movedAwayHere(_ holder: WireItem) -> Bool {
         container.withLock {
-            guard let here = container.items[holder.id], here.isPending else { return false }
+            // Only against the remote version this device last saw: a holder changed elsewhere since is a
+            // conflict of its own, settled at its own turn, not ahead of it.
+            guard let here = container.items[holder.id], here.isPending, here.remoteVersion == holder.version else {
+                return false
+            }
             return here.deleted || here.parent != holder.parent || !sameName(here.name, holder.name)
         }
     }

@@ -78,3 +78,12 @@ public protocol RemoteClient: AnyObject, Sendable {
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
                       progress: TransferProgress?) throws
 }
+
+/// The remote's key-value store of the container (its own door: a remote without one leaves the store local).
+public protocol KeyValueRemote: AnyObject, Sendable {
+    /// Writes one entry by last-writer-wins; answers the winner (the stored entry when it was later).
+    /// A write over Apple's limits is refused with `.rejected(status: 413, ...)`.
+    func putKV(_ entry: WireKVEntry) throws -> WireKVEntry
+    /// Entries written after `since`, waiting up to `waitSeconds` when there are none.
+    func kvChanges(since: Int64, waitSeconds: Int) throws -> WireKVChanges
+}

@@ -28,6 +28,8 @@ extension CoreError {
         case .unsupported: return EOPNOTSUPP
         // A rename that would make content not downloaded local-only: mv then copies (downloading it).
         case .crossDevice: return EXDEV
+        // The key-value store's key count or total size.
+        case .quotaExceeded: return EDQUOT
         }
     }
 }

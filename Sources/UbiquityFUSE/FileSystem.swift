@@ -18,6 +18,8 @@ public final class FileSystem: @unchecked Sendable {
     /// How long the kernel may cache attributes and names; remote changes invalidate them explicitly.
     let cacheTimeout: Double = 10
     let uid = getuid(), gid = getgid()
+    /// The container's key-value store, shown as `.kvstore`; nil: none.
+    public var kv: KeyValueStore?
 
     private let handleLock = NSLock()
     private var files: [UInt64: OpenFile] = [:]
@@ -32,6 +34,11 @@ public final class FileSystem: @unchecked Sendable {
         let fd: FileDescriptor
         let writable: Bool
         var wrote = false
+        /// A key-value handle refused at a write: its close fails the same way and stores nothing.
+        var refused: CoreError?
+        /// A key-value handle written (or truncated explicitly) since its last commit, not just opened with
+        /// O_TRUNC: only such a handle commits at flush (a shell's `>` flushes once before the first write).
+        var wroteData = false
         init(id: String, fd: FileDescriptor, writable: Bool) { self.id = id; self.fd = fd; self.writable = writable }
     }
 
@@ -61,8 +68,10 @@ public final class FileSystem: @unchecked Sendable {
         st.st_nlink = 1
         switch item.kind {
         case .dir:
-            // `.` and the entry in its parent, and each subdirectory's `..` (the root's `.versions` too).
-            st.st_nlink = UInt(2 + core.subdirectoryCount(item.id) + (item.id == core.rootID ? 1 : 0))
+            // `.` and the entry in its parent, and each subdirectory's `..` (the root's `.versions` and
+            // `.kvstore` too).
+            let virtualDirs = item.id == core.rootID ? (kv == nil ? 1 : 2) : 0
+            st.st_nlink = UInt(2 + core.subdirectoryCount(item.id) + virtualDirs)
             st.st_size = 4096
         case .file:
             st.st_nlink = item.deleted ? 0 : 1 // deleted: unlinked, still open
@@ -115,9 +124,9 @@ public final class FileSystem: @unchecked Sendable {
     /// True for ids of the versions directory's virtual nodes.
     func isVirtual(_ id: String) -> Bool { id.contains(":") }
 
-    /// True for the name `.versions` in the mount root, which no item may take.
+    /// True for the names `.versions` and `.kvstore` in the mount root, which no item may take.
     func isVersionsName(_ parent: String, _ name: String) -> Bool {
-        parent == core.rootID && sameName(name, FileSystem.versionsName)
+        parent == core.rootID && (sameName(name, FileSystem.versionsName) || sameName(name, FileSystem.kvName))
     }
 
     func replyErrno(_ req: fuse_req_t, _ errno: Int32) {
@@ -160,6 +169,7 @@ public final class FileSystem: @unchecked Sendable {
 
     func setattr(_ req: fuse_req_t, _ ino: UInt64, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
         guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+        if isKVID(id) { return kvSetattr(req, ino, id, attr, toSet, fh) }
         if isVirtual(id) { return replyError(req, .readOnly) }
         do {
             if toSet & FUSE_SET_ATTR_SIZE != 0 {
@@ -262,6 +272,7 @@ public final class FileSystem: @unchecked Sendable {
 
     func remove(_ req: fuse_req_t, _ parent: UInt64, _ name: String, directory: Bool) {
         guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        if isKVID(dirID) && !directory { return kvRemove(req, dirID, name) }
         if isVirtual(dirID) && !directory { return unlinkVersion(req, dirID, name) }
         if isVirtual(dirID) || isVersionsName(dirID, name) { return replyError(req, .readOnly) }
         do {
@@ -300,6 +311,7 @@ public final class FileSystem: @unchecked Sendable {
 
     func create(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
+        if isKVID(dirID) { return kvCreate(req, dirID, name, fi) }
         if isVirtual(dirID) { return replyError(req, .readOnly) }
         if isVersionsName(dirID, name) { return replyError(req, .exists) }
         do {
@@ -321,7 +333,8 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(id) {
             switch node(id) {
             case .version(let item, let c): return openVersion(req, item, c, fi)
-            case .versionsDir: return replyError(req, .isDirectory)
+            case .versionsDir, .kvDir: return replyError(req, .isDirectory)
+            case .kvKey, .kvChanges: return kvOpen(req, id, fi)
             default: return replyError(req, .notFound)
             }
         }
@@ -361,6 +374,11 @@ public final class FileSystem: @unchecked Sendable {
         return fh
     }
 
+    func openFiles() -> [OpenFile] {
+        handleLock.lock(); defer { handleLock.unlock() }
+        return Array(files.values)
+    }
+
     func file(_ fh: UInt64) -> OpenFile? {
         handleLock.lock(); defer { handleLock.unlock() }
         return files[fh]
@@ -373,6 +391,7 @@ public final class FileSystem: @unchecked Sendable {
 
     func write(_ req: fuse_req_t, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ fh: UInt64) {
         guard let file = file(fh), file.writable else { return replyErrno(req, EBADF) }
+        if isKVID(file.id) { return kvWrite(req, bufv, offset, file) }
         let n: Int
         do {
             n = try core.write(file.id) { ubq_write_buf_to_fd(bufv, file.fd.raw, offset) }
@@ -400,6 +419,7 @@ public final class FileSystem: @unchecked Sendable {
     func flush(_ req: fuse_req_t, _ fh: UInt64) {
         guard let file = file(fh) else { return replyErrno(req, 0) }
         do {
+            if isKVID(file.id) { try kvCommit(file); return replyErrno(req, 0) }
             if file.wrote { try core.flushed(file.id) }
             fuse_reply_err(req, 0)
         } catch { replyError(req, error) }
@@ -407,6 +427,7 @@ public final class FileSystem: @unchecked Sendable {
 
     func fsync(_ req: fuse_req_t, _ fh: UInt64) {
         guard let file = file(fh) else { return replyErrno(req, 0) }
+        if isKVID(file.id) { return replyErrno(req, 0) } // a key's value is durable once committed at close
         do {
             try file.fd.dataSync()
             if file.wrote { try core.synced(file.id) }
@@ -422,6 +443,7 @@ public final class FileSystem: @unchecked Sendable {
         let file = files.removeValue(forKey: fh)
         handleLock.unlock()
         guard let file else { return }
+        if isKVID(file.id) { try? kvCommit(file, releasing: true) }
         file.fd.close()
         if isVirtual(file.id) { return }
         if file.wrote { try? core.flushed(file.id) }

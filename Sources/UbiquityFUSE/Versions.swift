@@ -18,13 +18,17 @@ enum Node {
     /// The mirror of item `of` under .versions (the root's mirror is .versions itself).
     case versionsDir(of: Item)
     case version(of: Item, conflict: WireConflict)
+    /// `.kvstore` (typed: `.kvstore/.json`), one of its keys, and `.kvstore/.changes` (KeyValueFiles.swift).
+    case kvDir(typed: Bool)
+    case kvKey(String, typed: Bool)
+    case kvChanges
 
     /// The type bits of its mode (S_IFDIR, S_IFREG, S_IFLNK, ...), as listings report them.
     var fileType: mode_t {
         switch self {
         case .real(let item): return FileSystem.fileType(item.kind)
-        case .versionsDir: return S_IFDIR
-        case .version: return S_IFREG
+        case .versionsDir, .kvDir: return S_IFDIR
+        case .version, .kvKey, .kvChanges: return S_IFREG
         }
     }
 
@@ -42,6 +46,7 @@ extension FileSystem {
 
     /// The node behind an id, if it (still) exists.
     func node(_ id: String) -> Node? {
+        if isKVID(id) { return kvNode(id) }
         if id.hasPrefix("v:") {
             let itemID = String(id.dropFirst(2))
             guard let item = core.item(itemID), itemID == core.rootID || leadsToConflicts().contains(itemID) else {
@@ -76,7 +81,10 @@ extension FileSystem {
         case .real(let item):
             guard item.isDirectory else { throw .notDirectory }
             var list = try core.list(item.id).map { ($0.name, $0.id) }
-            if item.id == core.rootID { list.insert((FileSystem.versionsName, FileSystem.versionsDirID(item.id)), at: 0) }
+            if item.id == core.rootID {
+                list.insert((FileSystem.versionsName, FileSystem.versionsDirID(item.id)), at: 0)
+                if kv != nil { list.insert((FileSystem.kvName, FileSystem.kvDirID), at: 1) }
+            }
             return list
         case .versionsDir(let item):
             if !item.isDirectory {
@@ -84,13 +92,17 @@ extension FileSystem {
             }
             let wanted = leadsToConflicts()
             return try core.list(item.id).filter { wanted.contains($0.id) }.map { ($0.name, FileSystem.versionsDirID($0.id)) }
-        case .version:
+        case .kvDir(let typed):
+            return kvChildren(typed: typed)
+        case .version, .kvKey, .kvChanges:
             throw .notDirectory
         }
     }
 
     /// One child of a directory node.
     func child(_ parent: String, _ name: String) throws(CoreError) -> (id: String, node: Node)? {
+        if let found = try kvChild(parent, name) { return found }
+        if isKVID(parent) { return nil }
         if parent == core.rootID && sameName(name, FileSystem.versionsName) {
             return node(FileSystem.versionsDirID(parent)).map { (FileSystem.versionsDirID(parent), $0) }
         }
@@ -128,11 +140,21 @@ extension FileSystem {
         case .version(_, let c):
             // Versions are not the container's own files: no blocks, so `du` of the mount leaves them out.
             return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: c.size, mtime: c.mtime)
+        case .kvDir(let typed):
+            var st = virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+            if !typed { st.st_nlink = 3 } // and .json's `..`
+            return st
+        case .kvKey(let key, let typed):
+            return virtualAttributes(ino: ino, mode: S_IFREG | 0o644, size: Int64(kvBytes(key, typed: typed).count),
+                                     mtime: nowNanoseconds())
+        case .kvChanges:
+            return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: Int64(kvChangeBytes().count),
+                                     mtime: nowNanoseconds())
         }
     }
 
     /// Attributes of a read-only virtual node.
-    private func virtualAttributes(ino: UInt64, mode: mode_t, size: Int64, mtime: Int64) -> stat {
+    func virtualAttributes(ino: UInt64, mode: mode_t, size: Int64, mtime: Int64) -> stat {
         var st = stat()
         st.st_ino = UInt(ino)
         st.st_mode = mode

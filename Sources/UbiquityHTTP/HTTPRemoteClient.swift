@@ -23,7 +23,7 @@ public struct HTTPTimeouts: Sendable {
     }
 }
 
-public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
+public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Sendable {
     public let baseURL: String
     public let container: String
     public let timeouts: HTTPTimeouts
@@ -81,6 +81,22 @@ public final class HTTPRemoteClient: RemoteClient, @unchecked Sendable {
         let condition = ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *"
         return try json("PUT", url(["v1", "containers", container, "items", item.id]),
                         headers: [condition, "Content-Type: application/json"], body: body)
+    }
+
+    public func putKV(_ entry: WireKVEntry) throws(RemoteError) -> WireKVEntry {
+        let body: [UInt8]
+        do { body = Array(try JSONEncoder.wire.encode(entry)) } catch {
+            throw .rejected(status: 0, message: "cannot encode key \(entry.key): \(error)")
+        }
+        return try json("PUT", url(["v1", "containers", container, "kv", entry.key]),
+                        headers: ["Content-Type: application/json"], body: body)
+    }
+
+    public func kvChanges(since: Int64, waitSeconds: Int) throws(RemoteError) -> WireKVChanges {
+        let wait = max(0, waitSeconds)
+        let u = url(["v1", "containers", container, "kv"],
+                    query: [("since", String(since)), ("wait", wait > 0 ? String(wait) : nil)])
+        return try json("GET", u, timeout: .request(timeouts.requestSeconds + wait))
     }
 
     public func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem {

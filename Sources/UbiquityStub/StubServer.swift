@@ -161,6 +161,9 @@ enum Route {
     case changes(String)
     case item(String, String)
     case blob(String, String)
+    /// The key-value store's feed, and one key.
+    case kv(String)
+    case kvKey(String, String)
     /// A recognised route with a malformed id or hash.
     case invalid(String)
     case unknown
@@ -174,6 +177,12 @@ enum Route {
         case 3 where parts[2] == "faults": self = .faults
         case 4 where parts[2] == "containers":
             self = WireRules.isValidContainerID(parts[3]) ? .container(parts[3]) : .invalid("bad container id")
+        case 5 where parts[2] == "containers" && parts[4] == "kv":
+            self = WireRules.isValidContainerID(parts[3]) ? .kv(parts[3]) : .invalid("bad container id")
+        case 6 where parts[2] == "containers" && parts[4] == "kv":
+            let key = parts[5] // MHD has already decoded the path
+            guard WireRules.isValidContainerID(parts[3]) else { self = .invalid("bad container id"); return }
+            self = KVLimits.isValidKey(key) ? .kvKey(parts[3], key) : .invalid(KVLimits.Violation.keyTooLong.message)
         case 5 where parts[2] == "containers" && parts[4] == "changes":
             self = WireRules.isValidContainerID(parts[3]) ? .changes(parts[3]) : .invalid("bad container id")
         case 6 where parts[2] == "containers" && (parts[4] == "items" || parts[4] == "blobs"):
@@ -193,12 +202,19 @@ enum Route {
         case .health, .stats: return ["GET"]
         case .faults: return ["POST"]
         case .container: return ["PUT"]
-        case .changes: return ["GET"]
+        case .changes, .kv: return ["GET"]
+        case .kvKey: return ["PUT"]
         case .item: return ["GET", "PUT", "DELETE"]
         case .blob: return ["HEAD", "GET", "PUT"]
         case .invalid: return ["GET", "HEAD", "PUT", "DELETE", "POST"]
         case .unknown: return []
         }
+    }
+
+    /// The largest JSON body the route takes.
+    var maxBodyBytes: Int {
+        if case .kvKey = self { return KVLimits.maxBodyBytes }
+        return WireRules.maxJSONBytes
     }
 
     /// Health, stats and faults are neither counted nor failed by injected faults.
@@ -379,6 +395,10 @@ extension StubServer {
             } catch {
                 return failureReply(error)
             }
+        case .kvKey:
+            if let length = ex.declaredLength, length > Int64(KVLimits.maxBodyBytes) {
+                return .error(413, "quota: " + KVLimits.Violation.valueTooLarge.message)
+            }
         case .item, .faults:
             if let length = ex.declaredLength, length > Int64(WireRules.maxJSONBytes) {
                 return .error(413, "body larger than \(WireRules.maxJSONBytes) bytes")
@@ -404,7 +424,7 @@ extension StubServer {
         } else if ex.blobAlreadyThere {
             return
         } else if !ex.bodyTooLarge {
-            if ex.body.count + chunk.count > WireRules.maxJSONBytes {
+            if ex.body.count + chunk.count > ex.route.maxBodyBytes {
                 ex.bodyTooLarge = true
                 ex.body = []
             } else {
@@ -423,7 +443,7 @@ extension StubServer {
 
     /// The answer to a request whose body (if any) has fully arrived.
     private func finish(connection: OpaquePointer, _ ex: Exchange) -> Reply {
-        if ex.bodyTooLarge { return .error(413, "body larger than \(WireRules.maxJSONBytes) bytes") }
+        if ex.bodyTooLarge { return .error(413, "body larger than \(ex.route.maxBodyBytes) bytes") }
         do {
             switch ex.route {
             case .health:
@@ -437,6 +457,13 @@ extension StubServer {
                 return .json(200, try store.ensureContainer(cid))
             case .changes(let cid):
                 return try changes(connection, cid)
+            case .kv(let cid):
+                return try kvFeed(connection, cid)
+            case .kvKey(let cid, let key):
+                var entry = try decode(WireKVEntry.self, ex.body)
+                guard entry.key == key else { throw StubFailure(400, "the body names another key") }
+                entry.seq = 0
+                return .json(200, try store.putKV(cid, entry))
             case .item(let cid, let id):
                 return try itemRoute(connection, ex, cid, id)
             case .blob(let cid, let sha):
@@ -481,6 +508,19 @@ extension StubServer {
         let answer = try store.changes(cid, since: since, limit: limit, wait: wait)
         counters.update { $0.changesRequests += 1 }
         return .json(200, answer)
+    }
+
+    private func kvFeed(_ connection: OpaquePointer, _ cid: String) throws -> Reply {
+        var since: Int64 = 0, wait = 0
+        if let s = argument(connection, "since"), !s.isEmpty {
+            guard let v = Int64(s), v >= 0 else { throw StubFailure(400, "bad since") }
+            since = v
+        }
+        if let s = argument(connection, "wait"), !s.isEmpty {
+            guard let v = Int(s), v >= 0 else { throw StubFailure(400, "bad wait") }
+            wait = min(v, 60)
+        }
+        return .json(200, try store.kvChanges(cid, since: since, wait: wait))
     }
 
     private func itemRoute(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ id: String) throws -> Reply {

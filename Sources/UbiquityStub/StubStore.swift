@@ -65,6 +65,12 @@ final class StubStore: @unchecked Sendable {
             """)
         // A symbolic link's target (NULL for every other kind); stores made before links lack the column.
         try db.addColumnIfMissing("items", "target", "TEXT")
+        try db.exec("""
+            CREATE TABLE IF NOT EXISTS kv (container TEXT NOT NULL, key TEXT NOT NULL, value TEXT,
+                mtime INTEGER NOT NULL, device TEXT NOT NULL, deleted INTEGER NOT NULL, seq INTEGER NOT NULL,
+                PRIMARY KEY (container, key));
+            CREATE INDEX IF NOT EXISTS kv_by_seq ON kv (container, seq);
+            """)
     }
 
     // MARK: Locking and waking
@@ -304,6 +310,75 @@ final class StubStore: @unchecked Sendable {
             if more { items.removeLast(items.count - limit) }
             let token = more ? items[items.count - 1].version : seq
             return WireChanges(items: items, token: String(token), more: more)
+        }
+    }
+
+    // MARK: Key-value store
+
+    private static func decodeKV(_ r: Row) -> WireKVEntry {
+        let value = r.optionalText(1).flatMap { try? JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
+        return WireKVEntry(key: r.text(0), value: value, mtime: r.int(2), device: r.text(3), deleted: r.int(4) != 0,
+                           seq: r.int(5))
+    }
+
+    private func kvLocked(_ cid: String, _ key: String) throws -> WireKVEntry? {
+        var found: WireKVEntry?
+        try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND key = ?",
+                       [.text(cid), .text(key)]) { found = Self.decodeKV($0) }
+        return found
+    }
+
+    private func kvSeqLocked(_ cid: String) throws -> Int64 {
+        try int64(db, "SELECT coalesce(max(seq), 0) FROM kv WHERE container = ?", [.text(cid)]) ?? 0
+    }
+
+    /// Applies one write by last-writer-wins and answers the winner: the stored entry when it is later (the
+    /// write is then dropped), else the write at the next feed position. A value that would pass Apple's limits
+    /// is refused with 413 and stores nothing.
+    func putKV(_ cid: String, _ entry: WireKVEntry) throws -> WireKVEntry {
+        guard KVLimits.isValidKey(entry.key) else { throw StubFailure(400, KVLimits.Violation.keyTooLong.message) }
+        guard entry.deleted == (entry.value == nil) else { throw StubFailure(400, "a value, or deleted, not both") }
+        return try locked {
+            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
+            if let current = try kvLocked(cid, entry.key), !entry.wins(over: current) { return current }
+            var live: [String: Int] = [:]
+            try db.forEach("SELECT key, value FROM kv WHERE container = ? AND deleted = 0", [.text(cid)]) { r in
+                let v = r.optionalText(1).flatMap { try? JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
+                live[r.text(0)] = v?.byteSize ?? 0
+            }
+            if let v = KVLimits.violation(key: entry.key, value: entry.value, live: live) {
+                throw StubFailure(413, "quota: " + v.message)
+            }
+            var stored = entry
+            stored.seq = try kvSeqLocked(cid) + 1
+            let json = try entry.value.map { String(decoding: try JSONEncoder.wire.encode($0), as: UTF8.self) }
+            try db.query("""
+                INSERT INTO kv (container, key, value, mtime, device, deleted, seq) VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(container, key) DO UPDATE SET value = excluded.value, mtime = excluded.mtime,
+                  device = excluded.device, deleted = excluded.deleted, seq = excluded.seq
+                """, [.text(cid), .text(entry.key), json.map { .text($0) } ?? .null, .int(entry.mtime),
+                      .text(entry.device), .int(entry.deleted ? 1 : 0), .int(stored.seq)])
+            cond.broadcast()
+            return stored
+        }
+    }
+
+    /// Entries written after `since`, waiting up to `wait` seconds for one when there are none.
+    func kvChanges(_ cid: String, since: Int64, wait: Int) throws -> WireKVChanges {
+        try locked {
+            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
+            var seq = try kvSeqLocked(cid)
+            if seq <= since && wait > 0 {
+                let deadline = Date(timeIntervalSinceNow: TimeInterval(wait))
+                while seq <= since && !stopping {
+                    if !cond.wait(until: deadline) { break }
+                    seq = try kvSeqLocked(cid)
+                }
+            }
+            var entries: [WireKVEntry] = []
+            try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND seq > ? ORDER BY seq",
+                           [.text(cid), .int(since)]) { entries.append(Self.decodeKV($0)) }
+            return WireKVChanges(entries: entries, seq: max(seq, entries.last?.seq ?? 0))
         }
     }
 

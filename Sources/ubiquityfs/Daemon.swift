@@ -50,6 +50,13 @@ struct Daemon {
         let query = serveQuery(core)
         defer { query?.stop() }
         let fs = FileSystem(core: core, downloadPolicy: DownloadPolicy(noDownloadFor: options.noDownloadFor))
+        // The key-value store is bound to the account (the token) and the container.
+        let kv = try KeyValueStore(directory: options.store, device: options.device,
+                                   account: String(sha256Hex(Array(token.utf8)).prefix(16)) + ":" + options.container,
+                                   remote: client)
+        kv.start()
+        defer { kv.stop() }
+        fs.kv = kv
         try fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(options.container)")
         let pidPath = pidFile(for: options.mountpoint)
         try? makeDirectories((pidPath as NSString).deletingLastPathComponent)

@@ -21,6 +21,8 @@ commands:
   check --store DIR [--repair]      check a store's database and local copies
   query MOUNT [--scope documents|data|all] [--name GLOB] [--live] [--json]
                                     list the mount's items with their status; --live: follow their changes
+  kv get|set|delete|list|watch [--json] MOUNT [KEY [VALUE]]
+                                    the container's key-value store
 
 Run 'ubiquityfs COMMAND --help' for the options of one command.
 """
@@ -50,6 +52,8 @@ do {
         try CheckCommand.run(words)
     case "query":
         try QueryCommand.run(words)
+    case "kv":
+        try KVCommand.run(words)
     default:
         fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
     }

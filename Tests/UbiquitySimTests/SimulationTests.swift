@@ -31,6 +31,8 @@ import UbiquitySim
         10181, // a name held by an item moved away here, that waited for a new folder that waited for the first
                // push: the pushes recursed until the stack overflowed
         10416, // a name still held after its holder was pushed first: the push retried that for ever
+        10676, // a holder of the name pushed first although changed elsewhere meanwhile: a delete came back
+        10704, // a folder's delete and a name in the way each waited for the other: the stack overflowed
     ]) func regression(seed: UInt64) {
         let r = Simulation.run(seed: seed)
         #expect(r.violations == [], "seed \(seed)")

@@ -558,3 +558,38 @@ func peakResidentKiB() -> Int {
     }
     return 0
 }
+
+@Suite struct StubKeyValueTests {
+    func put(_ f: Fixture, _ entry: WireKVEntry) throws -> Answer {
+        try f.call("PUT", "/v1/containers/\(cid)/kv/\(entry.key)", json: entry)
+    }
+
+    @Test func lastWriterWinsOnTheServerAndTheFeedAnswersAfterItsWait() throws {
+        let f = try Fixture()
+        _ = try f.openContainer()
+        let later = try put(f, WireKVEntry(key: "k", value: .integer(5), mtime: 20, device: "desktop"))
+        #expect(later.status == 200)
+        let older = try put(f, WireKVEntry(key: "k", value: .string("old"), mtime: 10, device: "laptop"))
+        #expect(try older.decode(WireKVEntry.self).value == .integer(5)) // answered with the winner
+        let feed = try f.call("GET", "/v1/containers/\(cid)/kv?since=0").decode(WireKVChanges.self)
+        #expect(feed.entries.map(\.value) == [.integer(5)] && feed.seq == 1)
+        let empty = try f.call("GET", "/v1/containers/\(cid)/kv?since=1&wait=1").decode(WireKVChanges.self)
+        #expect(empty.entries.isEmpty && empty.seq == 1)
+    }
+
+    @Test func overQuotaAndLongKeysAreRefused() throws {
+        let f = try Fixture()
+        _ = try f.openContainer()
+        let big = try put(f, WireKVEntry(key: "big", value: .data(Array(repeating: 1, count: (1 << 20) + 1)), mtime: 1, device: "x"))
+        #expect(big.status == 413 && big.text.contains("value too large"))
+        for i in 0..<KVLimits.maxKeys {
+            #expect(try put(f, WireKVEntry(key: "k\(i)", value: .boolean(true), mtime: 1, device: "x")).status == 200)
+        }
+        let more = try put(f, WireKVEntry(key: "more", value: .boolean(true), mtime: 1, device: "x"))
+        #expect(more.status == 413 && more.text.contains("quota"))
+        let long = String(repeating: "k", count: 65)
+        #expect(try put(f, WireKVEntry(key: long, value: .boolean(true), mtime: 1, device: "x")).status == 400)
+        let feed = try f.call("GET", "/v1/containers/\(cid)/kv?since=0").decode(WireKVChanges.self)
+        #expect(feed.entries.count == KVLimits.maxKeys)
+    }
+}

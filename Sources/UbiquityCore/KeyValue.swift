@@ -1,0 +1,298 @@
+// The key-value store (NSUbiquitousKeyValueStore) of one container on this device. Its values live in the
+// backing store's database (tables kv_local and kv_meta, on a connection of its own: the store is not under
+// the Container's lock), so a write acknowledged is durable and queued; a pusher thread sends pending writes,
+// a feed thread long-polls the remote's kv feed. Both sides apply last-writer-wins (the later writing-device
+// timestamp, ties by device name), so every device ends with the same value; a delete is a write (a tombstone).
+// Changes that came from elsewhere are kept as a bounded list of change records (Apple's reasons), for
+// `ubiquityfs kv watch`.
+import Foundation
+import UbiquityBase
+
+/// Why values changed under the program, as Apple names the reasons.
+public enum KVChangeReason: String, Codable, Sendable {
+    case serverChange = "ServerChange"
+    case initialSyncChange = "InitialSyncChange"
+    case quotaViolationChange = "QuotaViolationChange"
+    case accountChange = "AccountChange"
+}
+
+/// One change record: the reason and the keys changed.
+public struct KVChange: Codable, Equatable, Sendable {
+    public var seq: Int64
+    public var reason: KVChangeReason
+    public var keys: [String]
+}
+
+public final class KeyValueStore: @unchecked Sendable {
+    /// Guards the database and every field below; the pusher waits on it for work.
+    private let cond = NSCondition()
+    private let db: Database
+    private let device: String
+    private let remote: KeyValueRemote?
+    private let log = Logger("kv")
+    private var stopped = false
+    private var changes: [KVChange] = []
+    private var nextChange: Int64 = 1
+    static let keptChanges = 1000
+
+    /// Opens the store's tables in `directory`'s database. `account` names the remote account and container
+    /// the store is bound to: when it differs from the one recorded, the old values are dropped (AccountChange).
+    public init(directory: String, device: String, account: String, remote: KeyValueRemote?) throws {
+        self.device = device
+        self.remote = remote
+        db = try Database(path: directory + "/state.sqlite")
+        try db.exec("""
+            PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
+            CREATE TABLE IF NOT EXISTS kv_local(key TEXT PRIMARY KEY, value TEXT, mtime INTEGER NOT NULL,
+              device TEXT NOT NULL, deleted INTEGER NOT NULL, pending INTEGER NOT NULL);
+            CREATE TABLE IF NOT EXISTS kv_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            """)
+        try bind(account)
+    }
+
+    // MARK: the program's side
+
+    /// The value of a key, nil when there is none.
+    public func value(_ key: String) -> KVValue? {
+        cond.withLock { (try? row(key)).flatMap { $0 }.flatMap { $0.deleted ? nil : $0.value } }
+    }
+
+    /// The live keys, sorted.
+    public func keys() -> [String] {
+        cond.withLock { (try? liveSizes().keys.sorted()) ?? [] }
+    }
+
+    /// Sets (or with nil deletes) a key; durable and queued when it returns. Over a limit: nothing is stored.
+    public func set(_ key: String, _ value: KVValue?) throws(CoreError) {
+        guard !key.isEmpty, !key.utf8.contains(0x2f), !key.utf8.contains(0) else { throw .invalidName }
+        do {
+            try cond.withLock {
+                if let v = KVLimits.violation(key: key, value: value, live: try liveSizes()) { throw Self.coreError(v) }
+                let old = try row(key)
+                if value == nil && (old == nil || old!.deleted) { throw CoreError.notFound }
+                // Later than what this device has seen for the key, so a write made after another stays later.
+                let mtime = max(nowNanoseconds(), (old?.mtime ?? 0) + 1)
+                try write(WireKVEntry(key: key, value: value, mtime: mtime, device: device, deleted: value == nil),
+                          pending: true)
+                cond.broadcast()
+            }
+        } catch let e as CoreError {
+            throw e
+        } catch {
+            throw CoreError.from(error)
+        }
+    }
+
+    public static func coreError(_ v: KVLimits.Violation) -> CoreError {
+        switch v {
+        case .keyTooLong: return .nameTooLong
+        case .valueTooLarge: return .fileTooBig
+        case .tooManyKeys, .overTotal: return .quotaExceeded(v.message)
+        }
+    }
+
+    /// The change records kept, oldest first.
+    public func changeRecords() -> [KVChange] { cond.withLock { changes } }
+
+    // MARK: threads
+
+    /// Starts the pusher and the feed (no-op without a remote).
+    public func start() {
+        guard remote != nil else { return }
+        Thread.detachNewThread { [self] in pushLoop() }
+        Thread.detachNewThread { [self] in feedLoop() }
+    }
+
+    public func stop() {
+        cond.withLock { stopped = true; cond.broadcast() }
+    }
+
+    private var isStopped: Bool { cond.withLock { stopped } }
+
+    private func pushLoop() {
+        while true {
+            let work: [WireKVEntry] = cond.withLock {
+                while !stopped && ((try? pending()) ?? []).isEmpty { cond.wait(until: Date(timeIntervalSinceNow: 5)) }
+                return stopped ? [] : ((try? pending()) ?? [])
+            }
+            if isStopped { return }
+            var failed = false
+            for entry in work where !failed { failed = !push(entry) }
+            if failed { pause(seconds: 1) }
+        }
+    }
+
+    /// Sends one pending write; false when the remote could not be reached (try again later).
+    private func push(_ entry: WireKVEntry) -> Bool {
+        guard let remote else { return false }
+        do {
+            let winner = try remote.putKV(entry)
+            cond.withLock {
+                do {
+                    if winner.sameWrite(as: entry) {
+                        try db.query("UPDATE kv_local SET pending = 0 WHERE key = ? AND mtime = ? AND device = ?",
+                                     [.text(entry.key), .int(entry.mtime), .text(entry.device)])
+                    } else if try apply(winner) {
+                        record(.serverChange, [entry.key])
+                    }
+                } catch { log.error("kv: cannot record the answer for \(entry.key): \(error)") }
+            }
+            return true
+        } catch let error as RemoteError {
+            if error.isTransient { return false }
+            refused(entry, error)
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// A write the remote refused (over its quota, or malformed): dropped here too, the remote's value comes
+    /// back with the feed read again from the start.
+    private func refused(_ entry: WireKVEntry, _ error: RemoteError) {
+        log.warning("kv: the remote refused \(entry.key): \(error)")
+        cond.withLock {
+            _ = try? db.query("DELETE FROM kv_local WHERE key = ? AND mtime = ? AND device = ?",
+                              [.text(entry.key), .int(entry.mtime), .text(entry.device)])
+            try? setMeta("seq", "0")
+            if case .rejected(413, _) = error { record(.quotaViolationChange, [entry.key]) }
+        }
+    }
+
+    private func feedLoop() {
+        while !isStopped {
+            guard let remote else { return }
+            // The initial sync answers at once, even with nothing on the remote; later reads long-poll.
+            let (since, synced) = cond.withLock { (Int64(meta("seq") ?? "0") ?? 0, meta("synced") != nil) }
+            do {
+                let answer = try remote.kvChanges(since: since, waitSeconds: synced ? 20 : 0)
+                cond.withLock { take(answer, since: since) }
+            } catch {
+                pause(seconds: 1)
+            }
+        }
+    }
+
+    /// Applies a feed answer; the first one of a fresh store is the initial sync.
+    private func take(_ answer: WireKVChanges, since: Int64) {
+        do {
+            guard Int64(meta("seq") ?? "0") ?? 0 == since else { return } // reset meanwhile: read again
+            var changed: [String] = []
+            try db.transaction {
+                for e in answer.entries where try apply(e) { changed.append(e.key) }
+                try setMeta("seq", String(answer.seq))
+            }
+            if meta("synced") == nil {
+                try setMeta("synced", "1")
+                record(.initialSyncChange, changed)
+            } else if !changed.isEmpty {
+                record(.serverChange, changed)
+            }
+        } catch { log.error("kv: cannot apply the feed: \(error)") }
+    }
+
+    private func pause(seconds: Double) {
+        cond.withLock { if !stopped { _ = cond.wait(until: Date(timeIntervalSinceNow: seconds)) } }
+    }
+
+    // MARK: merging (under the lock)
+
+    /// Applies a write from elsewhere by last-writer-wins; true when the key's visible value changed. A local
+    /// pending write that loses is dropped.
+    func apply(_ e: WireKVEntry) throws -> Bool {
+        let old = try row(e.key)
+        if let old, old.entry.sameWrite(as: e) {
+            try db.query("UPDATE kv_local SET pending = 0 WHERE key = ?", [.text(e.key)])
+            return false
+        }
+        if let old, !e.wins(over: old.entry) { return false }
+        try write(e, pending: false)
+        let before = old.flatMap { $0.deleted ? nil : $0.value }
+        return before != (e.deleted ? nil : e.value)
+    }
+
+    private func record(_ reason: KVChangeReason, _ keys: [String]) {
+        changes.append(KVChange(seq: nextChange, reason: reason, keys: keys))
+        nextChange += 1
+        if changes.count > Self.keptChanges { changes.removeFirst(changes.count - Self.keptChanges) }
+        log.info("kv: \(reason.rawValue) \(keys.joined(separator: " "))")
+    }
+
+    // MARK: tables (under the lock)
+
+    private struct Row {
+        var entry: WireKVEntry
+        var pending: Bool
+        var deleted: Bool { entry.deleted }
+        var value: KVValue? { entry.value }
+        var mtime: Int64 { entry.mtime }
+    }
+
+    private static func decode(_ text: String?) -> KVValue? {
+        text.flatMap { try? JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
+    }
+
+    private func row(_ key: String) throws -> Row? {
+        var found: Row?
+        try db.forEach("SELECT value, mtime, device, deleted, pending FROM kv_local WHERE key = ?", [.text(key)]) { r in
+            found = Row(entry: WireKVEntry(key: key, value: Self.decode(r.optionalText(0)), mtime: r.int(1),
+                                           device: r.text(2), deleted: r.int(3) != 0), pending: r.int(4) != 0)
+        }
+        return found
+    }
+
+    private func pending() throws -> [WireKVEntry] {
+        var out: [WireKVEntry] = []
+        try db.forEach("SELECT key, value, mtime, device, deleted FROM kv_local WHERE pending = 1") { r in
+            out.append(WireKVEntry(key: r.text(0), value: Self.decode(r.optionalText(1)), mtime: r.int(2),
+                                   device: r.text(3), deleted: r.int(4) != 0))
+        }
+        return out
+    }
+
+    /// Live key -> byte size of its value.
+    private func liveSizes() throws -> [String: Int] {
+        var out: [String: Int] = [:]
+        try db.forEach("SELECT key, value FROM kv_local WHERE deleted = 0") { r in
+            out[r.text(0)] = Self.decode(r.optionalText(1))?.byteSize ?? 0
+        }
+        return out
+    }
+
+    private func write(_ e: WireKVEntry, pending: Bool) throws {
+        let json = try e.value.map { String(decoding: try JSONEncoder.wire.encode($0), as: UTF8.self) }
+        try db.query("""
+            INSERT INTO kv_local(key, value, mtime, device, deleted, pending) VALUES(?, ?, ?, ?, ?, ?)
+            ON CONFLICT(key) DO UPDATE SET value = excluded.value, mtime = excluded.mtime, device = excluded.device,
+              deleted = excluded.deleted, pending = excluded.pending
+            """, [.text(e.key), json.map { .text($0) } ?? .null, .int(e.mtime), .text(e.device),
+                  .int(e.deleted ? 1 : 0), .int(pending ? 1 : 0)])
+    }
+
+    private func meta(_ key: String) -> String? {
+        var found: String?
+        try? db.forEach("SELECT value FROM kv_meta WHERE key = ?", [.text(key)]) { found = $0.text(0) }
+        return found
+    }
+
+    private func setMeta(_ key: String, _ value: String) throws {
+        try db.query("INSERT INTO kv_meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                     [.text(key), .text(value)])
+    }
+
+    /// Binds the store to `account`; a store bound to another drops its values and syncs afresh.
+    private func bind(_ account: String) throws {
+        try cond.withLock {
+            let old = meta("account")
+            if old == account { return }
+            if old != nil {
+                let keys = try liveSizes().keys.sorted()
+                try db.transaction {
+                    try db.exec("DELETE FROM kv_local; DELETE FROM kv_meta;")
+                }
+                record(.accountChange, keys)
+            }
+            try setMeta("account", account)
+        }
+    }
+}

@@ -1,0 +1,208 @@
+// The key-value store in the mount: `MOUNT/.kvstore/KEY` is a file per key, `MOUNT/.kvstore/.json/KEY` the
+// same keys as typed JSON (`{"type":"integer","value":5}`), `MOUNT/.kvstore/.changes` the change records
+// (one JSON object a line) that `ubiquityfs kv watch` follows. Nodes are virtual, like `.versions`, with ids
+// that cannot clash with item ids (those have no ':'):
+//   "kv:"  .kvstore     "kv:KEY"  a key as text     "kvj:"  .kvstore/.json     "kvj:KEY"  a key as JSON
+//   "kvc:" .kvstore/.changes
+// Text mapping: a file written holds a string value of exactly the bytes written (what `echo` writes, its
+// newline too, `cat` reads back); bytes that are not UTF-8 make a data value. Reading a string gives its bytes;
+// any other type reads as its typed JSON and a newline.
+// An open handle works on a private unlinked copy of the value (O_TRUNC empties it); the copy becomes the
+// value at flush or release, so a write over a limit fails at close and stores nothing: ENAMETOOLONG for a
+// key over 64 bytes (at lookup and create), EFBIG for a value over 1 MB (at write and close), EDQUOT when the
+// key count or the total would pass the quota (at close).
+import CFuse
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityCore
+
+extension FileSystem {
+    static let kvName = ".kvstore"
+    static let kvJSONName = ".json"
+    static let kvChangesName = ".changes"
+    static let kvDirID = "kv:"
+    static let kvJSONDirID = "kvj:"
+    static let kvChangesID = "kvc:"
+
+    func isKVID(_ id: String) -> Bool { id.hasPrefix("kv:") || id.hasPrefix("kvj:") || id == FileSystem.kvChangesID }
+
+    static func kvKeyID(_ key: String, typed: Bool) -> String { (typed ? kvJSONDirID : kvDirID) + key }
+
+    /// The node of a kv id: a key's node exists while the key has a value or a handle is open on it.
+    func kvNode(_ id: String) -> Node? {
+        guard let kv else { return nil }
+        switch id {
+        case FileSystem.kvDirID: return .kvDir(typed: false)
+        case FileSystem.kvJSONDirID: return .kvDir(typed: true)
+        case FileSystem.kvChangesID: return .kvChanges
+        default:
+            let typed = id.hasPrefix(FileSystem.kvJSONDirID)
+            let key = String(id.dropFirst(typed ? 4 : 3))
+            guard kv.value(key) != nil || kvOpenIDs().contains(id) else { return nil }
+            return .kvKey(key, typed: typed)
+        }
+    }
+
+    func kvChildren(typed: Bool) -> [(name: String, id: String)] {
+        var list: [(name: String, id: String)] = []
+        if !typed { list = [(FileSystem.kvJSONName, FileSystem.kvJSONDirID), (FileSystem.kvChangesName, FileSystem.kvChangesID)] }
+        // The names .json and .changes are taken in .kvstore itself: such keys show under .json only.
+        for key in kv?.keys() ?? [] where typed || (key != FileSystem.kvJSONName && key != FileSystem.kvChangesName) {
+            list.append((key, FileSystem.kvKeyID(key, typed: typed)))
+        }
+        return list
+    }
+
+    /// The child `name` of a kv directory (or `.kvstore` in the root); nil when `parent` is neither.
+    func kvChild(_ parent: String, _ name: String) throws(CoreError) -> (id: String, node: Node)?? {
+        if parent == core.rootID && sameName(name, FileSystem.kvName) {
+            return .some(kvNode(FileSystem.kvDirID).map { (FileSystem.kvDirID, $0) })
+        }
+        guard parent == FileSystem.kvDirID || parent == FileSystem.kvJSONDirID else { return nil }
+        let typed = parent == FileSystem.kvJSONDirID
+        if !typed && name == FileSystem.kvJSONName { return .some((FileSystem.kvJSONDirID, .kvDir(typed: true))) }
+        if !typed && name == FileSystem.kvChangesName { return .some((FileSystem.kvChangesID, .kvChanges)) }
+        if name.utf8.count > KVLimits.maxKeyBytes { throw .nameTooLong }
+        let id = FileSystem.kvKeyID(name, typed: typed)
+        return .some(kvNode(id).map { (id, $0) })
+    }
+
+    /// A key's content as read through the mount.
+    func kvBytes(_ key: String, typed: Bool) -> [UInt8] {
+        guard let value = kv?.value(key) else { return [] }
+        if !typed, case .string(let s) = value { return Array(s.utf8) }
+        return ((try? Array(JSONEncoder.wire.encode(value))) ?? []) + [0x0a]
+    }
+
+    /// The value a file's bytes stand for.
+    func kvValue(_ bytes: [UInt8], typed: Bool) throws(CoreError) -> KVValue {
+        if typed {
+            guard let v = try? JSONDecoder().decode(KVValue.self, from: Data(bytes)) else {
+                throw .invalidArgument("not a typed JSON value")
+            }
+            return v
+        }
+        if let s = String(validating: bytes, as: UTF8.self) { return .string(s) }
+        return .data(bytes)
+    }
+
+    func kvChangeBytes() -> [UInt8] {
+        var out: [UInt8] = []
+        for c in kv?.changeRecords() ?? [] { out += ((try? Array(JSONEncoder.wire.encode(c))) ?? []) + [0x0a] }
+        return out
+    }
+
+    /// Ids of keys with a handle open (a key being created has no value before its close).
+    func kvOpenIDs() -> Set<String> { Set(openFiles().map(\.id).filter { $0.hasPrefix("kv") }) }
+
+    // MARK: operations
+
+    func kvCreate(_ req: fuse_req_t, _ dirID: String, _ name: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { return replyError(req, .readOnly) }
+        if name.utf8.count > KVLimits.maxKeyBytes { return replyError(req, .nameTooLong) }
+        if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
+            return replyError(req, .exists)
+        }
+        let id = FileSystem.kvKeyID(name, typed: dirID == FileSystem.kvJSONDirID)
+        do {
+            let file = try kvHandle(id, content: [], writable: true)
+            file.wrote = true
+            fi.pointee.fh = addHandle(file)
+            guard let node = node(id) else { throw CoreError.notFound }
+            var e = entry(id, node)
+            if fuse_reply_create(req, &e, fi) != 0 {
+                inodes.forget(e.ino, 1)
+                release(fi.pointee.fh)
+            }
+        } catch { replyError(req, error) }
+    }
+
+    func kvOpen(_ req: fuse_req_t, _ id: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        let writable = fi.pointee.flags & O_ACCMODE != O_RDONLY
+        let truncate = fi.pointee.flags & O_TRUNC != 0
+        do {
+            let content: [UInt8]
+            switch node(id) {
+            case .kvChanges:
+                if writable { throw CoreError.readOnly }
+                content = kvChangeBytes()
+            case .kvKey(let key, let typed):
+                content = truncate ? [] : kvBytes(key, typed: typed)
+            default:
+                throw CoreError.notFound
+            }
+            let file = try kvHandle(id, content: content, writable: writable)
+            file.wrote = writable && truncate
+            fi.pointee.fh = addHandle(file)
+            ubq_fi_set_direct_io(fi, 1)
+            if fuse_reply_open(req, fi) != 0 { release(fi.pointee.fh) }
+        } catch { replyError(req, error) }
+    }
+
+    /// A handle on a private unlinked file in the store's staging area, holding `content`.
+    private func kvHandle(_ id: String, content: [UInt8], writable: Bool) throws -> OpenFile {
+        let path = core.store.stagingDirectory + "/kv-" + randomHex(bytes: 8)
+        let fd = try FileDescriptor.open(path, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
+        try? removeFile(path)
+        do { try fd.writeAll(content) } catch { fd.close(); throw error }
+        return OpenFile(id: id, fd: fd, writable: writable)
+    }
+
+    func kvWrite(_ req: fuse_req_t, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ file: OpenFile) {
+        let limit = file.id.hasPrefix(FileSystem.kvJSONDirID) ? KVLimits.maxBodyBytes : KVLimits.maxTotalBytes
+        if Int(offset) + fuse_buf_size(bufv) > limit {
+            file.refused = .fileTooBig
+            return replyError(req, .fileTooBig)
+        }
+        let n = ubq_write_buf_to_fd(bufv, file.fd.raw, offset)
+        if n < 0 { return replyErrno(req, Int32(-n)) }
+        file.wrote = true
+        file.wroteData = true
+        fuse_reply_write(req, n)
+    }
+
+    /// Makes a written handle's bytes the key's value. Over a limit: the error and nothing stored; the
+    /// handle's bytes are dropped either way, so release does not try again. A handle only opened with O_TRUNC
+    /// (or created) commits its empty value at release, so a write refused after it stores nothing.
+    func kvCommit(_ file: OpenFile, releasing: Bool = false) throws(CoreError) {
+        guard file.wrote, file.wroteData || releasing, let kv else { return }
+        file.wrote = false
+        file.wroteData = false
+        if let refused = file.refused { throw refused }
+        let typed = file.id.hasPrefix(FileSystem.kvJSONDirID)
+        let key = String(file.id.dropFirst(typed ? 4 : 3))
+        let size = Int(lseek(file.fd.raw, 0, SEEK_END))
+        var bytes = [UInt8](repeating: 0, count: max(0, size))
+        let got = bytes.withUnsafeMutableBytes { pread(file.fd.raw, $0.baseAddress, $0.count, 0) }
+        if got != bytes.count { throw .io("cannot read the written value back") }
+        try kv.set(key, try kvValue(bytes, typed: typed))
+    }
+
+    func kvSetattr(_ req: fuse_req_t, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
+        guard let node = node(id), case .kvKey = node else { return replyError(req, .readOnly) }
+        if toSet & FUSE_SET_ATTR_SIZE != 0 {
+            guard let fh, let file = file(fh), file.writable else { return replyError(req, .readOnly) }
+            if Int(attr.st_size) > KVLimits.maxBodyBytes { return replyError(req, .fileTooBig) }
+            if ftruncate(file.fd.raw, attr.st_size) != 0 { return replyErrno(req, errno) }
+            file.refused = nil
+            file.wrote = true
+            file.wroteData = true
+        }
+        var st = attributes(node, ino: ino)
+        fuse_reply_attr(req, &st, 0)
+    }
+
+    func kvRemove(_ req: fuse_req_t, _ dirID: String, _ name: String) {
+        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { return replyError(req, .readOnly) }
+        if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
+            return replyError(req, .readOnly)
+        }
+        do {
+            guard let kv else { throw CoreError.notFound }
+            if name.utf8.count > KVLimits.maxKeyBytes { throw CoreError.nameTooLong }
+            try kv.set(name, nil)
+            fuse_reply_err(req, 0)
+        } catch { replyError(req, error) }
+    }
+}

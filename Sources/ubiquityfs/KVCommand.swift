@@ -1,0 +1,128 @@
+// `ubiquityfs kv get|set|delete|list|watch MOUNT ...`: the key-value store of a mount through its files,
+// `MOUNT/.kvstore/KEY` (a value as text), `MOUNT/.kvstore/.json/KEY` (as typed JSON) and
+// `MOUNT/.kvstore/.changes` (the change records, which watch follows).
+import Foundation
+import Glibc
+import UbiquityBase
+
+enum KVCommand {
+    static let help = """
+    usage: ubiquityfs kv get [--json] MOUNT KEY        print a value (--json: typed, {"type":"integer","value":5})
+           ubiquityfs kv set [--json] MOUNT KEY [VALUE]  set a value (without VALUE: read from stdin)
+           ubiquityfs kv delete MOUNT KEY
+           ubiquityfs kv list [--json] MOUNT            the keys (--json: one object of keys and typed values)
+           ubiquityfs kv watch [--json] [--all] MOUNT   print each change that came from elsewhere, one line each:
+                                                        the reason (ServerChange, InitialSyncChange,
+                                                        QuotaViolationChange, AccountChange) and the keys;
+                                                        --all: first those kept since the mount started
+
+    Limits (Apple's): keys of at most 64 bytes of UTF-8, at most 1024 keys, at most 1 MB in all.
+    """
+
+    static func run(_ words: [String]) throws {
+        let args = try Arguments(words, valued: [], switches: ["--json", "--all", "--help"])
+        if args.has("--help") { return print(help) }
+        var rest = args.positional
+        guard !rest.isEmpty else { throw UsageError("kv needs an action: get, set, delete, list or watch") }
+        let action = rest.removeFirst()
+        guard !rest.isEmpty else { throw UsageError("kv \(action) needs a MOUNT") }
+        let dir = rest.removeFirst() + "/.kvstore"
+        var st = stat()
+        guard stat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+            throw CommandFailure("kv \(action): \(dir) is not there: not a ubiquityfs mount")
+        }
+        let json = args.has("--json")
+        let keyDir = json ? dir + "/.json" : dir
+        func key() throws -> String {
+            guard let k = rest.first else { throw UsageError("kv \(action) needs a KEY") }
+            return k
+        }
+        do {
+            switch action {
+            case "get":
+                var bytes = try readFile(keyDir + "/" + key())
+                if bytes.last != 0x0a { bytes.append(0x0a) }
+                FileHandle.standardOutput.write(Data(bytes))
+            case "set":
+                let k = try key()
+                let value = rest.count > 1 ? Array(rest[1].utf8) : Array(FileHandle.standardInput.readDataToEndOfFile())
+                try writeFile(keyDir + "/" + k, value)
+            case "delete":
+                if unlink(dir + "/.json/" + (try key())) != 0 { throw Errno.current }
+            case "list":
+                try list(dir, json: json)
+            case "watch":
+                try watch(dir + "/.changes", json: json, all: args.has("--all"))
+            default:
+                throw UsageError("unknown kv action '\(action)'")
+            }
+        } catch let e as Errno {
+            if ["list", "watch"].contains(action) { throw CommandFailure("kv \(action): \(dir): \(e)") }
+            throw CommandFailure("kv \(action): " + message(e.rawValue, key: rest.first ?? ""))
+        }
+    }
+
+    /// One clear line for each refusal.
+    static func message(_ code: Int32, key: String) -> String {
+        switch code {
+        case ENAMETOOLONG: return KVLimits.Violation.keyTooLong.message
+        case EFBIG: return KVLimits.Violation.valueTooLarge.message
+        case EDQUOT: return "over the quota (at most \(KVLimits.maxKeys) keys and 1 MB in all)"
+        case ENOENT: return "no such key: \(key)"
+        case EINVAL: return "not a typed JSON value (e.g. {\"type\":\"integer\",\"value\":5})"
+        default: return String(cString: strerror(code))
+        }
+    }
+
+    static func readFile(_ path: String) throws -> [UInt8] {
+        let fd = try FileDescriptor.open(path, O_RDONLY)
+        defer { fd.close() }
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = try buf.withUnsafeMutableBytes { try fd.read(into: $0) }
+            if n == 0 { return out }
+            out += buf[0..<n]
+        }
+    }
+
+    /// Writes the whole value and closes: the value is stored at close, where a quota refusal shows.
+    static func writeFile(_ path: String, _ bytes: [UInt8]) throws {
+        let fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o644)
+        do { try fd.writeAll(bytes) } catch { _ = Glibc.close(fd.raw); throw error }
+        if Glibc.close(fd.raw) != 0 { throw Errno.current }
+    }
+
+    static func list(_ dir: String, json: Bool) throws {
+        let keys = try FileManager.default.contentsOfDirectory(atPath: dir + "/.json").sorted()
+        guard json else { return keys.forEach { say($0) } }
+        var parts: [String] = []
+        for k in keys {
+            guard let value = try? readFile(dir + "/.json/" + k) else { continue } // deleted meanwhile
+            let name = String(decoding: try JSONEncoder.wire.encode(k), as: UTF8.self)
+            parts.append(name + ":" + String(decoding: value, as: UTF8.self).trimmingCharacters(in: .newlines))
+        }
+        say("{" + parts.joined(separator: ",") + "}")
+    }
+
+    struct Record: Decodable { let seq: Int64; let reason: String; let keys: [String] }
+
+    /// Follows the change records, printing those that arrive after it started (with `all`, also the kept ones).
+    static func watch(_ path: String, json: Bool, all: Bool) throws {
+        var seen = all ? 0 : try records(path).last?.0.seq ?? 0
+        while true {
+            for (r, line) in try records(path) where r.seq > seen {
+                seen = r.seq
+                say(json ? line : ([r.reason] + r.keys).joined(separator: " "))
+            }
+            usleep(200_000)
+        }
+    }
+
+    static func records(_ path: String) throws -> [(Record, String)] {
+        let text = String(decoding: try readFile(path), as: UTF8.self)
+        return text.split(separator: "\n").compactMap { line in
+            (try? JSONDecoder().decode(Record.self, from: Data(line.utf8))).map { ($0, String(line)) }
+        }
+    }
+}
