@@ -61,10 +61,12 @@ class Model:
         self.files = {n: b"" for n in names}
 
 
-def test_randomized_content_race_matches_model(two):
+def test_randomized_content_race_matches_model(stub, mount_factory):
     """For a minute, threads race evict, download, open-for-write with pwrite, truncate, rename over and
-    remote updates on a few files; each file's final bytes on both devices equal the model's."""
-    stub, a, b = two
+    remote updates on a few files; each file's final bytes on both devices equal the model's. A local store
+    limit smaller than the files together keeps the automatic evictor racing too."""
+    a = mount_factory(stub, "laptop", extra=["--cache-size", "300K"])
+    b = mount_factory(stub, "desktop", extra=["--cache-size", "300K"])
     names = [f"f{i}.bin" for i in range(4)]
     model = Model(names)
     for n in names:
