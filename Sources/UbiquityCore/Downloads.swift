@@ -281,7 +281,8 @@ final class LandedBytes {
     /// Called as the file grows to `size` bytes: hashes and flushes in steps of a few MiB.
     func follow(to size: Int64) {
         guard size - hashed >= LandedBytes.step else { return }
-        try? hash(to: size)
+        // Up to a block boundary only, so every zero block lies whole in one read and becomes a hole.
+        try? hash(to: size - size % Int64(LandedBytes.block))
         fd.startWriteback(from: flushed, length: size - flushed)
         flushed = size
     }
