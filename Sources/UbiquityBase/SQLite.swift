@@ -112,6 +112,8 @@ public final class Database: @unchecked Sendable {
     }
 
     public var changes: Int { Int(sqlite3_changes(handle)) }
+    /// False while a transaction is open.
+    public var isAutocommit: Bool { sqlite3_get_autocommit(handle) != 0 }
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 }
 

@@ -3,7 +3,7 @@
 //
 // What must hold:
 // - `used` is the sum of the allocated size (st_blocks * 512) of the content files of items: measured by a scan
-//   at start and re-measured under the container's lock at every change of a content file (open that creates or
+//   at start and re-measured under the container's lock (as part of CoreState) at every change of a content file (open that creates or
 //   truncates, install, close and fsync of a written file, truncate, evict, delete). Conflict versions are not
 //   counted. Bytes grow between a write and its close uncounted: a close re-measures.
 // - The evictor only takes what `evictionRefusal` lets go (clean, uploaded, not pinned, not local-only), and
@@ -70,8 +70,8 @@ public struct CacheStatus: Sendable {
     public let recent: [Eviction]
 }
 
-/// The accounting of the local store. Guarded by the container's lock.
-final class CacheAccount {
+/// The accounting of the local store (a part of CoreState).
+struct CacheAccount {
     /// Allocated bytes of each item's content file (by item id; ".unlinked" copies by their file name).
     private(set) var sizes: [String: Int64] = [:]
     private(set) var used: Int64 = 0
@@ -93,7 +93,7 @@ final class CacheAccount {
     static let awaitingOpenGrace: Int64 = 30_000_000_000
 
     /// Records the allocated size of one content file (0: gone or empty).
-    func set(_ name: String, _ bytes: Int64) {
+    mutating func set(_ name: String, _ bytes: Int64) {
         used += bytes - (sizes[name] ?? 0)
         sizes[name] = bytes > 0 ? bytes : nil
     }
@@ -110,7 +110,7 @@ final class CacheAccount {
             .sorted { (order.lastUsed[$0] ?? 0, $0) < (order.lastUsed[$1] ?? 0, $1) }
     }
 
-    func recordEviction(_ e: Eviction) {
+    mutating func recordEviction(_ e: Eviction) {
         evictedFiles += 1
         evictedBytes += e.bytes
         recent.append(e)
@@ -123,70 +123,43 @@ final class CacheAccount {
     }
 }
 
-extension Container {
+extension CoreState {
     /// Measures every content file of an item (at start, before any other thread).
-    func scanContent() {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []
-        for name in names where !name.contains(".") { recountLocked(name) }
+    mutating func scanContent() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.content)) ?? []
+        for name in names where !name.contains(".") { recount(name) }
         cache.lastUsed = ((try? store.lastUsedTimes()) ?? [:]).filter { items[$0.key] != nil }
         cache.savedLastUsed = cache.lastUsed
     }
 
     /// Re-measures the content file of `name` (an item id, or an unlinked copy's file name) and wakes the
-    /// evictor when usage passed the limit. Expects the lock held.
-    func recountLocked(_ name: String) {
+    /// evictor when usage passed the limit.
+    mutating func recount(_ name: String) {
         var st = stat()
-        let path = store.contentDirectory + "/" + name
+        let path = paths.content + "/" + name
         cache.set(name, stat(path, &st) == 0 ? Int64(st.st_blocks) * 512 : 0)
-        if cache.used > config.cacheLimit { evictor?.wake() }
+        if cache.used > config.cacheLimit { wakeEvictor() }
     }
 
-    /// Re-measures an item's content file and its unlinked copy. Expects the lock held.
-    func recountContent(_ id: String) {
-        recountLocked(id)
-        if cache.size(id + ".unlinked") > 0 || unlinked[id] != nil { recountLocked(id + ".unlinked") }
+    /// Re-measures an item's content file and its unlinked copy.
+    mutating func recountContent(_ id: String) {
+        recount(id)
+        if cache.size(id + ".unlinked") > 0 || unlinked[id] != nil { recount(id + ".unlinked") }
     }
 
     /// Records an open or a close of a file as its last use; saves it when it moved by more than a minute.
-    /// Expects the lock held.
-    func touchLocked(_ id: String) {
+    mutating func touch(_ id: String) {
         guard items[id].map({ !$0.deleted }) ?? false else { return }
         let t = now()
         cache.lastUsed[id] = t
         if let saved = cache.savedLastUsed[id], t - saved <= CacheAccount.saveStep { return }
+        // Best effort: a last use not saved is only an older place in the order of eviction.
         if (try? store.saveLastUsed([id: t])) != nil { cache.savedLastUsed[id] = t }
     }
 
-    /// Saves every last use not saved yet (at stop: the exact order survives a clean remount).
-    func saveLastUses() {
-        withLock {
-            let unsaved = cache.unsavedLastUses(step: 0)
-            if !unsaved.isEmpty, (try? store.saveLastUsed(unsaved)) != nil { cache.savedLastUsed.merge(unsaved) { $1 } }
-        }
-    }
-
-    /// Free bytes on the store's file system (for an unprivileged writer).
-    func freeBytes() -> Int64 {
-        var vfs = statvfs()
-        guard statvfs(store.directory, &vfs) == 0 else { return .max }
-        return Int64(vfs.f_bavail) * Int64(vfs.f_frsize)
-    }
-
-    /// The usage the evictor brings the store down to once it passed the limit.
-    var lowWaterMark: Int64 { config.cacheLimit - config.cacheLimit / 10 }
-
-    /// Usage, limit and what was evicted lately.
-    public func cacheStatus() -> CacheStatus {
-        withLock {
-            CacheStatus(used: cache.used, limit: config.cacheLimit == .max ? nil : config.cacheLimit,
-                        evictedFiles: cache.evictedFiles, evictedBytes: cache.evictedBytes,
-                        recent: cache.recent.reversed())
-        }
-    }
-
     /// Why the evictor must leave a file's content, or nil: the refusal of any eviction, or it is open, or it
-    /// was just installed for an open that has not counted its handle yet. Expects the lock held.
-    func autoEvictionRefusal(_ item: Item) -> String? {
+    /// was just installed for an open that has not counted its handle yet.
+    mutating func autoEvictionRefusal(_ item: Item) -> String? {
         if let why = evictionRefusal(item) { return why }
         if handles[item.id] != nil { return "\(item.name) is open" }
         if let t = cache.awaitingOpen[item.id] {
@@ -196,35 +169,67 @@ extension Container {
         return nil
     }
 
-    /// Evicts one file if it can go now; returns the bytes given back. Expects the lock held.
-    private func autoEvictLocked(_ id: String) -> Int64 {
+    /// Evicts one file if it can go now; returns the bytes given back.
+    mutating func autoEvict(_ id: String) throws(CoreError) -> Int64 {
         guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { return 0 }
         let bytes = cache.size(id)
-        guard (try? dropContent(item)) != nil else { return 0 }
-        cache.recordEviction(Eviction(time: now(), bytes: bytes, path: pathLocked(id)))
-        log.info("evicted \(pathLocked(id)) (\(bytes) bytes) for the local store limit")
+        try dropContent(item)
+        let path = path(of: id)
+        onCommit { s in s.cache.recordEviction(Eviction(time: s.now(), bytes: bytes, path: path)) }
+        log.info("evicted \(path) (\(bytes) bytes) for the local store limit")
         return bytes
+    }
+}
+
+extension Container {
+    /// Saves every last use not saved yet (at stop: the exact order survives a clean remount).
+    func saveLastUses() {
+        mutate { (s: inout CoreState) in
+            let unsaved = s.cache.unsavedLastUses(step: 0)
+            if !unsaved.isEmpty, (try? s.store.saveLastUsed(unsaved)) != nil { s.cache.savedLastUsed.merge(unsaved) { $1 } }
+        }
+    }
+
+    /// Free bytes on the store's file system (for an unprivileged writer).
+    func freeBytes() -> Int64 {
+        var vfs = statvfs()
+        guard statvfs(paths.directory, &vfs) == 0 else { return .max }
+        return Int64(vfs.f_bavail) * Int64(vfs.f_frsize)
+    }
+
+    /// The usage the evictor brings the store down to once it passed the limit.
+    var lowWaterMark: Int64 { config.cacheLimit - config.cacheLimit / 10 }
+
+    /// Usage, limit and what was evicted lately.
+    public func cacheStatus() -> CacheStatus {
+        read { s in
+            CacheStatus(used: s.cache.used, limit: config.cacheLimit == .max ? nil : config.cacheLimit,
+                        evictedFiles: s.cache.evictedFiles, evictedBytes: s.cache.evictedBytes,
+                        recent: s.cache.recent.reversed())
+        }
     }
 
     /// Evicts least recently used files, one at a time under the lock, until `enough` (asked under the lock
     /// before each, with the bytes given back so far) holds or nothing more can go; then runs `then` under the
     /// same lock. `sparing`: a file never evicted (the one being downloaded).
-    func evictLeastRecentlyUsed(sparing: String? = nil, until enough: (Int64) -> Bool, then: () -> Void = {}) {
+    func evictLeastRecentlyUsed(sparing: String? = nil, until enough: (CoreState, Int64) -> Bool,
+                                then: (inout CoreState) -> Void = { _ in }) {
         var freed: Int64 = 0
-        let order = withLock { () -> (sizes: [String: Int64], lastUsed: [String: Int64])? in
-            if enough(0) { then(); return nil }
-            return cache.order
+        let order = mutate { (s: inout CoreState) -> (sizes: [String: Int64], lastUsed: [String: Int64])? in
+            if enough(s, 0) { then(&s); return nil }
+            return s.cache.order
         }
-        guard let order else { return }
+        guard let order = order ?? nil else { return }
         var queue = CacheAccount.leastRecentlyUsed(order)[...]
         while true {
-            let finished = mutate { () -> Bool in
-                if enough(freed) { then(); return true }
-                guard let id = queue.popFirst() else { then(); return true }
-                if id != sparing { freed += autoEvictLocked(id) }
+            let finished = mutate { (s: inout CoreState) -> Bool in
+                if enough(s, freed) { then(&s); return true }
+                guard let id = queue.popFirst() else { then(&s); return true }
+                // A file that cannot be evicted now is passed over (the next pass sees it again).
+                if id != sparing { freed += (try? s.autoEvict(id)) ?? 0 }
                 return false
             }
-            if finished { return }
+            if finished ?? true { return }
         }
     }
 
@@ -236,10 +241,10 @@ extension Container {
         let short = minFree > 0 && free < minFree ? minFree + minFree / 10 - free : 0
         // Reserved bytes are the downloads' own business (`makeRoom`): an install counts its file before it lets
         // go of its reservation, and the evictor must not see that file twice.
-        let over = withLock { cache.used > config.cacheLimit }
+        let over = read { $0.cache.used > config.cacheLimit }
         guard over || short > 0 else { return }
         let target = over ? lowWaterMark : config.cacheLimit
-        evictLeastRecentlyUsed(until: { freed in cache.used <= target && freed >= short })
+        evictLeastRecentlyUsed(until: { s, freed in s.cache.used <= target && freed >= short })
     }
 
     /// Makes room for a download of `bytes` (before it starts, on the download's thread): evicts until it fits
@@ -250,15 +255,15 @@ extension Container {
         let minFree = config.minFreeBytes
         let short = minFree > 0 ? max(0, minFree + bytes - freeBytes()) : 0
         evictLeastRecentlyUsed(sparing: key.split(separator: ".").first.map(String.init),
-                               until: { freed in cache.used + cache.reserved <= limit - bytes && freed >= short },
-                               then: { cache.reserved += bytes })
+                               until: { s, freed in s.cache.used + s.cache.reserved <= limit - bytes && freed >= short },
+                               then: { s in s.cache.reserved += bytes })
     }
 
     /// A download that made room for `bytes` is installed (or failed): the bytes are no longer held.
     func roomUsed(_ bytes: Int64) {
-        withLock {
-            cache.reserved -= bytes
-            if cache.used > config.cacheLimit { evictor?.wake() }
+        mutate { (s: inout CoreState) in
+            s.cache.reserved -= bytes
+            if s.cache.used > config.cacheLimit { s.wakeEvictor() }
         }
     }
 
@@ -266,7 +271,7 @@ extension Container {
     func makeRoomAfterNoSpace(for key: String, bytes: Int64) {
         let need = max(config.minFreeBytes, 0) + bytes - freeBytes()
         evictLeastRecentlyUsed(sparing: key.split(separator: ".").first.map(String.init),
-                               until: { freed in freed >= need })
+                               until: { _, freed in freed >= need })
     }
 }
 

@@ -10,12 +10,12 @@ import Glibc
 extension Container {
     /// Live files that have unresolved conflict versions.
     public func conflictedItems() -> [Item] {
-        withLock { items.values.filter { !$0.deleted && !$0.conflicts.isEmpty } }
+        read { s in s.items.values.filter { !$0.deleted && !$0.conflicts.isEmpty } }
     }
 
     /// True if the conflict version's content is stored here.
     public func hasLocalConflict(_ id: String, _ conflict: String) -> Bool {
-        FileManager.default.fileExists(atPath: store.conflictPath(id, conflict))
+        FileManager.default.fileExists(atPath: paths.conflict(id, conflict))
     }
 
     /// Fetches a conflict version's content, calling `done` once it is local or failed.
@@ -26,36 +26,18 @@ extension Container {
 
     /// Drops the local copy of a conflict version (it stays on the remote).
     public func evictConflict(_ id: String, _ conflict: String) {
-        try? removeFile(store.conflictPath(id, conflict))
-        downloads.removeStaleStaging(id + "." + conflict)
-    }
-
-    /// Drops from a remote state the conflict versions this device resolved (a version can come back when an edit
-    /// elsewhere revives a file this device resolved and then deleted); true when the resolution must be pushed
-    /// again. Expects the lock held.
-    func keepResolutions(_ item: inout Item) -> Bool {
-        let kept = item.conflicts.filter { !discardedConflicts.contains($0.id) }
-        guard kept.count != item.conflicts.count else { return false }
-        item.conflicts = kept
-        item.metaDirty = true
-        return true
-    }
-
-    /// Removes local copies of conflict versions that are no longer listed.
-    func pruneConflictFiles(_ id: String, old: [WireConflict], new: [WireConflict]) {
-        let kept = Set(new.map(\.id))
-        for c in old where !kept.contains(c.id) { evictConflict(id, c.id) }
+        paths.evictConflict(id, conflict)
     }
 
     /// Discards one conflict version, here and, once pushed, on every device.
     public func discardConflict(_ id: String, _ conflict: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted else { throw .notFound }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard item.conflicts.contains(where: { $0.id == conflict }) else { throw .notFound }
             item.conflicts.removeAll { $0.id == conflict }
             item.metaDirty = true
-            try rememberResolved([conflict])
-            try saveLocalChange(item)
+            try s.rememberResolved([conflict])
+            try s.saveLocalChange(item)
         }
         evictConflict(id, conflict)
     }
@@ -63,19 +45,14 @@ extension Container {
     /// Makes a conflict version the file's current content: a local edit that replaces the content, and the
     /// version is resolved. Needs the version's content local (`.wouldBlock` otherwise: fetch it first).
     public func promoteConflict(_ id: String, _ conflict: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted else { throw .notFound }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard let c = item.conflicts.first(where: { $0.id == conflict }) else { throw .notFound }
-            if (handles[id]?.writers ?? 0) > 0 { throw .busy("\(item.name) is open for writing") }
-            let source = store.conflictPath(id, conflict)
+            if (s.handles[id]?.writers ?? 0) > 0 { throw .busy("\(item.name) is open for writing") }
+            let source = paths.conflict(id, conflict)
             guard FileManager.default.fileExists(atPath: source) else { throw .wouldBlock }
-            do {
-                try renameFile(source, store.contentPath(id))
-                syncDirectory(store.contentDirectory)
-            } catch { throw CoreError.from(error) }
-            recountContent(id)
             item.conflicts.removeAll { $0.id == conflict }
-            try rememberResolved([conflict])
+            try s.rememberResolved([conflict])
             item.hasLocal = true
             item.dirty = true
             item.localSHA = nil
@@ -84,10 +61,47 @@ extension Container {
             item.mtime = now
             item.ctime = now
             item.metaDirty = true
-            contentGeneration[id, default: 0] += 1
-            try saveLocalChange(item)
-            notice(.changed(id, content: true))
+            s.contentGeneration[id, default: 0] += 1
+            try s.saveLocalChange(item)
+            // Last: a failed rename rolls the change back.
+            do {
+                try renameFile(source, paths.content(id))
+                syncDirectory(paths.content)
+            } catch { throw CoreError.from(error) }
+            s.recountContent(id)
+            s.notice(.changed(id, content: true))
         }
+    }
+}
+
+extension CoreState {
+    /// Drops from a remote state the conflict versions this device resolved (a version can come back when an edit
+    /// elsewhere revives a file this device resolved and then deleted); true when the resolution must be pushed
+    /// again.
+    func keepResolutions(_ item: inout Item) -> Bool {
+        let kept = item.conflicts.filter { !discardedConflicts.contains($0.id) }
+        guard kept.count != item.conflicts.count else { return false }
+        item.conflicts = kept
+        item.metaDirty = true
+        return true
+    }
+
+    /// Removes local copies of conflict versions that are no longer listed, once the change is committed.
+    mutating func pruneConflictFiles(_ id: String, old: [WireConflict], new: [WireConflict]) {
+        let kept = Set(new.map(\.id))
+        let gone = old.filter { !kept.contains($0.id) }.map(\.id)
+        if gone.isEmpty { return }
+        onCommit { s in for c in gone { s.evictConflict(id, c) } }
+    }
+
+    func evictConflict(_ id: String, _ conflict: String) { paths.evictConflict(id, conflict) }
+}
+
+extension StorePaths {
+    /// Drops the local copy of a conflict version and any partial download of it.
+    func evictConflict(_ id: String, _ conflict: String) {
+        try? removeFile(self.conflict(id, conflict))
+        removeStaleStaging(id + "." + conflict)
     }
 }
 

@@ -49,7 +49,8 @@ enum Notice {
 }
 
 public final class Container: @unchecked Sendable {
-    public let store: Store
+    // @unchecked: the mutable state is in `state` (a Locked), the loops and the evictor are set once in init
+    // and start; `observer` and `querySocket` are set before the mount serves requests.
     public let remote: RemoteClient
     public let config: ContainerConfig
     public weak var observer: ContainerObserver?
@@ -59,47 +60,14 @@ public final class Container: @unchecked Sendable {
     public var querySocket: String?
     let log = Logger("core")
 
-    let lock = NSLock()
-    /// Every item by id, live ones and local tombstones waiting to be pushed.
-    var items: [String: Item] = [:]
-    /// Live items by parent and name.
-    var children: [String: NameTable] = [:]
-    /// Open handles per item: total and writable.
-    var handles: [String: (open: Int, writers: Int)] = [:]
-    /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
-    var contentGeneration: [String: Int] = [:]
-    var transfers: [String: TransferState] = [:]
-    /// Items deleted (here or elsewhere) while programs still hold them open, as they were, with `deleted` set:
-    /// as on ext4 the descriptors keep working until the last close, on content moved aside to `unlinkedPath`.
-    var unlinked: [String: Item] = [:]
-    /// Files open for writing: the time of the last write, and whether an fsync came since the last snapshot
-    /// (Snapshots.swift).
-    var lastWrite: [String: Int64] = [:]
-    var fsyncedSinceSnapshot: Set<String> = []
+    /// Everything shared between threads (State.swift): reached only through `read` and `mutate`.
+    let state: Locked<CoreState>
+    /// Where the store's files are; immutable, so read without the lock.
+    let paths: StorePaths
     let gates = ContentGates()
-    /// Conflict versions resolved here (kept in the store, so a crash does not forget them): a rebase on a newer
-    /// remote version, or an edit elsewhere reviving a file resolved and then deleted here, does not bring them
-    /// back. Conflict ids are random and never reused, so the set only grows (by a few bytes a resolution).
-    var discardedConflicts: Set<String> = []
-    /// Conflict versions this device added to a file's list (the losing side of a conflict it resolved) that the
-    /// remote has not stored yet (kept in the store): a later push that meets a newer remote version lists them
-    /// on top of the remote's list, which cannot have them. One left behind by a delete is never listed again.
-    var unpushedConflicts: Set<String> = []
-    /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
-    /// passed it: a page of the feed fetched before the delete must not bring them back.
-    var settledDeletes: [String: Int64] = [:]
-    /// Since when (wall clock, ns) the remote cannot be reached, as the change feed last found; nil while it
-    /// answers. While set, an open takes what is local at once instead of waiting out the download timeout.
-    var offlineSince: Int64?
-    private var notices: [Notice] = []
-    /// False until the remote's feed has been applied to the end once: the tree that arrives in a fresh store is
-    /// the remote's as it is, not a change of its folders' entries (their mtimes stay the synced ones).
-    var caughtUp = false
 
     var downloads: Downloads!
     var sync: SyncLoops!
-    /// Bytes of local content and the last use of each file (Cache.swift).
-    let cache = CacheAccount()
     /// Keeps the store under its limit, when it has one and transfers run in the background.
     var evictor: Evictor?
 
@@ -110,98 +78,21 @@ public final class Container: @unchecked Sendable {
 
     /// Opens the container's store. Call `start` to begin syncing.
     public init(store: Store, remote: RemoteClient, config: ContainerConfig) throws {
-        self.store = store
         self.remote = remote
         self.config = config
+        self.paths = store.paths
         store.changes = changes
-        for item in try store.loadItems() { items[item.id] = item }
-        for (id, item) in items where item.parent != nil { items[id]!.parent = interned(item.parent) }
-        discardedConflicts = Set(try store.resolvedConflicts())
-        caughtUp = store.meta("token") != nil
-        unpushedConflicts = Set(try store.unpushedConflicts())
-        if items[rootID] == nil {
-            let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),
-                            ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
-                            device: "", hasLocal: true, localSHA: nil, dirty: false, metaDirty: false,
-                            deleted: false, pinned: false, xattrs: [:], conflicts: [])
-            items[rootID] = root
-            try store.save(root)
-        }
-        for item in items.values where !item.deleted {
-            guard let parent = item.parent else { continue }
-            // Two items may claim one name after a restart: `place` unlists a stale clean item without moving
-            // it in the store (its newer state follows from the remote). The pending one keeps the name, else
-            // the one the remote gave it later.
-            if let otherID = children[parent]?[item.name], let other = items[otherID],
-               (other.isPending ? 1 : 0, other.remoteVersion, other.id) > (item.isPending ? 1 : 0, item.remoteVersion, item.id) {
-                continue
-            }
-            children[parent, default: [:]][item.name] = item.id
-        }
+        var s = CoreState(store: store, config: config)
+        try s.load()
+        s.removeOrphanContent()
+        s.scanContent()
+        state = Locked(s)
         downloads = Downloads(container: self)
         sync = SyncLoops(container: self)
-        removeOrphanContent()
-        scanContent()
-    }
-
-    /// Removes content files no item owns: a file deleted while open keeps its content until the last close,
-    /// and a daemon that stops before that close would otherwise leave it in the store for ever. Likewise the
-    /// local copy of a conflict version no longer listed.
-    private func removeOrphanContent() {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []
-        for name in names {
-            let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
-            guard let item = items[parts[0]], !item.deleted else {
-                try? removeFile(store.contentDirectory + "/" + name)
-                continue
-            }
-            if parts.count == 2 && !item.conflicts.contains(where: { $0.id == parts[1] }) {
-                try? removeFile(store.contentDirectory + "/" + name)
-            }
-        }
-    }
-
-    /// The same id, sharing the storage of the item's own id string: with 100,000 items, one copy of each id
-    /// rather than one per child saves megabytes. Expects the lock held (or no other thread yet).
-    func interned(_ id: String?) -> String? {
-        guard let id else { return nil }
-        return items.index(forKey: id).map { items.keys[$0] } ?? id
-    }
-
-    /// Remembers conflict versions resolved here. Expects the lock held.
-    func rememberResolved(_ ids: [String]) throws(CoreError) {
-        do { try store.markResolved(ids) } catch { throw CoreError.from(error) }
-        discardedConflicts.formUnion(ids)
-    }
-
-    /// Remembers conflict versions added here, until the remote stores them. Expects the lock held.
-    func rememberUnpushed(_ ids: [String]) throws {
-        try store.markUnpushed(ids, added: true)
-        unpushedConflicts.formUnion(ids)
-    }
-
-    /// Forgets the conflict versions added here that the remote lists now. Expects the lock held.
-    func forgetUnpushed(listed: [WireConflict]) throws {
-        let stored = listed.map(\.id).filter { unpushedConflicts.contains($0) }
-        if stored.isEmpty { return }
-        try store.markUnpushed(stored, added: false)
-        unpushedConflicts.subtract(stored)
-    }
-
-    /// The conflict list to push on top of the remote's list `remote`: the remote's without the versions resolved
-    /// here, and the versions added here (of `local`) that the remote does not have yet, under any id (another
-    /// device may have kept the same write as a version first). Expects the lock held.
-    func mergedConflicts(local: [WireConflict], remote: [WireConflict]) -> [WireConflict] {
-        let listed = Set(remote.map(\.id))
-        return remote.filter { !discardedConflicts.contains($0.id) }
-            + local.filter { mine in
-                unpushedConflicts.contains(mine.id) && !listed.contains(mine.id)
-                    && !remote.contains { $0.isSameWrite(as: mine) }
-            }
     }
 
     /// True when the store has never synced with the remote.
-    public var isFresh: Bool { withLock { store.meta("token") == nil } }
+    public var isFresh: Bool { read { $0.store.meta("token") == nil } }
 
     /// Fetches the remote's current tree once (waiting for nothing), then starts the background loops.
     public func start(initialSync: Bool) throws {
@@ -213,7 +104,7 @@ public final class Container: @unchecked Sendable {
             evictor?.start()
             evictor?.wake()
         }
-        let pinnedStale = withLock { items.values.filter { $0.pinned && $0.kind == .file && !$0.isCurrent }.map(\.id) }
+        let pinnedStale = read { s in s.items.values.filter { $0.pinned && $0.kind == .file && !$0.isCurrent }.map(\.id) }
         for id in pinnedStale { downloads.start(id) }
     }
 
@@ -227,30 +118,47 @@ public final class Container: @unchecked Sendable {
         saveLastUses()
     }
 
-    // MARK: locking and notices
+    // MARK: locking and effects
 
+    /// Reads the state under the lock.
     @inline(__always)
-    func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
-        lock.lock(); defer { lock.unlock() }
-        return try body()
+    func read<T, E: Error>(_ body: (CoreState) throws(E) -> T) throws(E) -> T {
+        try state.withLock { (s: inout CoreState) throws(E) -> T in try body(s) }
     }
 
-    /// Runs `body` under the lock, then delivers the notices it queued.
-    func mutate<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
-        lock.lock()
-        let result: Result<T, E>
-        do throws(E) { result = .success(try body()) } catch { result = .failure(error) }
-        let n = notices; notices = []
-        lock.unlock()
-        deliver(n)
+    /// Runs one operation under the lock as one transaction (State.swift), then delivers what it queued for
+    /// after the lock: notices to the observer, wake-ups of the pusher and the evictor, downloads to start.
+    func mutate<T>(_ body: (inout CoreState) throws(CoreError) -> T) throws(CoreError) -> T {
+        do { return try mutateThrowing(body) } catch { throw CoreError.from(error) }
+    }
+
+    /// `mutate` for an operation that cannot fail by itself: a failed commit is logged (what it changed in
+    /// memory is rolled back with it).
+    @discardableResult
+    func mutate<T>(_ body: (inout CoreState) -> T) -> T? {
+        do { return try mutateThrowing(body) } catch {
+            log.error("a change could not be saved: \(error)")
+            return nil
+        }
+    }
+
+    /// `mutate` for an operation that throws errors other than CoreError (the sync loops').
+    func mutateThrowing<T>(_ body: (inout CoreState) throws -> T) throws -> T {
+        let (result, effects) = state.withLock { s -> (Result<T, Error>, Effects) in
+            let result = Result { try s.transact(body) }
+            defer { s.effects = Effects() }
+            return (result, s.effects)
+        }
+        deliver(effects)
         return try result.get()
     }
 
-    func notice(_ n: Notice) { notices.append(n) }
-
-    private func deliver(_ list: [Notice]) {
-        guard let observer, !list.isEmpty else { return }
-        for n in list {
+    private func deliver(_ effects: Effects) {
+        if effects.wakePusher { sync.wakePusher() }
+        if effects.wakeEvictor { evictor?.wake() }
+        for id in effects.downloads { downloads.start(id) }
+        guard let observer, !effects.notices.isEmpty else { return }
+        for n in effects.notices {
             switch n {
             case .changed(let id, let content): observer.itemChanged(id, contentChanged: content)
             case .removed(let parent, let name, let id): observer.entryRemoved(parent: parent, name: name, id: id)
@@ -262,88 +170,35 @@ public final class Container: @unchecked Sendable {
     // MARK: reading
 
     public func item(_ id: String) -> Item? {
-        withLock { items[id].flatMap { $0.deleted ? nil : $0 } }
+        read { s in s.items[id].flatMap { $0.deleted ? nil : $0 } }
     }
 
     public func lookup(parent: String, name: String) -> Item? {
-        withLock { children[parent]?[name].flatMap { items[$0] } }
+        read { s in s.children[parent]?[name].flatMap { s.items[$0] } }
     }
 
     /// The live children of a directory, sorted by name.
     public func list(_ id: String) throws(CoreError) -> [Item] {
-        try withLock { () throws(CoreError) -> [Item] in
-            guard let dir = items[id], !dir.deleted else { throw .notFound }
-            guard dir.isDirectory else { throw .notDirectory }
-            return (children[id] ?? [:]).sorted { $0.key < $1.key }.compactMap { items[$0.value] }
+        try read { (s) throws(CoreError) -> [Item] in
+            _ = try s.liveDirectory(id)
+            return (s.children[id] ?? [:]).sorted { $0.key < $1.key }.compactMap { s.items[$0.value] }
         }
     }
 
     /// How many live subdirectories a directory has (its link count is 2 more).
     public func subdirectoryCount(_ id: String) -> Int {
-        withLock { children[id]?.directoryCount { items[$0]?.isDirectory == true } ?? 0 }
+        state.withLock { s in
+            let items = s.items
+            return s.children.directoryCount(in: id) { items[$0]?.isDirectory == true }
+        }
     }
 
     /// The path of an item from the container root, for messages and the status command.
     public func path(of id: String) -> String {
-        withLock { pathLocked(id) }
-    }
-
-    /// The path of an item from the container root. Expects the lock held.
-    func pathLocked(_ id: String) -> String {
-        var parts: [String] = []
-        var cur = items[id]
-        while let c = cur, let p = c.parent { parts.append(c.name); cur = items[p] }
-        return parts.reversed().joined(separator: "/")
+        read { $0.path(of: id) }
     }
 
     // MARK: local changes
-
-    private func checkName(_ name: String) throws(CoreError) {
-        if name.utf8.count > WireRules.maxNameBytes { throw .nameTooLong }
-        if !WireRules.isValidName(name) { throw .invalidName }
-    }
-
-    /// The live directory `id`, or the error a lookup in it gets.
-    private func liveDirectory(_ id: String) throws(CoreError) -> Item {
-        guard let dir = items[id], !dir.deleted else { throw .notFound }
-        guard dir.isDirectory else { throw .notDirectory }
-        return dir
-    }
-
-    private func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32, target: String?) -> Item {
-        let now = self.now()
-        // A link's size is its target's length; it has no content.
-        let size = Int64(target?.utf8.count ?? 0)
-        return Item(id: config.environment.randomHex(16), parent: parent, name: name, kind: kind, mode: mode & 0o7777,
-                    mtime: now, ctime: now, size: size, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
-                    remoteSize: size, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
-                    metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [], target: target)
-    }
-
-    /// Adds a new item to the index and the store, and wakes the pusher.
-    private func insertNew(_ item: Item) throws(CoreError) {
-        do { try store.saveChanged(item) } catch { throw CoreError.from(error) }
-        items[item.id] = item
-        children[item.parent!, default: [:]][item.name] = item.id
-        entriesChanged(in: item.parent!)
-        sync.wakePusher()
-    }
-
-    /// Records that an entry of directory `id` was added, removed or renamed: its shown mtime and its ctime move
-    /// on here, and are not synced (a folder's entries make no upload of the folder). `remote`: a change that
-    /// did not come through the file system, whose cached attributes of the directory must then be dropped.
-    /// Expects the lock held.
-    func entriesChanged(in id: String, remote: Bool = false) {
-        guard var dir = items[id], dir.isDirectory, !dir.deleted, caughtUp || !remote else { return }
-        let now = self.now()
-        dir.entriesMTime = now
-        dir.ctime = now
-        items[id] = dir
-        // Saved with whatever else the directory has pending (it keeps its place in the journal). A failure
-        // here loses only the time, never the entry change itself, which is recorded already.
-        try? store.save(dir)
-        if remote { notice(.changed(id, content: false)) }
-    }
 
     public func makeDirectory(parent: String, name: String, mode: UInt32) throws(CoreError) -> Item {
         try create(parent: parent, name: name, kind: .dir, mode: mode)
@@ -371,39 +226,207 @@ public final class Container: @unchecked Sendable {
     /// Creates a new item in a live directory; a file gets an empty content file.
     private func create(parent: String, name: String, kind: ItemKind, mode: UInt32,
                         target: String? = nil) throws(CoreError) -> Item {
-        try checkName(name)
-        return try mutate { () throws(CoreError) -> Item in
-            _ = try liveDirectory(parent)
-            if children[parent]?[name] != nil { throw .exists }
-            var item = newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
-            item.localOnlyAbove = isLocalOnlyFolder(parent)
+        try CoreState.checkName(name)
+        return try mutate { (s: inout CoreState) throws(CoreError) -> Item in
+            _ = try s.liveDirectory(parent)
+            if s.children[parent]?[name] != nil { throw .exists }
+            var item = s.newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
+            item.localOnlyAbove = s.isLocalOnlyFolder(parent)
             if kind == .file {
+                // Made before the item is saved: a failed save leaves an orphan, removed at the next start.
                 do {
-                    let fd = try FileDescriptor.open(store.contentPath(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+                    let fd = try FileDescriptor.open(paths.content(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
                     fd.close()
                 } catch { throw CoreError.from(error) }
             }
-            try insertNew(item)
+            try s.insertNew(item)
             return item
         }
     }
 
     /// Removes a file (`directory` false) or an empty directory (`directory` true).
     public func remove(parent: String, name: String, directory: Bool) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            _ = try liveDirectory(parent)
-            guard let id = children[parent]?[name], let item = items[id] else { throw .notFound }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            _ = try s.liveDirectory(parent)
+            guard let id = s.children[parent]?[name], let item = s.items[id] else { throw .notFound }
             if directory && !item.isDirectory { throw .notDirectory }
             if !directory && item.isDirectory { throw .isDirectory }
-            if directory && !(children[id] ?? [:]).isEmpty { throw .notEmpty }
-            try deleteLocally(item)
+            if directory && !(s.children[id] ?? [:]).isEmpty { throw .notEmpty }
+            try s.deleteLocally(item)
         }
+    }
+
+    /// rename(2): moves `name` in `parent` to `newName` in `newParent`, replacing a compatible target unless
+    /// `noReplace`. One transaction: a failure (a full disk) leaves both names as they were.
+    public func rename(parent: String, name: String, newParent: String, newName: String,
+                       noReplace: Bool) throws(CoreError) {
+        try CoreState.checkName(newName)
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            try s.rename(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace)
+        }
+    }
+
+    /// renameat2's RENAME_EXCHANGE: `name` in `parent` and `newName` in `newParent` swap places in one step.
+    /// Both moves are pushed; the pusher lets one of them step aside on the remote while the other takes its
+    /// name (see Pusher), so neither ends under another name.
+    public func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError) {
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            try s.exchange(parent: parent, name: name, newParent: newParent, newName: newName)
+        }
+    }
+
+    /// Changes mode and times (metadata only; no content needed). Setting what is there already changes
+    /// nothing, not even the ctime, and queues no upload (rsync sets every file's time again). The access time
+    /// is this device's: a change of it alone is not pushed.
+    public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64? = nil) throws(CoreError) -> Item {
+        try mutate { (s: inout CoreState) throws(CoreError) -> Item in
+            try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime)
+        }
+    }
+}
+
+extension CoreState {
+    /// Reads the store into memory (at start, before any other thread).
+    mutating func load() throws {
+        for item in try store.loadItems() { items[item.id] = item }
+        for (id, item) in items.byID where item.parent != nil { items[id]!.parent = interned(item.parent) }
+        discardedConflicts = Set(try store.resolvedConflicts())
+        caughtUp = store.meta("token") != nil
+        unpushedConflicts = Set(try store.unpushedConflicts())
+        if items[rootID] == nil {
+            let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),
+                            ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
+                            device: "", hasLocal: true, localSHA: nil, dirty: false, metaDirty: false,
+                            deleted: false, pinned: false, xattrs: [:], conflicts: [])
+            items[rootID] = root
+            try store.save(root)
+        }
+        for item in items.values where !item.deleted {
+            guard let parent = item.parent else { continue }
+            // Two items may claim one name after a restart: `place` unlists a stale clean item without moving
+            // it in the store (its newer state follows from the remote). The pending one keeps the name, else
+            // the one the remote gave it later.
+            if let otherID = children[parent]?[item.name], let other = items[otherID],
+               (other.isPending ? 1 : 0, other.remoteVersion, other.id) > (item.isPending ? 1 : 0, item.remoteVersion, item.id) {
+                continue
+            }
+            children.list(item.id, in: parent, as: item.name)
+        }
+    }
+
+    /// Removes content files no item owns: a file deleted while open keeps its content until the last close,
+    /// and a daemon that stops before that close would otherwise leave it in the store for ever. Likewise the
+    /// local copy of a conflict version no longer listed.
+    func removeOrphanContent() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.content)) ?? []
+        for name in names {
+            let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
+            guard let item = items[parts[0]], !item.deleted else {
+                try? removeFile(paths.content + "/" + name)
+                continue
+            }
+            if parts.count == 2 && !item.conflicts.contains(where: { $0.id == parts[1] }) {
+                try? removeFile(paths.content + "/" + name)
+            }
+        }
+    }
+
+    /// The same id, sharing the storage of the item's own id string: with 100,000 items, one copy of each id
+    /// rather than one per child saves megabytes.
+    func interned(_ id: String?) -> String? {
+        guard let id else { return nil }
+        return items.index(forKey: id).map { items.keys[$0] } ?? id
+    }
+
+    /// Remembers conflict versions resolved here.
+    mutating func rememberResolved(_ ids: [String]) throws(CoreError) {
+        do { try store.markResolved(ids) } catch { throw CoreError.from(error) }
+        discardedConflicts.formUnion(ids)
+    }
+
+    /// Remembers conflict versions added here, until the remote stores them.
+    mutating func rememberUnpushed(_ ids: [String]) throws {
+        try store.markUnpushed(ids, added: true)
+        unpushedConflicts.formUnion(ids)
+    }
+
+    /// Forgets the conflict versions added here that the remote lists now.
+    mutating func forgetUnpushed(listed: [WireConflict]) throws {
+        let stored = listed.map(\.id).filter { unpushedConflicts.contains($0) }
+        if stored.isEmpty { return }
+        try store.markUnpushed(stored, added: false)
+        unpushedConflicts.subtract(stored)
+    }
+
+    /// The conflict list to push on top of the remote's list `remote`: the remote's without the versions resolved
+    /// here, and the versions added here (of `local`) that the remote does not have yet, under any id (another
+    /// device may have kept the same write as a version first).
+    func mergedConflicts(local: [WireConflict], remote: [WireConflict]) -> [WireConflict] {
+        let listed = Set(remote.map(\.id))
+        return remote.filter { !discardedConflicts.contains($0.id) }
+            + local.filter { mine in
+                unpushedConflicts.contains(mine.id) && !listed.contains(mine.id)
+                    && !remote.contains { $0.isSameWrite(as: mine) }
+            }
+    }
+
+    /// The path of an item from the container root.
+    func path(of id: String) -> String {
+        var parts: [String] = []
+        var cur = items[id]
+        while let c = cur, let p = c.parent { parts.append(c.name); cur = items[p] }
+        return parts.reversed().joined(separator: "/")
+    }
+
+    static func checkName(_ name: String) throws(CoreError) {
+        if name.utf8.count > WireRules.maxNameBytes { throw .nameTooLong }
+        if !WireRules.isValidName(name) { throw .invalidName }
+    }
+
+    /// The live directory `id`, or the error a lookup in it gets.
+    func liveDirectory(_ id: String) throws(CoreError) -> Item {
+        guard let dir = items[id], !dir.deleted else { throw .notFound }
+        guard dir.isDirectory else { throw .notDirectory }
+        return dir
+    }
+
+    func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32, target: String?) -> Item {
+        let now = self.now()
+        // A link's size is its target's length; it has no content.
+        let size = Int64(target?.utf8.count ?? 0)
+        return Item(id: config.environment.randomHex(16), parent: parent, name: name, kind: kind, mode: mode & 0o7777,
+                    mtime: now, ctime: now, size: size, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
+                    remoteSize: size, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
+                    metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [], target: target)
+    }
+
+    /// Adds a new item to the index and the store, and wakes the pusher.
+    mutating func insertNew(_ item: Item) throws(CoreError) {
+        do { try store.saveChanged(item) } catch { throw CoreError.from(error) }
+        items[item.id] = item
+        children.list(item.id, in: item.parent!, as: item.name)
+        try entriesChanged(in: item.parent!)
+        wakePusher()
+    }
+
+    /// Records that an entry of directory `id` was added, removed or renamed: its shown mtime and its ctime move
+    /// on here, and are not synced (a folder's entries make no upload of the folder). `remote`: a change that
+    /// did not come through the file system, whose cached attributes of the directory must then be dropped.
+    /// Saved with whatever else the directory has pending (it keeps its place in the journal), in the
+    /// operation's transaction.
+    mutating func entriesChanged(in id: String, remote: Bool = false) throws(CoreError) {
+        guard var dir = items[id], dir.isDirectory, !dir.deleted, caughtUp || !remote else { return }
+        let now = self.now()
+        dir.entriesMTime = now
+        dir.ctime = now
+        do { try store.save(dir) } catch { throw CoreError.from(error) }
+        items[id] = dir
+        if remote { notice(.changed(id, content: false)) }
     }
 
     /// Deletes an item here: drops it at once if the remote never saw it, else keeps a tombstone to push (also
     /// when a create was sent without an answer: it may have landed).
-    /// Expects the lock held.
-    private func deleteLocally(_ item: Item) throws(CoreError) {
+    mutating func deleteLocally(_ item: Item) throws(CoreError) {
         let before = item
         var item = item
         do {
@@ -417,92 +440,105 @@ public final class Container: @unchecked Sendable {
                 item.localSHA = nil
                 try store.saveChanged(item)
                 items[item.id] = item
-                sync.wakePusher()
+                wakePusher()
             }
         } catch { throw CoreError.from(error) }
-        children[item.parent!]?[item.name] = nil
-        entriesChanged(in: item.parent!)
+        children.unlist(item.name, in: item.parent!)
+        try entriesChanged(in: item.parent!)
         releaseContent(of: before)
-        downloads.removeStaleStaging(item.id)
-        for c in item.conflicts { evictConflict(item.id, c.id) }
-    }
-
-    /// rename(2): moves `name` in `parent` to `newName` in `newParent`, replacing a compatible target unless
-    /// `noReplace`.
-    public func rename(parent: String, name: String, newParent: String, newName: String,
-                       noReplace: Bool) throws(CoreError) {
-        try checkName(newName)
-        try mutate { () throws(CoreError) in
-            _ = try liveDirectory(parent)
-            _ = try liveDirectory(newParent)
-            guard let id = children[parent]?[name], var item = items[id] else { throw .notFound }
-            if parent == newParent && sameName(name, newName) { return }
-            if item.isDirectory && isAncestor(id, of: newParent) {
-                throw .invalidArgument("cannot move a directory into itself")
-            }
-            try checkLocalOnlyMove(item, to: newParent, name: newName)
-            if let targetID = children[newParent]?[newName], let target = items[targetID] {
-                if noReplace { throw .exists }
-                if target.isDirectory && !item.isDirectory { throw .isDirectory }
-                if !target.isDirectory && item.isDirectory { throw .notDirectory }
-                if target.isDirectory && !(children[targetID] ?? [:]).isEmpty { throw .notEmpty }
-                try deleteLocally(target)
-            }
-            children[parent]?[name] = nil
-            let before = item
-            item.parent = newParent
-            item.name = newName
-            item.ctime = now()
-            item.metaDirty = true
-            try saveLocalOnlyChange(item, was: before)
-            children[newParent, default: [:]][newName] = id
-            entriesChanged(in: parent)
-            if newParent != parent { entriesChanged(in: newParent) }
+        let id = item.id
+        let conflicts = item.conflicts
+        onCommit { s in
+            s.removeStaleStaging(id)
+            for c in conflicts { s.evictConflict(id, c.id) }
         }
     }
 
-    /// renameat2's RENAME_EXCHANGE: `name` in `parent` and `newName` in `newParent` swap places in one step.
-    /// Both moves are pushed; the pusher lets one of them step aside on the remote while the other takes its
-    /// name (see Pusher), so neither ends under another name.
-    public func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            _ = try liveDirectory(parent)
-            _ = try liveDirectory(newParent)
-            guard let id = children[parent]?[name], var item = items[id],
-                  let otherID = children[newParent]?[newName], var other = items[otherID] else { throw .notFound }
-            if id == otherID { return }
-            if (item.isDirectory && isAncestor(id, of: newParent)) || (other.isDirectory && isAncestor(otherID, of: parent)) {
-                throw .invalidArgument("cannot move a directory into itself")
-            }
-            try checkLocalOnlyMove(item, to: newParent, name: newName)
-            try checkLocalOnlyMove(other, to: parent, name: name)
-            let (itemBefore, otherBefore) = (item, other)
-            (item.parent, item.name, other.parent, other.name) = (newParent, newName, parent, name)
-            item.ctime = now()
-            other.ctime = item.ctime
-            item.metaDirty = true
-            other.metaDirty = true
-            // Both or neither: a crash never leaves the two under one name.
-            do {
-                try store.transaction {
-                    try store.saveChanged(item)
-                    try store.saveChanged(other)
-                }
-            } catch { throw CoreError.from(error) }
+    mutating func rename(parent: String, name: String, newParent: String, newName: String,
+                         noReplace: Bool) throws(CoreError) {
+        _ = try liveDirectory(parent)
+        _ = try liveDirectory(newParent)
+        guard let id = children[parent]?[name], var item = items[id] else { throw .notFound }
+        if parent == newParent && sameName(name, newName) { return }
+        if item.isDirectory && isAncestor(id, of: newParent) {
+            throw .invalidArgument("cannot move a directory into itself")
+        }
+        try checkLocalOnlyMove(item, to: newParent, name: newName)
+        if let targetID = children[newParent]?[newName], let target = items[targetID] {
+            if noReplace { throw .exists }
+            if target.isDirectory && !item.isDirectory { throw .isDirectory }
+            if !target.isDirectory && item.isDirectory { throw .notDirectory }
+            if target.isDirectory && !(children[targetID] ?? [:]).isEmpty { throw .notEmpty }
+            try deleteLocally(target)
+        }
+        children.unlist(name, in: parent)
+        let before = item
+        item.parent = newParent
+        item.name = newName
+        item.ctime = now()
+        item.metaDirty = true
+        try saveLocalOnlyChange(item, was: before)
+        children.list(id, in: newParent, as: newName)
+        try entriesChanged(in: parent)
+        if newParent != parent { try entriesChanged(in: newParent) }
+    }
+
+    mutating func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError) {
+        _ = try liveDirectory(parent)
+        _ = try liveDirectory(newParent)
+        guard let id = children[parent]?[name], var item = items[id],
+              let otherID = children[newParent]?[newName], var other = items[otherID] else { throw .notFound }
+        if id == otherID { return }
+        if (item.isDirectory && isAncestor(id, of: newParent)) || (other.isDirectory && isAncestor(otherID, of: parent)) {
+            throw .invalidArgument("cannot move a directory into itself")
+        }
+        try checkLocalOnlyMove(item, to: newParent, name: newName)
+        try checkLocalOnlyMove(other, to: parent, name: name)
+        let (itemBefore, otherBefore) = (item, other)
+        (item.parent, item.name, other.parent, other.name) = (newParent, newName, parent, name)
+        item.ctime = now()
+        other.ctime = item.ctime
+        item.metaDirty = true
+        other.metaDirty = true
+        children.list(id, in: newParent, as: newName)
+        children.list(otherID, in: parent, as: name)
+        // Each may have crossed into or out of a local-only folder (saved with what is below it).
+        try saveLocalOnlyChange(item, was: itemBefore)
+        try saveLocalOnlyChange(other, was: otherBefore)
+        try entriesChanged(in: parent)
+        if newParent != parent { try entriesChanged(in: newParent) }
+    }
+
+    mutating func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64?) throws(CoreError) -> Item {
+        let gone = items[id]?.deleted ?? true
+        guard var item = gone ? unlinked[id] : items[id] else { throw .notFound }
+        let unchanged = item
+        // What shows is compared: a time set to what `stat` says changes nothing.
+        if let mode { item.mode = mode & 0o7777 }
+        // A time set explicitly is what shows, also on a directory whose entries changed later (tar, rsync
+        // and cp -a set a folder's time after filling it).
+        if let mtime, mtime != item.shownMTime { item.mtime = mtime; item.entriesMTime = 0 }
+        if let atime, atime != item.shownATime { item.atime = atime }
+        if item == unchanged { return item }
+        item.ctime = now()
+        if gone { unlinked[id] = item; return item }
+        // The root's times and every access time are this device's alone: kept, not pushed.
+        if id == rootID || (item.mode == unchanged.mode && item.mtime == unchanged.mtime) {
+            do { try store.save(item) } catch { throw CoreError.from(error) }
             items[id] = item
-            items[otherID] = other
-            children[newParent]?[newName] = id
-            children[parent]?[name] = otherID
-            // Each may have crossed into or out of a local-only folder (saved again with what is below it).
-            try saveLocalOnlyChange(item, was: itemBefore)
-            try saveLocalOnlyChange(other, was: otherBefore)
-            entriesChanged(in: parent)
-            if newParent != parent { entriesChanged(in: newParent) }
-            sync.wakePusher()
+        } else {
+            item.metaDirty = true
+            try saveLocalChange(item)
         }
+        // The content file carries the time too: a flush after this (the release of a handle closed just
+        // before the utimens, as cp -p and rsync do) takes the time from the file and must find this one.
+        if item.mtime != unchanged.mtime && item.hasContent && item.hasLocal {
+            setFileTime(paths.content(id), item.mtime)
+        }
+        return item
     }
 
-    /// True if `ancestor` is `id` or one of its ancestors. Expects the lock held.
+    /// True if `ancestor` is `id` or one of its ancestors.
     func isAncestor(_ ancestor: String, of id: String) -> Bool {
         var cur: String? = id
         while let c = cur {
@@ -512,48 +548,14 @@ public final class Container: @unchecked Sendable {
         return false
     }
 
-    /// Persists a locally changed item and wakes the pusher. Expects the lock held.
-    func saveLocalChange(_ item: Item) throws(CoreError) {
+    /// Persists a locally changed item and wakes the pusher.
+    mutating func saveLocalChange(_ item: Item) throws(CoreError) {
         do { try store.saveChanged(item) } catch { throw CoreError.from(error) }
         items[item.id] = item
-        sync.wakePusher()
+        wakePusher()
     }
 
-    /// Changes mode and times (metadata only; no content needed). Setting what is there already changes
-    /// nothing, not even the ctime, and queues no upload (rsync sets every file's time again). The access time
-    /// is this device's: a change of it alone is not pushed.
-    public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64? = nil) throws(CoreError) -> Item {
-        try mutate { () throws(CoreError) -> Item in
-            let gone = items[id]?.deleted ?? true
-            guard var item = gone ? unlinked[id] : items[id] else { throw .notFound }
-            let unchanged = item
-            // What shows is compared: a time set to what `stat` says changes nothing.
-            if let mode { item.mode = mode & 0o7777 }
-            // A time set explicitly is what shows, also on a directory whose entries changed later (tar, rsync
-            // and cp -a set a folder's time after filling it).
-            if let mtime, mtime != item.shownMTime { item.mtime = mtime; item.entriesMTime = 0 }
-            if let atime, atime != item.shownATime { item.atime = atime }
-            if item == unchanged { return item }
-            item.ctime = now()
-            if gone { unlinked[id] = item; return item }
-            // The content file carries the time too: a flush after this (the release of a handle closed just
-            // before the utimens, as cp -p and rsync do) takes the time from the file and must find this one.
-            if item.mtime != unchanged.mtime && item.hasContent && item.hasLocal {
-                setFileTime(store.contentPath(id), item.mtime)
-            }
-            // The root's times and every access time are this device's alone: kept, not pushed.
-            if id == rootID || (item.mode == unchanged.mode && item.mtime == unchanged.mtime) {
-                do { try store.save(item) } catch { throw CoreError.from(error) }
-                items[id] = item
-                return item
-            }
-            item.metaDirty = true
-            try saveLocalChange(item)
-            return item
-        }
-    }
-
-    /// A name not taken in `parent`: `name 2.ext`, `name 3.ext`, and so on. Expects the lock held.
+    /// A name not taken in `parent`: `name 2.ext`, `name 3.ext`, and so on.
     func freeName(_ name: String, in parent: String, avoiding extra: String? = nil) -> String {
         var stem = Substring(name), ext = Substring("")
         if let dot = name.lastIndex(of: "."), dot != name.startIndex {
@@ -569,35 +571,34 @@ public final class Container: @unchecked Sendable {
     }
 
     /// Takes an item out of its folder's listing, if the listing still names it: the puller may have given
-    /// its name to another item already (see `place`). Expects the lock held.
-    func unlink(_ item: Item) {
+    /// its name to another item already (see `place`).
+    mutating func unlink(_ item: Item) throws {
         guard let parent = item.parent, children[parent]?[item.name] == item.id else { return }
-        children[parent]?[item.name] = nil
+        children.unlist(item.name, in: parent)
         notice(.removed(parent: parent, name: item.name, id: item.id))
-        entriesChanged(in: parent, remote: true)
+        try entriesChanged(in: parent, remote: true)
     }
 
     /// Links an item under its parent, moving a pending local item that holds the name to a free name, and
-    /// detaching a stale clean one (its own newer state follows in the feed). Expects the lock held.
-    func place(_ item: inout Item) throws {
-        let c = self
+    /// detaching a stale clean one (its own newer state follows in the feed).
+    mutating func place(_ item: inout Item) throws {
         let parent = item.parent!
-        item.localOnlyAbove = c.isLocalOnlyFolder(parent)
-        if let otherID = c.children[parent]?[item.name], otherID != item.id, var other = c.items[otherID] {
-            c.children[parent]?[item.name] = nil
-            c.notice(.removed(parent: parent, name: other.name, id: other.id))
+        item.localOnlyAbove = isLocalOnlyFolder(parent)
+        if let otherID = children[parent]?[item.name], otherID != item.id, var other = items[otherID] {
+            children.unlist(item.name, in: parent)
+            notice(.removed(parent: parent, name: other.name, id: other.id))
             if other.remoteVersion == 0 || other.isPending {
-                other.name = c.freeName(other.name, in: parent, avoiding: item.name)
+                other.name = freeName(other.name, in: parent, avoiding: item.name)
                 other.metaDirty = true
-                try c.store.saveChanged(other)
-                c.items[other.id] = other
-                c.children[parent, default: [:]][other.name] = other.id
-                c.notice(.added(parent: parent, name: other.name))
+                try store.saveChanged(other)
+                items[other.id] = other
+                children.list(other.id, in: parent, as: other.name)
+                notice(.added(parent: parent, name: other.name))
             }
         }
-        c.children[parent, default: [:]][item.name] = item.id
-        c.notice(.added(parent: parent, name: item.name))
-        c.entriesChanged(in: parent, remote: true)
+        children.list(item.id, in: parent, as: item.name)
+        notice(.added(parent: parent, name: item.name))
+        try entriesChanged(in: parent, remote: true)
     }
 }
 

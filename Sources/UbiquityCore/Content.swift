@@ -16,6 +16,8 @@
 //   open sees no half write; the lock order is gate, then the container's lock.
 // - A file deleted while open keeps its content, moved aside, for its descriptors until the last close
 //   (`releaseContent`, `unlinked`).
+// - The store records a change before the content file changes (truncate, evict, install), in the operation's
+//   one transaction, so a failed write of the store leaves the content as the store describes it.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -58,148 +60,66 @@ extension Container {
     /// - `noDownload`: a caller that may not download (an indexer): an older local copy, else `.wouldBlock`.
     public func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool = false,
                      noDownload: Bool = false) throws(CoreError) -> Opening {
-        try mutate { () throws(CoreError) -> Opening in
-            guard var item = items[id], !item.deleted else { throw .notFound }
-            if item.isDirectory { throw .isDirectory }
-            if !item.hasContent { throw .invalidArgument("only a file has content to open") }
-            let truncating = writable && truncate
-            let emptyRemote = item.remoteSHA == emptySHA256 && item.remoteSize == 0
-            let staleUsable = item.hasLocal && (staleOK || noDownload || (handles[id]?.writers ?? 0) > 0)
-            guard truncating || item.isCurrent || (!item.hasLocal && emptyRemote) || staleUsable else {
-                if noDownload { throw .wouldBlock }
-                return .fetch
-            }
-            let fd: FileDescriptor
-            do {
-                fd = try FileDescriptor.open(store.contentPath(id), (writable ? O_RDWR : O_RDONLY) | (item.hasLocal ? 0 : O_CREAT),
-                                        mode: 0o600)
-            } catch { throw CoreError.from(error) }
-            do throws(CoreError) {
-                if !item.hasLocal || truncating {
-                    let wasLocal = item.hasLocal
-                    item.hasLocal = true
-                    if truncating {
-                        do { try fd.truncate(0) } catch { throw CoreError.from(error) }
-                    }
-                    if truncating && (item.size != 0 || !wasLocal || !item.isCurrent) {
-                        markContentChanged(&item, size: 0)
-                        try saveLocalChange(item)
-                    } else if !wasLocal {
-                        item.localSHA = emptySHA256
-                        do { try store.save(item) } catch { throw CoreError.from(error) }
-                        items[id] = item
-                    }
-                }
-            } catch {
-                fd.close()
-                throw error
-            }
-            var h = handles[id] ?? (0, 0)
-            h.open += 1
-            if writable { h.writers += 1 }
-            handles[id] = h
-            cache.awaitingOpen[id] = nil
-            touchLocked(id)
-            recountContent(id) // created or truncated here, or grown by a writer not closed yet
-            return .opened(fd)
+        try mutate { (s: inout CoreState) throws(CoreError) -> Opening in
+            try s.open(id, writable: writable, truncate: truncate, staleOK: staleOK, noDownload: noDownload)
         }
     }
 
-    /// Lets the content of an item that is going away go, or, while programs hold it open, moves it aside and
-    /// keeps the item as it was for their descriptors until the last close. Expects the lock held.
-    func releaseContent(of item: Item) {
-        guard item.kind == .file else { return }
-        defer { recountContent(item.id) }
-        if handles[item.id] == nil { try? removeFile(store.contentPath(item.id)); return }
-        guard item.hasLocal || unlinked[item.id] == nil else { return }
-        if item.hasLocal { try? renameFile(store.contentPath(item.id), unlinkedPath(item.id)) }
-        var gone = item
-        gone.deleted = true
-        gone.hasLocal = true
-        gone.dirty = true // its bytes are this device's alone now, and the size shown is the content file's
-        unlinked[item.id] = gone
-    }
-
-    /// Where the content of an unlinked item that is still open lives (removed at the next start if left).
-    func unlinkedPath(_ id: String) -> String { store.contentPath(id) + ".unlinked" }
-
     /// An item deleted while a program still holds it open, as `fstat` on that descriptor sees it (link count 0).
-    public func unlinkedItem(_ id: String) -> Item? { withLock { unlinked[id] } }
+    public func unlinkedItem(_ id: String) -> Item? { read { $0.unlinked[id] } }
 
     /// `stat` of the local content of a file (of the copy moved aside, for an unlinked one), or nil if none.
     public func localStat(_ item: Item) -> stat? {
         guard item.kind == .file, item.hasLocal else { return nil }
         var st = stat()
-        let path = item.deleted ? unlinkedPath(item.id) : store.contentPath(item.id)
+        let path = item.deleted ? paths.unlinked(item.id) : paths.content(item.id)
         return stat(path, &st) == 0 ? st : nil
     }
 
     /// Records a write through a handle (called by `write` before each one): the content is now dirty, made
     /// durable before the write is acknowledged, so a crash never forgets that the file must be uploaded.
     public func willWrite(_ id: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted else { return }
-            contentGeneration[id, default: 0] += 1
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { return }
+            s.contentGeneration[id, default: 0] += 1
             if item.dirty { return }
             item.dirty = true
             item.localSHA = nil
-            try saveLocalChange(item)
+            try s.saveLocalChange(item)
         }
     }
 
     /// Records that written content was flushed (close or fsync): size and time from the content file,
     /// persisted, and queued for upload.
     public func flushed(_ id: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted, item.dirty else { return }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted, item.dirty else { return }
             var st = stat()
-            guard stat(store.contentPath(id), &st) == 0 else { throw .io("content file missing") }
-            recountContent(id)
+            guard stat(paths.content(id), &st) == 0 else { throw .io("content file missing") }
+            s.recountContent(id)
             let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
             if item.size == Int64(st.st_size) && item.mtime == mtime { return } // already recorded
             item.size = Int64(st.st_size)
             item.mtime = mtime
             item.ctime = mtime
-            try saveLocalChange(item)
+            try s.saveLocalChange(item)
         }
     }
 
     /// fsync: what the store knows of the item is made durable too (its content the caller syncs itself).
     public func synced(_ id: String) throws(CoreError) {
         try flushed(id)
-        do { try withLock { try store.makeDurable() } } catch { throw CoreError.from(error) }
+        do { try state.withLock { s in try s.store.makeDurable() } } catch { throw CoreError.from(error) }
         snapshotRequested(id)
     }
 
     /// Records a handle closed.
     public func closed(_ id: String, writable: Bool) {
-        mutate {
-            guard var h = handles[id] else { return }
-            h.open -= 1
-            if writable { h.writers -= 1 }
-            handles[id] = h.open > 0 ? h : nil
-            touchLocked(id)
-            if h.open == 0 && unlinked.removeValue(forKey: id) != nil {
-                try? removeFile(unlinkedPath(id))
-                recountLocked(id + ".unlinked")
-            }
-            // A written file is re-measured; a file over the limit goes now that nothing holds it.
-            if writable && h.writers == 0 { recountContent(id) }
-            if h.open == 0 && cache.used > config.cacheLimit { evictor?.wake() }
-            if writable && h.writers == 0 {
-                lastWrite[id] = nil
-                fsyncedSinceSnapshot.remove(id)
-                sync.wakePusher()
-            }
-        }
+        mutate { (s: inout CoreState) in s.closed(id, writable: writable) }
     }
 
     /// The size a written file has now (from its content file while it is open for writing).
-    public func currentSize(_ item: Item) -> Int64 {
-        guard item.dirty, item.hasLocal else { return item.size }
-        var st = stat()
-        return stat(store.contentPath(item.id), &st) == 0 ? Int64(st.st_size) : item.size
-    }
+    public func currentSize(_ item: Item) -> Int64 { Container.currentSize(item, paths) }
 
     /// Fetches the newest content of a file, calling `done` once it is local (or failed, or gave up).
     /// Returns a token to cancel the wait (the transfer itself goes on).
@@ -214,35 +134,154 @@ extension Container {
     /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.
     /// The size the file has already changes nothing (and needs no content).
     public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
-        try gates.shared(id) { () throws(CoreError) -> Item in try truncateLocked(id, to: size) }
-    }
-
-    private func truncateLocked(_ id: String, to size: Int64) throws(CoreError) -> Item {
-        try mutate { () throws(CoreError) -> Item in
-            if let gone = unlinked[id], items[id]?.deleted ?? true { return try truncateUnlinked(gone, to: size) }
-            guard var item = items[id], !item.deleted else { throw .notFound }
-            if item.isDirectory { throw .isDirectory }
-            if !item.hasContent { throw .invalidArgument("only a file has content to truncate") }
-            if size == currentSize(item) { return item }
-            if size != 0 && !item.hasLocal { throw .wouldBlock }
-            do {
-                let fd = try FileDescriptor.open(store.contentPath(id), O_WRONLY | O_CREAT, mode: 0o600)
-                defer { fd.close() }
-                try fd.truncate(size)
-            } catch { throw CoreError.from(error) }
-            recountContent(id)
-            item.hasLocal = true
-            markContentChanged(&item, size: size)
-            try saveLocalChange(item)
-            return item
+        try gates.shared(id) { () throws(CoreError) -> Item in
+            try mutate { (s: inout CoreState) throws(CoreError) -> Item in try s.truncate(id, to: size) }
         }
     }
 
-    /// ftruncate(2) on a descriptor of an unlinked file: its content changes, nothing is recorded or uploaded.
-    /// Expects the lock held.
-    private func truncateUnlinked(_ item: Item, to size: Int64) throws(CoreError) -> Item {
+    /// Drops the local content of a file, or of every file below a directory, keeping the entries.
+    /// Refused (`.busy`) for content not yet uploaded, a file open for writing, or a pinned item; on a
+    /// directory every file that can go goes, and the refusal names how many could not.
+    public func evict(_ id: String) throws(CoreError) {
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard s.items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
+            var refused: [String] = []
+            for file in s.filesBelow(id) where file.hasLocal {
+                if let why = s.evictionRefusal(file) { refused.append(why); continue }
+                try s.dropContent(file)
+            }
+            if refused.count == 1 && s.items[id]?.isDirectory == false { throw .busy(refused[0]) }
+            if !refused.isEmpty { throw .busy("\(refused.count) file(s) could not be evicted: \(refused[0])") }
+        }
+    }
+
+    /// Moves a verified download into place as the file's content (absent or clean → clean), unless the file
+    /// changed here meanwhile or a program has it open for writing: then the download is dropped (false) and
+    /// what is local is what the user has.
+    func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
+        try mutateThrowing { s in try s.installDownload(id, sha: sha, staging: staging) }
+    }
+}
+
+extension CoreState {
+    mutating func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool,
+                       noDownload: Bool) throws(CoreError) -> Container.Opening {
+        guard var item = items[id], !item.deleted else { throw .notFound }
+        if item.isDirectory { throw .isDirectory }
+        if !item.hasContent { throw .invalidArgument("only a file has content to open") }
+        let truncating = writable && truncate
+        let emptyRemote = item.remoteSHA == emptySHA256 && item.remoteSize == 0
+        let staleUsable = item.hasLocal && (staleOK || noDownload || (handles[id]?.writers ?? 0) > 0)
+        guard truncating || item.isCurrent || (!item.hasLocal && emptyRemote) || staleUsable else {
+            if noDownload { throw .wouldBlock }
+            return .fetch
+        }
+        let fd: FileDescriptor
         do {
-            let fd = try FileDescriptor.open(unlinkedPath(item.id), O_WRONLY | O_CREAT, mode: 0o600)
+            fd = try FileDescriptor.open(paths.content(id), (writable ? O_RDWR : O_RDONLY) | (item.hasLocal ? 0 : O_CREAT),
+                                         mode: 0o600)
+        } catch { throw CoreError.from(error) }
+        do throws(CoreError) {
+            if !item.hasLocal || truncating {
+                let wasLocal = item.hasLocal
+                item.hasLocal = true
+                if truncating && (item.size != 0 || !wasLocal || !item.isCurrent) {
+                    markContentChanged(&item, size: 0)
+                    try saveLocalChange(item)
+                } else if !wasLocal {
+                    item.localSHA = emptySHA256
+                    do { try store.save(item) } catch { throw CoreError.from(error) }
+                    items[id] = item
+                }
+                // Last: the content changes only once the store has taken the change.
+                if truncating {
+                    do { try fd.truncate(0) } catch { throw CoreError.from(error) }
+                }
+            }
+        } catch {
+            fd.close()
+            throw error
+        }
+        var h = handles[id] ?? (0, 0)
+        h.open += 1
+        if writable { h.writers += 1 }
+        handles[id] = h
+        cache.awaitingOpen[id] = nil
+        touch(id)
+        recountContent(id) // created or truncated here, or grown by a writer not closed yet
+        return .opened(fd)
+    }
+
+    mutating func closed(_ id: String, writable: Bool) {
+        guard var h = handles[id] else { return }
+        h.open -= 1
+        if writable { h.writers -= 1 }
+        handles[id] = h.open > 0 ? h : nil
+        touch(id)
+        if h.open == 0 && unlinked.removeValue(forKey: id) != nil {
+            try? removeFile(paths.unlinked(id))
+            recount(id + ".unlinked")
+        }
+        // A written file is re-measured; a file over the limit goes now that nothing holds it.
+        if writable && h.writers == 0 { recountContent(id) }
+        if h.open == 0 && cache.used > config.cacheLimit { wakeEvictor() }
+        if writable && h.writers == 0 {
+            lastWrite[id] = nil
+            fsyncedSinceSnapshot.remove(id)
+            wakePusher()
+        }
+    }
+
+    /// Lets the content of an item that is going away go, or, while programs hold it open, moves it aside and
+    /// keeps the item as it was for their descriptors until the last close. The content file is only touched
+    /// once the operation has committed.
+    mutating func releaseContent(of item: Item) {
+        guard item.kind == .file else { return }
+        let id = item.id
+        if handles[id] == nil {
+            onCommit { s in
+                try? removeFile(s.paths.content(id))
+                s.recountContent(id)
+            }
+            return
+        }
+        guard item.hasLocal || unlinked[id] == nil else { return }
+        var gone = item
+        gone.deleted = true
+        gone.hasLocal = true
+        gone.dirty = true // its bytes are this device's alone now, and the size shown is the content file's
+        unlinked[id] = gone
+        let moveAside = item.hasLocal
+        onCommit { s in
+            if moveAside { try? renameFile(s.paths.content(id), s.paths.unlinked(id)) }
+            s.recountContent(id)
+        }
+    }
+
+    mutating func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
+        if let gone = unlinked[id], items[id]?.deleted ?? true { return try truncateUnlinked(gone, to: size) }
+        guard var item = items[id], !item.deleted else { throw .notFound }
+        if item.isDirectory { throw .isDirectory }
+        if !item.hasContent { throw .invalidArgument("only a file has content to truncate") }
+        if size == Container.currentSize(item, paths) { return item }
+        if size != 0 && !item.hasLocal { throw .wouldBlock }
+        item.hasLocal = true
+        markContentChanged(&item, size: size)
+        try saveLocalChange(item)
+        // Last: the content changes only once the store has taken the change.
+        do {
+            let fd = try FileDescriptor.open(paths.content(id), O_WRONLY | O_CREAT, mode: 0o600)
+            defer { fd.close() }
+            try fd.truncate(size)
+        } catch { throw CoreError.from(error) }
+        recountContent(id)
+        return item
+    }
+
+    /// ftruncate(2) on a descriptor of an unlinked file: its content changes, nothing is recorded or uploaded.
+    private mutating func truncateUnlinked(_ item: Item, to size: Int64) throws(CoreError) -> Item {
+        do {
+            let fd = try FileDescriptor.open(paths.unlinked(item.id), O_WRONLY | O_CREAT, mode: 0o600)
             defer { fd.close() }
             try fd.truncate(size)
         } catch { throw CoreError.from(error) }
@@ -253,8 +292,8 @@ extension Container {
         return item
     }
 
-    /// Marks the local content as changed. Expects the lock held.
-    func markContentChanged(_ item: inout Item, size: Int64) {
+    /// Marks the local content as changed.
+    mutating func markContentChanged(_ item: inout Item, size: Int64) {
         item.dirty = true
         item.localSHA = nil
         item.size = size
@@ -264,65 +303,58 @@ extension Container {
         contentGeneration[item.id, default: 0] += 1
     }
 
-    /// Drops the local content of a file, or of every file below a directory, keeping the entries.
-    /// Refused (`.busy`) for content not yet uploaded, a file open for writing, or a pinned item; on a
-    /// directory every file that can go goes, and the refusal names how many could not.
-    public func evict(_ id: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
-            var refused: [String] = []
-            for file in filesBelow(id) where file.hasLocal {
-                if let why = evictionRefusal(file) { refused.append(why); continue }
-                try dropContent(file)
-            }
-            if refused.count == 1 && items[id]?.isDirectory == false { throw .busy(refused[0]) }
-            if !refused.isEmpty { throw .busy("\(refused.count) file(s) could not be evicted: \(refused[0])") }
-        }
-    }
-
-    /// clean → absent: removes the content file of a file `evictionRefusal` lets go. Expects the lock held.
-    func dropContent(_ file: Item) throws(CoreError) {
+    /// clean → absent: records the content gone, and removes the content file once that is committed, for a
+    /// file `evictionRefusal` lets go.
+    mutating func dropContent(_ file: Item) throws(CoreError) {
         var item = file
-        try? removeFile(store.contentPath(item.id))
-        recountContent(item.id)
         item.hasLocal = false
         item.localSHA = nil
         do { try store.save(item) } catch { throw CoreError.from(error) }
         items[item.id] = item
         notice(.changed(item.id, content: true))
+        let id = item.id
+        onCommit { s in
+            try? removeFile(s.paths.content(id))
+            s.recountContent(id)
+        }
     }
 
-    /// Why a file's local content must stay, or nil (the evictor asks it too). Expects the lock held.
+    /// Why a file's local content must stay, or nil (the evictor asks it too).
     func evictionRefusal(_ item: Item) -> String? {
         if item.isLocalOnly { return "\(item.name) is local-only (excluded from sync): this copy is its only one" }
         guard case .clean = item.localContent, item.remoteVersion != 0 else {
             return "\(item.name) has changes not yet uploaded"
         }
         if (handles[item.id]?.writers ?? 0) > 0 { return "\(item.name) is open for writing" }
-        if isPinnedLocked(item.id) { return "\(item.name) is pinned" }
+        if isPinned(item.id) { return "\(item.name) is pinned" }
         return nil
     }
 
-    /// Moves a verified download into place as the file's content (absent or clean → clean), unless the file
-    /// changed here meanwhile or a program has it open for writing: then the download is dropped (false) and
-    /// what is local is what the user has.
-    func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
-        try mutate {
-            guard var item = items[id], !item.deleted, item.localContent != .dirty,
-                  (handles[id]?.writers ?? 0) == 0 else {
-                try? removeFile(staging)
-                return false
-            }
-            try renameFile(staging, store.contentPath(id))
-            syncDirectory(store.contentDirectory)
-            recountContent(id)
-            cache.awaitingOpen[id] = now()
-            item.hasLocal = true
-            item.localSHA = sha
-            try store.save(item)
-            items[id] = item
-            notice(.changed(id, content: true))
-            return true
+    mutating func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
+        guard var item = items[id], !item.deleted, item.localContent != .dirty,
+              (handles[id]?.writers ?? 0) == 0 else {
+            try? removeFile(staging)
+            return false
         }
+        item.hasLocal = true
+        item.localSHA = sha
+        try store.save(item)
+        items[id] = item
+        // Last: a failed rename rolls the save back.
+        try renameFile(staging, paths.content(id))
+        syncDirectory(paths.content)
+        recountContent(id)
+        cache.awaitingOpen[id] = now()
+        notice(.changed(id, content: true))
+        return true
+    }
+}
+
+extension Container {
+    /// The size a written file has now (from its content file while it is open for writing).
+    static func currentSize(_ item: Item, _ paths: StorePaths) -> Int64 {
+        guard item.dirty, item.hasLocal else { return item.size }
+        var st = stat()
+        return stat(paths.content(item.id), &st) == 0 ? Int64(st.st_size) : item.size
     }
 }

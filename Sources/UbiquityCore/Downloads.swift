@@ -103,12 +103,12 @@ final class Downloads: @unchecked Sendable {
 
     /// What a download key names: an item's current content, or one of its conflict versions ("ITEM.CONFLICT").
     func target(_ key: String) -> Target {
-        container.withLock {
+        container.read { s in
             let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
-            guard let item = container.items[parts[0]], !item.deleted else { return .failed(.notFound) }
+            guard let item = s.items[parts[0]], !item.deleted else { return .failed(.notFound) }
             if parts.count == 2 {
                 guard let c = item.conflicts.first(where: { $0.id == parts[1] }) else { return .failed(.notFound) }
-                if FileManager.default.fileExists(atPath: container.store.conflictPath(item.id, c.id)) { return .done }
+                if FileManager.default.fileExists(atPath: s.paths.conflict(item.id, c.id)) { return .done }
                 return .fetch(sha: c.sha256, size: c.size)
             }
             if item.isCurrent || item.dirty { return .done }
@@ -174,8 +174,8 @@ final class Downloads: @unchecked Sendable {
 
     /// Records progress and the last error in the item's transfer state.
     func record(_ id: String, error: String?) {
-        container.withLock {
-            container.updateTransfer(id) {
+        container.mutate { (s: inout CoreState) in
+            s.updateTransfer(id) {
                 $0.isDownloading = false
                 $0.downloadError = error
             }
@@ -183,8 +183,8 @@ final class Downloads: @unchecked Sendable {
     }
 
     private func progress(_ id: String, done: Int64, total: Int64) {
-        container.withLock {
-            container.updateTransfer(id) {
+        container.mutate { (s: inout CoreState) in
+            s.updateTransfer(id) {
                 $0.isDownloading = true
                 $0.downloadedBytes = done
                 $0.downloadTotal = total
@@ -194,7 +194,7 @@ final class Downloads: @unchecked Sendable {
 
     /// Where a download of one version lands until it is verified.
     private func stagingPath(_ key: String, _ sha: String) -> String {
-        container.store.stagingDirectory + "/" + key + "-" + sha.prefix(16)
+        container.paths.staging + "/" + key + "-" + sha.prefix(16)
     }
 
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
@@ -245,19 +245,15 @@ final class Downloads: @unchecked Sendable {
     /// Without `path`: every partial download of the key and, for an item, of its conflict versions (the item
     /// or the version is gone).
     func removeStaleStaging(_ key: String, keeping path: String = "") {
-        let dir = container.store.stagingDirectory
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
-        where (name.hasPrefix(key + "-") || (path.isEmpty && name.hasPrefix(key + "."))) && dir + "/" + name != path {
-            try? removeFile(dir + "/" + name)
-        }
+        container.paths.removeStaleStaging(key, keeping: path)
     }
 
     /// Moves verified content into place, unless the item changed here meanwhile.
     private func install(_ key: String, sha: String, staging: String) throws -> Bool {
         let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
         if parts.count == 2 {
-            try renameFile(staging, container.store.conflictPath(parts[0], parts[1]))
-            syncDirectory(container.store.contentDirectory)
+            try renameFile(staging, container.paths.conflict(parts[0], parts[1]))
+            syncDirectory(container.paths.content)
             return true
         }
         return try container.installDownload(key, sha: sha, staging: staging)

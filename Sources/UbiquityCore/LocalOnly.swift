@@ -6,40 +6,14 @@
 import Foundation
 import UbiquityBase
 
-extension Container {
-    /// True when the folder `id` is local-only (so is everything below it). Expects the lock held.
+extension CoreState {
+    /// True when the folder `id` is local-only (so is everything below it).
     func isLocalOnlyFolder(_ id: String?) -> Bool {
         id.flatMap { items[$0] }?.isLocalOnly ?? false
     }
 
-    /// Sets or clears the user's excluded flag (`isExcludedFromSync`) of a file or folder. Making an item
-    /// local-only needs the newest content of every file it takes along here: while some is not, their
-    /// downloads start and the change is refused (`.busy`), as an eviction refuses what it cannot let go.
-    public func setExcludedFromSync(_ id: String, _ on: Bool) throws(CoreError) {
-        var missing: [String] = []
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted else { throw .notFound }
-            if id == rootID || id == WireRules.documentsID {
-                throw .invalidArgument("the container's own folders cannot be local-only")
-            }
-            guard item.excluded != on else { return }
-            let before = item
-            item.excluded = on
-            if !before.isLocalOnly && item.isLocalOnly {
-                missing = filesNotCurrent(at: item)
-                if !missing.isEmpty { return }
-            }
-            item.ctime = now()
-            try saveLocalOnlyChange(item, was: before)
-        }
-        guard !missing.isEmpty else { return }
-        for file in missing { downloads.start(file) }
-        throw .busy("\(missing.count) file(s) to keep on this device only are not downloaded yet; "
-            + "they are downloading: try again when they are")
-    }
-
     /// The files at and below `item` whose newest content is not here (a local-only item's local copy is its
-    /// only one). Expects the lock held.
+    /// only one).
     func filesNotCurrent(at item: Item) -> [String] {
         if item.hasContent { return item.isCurrent ? [] : [item.id] }
         guard item.isDirectory else { return [] }
@@ -49,8 +23,8 @@ extension Container {
     }
 
     /// Saves `item`, changed here from `before` (its flag, name or place), and when that changed whether it is
-    /// local-only, brings everything below it along. Expects the lock held.
-    func saveLocalOnlyChange(_ item: Item, was before: Item) throws(CoreError) {
+    /// local-only, brings everything below it along.
+    mutating func saveLocalOnlyChange(_ item: Item, was before: Item) throws(CoreError) {
         var item = item
         item.localOnlyAbove = isLocalOnlyFolder(item.parent)
         guard item.isLocalOnly != before.isLocalOnly else { return try saveLocalChange(item) }
@@ -59,16 +33,15 @@ extension Container {
         // The remote takes what is in a folder only once the folder is there, and deletes only empty folders.
         if item.isLocalOnly { order.reverse() }
         do {
-            try store.transaction { for changed in order { try store.saveChanged(changed) } }
+            for changed in order { try store.saveChanged(changed) }
         } catch { throw CoreError.from(error) }
         for changed in order { items[changed.id] = changed }
         if item.isLocalOnly { log.info("\(item.name) is local-only now: it leaves the remote") }
-        sync.wakePusher()
+        wakePusher()
     }
 
     /// Appends `item`, in its new state, and every item below it whose state changes with it, parents first.
-    /// Expects the lock held.
-    private func collectLocalOnlyChange(_ item: Item, into order: inout [Item]) {
+    private mutating func collectLocalOnlyChange(_ item: Item, into order: inout [Item]) {
         var item = item
         if !item.isLocalOnly { becomeUbiquitous(&item) }
         order.append(item)
@@ -84,7 +57,7 @@ extension Container {
 
     /// Makes a local-only item ubiquitous again: all of it goes up, over its old tombstone when the remote
     /// deleted it, on top of the version it had when an edit elsewhere kept it there (a conflict then), and a
-    /// copy the remote has not deleted yet is simply updated. Expects the lock held.
+    /// copy the remote has not deleted yet is simply updated.
     func becomeUbiquitous(_ item: inout Item) {
         if item.remoteVersion == 0 {
             item.remoteVersion = store.leftRemoteBase(item.id) ?? 0
@@ -97,15 +70,15 @@ extension Container {
     }
 
     /// True when a remote item must not be taken here: it would be local-only here (inside a folder that is
-    /// local-only here, or named `.nosync`). It stays on the remote, unseen on this device. Expects the lock held.
+    /// local-only here, or named `.nosync`). It stays on the remote, unseen on this device.
     func isKeptOut(_ w: WireItem) -> Bool {
         w.name.hasSuffix(Item.noSyncSuffix) || isLocalOnlyFolder(w.parent)
     }
 }
 
-extension Container {
+extension CoreState {
     /// A move that would make files whose newest content is not here local-only is refused (`.crossDevice`):
-    /// mv then copies them, which downloads them, rather than keep a copy that is not here. Expects the lock held.
+    /// mv then copies them, which downloads them, rather than keep a copy that is not here.
     func checkLocalOnlyMove(_ item: Item, to parent: String, name: String) throws(CoreError) {
         var moved = item
         moved.parent = parent
@@ -114,5 +87,33 @@ extension Container {
         guard moved.isLocalOnly && !item.isLocalOnly else { return }
         let missing = filesNotCurrent(at: item).count
         if missing > 0 { throw .crossDevice("\(missing) file(s) to keep on this device only are not downloaded") }
+    }
+}
+
+extension Container {
+    /// Sets or clears the user's excluded flag (`isExcludedFromSync`) of a file or folder. Making an item
+    /// local-only needs the newest content of every file it takes along here: while some is not, their
+    /// downloads start and the change is refused (`.busy`), as an eviction refuses what it cannot let go.
+    public func setExcludedFromSync(_ id: String, _ on: Bool) throws(CoreError) {
+        var missing: [String] = []
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { throw .notFound }
+            if id == rootID || id == WireRules.documentsID {
+                throw .invalidArgument("the container's own folders cannot be local-only")
+            }
+            guard item.excluded != on else { return }
+            let before = item
+            item.excluded = on
+            if !before.isLocalOnly && item.isLocalOnly {
+                missing = s.filesNotCurrent(at: item)
+                if !missing.isEmpty { return }
+            }
+            item.ctime = now()
+            try s.saveLocalOnlyChange(item, was: before)
+        }
+        guard !missing.isEmpty else { return }
+        for file in missing { downloads.start(file) }
+        throw .busy("\(missing.count) file(s) to keep on this device only are not downloaded yet; "
+            + "they are downloading: try again when they are")
     }
 }

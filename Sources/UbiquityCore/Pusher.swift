@@ -24,8 +24,8 @@ struct Pusher {
     }
 
     private func snapshot() -> Snapshot? {
-        container.withLock {
-            container.items[id].map { Snapshot(item: $0, generation: container.contentGeneration[id] ?? 0) }
+        container.read { s in
+            s.items[id].map { Snapshot(item: $0, generation: s.contentGeneration[id] ?? 0) }
         }
     }
 
@@ -52,11 +52,11 @@ struct Pusher {
 
     /// An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.
     private func dropFromJournal() {
-        container.withLock {
-            if let item = container.items[id] {
-                if !item.isPending { try? container.store.save(item) }
+        container.read { s in
+            if let item = s.items[id] {
+                if !item.isPending { try? s.store.save(item) }
             } else {
-                try? container.store.delete(id)
+                try? s.store.delete(id)
             }
         }
     }
@@ -67,7 +67,7 @@ struct Pusher {
     private func pushDelete(_ item: Item) throws -> Bool {
         if item.remoteVersion == 0 {
             // Its create was sent and no answer came: look whether it landed.
-            if container.withLock({ container.store.createWasSent(id) }) {
+            if container.read({ s in s.store.createWasSent(id) }) {
                 let current: WireItem
                 do { current = try container.remote.item(id) } catch RemoteError.notFound {
                     try finishDelete(); return true
@@ -107,7 +107,7 @@ struct Pusher {
                 if takenOutHere(child.id) {
                     // Not while a program writes it, nor when that push waits for this one (a cycle, which the
                     // push of a name in the way breaks): the delete waits (the push loop tries again later).
-                    guard let first = container.withLock({ container.sync.pushFirst(toFree: child.id) }),
+                    guard let first = container.read({ s in s.pushFirst(toFree: child.id) }),
                           first != id, !waiting.contains(first), waiting.count < 32 else {
                         throw error
                     }
@@ -145,7 +145,7 @@ struct Pusher {
                 try leftRemote(base: item.remoteVersion)
             case .conflict(_, let child):
                 guard let child, child.id != id else { throw error }
-                let ours = container.withLock { container.items[child.id].map { $0.isLocalOnly && $0.isPending } ?? false }
+                let ours = container.read { s in s.items[child.id].map { $0.isLocalOnly && $0.isPending } ?? false }
                 if ours {
                     try Pusher(container: container, id: child.id).run()
                     return false
@@ -165,26 +165,26 @@ struct Pusher {
     /// tombstone, or the version this device had of a copy left there); nil when the remote has none.
     /// Deleted here meanwhile, the item is forgotten; made ubiquitous again meanwhile, it goes up at once.
     private func leftRemote(base: Int64?) throws {
-        try container.mutate {
-            guard var cur = container.items[id] else { return }
+        try container.mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
             if cur.deleted {
-                try container.store.delete(id)
-                container.items[id] = nil
+                try s.store.delete(id)
+                s.items[id] = nil
                 return
             }
-            try container.store.forgetCreateSent(id)
-            if let base { try container.store.markLeftRemote(id, base: base) }
+            try s.store.forgetCreateSent(id)
+            if let base { try s.store.markLeftRemote(id, base: base) }
             cur.remoteVersion = 0
-            if !cur.isLocalOnly { container.becomeUbiquitous(&cur) }
-            try container.store.saveChanged(cur)
-            container.items[id] = cur
+            if !cur.isLocalOnly { s.becomeUbiquitous(&cur) }
+            try s.store.saveChanged(cur)
+            s.items[id] = cur
         }
     }
 
     /// True when a child in the way of this directory's delete has a change here that takes it out.
     private func takenOutHere(_ child: String) -> Bool {
-        container.withLock {
-            guard let item = container.items[child], item.isPending else { return false }
+        container.read { s in
+            guard let item = s.items[child], item.isPending else { return false }
             return item.deleted || item.parent != id
         }
     }
@@ -193,26 +193,26 @@ struct Pusher {
     /// was lost) and lists no conflict version this device has not seen: nothing in it is news to the delete.
     private func isOwnWrite(_ current: WireItem, deleted item: Item) -> Bool {
         guard current.device == container.config.device else { return false }
-        return container.withLock {
+        return container.read { s in
             current.conflicts.allSatisfy { c in
-                item.conflicts.contains { $0.id == c.id } || container.discardedConflicts.contains(c.id)
+                item.conflicts.contains { $0.id == c.id } || s.discardedConflicts.contains(c.id)
             }
         }
     }
 
     /// Forgets an item whose delete the remote has (at version `tombstone`, when known).
     private func finishDelete(tombstone: Int64? = nil) throws {
-        try container.mutate {
-            try container.store.delete(id)
-            container.items[id] = nil
-            if let tombstone { container.settledDeletes[id] = tombstone }
+        try container.mutateThrowing { s in
+            try s.store.delete(id)
+            s.items[id] = nil
+            if let tombstone { s.settledDeletes[id] = tombstone }
         }
     }
 
     /// Brings back an item deleted here that the remote kept, as the remote has it.
     private func restore(_ w: WireItem) throws {
-        try container.mutate {
-            guard var item = container.items[id] else { return }
+        try container.mutateThrowing { s in
+            guard var item = s.items[id] else { return }
             item.deleted = false
             item.dirty = false
             item.metaDirty = false
@@ -220,20 +220,20 @@ struct Pusher {
             item.localSHA = nil
             item.adopt(w)
             // Conflict versions resolved here before the delete stay resolved on the item that came back.
-            let kept = w.conflicts.filter { !container.discardedConflicts.contains($0.id) }
+            let kept = w.conflicts.filter { !s.discardedConflicts.contains($0.id) }
             if kept != w.conflicts {
-                container.pruneConflictFiles(id, old: item.conflicts, new: kept)
+                s.pruneConflictFiles(id, old: item.conflicts, new: kept)
                 item.conflicts = kept
                 item.metaDirty = true
             }
             // It takes back the remote's name; a local item made since under that name moves to a free one
             // (renaming the item that came back instead would be a change of this device, newer than the
             // state another device may have deleted).
-            try container.place(&item)
+            try s.place(&item)
             // Back in the journal only if there is still something to push; a journal row for a clean item
             // would have the push loop pick it again and again.
-            if item.isPending { try container.store.saveChanged(item) } else { try container.store.save(item) }
-            container.items[id] = item
+            if item.isPending { try s.store.saveChanged(item) } else { try s.store.save(item) }
+            s.items[id] = item
         }
         log.info("\(container.path(of: id)) was changed elsewhere while deleted here: kept")
     }
@@ -264,10 +264,10 @@ struct Pusher {
         if item.remoteVersion == 0 {
             // From the mark on, a local delete leaves a tombstone (the create may land) instead of forgetting the
             // item; an item deleted since the snapshot is not sent at all.
-            let exists = try container.withLock { () throws -> Bool in
-                guard container.items[id] != nil else { return false }
+            let exists = try container.mutateThrowing { s -> Bool in
+                guard s.items[id] != nil else { return false }
                 let sent = (try? JSONEncoder().encode(wire)).flatMap { String(data: $0, encoding: .utf8) } ?? "1"
-                try container.store.markCreateSent(id, sent)
+                try s.store.markCreateSent(id, sent)
                 return true
             }
             if !exists { return true }
@@ -283,7 +283,7 @@ struct Pusher {
                 try resolve(current, snap: snap, pushed: item)
             case .notFound:
                 // The remote forgot the item: create it afresh.
-                try container.withLock { try container.store.forgetCreateSent(id) }
+                try container.read { s in try s.store.forgetCreateSent(id) }
                 try rebase(version: 0)
             case .conflict(_, let holder):
                 // Pushed first once and still in the way (its own push settled otherwise): this item takes a
@@ -295,7 +295,7 @@ struct Pusher {
                 // The item in the way leaves that name here (moved or deleted, not pushed yet): it goes first (or
                 // the new folder it waits for). Not while a program writes it: this push waits (the push loop tries
                 // again later).
-                let first = container.withLock { container.sync.pushFirst(toFree: holder.id) }
+                let first = container.read { s in s.pushFirst(toFree: holder.id) }
                 if waiting.contains(holder.id) || first.map({ $0 == id || waiting.contains($0) }) == true {
                     // A cycle of moves (an exchange, a rotation, or one through a new folder): this item steps
                     // aside on the remote, so that the one waiting for its name can take it; its own place goes
@@ -324,7 +324,7 @@ struct Pusher {
 
     /// The state this device first sent to create the item, if recorded.
     private func sentCreate() -> WireItem? {
-        container.withLock { container.store.sentCreate(id) }
+        container.read { s in s.store.sentCreate(id) }
             .flatMap { try? JSONDecoder().decode(WireItem.self, from: Data($0.utf8)) }
     }
 
@@ -335,13 +335,12 @@ struct Pusher {
     /// against it (a conflict, or edit against delete, only then). Returns true when done.
     private func resolveOverLandedCreate(_ sent: WireItem, _ current: WireItem, snap: Snapshot,
                                          pushed: Item) throws -> Bool {
-        var toDownload: [String] = []
         var metaChanged = true
-        let pending = try container.mutate { () throws -> Bool in
-            guard var cur = container.items[id], !cur.deleted else { return true }
+        let pending = try container.mutateThrowing { s -> Bool in
+            guard var cur = s.items[id], !cur.deleted else { return true }
             let xattrs = cur.xattrs.mapValues { Data($0).base64EncodedString() }
             if cur.kind == .file && cur.dirty && pushed.remoteSHA == sent.sha256
-                && (container.contentGeneration[id] ?? 0) == snap.generation {
+                && (s.contentGeneration[id] ?? 0) == snap.generation {
                 cur.dirty = false
                 cur.localSHA = sent.sha256
             }
@@ -353,21 +352,20 @@ struct Pusher {
             cur.remoteSize = sent.size
             cur.device = sent.device
             metaChanged = cur.metaDirty
-            try container.store.save(cur)
-            container.items[id] = cur
+            try s.store.save(cur)
+            s.items[id] = cur
             if cur.isPending { return true }
-            try container.sync.applyOne(current, toDownload: &toDownload)
+            try s.applyOne(current)
             // The puller may have refused the remote's place (a cycle here): the item is on the remote all the
             // same, and its place here goes there as a move (which gives way if the remote refuses it too).
-            if var left = container.items[id], left.remoteVersion == 0 {
+            if var left = s.items[id], left.remoteVersion == 0 {
                 left.remoteVersion = current.version
                 left.metaDirty = true
-                try container.store.saveChanged(left)
-                container.items[id] = left
+                try s.store.saveChanged(left)
+                s.items[id] = left
             }
             return false
         }
-        for id in toDownload { container.downloads.start(id) }
         if !pending { return true }
         var base = snap
         base.item.remoteSHA = sent.sha256
@@ -380,10 +378,10 @@ struct Pusher {
 
     /// True when the item holding a name on the remote has left that place here, by a change still to push.
     private func movedAwayHere(_ holder: WireItem) -> Bool {
-        container.withLock {
+        container.read { s in
             // Only against the remote version this device last saw: a holder changed elsewhere since is a
             // conflict of its own, settled at its own turn, not ahead of it.
-            guard let here = container.items[holder.id], here.isPending, here.remoteVersion == holder.version else {
+            guard let here = s.items[holder.id], here.isPending, here.remoteVersion == holder.version else {
                 return false
             }
             return here.deleted || here.parent != holder.parent || !sameName(here.name, holder.name)
@@ -405,16 +403,16 @@ struct Pusher {
     /// If the item moved or was renamed here since the snapshot (the puller may have moved it out of the
     /// way already), that newer place is what the next try pushes: it is not renamed again.
     private func takeFreeName(pushed: Item) throws {
-            try container.mutate {
-                guard var cur = container.items[id], let parent = cur.parent,
+            try container.mutateThrowing { s in
+                guard var cur = s.items[id], let parent = cur.parent,
                       parent == pushed.parent, sameName(cur.name, pushed.name) else { return }
-                container.unlink(cur)
-                cur.name = container.freeName(cur.name, in: parent, avoiding: cur.name)
+                try s.unlink(cur)
+                cur.name = s.freeName(cur.name, in: parent, avoiding: cur.name)
                 cur.metaDirty = true
-                try container.store.saveChanged(cur)
-                container.items[id] = cur
-                container.children[parent, default: [:]][cur.name] = id
-                container.notice(.added(parent: parent, name: cur.name))
+                try s.store.saveChanged(cur)
+                s.items[id] = cur
+                s.children.list(id, in: parent, as: cur.name)
+                s.notice(.added(parent: parent, name: cur.name))
             }
     }
 
@@ -435,25 +433,25 @@ struct Pusher {
         }
         let current: WireItem?
         do { current = try container.remote.item(id) } catch RemoteError.notFound { current = nil }
-        try container.mutate {
-            guard var cur = container.items[id], !cur.deleted, cur.parent == pushed.parent,
+        try container.mutateThrowing { s in
+            guard var cur = s.items[id], !cur.deleted, cur.parent == pushed.parent,
                   sameName(cur.name, pushed.name) else { return }
             // Where the remote has it (an item holding that name here is stale: `place` unlists it), or else
             // the top of the container under a name free here.
             var target = (parent: WireRules.documentsID, name: cur.name)
-            if let current, !current.deleted, let p = current.parent, let dir = container.items[p], dir.isDirectory,
-               !dir.deleted, !container.isAncestor(id, of: p) {
+            if let current, !current.deleted, let p = current.parent, let dir = s.items[p], dir.isDirectory,
+               !dir.deleted, !s.isAncestor(id, of: p) {
                 target = (p, current.name)
-            } else if container.children[target.parent]?[target.name] != nil {
-                target.name = container.freeName(target.name, in: target.parent)
+            } else if s.children[target.parent]?[target.name] != nil {
+                target.name = s.freeName(target.name, in: target.parent)
             }
-            log.info("\(container.pathLocked(id)): the remote refused its place (\(why)); it goes back")
-            container.unlink(cur)
+            log.info("\(s.path(of: id)): the remote refused its place (\(why)); it goes back")
+            try s.unlink(cur)
             cur.parent = target.parent
             cur.name = target.name
-            try container.place(&cur)
-            try container.store.saveChanged(cur)
-            container.items[id] = cur
+            try s.place(&cur)
+            try s.store.saveChanged(cur)
+            s.items[id] = cur
         }
         container.sync.refetchRefused()
     }
@@ -470,8 +468,8 @@ struct Pusher {
     }
 
     private func setUploading(_ on: Bool, done: Int64, total: Int64) {
-        container.withLock {
-            container.updateTransfer(id) {
+        container.mutate { (s: inout CoreState) in
+            s.updateTransfer(id) {
                 $0.isUploading = on
                 $0.uploadedBytes = done
                 $0.uploadTotal = total
@@ -481,16 +479,16 @@ struct Pusher {
 
     /// Records what the remote stored. Content and metadata changed here after the snapshot stay pending.
     private func acknowledge(_ stored: WireItem, snap: Snapshot, pushed: Item) throws {
-        try container.mutate {
-            guard var cur = container.items[id] else { return }
+        try container.mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
             cur.remoteVersion = stored.version
             cur.remoteSHA = stored.sha256
             cur.remoteSize = stored.size
             cur.device = stored.device
-            container.pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
+            s.pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
             cur.conflicts = stored.conflicts
-            try container.forgetUnpushed(listed: stored.conflicts)
-            let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation
+            try s.forgetUnpushed(listed: stored.conflicts)
+            let unchanged = (s.contentGeneration[id] ?? 0) == snap.generation
             if snap.item.dirty && unchanged && cur.dirty {
                 cur.dirty = false
                 cur.localSHA = stored.sha256
@@ -500,19 +498,19 @@ struct Pusher {
                 && cur.mtime == pushed.mtime && cur.xattrs == pushed.xattrs {
                 cur.metaDirty = false
             }
-            try container.store.save(cur)
-            container.items[id] = cur
-            container.updateTransfer(id) { $0.uploadError = nil }
+            try s.store.save(cur)
+            s.items[id] = cur
+            s.updateTransfer(id) { $0.uploadError = nil }
         }
     }
 
     /// Sets the version the next conditional write is made against.
     private func rebase(version: Int64) throws {
-        try container.mutate {
-            guard var cur = container.items[id] else { return }
+        try container.mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
             cur.remoteVersion = version
-            try container.store.save(cur)
-            container.items[id] = cur
+            try s.store.save(cur)
+            s.items[id] = cur
         }
     }
 
@@ -525,20 +523,20 @@ struct Pusher {
     /// name meanwhile).
     private func acceptDelete(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
         let xattrs = pushed.xattrs.mapValues { Data($0).base64EncodedString() }
-        let contentThere = !snap.item.dirty || pushed.kind == .dir || container.withLock { keptAsConflict(current, pushed: pushed) }
+        let contentThere = !snap.item.dirty || pushed.kind == .dir || container.read { s in keptAsConflict(current, pushed: pushed, in: s) }
             || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
         let metaThere = !snap.item.metaDirty
             || (current.parent == pushed.parent && current.mode == pushed.mode && current.mtime == pushed.mtime
                 && current.xattrs == xattrs && current.conflicts == pushed.conflicts)
         guard contentThere && metaThere else { return false }
-        return try container.mutate {
-            guard let cur = container.items[id], !cur.deleted,
-                  (container.contentGeneration[id] ?? 0) == snap.generation,
+        return try container.mutateThrowing { s in
+            guard let cur = s.items[id], !cur.deleted,
+                  (s.contentGeneration[id] ?? 0) == snap.generation,
                   cur.parent == pushed.parent, cur.mode == pushed.mode,
                   cur.mtime == pushed.mtime, cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
-                  (container.children[id] ?? [:]).isEmpty else { return false }
-            log.info("\(container.pathLocked(id)) was deleted elsewhere after this device's change landed: removed")
-            try container.sync.removeRemotelyDeleted(cur, tombstone: current)
+                  (s.children[id] ?? [:]).isEmpty else { return false }
+            log.info("\(s.path(of: id)) was deleted elsewhere after this device's change landed: removed")
+            try s.removeRemotelyDeleted(cur, tombstone: current)
             return true
         }
     }
@@ -548,40 +546,38 @@ struct Pusher {
     /// remote's state is taken as the puller takes it: pushing again would add a second version of the same
     /// write and make a version newer than what that device did next (a delete).
     private func settleLanded(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
-        var toDownload: [String] = []
-        let settled = try container.mutate { () throws -> Bool in
-            guard keptAsConflict(current, pushed: pushed), var cur = container.items[id], !cur.deleted,
-                  (container.contentGeneration[id] ?? 0) == snap.generation, cur.parent == pushed.parent,
+        let settled = try container.mutateThrowing { s -> Bool in
+            guard keptAsConflict(current, pushed: pushed, in: s), var cur = s.items[id], !cur.deleted,
+                  (s.contentGeneration[id] ?? 0) == snap.generation, cur.parent == pushed.parent,
                   sameName(cur.name, pushed.name), cur.mode == pushed.mode, cur.mtime == pushed.mtime,
                   cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
-                  !cur.conflicts.contains(where: { container.unpushedConflicts.contains($0.id) }) else { return false }
-            log.info("\(container.pathLocked(id)): this change landed and was kept as a conflict version elsewhere")
+                  !cur.conflicts.contains(where: { s.unpushedConflicts.contains($0.id) }) else { return false }
+            log.info("\(s.path(of: id)): this change landed and was kept as a conflict version elsewhere")
             cur.dirty = false
             cur.metaDirty = false
             cur.localSHA = pushed.remoteSHA
-            try container.store.save(cur)
-            container.items[id] = cur
-            try container.sync.applyOne(current, toDownload: &toDownload)
+            try s.store.save(cur)
+            s.items[id] = cur
+            try s.applyOne(current)
             return true
         }
-        for id in toDownload { container.downloads.start(id) }
         return settled
     }
 
     /// True when the remote lists the content being pushed, written at the same time, as a conflict version
-    /// of this device that this device has not resolved: that write landed. Expects the lock held.
-    private func keptAsConflict(_ current: WireItem, pushed: Item) -> Bool {
+    /// of this device that this device has not resolved: that write landed.
+    private func keptAsConflict(_ current: WireItem, pushed: Item, in s: CoreState) -> Bool {
         let write = WireConflict(id: "", sha256: pushed.remoteSHA, size: pushed.remoteSize, mtime: pushed.mtime,
                                  device: container.config.device)
-        return current.conflicts.contains { $0.isSameWrite(as: write) && !container.discardedConflicts.contains($0.id) }
+        return current.conflicts.contains { $0.isSameWrite(as: write) && !s.discardedConflicts.contains($0.id) }
     }
 
     /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it
     /// already (this device's write landed and its answer was lost, or the same change was made there). Writing
     /// it again would make a newer version that overrides what other devices did to the item since (a delete).
-    private func settleIfSame(_ cur: inout Item, as current: WireItem, snap: Snapshot, pushed: Item) {
+    private func settleIfSame(_ cur: inout Item, as current: WireItem, snap: Snapshot, pushed: Item, in s: CoreState) {
         if cur.dirty && cur.kind == .file && pushed.remoteSHA == current.sha256 && cur.mtime == current.mtime
-            && (container.contentGeneration[id] ?? 0) == snap.generation {
+            && (s.contentGeneration[id] ?? 0) == snap.generation {
             cur.dirty = false
             cur.localSHA = current.sha256
             cur.takeContent(of: current)
@@ -603,8 +599,8 @@ struct Pusher {
             || current.kind != .file {
             // Edit against delete (the edit revives it), a change on one side only, or the same content on both
             // sides: this device's change goes on top of the remote's version, keeping what the remote changed.
-            return try container.mutate {
-                guard var cur = container.items[id] else { return }
+            return try container.mutateThrowing { s in
+                guard var cur = s.items[id] else { return }
                 if !current.deleted {
                     // The content of the version the next write goes on top of, also while dirty: the next 412
                     // compares with it to tell whether the remote's content changed since.
@@ -614,38 +610,38 @@ struct Pusher {
                 if !cur.dirty && !current.deleted {
                     cur.size = current.size
                     cur.device = current.device
-                    if cur.hasLocal && cur.localSHA != current.sha256 { container.notice(.changed(id, content: true)) }
+                    if cur.hasLocal && cur.localSHA != current.sha256 { s.notice(.changed(id, content: true)) }
                 }
                 if !cur.metaDirty && !current.deleted {
                     // Only the content changed here: take the remote's name, place, mode and attributes.
                     let moved = cur.parent != current.parent || !sameName(cur.name, current.name)
                     // Not below itself here (another item's move not yet pushed): its place here goes up as a
                     // move instead, and gives way if the remote refuses it.
-                    if moved, let p = current.parent, container.items[p] == nil || container.isAncestor(id, of: p) {
+                    if moved, let p = current.parent, s.items[p] == nil || s.isAncestor(id, of: p) {
                         cur.metaDirty = true
                     } else if moved {
-                        container.unlink(cur)
+                        try s.unlink(cur)
                         cur.parent = current.parent
                         cur.name = current.name
-                        try container.place(&cur)
+                        try s.place(&cur)
                     }
                     cur.mode = current.mode
                     cur.xattrs = current.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
-                    container.notice(.changed(id, content: false))
+                    s.notice(.changed(id, content: false))
                 }
                 // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
                 // them); those this device knows come back with its edit.
                 let conflicts = current.deleted
-                    ? cur.conflicts.filter { !container.discardedConflicts.contains($0.id) }
-                    : container.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
-                try container.forgetUnpushed(listed: current.conflicts)
-                container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
+                    ? cur.conflicts.filter { !s.discardedConflicts.contains($0.id) }
+                    : s.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
+                try s.forgetUnpushed(listed: current.conflicts)
+                s.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
                 cur.conflicts = conflicts
-                if !current.deleted { settleIfSame(&cur, as: current, snap: snap, pushed: pushed) }
+                if !current.deleted { settleIfSame(&cur, as: current, snap: snap, pushed: pushed, in: s) }
                 if cur.conflicts != current.conflicts { cur.metaDirty = true }
                 cur.remoteVersion = current.version
-                try container.store.save(cur)
-                container.items[id] = cur
+                try s.store.save(cur)
+                s.items[id] = cur
             }
         }
         if try settleLanded(current, snap: snap, pushed: pushed) { return }
@@ -656,32 +652,32 @@ struct Pusher {
                                   mtime: current.mtime, device: current.device)
         let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
         log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")
-        try container.mutate {
-            guard var cur = container.items[id] else { return }
+        try container.mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
             cur.remoteVersion = current.version
             let loser = iWin ? theirs : mine
-            try container.forgetUnpushed(listed: current.conflicts)
-            var conflicts = container.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
+            try s.forgetUnpushed(listed: current.conflicts)
+            var conflicts = s.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
             if !conflicts.contains(where: { $0.isSameWrite(as: loser) }) {
-                try container.rememberUnpushed([loser.id])
+                try s.rememberUnpushed([loser.id])
                 conflicts.append(loser)
             }
-            container.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
+            s.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
             cur.conflicts = conflicts
             cur.metaDirty = true
             if !iWin {
                 // Their content becomes current; ours is kept as the conflict version just listed.
-                let unchanged = (container.contentGeneration[id] ?? 0) == snap.generation
+                let unchanged = (s.contentGeneration[id] ?? 0) == snap.generation
                 if unchanged {
                     cur.dirty = false
                     cur.localSHA = pushed.remoteSHA
                 }
                 cur.takeContent(of: current)
                 cur.mtime = current.mtime
-                container.notice(.changed(id, content: true))
+                s.notice(.changed(id, content: true))
             }
-            try container.store.saveChanged(cur)
-            container.items[id] = cur
+            try s.store.saveChanged(cur)
+            s.items[id] = cur
         }
     }
 }

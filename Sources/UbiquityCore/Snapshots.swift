@@ -58,9 +58,9 @@ extension Container {
         try willWrite(id)
         return gates.shared(id) {
             let result = body()
-            withLock {
-                contentGeneration[id, default: 0] += 1
-                lastWrite[id] = now()
+            mutate { (s: inout CoreState) in
+                s.contentGeneration[id, default: 0] += 1
+                s.lastWrite[id] = now()
             }
             return result
         }
@@ -68,31 +68,17 @@ extension Container {
 
     /// An fsync of a file open for writing: a snapshot of it is due.
     func snapshotRequested(_ id: String) {
-        withLock { fsyncedSinceSnapshot.insert(id) }
+        mutate { (s: inout CoreState) in _ = s.fsyncedSinceSnapshot.insert(id) }
         sync.wakePusher()
-    }
-
-    /// True while a program writes the file and no snapshot of it is due: it waits for its fsync, for a quiet
-    /// moment, or for its last close. Expects the lock held.
-    func isBeingWritten(_ id: String) -> Bool {
-        guard let item = items[id], item.dirty, (handles[id]?.writers ?? 0) > 0 else { return false }
-        return !isSnapshotDue(id)
-    }
-
-    /// Expects the lock held.
-    private func isSnapshotDue(_ id: String) -> Bool {
-        guard let quiet = config.snapshotQuietSeconds else { return false }
-        if fsyncedSinceSnapshot.contains(id) { return true }
-        return now() - (lastWrite[id] ?? 0) >= Int64(quiet) * 1_000_000_000
     }
 
     /// When the next file held open for writing becomes quiet enough for a snapshot (nanoseconds from now).
     func nextSnapshotDue() -> Int64? {
         guard let quiet = config.snapshotQuietSeconds else { return nil }
-        return withLock {
+        return read { s in
             let now = self.now()
-            return handles.compactMap { id, h -> Int64? in
-                guard h.writers > 0, items[id]?.dirty == true, let last = lastWrite[id] else { return nil }
+            return s.handles.compactMap { id, h -> Int64? in
+                guard h.writers > 0, s.items[id]?.dirty == true, let last = s.lastWrite[id] else { return nil }
                 return max(0, last + Int64(quiet) * 1_000_000_000 - now)
             }.min()
         }
@@ -101,20 +87,36 @@ extension Container {
     /// What the pusher uploads for a dirty file: the content file itself while nobody writes it, else a copy
     /// taken between two writes (in staging, removed by `done`). `generation` is the content's at that moment.
     func contentForUpload(_ id: String) throws -> (path: String, generation: Int?, done: () -> Void) {
-        let path = store.contentPath(id)
-        if withLock({ (handles[id]?.writers ?? 0) == 0 }) { return (path, nil, {}) }
-        let copy = store.stagingDirectory + "/snapshot-" + id
+        let path = paths.content(id)
+        if read({ ($0.handles[id]?.writers ?? 0) == 0 }) { return (path, nil, {}) }
+        let copy = paths.staging + "/snapshot-" + id
         let generation = try gates.exclusive(id) { () throws -> Int in
             let source = try FileDescriptor.open(path, O_RDONLY)
             defer { source.close() }
             let target = try FileDescriptor.open(copy, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
             defer { target.close() }
             try target.copyContent(of: source, length: Int64(try source.stat().st_size))
-            return withLock {
-                fsyncedSinceSnapshot.remove(id)
-                return contentGeneration[id] ?? 0
-            }
+            return mutate { (s: inout CoreState) -> Int in
+                s.fsyncedSinceSnapshot.remove(id)
+                return s.contentGeneration[id] ?? 0
+            } ?? 0
         }
         return (copy, generation, { try? removeFile(copy) })
+    }
+}
+
+extension CoreState {
+    /// True while a program writes the file and no snapshot of it is due: it waits for its fsync, for a quiet
+    /// moment, or for its last close.
+    func isBeingWritten(_ id: String) -> Bool {
+        guard let item = items[id], item.dirty, (handles[id]?.writers ?? 0) > 0 else { return false }
+        return !isSnapshotDue(id)
+    }
+
+    ///
+    private func isSnapshotDue(_ id: String) -> Bool {
+        guard let quiet = config.snapshotQuietSeconds else { return false }
+        if fsyncedSinceSnapshot.contains(id) { return true }
+        return now() - (lastWrite[id] ?? 0) >= Int64(quiet) * 1_000_000_000
     }
 }

@@ -6,9 +6,9 @@ import UbiquityBase
 extension Container {
     /// The status of an item as the `user.ubiquity.*` attributes show it.
     public func status(_ id: String) throws(CoreError) -> ItemStatus {
-        try withLock { () throws(CoreError) -> ItemStatus in
-            guard let item = items[id], !item.deleted else { throw .notFound }
-            let t = transfers[id] ?? TransferState()
+        try read { (s) throws(CoreError) -> ItemStatus in
+            guard let item = s.items[id], !item.deleted else { throw .notFound }
+            let t = s.transfers[id] ?? TransferState()
             let current = item.downloadingStatus == .current
             let uploaded = !item.isPending && item.remoteVersion > 0
             return ItemStatus(
@@ -21,141 +21,116 @@ extension Container {
                 hasUnresolvedConflicts: !item.conflicts.isEmpty,
                 downloadingError: t.downloadError,
                 uploadingError: item.isPending ? t.uploadError : nil,
-                pinned: isPinnedLocked(id),
+                pinned: s.isPinned(id),
                 isUbiquitous: !item.isLocalOnly,
                 isExcludedFromSync: item.excluded)
         }
     }
 
-    /// Changes the live transfer state of an item (or a conflict version's key). Expects the lock held.
-    func updateTransfer(_ id: String, _ change: (inout TransferState) -> Void) {
-        var t = transfers[id] ?? TransferState()
-        change(&t)
-        transfers[id] = t
-        changes.note(id)
-    }
-
     /// Records that a push of the item failed, with the reason `uploadingError` shows.
     func recordUploadFailure(_ id: String, _ error: Error) {
-        withLock {
-            updateTransfer(id) {
+        mutate { (s: inout CoreState) in
+            s.updateTransfer(id) {
                 $0.isUploading = false
                 $0.uploadError = "\(error)"
             }
         }
     }
 
-    /// True if the item or a directory above it is pinned. Expects the lock held.
-    func isPinnedLocked(_ id: String) -> Bool {
-        var cur: String? = id
-        while let c = cur, let item = items[c] {
-            if item.pinned { return true }
-            cur = item.parent
-        }
-        return false
-    }
-
-    /// The files at and below an item (links, fifos and sockets have no content: never listed). Expects the lock held.
-    func filesBelow(_ id: String) -> [Item] {
-        guard let item = items[id], !item.deleted else { return [] }
-        if !item.isDirectory { return item.hasContent ? [item] : [] }
-        return (children[id] ?? [:]).values.flatMap { filesBelow($0) }
-    }
-
     /// Starts downloading a file, or every file below a directory, in the background.
     public func requestDownload(_ id: String) throws(CoreError) {
-        let ids = try withLock { () throws(CoreError) -> [String] in
-            guard items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
-            return filesBelow(id).filter { !$0.isCurrent && $0.remoteVersion > 0 }.map(\.id)
+        let ids = try read { (s) throws(CoreError) -> [String] in
+            guard s.items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
+            return s.filesBelow(id).filter { !$0.isCurrent && $0.remoteVersion > 0 }.map(\.id)
         }
         for file in ids { downloads.start(file) }
     }
 
     /// Pins or unpins an item; pinning downloads it (and, for a directory, everything in it, now and later).
     public func setPinned(_ id: String, _ on: Bool) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted else { throw .notFound }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard item.pinned != on else { return }
             item.pinned = on
             item.ctime = now() // an attribute changed, as for any setxattr
-            do { try store.save(item) } catch { throw CoreError.from(error) }
-            items[id] = item
+            do { try s.store.save(item) } catch { throw CoreError.from(error) }
+            s.items[id] = item
         }
         if on { try requestDownload(id) }
     }
 
     /// Marks every conflict version of a file resolved, keeping the current content.
     public func resolveKeepingCurrent(_ id: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted else { throw .notFound }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard !item.conflicts.isEmpty else { return }
-            try rememberResolved(item.conflicts.map(\.id))
-            pruneConflictFiles(id, old: item.conflicts, new: [])
+            try s.rememberResolved(item.conflicts.map(\.id))
+            s.pruneConflictFiles(id, old: item.conflicts, new: [])
             item.conflicts = []
             item.metaDirty = true
-            try saveLocalChange(item)
+            try s.saveLocalChange(item)
         }
     }
 
     // MARK: the user's own extended attributes
 
     public func userXattr(_ id: String, _ name: String) throws(CoreError) -> [UInt8] {
-        try withLock { () throws(CoreError) -> [UInt8] in
-            guard let item = items[id], !item.deleted else { throw .notFound }
+        try read { (s) throws(CoreError) -> [UInt8] in
+            guard let item = s.items[id], !item.deleted else { throw .notFound }
             guard let value = item.xattrs[name] else { throw .noAttribute }
             return value
         }
     }
 
     public func userXattrNames(_ id: String) -> [String] {
-        withLock { items[id]?.xattrs.keys.sorted() ?? [] }
+        read { s in s.items[id]?.xattrs.keys.sorted() ?? [] }
     }
 
     /// Sets a user attribute; `create` fails if it exists, `replace` if it does not (setxattr's flags).
     public func setUserXattr(_ id: String, _ name: String, _ value: [UInt8], create: Bool, replace: Bool) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted else { throw .notFound }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { throw .notFound }
             let exists = item.xattrs[name] != nil
             if create && exists { throw .exists }
             if replace && !exists { throw .noAttribute }
             item.xattrs[name] = value
             let total = item.xattrs.reduce(0) { $0 + $1.key.utf8.count + $1.value.count }
             if total > WireRules.maxXattrBytes { throw .tooBig }
-            if exists && item.xattrs[name] == items[id]?.xattrs[name] { return }
+            if exists && item.xattrs[name] == s.items[id]?.xattrs[name] { return }
             item.metaDirty = true
             item.ctime = now()
-            try saveLocalChange(item)
+            try s.saveLocalChange(item)
         }
     }
 
     public func removeUserXattr(_ id: String, _ name: String) throws(CoreError) {
-        try mutate { () throws(CoreError) in
-            guard var item = items[id], !item.deleted else { throw .notFound }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard item.xattrs.removeValue(forKey: name) != nil else { throw .noAttribute }
             item.metaDirty = true
             item.ctime = now()
-            try saveLocalChange(item)
+            try s.saveLocalChange(item)
         }
     }
 
     // MARK: the mount root
 
     /// The remote answered (the feed, a download): the mount is online.
-    func remoteAnswered() { withLock { offlineSince = nil } }
+    func remoteAnswered() { mutate { (s: inout CoreState) in s.offlineSince = nil } }
 
     /// The remote could not be reached: the mount is offline, since the first such failure.
     func remoteUnreachable() {
-        withLock { if offlineSince == nil { offlineSince = now() } }
+        mutate { (s: inout CoreState) in if s.offlineSince == nil { s.offlineSince = now() } }
     }
 
     /// True while the remote is known to be unreachable.
-    var isOffline: Bool { withLock { offlineSince != nil } }
+    var isOffline: Bool { read { $0.offlineSince != nil } }
 
     /// The attributes of the mount root alone, by name without the `user.ubiquity.` prefix, in listing order:
     /// how many changes wait to upload, whether (and since when, in UTC) the remote is away, and the local
     /// store's usage, limit and latest evictions (read-only).
     public func rootAttributes() -> [(name: String, value: String)] {
-        let since = withLock { offlineSince }
+        let since = read { $0.offlineSince }
         var list = [(name: "pendingChanges", value: String(pendingChanges)),
                     (name: "isOffline", value: since == nil ? "0" : "1")]
         if let since { list.append((name: "offlineSince", value: iso8601(nanoseconds: since))) }
@@ -177,4 +152,31 @@ func iso8601(nanoseconds: Int64) -> String {
     let f = ISO8601DateFormatter()
     f.timeZone = TimeZone(identifier: "UTC")
     return f.string(from: Date(timeIntervalSince1970: Double(nanoseconds) / 1e9))
+}
+
+extension CoreState {
+    /// Changes the live transfer state of an item (or a conflict version's key).
+    mutating func updateTransfer(_ id: String, _ change: (inout TransferState) -> Void) {
+        var t = transfers[id] ?? TransferState()
+        change(&t)
+        transfers[id] = t
+        store.changes?.note(id)
+    }
+
+    /// True if the item or a directory above it is pinned.
+    func isPinned(_ id: String) -> Bool {
+        var cur: String? = id
+        while let c = cur, let item = items[c] {
+            if item.pinned { return true }
+            cur = item.parent
+        }
+        return false
+    }
+
+    /// The files at and below an item (links, fifos and sockets have no content: never listed).
+    func filesBelow(_ id: String) -> [Item] {
+        guard let item = items[id], !item.deleted else { return [] }
+        if !item.isDirectory { return item.hasContent ? [item] : [] }
+        return (children[id] ?? [:]).values.flatMap { filesBelow($0) }
+    }
 }

@@ -40,10 +40,23 @@ extension Container {
     public var requestedDownloads: [String] { downloads.lock.withLock { downloads.requested } }
 
     /// Every item of the in-memory index, tombstones waiting to be pushed included, by id.
-    public func indexSnapshot() -> [Item] { withLock { items.values.sorted { $0.id < $1.id } } }
+    public func indexSnapshot() -> [Item] { read { s in s.items.values.sorted { $0.id < $1.id } } }
 
     /// Ids in the pending journal, oldest first.
-    public func pendingIDs() -> [String] { withLock { (try? store.pendingIDs()) ?? [] } }
+    public func pendingIDs() throws -> [String] { try read { s in try s.store.pendingIDs() } }
+
+    /// Every item as the store holds it (the simulation checks the index against it).
+    public func storedItems() throws -> [Item] { try read { s in try s.store.loadItems() } }
+
+    /// Where the store keeps an item's content, a conflict version's copy, all content, and downloads in flight
+    /// (the simulation reads and damages these files as a crash or another program would).
+    public func contentPath(_ id: String) -> String { paths.content(id) }
+    public func conflictPath(_ id: String, _ conflict: String) -> String { paths.conflict(id, conflict) }
+    public var contentDirectory: String { paths.content }
+    public var stagingDirectory: String { paths.staging }
+
+    /// Checks the store as `ubiquityfs check` does, under the lock (tests of a live container).
+    public func checkStore(repair: Bool) throws -> CheckReport { try read { s in try s.store.check(repair: repair) } }
 
     /// The feed position last applied.
     public var feedPosition: String? { sync.feedToken }

@@ -23,16 +23,18 @@ public final class Store: @unchecked Sendable {
     /// Told the id of every item written or deleted (the live query's change stream).
     var changes: ItemChanges?
 
-    public var contentDirectory: String { directory + "/content" }
-    public var stagingDirectory: String { directory + "/staging" }
-    public func contentPath(_ id: String) -> String { contentDirectory + "/" + id }
-    /// The local copy of one conflict version of an item.
-    public func conflictPath(_ id: String, _ conflict: String) -> String { contentDirectory + "/" + id + "." + conflict }
+    /// Where the store's files are (immutable: safe to read without the container's lock).
+    let paths: StorePaths
+    var contentDirectory: String { paths.content }
+    var stagingDirectory: String { paths.staging }
+    func contentPath(_ id: String) -> String { paths.content(id) }
+    func conflictPath(_ id: String, _ conflict: String) -> String { paths.conflict(id, conflict) }
 
     /// Opens the store at `directory`, creating it if needed, and takes its lock.
     /// Throws a plain message if another daemon holds the store, or the database cannot be read.
     public init(directory: String) throws {
         self.directory = directory
+        self.paths = StorePaths(directory: directory)
         try makeDirectories(directory)
         try makeDirectories(directory + "/content")
         try makeDirectories(directory + "/staging")
@@ -67,17 +69,51 @@ public final class Store: @unchecked Sendable {
         }
     }
 
-    /// Runs a database write; when the disk is full, gives up the reserve and tries once more.
+    /// Runs a database write; when the disk is full, gives up the reserve and tries once more. Inside a
+    /// transaction the write is not retried alone (SQLite may have rolled the transaction back): the
+    /// transaction's owner retries the whole of it (`giveUpReserve`).
     private func withReserve<T>(_ body: () throws -> T) throws -> T {
         do {
             let result = try body()
-            keepReserve()
+            if !inTransaction { keepReserve() }
             return result
-        } catch let error as SQLiteError where error.isDiskFull && hasReserve {
+        } catch let error as SQLiteError where error.isDiskFull && hasReserve && !inTransaction {
             try? removeFile(reservePath)
             hasReserve = false
             return try body()
         }
+    }
+
+    // MARK: transactions (Container.mutate: one per operation)
+
+    private var inTransaction = false
+
+    func begin() throws {
+        precondition(!inTransaction, "transactions do not nest")
+        try db.exec("BEGIN")
+        inTransaction = true
+    }
+
+    func commit() throws {
+        try db.exec("COMMIT")
+        inTransaction = false
+        keepReserve()
+    }
+
+    /// Rolls back the open transaction, if SQLite has not already done so.
+    func rollBack() {
+        guard inTransaction else { return }
+        inTransaction = false
+        if !db.isAutocommit { try? db.exec("ROLLBACK") }
+    }
+
+    /// After a transaction failed on a full disk: frees the reserve so that one more try can succeed; false
+    /// when `error` is not a full disk or the reserve is gone already.
+    func giveUpReserve(after error: Error) -> Bool {
+        guard let error = error as? SQLiteError, error.isDiskFull, hasReserve else { return false }
+        try? removeFile(reservePath)
+        hasReserve = false
+        return true
     }
 
     deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
@@ -124,18 +160,21 @@ public final class Store: @unchecked Sendable {
 
     // MARK: meta
 
-    public func meta(_ key: String) -> String? {
+    func meta(_ key: String) -> String? {
         (try? values("SELECT value FROM meta WHERE key = ?", [.text(key)]) { $0.text(0) })?.first
     }
 
-    public func setMeta(_ key: String, _ value: String) throws {
+    func setMeta(_ key: String, _ value: String) throws {
         try withReserve {
             try db.query("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                          [.text(key), .text(value)])
         }
     }
 
-    public func removeMeta(_ key: String) throws {
+    /// Records which container the store holds (by the daemon, before a Container opens the store).
+    public func bind(container: String) throws { try setMeta("container", container) }
+
+    func removeMeta(_ key: String) throws {
         try db.query("DELETE FROM meta WHERE key = ?", [.text(key)])
     }
 
@@ -159,19 +198,19 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Conflict versions resolved on this device, remembered across restarts (see Container.discardedConflicts).
-    public func markResolved(_ conflicts: [String]) throws { try insertIDs("resolved:", conflicts) }
-    public func resolvedConflicts() throws -> [String] { try ids("resolved:") }
+    func markResolved(_ conflicts: [String]) throws { try insertIDs("resolved:", conflicts) }
+    func resolvedConflicts() throws -> [String] { try ids("resolved:") }
 
     /// Conflict versions added here and not yet stored by the remote (see Container.unpushedConflicts):
     /// `added` true remembers them, false forgets them.
-    public func markUnpushed(_ conflicts: [String], added: Bool) throws {
+    func markUnpushed(_ conflicts: [String], added: Bool) throws {
         if added { try insertIDs("unpushed:", conflicts) } else { try deleteIDs("unpushed:", conflicts) }
     }
-    public func unpushedConflicts() throws -> [String] { try ids("unpushed:") }
+    func unpushedConflicts() throws -> [String] { try ids("unpushed:") }
 
     /// Remote changes the puller could not take yet (see SyncLoops.refetchRefused), by item id.
-    public func markRefused(_ id: String) throws { try insertIDs("refused:", [id]) }
-    public func takeRefused() throws -> [String] {
+    func markRefused(_ id: String) throws { try insertIDs("refused:", [id]) }
+    func takeRefused() throws -> [String] {
         let refused = try ids("refused:")
         try deleteIDs("refused:", refused)
         return refused
@@ -179,25 +218,25 @@ public final class Store: @unchecked Sendable {
 
     /// Marks an item whose create was sent: the remote may hold it even if no answer came back. `what` is the
     /// state sent (encoded by the caller); the first one sent is kept, as the one that may have landed first.
-    public func markCreateSent(_ id: String, _ what: String = "1") throws {
+    func markCreateSent(_ id: String, _ what: String = "1") throws {
         try withReserve {
             try db.query("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO NOTHING",
                          [.text("sent:" + id), .text(what)])
         }
     }
-    public func createWasSent(_ id: String) -> Bool { meta("sent:" + id) != nil }
+    func createWasSent(_ id: String) -> Bool { meta("sent:" + id) != nil }
     /// The state recorded by `markCreateSent`.
-    public func sentCreate(_ id: String) -> String? { meta("sent:" + id) }
+    func sentCreate(_ id: String) -> String? { meta("sent:" + id) }
     /// The remote does not hold the item (any more): a create sent before is not there.
-    public func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
+    func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
 
     /// A local-only item whose remote copy is gone (or left to other devices): made ubiquitous again, it is
     /// written against remote version `base` (its tombstone: the remote keeps the id).
-    public func markLeftRemote(_ id: String, base: Int64) throws {
+    func markLeftRemote(_ id: String, base: Int64) throws {
         try setMeta("gone:" + id, String(base))
     }
     /// The version recorded by `markLeftRemote` (kept until the item is removed: a newer one replaces it).
-    public func leftRemoteBase(_ id: String) -> Int64? { meta("gone:" + id).flatMap { Int64($0) } }
+    func leftRemoteBase(_ id: String) -> Int64? { meta("gone:" + id).flatMap { Int64($0) } }
 
     // MARK: items
 
@@ -207,7 +246,7 @@ public final class Store: @unchecked Sendable {
         """
 
     /// Every item in the store, each knowing whether a folder above it is local-only.
-    public func loadItems() throws -> [Item] {
+    func loadItems() throws -> [Item] {
         var byID: [String: Item] = [:]
         for item in try loadRows() { byID[item.id] = item }
         Item.markLocalOnlyAbove(&byID)
@@ -232,7 +271,7 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
-    public func save(_ item: Item) throws {
+    func save(_ item: Item) throws {
         try withReserve { try db.transaction { try write(item) } }
         changes?.note(item.id)
     }
@@ -260,7 +299,7 @@ public final class Store: @unchecked Sendable {
 
     /// Saves an item with a local change and moves it to the end of the pending journal (a local-only item
     /// is only saved: it is in the journal only while the remote holds a copy to delete).
-    public func saveChanged(_ item: Item) throws {
+    func saveChanged(_ item: Item) throws {
         if item.isLocalOnly { return try save(item) }
         try withReserve {
             try db.transaction {
@@ -273,7 +312,7 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Removes an item for good.
-    public func delete(_ id: String) throws {
+    func delete(_ id: String) throws {
         try withReserve {
             try db.transaction {
                 try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
@@ -289,14 +328,14 @@ public final class Store: @unchecked Sendable {
     // MARK: last use of local copies (the order of eviction)
 
     /// The last open or close of each file with a recorded one (ns since the epoch).
-    public func lastUsedTimes() throws -> [String: Int64] {
+    func lastUsedTimes() throws -> [String: Int64] {
         var times: [String: Int64] = [:]
         try db.forEach("SELECT id, at FROM last_used") { times[$0.text(0)] = $0.int(1) }
         return times
     }
 
     /// Records last uses, in one transaction.
-    public func saveLastUsed(_ times: [String: Int64]) throws {
+    func saveLastUsed(_ times: [String: Int64]) throws {
         try withReserve {
             try db.transaction {
                 for (id, at) in times {
@@ -307,18 +346,18 @@ public final class Store: @unchecked Sendable {
     }
 
     /// The pending journal, oldest change first.
-    public func pendingIDs() throws -> [String] {
+    func pendingIDs() throws -> [String] {
         try values("SELECT id FROM pending ORDER BY seq") { $0.text(0) }
     }
 
     /// Makes every committed change durable (commits are otherwise durable at the next checkpoint: WAL mode with
     /// synchronous=NORMAL): a checkpoint syncs the log first. Called for fsync.
-    public func makeDurable() throws {
+    func makeDurable() throws {
         try db.exec("PRAGMA wal_checkpoint(PASSIVE)")
     }
 
     /// Runs `body` in one transaction.
-    public func transaction<T>(_ body: () throws -> T) throws -> T { try db.transaction(body) }
+    func transaction<T>(_ body: () throws -> T) throws -> T { try db.transaction(body) }
 
     // MARK: encoding
 
@@ -344,4 +383,27 @@ public final class Store: @unchecked Sendable {
 public struct StoreError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
+}
+
+/// The paths of a store's files.
+struct StorePaths: Sendable {
+    let directory: String
+    var content: String { directory + "/content" }
+    var staging: String { directory + "/staging" }
+    func content(_ id: String) -> String { content + "/" + id }
+    /// The local copy of one conflict version of an item.
+    func conflict(_ id: String, _ conflict: String) -> String { content + "/" + id + "." + conflict }
+    /// Where the content of an unlinked item that is still open lives (removed at the next start if left).
+    func unlinked(_ id: String) -> String { content(id) + ".unlinked" }
+
+    /// Removes partial downloads of other versions of the same key: a transfer cut off part way leaves its
+    /// staging file for a resume, but once the item has a newer version that file is never used again.
+    /// Without `path`: every partial download of the key and, for an item, of its conflict versions (the item
+    /// or the version is gone).
+    func removeStaleStaging(_ key: String, keeping path: String = "") {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? []
+        where (name.hasPrefix(key + "-") || (path.isEmpty && name.hasPrefix(key + "."))) && staging + "/" + name != path {
+            try? removeFile(staging + "/" + name)
+        }
+    }
 }

@@ -583,8 +583,8 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     func statfs(_ req: fuse_req_t) {
-        var vfs = statvfs()
-        if statvfs(core.store.directory, &vfs) != 0 { return replyErrno(req, errno) }
+        var vfs: statvfs
+        do { vfs = try core.storeFileSystemStats() } catch { return replyError(req, error) }
         vfs.f_namemax = UInt(WireRules.maxNameBytes)
         fuse_reply_statfs(req, &vfs)
     }

@@ -142,9 +142,7 @@ extension FileSystem {
 
     /// A handle on a private unlinked file in the store's staging area, holding `content`.
     private func kvHandle(_ id: String, content: [UInt8], writable: Bool) throws -> OpenFile {
-        let path = core.store.stagingDirectory + "/kv-" + randomHex(bytes: 8)
-        let fd = try FileDescriptor.open(path, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
-        try? removeFile(path)
+        let fd = try core.scratchFile()
         do { try fd.writeAll(content) } catch { fd.close(); throw error }
         return OpenFile(id: id, fd: fd, writable: writable)
     }

@@ -178,7 +178,7 @@ extension FileSystem {
         let finish: () -> Void = { [self] in
             do {
                 var fi = info
-                let fd = try FileDescriptor.open(core.store.conflictPath(item.id, c.id), O_RDONLY)
+                let fd = try core.openConflictVersion(item.id, c.id)
                 fi.fh = addHandle(OpenFile(id: FileSystem.versionID(item.id, c.id), fd: fd, writable: false))
                 ubq_fi_set_keep_cache(&fi, 1)
                 if fuse_reply_open(req, &fi) != 0 { release(fi.fh) }

@@ -29,11 +29,11 @@ extension World {
                 }
             }
             let still = remote.currentVersion == before && devices.allSatisfy {
-                $0.container.pendingIDs().isEmpty && $0.container.feedPosition == String(remote.currentVersion)
+                ((try? $0.container.pendingIDs()) ?? ["?"]).isEmpty && $0.container.feedPosition == String(remote.currentVersion)
             }
             if still { note("quiescent after \(round) round(s)"); return nil }
         }
-        let pending = devices.map { "\($0.name): \($0.container.pendingIDs().map(short))" }.joined(separator: ", ")
+        let pending = devices.map { "\($0.name): \(((try? $0.container.pendingIDs()) ?? []).map(short))" }.joined(separator: ", ")
         return "no quiescence after 40 rounds; pending \(pending); \(failures.prefix(4).joined(separator: "; "))"
     }
 
@@ -141,10 +141,10 @@ extension World {
     /// Store integrity of one quiescent device.
     func integrity(_ dev: SimDevice) -> [String] {
         var v: [String] = []
-        let c = dev.container!, store = dev.store
+        let c = dev.container!
         let index = c.indexSnapshot()
         let byID = Dictionary(uniqueKeysWithValues: index.map { ($0.id, $0) })
-        let stored = ((try? store.loadItems()) ?? []).sorted { $0.id < $1.id }
+        let stored = ((try? c.storedItems()) ?? []).sorted { $0.id < $1.id }
         let indexNoRoot = index.filter { $0.id != WireRules.rootID }
         let storedNoRoot = stored.filter { $0.id != WireRules.rootID }
         if indexNoRoot != storedNoRoot {
@@ -162,7 +162,7 @@ extension World {
             if c.lookup(parent: p, name: name)?.id != item.id {
                 v.append("\(dev.name): [\(short(item.id))] \(name) is not listed in its folder [\(short(p))]")
             }
-            let path = store.contentPath(item.id)
+            let path = c.contentPath(item.id)
             let exists = FileManager.default.fileExists(atPath: path)
             if !item.isDirectory && item.hasLocal != exists {
                 v.append("\(dev.name): [\(short(item.id))] \(name) hasLocal \(item.hasLocal) but content file exists \(exists)")
@@ -174,16 +174,16 @@ extension World {
                 v.append("\(dev.name): [\(short(item.id))] \(name) lists the same write twice as a conflict version")
             }
             for cv in item.conflicts {
-                if let (sha, _) = try? sha256OfFile(store.conflictPath(item.id, cv.id)), sha != cv.sha256 {
+                if let (sha, _) = try? sha256OfFile(c.conflictPath(item.id, cv.id)), sha != cv.sha256 {
                     v.append("\(dev.name): conflict \(cv.id) of \(name): local bytes are not its content")
                 }
             }
         }
         let listed = Set(index.filter { !$0.isDirectory && $0.hasLocal }.map(\.id)
                          + index.flatMap { i in i.conflicts.map { i.id + "." + $0.id } })
-        let files = ((try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []).sorted()
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: c.contentDirectory)) ?? []).sorted()
         for f in files where !listed.contains(f) { v.append("\(dev.name): orphan content file \(f)") }
-        let staging = (try? FileManager.default.contentsOfDirectory(atPath: store.stagingDirectory)) ?? []
+        let staging = (try? FileManager.default.contentsOfDirectory(atPath: c.stagingDirectory)) ?? []
         if !staging.isEmpty { v.append("\(dev.name): left in staging: \(staging.sorted().joined(separator: ", "))") }
         return v
     }

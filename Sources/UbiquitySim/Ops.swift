@@ -61,7 +61,7 @@ extension World {
 
     /// The content the device shows for a file now.
     func viewSHA(_ dev: SimDevice, _ item: Item) -> String {
-        if item.dirty && item.hasLocal, let (sha, _) = try? sha256OfFile(dev.store.contentPath(item.id)) { return sha }
+        if item.dirty && item.hasLocal, let (sha, _) = try? sha256OfFile(dev.container.contentPath(item.id)) { return sha }
         return item.remoteSHA
     }
 
@@ -75,7 +75,7 @@ extension World {
     /// Records the content a file holds now as closed/flushed by this device.
     func recordContent(_ dev: SimDevice, _ id: String, _ what: String) {
         guard let item = dev.container.item(id), item.hasLocal,
-              let (sha, _) = try? sha256OfFile(dev.store.contentPath(id)) else { return }
+              let (sha, _) = try? sha256OfFile(dev.container.contentPath(id)) else { return }
         model.written.append(.init(item: id, sha: sha, device: dev.name, step: stepIndex, what: what))
     }
 
@@ -126,7 +126,7 @@ extension World {
         try c.willWrite(id)
         try fd.writeAll(bytes)
         fd.close()
-        stamp(dev.store.contentPath(id))
+        stamp(dev.container.contentPath(id))
         try c.flushed(id)
     }
 
@@ -147,7 +147,7 @@ extension World {
         guard let item = c.item(id) else { return "item gone; handle closed" }
         supersede(dev, item, conflicts: false)
         let bytes = newBytes(dev)
-        let path = dev.store.contentPath(id)
+        let path = dev.container.contentPath(id)
         let fd = try FileDescriptor.open(path, O_WRONLY | O_APPEND)
         try fd.writeAll(bytes)
         fd.close()
@@ -190,7 +190,7 @@ extension World {
             try c.willWrite(f.id)
             let bytes = newBytes(dev)
             try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: Int64(try fd.stat().st_size))
-            stamp(dev.store.contentPath(f.id))
+            stamp(dev.container.contentPath(f.id))
             try c.flushed(f.id)
             recordContent(dev, f.id, "append")
             return "\(c.path(of: f.id)) [\(short(f.id))] +\(bytes.count) bytes"
@@ -215,7 +215,7 @@ extension World {
             let offset = Int64(rng.int(Int(c.currentSize(c.item(f.id) ?? f)) + 1))
             try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: offset)
             fd.close()
-            stamp(dev.store.contentPath(f.id))
+            stamp(dev.container.contentPath(f.id))
             return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes at \(offset), left open"
         case .endWrite:
             guard let id = rng.pick(dev.openWrites.sorted()) else { throw Skip(why: "nothing open") }

@@ -88,7 +88,6 @@ final class SimDevice {
         self.link = link
         self.ids = ids
     }
-    var store: Store { container.store }
 }
 
 /// Why a step did nothing: its target was missing or the core refused (an ordinary outcome, not a violation).

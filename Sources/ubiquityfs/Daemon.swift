@@ -24,9 +24,9 @@ struct Daemon {
         let logFile = options.logFile ?? (notify ? options.store + "/ubiquityfs.log" : nil)
         Log.shared.configure(level: options.logLevel, path: logFile)
         let store = try openStore()
-        // Before the core starts its threads: from then on the store is only used under the core's lock
+        // Before the core opens it: from then on the store is only reached through the core's locked state
         // (SQLite is opened without its own mutex).
-        try store.setMeta("container", options.container)
+        try store.bind(container: options.container)
         var stub: EmbeddedStub?
         let url: String, token: String
         if let remote = options.remoteURL, let tokenFile = options.tokenFile {

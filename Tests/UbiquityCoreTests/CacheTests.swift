@@ -83,7 +83,7 @@ import UbiquityBase
         try c.start(initialSync: true)
         defer { c.stop() }
         #expect(c.cacheStatus().used == Int64(2 * CacheTests.fileSize))
-        #expect(CacheAccount.leastRecentlyUsed(c.withLock { c.cache.order }) == [ids[1], ids[0]])
+        #expect(CacheAccount.leastRecentlyUsed(c.read { $0.cache.order }) == [ids[1], ids[0]])
     }
 
     @Test func pinnedDirtyAndOpenFilesAreNeverEvicted() throws {
@@ -102,8 +102,8 @@ import UbiquityBase
         #expect(!isLocal(dev, ids["clean"]!))
         #expect(isLocal(dev, ids["pinned"]!) && isLocal(dev, ids["open"]!) && isLocal(dev, dirty.id))
         // Refused by the manual evict too (dirty, pinned) or only by the evictor (open for reading).
-        let why = dev.container.withLock {
-            [ids["pinned"]!, ids["open"]!, dirty.id].map { dev.container.autoEvictionRefusal(dev.container.items[$0]!) }
+        let why = dev.container.mutate { (s: inout CoreState) in
+            [ids["pinned"]!, ids["open"]!, dirty.id].map { s.autoEvictionRefusal(s.items[$0]!) }
         }
         #expect(why == ["pinned is pinned", "open is open", "dirty has changes not yet uploaded"])
         // Over the limit with nothing that may go: everything stays.

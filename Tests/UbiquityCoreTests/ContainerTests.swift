@@ -46,7 +46,7 @@ import UbiquityBase
         fd.close()
         dev.container.closed(f.id, writable: false)
         #expect(remote.blobDownloads == [f.sha256: 1])
-        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.store.stagingDirectory).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.stagingDirectory).isEmpty)
         // Current content is not fetched again.
         #expect(dev.fetch(f.id).map { (try? $0.get()) != nil } == true)
         #expect(remote.blobDownloads == [f.sha256: 1])
@@ -83,7 +83,7 @@ import UbiquityBase
         let item = try #require(dev.container.item(f.id))
         #expect(!item.hasLocal && !item.isCurrent)
         #expect(dev.content(f.id) == nil)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.store.stagingDirectory).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.stagingDirectory).isEmpty)
         #expect((remote.blobDownloads[f.sha256] ?? 0) >= 1)
         // Once the remote serves good bytes again, the next fetch installs them.
         remote.corruptDownloads = false
@@ -166,7 +166,7 @@ import UbiquityBase
         fd.close()
         dev.container.closed(f.id, writable: true)
         #expect(dev.container.unlinkedItem(f.id) == nil)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.store.contentDirectory).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dev.container.contentDirectory).isEmpty)
         #expect(eventually { dev.pending == 0 })
         #expect(remote.lookup(path: "Documents/tmp") == nil)
     }

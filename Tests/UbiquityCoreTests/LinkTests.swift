@@ -25,7 +25,7 @@ import UbiquityBase
             #expect(l.downloadingStatus == .current)           // usable offline: nothing to download
             #expect(remote.lookup(path: "Documents/\(name)")?.target == target)
         }
-        #expect(!FileManager.default.fileExists(atPath: b.container.store.contentPath(b.lookup("rel")!.id)))
+        #expect(!FileManager.default.fileExists(atPath: b.container.contentPath(b.lookup("rel")!.id)))
 
         // Rename and delete on a, seen on b.
         try a.container.rename(parent: a.docs, name: "rel", newParent: a.docs, newName: "moved", noReplace: false)
@@ -119,7 +119,7 @@ import UbiquityBase
         defer { c.stop() }
         #expect(c.lookup(parent: WireRules.documentsID, name: "p")?.id == id)
         #expect(c.item(id)?.kind == .fifo && c.pendingChanges == 0)
-        #expect(try c.store.check(repair: false).isClean)
+        #expect(try c.checkStore(repair: false).isClean)
     }
 
     /// A remote item takes the name of a fifo here: the fifo moves aside to "name 2", as a local item not yet
@@ -145,6 +145,6 @@ import UbiquityBase
         try b.container.remove(parent: b.docs, name: "d", directory: true)
         #expect(eventually { a.pending == 0 && b.pending == 0 && remote.lookup(path: "Documents/d")?.id == d.id && b.lookup("d") != nil })
         #expect(a.lookup("p", in: d.id)?.id == fifo.id)
-        #expect(try a.container.store.check(repair: false).isClean)
+        #expect(try a.container.checkStore(repair: false).isClean)
     }
 }

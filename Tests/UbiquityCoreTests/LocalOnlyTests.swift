@@ -30,7 +30,7 @@ import UbiquityBase
         #expect(throws: CoreError.self) { try a.container.evict(inner.id) }
         #expect(throws: CoreError.self) { try a.container.evict(cache.id) }
         #expect(a.content(inner.id) == bytes("inner"))
-        #expect(try a.container.store.check(repair: false).isClean)
+        #expect(try a.container.checkStore(repair: false).isClean)
     }
 
     @Test func excludingAFileAndAFolderTakesThemOffTheRemoteAndBack() throws {
@@ -63,7 +63,7 @@ import UbiquityBase
         let gb = try #require(b.lookup("d").flatMap { b.lookup("g.txt", in: $0.id) })
         #expect(b.fetch(gb.id).map { (try? $0.get()) != nil } == true && b.content(gb.id) == bytes("below"))
         #expect(try a.container.status(f.id).isUbiquitous && a.container.item(f.id)?.remoteVersion ?? 0 > 0)
-        #expect(try a.container.store.check(repair: false).isClean)
+        #expect(try a.container.checkStore(repair: false).isClean)
     }
 
     /// Made ubiquitous again while another device took its name: both are kept, this one as "name 2".
@@ -157,8 +157,8 @@ import UbiquityBase
         #expect(eventually { c.pendingChanges == 0 && b.lookup("f.txt") == nil && b.lookup("d") == nil })
         #expect(onRemote("f.txt").isEmpty && onRemote("g.txt").isEmpty)
         for id in [fID, dID, gID] { #expect(c.item(id)?.isLocalOnly == true && c.item(id)?.remoteVersion == 0) }
-        #expect(FileManager.default.contents(atPath: c.store.contentPath(gID)) == Data("kept below".utf8))
-        #expect(try c.store.check(repair: false).isClean)
+        #expect(FileManager.default.contents(atPath: c.contentPath(gID)) == Data("kept below".utf8))
+        #expect(try c.checkStore(repair: false).isClean)
     }
 
     /// A folder made ubiquitous again takes what is below it along, but not a .nosync folder inside it.
@@ -238,7 +238,7 @@ import UbiquityBase
         #expect(eventually { a.lookup("later.txt") != nil })
         #expect(remote.lookup(path: "Documents/d/new.txt")?.id == added.id && b.lookup("new.txt", in: d.id) != nil)
         #expect(a.lookup("new.txt", in: d.id) == nil && a.container.item(d.id)?.isLocalOnly == true)
-        #expect(try a.container.store.check(repair: false).isClean)
+        #expect(try a.container.checkStore(repair: false).isClean)
     }
 
     /// `check --repair` reports a local-only file's damaged copy but never drops it: it is the only one.
@@ -248,8 +248,8 @@ import UbiquityBase
         #expect(eventually { a.pending == 0 })
         try a.container.setExcludedFromSync(f.id, true)
         #expect(eventually { a.pending == 0 && remote.lookup(path: "Documents/f.txt") == nil })
-        try Data("0nly copy".utf8).write(to: URL(fileURLWithPath: a.container.store.contentPath(f.id)))
-        let report = try a.container.store.check(repair: true)
+        try Data("0nly copy".utf8).write(to: URL(fileURLWithPath: a.container.contentPath(f.id)))
+        let report = try a.container.checkStore(repair: true)
         #expect(!report.isClean && report.repaired.isEmpty)
         #expect(a.content(f.id) == bytes("0nly copy"))
     }

@@ -94,14 +94,15 @@ final class Device: @unchecked Sendable {
     let container: Container
     var docs: String { WireRules.documentsID }
 
-    init(_ remote: RemoteClient, name: String, downloadTimeout: Int = 20,
+    init(_ remote: RemoteClient, name: String, downloadTimeout: Int = 20, storeDirectory: String? = nil,
          configure: (inout ContainerConfig) -> Void = { _ in }) throws {
         _ = quietLogs
         var config = ContainerConfig(device: name)
         config.pollWaitSeconds = 1
         config.downloadTimeoutSeconds = downloadTimeout
         configure(&config)
-        container = try Container(store: try Store(directory: dir.path + "/store"), remote: remote, config: config)
+        container = try Container(store: try Store(directory: storeDirectory ?? dir.path + "/store"), remote: remote,
+                                  config: config)
         try container.start(initialSync: true)
     }
 
@@ -128,7 +129,7 @@ final class Device: @unchecked Sendable {
     }
 
     func content(_ id: String) -> [UInt8]? {
-        FileManager.default.contents(atPath: container.store.contentPath(id)).map { [UInt8]($0) }
+        FileManager.default.contents(atPath: container.contentPath(id)).map { [UInt8]($0) }
     }
 
     /// Writes a whole file as a program would: open with O_TRUNC, write, set the time, close.
@@ -137,7 +138,7 @@ final class Device: @unchecked Sendable {
             throw CoreError.io("an open with O_TRUNC must not fetch")
         }
         try container.willWrite(id)
-        let path = container.store.contentPath(id)
+        let path = container.contentPath(id)
         try fd.writeAll(bytes)
         fd.close()
         if let mtimeSeconds {

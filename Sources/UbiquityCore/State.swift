@@ -1,0 +1,180 @@
+// The core's shared state, and the one way to reach it: `Container.state`, a `Locked<CoreState>`.
+//
+// What must hold:
+// - Everything that more than one thread reads or writes (the index of items and names, handle counts,
+//   transfers, the accounting of the local store, and the Store, the only door to the database) is a field of
+//   `CoreState`. Code that has not taken the lock has no `CoreState` to call, so "expects the lock held" is a
+//   type, not a comment: every helper that needs the lock is a method of `CoreState`.
+// - `Container.mutate` runs one operation: one SQLite transaction, committed before the lock is let go. When
+//   the operation throws, the transaction rolls back and so does every change it made to `items` and `names`
+//   (they record what they overwrite while a mutation runs), so memory and the database never disagree: a
+//   rename over a file that meets a full disk leaves both names as they were.
+// - File-system effects that cannot be undone (removing or moving a content file) are queued with `onCommit`
+//   and run after the commit, still under the lock; notices to the observer and wake-ups of the loops are
+//   delivered after the lock is let go.
+// - No network call and no wait for another thread ever happens inside `withLock`.
+import Foundation
+import UbiquityBase
+
+/// The index of items by id. While a mutation runs, every write records what it overwrote, for a rollback.
+struct ItemIndex {
+    private(set) var byID: [String: Item] = [:]
+    fileprivate var undo: [(String, Item?)]?
+
+    subscript(id: String) -> Item? {
+        get { byID[id] }
+        set {
+            undo?.append((id, byID[id]))
+            byID[id] = newValue
+        }
+    }
+
+    var values: Dictionary<String, Item>.Values { byID.values }
+    var keys: Dictionary<String, Item>.Keys { byID.keys }
+    var count: Int { byID.count }
+    func index(forKey id: String) -> Dictionary<String, Item>.Index? { byID.index(forKey: id) }
+
+    fileprivate mutating func rollBack() {
+        guard let list = undo else { return }
+        undo = nil
+        for (id, old) in list.reversed() { byID[id] = old }
+    }
+}
+
+/// Live items by parent and name. Read through the subscript; written through `list` and `unlist`, which
+/// record what they overwrote while a mutation runs (never the whole folder: a folder may hold 100,000 names).
+struct Listings {
+    private var tables: [String: NameTable] = [:]
+    fileprivate var undo: [(parent: String, name: String, id: String?)]?
+
+    subscript(parent: String) -> NameTable? { tables[parent] }
+
+    /// Gives `name` in `parent` to `id` (nil: takes it away).
+    mutating func set(_ parent: String, _ name: String, _ id: String?) {
+        let old = tables[parent]?[name]
+        if old == id { return }
+        undo?.append((parent, name, old))
+        tables[parent, default: [:]][name] = id
+    }
+
+    mutating func list(_ id: String, in parent: String, as name: String) { set(parent, name, id) }
+
+    /// How many of a folder's entries are folders (counted once, then kept by the table).
+    mutating func directoryCount(in parent: String, _ isDirectory: (String) -> Bool) -> Int {
+        tables[parent]?.directoryCount(isDirectory) ?? 0
+    }
+    mutating func unlist(_ name: String, in parent: String) { set(parent, name, nil) }
+
+    fileprivate mutating func rollBack() {
+        guard let list = undo else { return }
+        undo = nil
+        for entry in list.reversed() { tables[entry.parent, default: [:]][entry.name] = entry.id }
+    }
+}
+
+/// Work that waits for the lock to be let go.
+struct Effects {
+    var notices: [Notice] = []
+    var wakePusher = false
+    var wakeEvictor = false
+    /// Downloads asked for by a mutation (a pinned folder, a local-only change).
+    var downloads: [String] = []
+}
+
+struct CoreState {
+    let store: Store
+    let config: ContainerConfig
+    let log = Logger("core")
+
+    /// Every item by id, live ones and local tombstones waiting to be pushed.
+    var items = ItemIndex()
+    /// Live items by parent and name.
+    var children = Listings()
+    /// Open handles per item: total and writable.
+    var handles: [String: (open: Int, writers: Int)] = [:]
+    /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
+    var contentGeneration: [String: Int] = [:]
+    var transfers: [String: TransferState] = [:]
+    /// Items deleted (here or elsewhere) while programs still hold them open, as they were, with `deleted` set:
+    /// as on ext4 the descriptors keep working until the last close, on content moved aside to `unlinkedPath`.
+    var unlinked: [String: Item] = [:]
+    /// Files open for writing: the time of the last write, and whether an fsync came since the last snapshot
+    /// (Snapshots.swift).
+    var lastWrite: [String: Int64] = [:]
+    var fsyncedSinceSnapshot: Set<String> = []
+    /// Conflict versions resolved here (kept in the store, so a crash does not forget them): a rebase on a newer
+    /// remote version, or an edit elsewhere reviving a file resolved and then deleted here, does not bring them
+    /// back. Conflict ids are random and never reused, so the set only grows (by a few bytes a resolution).
+    var discardedConflicts: Set<String> = []
+    /// Conflict versions this device added to a file's list (the losing side of a conflict it resolved) that the
+    /// remote has not stored yet (kept in the store): a later push that meets a newer remote version lists them
+    /// on top of the remote's list, which cannot have them. One left behind by a delete is never listed again.
+    var unpushedConflicts: Set<String> = []
+    /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
+    /// passed it: a page of the feed fetched before the delete must not bring them back.
+    var settledDeletes: [String: Int64] = [:]
+    /// Since when (wall clock, ns) the remote cannot be reached, as the change feed last found; nil while it
+    /// answers. While set, an open takes what is local at once instead of waiting out the download timeout.
+    var offlineSince: Int64?
+    /// False until the remote's feed has been applied to the end once: the tree that arrives in a fresh store is
+    /// the remote's as it is, not a change of its folders' entries (their mtimes stay the synced ones).
+    var caughtUp = false
+    /// Bytes of local content and the last use of each file (Cache.swift).
+    var cache = CacheAccount()
+    var effects = Effects()
+    private var commitActions: [(inout CoreState) -> Void] = []
+
+    init(store: Store, config: ContainerConfig) {
+        self.store = store
+        self.config = config
+    }
+
+    var rootID: String { WireRules.rootID }
+    var paths: StorePaths { store.paths }
+
+    /// The injected wall clock (ns since the epoch).
+    func now() -> Int64 { config.environment.clock() }
+
+    mutating func notice(_ n: Notice) { effects.notices.append(n) }
+    mutating func wakePusher() { effects.wakePusher = true }
+    mutating func wakeEvictor() { effects.wakeEvictor = true }
+    mutating func startDownload(_ id: String) { effects.downloads.append(id) }
+    func removeStaleStaging(_ key: String) { paths.removeStaleStaging(key) }
+
+    /// Runs `action` once the mutation's transaction has committed (under the lock); dropped on a rollback.
+    mutating func onCommit(_ action: @escaping (inout CoreState) -> Void) { commitActions.append(action) }
+
+    // MARK: one mutation
+
+    /// Runs one operation as one transaction: its store writes commit together, or neither they nor its changes
+    /// of the index happen. A full disk gives up the store's reserve and runs the operation once more (so that
+    /// a delete, which frees space, can still be recorded). Called by `Container.mutate` under the lock.
+    mutating func transact<T>(_ body: (inout CoreState) throws -> T) throws -> T {
+        var retried = false
+        while true {
+            items.undo = []
+            children.undo = []
+            commitActions = []
+            let before = effects
+            do {
+                try store.begin()
+                let result = try body(&self)
+                try store.commit()
+                items.undo = nil
+                children.undo = nil
+                let actions = commitActions
+                commitActions = []
+                for action in actions { action(&self) }
+                return result
+            } catch {
+                store.rollBack()
+                items.rollBack()
+                children.rollBack()
+                commitActions = []
+                effects = before
+                if !retried && store.giveUpReserve(after: error) { retried = true; continue }
+                throw error
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+// One operation, one transaction: a store write that fails (here on a really full disk) leaves the index, the
+// database and the content files as they were before the operation.
+import Foundation
+import Testing
+@testable import UbiquityBase
+@testable import UbiquityCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A small tmpfs mounted for one test (needs root, as the integration tests do), unmounted when released.
+final class SmallDisk {
+    let path: String
+    private let dir = TempDir()
+
+    init(megabytes: Int) throws {
+        path = dir.path + "/disk"
+        try makeDirectories(path)
+        try SmallDisk.run("/bin/mount", "-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", path)
+    }
+
+    deinit { try? SmallDisk.run("/bin/umount", "-l", path) }
+
+    /// Fills the disk: writes a file until the disk refuses more.
+    func fill(_ name: String) {
+        guard let fd = try? FileDescriptor.open(path + "/" + name, O_WRONLY | O_CREAT | O_APPEND, mode: 0o600) else { return }
+        defer { fd.close() }
+        let block = [UInt8](repeating: 7, count: 4096)
+        while block.withUnsafeBytes({ Glibc.write(fd.raw, $0.baseAddress, $0.count) }) > 0 {}
+    }
+
+    static func run(_ tool: String, _ args: String...) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = args
+        try p.run()
+        p.waitUntilExit()
+        if p.terminationStatus != 0 { throw Errno(EIO) }
+    }
+}
+
+@Suite struct TransactionTests {
+    @Test func aFullDiskDuringARenameOverAFileLeavesBothNames() throws {
+        try #require(getuid() == 0, "mounting a small tmpfs needs root")
+        let disk = try SmallDisk(megabytes: 8)
+        let remote = Link(MemoryRemote())
+        let dev = try Device(remote, name: "a", storeDirectory: disk.path + "/store")
+        remote.offline = true // nothing but the rename writes to the store meanwhile
+        let a = try dev.createFile("a.txt", bytes("the file that moves"))
+        let b = try dev.createFile("b.txt", bytes("the file it would replace"))
+        disk.fill("filler")
+        // The store gives up its reserve on a full disk and tries once more: take that room too.
+        try? removeFile(disk.path + "/store/reserve")
+        disk.fill("filler2")
+
+        #expect(throws: CoreError.noSpace) {
+            try dev.container.rename(parent: dev.docs, name: "a.txt", newParent: dev.docs, newName: "b.txt",
+                                     noReplace: false)
+        }
+        #expect(dev.lookup("a.txt")?.id == a.id)
+        #expect(dev.lookup("b.txt")?.id == b.id)
+        #expect(dev.content(b.id) == bytes("the file it would replace"))
+        #expect(dev.content(a.id) == bytes("the file that moves"))
+        // The database agrees with the index.
+        let stored = try dev.container.storedItems().filter { !$0.deleted }
+        #expect(stored.first { $0.id == a.id }?.name == "a.txt")
+        #expect(stored.first { $0.id == b.id }?.name == "b.txt")
+
+        // With room again the same rename goes through.
+        try removeFile(disk.path + "/filler")
+        try dev.container.rename(parent: dev.docs, name: "a.txt", newParent: dev.docs, newName: "b.txt", noReplace: false)
+        #expect(dev.lookup("b.txt")?.id == a.id && dev.lookup("a.txt") == nil)
+        #expect(dev.content(a.id) == bytes("the file that moves"))
+        #expect(try dev.container.checkStore(repair: false).isClean)
+    }
+}
