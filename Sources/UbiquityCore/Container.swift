@@ -64,6 +64,8 @@ public final class Container: @unchecked Sendable {
     let state: Locked<CoreState>
     /// Where the store's files are; immutable, so read without the lock.
     let paths: StorePaths
+    /// Makes committed changes durable at an fsync, without the lock.
+    let checkpointer: Checkpointer
     let gates = ContentGates()
 
     var downloads: Downloads!
@@ -81,6 +83,7 @@ public final class Container: @unchecked Sendable {
         self.remote = remote
         self.config = config
         self.paths = store.paths
+        self.checkpointer = store.checkpointer
         store.changes = changes
         var s = CoreState(store: store, config: config)
         try s.load()

@@ -109,7 +109,7 @@ extension Container {
     /// fsync: what the store knows of the item is made durable too (its content the caller syncs itself).
     public func synced(_ id: String) throws(CoreError) {
         try flushed(id)
-        do { try state.withLock { s in try s.store.makeDurable() } } catch { throw CoreError.from(error) }
+        do { try checkpointer.run() } catch { throw CoreError.from(error) }
         snapshotRequested(id)
     }
 

@@ -35,6 +35,7 @@ public final class Store: @unchecked Sendable {
     public init(directory: String) throws {
         self.directory = directory
         self.paths = StorePaths(directory: directory)
+        self.checkpointer = Checkpointer(path: directory + "/state.sqlite")
         try makeDirectories(directory)
         try makeDirectories(directory + "/content")
         try makeDirectories(directory + "/staging")
@@ -350,11 +351,8 @@ public final class Store: @unchecked Sendable {
         try values("SELECT id FROM pending ORDER BY seq") { $0.text(0) }
     }
 
-    /// Makes every committed change durable (commits are otherwise durable at the next checkpoint: WAL mode with
-    /// synchronous=NORMAL): a checkpoint syncs the log first. Called for fsync.
-    func makeDurable() throws {
-        try db.exec("PRAGMA wal_checkpoint(PASSIVE)")
-    }
+    /// Makes every change committed so far durable (see `Checkpointer`); called for fsync, outside any lock.
+    let checkpointer: Checkpointer
 
     /// Runs `body` in one transaction.
     func transaction<T>(_ body: () throws -> T) throws -> T { try db.transaction(body) }
@@ -405,5 +403,23 @@ struct StorePaths: Sendable {
         where (name.hasPrefix(key + "-") || (path.isEmpty && name.hasPrefix(key + "."))) && staging + "/" + name != path {
             try? removeFile(staging + "/" + name)
         }
+    }
+}
+
+/// Makes committed changes durable (they are otherwise durable at the next checkpoint: WAL mode with
+/// synchronous=NORMAL): a checkpoint syncs the log first. It runs on a database connection of its own, so an
+/// fsync waits for the disk without holding the container's lock; a passive checkpoint never blocks a writer.
+final class Checkpointer: @unchecked Sendable {
+    // @unchecked: `db` is only used under `lock`.
+    private let lock = NSLock()
+    private let path: String
+    private var db: Database?
+
+    init(path: String) { self.path = path }
+
+    func run() throws {
+        lock.lock(); defer { lock.unlock() }
+        if db == nil { db = try Database(path: path) }
+        try db!.exec("PRAGMA wal_checkpoint(PASSIVE)")
     }
 }
