@@ -6,6 +6,7 @@
 import Foundation
 import UbiquityBase
 import UbiquityCore
+import UbiquityTesting
 
 public struct FaultRates: Sendable, CustomStringConvertible {
     public var dropRequest = 0.0

@@ -10,6 +10,7 @@
 import Foundation
 import UbiquityBase
 import UbiquityCore
+import UbiquityTesting
 #if canImport(Glibc)
 import Glibc
 #endif

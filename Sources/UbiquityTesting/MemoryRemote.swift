@@ -6,6 +6,7 @@
 // served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the `blobDownloads` counters.
 import Foundation
 import UbiquityBase
+import UbiquityCore
 
 public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     /// Guards every field below and signals changes of the feed to long polls.
