@@ -5,6 +5,9 @@ import Foundation
 import Testing
 import UbiquityBase
 import UbiquityCore
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @Suite(.serialized) struct FeedAndBlobConformanceTests {
     @Test(arguments: Backend.all) func blobsAreStoredByHashAndReadFromAnOffset(backend: Backend) throws {
@@ -18,6 +21,26 @@ import UbiquityCore
         #expect(try s.download(sha, from: 10, prefix: Array(bytes[0..<10])) == bytes, "appended from the offset")
         #expect(try s.remote.hasBlob(sha256: emptySHA256), "the empty blob is always there")
         #expect(try s.download(emptySHA256) == [])
+    }
+
+    @Test(arguments: Backend.all) func transfersReportTheirAbsoluteProgress(backend: Backend) throws {
+        let s = try backend.make(nil)
+        let bytes = [UInt8](repeating: 42, count: 5000)
+        let path = s.dir + "/up"
+        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        let sha = sha256Hex(bytes)
+        let seen = Box<Int64>()
+        try s.remote.uploadBlob(sha256: sha, size: 5000, fromFile: path) { seen.set(.success($0)); return true }
+        #expect(try seen.wait().get() == 5000)
+        let out = s.dir + "/down"
+        _ = FileManager.default.createFile(atPath: out, contents: Data(bytes[0..<1000]))
+        let fd = try FileDescriptor.open(out, O_WRONLY)
+        defer { fd.close() }
+        _ = lseek(fd.raw, 1000, SEEK_SET)
+        let last = Box<Int64>()
+        try s.remote.downloadBlob(sha256: sha, offset: 1000, to: fd) { last.set(.success($0)); return true }
+        #expect(try last.wait().get() == 5000, "the count from the start of the blob, not of the range")
+        #expect(FileManager.default.contents(atPath: out).map { [UInt8]($0) } == bytes)
     }
 
     @Test(arguments: Backend.all) func uploadThatDoesNotHashToItsNameIsRefused(backend: Backend) throws {
