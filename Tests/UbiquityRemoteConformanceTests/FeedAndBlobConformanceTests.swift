@@ -80,6 +80,7 @@ import Glibc
         #expect(try s.remote.changes(since: end, waitSeconds: 0).token == end, "an empty answer gives the position now")
         let all = try s.feed(since: nil).pages.flatMap(\.items).map(\.id)
         #expect(all.contains(WireRules.documentsID) && all.contains("a1") && all.contains("b1"), "nil: from the start")
+        #expect(all.first == WireRules.rootID, "the root first")
     }
 
     @Test(arguments: Backend.all) func feedPagesFollowTheirTokens(backend: Backend) throws {
