@@ -36,11 +36,16 @@ let package = Package(
                           dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE", "CFuse"]),
 
         // The deterministic multi-device simulation of the sync core (issue 7), and its command.
-        .target(name: "UbiquitySim", dependencies: ["UbiquityBase", "UbiquityCore"]),
+        // Test support, linked by the simulation and the tests only (never by `ubiquityfs`): MemoryRemote.
+        .target(name: "UbiquityTesting", dependencies: ["UbiquityBase", "UbiquityCore"]),
+        .target(name: "UbiquitySim", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .executableTarget(name: "ubiquity-simulate", dependencies: ["UbiquitySim"]),
 
-        .testTarget(name: "UbiquityCoreTests", dependencies: ["UbiquityBase", "UbiquityCore"]),
+        .testTarget(name: "UbiquityCoreTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .testTarget(name: "UbiquitySimTests", dependencies: ["UbiquitySim"]),
         .testTarget(name: "UbiquityStubTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP"]),
+        // One suite of the RemoteClient promises (docs/WIRE.md), run against every backend.
+        .testTarget(name: "UbiquityRemoteConformanceTests",
+                    dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting", "UbiquityStub", "UbiquityHTTP"]),
     ]
 )

@@ -29,6 +29,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
     public let timeouts: HTTPTimeouts
     /// The name of this device: in log lines and in `X-Device` on deletes (items carry their own `device`).
     public let device: String
+    /// Most items per page of the change feed (`limit`); nil leaves the stub's default (1000).
+    public let changeLimit: Int?
     private let token: String
     private let pool = CurlHandlePool()
     private let log = Logger("http")
@@ -38,13 +40,14 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
     /// `baseURL` like "http://127.0.0.1:8443"; `container` the container id; `device` names this device in
     /// log lines and in the `X-Device` header of a delete (so the tombstone says who deleted).
     public init(baseURL: String, token: String, container: String, timeouts: HTTPTimeouts = .init(),
-                device: String = "") {
+                device: String = "", changeLimit: Int? = nil) {
         var base = baseURL
         while base.hasSuffix("/") { base.removeLast() }
         self.baseURL = base
         self.token = token
         self.container = container
         self.timeouts = timeouts
+        self.changeLimit = changeLimit
         // A header value: no control characters.
         self.device = String(device.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f })
     }
@@ -65,7 +68,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         let wait = max(0, waitSeconds)
         let since = (token?.isEmpty ?? true) ? nil : token
         let u = url(["v1", "containers", container, "changes"],
-                    query: [("since", since), ("wait", wait > 0 ? String(wait) : nil)])
+                    query: [("since", since), ("wait", wait > 0 ? String(wait) : nil),
+                            ("limit", changeLimit.map(String.init))])
         return try json("GET", u, timeout: .request(timeouts.requestSeconds + wait))
     }
 

@@ -6,6 +6,7 @@
 import Foundation
 import UbiquityBase
 import UbiquityCore
+import UbiquityTesting
 
 public struct FaultRates: Sendable, CustomStringConvertible {
     public var dropRequest = 0.0
@@ -14,6 +15,12 @@ public struct FaultRates: Sendable, CustomStringConvertible {
     public var staleFeed = 0.0
     public var slowTransfer = 0.0
     public var corrupt = 0.0
+
+    public init(dropRequest: Double = 0, dropResponse: Double = 0, duplicate: Double = 0, staleFeed: Double = 0,
+                slowTransfer: Double = 0, corrupt: Double = 0) {
+        self.dropRequest = dropRequest; self.dropResponse = dropResponse; self.duplicate = duplicate
+        self.staleFeed = staleFeed; self.slowTransfer = slowTransfer; self.corrupt = corrupt
+    }
 
     public var description: String {
         String(format: "dropRequest %.2f dropResponse %.2f duplicate %.2f staleFeed %.2f slow %.2f corrupt %.2f",

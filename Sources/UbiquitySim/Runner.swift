@@ -23,8 +23,6 @@ public enum Simulation {
         do {
             let world = try World(plan: plan)
             world.run(steps)
-            var p = plan
-            p.steps = steps
             let violations = world.check()
             return RunResult(seed: plan.seed, steps: steps.count, violations: violations, trace: world.trace,
                              counters: world.counters)
@@ -66,11 +64,5 @@ public enum Simulation {
             chunk /= 2
         }
         return (kept, best)
-    }
-
-    /// Runs only the given steps of a seed's plan (a shrunk trace).
-    public static func run(seed: UInt64, only: [Int]) -> RunResult {
-        let plan = Plan(seed: seed)
-        return execute(plan, steps: only.filter { $0 < plan.steps.count }.map { plan.steps[$0] })
     }
 }

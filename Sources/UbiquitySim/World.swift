@@ -10,6 +10,7 @@
 import Foundation
 import UbiquityBase
 import UbiquityCore
+import UbiquityTesting
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,6 +39,11 @@ public struct Step: Sendable {
     public var seed: UInt64
     /// Virtual time that passes before the step, in nanoseconds.
     public var dt: Int64
+
+    /// One step as recorded in a regression: `Step(.push, on: 1, seed: 0x..., after: 3_000_000)`.
+    public init(_ kind: StepKind, on device: Int, seed: UInt64, after dt: Int64) {
+        self.kind = kind; self.device = device; self.seed = seed; self.dt = dt
+    }
 }
 
 public struct Plan: Sendable {
@@ -46,6 +52,12 @@ public struct Plan: Sendable {
     public var rates: FaultRates
     public var feedPage: Int
     public var steps: [Step]
+
+    /// An explicit plan, as recorded in a regression (`swiftLiteral`): it runs the same whatever the
+    /// generator below becomes. `seed` seeds the devices' ids only.
+    public init(seed: UInt64, devices: Int, feedPage: Int, rates: FaultRates, steps: [Step]) {
+        self.seed = seed; self.devices = devices; self.rates = rates; self.feedPage = feedPage; self.steps = steps
+    }
 
     /// The plan a seed stands for.
     public init(seed: UInt64, steps count: Int? = nil) {
@@ -65,7 +77,7 @@ public struct Plan: Sendable {
             var kind = kinds[0]
             for k in kinds { if r < k.weight { kind = k; break }; r -= k.weight }
             let dt: Int64 = rng.chance(0.1) ? 0 : Int64(1 + rng.int(5000)) * 1_000_000
-            planned.append(Step(kind: kind, device: rng.int(devices), seed: rng.next(), dt: dt))
+            planned.append(Step(kind, on: rng.int(devices), seed: rng.next(), after: dt))
         }
         steps = planned
     }

@@ -1,5 +1,6 @@
-// ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace]
-// (--only: replay just those steps of the seed's plan, as printed for a shrunk failing trace)
+// ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace] [--literal]
+// (--only: replay just those steps of the seed's plan, as printed for a shrunk failing trace; --literal: print
+// the failing run's shrunk plan, or with --only or --no-shrink the plan run, as a Swift literal for a regression)
 // K runs of the deterministic multi-device simulation from seed N (random when not given, and printed).
 // Exit status 1 when an invariant is violated; the output is the same for the same seed and runs.
 import Foundation
@@ -14,10 +15,12 @@ var hours: Double?
 var stepCount: Int?
 var shrink = true
 var showTrace = false
+var literal = false
 var only: [Int]?
 var args = Array(CommandLine.arguments.dropFirst())
+let usageLine = "usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace] [--literal]\n"
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace]\n".utf8))
+    FileHandle.standardError.write(Data(usageLine.utf8))
     exit(2)
 }
 while !args.isEmpty {
@@ -38,6 +41,10 @@ while !args.isEmpty {
     case "--only": only = value().split(separator: ",").compactMap { Int($0) }
     case "--no-shrink": shrink = false
     case "--trace": showTrace = true
+    case "--literal": literal = true
+    case "--help", "-h":
+        FileHandle.standardOutput.write(Data(usageLine.utf8))
+        exit(0)
     default: usage()
     }
 }
@@ -51,9 +58,11 @@ var totals: [String: Int] = [:]
 var s = first
 while done < totalRuns {
     if let deadline, Date() >= deadline { break }
-    let plan = Plan(seed: s, steps: stepCount)
-    let r = only.map { Simulation.execute(plan, steps: $0.filter { $0 < plan.steps.count }.map { plan.steps[$0] }) }
-        ?? Simulation.execute(plan)
+    let generated = Plan(seed: s, steps: stepCount)
+    let plan = only.map { generated.keeping($0) } ?? generated
+    /// The index in the generated plan of each step run.
+    let origin = only?.filter { $0 < generated.steps.count } ?? Array(generated.steps.indices)
+    let r = Simulation.execute(plan)
     done += 1
     steps += r.steps
     for (k, v) in r.counters { totals[k, default: 0] += v }
@@ -66,14 +75,18 @@ while done < totalRuns {
         if showTrace { for line in r.trace { print("  | \(line)") } }
         if shrink {
             let (kept, sr) = Simulation.shrink(plan)
-            let list = kept.map(String.init).joined(separator: ",")
+            let list = kept.map { String(origin[$0]) }.joined(separator: ",")
             print("  minimal trace (\(kept.count) of \(plan.steps.count) steps; replay: ubiquity-simulate --seed \(s) --only \(list)):")
             for line in sr.trace { print("  | \(line)") }
             for v in sr.violations { print("  | violation: \(v)") }
+            if literal { print(plan.keeping(kept).swiftLiteral()) }
+        } else if literal {
+            print(plan.swiftLiteral())
         }
     } else {
         print("run seed=\(s) devices=\(plan.devices) steps=\(r.steps) faults=\(faults) ok")
         if showTrace { for line in r.trace { print("  | \(line)") } }
+        if literal { print(plan.swiftLiteral()) }
     }
     s &+= 1
 }

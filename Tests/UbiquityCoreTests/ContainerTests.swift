@@ -3,6 +3,7 @@ import Foundation
 import Testing
 import UbiquityBase
 @testable import UbiquityCore
+import UbiquityTesting
 
 @Suite struct ContainerTests {
     let remote = MemoryRemote()

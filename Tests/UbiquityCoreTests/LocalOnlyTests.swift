@@ -5,6 +5,7 @@ import Foundation
 import Testing
 import UbiquityBase
 @testable import UbiquityCore
+import UbiquityTesting
 
 @Suite struct LocalOnlyTests {
     let remote = MemoryRemote()

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 import UbiquityBase
 @testable import UbiquityCore
+import UbiquityTesting
 
 @Suite struct NameTests {
     let remote = MemoryRemote()

@@ -1,11 +1,14 @@
-// An in-process remote with the stub's semantics (docs/WIRE.md), for tests and the simulation: one container
-// whose items and blobs live in memory. Every call takes one condition lock, so it is thread-safe; the change
+// An in-process remote with the stub's semantics (docs/WIRE.md), for tests and the simulation (test support:
+// never linked into `ubiquityfs`): one container whose items and blobs live in memory. What must hold: it
+// answers every call as the stub does (Tests/UbiquityRemoteConformanceTests runs the same suite against both;
+// where they differ, the stub is right). Every call takes one condition lock, so it is thread-safe; the change
 // feed waits on that condition for long polling.
 //
 // Test hooks: `offline` (every call fails as unreachable), `corruptDownloads` (flips a byte of every blob
 // served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the `blobDownloads` counters.
 import Foundation
 import UbiquityBase
+import UbiquityCore
 
 public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     /// Guards every field below and signals changes of the feed to long polls.
@@ -186,6 +189,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     public func item(_ id: String) throws -> WireItem {
         try locked {
             try checkOnline()
+            guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
             guard let item = items[id] else { throw RemoteError.notFound("item \(id)") }
             return item
         }
@@ -194,9 +198,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     public func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
         try locked {
             try checkOnline()
-            guard WireRules.isValidID(item.id) else { throw Self.bad("bad id") }
-            guard item.id != WireRules.rootID else { throw Self.bad("the root cannot be written") }
-            guard WireRules.isValidName(item.name) else { throw Self.bad("bad name") }
+            let new = try validated(item)
             let existing = items[item.id]
             if let ifMatch {
                 guard let existing else { throw RemoteError.notFound("item \(item.id)") }
@@ -205,26 +207,14 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             } else if let existing {
                 throw RemoteError.preconditionFailed(current: existing)
             }
-            // The parent: a live directory, not the item itself nor below it.
-            guard let parentID = item.parent, let parent = items[parentID], !parent.deleted, parent.kind == .dir
+            // The parent: a live directory, not the item itself nor below it (the root has none).
+            guard let parentID = item.parent else { return store(new) }
+            guard let parent = items[parentID], !parent.deleted, parent.kind == .dir
             else { throw RemoteError.misplaced("the parent is not a live directory") }
             var cur: String? = parentID
             while let c = cur {
                 if c == item.id { throw RemoteError.misplaced("an item cannot move below itself") }
                 cur = items[c]?.parent
-            }
-            var new = item
-            new.deleted = false
-            new.mode &= 0o7777
-            if let problem = WireRules.kindProblem(item) { throw Self.bad(problem) }
-            if item.kind == .file {
-                guard isSHA256Hex(item.sha256) else { throw Self.bad("bad hash") }
-                let size = item.sha256 == emptySHA256 ? 0 : blobs[item.sha256].map { Int64($0.count) }
-                guard let size else { throw Self.bad("blob \(item.sha256) missing") }
-                guard size == item.size else { throw Self.bad("size \(item.size) does not match the blob's \(size)") }
-            } else if item.kind == .dir {
-                new.size = 0
-                new.sha256 = ""
             }
             if let other = liveChild(of: parentID, named: item.name), other.id != item.id {
                 throw RemoteError.conflict("the name \(item.name) is taken", current: other)
@@ -233,9 +223,56 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
     }
 
+    /// The item as it would be stored, or the stub's 400 for a malformed one: checked before its condition.
+    private func validated(_ item: WireItem) throws -> WireItem {
+        guard WireRules.isValidID(item.id) else { throw Self.bad("bad item id") }
+        if item.id == WireRules.rootID {
+            guard item.parent == nil, item.name == "", item.kind == .dir else {
+                throw Self.bad("the root has no parent and no name")
+            }
+        } else {
+            guard let parent = item.parent, WireRules.isValidID(parent) else { throw Self.bad("bad parent id") }
+            guard WireRules.isValidName(item.name) else { throw Self.bad("bad name") }
+        }
+        var new = item
+        new.deleted = false
+        new.mode &= 0o7777
+        guard item.device.utf8.count <= 255 else { throw Self.bad("device name too long") }
+        if let problem = WireRules.kindProblem(item) { throw Self.bad(problem) }
+        if item.kind == .file {
+            try checkContent(item.sha256, size: item.size, what: "content")
+        } else if item.kind == .dir {
+            new.size = 0
+            new.sha256 = ""
+        }
+        var xattrBytes = 0
+        for (key, value) in item.xattrs {
+            guard !key.isEmpty, Data(base64Encoded: value) != nil else { throw Self.bad("bad xattr \(key)") }
+            xattrBytes += key.utf8.count + value.utf8.count
+        }
+        guard xattrBytes <= WireRules.maxXattrBytes else { throw Self.bad("xattrs larger than 64 KiB") }
+        var conflictIDs = Set<String>()
+        for c in item.conflicts {
+            guard WireRules.isValidID(c.id), conflictIDs.insert(c.id).inserted else {
+                throw Self.bad("bad or repeated conflict id")
+            }
+            try checkContent(c.sha256, size: c.size, what: "conflict \(c.id)")
+        }
+        return new
+    }
+
+    /// A hash must name a blob held here of the same size (the empty hash needs no blob).
+    private func checkContent(_ sha256: String, size: Int64, what: String) throws {
+        guard isSHA256Hex(sha256), size >= 0 else { throw Self.bad("bad hash or size of \(what)") }
+        let held = sha256 == emptySHA256 ? 0 : blobs[sha256].map { Int64($0.count) }
+        guard let held else { throw Self.bad("blob missing for \(what)") }
+        guard held == size else { throw Self.bad("size of \(what) does not match its blob") }
+    }
+
     public func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
         try locked {
             try checkOnline()
+            guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
             guard id != WireRules.rootID else { throw Self.bad("the root cannot be deleted") }
             guard let existing = items[id] else { throw RemoteError.notFound("item \(id)") }
             guard !existing.deleted, existing.version == ifMatch else {
@@ -255,6 +292,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     public func hasBlob(sha256: String) throws -> Bool {
         try locked {
             try checkOnline()
+            guard isSHA256Hex(sha256) else { throw Self.bad("bad blob hash") }
             return sha256 == emptySHA256 || blobs[sha256] != nil
         }
     }
@@ -281,6 +319,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
                              progress: TransferProgress?) throws {
         let (whole, delay, corrupt): ([UInt8], Int, Bool) = try locked {
             try checkOnline()
+            guard isSHA256Hex(sha256) else { throw Self.bad("bad blob hash") }
             guard let b = sha256 == emptySHA256 ? [] : blobs[sha256] else {
                 throw RemoteError.notFound("blob \(sha256)")
             }
@@ -302,7 +341,9 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
 extension MemoryRemote: KeyValueRemote {
     public func putKV(_ entry: WireKVEntry) throws -> WireKVEntry {
-        try locked {
+        guard KVLimits.isValidKey(entry.key) else { throw Self.bad(KVLimits.Violation.keyTooLong.message) }
+        guard entry.deleted == (entry.value == nil) else { throw Self.bad("a value, or deleted, not both") }
+        return try locked {
             if _offline { throw RemoteError.unreachable("the memory remote is offline") }
             if let current = kv[entry.key], !entry.wins(over: current) { return current }
             let live = kv.values.filter { !$0.deleted }.reduce(into: [String: Int]()) { $0[$1.key] = $1.value?.byteSize ?? 0 }

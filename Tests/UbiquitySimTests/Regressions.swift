@@ -1,0 +1,688 @@
+// The shrunk traces that found bugs in the core, each an explicit list of steps (printed by `ubiquity-simulate
+// --seed N --only I,J,... --literal`, or for a new failure by `--literal` alone, which prints the shrunk plan):
+// they run the same whatever the plan generator becomes. Each must pass from now on.
+import Testing
+import UbiquitySim
+
+/// A run that once found a bug, as an explicit plan.
+struct Regression: Sendable, CustomTestStringConvertible {
+    let name: String
+    let plan: Plan
+    init(_ name: String, _ plan: Plan) { self.name = name; self.plan = plan }
+    var testDescription: String { name }
+}
+
+extension Regression {
+    /// c's write lands but its answer is lost; a sees it and deletes the file; c's retry met the tombstone and
+    /// revived the file as if its write were a concurrent edit.
+    /// (Steps 3, 4, 8, 10, 148, 153, 160 of seed 5's generated plan.)
+    static let deleteAfterLostAnswer = Regression(
+        "deleteAfterLostAnswer",
+        Plan(seed: 5, devices: 3, feedPage: 4,
+             rates: FaultRates(dropRequest: 0.04, dropResponse: 0.11, duplicate: 0.09, staleFeed: 0.05,
+                               slowTransfer: 0.16, corrupt: 0.03),
+             steps: [
+                Step(.pull, on: 2, seed: 0x75646c12c55ba4df, after: 503000000),
+                Step(.create, on: 2, seed: 0x6422556f25ce1ace, after: 4318000000),
+                Step(.push, on: 2, seed: 0xc4ff2899c8ba1df9, after: 1401000000),
+                Step(.truncate, on: 2, seed: 0x272352ef1e581b, after: 4004000000),
+                Step(.push, on: 2, seed: 0x3ca64e8753289085, after: 0),
+                Step(.pull, on: 0, seed: 0x10db6698f9962940, after: 3459000000),
+                Step(.delete, on: 0, seed: 0xb6a4534bf1daa0ac, after: 2929000000),
+             ]))
+
+    /// A deleted folder was pushed before the delete of the file in it (parent first): the remote refused (not
+    /// empty) and the folder came back.
+    /// (Steps 143, 152, 155, 159, 160, 167 of seed 77's generated plan.)
+    static let folderDeletedAfterItsFile = Regression(
+        "folderDeletedAfterItsFile",
+        Plan(seed: 77, devices: 4, feedPage: 6,
+             rates: FaultRates(dropRequest: 0.0, dropResponse: 0.0, duplicate: 0.05, staleFeed: 0.01,
+                               slowTransfer: 0.02, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 2, seed: 0x4b4f6b4cb490e31a, after: 122000000),
+                Step(.mkdir, on: 2, seed: 0x49c95afda779a1f3, after: 2625000000),
+                Step(.create, on: 2, seed: 0x952cc1dd54a64c2e, after: 2112000000),
+                Step(.push, on: 2, seed: 0x736ea8ca987387c0, after: 3462000000),
+                Step(.delete, on: 2, seed: 0x8102dc2c1c0bd4d7, after: 1038000000),
+                Step(.rmdir, on: 2, seed: 0x1d7d21fcbded267, after: 0),
+             ]))
+
+    /// A device's write lands but its answer is lost; the same device then deletes the file: the create was
+    /// forgotten locally (never on the remote, it thought) or the delete met its own newer version as a
+    /// concurrent edit, and the file came back.
+    /// (Steps 83, 86, 88, 107, 109, 110, 127, 130, 152, 156, 163, 164, 168, 173, 183, 203, 213 of seed 49's
+    /// generated plan.)
+    static let deleteAfterOwnLostAnswer1 = Regression(
+        "deleteAfterOwnLostAnswer1",
+        Plan(seed: 49, devices: 3, feedPage: 6,
+             rates: FaultRates(dropRequest: 0.07, dropResponse: 0.09, duplicate: 0.0, staleFeed: 0.04,
+                               slowTransfer: 0.15, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 0, seed: 0xd68ca9cd2b3421fb, after: 973000000),
+                Step(.mkdir, on: 0, seed: 0x56185218a0202ed1, after: 1667000000),
+                Step(.push, on: 0, seed: 0xc4c1f99309c72664, after: 3088000000),
+                Step(.pull, on: 2, seed: 0x2e98b1d4112d8ff9, after: 4601000000),
+                Step(.create, on: 0, seed: 0x13b9868aa31fa7cb, after: 1665000000),
+                Step(.create, on: 2, seed: 0x7addd45aadb170e5, after: 4141000000),
+                Step(.create, on: 0, seed: 0x8c3e04c3360b4253, after: 2679000000),
+                Step(.delete, on: 0, seed: 0xed2f5009870b2a9e, after: 0),
+                Step(.push, on: 2, seed: 0x1e29d2b469735f39, after: 0),
+                Step(.push, on: 0, seed: 0x76f8fc13388f8f0b, after: 4142000000),
+                Step(.create, on: 2, seed: 0x74b1696acf77041, after: 954000000),
+                Step(.create, on: 0, seed: 0x1dd427dc1809a920, after: 3413000000),
+                Step(.pull, on: 2, seed: 0x314ee419f0f1b663, after: 3963000000),
+                Step(.push, on: 2, seed: 0xbf2b7e4e518e9d99, after: 2199000000),
+                Step(.pull, on: 0, seed: 0x536d0e79a704c001, after: 4784000000),
+                Step(.mkdir, on: 0, seed: 0xbe0934a7d5699323, after: 992000000),
+                Step(.delete, on: 0, seed: 0x14f870925be988ea, after: 4357000000),
+             ]))
+
+    /// The same.
+    /// (Steps 197, 206, 209, 224, 236, 253, 260 of seed 86's generated plan.)
+    static let deleteAfterOwnLostAnswer2 = Regression(
+        "deleteAfterOwnLostAnswer2",
+        Plan(seed: 86, devices: 4, feedPage: 1,
+             rates: FaultRates(dropRequest: 0.1, dropResponse: 0.11, duplicate: 0.09, staleFeed: 0.03,
+                               slowTransfer: 0.05, corrupt: 0.03),
+             steps: [
+                Step(.pull, on: 3, seed: 0x80dc62a2c2067ec4, after: 140000000),
+                Step(.create, on: 3, seed: 0x5b7c24376a69ff6c, after: 0),
+                Step(.create, on: 3, seed: 0x2c021feb4adf608d, after: 0),
+                Step(.beginWrite, on: 3, seed: 0x1341c50f7faa0e07, after: 4007000000),
+                Step(.push, on: 3, seed: 0xb0018a5222483829, after: 1157000000),
+                Step(.create, on: 3, seed: 0x281efe3c00e93bc9, after: 0),
+                Step(.delete, on: 3, seed: 0xaeb5ccfef62eac4c, after: 2680000000),
+             ]))
+
+    /// A conflict version fetched (for a promote refused as busy), then the file deleted: the local copy of the
+    /// conflict version stayed in the store for ever.
+    /// (Steps 22, 35, 42, 49, 52, 74, 80, 85 of seed 18's generated plan.)
+    static let deleteKeepsNoConflictCopies = Regression(
+        "deleteKeepsNoConflictCopies",
+        Plan(seed: 18, devices: 3, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.0, dropResponse: 0.1, duplicate: 0.0, staleFeed: 0.06,
+                               slowTransfer: 0.01, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 1, seed: 0x955d18944a13ec41, after: 2908000000),
+                Step(.create, on: 1, seed: 0x1d4f11309a386e5e, after: 1901000000),
+                Step(.push, on: 1, seed: 0x6559bf8d20830d63, after: 958000000),
+                Step(.write, on: 1, seed: 0xfae7e6a61e58afe1, after: 3145000000),
+                Step(.push, on: 1, seed: 0xf8962348b13ff9d0, after: 3211000000),
+                Step(.beginWrite, on: 1, seed: 0x7049347b43d0df5, after: 996000000),
+                Step(.promote, on: 1, seed: 0x5a68bcff45b702a2, after: 3587000000),
+                Step(.delete, on: 1, seed: 0xaa71c44bc0c6b31a, after: 1486000000),
+             ]))
+
+    /// Conflict resolved, then the file deleted here; another device's edit brings the file back (edit wins over
+    /// delete) with the remote's list, the resolved version included.
+    /// (Steps 63, 91, 192, 198, 199, 202, 203, 210, 221, 229, 239, 246 of seed 18's generated plan.)
+    static let resolvedConflictStaysResolvedWhenTheFileComesBack = Regression(
+        "resolvedConflictStaysResolvedWhenTheFileComesBack",
+        Plan(seed: 18, devices: 3, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.0, dropResponse: 0.1, duplicate: 0.0, staleFeed: 0.06,
+                               slowTransfer: 0.01, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 2, seed: 0x37c73897c092b667, after: 4950000000),
+                Step(.create, on: 2, seed: 0xf73d343e249d94e0, after: 498000000),
+                Step(.push, on: 2, seed: 0x3058a3147a5f2bf1, after: 0),
+                Step(.pull, on: 1, seed: 0x655c3711bb3c1d62, after: 3091000000),
+                Step(.write, on: 2, seed: 0xbcf3f578a4712fd5, after: 933000000),
+                Step(.write, on: 1, seed: 0x5f452f46d917cbea, after: 1883000000),
+                Step(.pull, on: 0, seed: 0x6d2c0944d41014d3, after: 1025000000),
+                Step(.push, on: 2, seed: 0x7a0531a2751cae52, after: 0),
+                Step(.push, on: 1, seed: 0xd556d0719801ffda, after: 4182000000),
+                Step(.keepCurrent, on: 1, seed: 0x39d9a87f5b7783a6, after: 0),
+                Step(.delete, on: 1, seed: 0xb84ffb81920064d, after: 2874000000),
+                Step(.write, on: 0, seed: 0x9604093ba2dc9a33, after: 0),
+             ]))
+
+    /// Conflict resolved and the file deleted (the delete landed, carrying the old list); another device's edit
+    /// revives the tombstone and took its list, the resolved version included.
+    /// (Steps 63, 91, 192, 198, 199, 202, 203, 210, 221, 229, 239, 244, 246 of seed 18's generated plan.)
+    static let revivedTombstoneDropsItsConflictList = Regression(
+        "revivedTombstoneDropsItsConflictList",
+        Plan(seed: 18, devices: 3, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.0, dropResponse: 0.1, duplicate: 0.0, staleFeed: 0.06,
+                               slowTransfer: 0.01, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 2, seed: 0x37c73897c092b667, after: 4950000000),
+                Step(.create, on: 2, seed: 0xf73d343e249d94e0, after: 498000000),
+                Step(.push, on: 2, seed: 0x3058a3147a5f2bf1, after: 0),
+                Step(.pull, on: 1, seed: 0x655c3711bb3c1d62, after: 3091000000),
+                Step(.write, on: 2, seed: 0xbcf3f578a4712fd5, after: 933000000),
+                Step(.write, on: 1, seed: 0x5f452f46d917cbea, after: 1883000000),
+                Step(.pull, on: 0, seed: 0x6d2c0944d41014d3, after: 1025000000),
+                Step(.push, on: 2, seed: 0x7a0531a2751cae52, after: 0),
+                Step(.push, on: 1, seed: 0xd556d0719801ffda, after: 4182000000),
+                Step(.keepCurrent, on: 1, seed: 0x39d9a87f5b7783a6, after: 0),
+                Step(.delete, on: 1, seed: 0xb84ffb81920064d, after: 2874000000),
+                Step(.push, on: 1, seed: 0x1474ba0f2186d075, after: 2562000000),
+                Step(.write, on: 0, seed: 0x9604093ba2dc9a33, after: 0),
+             ]))
+
+    /// b renames c.md over a.txt while d writes a.txt (the edit wins: a.txt comes back as "a 2.txt"). A device
+    /// that learns both from the feed gave "a.txt" to c.md, then moving the old a.txt to "a 2.txt" removed the
+    /// name "a.txt" from the folder's listing: c.md was in the index but not in its folder.
+    /// (Steps 81, 82, 85, 110, 120, 138, 147, 178, 203, 209, 222, 271 of seed 20228's generated plan.)
+    static let renamedOverThenMovedAway = Regression(
+        "renamedOverThenMovedAway",
+        Plan(seed: 20228, devices: 4, feedPage: 4,
+             rates: FaultRates(dropRequest: 0.01, dropResponse: 0.09, duplicate: 0.01, staleFeed: 0.05,
+                               slowTransfer: 0.01, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 3, seed: 0x74678abdf201d8a8, after: 0),
+                Step(.pull, on: 2, seed: 0x30e0adc53ee70ad8, after: 3146000000),
+                Step(.create, on: 3, seed: 0x91be3c0004327311, after: 3947000000),
+                Step(.push, on: 3, seed: 0x98ede329855418d4, after: 3498000000),
+                Step(.create, on: 3, seed: 0x168145a727acd916, after: 4794000000),
+                Step(.beginWrite, on: 3, seed: 0x1ea87b9c83456a19, after: 2219000000),
+                Step(.create, on: 2, seed: 0x772aeaddfa559135, after: 0),
+                Step(.push, on: 2, seed: 0xd3fe38e6ae85babd, after: 2833000000),
+                Step(.create, on: 3, seed: 0x8937e2c2101760ac, after: 2832000000),
+                Step(.push, on: 3, seed: 0x483e1e1f262d36, after: 266000000),
+                Step(.pull, on: 1, seed: 0xb4dd9809a41b46f3, after: 2891000000),
+                Step(.rename, on: 1, seed: 0x751f5efeed891252, after: 191000000),
+             ]))
+
+    /// A file renamed over another elsewhere took its name here and detached the stale one; the stale one's next
+    /// version (renamed away) then removed the name from the directory, and the new file was lost from the tree
+    /// (never listed, never fetched).
+    /// (Steps 11, 12, 28, 35, 38, 41, 47, 54, 56, 66, 86, 88, 94, 95, 128, 129, 130, 131, 132, 137, 138, 157,
+    /// 158, 161, 171, 176, 177, 178, 179, 184, 185, 200, 201, 206, 207, 208, 209, 214, 215, 250, 251 of seed
+    /// 10091's generated plan.)
+    static let renameOfADetachedItemKeepsTheNewOwnersName = Regression(
+        "renameOfADetachedItemKeepsTheNewOwnersName",
+        Plan(seed: 10091, devices: 4, feedPage: 6,
+             rates: FaultRates(dropRequest: 0.04, dropResponse: 0.11, duplicate: 0.05, staleFeed: 0.05,
+                               slowTransfer: 0.11, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 2, seed: 0x196c531c906ea93, after: 3387000000),
+                Step(.pull, on: 1, seed: 0x284ad442c943048a, after: 1325000000),
+                Step(.pull, on: 3, seed: 0x7f3177143b1549bb, after: 4528000000),
+                Step(.create, on: 1, seed: 0x5cc90e28d28bbc23, after: 960000000),
+                Step(.create, on: 1, seed: 0x7d48666aa5d6b0eb, after: 4119000000),
+                Step(.mkdir, on: 2, seed: 0x4ebc9f5518b2f27, after: 2486000000),
+                Step(.push, on: 1, seed: 0x4fc33e7ca6dd6b1f, after: 1446000000),
+                Step(.create, on: 1, seed: 0xdd2f05f3ca6fc147, after: 3684000000),
+                Step(.mkdir, on: 2, seed: 0x33f1d60192d6f907, after: 270000000),
+                Step(.mkdir, on: 1, seed: 0x1cc648a3762e3917, after: 886000000),
+                Step(.push, on: 1, seed: 0x4ee9ec3eea2ff7a6, after: 367000000),
+                Step(.push, on: 2, seed: 0xd982f29aade0408f, after: 111000000),
+                Step(.push, on: 1, seed: 0x78b984efa5a5a545, after: 3915000000),
+                Step(.create, on: 3, seed: 0xba7798ab0a57e8a, after: 88000000),
+                Step(.pull, on: 0, seed: 0x5cb2f4af12f5dc16, after: 2951000000),
+                Step(.create, on: 2, seed: 0xef5f1fb2a93d0a95, after: 2911000000),
+                Step(.truncate, on: 3, seed: 0x881310714ceeae68, after: 1685000000),
+                Step(.rmdir, on: 0, seed: 0x9107590adcd0bae9, after: 3578000000),
+                Step(.beginWrite, on: 0, seed: 0xe6c1d09f0218cca4, after: 558000000),
+                Step(.delete, on: 0, seed: 0x1cc6c5f8cff682c6, after: 345000000),
+                Step(.pull, on: 2, seed: 0xbb7b00e931efbece, after: 2662000000),
+                Step(.create, on: 0, seed: 0x658efdd0272de012, after: 1303000000),
+                Step(.delete, on: 1, seed: 0x782f6b957bbe2714, after: 0),
+                Step(.write, on: 1, seed: 0xe23ade972055bf14, after: 2772000000),
+                Step(.chmod, on: 0, seed: 0x9482e66fe3f691c, after: 4565000000),
+                Step(.push, on: 3, seed: 0x740bdf0b26c64225, after: 4847000000),
+                Step(.push, on: 3, seed: 0xfe719b87357194e7, after: 1153000000),
+                Step(.evict, on: 2, seed: 0xb596d5542400af7e, after: 2720000000),
+                Step(.mkdir, on: 3, seed: 0x57b0d69740404aef, after: 3818000000),
+                Step(.push, on: 2, seed: 0x4efb544940c47f6d, after: 2985000000),
+                Step(.mkdir, on: 3, seed: 0xa4cee2d813967041, after: 2769000000),
+                Step(.pull, on: 1, seed: 0xe4f21bc9ce23e068, after: 3503000000),
+                Step(.pull, on: 0, seed: 0xfe4229c9a6ca5cda, after: 4954000000),
+                Step(.create, on: 0, seed: 0x54f8e2c80860cb44, after: 1840000000),
+                Step(.mkdir, on: 3, seed: 0x11a9ea9818779e41, after: 4194000000),
+                Step(.discard, on: 2, seed: 0x954f2e14713f9199, after: 0),
+                Step(.rename, on: 0, seed: 0x5d2b453a9e8f4cf, after: 3926000000),
+                Step(.truncate, on: 3, seed: 0x31067037f35f473d, after: 3917000000),
+                Step(.download, on: 2, seed: 0xf1f26a25509ce17e, after: 1574000000),
+                Step(.beginWrite, on: 0, seed: 0x108d97db02ece09d, after: 4614000000),
+                Step(.endWrite, on: 0, seed: 0x4db4580df5ca78e4, after: 1895000000),
+             ]))
+
+    /// A device loses a conflict and lists its content as a conflict version, but that list is not pushed yet;
+    /// its next push meets a newer remote version and took the remote's list, dropping the version.
+    /// (Steps 4, 24, 45, 68, 71, 85, 86, 95, 97, 98, 102, 114, 118 of seed 11502's generated plan.)
+    static let unpushedConflictVersionSurvivesANewerRemoteList1 = Regression(
+        "unpushedConflictVersionSurvivesANewerRemoteList1",
+        Plan(seed: 11502, devices: 4, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.03, dropResponse: 0.0, duplicate: 0.0, staleFeed: 0.04,
+                               slowTransfer: 0.16, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 1, seed: 0x914bdc722d36ccbd, after: 4746000000),
+                Step(.create, on: 1, seed: 0xadc212de98bfb6aa, after: 1788000000),
+                Step(.mkdir, on: 1, seed: 0x84fa324b31f4db2a, after: 1609000000),
+                Step(.create, on: 1, seed: 0x935ed905b90fb02a, after: 1525000000),
+                Step(.push, on: 1, seed: 0x4a3f9cf7f3a0033c, after: 2376000000),
+                Step(.write, on: 1, seed: 0xa80f89202c79c18e, after: 2993000000),
+                Step(.pull, on: 2, seed: 0xbc6a598d362092b8, after: 3075000000),
+                Step(.append, on: 2, seed: 0xef69a614b07743f4, after: 2613000000),
+                Step(.push, on: 2, seed: 0x2e7b4fa84b2ac58f, after: 837000000),
+                Step(.pull, on: 0, seed: 0xbe58dadffb2b4ceb, after: 2405000000),
+                Step(.beginWrite, on: 0, seed: 0xf9064fc5ca4b0415, after: 288000000),
+                Step(.write, on: 1, seed: 0x221cfec2ac11435c, after: 3749000000),
+                Step(.push, on: 1, seed: 0x61d6a2ae4c012cee, after: 3791000000),
+             ]))
+
+    /// The same.
+    /// (Steps 42, 45, 48, 55, 64, 77, 79, 160, 163, 166, 171, 172, 184, 194 of seed 11067's generated plan.)
+    static let unpushedConflictVersionSurvivesANewerRemoteList2 = Regression(
+        "unpushedConflictVersionSurvivesANewerRemoteList2",
+        Plan(seed: 11067, devices: 4, feedPage: 4,
+             rates: FaultRates(dropRequest: 0.05, dropResponse: 0.02, duplicate: 0.04, staleFeed: 0.07,
+                               slowTransfer: 0.15, corrupt: 0.04),
+             steps: [
+                Step(.pull, on: 3, seed: 0xc3ac4641c9364f8f, after: 2025000000),
+                Step(.create, on: 3, seed: 0x557b65648ccdd9ad, after: 3531000000),
+                Step(.pull, on: 1, seed: 0xa0213cadb9d2bf64, after: 638000000),
+                Step(.create, on: 1, seed: 0x605f6d63a40ac73e, after: 598000000),
+                Step(.push, on: 3, seed: 0x1b8c267db38a35a1, after: 4152000000),
+                Step(.push, on: 1, seed: 0x6f32684cd8a669a7, after: 1430000000),
+                Step(.pull, on: 3, seed: 0x398661e3cd9b4e6, after: 3914000000),
+                Step(.pull, on: 1, seed: 0x3ba5e468a4c7785e, after: 3542000000),
+                Step(.pull, on: 2, seed: 0x21a8b0e1d06da392, after: 0),
+                Step(.write, on: 1, seed: 0x11ecf46819bec627, after: 1334000000),
+                Step(.write, on: 2, seed: 0x3cd1d20f924f3b96, after: 2727000000),
+                Step(.write, on: 3, seed: 0xd26de32d1c34f444, after: 305000000),
+                Step(.push, on: 3, seed: 0x1cc23a5918e7b561, after: 4709000000),
+                Step(.push, on: 2, seed: 0x5b7d1ebacd963138, after: 1534000000),
+             ]))
+
+    /// A write (create or update) lands but its answer is lost; another device sees it and deletes the file; the
+    /// retry met the write itself (412) and wrote it again, a newer version that beat the delete.
+    /// (Steps 29, 37, 47, 78, 82, 94, 107, 108 of seed 11509's generated plan.)
+    static let landedWriteNotWrittenAgain1 = Regression(
+        "landedWriteNotWrittenAgain1",
+        Plan(seed: 11509, devices: 4, feedPage: 2,
+             rates: FaultRates(dropRequest: 0.07, dropResponse: 0.09, duplicate: 0.09, staleFeed: 0.0,
+                               slowTransfer: 0.07, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 0, seed: 0xb5df76efe3bbff7, after: 872000000),
+                Step(.create, on: 0, seed: 0xcbb5d87eba918ecd, after: 3856000000),
+                Step(.push, on: 0, seed: 0xd206ef3443045140, after: 1124000000),
+                Step(.delete, on: 0, seed: 0xb26a08131414f3c2, after: 3401000000),
+                Step(.create, on: 0, seed: 0x255720b32980d471, after: 4661000000),
+                Step(.push, on: 0, seed: 0x8ce782ce2a1d91a, after: 340000000),
+                Step(.pull, on: 1, seed: 0x25679e4f36453696, after: 3281000000),
+                Step(.delete, on: 1, seed: 0x5815548c3dd1c31c, after: 3860000000),
+             ]))
+
+    /// The same.
+    /// (Steps 32, 34, 83, 84, 107, 158, 159, 173, 193, 197, 199, 203, 207, 223, 226, 231, 232, 264, 265, 268 of
+    /// seed 11251's generated plan.)
+    static let landedWriteNotWrittenAgain2 = Regression(
+        "landedWriteNotWrittenAgain2",
+        Plan(seed: 11251, devices: 3, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.05, dropResponse: 0.05, duplicate: 0.0, staleFeed: 0.06,
+                               slowTransfer: 0.06, corrupt: 0.03),
+             steps: [
+                Step(.pull, on: 1, seed: 0xcad8cd92722cf845, after: 4735000000),
+                Step(.pull, on: 2, seed: 0xe6cec73d44842c7b, after: 4332000000),
+                Step(.mkdir, on: 2, seed: 0xbe66b261e0af50b6, after: 110000000),
+                Step(.create, on: 1, seed: 0x530b5becc10d975d, after: 4249000000),
+                Step(.mkdir, on: 2, seed: 0xb677bd477c99902a, after: 502000000),
+                Step(.mkdir, on: 2, seed: 0x79781856968dc7a6, after: 1154000000),
+                Step(.create, on: 1, seed: 0xbcccd7f35670a628, after: 0),
+                Step(.create, on: 2, seed: 0xd5ee00c7875d3388, after: 4415000000),
+                Step(.create, on: 1, seed: 0x882f5ee66fb29121, after: 345000000),
+                Step(.push, on: 1, seed: 0x6fa14b8fa983518e, after: 3704000000),
+                Step(.create, on: 2, seed: 0xc672fbef277e2784, after: 1109000000),
+                Step(.create, on: 2, seed: 0x3c36ff09ccea1735, after: 481000000),
+                Step(.append, on: 2, seed: 0xe43d5ed1f972159c, after: 0),
+                Step(.create, on: 2, seed: 0x21d1347c87a6102, after: 2914000000),
+                Step(.push, on: 2, seed: 0x17cc785bcc710fd4, after: 1190000000),
+                Step(.push, on: 2, seed: 0xbf15aff986f027ba, after: 4056000000),
+                Step(.push, on: 2, seed: 0x4c47a76e147717b4, after: 338000000),
+                Step(.pull, on: 0, seed: 0x580741a1f36202ae, after: 2193000000),
+                Step(.push, on: 2, seed: 0x8fe3c69171852999, after: 0),
+                Step(.delete, on: 0, seed: 0x4ed65228449e9617, after: 1825000000),
+             ]))
+
+    /// The same.
+    /// (Steps 5, 19, 132, 212, 289, 291, 301, 309, 338, 341, 348, 349, 358, 360, 390, 391, 392 of seed 10487's
+    /// generated plan.)
+    static let landedWriteNotWrittenAgain3 = Regression(
+        "landedWriteNotWrittenAgain3",
+        Plan(seed: 10487, devices: 4, feedPage: 4,
+             rates: FaultRates(dropRequest: 0.08, dropResponse: 0.04, duplicate: 0.05, staleFeed: 0.0,
+                               slowTransfer: 0.12, corrupt: 0.03),
+             steps: [
+                Step(.pull, on: 2, seed: 0xf5c24d583bc4633b, after: 0),
+                Step(.mkdir, on: 2, seed: 0x979d7a3e9043a745, after: 4040000000),
+                Step(.create, on: 2, seed: 0x5cca7cf821deb2ae, after: 4726000000),
+                Step(.push, on: 2, seed: 0x4c62912aeea4de9a, after: 4216000000),
+                Step(.write, on: 2, seed: 0x1f6499535d8efd26, after: 414000000),
+                Step(.pull, on: 0, seed: 0x22acf2f1652342b4, after: 1972000000),
+                Step(.mkdir, on: 2, seed: 0xc98b18f54388c383, after: 3399000000),
+                Step(.create, on: 2, seed: 0xf1823152c66b02f6, after: 2275000000),
+                Step(.delete, on: 0, seed: 0x48e48cdbb0db3ef1, after: 3507000000),
+                Step(.create, on: 2, seed: 0xca51988f695fe4db, after: 1911000000),
+                Step(.push, on: 2, seed: 0x175e228326852e61, after: 1135000000),
+                Step(.create, on: 0, seed: 0x41638691b0f529ae, after: 1890000000),
+                Step(.push, on: 2, seed: 0xb9e70bd0892881c8, after: 2578000000),
+                Step(.pull, on: 0, seed: 0x6030fea3b96b518b, after: 877000000),
+                Step(.delete, on: 0, seed: 0xf51414dbeb451feb, after: 2246000000),
+                Step(.download, on: 0, seed: 0x189e29892792d4e9, after: 3819000000),
+                Step(.push, on: 2, seed: 0x515df1b3ea7e351b, after: 4499000000),
+             ]))
+
+    /// The same.
+    /// (Steps 25, 27, 32, 44, 45, 52, 57, 58, 60, 64, 65, 66, 76, 77, 80, 85, 90, 101, 103, 105, 119, 135, 137,
+    /// 159, 160, 162, 179, 181, 183, 202, 203 of seed 10748's generated plan.)
+    static let landedWriteNotWrittenAgain4 = Regression(
+        "landedWriteNotWrittenAgain4",
+        Plan(seed: 10748, devices: 3, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.06, dropResponse: 0.07, duplicate: 0.07, staleFeed: 0.01,
+                               slowTransfer: 0.0, corrupt: 0.02),
+             steps: [
+                Step(.pull, on: 1, seed: 0x89f4b030dcecd40a, after: 3993000000),
+                Step(.pull, on: 0, seed: 0x12ceaec533c89de3, after: 3468000000),
+                Step(.create, on: 1, seed: 0x5cfdfed56f3db9eb, after: 1838000000),
+                Step(.mkdir, on: 0, seed: 0xf7b608c7242f7548, after: 3981000000),
+                Step(.mkdir, on: 0, seed: 0xc5ebbd7e4aee615d, after: 4301000000),
+                Step(.pull, on: 2, seed: 0xbeff7055a1c8f8e0, after: 3516000000),
+                Step(.push, on: 1, seed: 0x3057c22f4d832809, after: 2909000000),
+                Step(.create, on: 0, seed: 0x8a3dd0a561578259, after: 0),
+                Step(.delete, on: 1, seed: 0x1af9e7d9553eaed6, after: 4951000000),
+                Step(.create, on: 2, seed: 0xaccfb9503cc9a9cd, after: 416000000),
+                Step(.create, on: 2, seed: 0xf512a68fc0b81d50, after: 3096000000),
+                Step(.push, on: 0, seed: 0x3e4b03efbb0279a5, after: 3557000000),
+                Step(.pull, on: 0, seed: 0xcab7ef2f58fda2d0, after: 2454000000),
+                Step(.delete, on: 2, seed: 0x3746f0354742e614, after: 2114000000),
+                Step(.push, on: 0, seed: 0xd3f77cc61dd91353, after: 1962000000),
+                Step(.push, on: 2, seed: 0x79f19da3983b42cd, after: 563000000),
+                Step(.pull, on: 1, seed: 0x41f1fb156b91c9e4, after: 3317000000),
+                Step(.mkdir, on: 1, seed: 0xdd4c9318972e8166, after: 4169000000),
+                Step(.rename, on: 1, seed: 0x50f477521ecfd486, after: 4182000000),
+                Step(.push, on: 1, seed: 0xa1042ce3e6f47c9, after: 446000000),
+                Step(.create, on: 0, seed: 0x258cda5091aaa2b6, after: 0),
+                Step(.delete, on: 0, seed: 0x37a805e1cf717567, after: 0),
+                Step(.create, on: 0, seed: 0xe46c5ff3feba768e, after: 4091000000),
+                Step(.append, on: 0, seed: 0xe1ff2c5ce2bfe5c1, after: 0),
+                Step(.write, on: 0, seed: 0x64d20d61a97212b7, after: 3611000000),
+                Step(.push, on: 1, seed: 0x84829eb7c178470c, after: 1912000000),
+                Step(.push, on: 0, seed: 0x1b0178fad7620db6, after: 3782000000),
+                Step(.pull, on: 1, seed: 0x506d1c0c0f565109, after: 2029000000),
+                Step(.create, on: 1, seed: 0xe4a02c4b4ee9973b, after: 2794000000),
+                Step(.delete, on: 1, seed: 0x7d215c42a1ed70f9, after: 3339000000),
+                Step(.delete, on: 1, seed: 0xd03942c6e686b37, after: 3496000000),
+             ]))
+
+    /// A create lands but its answer is lost; another device empties the file; the create's retry took the empty
+    /// content for its own base (the placeholder of a new file) and wrote over the emptied file.
+    /// (Steps 74, 109, 190, 249, 254 of seed 11199's generated plan.)
+    static let createWhoseAnswerWasLostMeetsAnEmptiedFile1 = Regression(
+        "createWhoseAnswerWasLostMeetsAnEmptiedFile1",
+        Plan(seed: 11199, devices: 4, feedPage: 6,
+             rates: FaultRates(dropRequest: 0.08, dropResponse: 0.06, duplicate: 0.01, staleFeed: 0.02,
+                               slowTransfer: 0.04, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 1, seed: 0xac79766be9815886, after: 1774000000),
+                Step(.create, on: 1, seed: 0x9c01a41c3b11af4e, after: 3328000000),
+                Step(.push, on: 1, seed: 0x1fe723cbfc0321b9, after: 3219000000),
+                Step(.pull, on: 0, seed: 0xbbb34c087e399f24, after: 2153000000),
+                Step(.truncate, on: 0, seed: 0xd3ff04746c278665, after: 1467000000),
+             ]))
+
+    /// The same, a longer trace.
+    /// (Steps 66, 70, 73, 74, 98, 102, 105, 108, 109, 169, 173, 175, 180, 186, 189, 202, 247, 249, 254 of seed
+    /// 11199's generated plan.)
+    static let createWhoseAnswerWasLostMeetsAnEmptiedFile2 = Regression(
+        "createWhoseAnswerWasLostMeetsAnEmptiedFile2",
+        Plan(seed: 11199, devices: 4, feedPage: 6,
+             rates: FaultRates(dropRequest: 0.08, dropResponse: 0.06, duplicate: 0.01, staleFeed: 0.02,
+                               slowTransfer: 0.04, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 3, seed: 0xcdf48050534b08f6, after: 4607000000),
+                Step(.create, on: 3, seed: 0xf00b1f93503943d8, after: 123000000),
+                Step(.pull, on: 2, seed: 0xe843314694dd2cc, after: 1136000000),
+                Step(.pull, on: 1, seed: 0xac79766be9815886, after: 1774000000),
+                Step(.mkdir, on: 3, seed: 0xca35748a3b0b4c54, after: 1923000000),
+                Step(.beginWrite, on: 3, seed: 0x8531148e59da791f, after: 1441000000),
+                Step(.create, on: 3, seed: 0xe04219f25d8295f7, after: 4885000000),
+                Step(.create, on: 2, seed: 0x521e425c46c1b96b, after: 1133000000),
+                Step(.create, on: 1, seed: 0x9c01a41c3b11af4e, after: 3328000000),
+                Step(.append, on: 1, seed: 0x64d81c6c6ebf9a8a, after: 515000000),
+                Step(.push, on: 3, seed: 0x3e4834b5d085209f, after: 3652000000),
+                Step(.create, on: 1, seed: 0x9fcd87c6ee45cb0d, after: 2327000000),
+                Step(.append, on: 2, seed: 0xa59b20f45299e4aa, after: 3603000000),
+                Step(.create, on: 2, seed: 0xd2e132a0467be15c, after: 144000000),
+                Step(.create, on: 3, seed: 0x2897bc63a67f956c, after: 0),
+                Step(.push, on: 3, seed: 0x8b900e0f8e3ce6d8, after: 750000000),
+                Step(.push, on: 3, seed: 0x7831f7edb215ea43, after: 3082000000),
+                Step(.pull, on: 0, seed: 0xbbb34c087e399f24, after: 2153000000),
+                Step(.truncate, on: 0, seed: 0xd3ff04746c278665, after: 1467000000),
+             ]))
+
+    /// b's create lands but its answer is lost; c edits the file, d sees that and deletes it; b's retry met c's
+    /// version as a concurrent edit of its create (a conflict, a newer version) and the file came back.
+    /// (Steps 4, 7, 8, 14, 24, 37, 39, 43, 51, 53, 63, 65, 67, 73, 74, 100, 122, 130, 136, 137 of seed 11594's
+    /// generated plan.)
+    static let landedCreateChangedElsewhere = Regression(
+        "landedCreateChangedElsewhere",
+        Plan(seed: 11594, devices: 4, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.06, dropResponse: 0.08, duplicate: 0.06, staleFeed: 0.05,
+                               slowTransfer: 0.14, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 0, seed: 0x44a881b7072daff0, after: 2450000000),
+                Step(.mkdir, on: 0, seed: 0xbb52d7569524a018, after: 4505000000),
+                Step(.create, on: 0, seed: 0x200fbe7980c39bf, after: 0),
+                Step(.pull, on: 3, seed: 0xaed9b74d892612b0, after: 385000000),
+                Step(.pull, on: 2, seed: 0x17011967c58ffd8e, after: 3956000000),
+                Step(.pull, on: 1, seed: 0xf502119461d798d2, after: 0),
+                Step(.push, on: 0, seed: 0x29b705605a776f88, after: 1793000000),
+                Step(.create, on: 3, seed: 0xbaa3058b1d8a0b3f, after: 4804000000),
+                Step(.create, on: 2, seed: 0x63cc8b83313c8892, after: 892000000),
+                Step(.create, on: 3, seed: 0xd19ff850c9bed2e1, after: 928000000),
+                Step(.create, on: 1, seed: 0xf8960eac7ef0d929, after: 2326000000),
+                Step(.push, on: 3, seed: 0x14ad398c67ae5d93, after: 3196000000),
+                Step(.pull, on: 1, seed: 0x6b6fdc97e575f8ba, after: 1287000000),
+                Step(.push, on: 1, seed: 0x593006e8a35783d1, after: 4480000000),
+                Step(.mkdir, on: 3, seed: 0x62e54ae18a488e42, after: 4969000000),
+                Step(.create, on: 3, seed: 0x2d692f16cd21822, after: 2429000000),
+                Step(.push, on: 2, seed: 0x4adc9f0e2db9d65e, after: 4695000000),
+                Step(.pull, on: 3, seed: 0xbfd13f38b14d1ad5, after: 4042000000),
+                Step(.move, on: 3, seed: 0xaf3bdb6d7c7af654, after: 1841000000),
+                Step(.delete, on: 3, seed: 0x14f1f2a48528d4c9, after: 19000000),
+             ]))
+
+    /// a's append lands but its answer is lost; c moves the file, then deletes it; a's retry met the tombstone,
+    /// which held a's content but not a's (stale, unchanged) place, and revived the file.
+    /// (Steps 18, 20, 39, 51, 64, 67, 69, 70, 77, 83, 90, 93, 98, 102, 105, 110, 111, 117, 122, 124, 128, 132,
+    /// 136, 137, 141, 142, 156, 157, 162, 163, 164, 165, 166, 167, 174, 189, 190, 194, 195, 203, 210, 211, 212,
+    /// 219, 220, 221 of seed 11415's generated plan.)
+    static let landedWriteMovedThenDeleted = Regression(
+        "landedWriteMovedThenDeleted",
+        Plan(seed: 11415, devices: 4, feedPage: 1,
+             rates: FaultRates(dropRequest: 0.05, dropResponse: 0.02, duplicate: 0.06, staleFeed: 0.06,
+                               slowTransfer: 0.15, corrupt: 0.04),
+             steps: [
+                Step(.pull, on: 0, seed: 0x73bd6ef9e959ff0e, after: 1287000000),
+                Step(.pull, on: 2, seed: 0x3e87ec0ec0af89c4, after: 2145000000),
+                Step(.create, on: 2, seed: 0x533c53feb138346, after: 3909000000),
+                Step(.pull, on: 3, seed: 0x8dd6ce6b14284c9f, after: 0),
+                Step(.create, on: 3, seed: 0x11e264dfb358acbd, after: 1233000000),
+                Step(.mkdir, on: 0, seed: 0x7b710d59761581be, after: 1399000000),
+                Step(.mkdir, on: 2, seed: 0x1c58aab88a7567fc, after: 2653000000),
+                Step(.push, on: 2, seed: 0x6b6e8034960e46fc, after: 4132000000),
+                Step(.push, on: 0, seed: 0x169bbc80d1a5728e, after: 941000000),
+                Step(.create, on: 2, seed: 0xd3e7453643b930a9, after: 158000000),
+                Step(.pull, on: 2, seed: 0x30876ef97ee1ae8a, after: 4060000000),
+                Step(.push, on: 2, seed: 0x3145751dac2e805e, after: 2036000000),
+                Step(.create, on: 2, seed: 0xc8d8628fe69e4e6e, after: 1370000000),
+                Step(.pull, on: 3, seed: 0xd8802f0a9b521620, after: 4196000000),
+                Step(.pull, on: 0, seed: 0x48d66d7f5ab4d3e, after: 767000000),
+                Step(.create, on: 0, seed: 0xd40e8a74585d0e36, after: 0),
+                Step(.push, on: 0, seed: 0x91322727e7fe69c1, after: 4883000000),
+                Step(.append, on: 0, seed: 0x39057d5768ec44a2, after: 3585000000),
+                Step(.move, on: 3, seed: 0x81a9750c099aa6f7, after: 1136000000),
+                Step(.push, on: 3, seed: 0x736839d9c8367129, after: 2071000000),
+                Step(.create, on: 0, seed: 0x8c314834ef13354, after: 440000000),
+                Step(.push, on: 0, seed: 0x942821bf6747d37f, after: 3898000000),
+                Step(.pull, on: 2, seed: 0x16cd361aa6f25ab4, after: 2211000000),
+                Step(.chmod, on: 3, seed: 0x1dbe1b8f59d99c9e, after: 117000000),
+                Step(.push, on: 2, seed: 0xd0d15cabc65cd57a, after: 973000000),
+                Step(.pull, on: 0, seed: 0x6654f171a03e42ea, after: 2849000000),
+                Step(.push, on: 3, seed: 0xca445088116a5164, after: 990000000),
+                Step(.pull, on: 2, seed: 0x13640e2964035eef, after: 1441000000),
+                Step(.write, on: 0, seed: 0x784bb68273dde242, after: 1473000000),
+                Step(.pull, on: 1, seed: 0x7d5e507144e785ab, after: 2586000000),
+                Step(.move, on: 3, seed: 0xec20b2f9fda0cd82, after: 2766000000),
+                Step(.mkdir, on: 3, seed: 0x2c9ede0816783fc6, after: 1541000000),
+                Step(.pull, on: 1, seed: 0x119ff67ac0f714ef, after: 2707000000),
+                Step(.move, on: 2, seed: 0x8afbb26b69f85ea2, after: 2114000000),
+                Step(.heal, on: 0, seed: 0x11c93b16f07b0dd8, after: 3045000000),
+                Step(.write, on: 3, seed: 0x997dc7423a7863b2, after: 4172000000),
+                Step(.beginWrite, on: 0, seed: 0x7709c526dd05ccdb, after: 4269000000),
+                Step(.push, on: 3, seed: 0x5b96dbea745dc089, after: 4859000000),
+                Step(.pull, on: 2, seed: 0x9445bf9283cba7b0, after: 428000000),
+                Step(.push, on: 2, seed: 0x2f12cf58e0272c54, after: 487000000),
+                Step(.delete, on: 2, seed: 0xadc8c792bec1d738, after: 1153000000),
+                Step(.create, on: 1, seed: 0xdff29d7b2bf98aac, after: 1344000000),
+                Step(.create, on: 0, seed: 0x9cb6ab7cb7bdf163, after: 2646000000),
+                Step(.download, on: 0, seed: 0x1875b3383663afd8, after: 196000000),
+                Step(.push, on: 2, seed: 0xe4461805e0cee6af, after: 1765000000),
+                Step(.move, on: 1, seed: 0xeedc43fdd8da0893, after: 3073000000),
+             ]))
+
+    /// Model: a deletes x/x/notes then rmdir x/x while d edits notes unseen; the edit wins and brings x/x back
+    /// with it, but the model counted only creates and moves into a directory against its delete.
+    /// (Steps 16, 18, 39, 75, 88, 149, 152, 159, 160, 169, 173, 194, 218 of seed 11895's generated plan.)
+    static let editBelowDeletedFolderContestsIt = Regression(
+        "editBelowDeletedFolderContestsIt",
+        Plan(seed: 11895, devices: 4, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.08, dropResponse: 0.01, duplicate: 0.0, staleFeed: 0.07,
+                               slowTransfer: 0.02, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 1, seed: 0x23384c37f5e79ce3, after: 3156000000),
+                Step(.mkdir, on: 1, seed: 0xdc876ac4dbf111cc, after: 0),
+                Step(.push, on: 1, seed: 0xafba2151c583a642, after: 4348000000),
+                Step(.pull, on: 0, seed: 0x58f53db2da4a5af, after: 4282000000),
+                Step(.mkdir, on: 0, seed: 0x4f754361691782e0, after: 3711000000),
+                Step(.mkdir, on: 0, seed: 0xb1b5953d463008c4, after: 2047000000),
+                Step(.push, on: 0, seed: 0x9d10faa90ca46066, after: 0),
+                Step(.create, on: 0, seed: 0xed4a8e128773d8f2, after: 0),
+                Step(.push, on: 0, seed: 0x9d3c3eb83de977a3, after: 1293000000),
+                Step(.delete, on: 0, seed: 0xe0ffc47051c12426, after: 0),
+                Step(.pull, on: 3, seed: 0xf41d27d6513d7652, after: 3055000000),
+                Step(.write, on: 3, seed: 0x36143ed79128b77f, after: 525000000),
+                Step(.rmdir, on: 0, seed: 0x1a61b53a59aedc37, after: 4533000000),
+             ]))
+
+    /// b deletes b.txt while c renames it to notes; b then renames another file to notes. b's delete meets c's
+    /// rename (edit wins), and the file came back under a new name: a change newer than what d deleted.
+    /// (Steps 60, 99, 109, 117, 119, 121, 142, 144, 176, 177, 193 of seed 31630's generated plan.)
+    static let restoredItemKeepsItsRemoteName = Regression(
+        "restoredItemKeepsItsRemoteName",
+        Plan(seed: 31630, devices: 4, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.08, dropResponse: 0.08, duplicate: 0.03, staleFeed: 0.04,
+                               slowTransfer: 0.14, corrupt: 0.02),
+             steps: [
+                Step(.pull, on: 2, seed: 0xfe6e3c48bf84a1a, after: 3181000000),
+                Step(.create, on: 2, seed: 0x7240649a1df464bd, after: 4460000000),
+                Step(.push, on: 2, seed: 0xf81efc22883e683d, after: 2060000000),
+                Step(.rename, on: 2, seed: 0xfb2ad03630448ecb, after: 4404000000),
+                Step(.pull, on: 1, seed: 0xc539a92de1182bb8, after: 837000000),
+                Step(.delete, on: 1, seed: 0x643eeb2eb220613e, after: 2168000000),
+                Step(.create, on: 1, seed: 0x2ce6c4a8425fb1b, after: 4407000000),
+                Step(.push, on: 2, seed: 0xbc5fc799230f0cce, after: 3744000000),
+                Step(.pull, on: 3, seed: 0x7406b4a90cdf33be, after: 1650000000),
+                Step(.delete, on: 3, seed: 0x82ef5bbe56ad3e5a, after: 507000000),
+                Step(.rename, on: 1, seed: 0x8725e5059caef0c2, after: 1504000000),
+             ]))
+
+    /// c's mkdir lands but its answer is lost; c adds a file to it; a deletes the empty folder. c revived the
+    /// folder with a create (If-None-Match), refused by the tombstone for ever.
+    /// (Steps 14, 37, 117, 171, 203, 207 of seed 41116's generated plan.)
+    static let folderRevivedOverTombstone = Regression(
+        "folderRevivedOverTombstone",
+        Plan(seed: 41116, devices: 4, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.11, dropResponse: 0.08, duplicate: 0.07, staleFeed: 0.06,
+                               slowTransfer: 0.1, corrupt: 0.04),
+             steps: [
+                Step(.pull, on: 2, seed: 0xc0513e8eb2395e3f, after: 1734000000),
+                Step(.mkdir, on: 2, seed: 0x2c890e2b9d718e4b, after: 1707000000),
+                Step(.create, on: 2, seed: 0x3e42dde4f5d00224, after: 1232000000),
+                Step(.push, on: 2, seed: 0x9fc89854c980c766, after: 4080000000),
+                Step(.pull, on: 0, seed: 0x3be5e347afb08372, after: 1631000000),
+                Step(.rmdir, on: 0, seed: 0xe92e4ebbe351feec, after: 1638000000),
+             ]))
+
+    /// A file moved out of a folder, the folder removed, the file deleted: the folder's delete went first, met
+    /// its child still there (409) and brought the folder back.
+    /// (Steps 42, 58, 74, 92, 108, 109, 118, 168, 226, 228, 256, 260 of seed 52980's generated plan.)
+    static let folderDeleteWaitsForItsChildMovedOut = Regression(
+        "folderDeleteWaitsForItsChildMovedOut",
+        Plan(seed: 52980, devices: 3, feedPage: 1,
+             rates: FaultRates(dropRequest: 0.1, dropResponse: 0.05, duplicate: 0.03, staleFeed: 0.01,
+                               slowTransfer: 0.12, corrupt: 0.05),
+             steps: [
+                Step(.pull, on: 0, seed: 0xe01f2d9c60a6e6cc, after: 3989000000),
+                Step(.mkdir, on: 0, seed: 0x2f38e17295422f94, after: 3896000000),
+                Step(.mkdir, on: 0, seed: 0x449bc700e15cf873, after: 1645000000),
+                Step(.rmdir, on: 0, seed: 0x208ce3ddd1b4527b, after: 1593000000),
+                Step(.create, on: 0, seed: 0xff44d6389f043380, after: 1713000000),
+                Step(.create, on: 0, seed: 0x194b9db85b2a1931, after: 1819000000),
+                Step(.create, on: 0, seed: 0x18facf60b672a9eb, after: 0),
+                Step(.delete, on: 0, seed: 0xbcc40a86987e4712, after: 1790000000),
+                Step(.push, on: 0, seed: 0xcdb24323e0030a47, after: 718000000),
+                Step(.move, on: 0, seed: 0xb25af3657f3ce02a, after: 4379000000),
+                Step(.rmdir, on: 0, seed: 0x3b2bbcc8d9c22fb, after: 494000000),
+                Step(.delete, on: 0, seed: 0x69c8fdd392b9c238, after: 961000000),
+             ]))
+
+    /// b's folder x was renamed and deleted by c while b added a file to it, and a made a new x meanwhile: b gave
+    /// the name x to a's folder, then revived its own folder without listing it anywhere.
+    /// (Steps 81, 94, 108, 116, 117, 120, 132, 137, 141, 148, 150, 157, 162, 171, 225 of seed 71372's generated
+    /// plan.)
+    static let folderRevivedWhereTheRemoteLastHadIt = Regression(
+        "folderRevivedWhereTheRemoteLastHadIt",
+        Plan(seed: 71372, devices: 4, feedPage: 6,
+             rates: FaultRates(dropRequest: 0.06, dropResponse: 0.04, duplicate: 0.04, staleFeed: 0.07,
+                               slowTransfer: 0.06, corrupt: 0.04),
+             steps: [
+                Step(.pull, on: 3, seed: 0x757c3da90de814a3, after: 3885000000),
+                Step(.mkdir, on: 3, seed: 0x480573fcdf3409f0, after: 353000000),
+                Step(.pull, on: 0, seed: 0x938dfacfc45daa3, after: 0),
+                Step(.push, on: 3, seed: 0xa34159e4e37cae97, after: 2881000000),
+                Step(.mkdir, on: 0, seed: 0x374c3e2cfac0dc02, after: 920000000),
+                Step(.pull, on: 2, seed: 0xc6bb3e8253eb4df0, after: 4722000000),
+                Step(.pull, on: 1, seed: 0xde55a7cef1baa319, after: 1451000000),
+                Step(.rename, on: 2, seed: 0x8b69bd5b87131a31, after: 1468000000),
+                Step(.push, on: 2, seed: 0xa3e3279756f8c580, after: 3951000000),
+                Step(.rmdir, on: 2, seed: 0xf87c5aad766f3d33, after: 0),
+                Step(.push, on: 0, seed: 0xc3ad0975f2237f92, after: 841000000),
+                Step(.create, on: 1, seed: 0xbc4e0b005f0e8852, after: 3162000000),
+                Step(.push, on: 2, seed: 0x478de63ca1ac630a, after: 0),
+                Step(.pull, on: 1, seed: 0x9193a29330cf57b6, after: 421000000),
+                Step(.rename, on: 0, seed: 0xee41374dca7ffc75, after: 3858000000),
+             ]))
+
+    /// Every recorded shrunk trace.
+    static let traces: [Regression] = [
+        deleteAfterLostAnswer,
+        folderDeletedAfterItsFile,
+        deleteAfterOwnLostAnswer1,
+        deleteAfterOwnLostAnswer2,
+        deleteKeepsNoConflictCopies,
+        resolvedConflictStaysResolvedWhenTheFileComesBack,
+        revivedTombstoneDropsItsConflictList,
+        renamedOverThenMovedAway,
+        renameOfADetachedItemKeepsTheNewOwnersName,
+        unpushedConflictVersionSurvivesANewerRemoteList1,
+        unpushedConflictVersionSurvivesANewerRemoteList2,
+        landedWriteNotWrittenAgain1,
+        landedWriteNotWrittenAgain2,
+        landedWriteNotWrittenAgain3,
+        landedWriteNotWrittenAgain4,
+        createWhoseAnswerWasLostMeetsAnEmptiedFile1,
+        createWhoseAnswerWasLostMeetsAnEmptiedFile2,
+        landedCreateChangedElsewhere,
+        landedWriteMovedThenDeleted,
+        editBelowDeletedFolderContestsIt,
+        restoredItemKeepsItsRemoteName,
+        folderRevivedOverTombstone,
+        folderDeleteWaitsForItsChildMovedOut,
+        folderRevivedWhereTheRemoteLastHadIt,
+    ]
+}
