@@ -306,15 +306,15 @@ extension Container {
     /// Moves a verified download into place as the file's content (absent or clean → clean), unless the file
     /// changed here meanwhile or a program has it open for writing: then the download is dropped (false) and
     /// what is local is what the user has.
+    /// The staging file is synced before (by the caller); the directory after, outside the lock (below).
     func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
-        try mutate {
+        let installed = try mutate {
             guard var item = items[id], !item.deleted, item.localContent != .dirty,
                   (handles[id]?.writers ?? 0) == 0 else {
                 try? removeFile(staging)
                 return false
             }
             try renameFile(staging, store.contentPath(id))
-            syncDirectory(store.contentDirectory)
             recountContent(id)
             cache.awaitingOpen[id] = now()
             item.hasLocal = true
@@ -324,5 +324,13 @@ extension Container {
             notice(.changed(id, content: true))
             return true
         }
+        // Safe outside the lock: the decision and the rename are one step under it, so an open that comes after
+        // the decision (an O_TRUNC, a writer) comes after the rename too, and the rename can never replace what
+        // it did; every open sees the new content and its record together. The sync only makes the rename
+        // durable (the staged bytes were synced before it). The record is not synced at its commit either (WAL,
+        // synchronous=NORMAL), only at the store's next checkpoint, which this sync precedes unless the commit
+        // itself started one (and on ext4 that checkpoint's fsync commits the journal holding the rename).
+        if installed { syncDirectory(store.contentDirectory) }
+        return installed
     }
 }
