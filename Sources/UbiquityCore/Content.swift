@@ -158,8 +158,17 @@ extension Container {
     /// Moves a verified download into place as the file's content (absent or clean → clean), unless the file
     /// changed here meanwhile or a program has it open for writing: then the download is dropped (false) and
     /// what is local is what the user has.
+    /// The staging file is synced before (by the caller); the directory after, outside the lock.
     func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
-        try mutateThrowing { s in try s.installDownload(id, sha: sha, staging: staging) }
+        let installed = try mutateThrowing { s in try s.installDownload(id, sha: sha, staging: staging) }
+        // Safe outside the lock: the decision and the rename are one step under it, so an open that comes after
+        // the decision (an O_TRUNC, a writer) comes after the rename too, and the rename can never replace what
+        // it did; every open sees the new content and its record together. The sync only makes the rename
+        // durable (the staged bytes were synced before it). The record is not synced at its commit either (WAL,
+        // synchronous=NORMAL), only at the store's next checkpoint, which this sync precedes unless the commit
+        // itself started one (and on ext4 that checkpoint's fsync commits the journal holding the rename).
+        if installed { syncDirectory(paths.content) }
+        return installed
     }
 }
 
@@ -340,9 +349,9 @@ extension CoreState {
         item.localSHA = sha
         try store.save(item)
         items[id] = item
-        // Last: a failed rename rolls the save back.
+        // Last: a failed rename rolls the save back. The directory is synced after the lock (Container's
+        // installDownload).
         try renameFile(staging, paths.content(id))
-        syncDirectory(paths.content)
         recountContent(id)
         cache.awaitingOpen[id] = now()
         notice(.changed(id, content: true))

@@ -1,7 +1,10 @@
 // Downloads of file content: one transfer per item however many opens wait for it, landing in staging,
 // verified against the remote's size and SHA-256, made durable, then moved into place in one rename.
-// Transient failures are retried with capped exponential backoff, resuming with a range request, until the
+// Transient failures are retried as `Backoff.download` says, resuming with a range request, until the
 // deadline passes; waiters are told the outcome exactly once.
+// With background transfers, an item asked for while no transfer of it is queued or running (`running`) is
+// queued on the bounded scheduler (Scheduler.swift): at most `maxConcurrentDownloads` threads, whatever the
+// number of items waiting; a request for an item queued or running joins its transfer.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -14,15 +17,21 @@ final class Downloads: @unchecked Sendable {
     let lock = NSLock()
     /// Waiters per item id, by token.
     private var waiters: [String: [Int: @Sendable (Result<Void, CoreError>) -> Void]] = [:]
+    /// Items whose transfer is queued on the scheduler or running.
     private var running: Set<String> = []
     private var nextToken = 1
     /// Without background transfers: keys asked for, oldest first, until `downloadOnce` fetches them.
     var requested: [String] = []
-    private let slots: DispatchSemaphore
+    /// The workers that run background transfers (set once, in init).
+    private(set) var scheduler: TransferScheduler!
 
     init(container: Container) {
         self.container = container
-        slots = DispatchSemaphore(value: container.config.maxConcurrentDownloads)
+        scheduler = TransferScheduler(width: container.config.maxConcurrentDownloads, name: "download") {
+            [weak self] id in
+            guard let self else { return }
+            finish(id, run(id))
+        }
     }
 
     /// Registers a waiter for the item's content and starts the transfer if none runs.
@@ -68,22 +77,13 @@ final class Downloads: @unchecked Sendable {
         waiters[id]?[token] = nil
     }
 
-    /// Starts a background transfer of the item unless one runs already.
+    /// Queues a background transfer of the item unless one is queued or runs already.
     func start(_ id: String) {
         if !container.config.environment.backgroundTransfers { return queue(id) }
         lock.lock()
         let fresh = running.insert(id).inserted
         lock.unlock()
-        guard fresh else { return }
-        let thread = Thread { [self] in
-            slots.wait()
-            let result = run(id)
-            slots.signal()
-            finish(id, result)
-        }
-        thread.name = "download"
-        thread.stackSize = 512 << 10
-        thread.start()
+        if fresh { scheduler.submit(id) }
     }
 
     func finish(_ id: String, _ result: Result<Void, CoreError>) {
@@ -120,7 +120,7 @@ final class Downloads: @unchecked Sendable {
     /// Runs one item's transfer to the end: installed, or failed after retries.
     private func run(_ id: String) -> Result<Void, CoreError> {
         let deadline = monotonicNanoseconds() + Int64(container.config.downloadTimeoutSeconds) * 1_000_000_000
-        var backoff: Int64 = 200_000_000
+        var backoff = Backoff.download
         var madeRoom = false
         while true {
             let sha: String, size: Int64
@@ -150,8 +150,7 @@ final class Downloads: @unchecked Sendable {
                     return .failure(.io(error.description))
                 }
                 log.warning("download of \(id) failed: \(error); retrying")
-                usleep(UInt32(min(backoff, deadline - now) / 1000))
-                backoff = min(backoff * 2, 5_000_000_000)
+                backoff.sleep(in: container.config.environment, limit: deadline - now)
             } catch let error as RemoteError {
                 // Not worth resuming (refused, gone, or the store is full): free what the partial copy holds.
                 try? removeFile(stagingPath(id, sha))

@@ -144,6 +144,9 @@ final class World {
         config.environment.clock = { [clock] in clock.now }
         config.environment.randomHex = { [ids = dev.ids] in ids.hex($0) }
         config.environment.backgroundTransfers = false
+        // A retry's wait only moves the virtual clock, and loses no jitter (the same plan, the same times).
+        config.environment.sleep = { [clock] in clock.now += $0 }
+        config.environment.randomUnit = { 0 }
         // Writes left open go up at their close only, as the simulation's model expects.
         config.snapshotQuietSeconds = nil
         dev.container = try Container(store: try Store(directory: dev.dir), remote: dev.link, config: config)

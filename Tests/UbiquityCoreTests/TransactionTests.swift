@@ -4,6 +4,7 @@ import Foundation
 import Testing
 @testable import UbiquityBase
 @testable import UbiquityCore
+import UbiquityTesting
 #if canImport(Glibc)
 import Glibc
 #endif
