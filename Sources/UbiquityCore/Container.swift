@@ -89,6 +89,7 @@ public final class Container: @unchecked Sendable {
         try s.load()
         s.removeOrphanContent()
         s.scanContent()
+        store.writesNeedTransaction = true
         state = Locked(s)
         downloads = Downloads(container: self)
         sync = SyncLoops(container: self)

@@ -52,7 +52,7 @@ struct Pusher {
 
     /// An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.
     private func dropFromJournal() {
-        container.read { s in
+        container.mutate { (s: inout CoreState) in
             if let item = s.items[id] {
                 if !item.isPending { try? s.store.save(item) }
             } else {
@@ -283,7 +283,7 @@ struct Pusher {
                 try resolve(current, snap: snap, pushed: item)
             case .notFound:
                 // The remote forgot the item: create it afresh.
-                try container.read { s in try s.store.forgetCreateSent(id) }
+                try container.mutateThrowing { s in try s.store.forgetCreateSent(id) }
                 try rebase(version: 0)
             case .conflict(_, let holder):
                 // Pushed first once and still in the way (its own push settled otherwise): this item takes a

@@ -56,7 +56,9 @@ extension Container {
     public var stagingDirectory: String { paths.staging }
 
     /// Checks the store as `ubiquityfs check` does, under the lock (tests of a live container).
-    public func checkStore(repair: Bool) throws -> CheckReport { try read { s in try s.store.check(repair: repair) } }
+    public func checkStore(repair: Bool) throws -> CheckReport {
+        try mutateThrowing { s in try s.store.check(repair: repair) }
+    }
 
     /// The feed position last applied.
     public var feedPosition: String? { sync.feedToken }

@@ -74,6 +74,7 @@ public final class Store: @unchecked Sendable {
     /// transaction the write is not retried alone (SQLite may have rolled the transaction back): the
     /// transaction's owner retries the whole of it (`giveUpReserve`).
     private func withReserve<T>(_ body: () throws -> T) throws -> T {
+        checkInTransaction()
         do {
             let result = try body()
             if !inTransaction { keepReserve() }
@@ -88,6 +89,16 @@ public final class Store: @unchecked Sendable {
     // MARK: transactions (Container.mutate: one per operation)
 
     private var inTransaction = false
+    /// Set once a Container has opened the store: from then on every write belongs to one of its operations.
+    var writesNeedTransaction = false
+
+    /// A write outside `Container.mutate` is a bug of the core (it would commit alone, and no rollback of the
+    /// operation around it would undo it): stops a debug build, and is logged in a release one.
+    private func checkInTransaction() {
+        guard writesNeedTransaction && !inTransaction else { return }
+        assertionFailure("a store write outside Container.mutate")
+        Logger("store").error("a store write outside an operation's transaction")
+    }
 
     func begin() throws {
         precondition(!inTransaction, "transactions do not nest")
@@ -176,6 +187,7 @@ public final class Store: @unchecked Sendable {
     public func bind(container: String) throws { try setMeta("container", container) }
 
     func removeMeta(_ key: String) throws {
+        checkInTransaction()
         try db.query("DELETE FROM meta WHERE key = ?", [.text(key)])
     }
 
@@ -189,6 +201,7 @@ public final class Store: @unchecked Sendable {
     }
 
     private func deleteIDs(_ prefix: String, _ ids: [String]) throws {
+        checkInTransaction()
         try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } }
     }
 
@@ -354,8 +367,6 @@ public final class Store: @unchecked Sendable {
     /// Makes every change committed so far durable (see `Checkpointer`); called for fsync, outside any lock.
     let checkpointer: Checkpointer
 
-    /// Runs `body` in one transaction.
-    func transaction<T>(_ body: () throws -> T) throws -> T { try db.transaction(body) }
 
     // MARK: encoding
 
