@@ -2,6 +2,10 @@
 // pusher sends the journal of local changes to the remote, oldest first. Conflicts found by the pusher (the
 // remote's version moved on) are resolved by the rules of the README: later modification time wins, ties to
 // the greater device name, the loser kept as a conflict version; edit wins over delete.
+//
+// What must hold here: the loops hold no container lock across a network call or a wait; every read or write
+// of the container's state is one named step of SyncState.swift (where the rules of applying a remote state
+// live, shared with the pusher).
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
