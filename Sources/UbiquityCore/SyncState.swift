@@ -271,7 +271,9 @@ extension Container {
 
     /// True when the remote lists the content being pushed as a conflict version of this device (see
     /// `listsAsConflictLocked`).
-    func listsAsConflict(_ current: WireItem, pushed: Item) -> Bool { withLock { listsAsConflictLocked(current, pushed: pushed) } }
+    func listsAsConflict(_ current: WireItem, pushed: Item) -> Bool {
+        withLock { listsAsConflictLocked(current, pushed: pushed) }
+    }
 
     /// True when the remote lists the content being pushed, written at the same time, as a conflict version
     /// of this device that this device has not resolved: that write landed. Expects the lock held.
@@ -367,7 +369,8 @@ extension Container {
 
     /// Removes an item deleted elsewhere after this device's change to it landed, unless it changed here since
     /// the push began (anything but its name) or gained children here. Returns true when removed.
-    func removeIfUnchangedSincePush(_ id: String, tombstone: WireItem, snap: PushSnapshot, pushed: Item) throws -> Bool {
+    func removeIfUnchangedSincePush(_ id: String, tombstone: WireItem, snap: PushSnapshot,
+                                    pushed: Item) throws -> Bool {
         try mutate {
             guard let cur = items[id], !cur.deleted, (contentGeneration[id] ?? 0) == snap.generation,
                   cur.metadata.named(pushed.name) == pushed.metadata, cur.conflicts == pushed.conflicts,
@@ -483,7 +486,8 @@ extension Container {
     /// The remote refused the item's place (`why`): unless it left `place` here since, it goes back where the
     /// remote has it (an item holding that name here is stale: `place` unlists it), or else to the top of the
     /// container under a name free here.
-    func moveBack(_ id: String, ifStillAt expected: ItemPlace, toWhereRemoteHas current: WireItem?, why: String) throws {
+    func moveBack(_ id: String, ifStillAt expected: ItemPlace, toWhereRemoteHas current: WireItem?,
+                  why: String) throws {
         try mutate {
             guard var cur = items[id], !cur.deleted, cur.place == expected else { return }
             var target = (parent: WireRules.documentsID, name: cur.name)
