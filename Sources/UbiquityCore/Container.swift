@@ -324,12 +324,11 @@ extension CoreState {
     func removeOrphanContent() {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.content)) ?? []
         for name in names {
-            let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
-            guard let item = items[parts[0]], !item.deleted else {
+            guard let key = ContentKey(parsing: name), let item = items[key.item], !item.deleted else {
                 try? removeFile(paths.content + "/" + name)
                 continue
             }
-            if parts.count == 2 && !item.conflicts.contains(where: { $0.id == parts[1] }) {
+            if let conflict = key.conflict, !item.conflicts.contains(where: { $0.id == conflict }) {
                 try? removeFile(paths.content + "/" + name)
             }
         }

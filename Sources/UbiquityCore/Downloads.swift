@@ -104,10 +104,11 @@ final class Downloads: @unchecked Sendable {
     /// What a download key names: an item's current content, or one of its conflict versions ("ITEM.CONFLICT").
     func target(_ key: String) -> Target {
         container.read { s in
-            let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
-            guard let item = s.items[parts[0]], !item.deleted else { return .failed(.notFound) }
-            if parts.count == 2 {
-                guard let c = item.conflicts.first(where: { $0.id == parts[1] }) else { return .failed(.notFound) }
+            guard let key = ContentKey(parsing: key), let item = s.items[key.item], !item.deleted else {
+                return .failed(.notFound)
+            }
+            if let conflict = key.conflict {
+                guard let c = item.conflicts.first(where: { $0.id == conflict }) else { return .failed(.notFound) }
                 if FileManager.default.fileExists(atPath: s.paths.conflict(item.id, c.id)) { return .done }
                 return .fetch(sha: c.sha256, size: c.size)
             }
@@ -249,9 +250,8 @@ final class Downloads: @unchecked Sendable {
 
     /// Moves verified content into place, unless the item changed here meanwhile.
     private func install(_ key: String, sha: String, staging: String) throws -> Bool {
-        let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
-        if parts.count == 2 {
-            try renameFile(staging, container.paths.conflict(parts[0], parts[1]))
+        if let parsed = ContentKey(parsing: key), let conflict = parsed.conflict {
+            try renameFile(staging, container.paths.conflict(parsed.item, conflict))
             syncDirectory(container.paths.content)
             return true
         }

@@ -106,7 +106,7 @@ public struct Item: Equatable, Sendable {
         remoteSHA = w.sha256
         remoteSize = w.size
         device = w.device
-        xattrs = w.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
+        xattrs = Xattrs.fromWire(w.xattrs)
         conflicts = w.conflicts
         target = w.target
     }
@@ -129,6 +129,73 @@ public struct Item: Equatable, Sendable {
         if !hasContent || isCurrent { return .current }
         return hasLocal ? .downloaded : .notDownloaded
     }
+}
+
+/// Where an item is: its parent and its name there. Names compare byte for byte (`sameName`), not by
+/// Unicode equivalence: an NFC and an NFD spelling of one word are two names, as on the remote.
+struct ItemPlace: Equatable {
+    var parent: String?
+    var name: String
+
+    static func == (a: ItemPlace, b: ItemPlace) -> Bool { a.parent == b.parent && sameName(a.name, b.name) }
+}
+
+/// The metadata a push sends besides the content and the conflict list: place, mode, modification time and
+/// the user's attributes. Two states with equal metadata need no metadata push between them.
+struct ItemMetadata: Equatable {
+    var place: ItemPlace
+    var mode: UInt32
+    var mtime: Int64
+    var xattrs: [String: [UInt8]]
+
+    /// The same metadata in another place: for the rules that compare all but the place (or the name).
+    func named(_ name: String) -> ItemMetadata {
+        var m = self
+        m.place.name = name
+        return m
+    }
+}
+
+extension Item {
+    var place: ItemPlace { ItemPlace(parent: parent, name: name) }
+    var metadata: ItemMetadata { ItemMetadata(place: place, mode: mode, mtime: mtime, xattrs: xattrs) }
+}
+
+extension WireItem {
+    var place: ItemPlace { ItemPlace(parent: parent, name: name) }
+    var metadata: ItemMetadata {
+        ItemMetadata(place: place, mode: mode, mtime: mtime, xattrs: Xattrs.fromWire(xattrs))
+    }
+}
+
+/// The user's extended attributes as the core holds them (bytes) and as the wire and the store carry them
+/// (base64). A wire value that is not base64 is dropped.
+enum Xattrs {
+    static func toWire(_ x: [String: [UInt8]]) -> [String: String] { x.mapValues { Data($0).base64EncodedString() } }
+    static func fromWire(_ w: [String: String]) -> [String: [UInt8]] {
+        w.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
+    }
+}
+
+/// What a content file or a download is keyed by: an item's current content ("ITEM") or one of its conflict
+/// versions ("ITEM.CONFLICT"). Item ids hold no dot.
+struct ContentKey: CustomStringConvertible {
+    var item: String
+    var conflict: String?
+
+    init(item: String, conflict: String? = nil) {
+        self.item = item
+        self.conflict = conflict
+    }
+
+    /// Nil for an empty key.
+    init?(parsing key: String) {
+        let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+        guard let first = parts.first else { return nil }
+        self.init(item: first, conflict: parts.count == 2 ? parts[1] : nil)
+    }
+
+    var description: String { conflict.map { item + "." + $0 } ?? item }
 }
 
 /// Apple's NSURLUbiquitousItemDownloadingStatus values.

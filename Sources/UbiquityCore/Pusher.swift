@@ -1,8 +1,18 @@
 // Pushes one pending item to the remote: its delete, or its content and metadata as one conditional write.
 // A lost condition (412) is a conflict, resolved here by the rules of the README so that every device,
 // computing from the same two versions, reaches the same result.
+//
+// What must hold here: this file decides, the container records. Every read or write of the container's
+// state is one locked step of SyncState.swift, named by what it does; the pusher holds no lock across a
+// network call, and reaches the puller only through its entries (`applyFetched`, `refetchRefused`).
 import Foundation
 import UbiquityBase
+
+/// What is being pushed: the item as it was when the push began, and its content generation then.
+struct PushSnapshot {
+    var item: Item
+    var generation: Int
+}
 
 struct Pusher {
     let container: Container
@@ -17,23 +27,11 @@ struct Pusher {
         self.waiting = waiting
     }
 
-    /// A snapshot of what is being pushed, taken under the lock.
-    private struct Snapshot {
-        var item: Item
-        var generation: Int
-    }
-
-    private func snapshot() -> Snapshot? {
-        container.read { s in
-            s.items[id].map { Snapshot(item: $0, generation: s.contentGeneration[id] ?? 0) }
-        }
-    }
-
     func run() throws {
         var attempts = 0
-        // Items in the way of this one's name that were pushed first once already (see pushItem).
+        // Items in the way of this one's name that were pushed first once already (see nameTaken).
         var pushedFirst: Set<String> = []
-        while let snap = snapshot(), snap.item.isPending {
+        while let snap = container.pushSnapshot(id), snap.item.isPending {
             attempts += 1
             if attempts > 8 { throw RemoteError.server(status: 0, message: "conflict did not settle after 8 tries") }
             // A local-only item never goes up: only the delete of a copy the remote still holds.
@@ -47,79 +45,101 @@ struct Pusher {
             }
             if try pushItem(snap, pushedFirst: &pushedFirst) { return }
         }
-        dropFromJournal()
+        // An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.
+        container.dropFromJournal(id)
     }
 
-    /// An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.
-    private func dropFromJournal() {
-        container.mutate { (s: inout CoreState) in
-            if let item = s.items[id] {
-                if !item.isPending { try? s.store.save(item) }
-            } else {
-                try? s.store.delete(id)
-            }
-        }
+    /// Pushes the item that must go first so that `other` can go (see SyncState `firstToPush`), as a push
+    /// this one waits for.
+    private func pushFirst(_ other: String) throws {
+        try Pusher(container: container, id: other, waiting: waiting + [id]).run()
     }
 
     // MARK: delete
 
     /// Returns true when done, false to look again.
     private func pushDelete(_ item: Item) throws -> Bool {
-        if item.remoteVersion == 0 {
-            // Its create was sent and no answer came: look whether it landed.
-            if container.read({ s in s.store.createWasSent(id) }) {
-                let current: WireItem
-                do { current = try container.remote.item(id) } catch RemoteError.notFound {
-                    try finishDelete(); return true
-                }
-                if current.deleted { try finishDelete(); return true }
-                if !isOwnWrite(current, deleted: item) { try restore(current); return true }
-                // It landed and nobody changed it since: delete that version.
-                try rebase(version: current.version)
-                return false
-            }
-            try finishDelete()
-            return true
-        }
+        if item.remoteVersion == 0 { return try deleteAfterUnansweredCreate(item) }
         do {
             let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
-            try finishDelete(tombstone: tombstone.version)
+            try container.forgetDeleted(id, tombstone: tombstone.version)
         } catch let error as RemoteError {
             switch error {
             case .notFound:
-                try finishDelete()
+                try container.forgetDeleted(id)
             case .preconditionFailed(let current):
-                guard let current, !current.deleted else {
-                    try finishDelete(tombstone: current?.version)
-                    return true
-                }
-                if isOwnWrite(current, deleted: item) {
-                    // The newer version is a write of this device whose answer was lost: the delete stands.
-                    try rebase(version: current.version)
-                    return false
-                }
-                // Edit against delete: the edit wins; the item comes back here as the remote has it.
-                try restore(current)
+                return try deleteMeetsNewerVersion(current, deleted: item)
             case .conflict(_, let child):
-                // The directory is not empty there. A child that this device moved out or deleted goes first;
-                // otherwise it gained children elsewhere: it is kept, and its new children arrive by the feed.
-                guard let child, child.id != id else { throw error }
-                if takenOutHere(child.id) {
-                    // Not while a program writes it, nor when that push waits for this one (a cycle, which the
-                    // push of a name in the way breaks): the delete waits (the push loop tries again later).
-                    guard let first = container.read({ s in s.pushFirst(toFree: child.id) }),
-                          first != id, !waiting.contains(first), waiting.count < 32 else {
-                        throw error
-                    }
-                    try Pusher(container: container, id: first, waiting: waiting + [id]).run()
-                    return false
-                }
-                try restore(try container.remote.item(id))
+                return try deleteMeetsChild(child, error: error)
             default:
                 throw error
             }
         }
         return true
+    }
+
+    /// A delete of an item the remote never acknowledged: if its create was sent and no answer came, whether
+    /// it landed decides.
+    private func deleteAfterUnansweredCreate(_ item: Item) throws -> Bool {
+        guard container.createWasSent(id) else {
+            try container.forgetDeleted(id)
+            return true
+        }
+        let current: WireItem
+        do { current = try container.remote.item(id) } catch RemoteError.notFound {
+            try container.forgetDeleted(id); return true
+        }
+        if current.deleted { try container.forgetDeleted(id); return true }
+        if !isOwnWrite(current, deleted: item) { try restore(current); return true }
+        // It landed and nobody changed it since: delete that version.
+        try container.rebasePush(id, version: current.version)
+        return false
+    }
+
+    /// The remote has a newer version than the one deleted here. Returns true when done.
+    private func deleteMeetsNewerVersion(_ current: WireItem?, deleted item: Item) throws -> Bool {
+        guard let current, !current.deleted else {
+            try container.forgetDeleted(id, tombstone: current?.version)
+            return true
+        }
+        if isOwnWrite(current, deleted: item) {
+            // The newer version is a write of this device whose answer was lost: the delete stands.
+            try container.rebasePush(id, version: current.version)
+            return false
+        }
+        // Edit against delete: the edit wins; the item comes back here as the remote has it.
+        try restore(current)
+        return true
+    }
+
+    /// The directory is not empty there. A child that this device moved out or deleted goes first; otherwise
+    /// it gained children elsewhere: it is kept, and its new children arrive by the feed. Returns true when done.
+    private func deleteMeetsChild(_ child: WireItem?, error: RemoteError) throws -> Bool {
+        guard let child, child.id != id else { throw error }
+        guard container.isTakenOut(child.id, of: id) else {
+            try restore(try container.remote.item(id))
+            return true
+        }
+        // Not while a program writes it, nor when that push waits for this one (a cycle, which the push of a
+        // name in the way breaks): the delete waits (the push loop tries again later).
+        guard let first = container.firstToPush(toFree: child.id), first != id, !waiting.contains(first),
+              waiting.count < 32 else {
+            throw error
+        }
+        try pushFirst(first)
+        return false
+    }
+
+    /// True when the remote's version of an item deleted here was made by this device (a write whose answer
+    /// was lost) and lists no conflict version this device has not seen: nothing in it is news to the delete.
+    private func isOwnWrite(_ current: WireItem, deleted item: Item) -> Bool {
+        current.device == container.config.device && container.hasSeenConflicts(current.conflicts, listedBy: item)
+    }
+
+    /// Brings back an item deleted here that the remote kept, as the remote has it.
+    private func restore(_ w: WireItem) throws {
+        try container.restoreDeleted(id, as: w)
+        log.info("\(container.path(of: id)) was changed elsewhere while deleted here: kept")
     }
 
     // MARK: a local-only item's remote copy
@@ -129,30 +149,15 @@ struct Pusher {
     private func pushRemoteCopyDelete(_ item: Item) throws -> Bool {
         do {
             let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
-            try leftRemote(base: tombstone.version)
+            try container.leftRemote(id, base: tombstone.version)
         } catch let error as RemoteError {
             switch error {
             case .notFound:
-                try leftRemote(base: nil)
+                try container.leftRemote(id, base: nil)
             case .preconditionFailed(let current):
-                guard let current, !current.deleted else { try leftRemote(base: current?.version); return true }
-                // A write of this device whose answer was lost: the delete goes on top of it.
-                if current.device == container.config.device { try rebase(version: current.version); return false }
-                // Changed elsewhere before the delete came: that edit stays on the remote (edit wins over delete),
-                // apart from the copy kept here; made ubiquitous again, this one goes on top of the version it
-                // had, and so meets that edit as a conflict.
-                log.info("\(container.path(of: id)) was changed elsewhere: that version stays on the remote")
-                try leftRemote(base: item.remoteVersion)
+                return try remoteCopyMeetsNewerVersion(current, localOnly: item)
             case .conflict(_, let child):
-                guard let child, child.id != id else { throw error }
-                let ours = container.read { s in s.items[child.id].map { $0.isLocalOnly && $0.isPending } ?? false }
-                if ours {
-                    try Pusher(container: container, id: child.id).run()
-                    return false
-                }
-                // Something added there by another device meanwhile: the folder stays on the remote for it.
-                log.info("\(container.path(of: id)) holds items added elsewhere: it stays on the remote for them")
-                try leftRemote(base: item.remoteVersion)
+                return try remoteCopyMeetsChild(child, localOnly: item, error: error)
             default:
                 throw error
             }
@@ -160,172 +165,134 @@ struct Pusher {
         return true
     }
 
-    /// The remote copy of a local-only item is gone, or left to the other devices: the item is a plain local
-    /// one (remote version 0). `base` is the remote version a return to the remote is written against (the
-    /// tombstone, or the version this device had of a copy left there); nil when the remote has none.
-    /// Deleted here meanwhile, the item is forgotten; made ubiquitous again meanwhile, it goes up at once.
-    private func leftRemote(base: Int64?) throws {
-        try container.mutateThrowing { s in
-            guard var cur = s.items[id] else { return }
-            if cur.deleted {
-                try s.store.delete(id)
-                s.items[id] = nil
-                return
-            }
-            try s.store.forgetCreateSent(id)
-            if let base { try s.store.markLeftRemote(id, base: base) }
-            cur.remoteVersion = 0
-            if !cur.isLocalOnly { s.becomeUbiquitous(&cur) }
-            try s.store.saveChanged(cur)
-            s.items[id] = cur
+    /// The remote copy changed since this device last saw it. Returns true when done.
+    private func remoteCopyMeetsNewerVersion(_ current: WireItem?, localOnly item: Item) throws -> Bool {
+        guard let current, !current.deleted else {
+            try container.leftRemote(id, base: current?.version)
+            return true
         }
+        // A write of this device whose answer was lost: the delete goes on top of it.
+        if current.device == container.config.device {
+            try container.rebasePush(id, version: current.version)
+            return false
+        }
+        // Changed elsewhere before the delete came: that edit stays on the remote (edit wins over delete),
+        // apart from the copy kept here; made ubiquitous again, this one goes on top of the version it had, and
+        // so meets that edit as a conflict.
+        log.info("\(container.path(of: id)) was changed elsewhere: that version stays on the remote")
+        try container.leftRemote(id, base: item.remoteVersion)
+        return true
     }
 
-    /// True when a child in the way of this directory's delete has a change here that takes it out.
-    private func takenOutHere(_ child: String) -> Bool {
-        container.read { s in
-            guard let item = s.items[child], item.isPending else { return false }
-            return item.deleted || item.parent != id
+    /// The remote folder still holds a child: this device's own local-only child goes first; something added
+    /// there by another device meanwhile keeps the folder on the remote for it. Returns true when done.
+    private func remoteCopyMeetsChild(_ child: WireItem?, localOnly item: Item, error: RemoteError) throws -> Bool {
+        guard let child, child.id != id else { throw error }
+        if container.hasRemoteCopyToDelete(child.id) {
+            try Pusher(container: container, id: child.id).run()
+            return false
         }
-    }
-
-    /// True when the remote's version of an item deleted here was made by this device (a write whose answer
-    /// was lost) and lists no conflict version this device has not seen: nothing in it is news to the delete.
-    private func isOwnWrite(_ current: WireItem, deleted item: Item) -> Bool {
-        guard current.device == container.config.device else { return false }
-        return container.read { s in
-            current.conflicts.allSatisfy { c in
-                item.conflicts.contains { $0.id == c.id } || s.discardedConflicts.contains(c.id)
-            }
-        }
-    }
-
-    /// Forgets an item whose delete the remote has (at version `tombstone`, when known).
-    private func finishDelete(tombstone: Int64? = nil) throws {
-        try container.mutateThrowing { s in
-            try s.store.delete(id)
-            s.items[id] = nil
-            if let tombstone { s.settledDeletes[id] = tombstone }
-        }
-    }
-
-    /// Brings back an item deleted here that the remote kept, as the remote has it.
-    private func restore(_ w: WireItem) throws {
-        try container.mutateThrowing { s in
-            guard var item = s.items[id] else { return }
-            item.deleted = false
-            item.dirty = false
-            item.metaDirty = false
-            item.hasLocal = !item.hasContent
-            item.localSHA = nil
-            item.adopt(w)
-            // Conflict versions resolved here before the delete stay resolved on the item that came back.
-            let kept = w.conflicts.filter { !s.discardedConflicts.contains($0.id) }
-            if kept != w.conflicts {
-                s.pruneConflictFiles(id, old: item.conflicts, new: kept)
-                item.conflicts = kept
-                item.metaDirty = true
-            }
-            // It takes back the remote's name; a local item made since under that name moves to a free one
-            // (renaming the item that came back instead would be a change of this device, newer than the
-            // state another device may have deleted).
-            try s.place(&item)
-            // Back in the journal only if there is still something to push; a journal row for a clean item
-            // would have the push loop pick it again and again.
-            if item.isPending { try s.store.saveChanged(item) } else { try s.store.save(item) }
-            s.items[id] = item
-        }
-        log.info("\(container.path(of: id)) was changed elsewhere while deleted here: kept")
+        log.info("\(container.path(of: id)) holds items added elsewhere: it stays on the remote for them")
+        try container.leftRemote(id, base: item.remoteVersion)
+        return true
     }
 
     // MARK: create or update
 
     /// Returns true when done, false to look again.
-    private func pushItem(_ snap: Snapshot, pushedFirst: inout Set<String>) throws -> Bool {
+    private func pushItem(_ snap: PushSnapshot, pushedFirst: inout Set<String>) throws -> Bool {
         var snap = snap
         var item = snap.item
-        if item.dirty {
-            let upload = try container.contentForUpload(id)
-            defer { upload.done() }
-            if let generation = upload.generation { snap.generation = generation }
-            let (sha, size) = try sha256OfFile(upload.path)
-            item.remoteSHA = sha
-            item.remoteSize = size
-            item.size = size
-            try uploadBlob(sha: sha, size: size, path: upload.path)
-        }
-        var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.mode,
-                            mtime: item.mtime, size: item.kind == .dir ? 0 : item.remoteSize,
-                            sha256: item.hasContent ? item.remoteSHA : "", device: container.config.device,
-                            xattrs: item.xattrs.mapValues { Data($0).base64EncodedString() },
-                            conflicts: item.conflicts, target: item.target)
-        if !item.dirty { wire.device = item.device.isEmpty ? container.config.device : item.device }
+        if item.dirty { try uploadContent(of: &item, snap: &snap) }
+        let wire = wireItem(item)
+        // From the mark on, a local delete leaves a tombstone (the create may land) instead of forgetting the
+        // item; an item deleted since the snapshot is not sent at all.
+        if item.remoteVersion == 0, try !container.markCreateSent(id, wire) { return true }
         let stored: WireItem
-        if item.remoteVersion == 0 {
-            // From the mark on, a local delete leaves a tombstone (the create may land) instead of forgetting the
-            // item; an item deleted since the snapshot is not sent at all.
-            let exists = try container.mutateThrowing { s -> Bool in
-                guard s.items[id] != nil else { return false }
-                let sent = (try? JSONEncoder().encode(wire)).flatMap { String(data: $0, encoding: .utf8) } ?? "1"
-                try s.store.markCreateSent(id, sent)
-                return true
-            }
-            if !exists { return true }
-        }
         do {
             stored = try container.remote.putItem(wire, ifMatch: item.remoteVersion == 0 ? nil : item.remoteVersion)
         } catch let error as RemoteError {
-            switch error {
-            case .preconditionFailed(let current):
-                if item.remoteVersion == 0, let current, let sent = sentCreate() {
-                    return try resolveOverLandedCreate(sent, current, snap: snap, pushed: item)
-                }
-                try resolve(current, snap: snap, pushed: item)
-            case .notFound:
-                // The remote forgot the item: create it afresh.
-                try container.mutateThrowing { s in try s.store.forgetCreateSent(id) }
-                try rebase(version: 0)
-            case .conflict(_, let holder):
-                // Pushed first once and still in the way (its own push settled otherwise): this item takes a
-                // free name, as against any other holder.
-                guard let holder, holder.id != id, movedAwayHere(holder), !pushedFirst.contains(holder.id) else {
-                    try takeFreeName(pushed: item)
-                    return false
-                }
-                // The item in the way leaves that name here (moved or deleted, not pushed yet): it goes first (or
-                // the new folder it waits for). Not while a program writes it: this push waits (the push loop tries
-                // again later).
-                let first = container.read { s in s.pushFirst(toFree: holder.id) }
-                if waiting.contains(holder.id) || first.map({ $0 == id || waiting.contains($0) }) == true {
-                    // A cycle of moves (an exchange, a rotation, or one through a new folder): this item steps
-                    // aside on the remote, so that the one waiting for its name can take it; its own place goes
-                    // at its next push.
-                    guard item.remoteVersion != 0 else { try takeFreeName(pushed: item); return false }
-                    try stepAside(wire, pushed: item)
-                    return true
-                }
-                guard let first else { throw error }
-                // A chain this long is not a real one: let the push loop try again later rather than recurse on.
-                if waiting.count >= 32 { throw error }
-                pushedFirst.insert(holder.id)
-                try Pusher(container: container, id: first, waiting: waiting + [id]).run()
-            case .misplaced(let why):
-                // Done for now: what must go first (a revived parent) is the next push's choice.
-                try giveWay(pushed: item, why: why)
-                return true
-            default:
-                throw error
-            }
-            return false
+            return try putRefused(error, wire: wire, snap: snap, pushed: item, pushedFirst: &pushedFirst)
         }
-        try acknowledge(stored, snap: snap, pushed: item)
+        try container.acknowledgePush(id, stored: stored, snap: snap, pushed: item)
         return true
     }
 
-    /// The state this device first sent to create the item, if recorded.
-    private func sentCreate() -> WireItem? {
-        container.read { s in s.store.sentCreate(id) }
-            .flatMap { try? JSONDecoder().decode(WireItem.self, from: Data($0.utf8)) }
+    /// Uploads the item's content (the blob, unless the remote has it) and records its hash and size as
+    /// what is pushed.
+    private func uploadContent(of item: inout Item, snap: inout PushSnapshot) throws {
+        let upload = try container.contentForUpload(id)
+        defer { upload.done() }
+        if let generation = upload.generation { snap.generation = generation }
+        let (sha, size) = try sha256OfFile(upload.path)
+        item.remoteSHA = sha
+        item.remoteSize = size
+        item.size = size
+        try uploadBlob(sha: sha, size: size, path: upload.path)
+    }
+
+    /// The remote's form of the item as this device pushes it.
+    private func wireItem(_ item: Item) -> WireItem {
+        var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.mode,
+                            mtime: item.mtime, size: item.kind == .dir ? 0 : item.remoteSize,
+                            sha256: item.hasContent ? item.remoteSHA : "", device: container.config.device,
+                            xattrs: Xattrs.toWire(item.xattrs), conflicts: item.conflicts, target: item.target)
+        if !item.dirty { wire.device = item.device.isEmpty ? container.config.device : item.device }
+        return wire
+    }
+
+    /// The remote refused the write. Returns true when done, false to look again.
+    private func putRefused(_ error: RemoteError, wire: WireItem, snap: PushSnapshot, pushed item: Item,
+                            pushedFirst: inout Set<String>) throws -> Bool {
+        switch error {
+        case .preconditionFailed(let current):
+            if item.remoteVersion == 0, let current, let sent = container.sentCreate(id) {
+                return try resolveOverLandedCreate(sent, current, snap: snap, pushed: item)
+            }
+            try resolve(current, snap: snap, pushed: item)
+        case .notFound:
+            // The remote forgot the item: create it afresh.
+            try container.forgetCreateSent(id)
+            try container.rebasePush(id, version: 0)
+        case .conflict(_, let holder):
+            return try nameTaken(by: holder, error: error, wire: wire, pushed: item, pushedFirst: &pushedFirst)
+        case .misplaced(let why):
+            // Done for now: what must go first (a revived parent) is the next push's choice.
+            try giveWay(pushed: item, why: why)
+            return true
+        default:
+            throw error
+        }
+        return false
+    }
+
+    /// Another item holds the name on the remote. Returns true when done, false to look again.
+    private func nameTaken(by holder: WireItem?, error: RemoteError, wire: WireItem, pushed item: Item,
+                           pushedFirst: inout Set<String>) throws -> Bool {
+        // Pushed first once and still in the way (its own push settled otherwise): this item takes a free
+        // name, as against any other holder.
+        guard let holder, holder.id != id, container.hasMovedAway(holder), !pushedFirst.contains(holder.id) else {
+            try takeFreeName(pushed: item)
+            return false
+        }
+        // The item in the way leaves that name here (moved or deleted, not pushed yet): it goes first (or the
+        // new folder it waits for). Not while a program writes it: this push waits (the push loop tries again
+        // later).
+        let first = container.firstToPush(toFree: holder.id)
+        if waiting.contains(holder.id) || first.map({ $0 == id || waiting.contains($0) }) == true {
+            // A cycle of moves (an exchange, a rotation, or one through a new folder): this item steps aside
+            // on the remote, so that the one waiting for its name can take it; its own place goes at its next
+            // push.
+            guard item.remoteVersion != 0 else { try takeFreeName(pushed: item); return false }
+            try stepAside(wire, pushed: item)
+            return true
+        }
+        guard let first else { throw error }
+        // A chain this long is not a real one: let the push loop try again later rather than recurse on.
+        if waiting.count >= 32 { throw error }
+        pushedFirst.insert(holder.id)
+        try pushFirst(first)
+        return false
     }
 
     /// A create of this device landed (nobody else makes this id) without an answer, and the remote moved on
@@ -333,40 +300,12 @@ struct Pusher {
     /// and the remote have in common: what is unchanged here since is acknowledged as landed, and the
     /// remote's newer state is taken for it as a pull would take it; only what changed here since is pushed
     /// against it (a conflict, or edit against delete, only then). Returns true when done.
-    private func resolveOverLandedCreate(_ sent: WireItem, _ current: WireItem, snap: Snapshot,
+    private func resolveOverLandedCreate(_ sent: WireItem, _ current: WireItem, snap: PushSnapshot,
                                          pushed: Item) throws -> Bool {
-        var metaChanged = true
-        let pending = try container.mutateThrowing { s -> Bool in
-            guard var cur = s.items[id], !cur.deleted else { return true }
-            let xattrs = cur.xattrs.mapValues { Data($0).base64EncodedString() }
-            if cur.kind == .file && cur.dirty && pushed.remoteSHA == sent.sha256
-                && (s.contentGeneration[id] ?? 0) == snap.generation {
-                cur.dirty = false
-                cur.localSHA = sent.sha256
-            }
-            if cur.parent == sent.parent && sameName(cur.name, sent.name) && cur.mode == sent.mode
-                && cur.mtime == sent.mtime && xattrs == sent.xattrs && cur.conflicts == sent.conflicts {
-                cur.metaDirty = false
-            }
-            cur.remoteSHA = sent.sha256
-            cur.remoteSize = sent.size
-            cur.device = sent.device
-            metaChanged = cur.metaDirty
-            try s.store.save(cur)
-            s.items[id] = cur
-            if cur.isPending { return true }
-            try s.applyOne(current)
-            // The puller may have refused the remote's place (a cycle here): the item is on the remote all the
-            // same, and its place here goes there as a move (which gives way if the remote refuses it too).
-            if var left = s.items[id], left.remoteVersion == 0 {
-                left.remoteVersion = current.version
-                left.metaDirty = true
-                try s.store.saveChanged(left)
-                s.items[id] = left
-            }
-            return false
+        guard let metaChanged = try container.acknowledgeLandedCreate(id, sent: sent, current: current,
+                                                                      snap: snap, pushed: pushed) else {
+            return true
         }
-        if !pending { return true }
         var base = snap
         base.item.remoteSHA = sent.sha256
         base.item.remoteSize = sent.size
@@ -374,18 +313,6 @@ struct Pusher {
         base.item.metaDirty = metaChanged
         try resolve(current, snap: base, pushed: pushed)
         return false
-    }
-
-    /// True when the item holding a name on the remote has left that place here, by a change still to push.
-    private func movedAwayHere(_ holder: WireItem) -> Bool {
-        container.read { s in
-            // Only against the remote version this device last saw: a holder changed elsewhere since is a
-            // conflict of its own, settled at its own turn, not ahead of it.
-            guard let here = s.items[holder.id], here.isPending, here.remoteVersion == holder.version else {
-                return false
-            }
-            return here.deleted || here.parent != holder.parent || !sameName(here.name, holder.name)
-        }
     }
 
     /// Puts the item on the remote under a name of its own in the folder it goes to, to free the name it holds
@@ -396,24 +323,14 @@ struct Pusher {
         aside.name = ".\(id).moving"
         let stored = try container.remote.putItem(aside, ifMatch: pushed.remoteVersion)
         log.info("\(container.path(of: id)) steps aside on the remote for a move that takes its name")
-        try rebase(version: stored.version)
+        try container.rebasePush(id, version: stored.version)
     }
 
     /// Another item holds the name on the remote: this one takes the next free name, here and there.
     /// If the item moved or was renamed here since the snapshot (the puller may have moved it out of the
     /// way already), that newer place is what the next try pushes: it is not renamed again.
     private func takeFreeName(pushed: Item) throws {
-            try container.mutateThrowing { s in
-                guard var cur = s.items[id], let parent = cur.parent,
-                      parent == pushed.parent, sameName(cur.name, pushed.name) else { return }
-                try s.unlink(cur)
-                cur.name = s.freeName(cur.name, in: parent, avoiding: cur.name)
-                cur.metaDirty = true
-                try s.store.saveChanged(cur)
-                s.items[id] = cur
-                s.children.list(id, in: parent, as: cur.name)
-                s.notice(.added(parent: parent, name: cur.name))
-            }
+        try container.takeFreeName(id, ifStillAt: pushed.place)
     }
 
     /// The remote refused the item's place. Either its parent is gone there (deleted elsewhere while this
@@ -428,90 +345,63 @@ struct Pusher {
         do { parent = try container.remote.item(parentID) } catch RemoteError.notFound { parent = nil }
         if let parent, parent.deleted || parent.kind != .dir {
             log.info("\(container.path(of: id)): its folder was deleted elsewhere; the folder comes back")
-            container.sync.apply([parent], token: nil)
+            container.sync.applyFetched([parent])
             return
         }
         let current: WireItem?
         do { current = try container.remote.item(id) } catch RemoteError.notFound { current = nil }
-        try container.mutateThrowing { s in
-            guard var cur = s.items[id], !cur.deleted, cur.parent == pushed.parent,
-                  sameName(cur.name, pushed.name) else { return }
-            // Where the remote has it (an item holding that name here is stale: `place` unlists it), or else
-            // the top of the container under a name free here.
-            var target = (parent: WireRules.documentsID, name: cur.name)
-            if let current, !current.deleted, let p = current.parent, let dir = s.items[p], dir.isDirectory,
-               !dir.deleted, !s.isAncestor(id, of: p) {
-                target = (p, current.name)
-            } else if s.children[target.parent]?[target.name] != nil {
-                target.name = s.freeName(target.name, in: target.parent)
-            }
-            log.info("\(s.path(of: id)): the remote refused its place (\(why)); it goes back")
-            try s.unlink(cur)
-            cur.parent = target.parent
-            cur.name = target.name
-            try s.place(&cur)
-            try s.store.saveChanged(cur)
-            s.items[id] = cur
-        }
+        try container.moveBack(id, ifStillAt: pushed.place, toWhereRemoteHas: current, why: why)
         container.sync.refetchRefused()
     }
 
     private func uploadBlob(sha: String, size: Int64, path: String) throws {
-        setUploading(true, done: 0, total: size)
-        defer { setUploading(false, done: size, total: size) }
+        container.setUploadProgress(id, uploading: true, done: 0, total: size)
+        defer { container.setUploadProgress(id, uploading: false, done: size, total: size) }
         if size > 0, try !container.remote.hasBlob(sha256: sha) {
             try container.remote.uploadBlob(sha256: sha, size: size, fromFile: path) { done in
-                setUploading(true, done: done, total: size)
+                container.setUploadProgress(id, uploading: true, done: done, total: size)
                 return true
             }
         }
     }
 
-    private func setUploading(_ on: Bool, done: Int64, total: Int64) {
-        container.mutate { (s: inout CoreState) in
-            s.updateTransfer(id) {
-                $0.isUploading = on
-                $0.uploadedBytes = done
-                $0.uploadTotal = total
-            }
+    // MARK: conflicts
+
+    /// The remote moved on since this device last saw the item: merge, or keep both contents.
+    private func resolve(_ current: WireItem?, snap: PushSnapshot, pushed: Item) throws {
+        guard let current else { return try container.rebasePush(id, version: 0) }
+        if current.deleted, try acceptDelete(current, snap: snap, pushed: pushed) { return }
+        if !contentsConflict(current, snap: snap, pushed: pushed) {
+            // Edit against delete (the edit revives it), a change on one side only, or the same content on both
+            // sides: this device's change goes on top of the remote's version, keeping what the remote changed.
+            return try container.mergePush(id, onto: current, snap: snap, pushed: pushed)
         }
+        if try settleLanded(current, snap: snap, pushed: pushed) { return }
+        try keepBothContents(current, snap: snap, pushed: pushed)
     }
 
-    /// Records what the remote stored. Content and metadata changed here after the snapshot stay pending.
-    private func acknowledge(_ stored: WireItem, snap: Snapshot, pushed: Item) throws {
-        try container.mutateThrowing { s in
-            guard var cur = s.items[id] else { return }
-            cur.remoteVersion = stored.version
-            cur.remoteSHA = stored.sha256
-            cur.remoteSize = stored.size
-            cur.device = stored.device
-            s.pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
-            cur.conflicts = stored.conflicts
-            try s.forgetUnpushed(listed: stored.conflicts)
-            let unchanged = (s.contentGeneration[id] ?? 0) == snap.generation
-            if snap.item.dirty && unchanged && cur.dirty {
-                cur.dirty = false
-                cur.localSHA = stored.sha256
-                cur.size = stored.size
-            }
-            if cur.parent == pushed.parent && sameName(cur.name, pushed.name) && cur.mode == pushed.mode
-                && cur.mtime == pushed.mtime && cur.xattrs == pushed.xattrs {
-                cur.metaDirty = false
-            }
-            try s.store.save(cur)
-            s.items[id] = cur
-            s.updateTransfer(id) { $0.uploadError = nil }
-        }
+    /// True when both sides changed a file's content to different contents: only then is one kept as a
+    /// conflict version. Not against a tombstone (edit wins over delete).
+    private func contentsConflict(_ current: WireItem, snap: PushSnapshot, pushed: Item) -> Bool {
+        // A create that meets an item already there has no version of its own to compare with: its remoteSHA
+        // (the empty content) is not a content the remote had, and an item emptied there is a change too.
+        let theirContentUnchanged = snap.item.remoteVersion != 0 && current.sha256 == snap.item.remoteSHA
+        return !(current.deleted || !snap.item.dirty || current.sha256 == pushed.remoteSHA || theirContentUnchanged
+                 || current.kind != .file)
     }
 
-    /// Sets the version the next conditional write is made against.
-    private func rebase(version: Int64) throws {
-        try container.mutateThrowing { s in
-            guard var cur = s.items[id] else { return }
-            cur.remoteVersion = version
-            try s.store.save(cur)
-            s.items[id] = cur
-        }
+    /// Both sides changed the content: the later modification wins, ties to the greater device name; the
+    /// loser is listed as a conflict version.
+    private func keepBothContents(_ current: WireItem, snap: PushSnapshot, pushed: Item) throws {
+        let random = container.config.environment
+        let mine = WireConflict(id: random.randomHex(8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
+                                mtime: pushed.mtime, device: container.config.device)
+        let theirs = WireConflict(id: random.randomHex(8), sha256: current.sha256, size: current.size,
+                                  mtime: current.mtime, device: current.device)
+        let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
+        log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")
+        try container.recordConflict(id, against: current, loser: iWin ? theirs : mine, theirsWins: !iWin,
+                                     snap: snap, pushed: pushed)
     }
 
     /// The tombstone carries what this device changed in the state being pushed (its content when dirty, as
@@ -521,163 +411,20 @@ struct Pusher {
     /// have had the answer arrived. False (edit wins) when anything of this device's change differs, here or
     /// there, but the name (the puller may have moved this item out of the way of a new item that took its
     /// name meanwhile).
-    private func acceptDelete(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
-        let xattrs = pushed.xattrs.mapValues { Data($0).base64EncodedString() }
-        let contentThere = !snap.item.dirty || pushed.kind == .dir || container.read { s in keptAsConflict(current, pushed: pushed, in: s) }
+    private func acceptDelete(_ current: WireItem, snap: PushSnapshot, pushed: Item) throws -> Bool {
+        let contentThere = !snap.item.dirty || pushed.kind == .dir || container.listsAsConflict(current, pushed: pushed)
             || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
         let metaThere = !snap.item.metaDirty
-            || (current.parent == pushed.parent && current.mode == pushed.mode && current.mtime == pushed.mtime
-                && current.xattrs == xattrs && current.conflicts == pushed.conflicts)
+            || (current.metadata.named(pushed.name) == pushed.metadata && current.conflicts == pushed.conflicts)
         guard contentThere && metaThere else { return false }
-        return try container.mutateThrowing { s in
-            guard let cur = s.items[id], !cur.deleted,
-                  (s.contentGeneration[id] ?? 0) == snap.generation,
-                  cur.parent == pushed.parent, cur.mode == pushed.mode,
-                  cur.mtime == pushed.mtime, cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
-                  (s.children[id] ?? [:]).isEmpty else { return false }
-            log.info("\(s.path(of: id)) was deleted elsewhere after this device's change landed: removed")
-            try s.removeRemotelyDeleted(cur, tombstone: current)
-            return true
-        }
+        return try container.removeIfUnchangedSincePush(id, tombstone: current, snap: snap, pushed: pushed)
     }
 
     /// This very write is listed there as this device's conflict version: it landed (the answer was lost) and
     /// another device's write won over it since, having seen it. Unless the item changed here since, the
     /// remote's state is taken as the puller takes it: pushing again would add a second version of the same
     /// write and make a version newer than what that device did next (a delete).
-    private func settleLanded(_ current: WireItem, snap: Snapshot, pushed: Item) throws -> Bool {
-        let settled = try container.mutateThrowing { s -> Bool in
-            guard keptAsConflict(current, pushed: pushed, in: s), var cur = s.items[id], !cur.deleted,
-                  (s.contentGeneration[id] ?? 0) == snap.generation, cur.parent == pushed.parent,
-                  sameName(cur.name, pushed.name), cur.mode == pushed.mode, cur.mtime == pushed.mtime,
-                  cur.xattrs == pushed.xattrs, cur.conflicts == pushed.conflicts,
-                  !cur.conflicts.contains(where: { s.unpushedConflicts.contains($0.id) }) else { return false }
-            log.info("\(s.path(of: id)): this change landed and was kept as a conflict version elsewhere")
-            cur.dirty = false
-            cur.metaDirty = false
-            cur.localSHA = pushed.remoteSHA
-            try s.store.save(cur)
-            s.items[id] = cur
-            try s.applyOne(current)
-            return true
-        }
-        return settled
-    }
-
-    /// True when the remote lists the content being pushed, written at the same time, as a conflict version
-    /// of this device that this device has not resolved: that write landed.
-    private func keptAsConflict(_ current: WireItem, pushed: Item, in s: CoreState) -> Bool {
-        let write = WireConflict(id: "", sha256: pushed.remoteSHA, size: pushed.remoteSize, mtime: pushed.mtime,
-                                 device: container.config.device)
-        return current.conflicts.contains { $0.isSameWrite(as: write) && !s.discardedConflicts.contains($0.id) }
-    }
-
-    /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it
-    /// already (this device's write landed and its answer was lost, or the same change was made there). Writing
-    /// it again would make a newer version that overrides what other devices did to the item since (a delete).
-    private func settleIfSame(_ cur: inout Item, as current: WireItem, snap: Snapshot, pushed: Item, in s: CoreState) {
-        if cur.dirty && cur.kind == .file && pushed.remoteSHA == current.sha256 && cur.mtime == current.mtime
-            && (s.contentGeneration[id] ?? 0) == snap.generation {
-            cur.dirty = false
-            cur.localSHA = current.sha256
-            cur.takeContent(of: current)
-        }
-        if cur.metaDirty && cur.parent == current.parent && sameName(cur.name, current.name) && cur.mode == current.mode
-            && cur.mtime == current.mtime && cur.xattrs.mapValues({ Data($0).base64EncodedString() }) == current.xattrs {
-            cur.metaDirty = false
-        }
-    }
-
-    /// The remote moved on since this device last saw the item: merge, or keep both contents.
-    private func resolve(_ current: WireItem?, snap: Snapshot, pushed: Item) throws {
-        guard let current else { return try rebase(version: 0) }
-        if current.deleted, try acceptDelete(current, snap: snap, pushed: pushed) { return }
-        // A create that meets an item already there has no version of its own to compare with: its remoteSHA
-        // (the empty content) is not a content the remote had, and an item emptied there is a change too.
-        let theirContentUnchanged = snap.item.remoteVersion != 0 && current.sha256 == snap.item.remoteSHA
-        if current.deleted || !snap.item.dirty || current.sha256 == pushed.remoteSHA || theirContentUnchanged
-            || current.kind != .file {
-            // Edit against delete (the edit revives it), a change on one side only, or the same content on both
-            // sides: this device's change goes on top of the remote's version, keeping what the remote changed.
-            return try container.mutateThrowing { s in
-                guard var cur = s.items[id] else { return }
-                if !current.deleted {
-                    // The content of the version the next write goes on top of, also while dirty: the next 412
-                    // compares with it to tell whether the remote's content changed since.
-                    cur.remoteSHA = current.sha256
-                    cur.remoteSize = current.size
-                }
-                if !cur.dirty && !current.deleted {
-                    cur.size = current.size
-                    cur.device = current.device
-                    if cur.hasLocal && cur.localSHA != current.sha256 { s.notice(.changed(id, content: true)) }
-                }
-                if !cur.metaDirty && !current.deleted {
-                    // Only the content changed here: take the remote's name, place, mode and attributes.
-                    let moved = cur.parent != current.parent || !sameName(cur.name, current.name)
-                    // Not below itself here (another item's move not yet pushed): its place here goes up as a
-                    // move instead, and gives way if the remote refuses it.
-                    if moved, let p = current.parent, s.items[p] == nil || s.isAncestor(id, of: p) {
-                        cur.metaDirty = true
-                    } else if moved {
-                        try s.unlink(cur)
-                        cur.parent = current.parent
-                        cur.name = current.name
-                        try s.place(&cur)
-                    }
-                    cur.mode = current.mode
-                    cur.xattrs = current.xattrs.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
-                    s.notice(.changed(id, content: false))
-                }
-                // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
-                // them); those this device knows come back with its edit.
-                let conflicts = current.deleted
-                    ? cur.conflicts.filter { !s.discardedConflicts.contains($0.id) }
-                    : s.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
-                try s.forgetUnpushed(listed: current.conflicts)
-                s.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
-                cur.conflicts = conflicts
-                if !current.deleted { settleIfSame(&cur, as: current, snap: snap, pushed: pushed, in: s) }
-                if cur.conflicts != current.conflicts { cur.metaDirty = true }
-                cur.remoteVersion = current.version
-                try s.store.save(cur)
-                s.items[id] = cur
-            }
-        }
-        if try settleLanded(current, snap: snap, pushed: pushed) { return }
-        // Both sides changed the content: the later modification wins, ties to the greater device name.
-        let mine = WireConflict(id: container.config.environment.randomHex(8), sha256: pushed.remoteSHA, size: pushed.remoteSize,
-                                mtime: pushed.mtime, device: container.config.device)
-        let theirs = WireConflict(id: container.config.environment.randomHex(8), sha256: current.sha256, size: current.size,
-                                  mtime: current.mtime, device: current.device)
-        let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
-        log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")
-        try container.mutateThrowing { s in
-            guard var cur = s.items[id] else { return }
-            cur.remoteVersion = current.version
-            let loser = iWin ? theirs : mine
-            try s.forgetUnpushed(listed: current.conflicts)
-            var conflicts = s.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
-            if !conflicts.contains(where: { $0.isSameWrite(as: loser) }) {
-                try s.rememberUnpushed([loser.id])
-                conflicts.append(loser)
-            }
-            s.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
-            cur.conflicts = conflicts
-            cur.metaDirty = true
-            if !iWin {
-                // Their content becomes current; ours is kept as the conflict version just listed.
-                let unchanged = (s.contentGeneration[id] ?? 0) == snap.generation
-                if unchanged {
-                    cur.dirty = false
-                    cur.localSHA = pushed.remoteSHA
-                }
-                cur.takeContent(of: current)
-                cur.mtime = current.mtime
-                s.notice(.changed(id, content: true))
-            }
-            try s.store.saveChanged(cur)
-            s.items[id] = cur
-        }
+    private func settleLanded(_ current: WireItem, snap: PushSnapshot, pushed: Item) throws -> Bool {
+        try container.settleLandedAsConflict(id, current: current, snap: snap, pushed: pushed)
     }
 }

@@ -371,13 +371,12 @@ public final class Store: @unchecked Sendable {
     // MARK: encoding
 
     static func encodeXattrs(_ x: [String: [UInt8]]) -> String {
-        let wire = x.mapValues { Data($0).base64EncodedString() }
-        return String(decoding: (try? JSONEncoder.wire.encode(wire)) ?? Data("{}".utf8), as: UTF8.self)
+        String(decoding: (try? JSONEncoder.wire.encode(Xattrs.toWire(x))) ?? Data("{}".utf8), as: UTF8.self)
     }
 
     static func decodeXattrs(_ s: String) -> [String: [UInt8]] {
         let wire = (try? JSONDecoder().decode([String: String].self, from: Data(s.utf8))) ?? [:]
-        return wire.compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
+        return Xattrs.fromWire(wire)
     }
 
     static func encodeConflicts(_ c: [WireConflict]) -> String {

@@ -2,6 +2,10 @@
 // pusher sends the journal of local changes to the remote, oldest first. Conflicts found by the pusher (the
 // remote's version moved on) are resolved by the rules of the README: later modification time wins, ties to
 // the greater device name, the loser kept as a conflict version; edit wins over delete.
+//
+// What must hold here: the loops hold no container lock across a network call or a wait; every read or write
+// of the container's state is one named step of SyncState.swift (where the rules of applying a remote state
+// live, shared with the pusher).
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -62,8 +66,8 @@ final class SyncLoops: @unchecked Sendable {
 
     // MARK: pull
 
-    /// The feed position last applied (the store is used under the container lock only).
-    var feedToken: String? { container.read { $0.store.meta("token") } }
+    /// The feed position last applied.
+    var feedToken: String? { container.feedToken }
 
     /// Applies the feed until the remote has nothing newer (used at start, without waiting).
     func pullUntilCaughtUp() throws {
@@ -75,7 +79,7 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     private func pullLoop() {
-        var backoff = Backoff.sync
+        var backoff: Int64 = 500_000_000
         var failed = false
         while !isStopping {
             do {
@@ -87,7 +91,7 @@ final class SyncLoops: @unchecked Sendable {
                 container.remoteAnswered()
                 failed = false
                 apply(batch)
-                backoff.reset()
+                backoff = 500_000_000
             } catch {
                 if isStopping { return } // the container may be going: touch nothing of it
                 log.warning("change feed: \(error)")
@@ -96,43 +100,32 @@ final class SyncLoops: @unchecked Sendable {
                 if case RemoteError.unreachable = error { down = true } else { down = false }
                 if down { container.remoteUnreachable() } else { container.remoteAnswered() }
                 // While the remote is away, look again often enough that opens wait for it only briefly.
-                let wait = backoff.delay(in: container.config.environment)
-                sleepUnlessStopping(down ? min(wait, 2_000_000_000) : wait)
+                sleepUnlessStopping(down ? min(backoff, 2_000_000_000) : backoff)
+                backoff = min(backoff * 2, 30_000_000_000)
             }
         }
     }
 
-    /// Sleeps through the environment, in steps of 0.1 s so that a stop is seen soon.
     private func sleepUnlessStopping(_ nanoseconds: Int64) {
-        var left = nanoseconds
-        while !isStopping && left > 0 {
-            let step = min(left, 100_000_000)
-            container.config.environment.sleep(step)
-            left -= step
-        }
+        let end = monotonicNanoseconds() + nanoseconds
+        while !isStopping && monotonicNanoseconds() < end { usleep(100_000) }
     }
 
     /// Applies one batch of remote items and records the new feed position, in one store transaction; then
     /// the changes refused before, whose obstacle the batch may have moved.
     func apply(_ batch: WireChanges) {
         apply(batch.items, token: batch.token)
-        if !batch.more { container.mutate { (s: inout CoreState) in s.caughtUp = true } }
+        if !batch.more { container.markCaughtUp() }
         refetchRefused()
     }
 
+    /// Applies items fetched one by one (no feed position): the entry for the pusher, which takes a remote
+    /// state it fetched as a pull would take it.
+    func applyFetched(_ items: [WireItem]) { apply(items, token: nil) }
+
     /// Applies remote items, and the feed position they bring (nil: items fetched one by one, no position).
-    func apply(_ items: [WireItem], token: String?) {
-        do {
-            try container.mutateThrowing { s in
-                for w in items { try s.applyOne(w) }
-                if let token { try s.store.setMeta("token", token) }
-                if token != nil, let newest = items.map(\.version).max() {
-                    s.settledDeletes = s.settledDeletes.filter { $0.value > newest }
-                }
-            }
-        } catch {
-            log.error("cannot apply remote changes: \(error)")
-        }
+    private func apply(_ items: [WireItem], token: String?) {
+        container.applyRemote(items, token: token)
         if !items.isEmpty { wakePusher() }
     }
 
@@ -140,13 +133,13 @@ final class SyncLoops: @unchecked Sendable {
     /// made a cycle here) and applies them: the local move in the way may have given way since. A change
     /// still refused is marked again. A failure to reach the remote leaves the marks for the next time.
     func refetchRefused() {
-        let ids = container.mutate { (s: inout CoreState) in (try? s.store.takeRefused()) ?? [] } ?? []
+        let ids = container.takeRefused()
         var items: [WireItem] = []
         for (i, id) in ids.enumerated() {
             do { items.append(try container.remote.item(id)) } catch RemoteError.notFound {
                 continue
             } catch {
-                container.mutate { (s: inout CoreState) in for rest in ids[i...] { try? s.store.markRefused(rest) } }
+                container.markRefused(ids[i...])
                 break
             }
         }
@@ -156,21 +149,20 @@ final class SyncLoops: @unchecked Sendable {
     // MARK: push
 
     private func pushLoop() {
-        var backoff = Backoff.sync
+        var backoff: Int64 = 500_000_000
         while !isStopping {
             // Gather a burst of changes (an editor's save, `tar x`) for a moment, so that it goes up together
             // and the uploads do not compete with the burst for the machine.
-            container.config.environment.sleep(100_000_000)
+            usleep(100_000)
             wake.lock(); pushRequested = false; wake.unlock()
             let outcome = pushAll()
             switch outcome {
             case .idle:
-                backoff.reset()
+                backoff = 500_000_000
                 pause(min(60_000_000_000, container.nextSnapshotDue() ?? .max))
             case .failed:
-                // On the wake condition, not the environment's sleep: a nudge (the network is back, a new
-                // change) must cut the wait short.
-                pause(backoff.delay(in: container.config.environment))
+                pause(backoff)
+                backoff = min(backoff * 2, 30_000_000_000)
             }
         }
     }
@@ -193,176 +185,8 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
-    func nextPushable() -> String? {
-        return container.read { s in
-            // A journal that cannot be read is reported by the push loop's next look at it.
-            let ids = (try? s.store.pendingIDs()) ?? []
-            let pushable = s.isPushable
-            // A directory with changes of its own goes before the items below it: it may have to be revived on
-            // the remote first (deleted there while this device added to it), or nothing can be put in it.
-            // Not a directory deleted here: the deletes of what was below it must go first.
-            // The highest such directory goes first: one further up may be new (its subtree waits for it).
-            guard var id = ids.first(where: pushable) else { return nil }
-            let pending = Set(ids)
-            var cursor = s.items[id]?.parent
-            while let p = cursor, p != s.rootID, let dir = s.items[p], !dir.deleted, !dir.isLocalOnly {
-                if pending.contains(p) && pushable(p) { id = p }
-                cursor = dir.parent
-            }
-            return id
-        }
-    }
+    func nextPushable() -> String? { container.nextPushable() }
 
     /// Number of items with changes not yet on the remote.
-    var pendingCount: Int { container.read { (try? $0.store.pendingIDs().count) ?? 0 } }
-}
-
-/// The puller's rules: how one remote change is taken into the index (under the lock, in the batch's
-/// transaction).
-extension CoreState {
-    /// Applies the remote's newest state of one item.
-    mutating func applyOne(_ w: WireItem) throws {
-        if w.id == rootID || w.parent == nil { return }
-        guard var item = items[w.id] else {
-            if w.deleted || (settledDeletes[w.id].map { w.version <= $0 } ?? false) { return }
-            if isKeptOut(w) {
-                log.info("\(w.name): not taken, it would be local-only here")
-                return
-            }
-            // Stale items may still name it as their parent here (a deleted folder that comes back): not below
-            // one of them. Taken once their newer state has moved them (refetchRefused).
-            if let p = w.parent, isAncestor(w.id, of: p) {
-                try store.markRefused(w.id)
-                return
-            }
-            var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
-                            ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
-                            device: "", hasLocal: w.kind != .file, localSHA: nil, dirty: false, metaDirty: false,
-                            deleted: false, pinned: false, xattrs: [:], conflicts: [])
-            item.adopt(w)
-            item.parent = interned(item.parent)
-            try place(&item)
-            if item.kind == .file && isPinned(item.parent!) { startDownload(item.id) }
-            if keepResolutions(&item) { try store.saveChanged(item) } else { try store.save(item) }
-            items[item.id] = item
-            return
-        }
-        // A local-only item's remote copy is not this device's concern any more (its delete may be on the way).
-        if item.isLocalOnly { return }
-        if w.version <= item.remoteVersion { return }
-        if item.isPending {
-            // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet.
-            if item.deleted && w.deleted { try store.delete(item.id); items[item.id] = nil }
-            return
-        }
-        if w.deleted {
-            try removeRemotelyDeleted(item, tombstone: w)
-            return
-        }
-        let contentChanged = w.sha256 != item.remoteSHA
-        if isKeptOut(w) {
-            log.info("\(item.name): the remote moved or renamed it where it would be local-only here; it stays")
-            return
-        }
-        // The remote moved the item below a directory that is below the item here (moved by a change not yet
-        // pushed): taking it would make a cycle, and every walk up the tree would spin. The item stays where
-        // it is for now; the remote refuses the pending move, which then gives way (Pusher.giveWay), and the
-        // refused change is fetched again (refetchRefused).
-        if item.parent != w.parent, let p = w.parent, isAncestor(item.id, of: p) {
-            log.info("\(item.name): the remote's move would make a cycle here; taken once the local move gives way")
-            try store.markRefused(item.id)
-            return
-        }
-        // Also "moved" when detached here (`place`): it takes its name back.
-        let moved = item.parent != w.parent || !sameName(item.name, w.name) || children[w.parent!]?[w.name] != item.id
-        if moved { try unlink(item) }
-        let oldConflicts = item.conflicts
-        item.adopt(w)
-        item.parent = interned(item.parent)
-        let resolvedAgain = keepResolutions(&item)
-        pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
-        if moved { try place(&item) }
-        if resolvedAgain { try store.saveChanged(item) } else { try store.save(item) }
-        items[item.id] = item
-        notice(.changed(item.id, content: contentChanged))
-        if contentChanged && item.kind == .file && isPinned(item.id) {
-            startDownload(item.id)
-        }
-    }
-
-    /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and
-    /// revived on the remote by the pusher, written over the tombstone. Clean items still below it here are
-    /// stale (the remote deletes only empty directories): their newer state follows in the feed.
-    mutating func removeRemotelyDeleted(_ item: Item, tombstone: WireItem) throws {
-        if item.isDirectory && hasLocalChanges(below: item.id) {
-            var revived = item
-            revived.metaDirty = true
-            revived.remoteVersion = tombstone.version
-            // It comes back where the remote last had it, under a free name: its place here may have gone to
-            // another item meanwhile (see `place`).
-            if let p = tombstone.parent, let dir = items[p], dir.isDirectory, !dir.deleted,
-               !isAncestor(item.id, of: p) {
-                try unlink(revived)
-                revived.parent = p
-                revived.name = tombstone.name
-            }
-            revived.localOnlyAbove = isLocalOnlyFolder(revived.parent)
-            if children[revived.parent!]?[revived.name] != revived.id {
-                if children[revived.parent!]?[revived.name] != nil {
-                    revived.name = freeName(revived.name, in: revived.parent!)
-                }
-                children.list(revived.id, in: revived.parent!, as: revived.name)
-                notice(.added(parent: revived.parent!, name: revived.name))
-            }
-            try store.saveChanged(revived)
-            items[item.id] = revived
-            return
-        }
-        try store.delete(item.id)
-        items[item.id] = nil
-        try unlink(item)
-        releaseContent(of: item)
-        let id = item.id
-        let conflicts = item.conflicts.map(\.id)
-        onCommit { s in
-            s.removeStaleStaging(id)
-            for c in conflicts { s.evictConflict(id, c) }
-        }
-    }
-
-    /// True when a live item below the directory has changes not yet pushed, or lives here only (a fifo kept
-    /// in a folder deleted elsewhere keeps the folder, as an edit would).
-    private func hasLocalChanges(below id: String) -> Bool {
-        for child in (children[id] ?? [:]).values {
-            guard let item = items[child] else { continue }
-            if (item.isPending && !item.deleted) || item.isLocalOnly { return true }
-            if item.isDirectory && hasLocalChanges(below: child) { return true }
-        }
-        return false
-    }
-}
-
-/// Which pending item may go up now.
-extension CoreState {
-    /// True when the item can go now: no program is writing it (or a snapshot of it is due), and its parent is
-    /// on the remote (a delete goes by id: where the item was does not matter, its folder may be gone already).
-    func isPushable(_ id: String) -> Bool {
-        guard let item = items[id] else { return false }
-        // The delete of a local-only item's remote copy goes by id, and no write here holds it up.
-        if item.isLocalOnly { return true }
-        if isBeingWritten(id) { return false }
-        if item.deleted { return true }
-        if let p = item.parent, p != rootID, (items[p]?.remoteVersion ?? 0) == 0 { return false }
-        return true
-    }
-
-    /// What to push so that `id` can go: the item itself, or the new folder it waits for (the highest one not
-    /// on the remote yet). Nil while a program writes it.
-    func pushFirst(toFree id: String) -> String? {
-        if isPushable(id) { return id }
-        guard let item = items[id], !item.deleted, !isBeingWritten(id),
-              let p = item.parent, let parent = items[p], !parent.deleted, parent.remoteVersion == 0
-        else { return nil }
-        return pushFirst(toFree: p)
-    }
+    var pendingCount: Int { container.pendingPushCount }
 }

@@ -1,0 +1,629 @@
+// The container's side of sync: every read and write of the container's state that the puller, the push loop
+// and the pusher make, each method one whole locked step named by what it does.
+//
+// What must hold here: the methods without `Locked` in their name take the container lock themselves (through
+// `withLock`, or `mutate` when they queue notices) and hold it across no network call; those with `Locked`
+// expect it held. The pusher and the puller decide (Pusher.swift, Sync.swift); what they decide is recorded
+// here, against the item as it is now, which may have changed since the push or the fetch began.
+import Foundation
+import UbiquityBase
+
+private let pullLog = Logger("sync")
+private let pushLog = Logger("push")
+
+// MARK: the puller
+
+extension Container {
+    /// The feed position last applied.
+    var feedToken: String? { read { s in s.store.meta("token") } }
+
+    /// Applies remote items and the feed position they bring (nil: items fetched one by one), in one store
+    /// transaction; pinned files whose content changed start downloading after it.
+    func applyRemote(_ items: [WireItem], token: String?) {
+        do {
+            try mutateThrowing { s in
+                for w in items { try s.applyRemoteItem(w) }
+                if let token { try s.store.setMeta("token", token) }
+                if token != nil, let newest = items.map(\.version).max() {
+                    s.settledDeletes = s.settledDeletes.filter { $0.value > newest }
+                }
+            }
+        } catch {
+            pullLog.error("cannot apply remote changes: \(error)")
+        }
+    }
+
+    /// The feed has nothing newer than what was applied.
+    func markCaughtUp() { mutate { (s: inout CoreState) in s.caughtUp = true } }
+
+    /// Takes the ids of the remote changes the puller refused (see SyncLoops.refetchRefused).
+    func takeRefused() -> [String] { mutate { (s: inout CoreState) in (try? s.store.takeRefused()) ?? [] } ?? [] }
+
+    /// Marks again refused changes that could not be fetched.
+    func markRefused(_ ids: ArraySlice<String>) { mutate { (s: inout CoreState) in for id in ids { try? s.store.markRefused(id) } } }
+
+}
+
+// MARK: the push loop
+
+extension Container {
+    /// What to push so that `id` can go: the item itself, or the new folder it waits for (the highest one not
+    /// on the remote yet). Nil while a program writes it.
+    func firstToPush(toFree id: String) -> String? { read { s in s.firstToPushNow(toFree: id) } }
+
+    /// The oldest pending item whose parent the remote knows and which nobody is writing.
+    func nextPushable() -> String? {
+        read { s in
+            let ids = (try? s.store.pendingIDs()) ?? []
+            let pushable = s.isPushable
+            // A directory with changes of its own goes before the items below it: it may have to be revived on
+            // the remote first (deleted there while this device added to it), or nothing can be put in it.
+            // Not a directory deleted here: the deletes of what was below it must go first.
+            // The highest such directory goes first: one further up may be new (its subtree waits for it).
+            guard var id = ids.first(where: pushable) else { return nil }
+            let pending = Set(ids)
+            var cursor = s.items[id]?.parent
+            while let p = cursor, p != s.rootID, let dir = s.items[p], !dir.deleted, !dir.isLocalOnly {
+                if pending.contains(p) && pushable(p) { id = p }
+                cursor = dir.parent
+            }
+            return id
+        }
+    }
+
+    /// Number of items with changes not yet on the remote.
+    var pendingPushCount: Int { read { s in (try? s.store.pendingIDs().count) ?? 0 } }
+}
+
+// MARK: the pusher: reads
+
+extension Container {
+    /// The item as it is now and its content generation, taken together.
+    func pushSnapshot(_ id: String) -> PushSnapshot? {
+        read { s in s.items[id].map { PushSnapshot(item: $0, generation: s.contentGeneration[id] ?? 0) } }
+    }
+
+    /// True when the create of an item not yet acknowledged was sent (it may have landed).
+    func createWasSent(_ id: String) -> Bool { read { s in s.store.createWasSent(id) } }
+
+    /// The state this device first sent to create the item, if recorded.
+    func sentCreate(_ id: String) -> WireItem? {
+        read { s in s.store.sentCreate(id) }.flatMap { try? JSONDecoder().decode(WireItem.self, from: Data($0.utf8)) }
+    }
+
+    /// True when every conflict version the remote lists is one the item lists, or one resolved here.
+    func hasSeenConflicts(_ listed: [WireConflict], listedBy item: Item) -> Bool {
+        read { s in
+            listed.allSatisfy { c in item.conflicts.contains { $0.id == c.id } || s.discardedConflicts.contains(c.id) }
+        }
+    }
+
+    /// True when a child in the way of directory `parent`'s delete has a change here that takes it out.
+    func isTakenOut(_ child: String, of parent: String) -> Bool {
+        read { s in
+            guard let item = s.items[child], item.isPending else { return false }
+            return item.deleted || item.parent != parent
+        }
+    }
+
+    /// True when the item is local-only here and the remote still holds a copy of it to delete.
+    func hasRemoteCopyToDelete(_ id: String) -> Bool {
+        read { s in s.items[id].map { $0.isLocalOnly && $0.isPending } ?? false }
+    }
+
+    /// True when the item holding a name on the remote has left that place here, by a change still to push.
+    func hasMovedAway(_ holder: WireItem) -> Bool {
+        read { s in
+            // Only against the remote version this device last saw: a holder changed elsewhere since is a
+            // conflict of its own, settled at its own turn, not ahead of it.
+            guard let here = s.items[holder.id], here.isPending, here.remoteVersion == holder.version else {
+                return false
+            }
+            return here.deleted || here.place != holder.place
+        }
+    }
+
+    /// True when the remote lists the content being pushed as a conflict version of this device (see
+    /// `listsAsConflictNow`).
+    func listsAsConflict(_ current: WireItem, pushed: Item) -> Bool {
+        read { s in s.listsAsConflictNow(current, pushed: pushed) }
+    }
+
+    /// Shows the progress of the item's upload in its status.
+    func setUploadProgress(_ id: String, uploading: Bool, done: Int64, total: Int64) {
+        mutate { (s: inout CoreState) in
+            s.updateTransfer(id) {
+                $0.isUploading = uploading
+                $0.uploadedBytes = done
+                $0.uploadTotal = total
+            }
+        }
+    }
+}
+
+// MARK: the pusher: deletes
+
+extension Container {
+    /// Takes an item out of the push journal when it has nothing left to push, or is gone.
+    func dropFromJournal(_ id: String) {
+        mutate { (s: inout CoreState) in
+            if let item = s.items[id] {
+                if !item.isPending { try? s.store.save(item) }
+            } else {
+                try? s.store.delete(id)
+            }
+        }
+    }
+
+    /// Forgets an item whose delete the remote has (at version `tombstone`, when known).
+    func forgetDeleted(_ id: String, tombstone: Int64? = nil) throws {
+        try mutateThrowing { s in
+            try s.store.delete(id)
+            s.items[id] = nil
+            if let tombstone { s.settledDeletes[id] = tombstone }
+        }
+    }
+
+    /// Brings back an item deleted here that the remote kept, as the remote has it.
+    func restoreDeleted(_ id: String, as w: WireItem) throws {
+        try mutateThrowing { s in
+            guard var item = s.items[id] else { return }
+            item.deleted = false
+            item.dirty = false
+            item.metaDirty = false
+            item.hasLocal = !item.hasContent
+            item.localSHA = nil
+            item.adopt(w)
+            // Conflict versions resolved here before the delete stay resolved on the item that came back.
+            let kept = w.conflicts.filter { !s.discardedConflicts.contains($0.id) }
+            if kept != w.conflicts {
+                s.pruneConflictFiles(id, old: item.conflicts, new: kept)
+                item.conflicts = kept
+                item.metaDirty = true
+            }
+            // It takes back the remote's name; a local item made since under that name moves to a free one
+            // (renaming the item that came back instead would be a change of this device, newer than the
+            // state another device may have deleted).
+            try s.place(&item)
+            // Back in the journal only if there is still something to push; a journal row for a clean item
+            // would have the push loop pick it again and again.
+            if item.isPending { try s.store.saveChanged(item) } else { try s.store.save(item) }
+            s.items[id] = item
+        }
+    }
+
+    /// The remote copy of a local-only item is gone, or left to the other devices: the item is a plain local
+    /// one (remote version 0). `base` is the remote version a return to the remote is written against (the
+    /// tombstone, or the version this device had of a copy left there); nil when the remote has none.
+    /// Deleted here meanwhile, the item is forgotten; made ubiquitous again meanwhile, it goes up at once.
+    func leftRemote(_ id: String, base: Int64?) throws {
+        try mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
+            if cur.deleted {
+                try s.store.delete(id)
+                s.items[id] = nil
+                return
+            }
+            try s.store.forgetCreateSent(id)
+            if let base { try s.store.markLeftRemote(id, base: base) }
+            cur.remoteVersion = 0
+            if !cur.isLocalOnly { s.becomeUbiquitous(&cur) }
+            try s.store.saveChanged(cur)
+            s.items[id] = cur
+        }
+    }
+
+    /// Removes an item deleted elsewhere after this device's change to it landed, unless it changed here since
+    /// the push began (anything but its name) or gained children here. Returns true when removed.
+    func removeIfUnchangedSincePush(_ id: String, tombstone: WireItem, snap: PushSnapshot,
+                                    pushed: Item) throws -> Bool {
+        try mutateThrowing { s in
+            guard let cur = s.items[id], !cur.deleted, (s.contentGeneration[id] ?? 0) == snap.generation,
+                  cur.metadata.named(pushed.name) == pushed.metadata, cur.conflicts == pushed.conflicts,
+                  (s.children[id] ?? [:]).isEmpty else { return false }
+            pushLog.info("\(s.path(of: id)) was deleted elsewhere after this device's change landed: removed")
+            try s.removeRemotelyDeleted(cur, tombstone: tombstone)
+            return true
+        }
+    }
+}
+
+// MARK: the pusher: writes
+
+extension Container {
+    /// Sets the version the next conditional write is made against.
+    func rebasePush(_ id: String, version: Int64) throws {
+        try mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
+            cur.remoteVersion = version
+            try s.store.save(cur)
+            s.items[id] = cur
+        }
+    }
+
+    /// Records the state about to be sent as the item's create, so that a local delete from now on leaves a
+    /// tombstone (the create may land). False when the item is gone: nothing is to be sent.
+    func markCreateSent(_ id: String, _ wire: WireItem) throws -> Bool {
+        try mutateThrowing { s -> Bool in
+            guard s.items[id] != nil else { return false }
+            let sent = (try? JSONEncoder().encode(wire)).flatMap { String(data: $0, encoding: .utf8) } ?? "1"
+            try s.store.markCreateSent(id, sent)
+            return true
+        }
+    }
+
+    /// The remote forgot the item: its create is to be sent afresh.
+    func forgetCreateSent(_ id: String) throws { try mutateThrowing { s in try s.store.forgetCreateSent(id) } }
+
+    /// Records what the remote stored. Content and metadata changed here after the snapshot stay pending.
+    func acknowledgePush(_ id: String, stored: WireItem, snap: PushSnapshot, pushed: Item) throws {
+        try mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
+            cur.remoteVersion = stored.version
+            cur.remoteSHA = stored.sha256
+            cur.remoteSize = stored.size
+            cur.device = stored.device
+            s.pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
+            cur.conflicts = stored.conflicts
+            try s.forgetUnpushed(listed: stored.conflicts)
+            let unchanged = (s.contentGeneration[id] ?? 0) == snap.generation
+            if snap.item.dirty && unchanged && cur.dirty {
+                cur.dirty = false
+                cur.localSHA = stored.sha256
+                cur.size = stored.size
+            }
+            if cur.metadata == pushed.metadata { cur.metaDirty = false }
+            try s.store.save(cur)
+            s.items[id] = cur
+            s.updateTransfer(id) { $0.uploadError = nil }
+        }
+    }
+
+    /// Acknowledges what of a create that landed unanswered is unchanged here since it was sent, then, when
+    /// nothing is left to push, takes the remote's newer state as a pull would. Nil when done; otherwise
+    /// whether the metadata changed here since the create was sent (what is left is pushed against `current`).
+    func acknowledgeLandedCreate(_ id: String, sent: WireItem, current: WireItem, snap: PushSnapshot,
+                                 pushed: Item) throws -> Bool? {
+        let metaChanged = try mutateThrowing { s -> Bool? in
+            guard var cur = s.items[id], !cur.deleted else { return true }
+            if cur.kind == .file && cur.dirty && pushed.remoteSHA == sent.sha256
+                && (s.contentGeneration[id] ?? 0) == snap.generation {
+                cur.dirty = false
+                cur.localSHA = sent.sha256
+            }
+            if cur.metadata == sent.metadata && cur.conflicts == sent.conflicts { cur.metaDirty = false }
+            cur.remoteSHA = sent.sha256
+            cur.remoteSize = sent.size
+            cur.device = sent.device
+            try s.store.save(cur)
+            s.items[id] = cur
+            if cur.isPending { return cur.metaDirty }
+            try s.applyRemoteItem(current)
+            // The puller may have refused the remote's place (a cycle here): the item is on the remote all the
+            // same, and its place here goes there as a move (which gives way if the remote refuses it too).
+            if var left = s.items[id], left.remoteVersion == 0 {
+                left.remoteVersion = current.version
+                left.metaDirty = true
+                try s.store.saveChanged(left)
+                s.items[id] = left
+            }
+            return nil
+        }
+        return metaChanged
+    }
+
+    /// Another item holds the name on the remote: this one takes the next free name in its folder, unless it
+    /// left `place` here since (that newer place is what the next try pushes).
+    func takeFreeName(_ id: String, ifStillAt expected: ItemPlace) throws {
+        try mutateThrowing { s in
+            guard var cur = s.items[id], let parent = cur.parent, cur.place == expected else { return }
+            try s.unlink(cur)
+            cur.name = s.freeName(cur.name, in: parent, avoiding: cur.name)
+            cur.metaDirty = true
+            try s.store.saveChanged(cur)
+            s.items[id] = cur
+            s.children.list(id, in: parent, as: cur.name)
+            s.notice(.added(parent: parent, name: cur.name))
+        }
+    }
+
+    /// The remote refused the item's place (`why`): unless it left `place` here since, it goes back where the
+    /// remote has it (an item holding that name here is stale: `place` unlists it), or else to the top of the
+    /// container under a name free here.
+    func moveBack(_ id: String, ifStillAt expected: ItemPlace, toWhereRemoteHas current: WireItem?,
+                  why: String) throws {
+        try mutateThrowing { s in
+            guard var cur = s.items[id], !cur.deleted, cur.place == expected else { return }
+            var target = (parent: WireRules.documentsID, name: cur.name)
+            if let current, !current.deleted, let p = current.parent, let dir = s.items[p], dir.isDirectory,
+               !dir.deleted, !s.isAncestor(id, of: p) {
+                target = (p, current.name)
+            } else if s.children[target.parent]?[target.name] != nil {
+                target.name = s.freeName(target.name, in: target.parent)
+            }
+            pushLog.info("\(s.path(of: id)): the remote refused its place (\(why)); it goes back")
+            try s.unlink(cur)
+            cur.parent = target.parent
+            cur.name = target.name
+            try s.place(&cur)
+            try s.store.saveChanged(cur)
+            s.items[id] = cur
+        }
+    }
+}
+
+// MARK: the pusher: conflicts
+
+extension Container {
+    /// This device's change goes on top of the remote's version `current` (or revives its tombstone), keeping
+    /// what the remote changed: its content, unless changed here; its metadata, unless changed here.
+    func mergePush(_ id: String, onto current: WireItem, snap: PushSnapshot, pushed: Item) throws {
+        try mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
+            if !current.deleted {
+                // The content of the version the next write goes on top of, also while dirty: the next 412
+                // compares with it to tell whether the remote's content changed since.
+                cur.remoteSHA = current.sha256
+                cur.remoteSize = current.size
+            }
+            if !cur.dirty && !current.deleted {
+                cur.size = current.size
+                cur.device = current.device
+                if cur.hasLocal && cur.localSHA != current.sha256 { s.notice(.changed(id, content: true)) }
+            }
+            if !cur.metaDirty && !current.deleted { try s.takeRemoteMetadata(&cur, from: current) }
+            // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
+            // them); those this device knows come back with its edit.
+            let conflicts = current.deleted
+                ? cur.conflicts.filter { !s.discardedConflicts.contains($0.id) }
+                : s.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
+            try s.forgetUnpushed(listed: current.conflicts)
+            s.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
+            cur.conflicts = conflicts
+            if !current.deleted { s.settleIfSame(&cur, as: current, snap: snap, pushed: pushed) }
+            if cur.conflicts != current.conflicts { cur.metaDirty = true }
+            cur.remoteVersion = current.version
+            try s.store.save(cur)
+            s.items[id] = cur
+        }
+    }
+
+    /// Both sides changed the content: the loser is listed as a conflict version on top of `current`; when
+    /// `theirsWins`, their content becomes current and ours is kept as that version.
+    func recordConflict(_ id: String, against current: WireItem, loser: WireConflict, theirsWins: Bool,
+                        snap: PushSnapshot, pushed: Item) throws {
+        try mutateThrowing { s in
+            guard var cur = s.items[id] else { return }
+            cur.remoteVersion = current.version
+            try s.forgetUnpushed(listed: current.conflicts)
+            var conflicts = s.mergedConflicts(local: cur.conflicts, remote: current.conflicts)
+            if !conflicts.contains(where: { $0.isSameWrite(as: loser) }) {
+                try s.rememberUnpushed([loser.id])
+                conflicts.append(loser)
+            }
+            s.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
+            cur.conflicts = conflicts
+            cur.metaDirty = true
+            if theirsWins {
+                if (s.contentGeneration[id] ?? 0) == snap.generation {
+                    cur.dirty = false
+                    cur.localSHA = pushed.remoteSHA
+                }
+                cur.takeContent(of: current)
+                cur.mtime = current.mtime
+                s.notice(.changed(id, content: true))
+            }
+            try s.store.saveChanged(cur)
+            s.items[id] = cur
+        }
+    }
+
+    /// Takes the remote's state `current` as the puller would when it lists this very write as this device's
+    /// conflict version and the item did not change here since. Returns whether it did.
+    func settleLandedAsConflict(_ id: String, current: WireItem, snap: PushSnapshot, pushed: Item) throws -> Bool {
+        let settled = try mutateThrowing { s -> Bool in
+            guard s.listsAsConflictNow(current, pushed: pushed), var cur = s.items[id], !cur.deleted,
+                  (s.contentGeneration[id] ?? 0) == snap.generation, cur.metadata == pushed.metadata,
+                  cur.conflicts == pushed.conflicts,
+                  !cur.conflicts.contains(where: { s.unpushedConflicts.contains($0.id) }) else { return false }
+            pushLog.info("\(s.path(of: id)): this change landed and was kept as a conflict version elsewhere")
+            cur.dirty = false
+            cur.metaDirty = false
+            cur.localSHA = pushed.remoteSHA
+            try s.store.save(cur)
+            s.items[id] = cur
+            try s.applyRemoteItem(current)
+            return true
+        }
+        return settled
+    }
+}
+
+/// The rules the puller and the pusher share, and which item may go up now: steps inside one operation.
+extension CoreState {
+    /// Applies the remote's newest state of one item. The rule the puller and the pusher share: the pusher
+    /// takes a remote state through it as a pull would.
+    mutating func applyRemoteItem(_ w: WireItem) throws {
+        if w.id == rootID || w.parent == nil { return }
+        guard var item = items[w.id] else { return try addRemoteItem(w) }
+        // A local-only item's remote copy is not this device's concern any more (its delete may be on the way).
+        if item.isLocalOnly { return }
+        if w.version <= item.remoteVersion { return }
+        if item.isPending {
+            // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet.
+            if item.deleted && w.deleted { try store.delete(item.id); items[item.id] = nil }
+            return
+        }
+        if w.deleted { return try removeRemotelyDeleted(item, tombstone: w) }
+        let contentChanged = w.sha256 != item.remoteSHA
+        if isKeptOut(w) {
+            pullLog.info("\(item.name): the remote moved or renamed it where it would be local-only here; it stays")
+            return
+        }
+        // The remote moved the item below a directory that is below the item here (moved by a change not yet
+        // pushed): taking it would make a cycle, and every walk up the tree would spin. The item stays where
+        // it is for now; the remote refuses the pending move, which then gives way (Pusher.giveWay), and the
+        // refused change is fetched again (SyncLoops.refetchRefused).
+        if item.parent != w.parent, let p = w.parent, isAncestor(item.id, of: p) {
+            pullLog.info("\(item.name): the remote's move would make a cycle here; taken once the local move gives way")
+            try store.markRefused(item.id)
+            return
+        }
+        // Also "moved" when detached here (`place`): it takes its name back.
+        let moved = item.place != w.place || children[w.parent!]?[w.name] != item.id
+        if moved { try unlink(item) }
+        let oldConflicts = item.conflicts
+        item.adopt(w)
+        item.parent = interned(item.parent)
+        let resolvedAgain = keepResolutions(&item)
+        pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
+        if moved { try place(&item) }
+        if resolvedAgain { try store.saveChanged(item) } else { try store.save(item) }
+        items[item.id] = item
+        notice(.changed(item.id, content: contentChanged))
+        if contentChanged && item.kind == .file && isPinned(item.id) {
+            startDownload(item.id)
+        }
+    }
+
+    /// Takes an item this device does not have.
+    mutating func addRemoteItem(_ w: WireItem) throws {
+        if w.deleted || (settledDeletes[w.id].map { w.version <= $0 } ?? false) { return }
+        if isKeptOut(w) {
+            pullLog.info("\(w.name): not taken, it would be local-only here")
+            return
+        }
+        // Stale items may still name it as their parent here (a deleted folder that comes back): not below
+        // one of them. Taken once their newer state has moved them (refetchRefused).
+        if let p = w.parent, isAncestor(w.id, of: p) {
+            try store.markRefused(w.id)
+            return
+        }
+        var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
+                        ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
+                        device: "", hasLocal: w.kind != .file, localSHA: nil, dirty: false, metaDirty: false,
+                        deleted: false, pinned: false, xattrs: [:], conflicts: [])
+        item.adopt(w)
+        item.parent = interned(item.parent)
+        try place(&item)
+        if item.kind == .file && isPinned(item.parent!) { startDownload(item.id) }
+        if keepResolutions(&item) { try store.saveChanged(item) } else { try store.save(item) }
+        items[item.id] = item
+    }
+
+    /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and
+    /// revived on the remote by the pusher, written over the tombstone. Clean items still below it here are
+    /// stale (the remote deletes only empty directories): their newer state follows in the feed.
+    mutating func removeRemotelyDeleted(_ item: Item, tombstone: WireItem) throws {
+        if item.isDirectory && hasLocalChanges(below: item.id) {
+            return try reviveDeletedFolder(item, tombstone: tombstone)
+        }
+        try store.delete(item.id)
+        items[item.id] = nil
+        try unlink(item)
+        releaseContent(of: item)
+        let id = item.id
+        let conflicts = item.conflicts.map(\.id)
+        onCommit { s in
+            s.removeStaleStaging(id)
+            for c in conflicts { s.evictConflict(id, c) }
+        }
+    }
+
+    /// Keeps a folder deleted elsewhere that holds local changes: it goes back up over the tombstone.
+    ///
+    mutating func reviveDeletedFolder(_ item: Item, tombstone: WireItem) throws {
+        var revived = item
+        revived.metaDirty = true
+        revived.remoteVersion = tombstone.version
+        // It comes back where the remote last had it, under a free name: its place here may have gone to
+        // another item meanwhile (see `place`).
+        if let p = tombstone.parent, let dir = items[p], dir.isDirectory, !dir.deleted, !isAncestor(item.id, of: p) {
+            try unlink(revived)
+            revived.parent = p
+            revived.name = tombstone.name
+        }
+        revived.localOnlyAbove = isLocalOnlyFolder(revived.parent)
+        if children[revived.parent!]?[revived.name] != revived.id {
+            if children[revived.parent!]?[revived.name] != nil {
+                revived.name = freeName(revived.name, in: revived.parent!)
+            }
+            children.list(revived.id, in: revived.parent!, as: revived.name)
+            notice(.added(parent: revived.parent!, name: revived.name))
+        }
+        try store.saveChanged(revived)
+        items[item.id] = revived
+    }
+
+    /// True when a live item below the directory has changes not yet pushed, or lives here only (a fifo kept
+    /// in a folder deleted elsewhere keeps the folder, as an edit would).
+    func hasLocalChanges(below id: String) -> Bool {
+        for child in (children[id] ?? [:]).values {
+            guard let item = items[child] else { continue }
+            if (item.isPending && !item.deleted) || item.isLocalOnly { return true }
+            if item.isDirectory && hasLocalChanges(below: child) { return true }
+        }
+        return false
+    }
+
+    /// True when the item can go now: no program is writing it (or a snapshot of it is due), and its parent is
+    /// on the remote (a delete goes by id: where the item was does not matter, its folder may be gone already).
+    ///
+    func isPushable(_ id: String) -> Bool {
+        guard let item = items[id] else { return false }
+        // The delete of a local-only item's remote copy goes by id, and no write here holds it up.
+        if item.isLocalOnly { return true }
+        if isBeingWritten(id) { return false }
+        if item.deleted { return true }
+        if let p = item.parent, p != rootID, (items[p]?.remoteVersion ?? 0) == 0 { return false }
+        return true
+    }
+
+    func firstToPushNow(toFree id: String) -> String? {
+        if isPushable(id) { return id }
+        guard let item = items[id], !item.deleted, !isBeingWritten(id),
+              let p = item.parent, let parent = items[p], !parent.deleted, parent.remoteVersion == 0
+        else { return nil }
+        return firstToPushNow(toFree: p)
+    }
+
+    /// True when the remote lists the content being pushed, written at the same time, as a conflict version
+    /// of this device that this device has not resolved: that write landed.
+    func listsAsConflictNow(_ current: WireItem, pushed: Item) -> Bool {
+        let write = WireConflict(id: "", sha256: pushed.remoteSHA, size: pushed.remoteSize, mtime: pushed.mtime,
+                                 device: config.device)
+        return current.conflicts.contains { $0.isSameWrite(as: write) && !discardedConflicts.contains($0.id) }
+    }
+
+    /// Only the content changed here: the item takes the remote's name, place, mode and attributes. Not below
+    /// itself here (another item's move not yet pushed): its place here goes up as a move instead, and gives
+    /// way if the remote refuses it.
+    mutating func takeRemoteMetadata(_ cur: inout Item, from current: WireItem) throws {
+        let moved = cur.place != current.place
+        if moved, let p = current.parent, items[p] == nil || isAncestor(cur.id, of: p) {
+            cur.metaDirty = true
+        } else if moved {
+            try unlink(cur)
+            cur.parent = current.parent
+            cur.name = current.name
+            try place(&cur)
+        }
+        cur.mode = current.mode
+        cur.xattrs = Xattrs.fromWire(current.xattrs)
+        notice(.changed(cur.id, content: false))
+    }
+
+    /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it
+    /// already (this device's write landed and its answer was lost, or the same change was made there). Writing
+    /// it again would make a newer version that overrides what other devices did to the item since (a delete).
+    ///
+    mutating func settleIfSame(_ cur: inout Item, as current: WireItem, snap: PushSnapshot, pushed: Item) {
+        if cur.dirty && cur.kind == .file && pushed.remoteSHA == current.sha256 && cur.mtime == current.mtime
+            && (contentGeneration[cur.id] ?? 0) == snap.generation {
+            cur.dirty = false
+            cur.localSHA = current.sha256
+            cur.takeContent(of: current)
+        }
+        if cur.metaDirty && cur.metadata == current.metadata { cur.metaDirty = false }
+    }
+}
