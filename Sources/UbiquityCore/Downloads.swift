@@ -147,7 +147,7 @@ final class Downloads: @unchecked Sendable {
                 // Offline (the change feed knows the remote is away): one try, no waiting out the deadline;
                 // the open serves what is local.
                 if now >= deadline || container.isOffline {
-                    return .failure(.io(error.description))
+                    return .failure(.remote(error))
                 }
                 log.warning("download of \(id) failed: \(error); retrying")
                 usleep(UInt32(min(backoff, deadline - now) / 1000))
@@ -156,7 +156,7 @@ final class Downloads: @unchecked Sendable {
                 // Not worth resuming (refused, gone, or the store is full): free what the partial copy holds.
                 try? removeFile(stagingPath(id, sha))
                 record(id, error: error.description)
-                return .failure(.io(error.description))
+                return .failure(.remote(error))
             } catch {
                 try? removeFile(stagingPath(id, sha))
                 let e = CoreError.from(error)

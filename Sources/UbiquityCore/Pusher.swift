@@ -67,7 +67,7 @@ struct Pusher {
     private func pushDelete(_ item: Item) throws -> Bool {
         if item.remoteVersion == 0 {
             // Its create was sent and no answer came: look whether it landed.
-            if container.withLock({ container.store.createWasSent(id) }) {
+            if try container.withLock({ try container.store.createWasSent(id) }) {
                 let current: WireItem
                 do { current = try container.remote.item(id) } catch RemoteError.notFound {
                     try finishDelete(); return true
@@ -175,7 +175,7 @@ struct Pusher {
             try container.store.forgetCreateSent(id)
             if let base { try container.store.markLeftRemote(id, base: base) }
             cur.remoteVersion = 0
-            if !cur.isLocalOnly { container.becomeUbiquitous(&cur) }
+            if !cur.isLocalOnly { try container.becomeUbiquitous(&cur) }
             try container.store.saveChanged(cur)
             container.items[id] = cur
         }
@@ -266,7 +266,7 @@ struct Pusher {
             // item; an item deleted since the snapshot is not sent at all.
             let exists = try container.withLock { () throws -> Bool in
                 guard container.items[id] != nil else { return false }
-                let sent = (try? JSONEncoder().encode(wire)).flatMap { String(data: $0, encoding: .utf8) } ?? "1"
+                let sent = String(decoding: try JSONEncoder().encode(wire), as: UTF8.self)
                 try container.store.markCreateSent(id, sent)
                 return true
             }
@@ -277,7 +277,7 @@ struct Pusher {
         } catch let error as RemoteError {
             switch error {
             case .preconditionFailed(let current):
-                if item.remoteVersion == 0, let current, let sent = sentCreate() {
+                if item.remoteVersion == 0, let current, let sent = try sentCreate() {
                     return try resolveOverLandedCreate(sent, current, snap: snap, pushed: item)
                 }
                 try resolve(current, snap: snap, pushed: item)
@@ -323,9 +323,11 @@ struct Pusher {
     }
 
     /// The state this device first sent to create the item, if recorded.
-    private func sentCreate() -> WireItem? {
-        container.withLock { container.store.sentCreate(id) }
-            .flatMap { try? JSONDecoder().decode(WireItem.self, from: Data($0.utf8)) }
+    private func sentCreate() throws -> WireItem? {
+        guard let sent = try container.withLock({ try container.store.sentCreate(id) }) else { return nil }
+        // The one written by a version that recorded only that a create went carries no state: "1".
+        if sent == "1" { return nil }
+        return try JSONDecoder().decode(WireItem.self, from: Data(sent.utf8))
     }
 
     /// A create of this device landed (nobody else makes this id) without an answer, and the remote moved on

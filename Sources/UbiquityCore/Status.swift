@@ -20,7 +20,8 @@ extension Container {
                 percentUploaded: uploaded ? 100 : (t.isUploading ? percent(t.uploadedBytes, t.uploadTotal) : 0),
                 hasUnresolvedConflicts: !item.conflicts.isEmpty,
                 downloadingError: t.downloadError,
-                uploadingError: item.isPending ? t.uploadError : nil,
+                // The root's: the pusher could not read the journal (Sync.pushAll).
+                uploadingError: item.isPending || id == rootID ? t.uploadError : nil,
                 pinned: isPinnedLocked(id),
                 isUbiquitous: !item.isLocalOnly,
                 isExcludedFromSync: item.excluded)
@@ -43,6 +44,11 @@ extension Container {
                 $0.uploadError = "\(error)"
             }
         }
+    }
+
+    /// Forgets a recorded push failure of the item (no notice when there was none).
+    func clearUploadFailure(_ id: String) {
+        withLock { if transfers[id]?.uploadError != nil { updateTransfer(id) { $0.uploadError = nil } } }
     }
 
     /// True if the item or a directory above it is pinned. Expects the lock held.
@@ -154,9 +160,11 @@ extension Container {
     /// The attributes of the mount root alone, by name without the `user.ubiquity.` prefix, in listing order:
     /// how many changes wait to upload, whether (and since when, in UTC) the remote is away, and the local
     /// store's usage, limit and latest evictions (read-only).
-    public func rootAttributes() -> [(name: String, value: String)] {
+    public func rootAttributes() throws(CoreError) -> [(name: String, value: String)] {
         let since = withLock { offlineSince }
-        var list = [(name: "pendingChanges", value: String(pendingChanges)),
+        let pending: Int
+        do { pending = try pendingChanges } catch { throw CoreError.from(error) }
+        var list = [(name: "pendingChanges", value: String(pending)),
                     (name: "isOffline", value: since == nil ? "0" : "1")]
         if let since { list.append((name: "offlineSince", value: iso8601(nanoseconds: since))) }
         let cache = cacheStatus()

@@ -63,7 +63,7 @@ final class SyncLoops: @unchecked Sendable {
     // MARK: pull
 
     /// The feed position last applied (the store is used under the container lock only).
-    var feedToken: String? { container.withLock { container.store.meta("token") } }
+    var feedToken: String? { get throws { try container.withLock { try container.store.meta("token") } } }
 
     /// Applies the feed until the remote has nothing newer (used at start, without waiting).
     func pullUntilCaughtUp() throws {
@@ -286,19 +286,28 @@ final class SyncLoops: @unchecked Sendable {
             case .idle:
                 backoff = 500_000_000
                 pause(min(60_000_000_000, container.nextSnapshotDue() ?? .max))
-            case .failed:
+            case .failed, .storeFailed:
                 pause(backoff)
                 backoff = min(backoff * 2, 30_000_000_000)
             }
         }
     }
 
-    enum PushOutcome { case idle, failed }
+    /// `storeFailed`: the journal could not be read; the pusher backs off and tries again, as for a failed push.
+    enum PushOutcome { case idle, failed, storeFailed }
 
-    /// Pushes every pending item that can go now, oldest first.
+    /// Pushes every pending item that can go now, oldest first. A failure to read the journal is logged and
+    /// shown on the mount root (`uploadingError`) until a pass reads it again.
     func pushAll() -> PushOutcome {
         while !isStopping {
-            guard let id = nextPushable() else { return .idle }
+            let next: String?
+            do { next = try nextPushable() } catch {
+                log.error("cannot read the changes waiting to upload: \(error)")
+                container.recordUploadFailure(container.rootID, error)
+                return .storeFailed
+            }
+            container.clearUploadFailure(container.rootID)
+            guard let id = next else { return .idle }
             do {
                 try Pusher(container: container, id: id).run()
             } catch {
@@ -334,9 +343,9 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
-    func nextPushable() -> String? {
-        return container.withLock {
-            let ids = (try? container.store.pendingIDs()) ?? []
+    func nextPushable() throws -> String? {
+        return try container.withLock {
+            let ids = try container.store.pendingIDs()
             let pushable = isPushable
             // A directory with changes of its own goes before the items below it: it may have to be revived on
             // the remote first (deleted there while this device added to it), or nothing can be put in it.
@@ -354,5 +363,5 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// Number of items with changes not yet on the remote.
-    var pendingCount: Int { container.withLock { (try? container.store.pendingIDs().count) ?? 0 } }
+    var pendingCount: Int { get throws { try container.withLock { try container.store.pendingIDs().count } } }
 }

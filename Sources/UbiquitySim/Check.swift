@@ -28,12 +28,13 @@ extension World {
                     if r == .idle { break }
                 }
             }
+            // A store that cannot be read is a failure the run stops on (`try!`), never "nothing pending".
             let still = remote.currentVersion == before && devices.allSatisfy {
-                $0.container.pendingIDs().isEmpty && $0.container.feedPosition == String(remote.currentVersion)
+                try! $0.container.pendingIDs().isEmpty && $0.container.feedPosition == String(remote.currentVersion)
             }
             if still { note("quiescent after \(round) round(s)"); return nil }
         }
-        let pending = devices.map { "\($0.name): \($0.container.pendingIDs().map(short))" }.joined(separator: ", ")
+        let pending = devices.map { "\($0.name): \(try! $0.container.pendingIDs().map(short))" }.joined(separator: ", ")
         return "no quiescence after 40 rounds; pending \(pending); \(failures.prefix(4).joined(separator: "; "))"
     }
 
