@@ -16,8 +16,10 @@ var shrink = true
 var showTrace = false
 var only: [Int]?
 var args = Array(CommandLine.arguments.dropFirst())
+let usageLine = "usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace]\n"
+/// A wrong argument: the usage on stderr, exit 2.
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace]\n".utf8))
+    FileHandle.standardError.write(Data(usageLine.utf8))
     exit(2)
 }
 while !args.isEmpty {
@@ -38,6 +40,9 @@ while !args.isEmpty {
     case "--only": only = value().split(separator: ",").compactMap { Int($0) }
     case "--no-shrink": shrink = false
     case "--trace": showTrace = true
+    case "--help", "-h":
+        FileHandle.standardOutput.write(Data(usageLine.utf8))
+        exit(0)
     default: usage()
     }
 }
