@@ -128,7 +128,9 @@ extension Container {
     func scanContent() {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: store.contentDirectory)) ?? []
         for name in names where !name.contains(".") { recountLocked(name) }
-        cache.lastUsed = ((try? store.lastUsedTimes()) ?? [:]).filter { items[$0.key] != nil }
+        do { cache.lastUsed = try store.lastUsedTimes().filter { items[$0.key] != nil } } catch {
+            log.error("cannot read when local copies were last used (eviction takes them in no order): \(error)")
+        }
         cache.savedLastUsed = cache.lastUsed
     }
 
@@ -200,7 +202,10 @@ extension Container {
     private func autoEvictLocked(_ id: String) -> Int64 {
         guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { return 0 }
         let bytes = cache.size(id)
-        guard (try? dropContent(item)) != nil else { return 0 }
+        do { try dropContent(item) } catch {
+            log.error("cannot evict \(pathLocked(id)): \(error)")
+            return 0
+        }
         cache.recordEviction(Eviction(time: now(), bytes: bytes, path: pathLocked(id)))
         log.info("evicted \(pathLocked(id)) (\(bytes) bytes) for the local store limit")
         return bytes

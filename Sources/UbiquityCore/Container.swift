@@ -341,7 +341,7 @@ public final class Container: @unchecked Sendable {
         items[id] = dir
         // Saved with whatever else the directory has pending (it keeps its place in the journal). A failure
         // here loses only the time, never the entry change itself, which is recorded already.
-        try? store.save(dir)
+        do { try store.save(dir) } catch { log.error("cannot save the entries time of \(dir.name): \(error)") }
         if remote { notice(.changed(id, content: false)) }
     }
 

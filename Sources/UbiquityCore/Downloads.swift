@@ -282,6 +282,7 @@ final class LandedBytes {
     func follow(to size: Int64) {
         guard size - hashed >= LandedBytes.step else { return }
         // Up to a block boundary only, so every zero block lies whole in one read and becomes a hole.
+        // Early work only: a read that fails leaves `hashed` behind, and `finish` reads it again and throws.
         try? hash(to: size - size % Int64(LandedBytes.block))
         fd.startWriteback(from: flushed, length: size - flushed)
         flushed = size

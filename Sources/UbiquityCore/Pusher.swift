@@ -47,16 +47,16 @@ struct Pusher {
             }
             if try pushItem(snap, pushedFirst: &pushedFirst) { return }
         }
-        dropFromJournal()
+        try dropFromJournal()
     }
 
     /// An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.
-    private func dropFromJournal() {
-        container.withLock {
+    private func dropFromJournal() throws {
+        try container.withLock {
             if let item = container.items[id] {
-                if !item.isPending { try? container.store.save(item) }
+                if !item.isPending { try container.store.save(item) }
             } else {
-                try? container.store.delete(id)
+                try container.store.delete(id)
             }
         }
     }

@@ -139,13 +139,18 @@ final class SyncLoops: @unchecked Sendable {
     /// made a cycle here) and applies them: the local move in the way may have given way since. A change
     /// still refused is marked again. A failure to reach the remote leaves the marks for the next time.
     func refetchRefused() {
-        let ids = container.withLock { (try? container.store.takeRefused()) ?? [] }
+        let ids: [String]
+        do { ids = try container.withLock { try container.store.takeRefused() } } catch {
+            return log.error("cannot read the remote changes to fetch again: \(error)")
+        }
         var items: [WireItem] = []
         for (i, id) in ids.enumerated() {
             do { items.append(try container.remote.item(id)) } catch RemoteError.notFound {
                 continue
             } catch {
-                container.withLock { for rest in ids[i...] { try? container.store.markRefused(rest) } }
+                do { try container.withLock { for rest in ids[i...] { try container.store.markRefused(rest) } } } catch {
+                    log.error("cannot keep the remote changes to fetch again (\(ids[i...].count) lost): \(error)")
+                }
                 break
             }
         }

@@ -145,7 +145,8 @@ extension World {
         let c = dev.container!, store = dev.store
         let index = c.indexSnapshot()
         let byID = Dictionary(uniqueKeysWithValues: index.map { ($0.id, $0) })
-        let stored = ((try? store.loadItems()) ?? []).sorted { $0.id < $1.id }
+        let stored: [Item]
+        do { stored = try store.loadItems().sorted { $0.id < $1.id } } catch { return ["\(dev.name): the store does not load: \(error)"] }
         let indexNoRoot = index.filter { $0.id != WireRules.rootID }
         let storedNoRoot = stored.filter { $0.id != WireRules.rootID }
         if indexNoRoot != storedNoRoot {
