@@ -9,6 +9,8 @@
 //          DIR/reserve        1 MiB kept free for the database: given up when the disk is full, so that deletes
 //                             (which free space) can still be recorded
 // The store does no locking of its own: the Container serialises every call.
+// Every database failure leaves it as a StoreError of its case, with SQLite's code and message; a stored value
+// that does not decode throws `badValue`, never reads as empty or absent (a later push would send that).
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
