@@ -327,7 +327,9 @@ struct Pusher {
         guard let sent = try container.withLock({ try container.store.sentCreate(id) }) else { return nil }
         // The one written by a version that recorded only that a create went carries no state: "1".
         if sent == "1" { return nil }
-        return try JSONDecoder().decode(WireItem.self, from: Data(sent.utf8))
+        do { return try JSONDecoder().decode(WireItem.self, from: Data(sent.utf8)) } catch {
+            throw StoreError.badValue(id: "sent:" + id, column: "meta", cause: "\(error)")
+        }
     }
 
     /// A create of this device landed (nobody else makes this id) without an answer, and the remote moved on

@@ -93,12 +93,10 @@ struct Daemon {
     private func openStore() throws -> Store {
         var lastError: Error?
         for _ in 0..<50 {
-            do { return try Store(directory: options.store) } catch StoreError.inUse(let dir) {
-                lastError = StoreError.inUse(directory: dir)
-                usleep(200_000)
-            } catch {
+            do { return try Store(directory: options.store) } catch {
                 lastError = error
-                break
+                guard case StoreError.inUse = error else { break }
+                usleep(200_000)
             }
         }
         throw MountFailure("\(lastError!)")
