@@ -156,6 +156,8 @@ extension Container {
         let t = now()
         cache.lastUsed[id] = t
         if let saved = cache.savedLastUsed[id], t - saved <= CacheAccount.saveStep { return }
+        // A failed save stays unsaved (in memory the time is exact) and goes with the next one: only the order
+        // of eviction after a crash depends on it.
         if (try? store.saveLastUsed([id: t])) != nil { cache.savedLastUsed[id] = t }
     }
 
