@@ -3,12 +3,28 @@
 import CSQLite
 import Foundation
 
-public struct SQLiteError: Error, CustomStringConvertible {
+public struct SQLiteError: Error, Equatable, CustomStringConvertible {
     public let code: Int32
     public let message: String
+    public init(code: Int32, message: String) {
+        self.code = code
+        self.message = message
+    }
     public var description: String { "sqlite error \(code): \(message)" }
     /// True when the disk (or quota) is full.
     public var isDiskFull: Bool { code & 0xff == SQLITE_FULL }
+
+    /// What went wrong, by the primary result code.
+    public enum Kind: Sendable { case busy, full, corrupt, constraint, other }
+    public var kind: Kind {
+        switch code & 0xff {
+        case SQLITE_BUSY, SQLITE_LOCKED: return .busy
+        case SQLITE_FULL: return .full
+        case SQLITE_CORRUPT, SQLITE_NOTADB: return .corrupt
+        case SQLITE_CONSTRAINT: return .constraint
+        default: return .other
+        }
+    }
 }
 
 /// A value bound into, or read out of, a statement.

@@ -128,7 +128,9 @@ extension CoreState {
     mutating func scanContent() {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.content)) ?? []
         for name in names where !name.contains(".") { recount(name) }
-        cache.lastUsed = ((try? store.lastUsedTimes()) ?? [:]).filter { items[$0.key] != nil }
+        do { cache.lastUsed = try store.lastUsedTimes().filter { items[$0.key] != nil } } catch {
+            log.error("cannot read when local copies were last used (eviction takes them in no order): \(error)")
+        }
         cache.savedLastUsed = cache.lastUsed
     }
 
@@ -153,7 +155,8 @@ extension CoreState {
         let t = now()
         cache.lastUsed[id] = t
         if let saved = cache.savedLastUsed[id], t - saved <= CacheAccount.saveStep { return }
-        // Best effort: a last use not saved is only an older place in the order of eviction.
+        // A failed save stays unsaved (in memory the time is exact) and goes with the next one: only the order
+        // of eviction after a crash depends on it.
         if (try? store.saveLastUsed([id: t])) != nil { cache.savedLastUsed[id] = t }
     }
 

@@ -96,7 +96,7 @@ public final class Container: @unchecked Sendable {
     }
 
     /// True when the store has never synced with the remote.
-    public var isFresh: Bool { read { $0.store.meta("token") == nil } }
+    public var isFresh: Bool { get throws { try read { s in try s.store.meta("token") == nil } } }
 
     /// Fetches the remote's current tree once (waiting for nothing), then starts the background loops.
     public func start(initialSync: Bool) throws {
@@ -113,7 +113,7 @@ public final class Container: @unchecked Sendable {
     }
 
     /// Number of items with changes not yet acknowledged by the remote.
-    public var pendingChanges: Int { sync.pendingCount }
+    public var pendingChanges: Int { get throws { try sync.pendingCount } }
 
     /// Stops the background loops; in-flight transfers are abandoned (their staging files are removed at the next start).
     public func stop() {
@@ -295,7 +295,7 @@ extension CoreState {
         for item in try store.loadItems() { items[item.id] = item }
         for (id, item) in items.byID where item.parent != nil { items[id]!.parent = interned(item.parent) }
         discardedConflicts = Set(try store.resolvedConflicts())
-        caughtUp = store.meta("token") != nil
+        caughtUp = try store.meta("token") != nil
         unpushedConflicts = Set(try store.unpushedConflicts())
         if items[rootID] == nil {
             let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),
@@ -433,7 +433,7 @@ extension CoreState {
         let before = item
         var item = item
         do {
-            if item.remoteVersion == 0 && !store.createWasSent(item.id) {
+            if try item.remoteVersion == 0 && !store.createWasSent(item.id) {
                 try store.delete(item.id)
                 items[item.id] = nil
             } else {

@@ -148,7 +148,7 @@ final class Downloads: @unchecked Sendable {
                 // Offline (the change feed knows the remote is away): one try, no waiting out the deadline;
                 // the open serves what is local.
                 if now >= deadline || container.isOffline {
-                    return .failure(.io(error.description))
+                    return .failure(.remote(error))
                 }
                 log.warning("download of \(id) failed: \(error); retrying")
                 backoff.sleep(in: container.config.environment, limit: deadline - now)
@@ -156,7 +156,7 @@ final class Downloads: @unchecked Sendable {
                 // Not worth resuming (refused, gone, or the store is full): free what the partial copy holds.
                 try? removeFile(stagingPath(id, sha))
                 record(id, error: error.description)
-                return .failure(.io(error.description))
+                return .failure(.remote(error))
             } catch {
                 try? removeFile(stagingPath(id, sha))
                 let e = CoreError.from(error)
@@ -277,6 +277,7 @@ final class LandedBytes {
     func follow(to size: Int64) {
         guard size - hashed >= LandedBytes.step else { return }
         // Up to a block boundary only, so every zero block lies whole in one read and becomes a hole.
+        // Early work only: a read that fails leaves `hashed` behind, and `finish` reads it again and throws.
         try? hash(to: size - size % Int64(LandedBytes.block))
         fd.startWriteback(from: flushed, length: size - flushed)
         flushed = size

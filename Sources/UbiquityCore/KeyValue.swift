@@ -112,8 +112,15 @@ public final class KeyValueStore: @unchecked Sendable {
     private func pushLoop() {
         while true {
             let work: [WireKVEntry] = cond.withLock {
-                while !stopped && ((try? pending()) ?? []).isEmpty { cond.wait(until: Date(timeIntervalSinceNow: 5)) }
-                return stopped ? [] : ((try? pending()) ?? [])
+                // A journal that cannot be read is logged and read again after the wait, never taken as empty.
+                while !stopped {
+                    do {
+                        let work = try pending()
+                        if !work.isEmpty { return work }
+                    } catch { log.error("kv: cannot read the writes waiting to upload: \(error)") }
+                    _ = cond.wait(until: Date(timeIntervalSinceNow: 5))
+                }
+                return []
             }
             if isStopped { return }
             var failed = false
@@ -152,9 +159,11 @@ public final class KeyValueStore: @unchecked Sendable {
     private func refused(_ entry: WireKVEntry, _ error: RemoteError) {
         log.warning("kv: the remote refused \(entry.key): \(error)")
         cond.withLock {
-            _ = try? db.query("DELETE FROM kv_local WHERE key = ? AND mtime = ? AND device = ?",
-                              [.text(entry.key), .int(entry.mtime), .text(entry.device)])
-            try? setMeta("seq", "0")
+            do {
+                try db.query("DELETE FROM kv_local WHERE key = ? AND mtime = ? AND device = ?",
+                             [.text(entry.key), .int(entry.mtime), .text(entry.device)])
+                try setMeta("seq", "0")
+            } catch { log.error("kv: cannot drop the refused \(entry.key): \(error)") }
             if case .rejected(413, _) = error { record(.quotaViolationChange, [entry.key]) }
         }
     }
@@ -163,11 +172,12 @@ public final class KeyValueStore: @unchecked Sendable {
         while !isStopped {
             guard let remote else { return }
             // The initial sync answers at once, even with nothing on the remote; later reads long-poll.
-            let (since, synced) = cond.withLock { (Int64(meta("seq") ?? "0") ?? 0, meta("synced") != nil) }
             do {
+                let (since, synced) = try cond.withLock { (Int64(try meta("seq") ?? "0") ?? 0, try meta("synced") != nil) }
                 let answer = try remote.kvChanges(since: since, waitSeconds: synced ? 20 : 0)
                 cond.withLock { take(answer, since: since) }
             } catch {
+                if !(error is RemoteError) { log.error("kv: cannot read the feed position: \(error)") }
                 pause(seconds: 1)
             }
         }
@@ -176,13 +186,13 @@ public final class KeyValueStore: @unchecked Sendable {
     /// Applies a feed answer; the first one of a fresh store is the initial sync.
     private func take(_ answer: WireKVChanges, since: Int64) {
         do {
-            guard Int64(meta("seq") ?? "0") ?? 0 == since else { return } // reset meanwhile: read again
+            guard Int64(try meta("seq") ?? "0") ?? 0 == since else { return } // reset meanwhile: read again
             var changed: [String] = []
             try db.transaction {
                 for e in answer.entries where try apply(e) { changed.append(e.key) }
                 try setMeta("seq", String(answer.seq))
             }
-            if meta("synced") == nil {
+            if try meta("synced") == nil {
                 try setMeta("synced", "1")
                 record(.initialSyncChange, changed)
             } else if !changed.isEmpty {
@@ -228,14 +238,18 @@ public final class KeyValueStore: @unchecked Sendable {
         var mtime: Int64 { entry.mtime }
     }
 
-    private static func decode(_ text: String?) -> KVValue? {
-        text.flatMap { try? JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
+    /// A stored value; one that does not decode throws (read as absent, a deleted key would be pushed).
+    private static func decode(_ text: String?, of key: String) throws -> KVValue? {
+        guard let text else { return nil }
+        do { return try JSONDecoder().decode(KVValue.self, from: Data(text.utf8)) } catch {
+            throw StoreError.badValue(id: key, column: "kv value", cause: "\(error)")
+        }
     }
 
     private func row(_ key: String) throws -> Row? {
         var found: Row?
         try db.forEach("SELECT value, mtime, device, deleted, pending FROM kv_local WHERE key = ?", [.text(key)]) { r in
-            found = Row(entry: WireKVEntry(key: key, value: Self.decode(r.optionalText(0)), mtime: r.int(1),
+            found = Row(entry: WireKVEntry(key: key, value: try Self.decode(r.optionalText(0), of: key), mtime: r.int(1),
                                            device: r.text(2), deleted: r.int(3) != 0), pending: r.int(4) != 0)
         }
         return found
@@ -244,7 +258,7 @@ public final class KeyValueStore: @unchecked Sendable {
     private func pending() throws -> [WireKVEntry] {
         var out: [WireKVEntry] = []
         try db.forEach("SELECT key, value, mtime, device, deleted FROM kv_local WHERE pending = 1") { r in
-            out.append(WireKVEntry(key: r.text(0), value: Self.decode(r.optionalText(1)), mtime: r.int(2),
+            out.append(WireKVEntry(key: r.text(0), value: try Self.decode(r.optionalText(1), of: r.text(0)), mtime: r.int(2),
                                    device: r.text(3), deleted: r.int(4) != 0))
         }
         return out
@@ -254,7 +268,7 @@ public final class KeyValueStore: @unchecked Sendable {
     private func liveSizes() throws -> [String: Int] {
         var out: [String: Int] = [:]
         try db.forEach("SELECT key, value FROM kv_local WHERE deleted = 0") { r in
-            out[r.text(0)] = Self.decode(r.optionalText(1))?.byteSize ?? 0
+            out[r.text(0)] = try Self.decode(r.optionalText(1), of: r.text(0))?.byteSize ?? 0
         }
         return out
     }
@@ -269,9 +283,9 @@ public final class KeyValueStore: @unchecked Sendable {
                   .int(e.deleted ? 1 : 0), .int(pending ? 1 : 0)])
     }
 
-    private func meta(_ key: String) -> String? {
+    private func meta(_ key: String) throws -> String? {
         var found: String?
-        try? db.forEach("SELECT value FROM kv_meta WHERE key = ?", [.text(key)]) { found = $0.text(0) }
+        try db.forEach("SELECT value FROM kv_meta WHERE key = ?", [.text(key)]) { found = $0.text(0) }
         return found
     }
 
@@ -283,7 +297,7 @@ public final class KeyValueStore: @unchecked Sendable {
     /// Binds the store to `account`; a store bound to another drops its values and syncs afresh.
     private func bind(_ account: String) throws {
         try cond.withLock {
-            let old = meta("account")
+            let old = try meta("account")
             if old == account { return }
             if old != nil {
                 let keys = try liveSizes().keys.sorted()

@@ -29,7 +29,7 @@ extension CoreState {
         item.localOnlyAbove = isLocalOnlyFolder(item.parent)
         guard item.isLocalOnly != before.isLocalOnly else { return try saveLocalChange(item) }
         var order: [Item] = []
-        collectLocalOnlyChange(item, into: &order)
+        try collectLocalOnlyChange(item, into: &order)
         // The remote takes what is in a folder only once the folder is there, and deletes only empty folders.
         if item.isLocalOnly { order.reverse() }
         do {
@@ -41,9 +41,9 @@ extension CoreState {
     }
 
     /// Appends `item`, in its new state, and every item below it whose state changes with it, parents first.
-    private mutating func collectLocalOnlyChange(_ item: Item, into order: inout [Item]) {
+    private mutating func collectLocalOnlyChange(_ item: Item, into order: inout [Item]) throws(CoreError) {
         var item = item
-        if !item.isLocalOnly { becomeUbiquitous(&item) }
+        if !item.isLocalOnly { try becomeUbiquitous(&item) }
         order.append(item)
         for childID in (children[item.id] ?? [:]).values {
             guard var child = items[childID] else { continue }
@@ -51,16 +51,16 @@ extension CoreState {
             child.localOnlyAbove = item.isLocalOnly
             // Local-only by itself (a nested .nosync folder, a fifo): it and what is below it stay as they are.
             if child.isLocalOnly == was { items[childID] = child; continue }
-            collectLocalOnlyChange(child, into: &order)
+            try collectLocalOnlyChange(child, into: &order)
         }
     }
 
     /// Makes a local-only item ubiquitous again: all of it goes up, over its old tombstone when the remote
     /// deleted it, on top of the version it had when an edit elsewhere kept it there (a conflict then), and a
     /// copy the remote has not deleted yet is simply updated.
-    func becomeUbiquitous(_ item: inout Item) {
+    func becomeUbiquitous(_ item: inout Item) throws(CoreError) {
         if item.remoteVersion == 0 {
-            item.remoteVersion = store.leftRemoteBase(item.id) ?? 0
+            do { item.remoteVersion = try store.leftRemoteBase(item.id) ?? 0 } catch { throw CoreError.from(error) }
             if item.hasContent {
                 item.dirty = true
                 item.localSHA = nil

@@ -240,6 +240,13 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case crossDevice(String)
     /// The key-value store's quota (its key count or its total size) would pass.
     case quotaExceeded(String)
+    /// The store's database failed, or holds a value that does not decode (a full disk is `noSpace`): the
+    /// cause, kept for the log and the status.
+    case store(StoreError)
+    /// The remote failed: the cause, kept for the log and the status.
+    case remote(RemoteError)
+    /// A system call failed with an errno that has no case of its own.
+    case system(Errno)
 
     public var description: String {
         switch self {
@@ -265,18 +272,34 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .unsupported(let m): return "not supported: \(m)"
         case .crossDevice(let m): return "cannot be moved in place: \(m)"
         case .quotaExceeded(let m): return m
+        case .store(let e): return "I/O error: \(e)"
+        case .remote(let e): return "I/O error: \(e)"
+        case .system(let e): return "I/O error: \(e)"
         }
     }
 
-    /// Maps a system error met while touching the store.
+    /// Maps an error met while touching the store, its files or the remote to its case, keeping the cause.
     public static func from(_ error: Error) -> CoreError {
-        if let e = error as? CoreError { return e }
-        if let e = error as? Errno, e == .noSpace { return .noSpace }
-        if let e = error as? Errno, e == .fileTooBig { return .fileTooBig }
-        if let e = error as? Errno, e == .notSupported { return .unsupported("\(e)") }
-        if let e = error as? Errno, e == .invalid { return .invalidArgument("\(e)") }
-        if let e = error as? SQLiteError, e.isDiskFull { return .noSpace }
-        return .io("\(error)")
+        switch error {
+        case let e as CoreError: return e
+        case let e as Errno: return from(e)
+        case let e as StoreError:
+            if case .full = e { return .noSpace }
+            return .store(e)
+        case let e as SQLiteError: return from(StoreError(e))
+        case let e as RemoteError: return .remote(e)
+        default: return .io("\(error)")
+        }
+    }
+
+    private static func from(_ e: Errno) -> CoreError {
+        switch e {
+        case .noSpace: return .noSpace
+        case .fileTooBig: return .fileTooBig
+        case .notSupported: return .unsupported("\(e)")
+        case .invalid: return .invalidArgument("\(e)")
+        default: return .system(e)
+        }
     }
 }
 

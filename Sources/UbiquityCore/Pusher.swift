@@ -46,7 +46,7 @@ struct Pusher {
             if try pushItem(snap, pushedFirst: &pushedFirst) { return }
         }
         // An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.
-        container.dropFromJournal(id)
+        try container.dropFromJournal(id)
     }
 
     /// Pushes the item that must go first so that `other` can go (see SyncState `firstToPush`), as a push
@@ -81,7 +81,7 @@ struct Pusher {
     /// A delete of an item the remote never acknowledged: if its create was sent and no answer came, whether
     /// it landed decides.
     private func deleteAfterUnansweredCreate(_ item: Item) throws -> Bool {
-        guard container.createWasSent(id) else {
+        guard try container.createWasSent(id) else {
             try container.forgetDeleted(id)
             return true
         }
@@ -246,7 +246,7 @@ struct Pusher {
                             pushedFirst: inout Set<String>) throws -> Bool {
         switch error {
         case .preconditionFailed(let current):
-            if item.remoteVersion == 0, let current, let sent = container.sentCreate(id) {
+            if item.remoteVersion == 0, let current, let sent = try container.sentCreate(id) {
                 return try resolveOverLandedCreate(sent, current, snap: snap, pushed: item)
             }
             try resolve(current, snap: snap, pushed: item)

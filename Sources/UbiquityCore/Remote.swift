@@ -28,6 +28,8 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
     case cancelled
     /// The bytes that arrived could not be written here: the local disk is full.
     case localDiskFull(String)
+    /// A file here that the transfer reads or writes failed (not the remote's doing), with the errno.
+    case localFile(String, cause: Errno)
 
     public var description: String {
         switch self {
@@ -42,6 +44,7 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
         case .server(let s, let m): return "remote error (\(s)): \(m)"
         case .cancelled: return "cancelled"
         case .localDiskFull(let m): return "no space left here: \(m)"
+        case .localFile(let m, let cause): return "\(m): \(cause)"
         }
     }
 

@@ -20,7 +20,8 @@ extension Container {
                 percentUploaded: uploaded ? 100 : (t.isUploading ? percent(t.uploadedBytes, t.uploadTotal) : 0),
                 hasUnresolvedConflicts: !item.conflicts.isEmpty,
                 downloadingError: t.downloadError,
-                uploadingError: item.isPending ? t.uploadError : nil,
+                // The root's: the pusher could not read the journal (Sync.pushAll).
+                uploadingError: item.isPending || id == s.rootID ? t.uploadError : nil,
                 pinned: s.isPinned(id),
                 isUbiquitous: !item.isLocalOnly,
                 isExcludedFromSync: item.excluded)
@@ -37,6 +38,12 @@ extension Container {
         }
     }
 
+    /// Forgets a recorded push failure of the item (no notice when there was none).
+    func clearUploadFailure(_ id: String) {
+        mutate { (s: inout CoreState) in
+            if s.transfers[id]?.uploadError != nil { s.updateTransfer(id) { $0.uploadError = nil } }
+        }
+    }
     /// Starts downloading a file, or every file below a directory, in the background.
     public func requestDownload(_ id: String) throws(CoreError) {
         let ids = try read { (s) throws(CoreError) -> [String] in
@@ -129,9 +136,11 @@ extension Container {
     /// The attributes of the mount root alone, by name without the `user.ubiquity.` prefix, in listing order:
     /// how many changes wait to upload, whether (and since when, in UTC) the remote is away, and the local
     /// store's usage, limit and latest evictions (read-only).
-    public func rootAttributes() -> [(name: String, value: String)] {
+    public func rootAttributes() throws(CoreError) -> [(name: String, value: String)] {
         let since = read { $0.offlineSince }
-        var list = [(name: "pendingChanges", value: String(pendingChanges)),
+        let pending: Int
+        do { pending = try pendingChanges } catch { throw CoreError.from(error) }
+        var list = [(name: "pendingChanges", value: String(pending)),
                     (name: "isOffline", value: since == nil ? "0" : "1")]
         if let since { list.append((name: "offlineSince", value: iso8601(nanoseconds: since))) }
         let cache = cacheStatus()

@@ -23,7 +23,12 @@ extension Container {
 
     /// Pushes the oldest pushable pending item.
     public func pushOnce() -> PushStep {
-        guard let id = sync.nextPushable() else { return .idle }
+        let next: String?
+        do { next = try sync.nextPushable() } catch {
+            recordUploadFailure(rootID, error)
+            return .failed(rootID, "\(error)")
+        }
+        guard let id = next else { return .idle }
         do {
             try Pusher(container: self, id: id).run()
             return .pushed(id)
@@ -61,5 +66,5 @@ extension Container {
     }
 
     /// The feed position last applied.
-    public var feedPosition: String? { sync.feedToken }
+    public var feedPosition: String? { get throws { try sync.feedToken } }
 }

@@ -9,6 +9,8 @@
 //          DIR/reserve        1 MiB kept free for the database: given up when the disk is full, so that deletes
 //                             (which free space) can still be recorded
 // The store does no locking of its own: the Container serialises every call.
+// Every database failure leaves it as a StoreError of its case, with SQLite's code and message; a stored value
+// that does not decode throws `badValue`, never reads as empty or absent (a later push would send that).
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -41,7 +43,7 @@ public final class Store: @unchecked Sendable {
         try makeDirectories(directory + "/staging")
         lockFD = Glibc.open(directory + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if lockFD < 0 || flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
-            throw StoreError("the store \(directory) is in use by another ubiquityfs daemon")
+            throw StoreError.inUse(directory: directory)
         }
         do {
             db = try Database(path: directory + "/state.sqlite")
@@ -49,8 +51,7 @@ public final class Store: @unchecked Sendable {
             try createSchema()
             _ = try db.query("SELECT count(*) FROM items")
         } catch {
-            throw StoreError("the store database \(directory)/state.sqlite cannot be used (\(error)); "
-                + "move the store aside to start afresh (ubiquityfs check --store \(directory))")
+            throw StoreError.unusable(directory: directory, cause: "\(error)")
         }
         nextSeq = (try values("SELECT coalesce(max(seq), 0) FROM pending") { $0.int(0) }.first ?? 0) + 1
         clearStaging()
@@ -75,14 +76,16 @@ public final class Store: @unchecked Sendable {
     /// transaction's owner retries the whole of it (`giveUpReserve`).
     private func withReserve<T>(_ body: () throws -> T) throws -> T {
         checkInTransaction()
-        do {
-            let result = try body()
-            if !inTransaction { keepReserve() }
-            return result
-        } catch let error as SQLiteError where error.isDiskFull && hasReserve && !inTransaction {
-            try? removeFile(reservePath)
-            hasReserve = false
-            return try body()
+        return try typed {
+            do {
+                let result = try body()
+                if !inTransaction { keepReserve() }
+                return result
+            } catch let error as SQLiteError where error.isDiskFull && hasReserve && !inTransaction {
+                try? removeFile(reservePath) // gone already is as good: the retry only needs the room
+                hasReserve = false
+                return try body()
+            }
         }
     }
 
@@ -102,12 +105,12 @@ public final class Store: @unchecked Sendable {
 
     func begin() throws {
         precondition(!inTransaction, "transactions do not nest")
-        try db.exec("BEGIN")
+        try typed { try db.exec("BEGIN") }
         inTransaction = true
     }
 
     func commit() throws {
-        try db.exec("COMMIT")
+        try typed { try db.exec("COMMIT") }
         inTransaction = false
         keepReserve()
     }
@@ -122,7 +125,7 @@ public final class Store: @unchecked Sendable {
     /// After a transaction failed on a full disk: frees the reserve so that one more try can succeed; false
     /// when `error` is not a full disk or the reserve is gone already.
     func giveUpReserve(after error: Error) -> Bool {
-        guard let error = error as? SQLiteError, error.isDiskFull, hasReserve else { return false }
+        guard CoreError.from(error) == .noSpace, hasReserve else { return false }
         try? removeFile(reservePath)
         hasReserve = false
         return true
@@ -164,16 +167,16 @@ public final class Store: @unchecked Sendable {
 
     /// Runs a query and reads each row inside the callback: a Row is only valid there (the rows
     /// `Database.query` returns outlive their statement and must not be read).
-    private func values<T>(_ sql: String, _ params: [SQLValue] = [], _ read: (Row) -> T) throws -> [T] {
+    private func values<T>(_ sql: String, _ params: [SQLValue] = [], _ read: (Row) throws -> T) throws -> [T] {
         var out: [T] = []
-        try db.forEach(sql, params) { out.append(read($0)) }
+        try typed { try db.forEach(sql, params) { out.append(try read($0)) } }
         return out
     }
 
     // MARK: meta
 
-    func meta(_ key: String) -> String? {
-        (try? values("SELECT value FROM meta WHERE key = ?", [.text(key)]) { $0.text(0) })?.first
+    func meta(_ key: String) throws -> String? {
+        try values("SELECT value FROM meta WHERE key = ?", [.text(key)]) { $0.text(0) }.first
     }
 
     func setMeta(_ key: String, _ value: String) throws {
@@ -188,7 +191,7 @@ public final class Store: @unchecked Sendable {
 
     func removeMeta(_ key: String) throws {
         checkInTransaction()
-        try db.query("DELETE FROM meta WHERE key = ?", [.text(key)])
+        try typed { try db.query("DELETE FROM meta WHERE key = ?", [.text(key)]) }
     }
 
     /// Sets of ids kept in `meta` under a key prefix ("resolved:", "unpushed:", "refused:").
@@ -202,7 +205,7 @@ public final class Store: @unchecked Sendable {
 
     private func deleteIDs(_ prefix: String, _ ids: [String]) throws {
         checkInTransaction()
-        try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } }
+        try typed { try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } } }
     }
 
     private func ids(_ prefix: String) throws -> [String] {
@@ -238,9 +241,9 @@ public final class Store: @unchecked Sendable {
                          [.text("sent:" + id), .text(what)])
         }
     }
-    func createWasSent(_ id: String) -> Bool { meta("sent:" + id) != nil }
+    func createWasSent(_ id: String) throws -> Bool { try meta("sent:" + id) != nil }
     /// The state recorded by `markCreateSent`.
-    func sentCreate(_ id: String) -> String? { meta("sent:" + id) }
+    func sentCreate(_ id: String) throws -> String? { try meta("sent:" + id) }
     /// The remote does not hold the item (any more): a create sent before is not there.
     func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
 
@@ -250,7 +253,11 @@ public final class Store: @unchecked Sendable {
         try setMeta("gone:" + id, String(base))
     }
     /// The version recorded by `markLeftRemote` (kept until the item is removed: a newer one replaces it).
-    func leftRemoteBase(_ id: String) -> Int64? { meta("gone:" + id).flatMap { Int64($0) } }
+    func leftRemoteBase(_ id: String) throws -> Int64? {
+        guard let text = try meta("gone:" + id) else { return nil }
+        guard let base = Int64(text) else { throw StoreError.badValue(id: "gone:" + id, column: "meta", cause: text) }
+        return base
+    }
 
     // MARK: items
 
@@ -269,7 +276,8 @@ public final class Store: @unchecked Sendable {
 
     private func loadRows() throws -> [Item] {
         var items: [Item] = []
-        try db.forEach("SELECT \(Store.columns) FROM items") { row in
+        try typed { try db.forEach("SELECT \(Store.columns) FROM items") { row in
+            let id = row.text(0)
             items.append(Item(
                 id: row.text(0), parent: row.optionalText(1), name: row.text(2),
                 kind: ItemKind(rawValue: row.text(3)) ?? .file, mode: UInt32(row.int(4)),
@@ -277,10 +285,11 @@ public final class Store: @unchecked Sendable {
                 remoteVersion: row.int(8), remoteSHA: row.text(9), remoteSize: row.int(10), device: row.text(11),
                 hasLocal: row.int(12) != 0, localSHA: row.optionalText(13), dirty: row.int(14) != 0,
                 metaDirty: row.int(15) != 0, deleted: row.int(16) != 0, pinned: row.int(17) != 0,
-                xattrs: Store.decodeXattrs(row.text(18)), conflicts: Store.decodeConflicts(row.text(19)),
+                xattrs: try Store.decodeXattrs(row.text(18), of: id),
+                conflicts: try Store.decodeConflicts(row.text(19), of: id),
                 target: row.optionalText(20),
                 atime: row.isNull(21) ? nil : row.int(21), entriesMTime: row.int(22), excluded: row.int(23) != 0))
-        }
+        } }
         return items
     }
 
@@ -344,7 +353,7 @@ public final class Store: @unchecked Sendable {
     /// The last open or close of each file with a recorded one (ns since the epoch).
     func lastUsedTimes() throws -> [String: Int64] {
         var times: [String: Int64] = [:]
-        try db.forEach("SELECT id, at FROM last_used") { times[$0.text(0)] = $0.int(1) }
+        try typed { try db.forEach("SELECT id, at FROM last_used") { times[$0.text(0)] = $0.int(1) } }
         return times
     }
 
@@ -370,27 +379,88 @@ public final class Store: @unchecked Sendable {
 
     // MARK: encoding
 
+    // A dictionary of strings and an array of plain structs always encode: the `try!` cannot trap.
     static func encodeXattrs(_ x: [String: [UInt8]]) -> String {
-        String(decoding: (try? JSONEncoder.wire.encode(Xattrs.toWire(x))) ?? Data("{}".utf8), as: UTF8.self)
+        String(decoding: try! JSONEncoder.wire.encode(Xattrs.toWire(x)), as: UTF8.self)
     }
 
-    static func decodeXattrs(_ s: String) -> [String: [UInt8]] {
-        let wire = (try? JSONDecoder().decode([String: String].self, from: Data(s.utf8))) ?? [:]
-        return Xattrs.fromWire(wire)
+    /// The xattrs stored for item `id`; a value that does not decode throws (an empty set would be pushed).
+    static func decodeXattrs(_ s: String, of id: String) throws -> [String: [UInt8]] {
+        let wire = try decode([String: String].self, s, id: id, column: "xattrs")
+        return try wire.mapValues { value in
+            guard let data = Data(base64Encoded: value) else {
+                throw StoreError.badValue(id: id, column: "xattrs", cause: "a value is not base64")
+            }
+            return [UInt8](data)
+        }
     }
 
     static func encodeConflicts(_ c: [WireConflict]) -> String {
-        String(decoding: (try? JSONEncoder.wire.encode(c)) ?? Data("[]".utf8), as: UTF8.self)
+        String(decoding: try! JSONEncoder.wire.encode(c), as: UTF8.self)
     }
 
-    static func decodeConflicts(_ s: String) -> [WireConflict] {
-        (try? JSONDecoder().decode([WireConflict].self, from: Data(s.utf8))) ?? []
+    /// The conflict versions stored for item `id`; a value that does not decode throws.
+    static func decodeConflicts(_ s: String, of id: String) throws -> [WireConflict] {
+        try decode([WireConflict].self, s, id: id, column: "conflicts")
+    }
+
+    private static func decode<T: Decodable>(_ type: T.Type, _ s: String, id: String, column: String) throws -> T {
+        do { return try JSONDecoder().decode(type, from: Data(s.utf8)) } catch {
+            throw StoreError.badValue(id: id, column: column, cause: "\(error)")
+        }
     }
 }
 
-public struct StoreError: Error, CustomStringConvertible {
-    public let description: String
-    public init(_ description: String) { self.description = description }
+/// A failure of the store, with its cause: the database's own code and message, or the row that does not decode.
+public enum StoreError: Error, Equatable, CustomStringConvertible {
+    /// Another daemon holds the store's lock.
+    case inUse(directory: String)
+    /// The database cannot be opened or read at all.
+    case unusable(directory: String, cause: String)
+    /// The database stayed locked past the busy timeout.
+    case busy(SQLiteError)
+    /// The disk (or quota) is full.
+    case full(SQLiteError)
+    /// The database file is damaged, or is not a database.
+    case corrupt(SQLiteError)
+    /// A constraint refused the write.
+    case constraint(SQLiteError)
+    /// Reading or writing the database file failed, or any other database error.
+    case io(SQLiteError)
+    /// A stored value that does not decode: `column` of the item (or meta key) `id`.
+    case badValue(id: String, column: String, cause: String)
+
+    /// The case of a database error, by its primary result code.
+    public init(_ error: SQLiteError) {
+        switch error.kind {
+        case .busy: self = .busy(error)
+        case .full: self = .full(error)
+        case .corrupt: self = .corrupt(error)
+        case .constraint: self = .constraint(error)
+        case .other: self = .io(error)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .inUse(let dir): return "the store \(dir) is in use by another ubiquityfs daemon"
+        case .unusable(let dir, let cause):
+            return "the store database \(dir)/state.sqlite cannot be used (\(cause)); "
+                + "move the store aside to start afresh (ubiquityfs check --store \(dir))"
+        case .busy(let e): return "the store database is busy: \(e)"
+        case .full(let e): return "the store's disk is full: \(e)"
+        case .corrupt(let e): return "the store database is damaged: \(e)"
+        case .constraint(let e): return "the store refused the write: \(e)"
+        case .io(let e): return "the store database failed: \(e)"
+        case .badValue(let id, let column, let cause): return "the stored \(column) of \(id) does not decode: \(cause)"
+        }
+    }
+}
+
+/// Runs store work, turning a database error into the StoreError of its case.
+@discardableResult
+func typed<T>(_ body: () throws -> T) throws -> T {
+    do { return try body() } catch let error as SQLiteError { throw StoreError(error) }
 }
 
 /// The paths of a store's files.

@@ -67,7 +67,7 @@ final class SyncLoops: @unchecked Sendable {
     // MARK: pull
 
     /// The feed position last applied.
-    var feedToken: String? { container.feedToken }
+    var feedToken: String? { get throws { try container.feedToken } }
 
     /// Applies the feed until the remote has nothing newer (used at start, without waiting).
     func pullUntilCaughtUp() throws {
@@ -133,13 +133,18 @@ final class SyncLoops: @unchecked Sendable {
     /// made a cycle here) and applies them: the local move in the way may have given way since. A change
     /// still refused is marked again. A failure to reach the remote leaves the marks for the next time.
     func refetchRefused() {
-        let ids = container.takeRefused()
+        let ids: [String]
+        do { ids = try container.takeRefused() } catch {
+            return log.error("cannot read the remote changes to fetch again: \(error)")
+        }
         var items: [WireItem] = []
         for (i, id) in ids.enumerated() {
             do { items.append(try container.remote.item(id)) } catch RemoteError.notFound {
                 continue
             } catch {
-                container.markRefused(ids[i...])
+                do { try container.markRefused(ids[i...]) } catch {
+                    log.error("cannot keep the remote changes to fetch again (\(ids[i...].count) lost): \(error)")
+                }
                 break
             }
         }
@@ -160,19 +165,28 @@ final class SyncLoops: @unchecked Sendable {
             case .idle:
                 backoff = 500_000_000
                 pause(min(60_000_000_000, container.nextSnapshotDue() ?? .max))
-            case .failed:
+            case .failed, .storeFailed:
                 pause(backoff)
                 backoff = min(backoff * 2, 30_000_000_000)
             }
         }
     }
 
-    enum PushOutcome { case idle, failed }
+    /// `storeFailed`: the journal could not be read; the pusher backs off and tries again, as for a failed push.
+    enum PushOutcome { case idle, failed, storeFailed }
 
-    /// Pushes every pending item that can go now, oldest first.
+    /// Pushes every pending item that can go now, oldest first. A failure to read the journal is logged and
+    /// shown on the mount root (`uploadingError`) until a pass reads it again.
     func pushAll() -> PushOutcome {
         while !isStopping {
-            guard let id = nextPushable() else { return .idle }
+            let next: String?
+            do { next = try nextPushable() } catch {
+                log.error("cannot read the changes waiting to upload: \(error)")
+                container.recordUploadFailure(container.rootID, error)
+                return .storeFailed
+            }
+            container.clearUploadFailure(container.rootID)
+            guard let id = next else { return .idle }
             do {
                 try Pusher(container: container, id: id).run()
             } catch {
@@ -185,8 +199,8 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
-    func nextPushable() -> String? { container.nextPushable() }
+    func nextPushable() throws -> String? { try container.nextPushable() }
 
     /// Number of items with changes not yet on the remote.
-    var pendingCount: Int { container.pendingPushCount }
+    var pendingCount: Int { get throws { try container.pendingPushCount } }
 }

@@ -15,7 +15,7 @@ private let pushLog = Logger("push")
 
 extension Container {
     /// The feed position last applied.
-    var feedToken: String? { read { s in s.store.meta("token") } }
+    var feedToken: String? { get throws { try read { s in try s.store.meta("token") } } }
 
     /// Applies remote items and the feed position they bring (nil: items fetched one by one), in one store
     /// transaction; pinned files whose content changed start downloading after it.
@@ -37,10 +37,12 @@ extension Container {
     func markCaughtUp() { mutate { (s: inout CoreState) in s.caughtUp = true } }
 
     /// Takes the ids of the remote changes the puller refused (see SyncLoops.refetchRefused).
-    func takeRefused() -> [String] { mutate { (s: inout CoreState) in (try? s.store.takeRefused()) ?? [] } ?? [] }
+    func takeRefused() throws -> [String] { try mutateThrowing { s in try s.store.takeRefused() } }
 
     /// Marks again refused changes that could not be fetched.
-    func markRefused(_ ids: ArraySlice<String>) { mutate { (s: inout CoreState) in for id in ids { try? s.store.markRefused(id) } } }
+    func markRefused(_ ids: ArraySlice<String>) throws {
+        try mutateThrowing { s in for id in ids { try s.store.markRefused(id) } }
+    }
 
 }
 
@@ -52,9 +54,9 @@ extension Container {
     func firstToPush(toFree id: String) -> String? { read { s in s.firstToPushNow(toFree: id) } }
 
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
-    func nextPushable() -> String? {
-        read { s in
-            let ids = (try? s.store.pendingIDs()) ?? []
+    func nextPushable() throws -> String? {
+        try read { s in
+            let ids = try s.store.pendingIDs()
             let pushable = s.isPushable
             // A directory with changes of its own goes before the items below it: it may have to be revived on
             // the remote first (deleted there while this device added to it), or nothing can be put in it.
@@ -72,7 +74,7 @@ extension Container {
     }
 
     /// Number of items with changes not yet on the remote.
-    var pendingPushCount: Int { read { s in (try? s.store.pendingIDs().count) ?? 0 } }
+    var pendingPushCount: Int { get throws { try read { s in try s.store.pendingIDs().count } } }
 }
 
 // MARK: the pusher: reads
@@ -84,11 +86,16 @@ extension Container {
     }
 
     /// True when the create of an item not yet acknowledged was sent (it may have landed).
-    func createWasSent(_ id: String) -> Bool { read { s in s.store.createWasSent(id) } }
+    func createWasSent(_ id: String) throws -> Bool { try read { s in try s.store.createWasSent(id) } }
 
     /// The state this device first sent to create the item, if recorded.
-    func sentCreate(_ id: String) -> WireItem? {
-        read { s in s.store.sentCreate(id) }.flatMap { try? JSONDecoder().decode(WireItem.self, from: Data($0.utf8)) }
+    func sentCreate(_ id: String) throws -> WireItem? {
+        guard let sent = try read({ s in try s.store.sentCreate(id) }) else { return nil }
+        // The one written by a version that recorded only that a create went carries no state: "1".
+        if sent == "1" { return nil }
+        do { return try JSONDecoder().decode(WireItem.self, from: Data(sent.utf8)) } catch {
+            throw StoreError.badValue(id: "sent:" + id, column: "meta", cause: "\(error)")
+        }
     }
 
     /// True when every conflict version the remote lists is one the item lists, or one resolved here.
@@ -145,12 +152,12 @@ extension Container {
 
 extension Container {
     /// Takes an item out of the push journal when it has nothing left to push, or is gone.
-    func dropFromJournal(_ id: String) {
-        mutate { (s: inout CoreState) in
+    func dropFromJournal(_ id: String) throws {
+        try mutateThrowing { s in
             if let item = s.items[id] {
-                if !item.isPending { try? s.store.save(item) }
+                if !item.isPending { try s.store.save(item) }
             } else {
-                try? s.store.delete(id)
+                try s.store.delete(id)
             }
         }
     }
@@ -207,7 +214,7 @@ extension Container {
             try s.store.forgetCreateSent(id)
             if let base { try s.store.markLeftRemote(id, base: base) }
             cur.remoteVersion = 0
-            if !cur.isLocalOnly { s.becomeUbiquitous(&cur) }
+            if !cur.isLocalOnly { try s.becomeUbiquitous(&cur) }
             try s.store.saveChanged(cur)
             s.items[id] = cur
         }
@@ -246,7 +253,7 @@ extension Container {
     func markCreateSent(_ id: String, _ wire: WireItem) throws -> Bool {
         try mutateThrowing { s -> Bool in
             guard s.items[id] != nil else { return false }
-            let sent = (try? JSONEncoder().encode(wire)).flatMap { String(data: $0, encoding: .utf8) } ?? "1"
+            let sent = String(decoding: try JSONEncoder().encode(wire), as: UTF8.self)
             try s.store.markCreateSent(id, sent)
             return true
         }

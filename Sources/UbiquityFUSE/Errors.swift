@@ -30,6 +30,12 @@ extension CoreError {
         case .crossDevice: return EXDEV
         // The key-value store's key count or total size.
         case .quotaExceeded: return EDQUOT
+        // The store's database and the remote are the file system's own business, not the caller's: whatever
+        // failed there (busy past the timeout, damaged, a row that does not decode, the network) is EIO; the
+        // log and the status attributes keep the cause. A full disk is `noSpace` before it gets here.
+        case .store, .remote: return EIO
+        // An errno with no case of its own stays EIO, as the store's files are not the caller's files.
+        case .system: return EIO
         }
     }
 }

@@ -443,10 +443,15 @@ public final class FileSystem: @unchecked Sendable {
         let file = files.removeValue(forKey: fh)
         handleLock.unlock()
         guard let file else { return }
-        if isKVID(file.id) { try? kvCommit(file, releasing: true) }
+        if isKVID(file.id) {
+            do { try kvCommit(file, releasing: true) } catch { log.error("release of \(file.id): the value is not stored: \(error)") }
+        }
         file.fd.close()
         if isVirtual(file.id) { return }
-        if file.wrote { try? core.flushed(file.id) }
+        // A release has no reply to carry an error (the flush before it had): the log keeps it.
+        if file.wrote {
+            do { try core.flushed(file.id) } catch { log.error("release of \(file.id): \(error)") }
+        }
         core.closed(file.id, writable: file.writable)
     }
 

@@ -79,7 +79,7 @@ extension FileSystem {
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
-                if id == core.rootID, let value = core.rootAttributes().first(where: { $0.name == key })?.value {
+                if id == core.rootID, let value = try core.rootAttributes().first(where: { $0.name == key })?.value {
                     return replyXattr(req, Array(value.utf8), size)
                 }
                 guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
@@ -106,7 +106,7 @@ extension FileSystem {
                 list += Array(attr.fullName.utf8) + [0]
             }
             if id == core.rootID {
-                for attr in core.rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
+                for attr in try core.rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
             }
             for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
             replyXattr(req, list, size)

@@ -145,7 +145,7 @@ final class CurlRequest {
                 localFailure = .localDiskFull("cannot write the downloaded bytes: \(error)")
                 return 0
             } catch {
-                localFailure = .rejected(status: 0, message: "cannot write the downloaded bytes: \(error)")
+                localFailure = .localFile("cannot write the downloaded bytes", cause: error as? Errno ?? .io)
                 return 0
             }
             fileOffset += Int64(chunk.count)
@@ -203,7 +203,7 @@ final class CurlRequest {
             sourceRemaining -= Int64(n)
             return n
         } catch {
-            localFailure = .rejected(status: 0, message: "cannot read the file to upload: \(error)")
+            localFailure = .localFile("cannot read the file to upload", cause: error as? Errno ?? .io)
             return ubq_readfunc_abort()
         }
     }

@@ -55,6 +55,7 @@ enum HTTPMapping {
     /// The decoded error body, if it is the JSON the wire promises.
     static func decodeError(_ body: [UInt8]) -> WireError? {
         guard !body.isEmpty else { return nil }
+        // Not decoding is an answer too (a proxy's HTML page): `message` then shows the body's first line.
         return try? JSONDecoder().decode(WireError.self, from: Data(body))
     }
 

@@ -122,9 +122,11 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
                            progress: TransferProgress?) throws(RemoteError) {
         let fd: FileDescriptor
         do { fd = try FileDescriptor.open(path, O_RDONLY) } catch {
-            throw .rejected(status: 0, message: "cannot open \(path) to upload: \(error)")
+            throw .localFile("cannot open \(path) to upload", cause: error as? Errno ?? .io)
         }
         defer { fd.close() }
+        // A check before sending only: a file that cannot be measured is still sent, and the remote verifies
+        // the bytes against their hash.
         if let st = try? fd.stat(), Int64(st.st_size) != size {
             throw .corrupt("\(path) has \(st.st_size) bytes, not the \(size) to upload")
         }

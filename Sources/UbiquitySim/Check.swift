@@ -28,12 +28,13 @@ extension World {
                     if r == .idle { break }
                 }
             }
+            // A store that cannot be read is a failure the run stops on (`try!`), never "nothing pending".
             let still = remote.currentVersion == before && devices.allSatisfy {
-                ((try? $0.container.pendingIDs()) ?? ["?"]).isEmpty && $0.container.feedPosition == String(remote.currentVersion)
+                try! $0.container.pendingIDs().isEmpty && $0.container.feedPosition == String(remote.currentVersion)
             }
             if still { note("quiescent after \(round) round(s)"); return nil }
         }
-        let pending = devices.map { "\($0.name): \(((try? $0.container.pendingIDs()) ?? []).map(short))" }.joined(separator: ", ")
+        let pending = devices.map { "\($0.name): \(try! $0.container.pendingIDs().map(short))" }.joined(separator: ", ")
         return "no quiescence after 40 rounds; pending \(pending); \(failures.prefix(4).joined(separator: "; "))"
     }
 
@@ -144,7 +145,8 @@ extension World {
         let c = dev.container!
         let index = c.indexSnapshot()
         let byID = Dictionary(uniqueKeysWithValues: index.map { ($0.id, $0) })
-        let stored = ((try? c.storedItems()) ?? []).sorted { $0.id < $1.id }
+        let stored: [Item]
+        do { stored = try c.storedItems().sorted { $0.id < $1.id } } catch { return ["\(dev.name): the store does not load: \(error)"] }
         let indexNoRoot = index.filter { $0.id != WireRules.rootID }
         let storedNoRoot = stored.filter { $0.id != WireRules.rootID }
         if indexNoRoot != storedNoRoot {

@@ -95,7 +95,7 @@ extension World {
     /// Records a delete; the caller superseded what the device showed before it deleted.
     func recordDelete(_ dev: SimDevice, _ item: Item) {
         model.deletes.append(.init(item: item.id, device: dev.name, step: stepIndex, sawVersion: item.remoteVersion,
-                                   feed: Int64(dev.container.feedPosition ?? "0") ?? 0))
+                                   feed: Int64(try! dev.container.feedPosition ?? "0") ?? 0)) // a store that fails stops the run
     }
 
     /// open(2) of a file without O_TRUNC: the content must be current first (fetched if need be). The handle
@@ -291,7 +291,7 @@ extension World {
                 pages += 1
                 if try !c.pullOnce() { break }
             }
-            return "\(pages) page(s), at \(c.feedPosition ?? "-")"
+            return "\(pages) page(s), at \(try c.feedPosition ?? "-")"
         case .push:
             var done: [String] = []
             for _ in 0..<(1 + rng.int(3)) {

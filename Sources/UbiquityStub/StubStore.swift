@@ -124,9 +124,10 @@ final class StubStore: @unchecked Sendable {
 
     private static let columns = "id, parent, name, kind, mode, mtime, size, sha256, version, deleted, device, xattrs, conflicts, target"
 
-    private static func decodeRow(_ r: Row) -> WireItem {
-        let xattrs = (try? JSONDecoder().decode([String: String].self, from: Data(r.text(11).utf8))) ?? [:]
-        let conflicts = (try? JSONDecoder().decode([WireConflict].self, from: Data(r.text(12).utf8))) ?? []
+    /// A stored item; xattrs or conflicts that do not decode throw (served empty, a client would take them).
+    private static func decodeRow(_ r: Row) throws -> WireItem {
+        let xattrs = try JSONDecoder().decode([String: String].self, from: Data(r.text(11).utf8))
+        let conflicts = try JSONDecoder().decode([WireConflict].self, from: Data(r.text(12).utf8))
         return WireItem(id: r.text(0), parent: r.optionalText(1), name: r.text(2),
                         kind: ItemKind(rawValue: r.text(3)) ?? .file, mode: UInt32(truncatingIfNeeded: r.int(4)),
                         mtime: r.int(5), size: r.int(6), sha256: r.text(7), version: r.int(8), deleted: r.int(9) != 0,
@@ -136,7 +137,7 @@ final class StubStore: @unchecked Sendable {
     private func itemLocked(_ cid: String, _ id: String) throws -> WireItem? {
         var found: WireItem?
         try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND id = ?", [.text(cid), .text(id)]) {
-            found = Self.decodeRow($0)
+            found = try Self.decodeRow($0)
         }
         return found
     }
@@ -145,7 +146,7 @@ final class StubStore: @unchecked Sendable {
     private func liveChildLocked(_ cid: String, parent: String, name: String, except: String? = nil) throws -> WireItem? {
         var found: WireItem?
         try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND name = ? AND deleted = 0 AND id != ?",
-                       [.text(cid), .text(parent), .text(name), .text(except ?? "")]) { found = Self.decodeRow($0) }
+                       [.text(cid), .text(parent), .text(name), .text(except ?? "")]) { found = try Self.decodeRow($0) }
         return found
     }
 
@@ -277,7 +278,7 @@ final class StubStore: @unchecked Sendable {
             if existing.kind == .dir {
                 var child: WireItem?
                 try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND deleted = 0 LIMIT 1",
-                               [.text(cid), .text(id)]) { child = Self.decodeRow($0) }
+                               [.text(cid), .text(id)]) { child = try Self.decodeRow($0) }
                 if let child { throw StubFailure(409, "the directory is not empty", current: child) }
             }
             var tomb = existing
@@ -305,7 +306,7 @@ final class StubStore: @unchecked Sendable {
             }
             var items: [WireItem] = []
             try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND version > ? ORDER BY version LIMIT ?",
-                           [.text(cid), .int(since), .int(Int64(limit) + 1)]) { items.append(Self.decodeRow($0)) }
+                           [.text(cid), .int(since), .int(Int64(limit) + 1)]) { items.append(try Self.decodeRow($0)) }
             let more = items.count > limit
             if more { items.removeLast(items.count - limit) }
             let token = more ? items[items.count - 1].version : seq
@@ -315,8 +316,8 @@ final class StubStore: @unchecked Sendable {
 
     // MARK: Key-value store
 
-    private static func decodeKV(_ r: Row) -> WireKVEntry {
-        let value = r.optionalText(1).flatMap { try? JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
+    private static func decodeKV(_ r: Row) throws -> WireKVEntry {
+        let value = try r.optionalText(1).map { try JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
         return WireKVEntry(key: r.text(0), value: value, mtime: r.int(2), device: r.text(3), deleted: r.int(4) != 0,
                            seq: r.int(5))
     }
@@ -324,7 +325,7 @@ final class StubStore: @unchecked Sendable {
     private func kvLocked(_ cid: String, _ key: String) throws -> WireKVEntry? {
         var found: WireKVEntry?
         try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND key = ?",
-                       [.text(cid), .text(key)]) { found = Self.decodeKV($0) }
+                       [.text(cid), .text(key)]) { found = try Self.decodeKV($0) }
         return found
     }
 
@@ -343,7 +344,7 @@ final class StubStore: @unchecked Sendable {
             if let current = try kvLocked(cid, entry.key), !entry.wins(over: current) { return current }
             var live: [String: Int] = [:]
             try db.forEach("SELECT key, value FROM kv WHERE container = ? AND deleted = 0", [.text(cid)]) { r in
-                let v = r.optionalText(1).flatMap { try? JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
+                let v = try r.optionalText(1).map { try JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
                 live[r.text(0)] = v?.byteSize ?? 0
             }
             if let v = KVLimits.violation(key: entry.key, value: entry.value, live: live) {
@@ -377,7 +378,7 @@ final class StubStore: @unchecked Sendable {
             }
             var entries: [WireKVEntry] = []
             try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND seq > ? ORDER BY seq",
-                           [.text(cid), .int(since)]) { entries.append(Self.decodeKV($0)) }
+                           [.text(cid), .int(since)]) { entries.append(try Self.decodeKV($0)) }
             return WireKVChanges(entries: entries, seq: max(seq, entries.last?.seq ?? 0))
         }
     }

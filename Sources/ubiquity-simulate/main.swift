@@ -19,6 +19,7 @@ var literal = false
 var only: [Int]?
 var args = Array(CommandLine.arguments.dropFirst())
 let usageLine = "usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace] [--literal]\n"
+/// A wrong argument: the usage on stderr, exit 2.
 func usage() -> Never {
     FileHandle.standardError.write(Data(usageLine.utf8))
     exit(2)

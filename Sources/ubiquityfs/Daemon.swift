@@ -44,7 +44,7 @@ struct Daemon {
         (config.cacheLimit, config.minFreeBytes) = storeLimits()
         log.info("local store limit \(config.cacheLimit) bytes, keeping \(config.minFreeBytes) bytes free")
         let core = try Container(store: store, remote: client, config: config)
-        let reachable = try checkRemote(client, url: url, fresh: core.isFresh)
+        let reachable = try checkRemote(client, url: url, fresh: try core.isFresh)
         try core.start(initialSync: reachable)
         defer { core.stop() }
         let query = serveQuery(core)
@@ -95,7 +95,7 @@ struct Daemon {
         for _ in 0..<50 {
             do { return try Store(directory: options.store) } catch {
                 lastError = error
-                guard "\(error)".contains("in use") else { break }
+                guard case StoreError.inUse = error else { break }
                 usleep(200_000)
             }
         }

@@ -121,6 +121,8 @@ enum KVCommand {
 
     static func records(_ path: String) throws -> [(Record, String)] {
         let text = String(decoding: try readFile(path), as: UTF8.self)
+        // The lines are the mount's own records (KeyValueFiles.swift); one this command cannot read is skipped,
+        // so that it does not end the watch.
         return text.split(separator: "\n").compactMap { line in
             (try? JSONDecoder().decode(Record.self, from: Data(line.utf8))).map { ($0, String(line)) }
         }

@@ -210,8 +210,9 @@ enum UnmountCommand {
         guard args.positional.count == 1 else { throw UsageError("unmount needs exactly one MOUNTPOINT") }
         let path = absolutePath(args.positional[0])
         guard mountType(path) == "fuse.ubiquityfs" else { throw MountFailure("\(path) is not a ubiquityfs mount") }
-        if !args.has("--force"), let n = (try? StatusCommand.attribute(path, FileSystemNames.pendingChanges))
-            .flatMap({ $0 }).flatMap({ Int($0) }), n > 0 {
+        // A count that cannot be read refuses too (the error says why): it is no proof that nothing waits.
+        if !args.has("--force"), let n = try StatusCommand.attribute(path, FileSystemNames.pendingChanges)
+            .flatMap({ Int($0) }), n > 0 {
             throw MountFailure("\(n) change(s) in \(path) are not uploaded yet; wait with 'ubiquityfs sync --wait \(path)', "
                 + "or unmount with --force (they go up at the next mount)")
         }

@@ -77,8 +77,8 @@ import UbiquityTesting
         let dev = try Device(remote, name: "a", downloadTimeout: 1)
         remote.corruptDownloads = true
         let result = try #require(dev.fetch(f.id))
-        guard case .failure(.io) = result else {
-            Issue.record("expected an I/O failure, got \(result)")
+        guard case .failure(.remote(.corrupt)) = result else {
+            Issue.record("expected the remote's corrupt bytes as the cause, got \(result)")
             return
         }
         let item = try #require(dev.container.item(f.id))

@@ -109,4 +109,18 @@ import UbiquityTesting
         }
         #expect(try remote.kvChanges(since: 0, waitSeconds: 0).entries.map(\.key) == ["k", "big"])
     }
+
+    @Test func aStoredValueThatDoesNotDecodeFailsTheWriteNotCountsAsNothing() throws {
+        let dir = TempDir()
+        let kv = try device(dir, "laptop", MemoryRemote())
+        try kv.set("a", .string("x"))
+        try Database(path: dir.path + "/state.sqlite").exec("UPDATE kv_local SET value = '{broken' WHERE key = 'a'")
+        // Before: the broken value counted as 0 bytes in the quota and the write went through.
+        #expect {
+            try kv.set("b", .integer(1))
+        } throws: { error in
+            guard case CoreError.store(.badValue("a", "kv value", _)) = error else { return false }
+            return true
+        }
+    }
 }

@@ -138,11 +138,11 @@ import UbiquityTesting
             let g = try c.createFile(parent: d.id, name: "g.txt", mode: 0o644)
             try write(c, g.id, bytes("kept below"))
             (fID, dID, gID) = (f.id, d.id, g.id)
-            #expect(eventually { c.pendingChanges == 0 && b.lookup("d").flatMap { b.lookup("g.txt", in: $0.id) } != nil })
+            #expect(eventually { (try? c.pendingChanges) == 0 && b.lookup("d").flatMap { b.lookup("g.txt", in: $0.id) } != nil })
             link.offline = true
             try c.setExcludedFromSync(fID, true)
             try c.setExcludedFromSync(dID, true)
-            #expect(c.pendingChanges == 3)
+            #expect((try? c.pendingChanges) == 3)
             c.stop()
         }
         link.offline = false
@@ -153,9 +153,9 @@ import UbiquityTesting
         try FileManager.default.removeItem(atPath: after.path + "/lock")
         let c = try Container(store: try Store(directory: after.path), remote: link, config: ContainerConfig(device: "a"))
         defer { c.stop() }
-        #expect(c.item(gID)?.isLocalOnly == true && c.pendingChanges == 3)
+        #expect(c.item(gID)?.isLocalOnly == true && (try? c.pendingChanges) == 3)
         try c.start(initialSync: true)
-        #expect(eventually { c.pendingChanges == 0 && b.lookup("f.txt") == nil && b.lookup("d") == nil })
+        #expect(eventually { (try? c.pendingChanges) == 0 && b.lookup("f.txt") == nil && b.lookup("d") == nil })
         #expect(onRemote("f.txt").isEmpty && onRemote("g.txt").isEmpty)
         for id in [fID, dID, gID] { #expect(c.item(id)?.isLocalOnly == true && c.item(id)?.remoteVersion == 0) }
         #expect(FileManager.default.contents(atPath: c.contentPath(gID)) == Data("kept below".utf8))

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 import UbiquityBase
 @testable import UbiquityCore
+import UbiquityTesting
 
 @Suite struct StoreTests {
     let dir = TempDir()
@@ -63,21 +64,21 @@ import UbiquityBase
     @Test func metaPersists() throws {
         do {
             let store = try Store(directory: path)
-            #expect(store.meta("token") == nil)
+            #expect(try store.meta("token") == nil)
             try store.setMeta("token", "7")
             try store.setMeta("token", "12")
             try store.setMeta("device", "laptop")
-            #expect(store.meta("token") == "12")
+            #expect(try store.meta("token") == "12")
         }
         let store = try Store(directory: path)
-        #expect(store.meta("token") == "12")
-        #expect(store.meta("device") == "laptop")
+        #expect(try store.meta("token") == "12")
+        #expect(try store.meta("device") == "laptop")
     }
 
     @Test func lockRefusesASecondStore() throws {
         do {
             let first = try Store(directory: path)
-            #expect(throws: StoreError.self) { _ = try Store(directory: path) }
+            #expect(throws: StoreError.inUse(directory: path)) { _ = try Store(directory: path) }
             withExtendedLifetime(first) {}
         }
         _ = try Store(directory: path) // released with the first
@@ -132,5 +133,89 @@ import UbiquityBase
         #expect(old.atime == 5000 && old.shownATime == 5000)
         #expect(old.entriesMTime == 9000 && old.shownMTime == 9000)
         #expect(items.first { $0.id == "l1" }?.target == "../t")
+    }
+
+    // MARK: failures keep their cause
+
+    /// Changes the database behind an open store's back, through a second connection.
+    func tamper(_ sql: String) throws { try Database(path: path + "/state.sqlite").exec(sql) }
+
+    @Test func corruptXattrsMakeLoadThrowNotLoadEmpty() throws {
+        let store = try Store(directory: path)
+        var item = sample("f1"); item.xattrs = ["user.color": [1, 2]]
+        try store.save(item)
+        try tamper("UPDATE items SET xattrs = '{not json' WHERE id = 'f1'")
+        #expect {
+            _ = try store.loadItems()
+        } throws: { error in
+            guard case StoreError.badValue(let id, let column, _) = error else { return false }
+            return id == "f1" && column == "xattrs"
+        }
+    }
+
+    @Test func xattrValueNotBase64MakesLoadThrow() throws {
+        let store = try Store(directory: path)
+        try store.save(sample("f1"))
+        try tamper(#"UPDATE items SET xattrs = '{"user.x":"%%%"}' WHERE id = 'f1'"#)
+        #expect {
+            _ = try store.loadItems()
+        } throws: { error in
+            guard case StoreError.badValue("f1", "xattrs", _) = error else { return false }
+            return true
+        }
+    }
+
+    @Test func corruptConflictsMakeLoadThrowNotLoadEmpty() throws {
+        let store = try Store(directory: path)
+        try store.save(sample("f1"))
+        try tamper("UPDATE items SET conflicts = '[{\"id\": 3' WHERE id = 'f1'")
+        #expect {
+            _ = try store.loadItems()
+        } throws: { error in
+            guard case StoreError.badValue("f1", "conflicts", _) = error else { return false }
+            return true
+        }
+    }
+
+    @Test func failingMetaReadThrowsNotNil() throws {
+        let store = try Store(directory: path)
+        try store.setMeta("token", "12")
+        try store.markCreateSent("f1", "{}")
+        try tamper("DROP TABLE meta")
+        #expect(throws: StoreError.self) { _ = try store.meta("token") }
+        #expect(throws: StoreError.self) { _ = try store.createWasSent("f1") }
+        #expect(throws: StoreError.self) { _ = try store.leftRemoteBase("f1") }
+    }
+
+    @Test func containerFreshnessThrowsWhenTheTokenCannotBeRead() throws {
+        let c = try Container(store: try Store(directory: path), remote: MemoryRemote(), config: ContainerConfig(device: "a"))
+        try c.mutateThrowing { s in try s.store.setMeta("token", "12") }
+        #expect(try c.isFresh == false)
+        try tamper("DROP TABLE meta")
+        // Before: a failed read looked like a store that never synced, and a mount without the remote refused.
+        #expect(throws: StoreError.self) { _ = try c.isFresh }
+    }
+
+    @Test func databaseErrorsHaveTypedCases() {
+        // SQLite's primary codes: 5 busy, 13 full (and its extended codes), 11 corrupt, 26 not a database,
+        // 19 constraint, 10 I/O.
+        #expect(StoreError(SQLiteError(code: 5, message: "")) == .busy(SQLiteError(code: 5, message: "")))
+        #expect(StoreError(SQLiteError(code: 13, message: "")) == .full(SQLiteError(code: 13, message: "")))
+        #expect(StoreError(SQLiteError(code: 11, message: "")) == .corrupt(SQLiteError(code: 11, message: "")))
+        #expect(StoreError(SQLiteError(code: 26, message: "")) == .corrupt(SQLiteError(code: 26, message: "")))
+        #expect(StoreError(SQLiteError(code: 19 | 8 << 8, message: "")) == .constraint(SQLiteError(code: 19 | 8 << 8, message: "")))
+        #expect(StoreError(SQLiteError(code: 10 | 3 << 8, message: "")) == .io(SQLiteError(code: 10 | 3 << 8, message: "")))
+    }
+
+    @Test func coreErrorKeepsTheCauseAndAFullDiskStaysNoSpace() {
+        let corrupt = StoreError.corrupt(SQLiteError(code: 11, message: "malformed"))
+        #expect(CoreError.from(corrupt) == .store(corrupt))
+        #expect(CoreError.from(SQLiteError(code: 11, message: "malformed")) == .store(corrupt))
+        #expect(CoreError.from(StoreError.full(SQLiteError(code: 13, message: ""))) == .noSpace)
+        #expect(CoreError.from(SQLiteError(code: 13, message: "database or disk is full")) == .noSpace)
+        #expect(CoreError.from(Errno.noSpace) == .noSpace)
+        #expect(CoreError.from(Errno.accessDenied) == .system(.accessDenied))
+        #expect(CoreError.from(RemoteError.unreachable("down")) == .remote(.unreachable("down")))
+        #expect(CoreError.from(corrupt).description.contains("malformed"))
     }
 }

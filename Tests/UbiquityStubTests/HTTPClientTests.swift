@@ -229,4 +229,12 @@ final class CannedServer: @unchecked Sendable {
         }
         #expect(try out.fd.stat().st_size == 0)
     }
+
+    @Test func aLocalFileThatCannotBeOpenedIsALocalFailureWithItsErrno() {
+        let c = HTTPRemoteClient(baseURL: "http://127.0.0.1:9/", token: "t", container: "iCloud.x")
+        // Before: a remote refusal with status 0, its errno only in the text.
+        #expect(throws: RemoteError.localFile("cannot open /nonexistent/blob to upload", cause: .noEntry)) {
+            try c.uploadBlob(sha256: emptySHA256, size: 0, fromFile: "/nonexistent/blob", progress: nil)
+        }
+    }
 }
