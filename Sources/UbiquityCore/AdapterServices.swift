@@ -1,0 +1,35 @@
+// What the FUSE adapter needs of the store, asked of the core rather than built from store paths: the adapter
+// never sees `store`, a path in it, or its layout. What must hold here: each service hands out an open
+// descriptor or plain figures, never a path, and maps every system error through CoreError.
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Container {
+    /// The statvfs(2) figures of the file system that holds the store (what `df` of the mount shows).
+    public func storeFileSystemStats() throws(CoreError) -> statvfs {
+        var vfs = statvfs()
+        if statvfs(store.directory, &vfs) != 0 { throw CoreError.from(Errno.current) }
+        return vfs
+    }
+
+    /// Opens the local copy of a conflict version read-only.
+    public func openConflictVersion(item id: String, conflict: String) throws(CoreError) -> FileDescriptor {
+        do { return try FileDescriptor.open(store.conflictPath(id, conflict), O_RDONLY) } catch {
+            throw CoreError.from(error)
+        }
+    }
+
+    /// A new private file in the store's staging area, already unlinked: it lives as long as its descriptor,
+    /// and nothing else can open it. `prefix` names what it is for while it has a name.
+    public func makeStagingFile(prefix: String) throws(CoreError) -> FileDescriptor {
+        let path = store.stagingDirectory + "/" + prefix + "-" + randomHex(bytes: 8)
+        do {
+            let fd = try FileDescriptor.open(path, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
+            try? removeFile(path)
+            return fd
+        } catch { throw CoreError.from(error) }
+    }
+}
