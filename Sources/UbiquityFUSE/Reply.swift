@@ -158,22 +158,32 @@ final class Reply: @unchecked Sendable {
     func none() { _ = answer("none") { fuse_reply_none(req); return 0 } }
 
     @discardableResult
-    func entry(_ e: fuse_entry_param) -> Bool { answer("entry") { withUnsafePointer(to: e) { fuse_reply_entry(req, $0) } } }
+    func entry(_ e: fuse_entry_param) -> Bool {
+        answer("entry") { withUnsafePointer(to: e) { fuse_reply_entry(req, $0) } }
+    }
 
     @discardableResult
     func create(_ e: fuse_entry_param, _ fi: fuse_file_info) -> Bool {
-        answer("create") { withUnsafePointer(to: e) { e in withUnsafePointer(to: fi) { fuse_reply_create(req, e, $0) } } }
+        answer("create") {
+            withUnsafePointer(to: e) { e in withUnsafePointer(to: fi) { fuse_reply_create(req, e, $0) } }
+        }
     }
 
-    func attr(_ st: stat, timeout: Double) { _ = answer("attr") { withUnsafePointer(to: st) { fuse_reply_attr(req, $0, timeout) } } }
+    func attr(_ st: stat, timeout: Double) {
+        _ = answer("attr") { withUnsafePointer(to: st) { fuse_reply_attr(req, $0, timeout) } }
+    }
 
     @discardableResult
-    func open(_ fi: fuse_file_info) -> Bool { answer("open") { withUnsafePointer(to: fi) { fuse_reply_open(req, $0) } } }
+    func open(_ fi: fuse_file_info) -> Bool {
+        answer("open") { withUnsafePointer(to: fi) { fuse_reply_open(req, $0) } }
+    }
 
     func readlink(_ target: String) { _ = answer("readlink") { fuse_reply_readlink(req, target) } }
 
     /// `size` bytes of an open file from `offset`, spliced by libfuse.
-    func data(fd: Int32, size: Int, offset: off_t) { _ = answer("data") { ubq_reply_fd_read(req, fd, size, offset) } }
+    func data(fd: Int32, size: Int, offset: off_t) {
+        _ = answer("data") { ubq_reply_fd_read(req, fd, size, offset) }
+    }
 
     func written(_ count: Int) { _ = answer("write") { fuse_reply_write(req, count) } }
 
@@ -181,7 +191,9 @@ final class Reply: @unchecked Sendable {
         _ = answer("buffer") { fuse_reply_buf(req, buf.baseAddress?.assumingMemoryBound(to: CChar.self), buf.count) }
     }
 
-    func statfs(_ vfs: statvfs) { _ = answer("statfs") { withUnsafePointer(to: vfs) { fuse_reply_statfs(req, $0) } } }
+    func statfs(_ vfs: statvfs) {
+        _ = answer("statfs") { withUnsafePointer(to: vfs) { fuse_reply_statfs(req, $0) } }
+    }
 
     /// The size an extended attribute value or list needs (the size probe, a request of size 0).
     func xattrSize(_ count: Int) { _ = answer("xattr size") { fuse_reply_xattr(req, count) } }
