@@ -28,9 +28,7 @@ let package = Package(
         // The remote stub server on libmicrohttpd.
         .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD"]),
         // The FUSE adapter: inode table and operations mapped onto the core. Knows nothing of HTTP.
-        // Swift 5 mode: its C callbacks and replies cross threads in ways libfuse, not Swift, guarantees.
-        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"],
-                swiftSettings: [.swiftLanguageMode(.v5)]),
+        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"]),
         // The command.
         .executableTarget(name: "ubiquityfs",
                           dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE", "CFuse"]),
@@ -43,6 +41,7 @@ let package = Package(
 
         .testTarget(name: "UbiquityCoreTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .testTarget(name: "UbiquitySimTests", dependencies: ["UbiquitySim"]),
+        .testTarget(name: "UbiquityFUSETests", dependencies: ["UbiquityFUSE", "CFuse"]),
         .testTarget(name: "UbiquityStubTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP"]),
         // One suite of the RemoteClient promises (docs/WIRE.md), run against every backend.
         .testTarget(name: "UbiquityRemoteConformanceTests",

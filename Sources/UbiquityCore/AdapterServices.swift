@@ -1,5 +1,6 @@
-// What the file system adapter asks of the core instead of reaching into the store: statistics of the store's
-// file system, a descriptor on a conflict version's local copy, and a private scratch file.
+// What the FUSE adapter needs of the store, asked of the core rather than built from store paths: the adapter
+// never sees `store`, a path in it, or its layout. What must hold here: each service hands out an open
+// descriptor or plain figures, never a path, and maps every system error through CoreError.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -7,21 +8,24 @@ import Glibc
 #endif
 
 extension Container {
-    /// statvfs(3) of the file system that holds the local store.
+    /// The statvfs(2) figures of the file system that holds the store (what `df` of the mount shows).
     public func storeFileSystemStats() throws(CoreError) -> statvfs {
         var vfs = statvfs()
-        if statvfs(paths.directory, &vfs) != 0 { throw CoreError.from(Errno(errno)) }
+        if statvfs(paths.directory, &vfs) != 0 { throw CoreError.from(Errno.current) }
         return vfs
     }
 
-    /// A read-only descriptor on the local copy of a conflict version (fetch it first).
-    public func openConflictVersion(_ id: String, _ conflict: String) throws(CoreError) -> FileDescriptor {
-        do { return try FileDescriptor.open(paths.conflict(id, conflict), O_RDONLY) } catch { throw CoreError.from(error) }
+    /// Opens the local copy of a conflict version read-only.
+    public func openConflictVersion(item id: String, conflict: String) throws(CoreError) -> FileDescriptor {
+        do { return try FileDescriptor.open(paths.conflict(id, conflict), O_RDONLY) } catch {
+            throw CoreError.from(error)
+        }
     }
 
-    /// A new empty file of the store's own, already unlinked: it lives as long as its descriptor.
-    public func scratchFile() throws(CoreError) -> FileDescriptor {
-        let path = paths.staging + "/scratch-" + config.environment.randomHex(8)
+    /// A new private file in the store's staging area, already unlinked: it lives as long as its descriptor,
+    /// and nothing else can open it. `prefix` names what it is for while it has a name.
+    public func makeStagingFile(prefix: String) throws(CoreError) -> FileDescriptor {
+        let path = paths.staging + "/" + prefix + "-" + randomHex(bytes: 8)
         do {
             let fd = try FileDescriptor.open(path, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
             try? removeFile(path)

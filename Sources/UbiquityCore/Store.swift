@@ -74,6 +74,7 @@ public final class Store: @unchecked Sendable {
     /// Runs a database write; when the disk is full, gives up the reserve and tries once more. Inside a
     /// transaction the write is not retried alone (SQLite may have rolled the transaction back): the
     /// transaction's owner retries the whole of it (`giveUpReserve`).
+    @discardableResult
     private func withReserve<T>(_ body: () throws -> T) throws -> T {
         checkInTransaction()
         return try typed {

@@ -2,7 +2,6 @@
 // mount of files that are not local they would pull the whole container. Processes named in the policy may not
 // download: their opens of content that is not local fail at once with EAGAIN (a stale local copy is served).
 // O_NONBLOCK plays no part: GNU grep, tar and file open regular files with it and must simply work.
-import CFuse
 import Glibc
 
 public struct DownloadPolicy: Sendable {
@@ -27,9 +26,8 @@ public struct DownloadPolicy: Sendable {
 
     /// True unless the request comes from a process that may not download. Reads /proc, which is local and
     /// fast; called only for opens that would download.
-    func mayDownload(_ req: fuse_req_t) -> Bool {
-        guard !refused.isEmpty, let pid = fuse_req_ctx(req)?.pointee.pid, pid > 0,
-              let name = processName(pid) else { return true }
+    func mayDownload(_ reply: Reply) -> Bool {
+        guard !refused.isEmpty, let pid = reply.callerPID, let name = processName(pid) else { return true }
         return !refused.contains(name)
     }
 }

@@ -1,5 +1,7 @@
-// The one map from the core's errors to errno.
+// The one map from errors to errno: the core's errors, and the few refusals the adapter makes itself. Every
+// errno an answer carries comes from here (Reply.fail); no other file names an errno constant.
 import Glibc
+import UbiquityBase
 import UbiquityCore
 
 extension CoreError {
@@ -25,6 +27,7 @@ extension CoreError {
         case .noAttribute: return ENODATA
         case .tooBig: return E2BIG
         case .fileTooBig: return EFBIG
+        // ENOTSUP and EOPNOTSUPP are one value on Linux.
         case .unsupported: return EOPNOTSUPP
         // A rename that would make content not downloaded local-only: mv then copies (downloading it).
         case .crossDevice: return EXDEV
@@ -38,4 +41,32 @@ extension CoreError {
         case .system: return EIO
         }
     }
+}
+
+/// Refusals that belong to the FUSE adapter, not to the core.
+enum AdapterError: Error, Equatable {
+    /// A file handle that is not open, or not open for writing.
+    case badHandle
+    /// An extended attribute value or list larger than the caller's buffer.
+    case bufferTooSmall
+    /// A `user.ubiquity.` name that is neither a status nor an action.
+    case unknownAttribute
+    /// A system call on a descriptor the adapter holds failed: its errno is passed on as it is.
+    case system(Errno)
+
+    var errno: Int32 {
+        switch self {
+        case .badHandle: return EBADF
+        case .bufferTooSmall: return ERANGE
+        case .unknownAttribute: return ENOTSUP
+        case .system(let e): return e.rawValue
+        }
+    }
+}
+
+/// The errno of any error met while answering: the adapter's and the core's by their maps, a system error as
+/// the core maps those (CoreError.from).
+func errnoOf(_ error: any Error) -> Int32 {
+    if let e = error as? AdapterError { return e.errno }
+    return CoreError.from(error).errno
 }

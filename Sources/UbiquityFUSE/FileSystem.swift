@@ -8,24 +8,34 @@ import Glibc
 import UbiquityBase
 import UbiquityCore
 
+/// @unchecked Sendable: libfuse calls it from its loop threads, the core and the notifier queue from theirs;
+/// its mutable state is behind locks (`handleLock`: handles and listings; `sessionLock`: the session), and `kv`
+/// is set once before `mount`, so before any loop thread starts.
 public final class FileSystem: @unchecked Sendable {
     let core: Container
     let inodes: InodeTable
     /// Which processes may not download (indexers).
     let downloadPolicy: DownloadPolicy
     let log = Logger("fuse")
-    var session: OpaquePointer?
+    private let sessionLock = NSLock()
+    private var mountedSession: OpaquePointer?
     /// How long the kernel may cache attributes and names; remote changes invalidate them explicitly.
     let cacheTimeout: Double = 10
     let uid = getuid(), gid = getgid()
-    /// The container's key-value store, shown as `.kvstore`; nil: none.
+    /// The container's key-value store, shown as `.kvstore`; nil: none. Set before `mount`, never after.
     public var kv: KeyValueStore?
+
+    /// The FUSE session while mounted: set by `mount`, cleared by `run` after the loop, read by the notifier queue
+    /// (`run` drains that queue before it destroys the session).
+    var session: OpaquePointer? {
+        get { sessionLock.withLock { mountedSession } }
+        set { sessionLock.withLock { mountedSession = newValue } }
+    }
 
     private let handleLock = NSLock()
     private var files: [UInt64: OpenFile] = [:]
     private var dirs: [UInt64: [DirEntry]] = [:]
     private var nextHandle: UInt64 = 1
-    private var waiting: [ObjectIdentifier: Waiter] = [:]
     let notifier = DispatchQueue(label: "ubiquityfs.notify")
 
     /// One open file: the content file's descriptor and what was done through it.
@@ -114,12 +124,12 @@ public final class FileSystem: @unchecked Sendable {
         return e
     }
 
-    func replyEntry(_ req: fuse_req_t, _ id: String, _ node: Node) {
-        var e = entry(id, node)
-        if fuse_reply_entry(req, &e) != 0 { inodes.forget(e.ino, 1) }
+    func replyEntry(_ reply: Reply, _ id: String, _ node: Node) {
+        let e = entry(id, node)
+        if !reply.entry(e) { inodes.forget(e.ino, 1) }
     }
 
-    func replyEntry(_ req: fuse_req_t, _ item: Item) { replyEntry(req, item.id, .real(item)) }
+    func replyEntry(_ reply: Reply, _ item: Item) { replyEntry(reply, item.id, .real(item)) }
 
     /// True for ids of the versions directory's virtual nodes.
     func isVirtual(_ id: String) -> Bool { id.contains(":") }
@@ -129,72 +139,58 @@ public final class FileSystem: @unchecked Sendable {
         parent == core.rootID && (sameName(name, FileSystem.versionsName) || sameName(name, FileSystem.kvName))
     }
 
-    func replyErrno(_ req: fuse_req_t, _ errno: Int32) {
-        fuse_reply_err(req, errno)
-    }
-
-    func replyError(_ req: fuse_req_t, _ error: CoreError) {
-        fuse_reply_err(req, error.errno)
-    }
-
-    func replyError(_ req: fuse_req_t, _ error: Error) {
-        if error is UnknownAttribute { fuse_reply_err(req, ENOTSUP); return }
-        fuse_reply_err(req, CoreError.from(error).errno)
-    }
-
     // MARK: names
 
-    func lookup(_ req: fuse_req_t, _ parent: UInt64, _ name: String) {
-        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
-        if name.utf8.count > WireRules.maxNameBytes { return replyError(req, .nameTooLong) }
+    func lookup(_ reply: Reply, _ parent: UInt64, _ name: String) {
+        guard let dirID = inodes.id(parent) else { return reply.fail(.notFound) }
+        if name.utf8.count > WireRules.maxNameBytes { return reply.fail(.nameTooLong) }
         do {
             guard let (id, node) = try child(dirID, name) else {
                 // A negative entry, cached like positive ones; remote creations invalidate it.
                 var e = fuse_entry_param()
                 e.entry_timeout = isVirtual(dirID) ? 0 : cacheTimeout
-                fuse_reply_entry(req, &e)
+                reply.entry(e)
                 return
             }
-            replyEntry(req, id, node)
-        } catch { replyError(req, error) }
+            replyEntry(reply, id, node)
+        } catch { reply.fail(error) }
     }
 
     func forget(_ ino: UInt64, _ count: UInt64) { inodes.forget(ino, count) }
 
-    func getattr(_ req: fuse_req_t, _ ino: UInt64) {
-        guard let id = inodes.id(ino), let node = node(id) else { return replyError(req, .notFound) }
-        var st = attributes(node, ino: ino)
-        fuse_reply_attr(req, &st, node.isVirtual ? 0 : cacheTimeout)
+    func getattr(_ reply: Reply, _ ino: UInt64) {
+        guard let id = inodes.id(ino), let node = node(id) else { return reply.fail(.notFound) }
+        reply.attr(attributes(node, ino: ino), timeout: node.isVirtual ? 0 : cacheTimeout)
     }
 
-    func setattr(_ req: fuse_req_t, _ ino: UInt64, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
-        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
-        if isKVID(id) { return kvSetattr(req, ino, id, attr, toSet, fh) }
-        if isVirtual(id) { return replyError(req, .readOnly) }
+    func setattr(_ reply: Reply, _ ino: UInt64, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
+        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
+        if isKVID(id) { return kvSetattr(reply, ino, id, attr, toSet, fh) }
+        if isVirtual(id) { return reply.fail(.readOnly) }
         do {
             if toSet & FUSE_SET_ATTR_SIZE != 0 {
                 // Truncating to a non-zero size needs the old content: fetched first when it is not local.
-                return withContent(req, id, attempt: 1) { [self] () throws(CoreError) in
+                return withContent(reply, id, attempt: 1) { [self] () throws(CoreError) in
                     _ = try core.truncate(id, to: Int64(attr.st_size))
-                    try finishSetattr(req, ino, id, attr, toSet & ~FUSE_SET_ATTR_SIZE)
+                    try finishSetattr(reply, ino, id, attr, toSet & ~FUSE_SET_ATTR_SIZE)
                 }
             }
-            try finishSetattr(req, ino, id, attr, toSet)
+            try finishSetattr(reply, ino, id, attr, toSet)
         } catch {
-            replyError(req, error)
+            reply.fail(error)
         }
     }
 
     /// Runs `body`, which needs the item's content local; when it says `.wouldBlock`, fetches the content and
     /// runs it again (an eviction or a newer version may come between the fetch and the next try, a few times).
-    private func withContent(_ req: fuse_req_t, _ id: String, attempt: Int, _ body: @escaping () throws(CoreError) -> Void) {
+    private func withContent(_ reply: Reply, _ id: String, attempt: Int, _ body: @escaping @Sendable () throws(CoreError) -> Void) {
         do {
             try body()
         } catch .wouldBlock {
-            if attempt >= FileSystem.fetchAttempts { return replyError(req, .io("the content kept changing while fetched")) }
-            whenLocal(req, id) { [self] in withContent(req, id, attempt: attempt + 1, body) }
+            if attempt >= FileSystem.fetchAttempts { return reply.fail(.io("the content kept changing while fetched")) }
+            whenLocal(reply, id) { [self] in withContent(reply, id, attempt: attempt + 1, body) }
         } catch {
-            replyError(req, error)
+            reply.fail(error)
         }
     }
 
@@ -202,7 +198,7 @@ public final class FileSystem: @unchecked Sendable {
     /// took away again before it could be used.
     static let fetchAttempts = 5
 
-    private func finishSetattr(_ req: fuse_req_t, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32) throws(CoreError) {
+    private func finishSetattr(_ reply: Reply, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32) throws(CoreError) {
         var mode: UInt32?
         if toSet & FUSE_SET_ATTR_MODE != 0 { mode = UInt32(attr.st_mode & 0o7777) }
         let mtime = time(toSet, FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr.st_mtim)
@@ -215,8 +211,7 @@ public final class FileSystem: @unchecked Sendable {
             guard case .real(let cur)? = node(id) else { throw .notFound }
             item = cur
         }
-        var st = attributes(item, ino: ino)
-        fuse_reply_attr(req, &st, cacheTimeout)
+        reply.attr(attributes(item, ino: ino), timeout: cacheTimeout)
     }
 
     /// A time that setattr sets (`now` flag: the current time), or nil.
@@ -226,71 +221,71 @@ public final class FileSystem: @unchecked Sendable {
         return nil
     }
 
-    func mkdir(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t) {
-        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
-        if isVirtual(dirID) { return replyError(req, .readOnly) }
-        if isVersionsName(dirID, name) { return replyError(req, .exists) }
+    func mkdir(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
+        guard let dirID = inodes.id(parent) else { return reply.fail(.notFound) }
+        if isVirtual(dirID) { return reply.fail(.readOnly) }
+        if isVersionsName(dirID, name) { return reply.fail(.exists) }
         do {
-            replyEntry(req, try core.makeDirectory(parent: dirID, name: name, mode: UInt32(mode)))
-        } catch { replyError(req, error) }
+            replyEntry(reply, try core.makeDirectory(parent: dirID, name: name, mode: UInt32(mode)))
+        } catch { reply.fail(error) }
     }
 
     /// symlink(2): the target is kept exactly as given; it must be valid UTF-8 (EILSEQ otherwise).
-    func symlink(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ target: UnsafePointer<CChar>) {
-        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
-        if isVirtual(dirID) { return replyError(req, .readOnly) }
-        if isVersionsName(dirID, name) { return replyError(req, .exists) }
-        if strlen(target) > WireRules.maxTargetBytes { return replyError(req, .nameTooLong) }
-        guard let text = String(validatingCString: target) else { return replyError(req, .illegalByteSequence) }
+    func symlink(_ reply: Reply, _ parent: UInt64, _ name: String, _ target: UnsafePointer<CChar>) {
+        guard let dirID = inodes.id(parent) else { return reply.fail(.notFound) }
+        if isVirtual(dirID) { return reply.fail(.readOnly) }
+        if isVersionsName(dirID, name) { return reply.fail(.exists) }
+        if strlen(target) > WireRules.maxTargetBytes { return reply.fail(.nameTooLong) }
+        guard let text = String(validatingCString: target) else { return reply.fail(.illegalByteSequence) }
         do {
-            replyEntry(req, try core.createSymlink(parent: dirID, name: name, target: text))
-        } catch { replyError(req, error) }
+            replyEntry(reply, try core.createSymlink(parent: dirID, name: name, target: text))
+        } catch { reply.fail(error) }
     }
 
-    func readlink(_ req: fuse_req_t, _ ino: UInt64) {
-        guard let id = inodes.id(ino), let item = core.item(id) else { return replyError(req, .notFound) }
-        guard let target = item.target else { return replyError(req, .invalidArgument("not a symbolic link")) }
-        fuse_reply_readlink(req, target)
+    func readlink(_ reply: Reply, _ ino: UInt64) {
+        guard let id = inodes.id(ino), let item = core.item(id) else { return reply.fail(.notFound) }
+        guard let target = item.target else { return reply.fail(.invalidArgument("not a symbolic link")) }
+        reply.readlink(target)
     }
 
     /// mknod(2): fifos and sockets are local-only nodes (the kernel carries their data); a regular file is
     /// created as by creat(2); device nodes are refused with EPERM.
-    func mknod(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t) {
-        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
-        if isVirtual(dirID) { return replyError(req, .readOnly) }
-        if isVersionsName(dirID, name) { return replyError(req, .exists) }
+    func mknod(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
+        guard let dirID = inodes.id(parent) else { return reply.fail(.notFound) }
+        if isVirtual(dirID) { return reply.fail(.readOnly) }
+        if isVersionsName(dirID, name) { return reply.fail(.exists) }
         do {
             let perms = UInt32(mode & 0o7777)
             switch mode & S_IFMT {
-            case S_IFIFO: replyEntry(req, try core.createLocalNode(parent: dirID, name: name, kind: .fifo, mode: perms))
-            case S_IFSOCK: replyEntry(req, try core.createLocalNode(parent: dirID, name: name, kind: .socket, mode: perms))
-            case S_IFREG, 0: replyEntry(req, try core.createFile(parent: dirID, name: name, mode: perms))
-            default: replyError(req, .notPermitted("device nodes are not supported"))
+            case S_IFIFO: replyEntry(reply, try core.createLocalNode(parent: dirID, name: name, kind: .fifo, mode: perms))
+            case S_IFSOCK: replyEntry(reply, try core.createLocalNode(parent: dirID, name: name, kind: .socket, mode: perms))
+            case S_IFREG, 0: replyEntry(reply, try core.createFile(parent: dirID, name: name, mode: perms))
+            default: reply.fail(.notPermitted("device nodes are not supported"))
             }
-        } catch { replyError(req, error) }
+        } catch { reply.fail(error) }
     }
 
-    func remove(_ req: fuse_req_t, _ parent: UInt64, _ name: String, directory: Bool) {
-        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
-        if isKVID(dirID) && !directory { return kvRemove(req, dirID, name) }
-        if isVirtual(dirID) && !directory { return unlinkVersion(req, dirID, name) }
-        if isVirtual(dirID) || isVersionsName(dirID, name) { return replyError(req, .readOnly) }
+    func remove(_ reply: Reply, _ parent: UInt64, _ name: String, directory: Bool) {
+        guard let dirID = inodes.id(parent) else { return reply.fail(.notFound) }
+        if isKVID(dirID) && !directory { return kvRemove(reply, dirID, name) }
+        if isVirtual(dirID) && !directory { return unlinkVersion(reply, dirID, name) }
+        if isVirtual(dirID) || isVersionsName(dirID, name) { return reply.fail(.readOnly) }
         do {
             try core.remove(parent: dirID, name: name, directory: directory)
-            fuse_reply_err(req, 0)
-        } catch { replyError(req, error) }
+            reply.ok()
+        } catch { reply.fail(error) }
     }
 
-    func rename(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ newParent: UInt64, _ newName: String,
+    func rename(_ reply: Reply, _ parent: UInt64, _ name: String, _ newParent: UInt64, _ newName: String,
                 _ flags: UInt32) {
-        guard let from = inodes.id(parent), let to = inodes.id(newParent) else { return replyError(req, .notFound) }
+        guard let from = inodes.id(parent), let to = inodes.id(newParent) else { return reply.fail(.notFound) }
         if isVirtual(to) || isVersionsName(from, name) || isVersionsName(to, newName) {
-            return replyError(req, .readOnly)
+            return reply.fail(.readOnly)
         }
-        if isVirtual(from) && flags & renameExchange != 0 { return replyError(req, .readOnly) }
-        if isVirtual(from) { return renameVersion(req, from, name, to, newName) }
+        if isVirtual(from) && flags & renameExchange != 0 { return reply.fail(.readOnly) }
+        if isVirtual(from) { return renameVersion(reply, from, name, to, newName) }
         if flags & ~(renameNoReplace | renameExchange) != 0 || flags == renameNoReplace | renameExchange {
-            return replyError(req, .invalidArgument("unsupported rename flags"))
+            return reply.fail(.invalidArgument("unsupported rename flags"))
         }
         do {
             if flags & renameExchange != 0 {
@@ -299,8 +294,8 @@ public final class FileSystem: @unchecked Sendable {
                 try core.rename(parent: from, name: name, newParent: to, newName: newName,
                                 noReplace: flags & renameNoReplace != 0)
             }
-            fuse_reply_err(req, 0)
-        } catch { replyError(req, error) }
+            reply.ok()
+        } catch { reply.fail(error) }
     }
 
     /// renameat2's RENAME_NOREPLACE and RENAME_EXCHANGE, which glibc's headers hide from Swift.
@@ -309,47 +304,47 @@ public final class FileSystem: @unchecked Sendable {
 
     // MARK: files
 
-    func create(_ req: fuse_req_t, _ parent: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        guard let dirID = inodes.id(parent) else { return replyError(req, .notFound) }
-        if isKVID(dirID) { return kvCreate(req, dirID, name, fi) }
-        if isVirtual(dirID) { return replyError(req, .readOnly) }
-        if isVersionsName(dirID, name) { return replyError(req, .exists) }
+    func create(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let dirID = inodes.id(parent) else { return reply.fail(.notFound) }
+        if isKVID(dirID) { return kvCreate(reply, dirID, name, fi) }
+        if isVirtual(dirID) { return reply.fail(.readOnly) }
+        if isVersionsName(dirID, name) { return reply.fail(.exists) }
         do {
             let item = try core.createFile(parent: dirID, name: name, mode: UInt32(mode))
             guard case .opened(let fd) = try core.open(item.id, writable: true, truncate: false) else {
                 throw CoreError.io("a new file has no local content")
             }
             fi.pointee.fh = addHandle(OpenFile(id: item.id, fd: fd, writable: true))
-            var e = entry(item.id, .real(item))
-            if fuse_reply_create(req, &e, fi) != 0 {
+            let e = entry(item.id, .real(item))
+            if !reply.create(e, fi.pointee) {
                 inodes.forget(e.ino, 1)
                 release(fi.pointee.fh)
             }
-        } catch { replyError(req, error) }
+        } catch { reply.fail(error) }
     }
 
-    func open(_ req: fuse_req_t, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+    func open(_ reply: Reply, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
         if isVirtual(id) {
             switch node(id) {
-            case .version(let item, let c): return openVersion(req, item, c, fi)
-            case .versionsDir, .kvDir: return replyError(req, .isDirectory)
-            case .kvKey, .kvChanges: return kvOpen(req, id, fi)
-            default: return replyError(req, .notFound)
+            case .version(let item, let c): return openVersion(reply, item, c, fi)
+            case .versionsDir, .kvDir: return reply.fail(.isDirectory)
+            case .kvKey, .kvChanges: return kvOpen(reply, id, fi)
+            default: return reply.fail(.notFound)
             }
         }
-        openFile(req, id, fi.pointee, attempt: 1)
+        openFile(reply, id, fi.pointee, attempt: 1)
     }
 
     /// Opens a file's content, fetching it first when it is not local. After a fetch an older local copy will
     /// do (the newest could not be had, or a newer one arrived meanwhile); one taken away again is fetched again.
-    private func openFile(_ req: fuse_req_t, _ id: String, _ info: fuse_file_info, attempt: Int) {
+    private func openFile(_ reply: Reply, _ id: String, _ info: fuse_file_info, attempt: Int) {
         let writable = info.flags & O_ACCMODE != O_RDONLY
         do {
             // O_NONBLOCK changes nothing for a regular file. Only an open that would download asks who calls.
             let truncate = info.flags & O_TRUNC != 0
             var opening = try core.open(id, writable: writable, truncate: truncate, staleOK: attempt > 1)
-            if case .fetch = opening, !downloadPolicy.mayDownload(req) {
+            if case .fetch = opening, !downloadPolicy.mayDownload(reply) {
                 opening = try core.open(id, writable: writable, truncate: truncate, noDownload: true)
             }
             switch opening {
@@ -358,12 +353,12 @@ public final class FileSystem: @unchecked Sendable {
                 fi.fh = addHandle(OpenFile(id: id, fd: fd, writable: writable))
                 // Content only changes under the kernel through this mount, or with an explicit invalidation.
                 ubq_fi_set_keep_cache(&fi, 1)
-                if fuse_reply_open(req, &fi) != 0 { release(fi.fh) }
+                if !reply.open(fi) { release(fi.fh) }
             case .fetch:
-                if attempt >= FileSystem.fetchAttempts { return replyError(req, .io("the content kept changing while fetched")) }
-                whenLocal(req, id, staleOK: true) { [self] in openFile(req, id, info, attempt: attempt + 1) }
+                if attempt >= FileSystem.fetchAttempts { return reply.fail(.io("the content kept changing while fetched")) }
+                whenLocal(reply, id, staleOK: true) { [self] in openFile(reply, id, info, attempt: attempt + 1) }
             }
-        } catch { replyError(req, error) }
+        } catch { reply.fail(error) }
     }
 
     func addHandle(_ file: OpenFile) -> UInt64 {
@@ -384,56 +379,56 @@ public final class FileSystem: @unchecked Sendable {
         return files[fh]
     }
 
-    func read(_ req: fuse_req_t, _ size: Int, _ offset: off_t, _ fh: UInt64) {
-        guard let file = file(fh) else { return replyError(req, .notFound) }
-        ubq_reply_fd_read(req, file.fd.raw, size, offset)
+    func read(_ reply: Reply, _ size: Int, _ offset: off_t, _ fh: UInt64) {
+        guard let file = file(fh) else { return reply.fail(.notFound) }
+        reply.data(fd: file.fd.raw, size: size, offset: offset)
     }
 
-    func write(_ req: fuse_req_t, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ fh: UInt64) {
-        guard let file = file(fh), file.writable else { return replyErrno(req, EBADF) }
-        if isKVID(file.id) { return kvWrite(req, bufv, offset, file) }
+    func write(_ reply: Reply, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ fh: UInt64) {
+        guard let file = file(fh), file.writable else { return reply.fail(AdapterError.badHandle) }
+        if isKVID(file.id) { return kvWrite(reply, bufv, offset, file) }
         let n: Int
         do {
             n = try core.write(file.id) { ubq_write_buf_to_fd(bufv, file.fd.raw, offset) }
         } catch {
-            return replyError(req, error)
+            return reply.fail(error)
         }
         file.wrote = true
-        if n < 0 { return replyErrno(req, Int32(-n)) }
-        fuse_reply_write(req, n)
+        if n < 0 { return reply.fail(AdapterError.system(Errno(Int32(-n)))) }
+        reply.written(n)
     }
 
     /// fallocate(2) on the content file: allocating, punching or zeroing changes the content like a write.
-    func fallocate(_ req: fuse_req_t, _ mode: Int32, _ offset: off_t, _ length: off_t, _ fh: UInt64) {
-        guard let file = file(fh), file.writable else { return replyErrno(req, EBADF) }
+    func fallocate(_ reply: Reply, _ mode: Int32, _ offset: off_t, _ length: off_t, _ fh: UInt64) {
+        guard let file = file(fh), file.writable else { return reply.fail(AdapterError.badHandle) }
         do {
             // Like a write: the item turns dirty first, and no snapshot sees the change half done.
             try core.write(file.id) {
                 Result { try file.fd.allocate(mode: mode, offset: Int64(offset), length: Int64(length)) }
             }.get()
             file.wrote = true
-            fuse_reply_err(req, 0)
-        } catch { replyError(req, error) }
+            reply.ok()
+        } catch { reply.fail(error) }
     }
 
-    func flush(_ req: fuse_req_t, _ fh: UInt64) {
-        guard let file = file(fh) else { return replyErrno(req, 0) }
+    func flush(_ reply: Reply, _ fh: UInt64) {
+        guard let file = file(fh) else { return reply.ok() }
         do {
-            if isKVID(file.id) { try kvCommit(file); return replyErrno(req, 0) }
+            if isKVID(file.id) { try kvCommit(file); return reply.ok() }
             if file.wrote { try core.flushed(file.id) }
-            fuse_reply_err(req, 0)
-        } catch { replyError(req, error) }
+            reply.ok()
+        } catch { reply.fail(error) }
     }
 
-    func fsync(_ req: fuse_req_t, _ fh: UInt64) {
-        guard let file = file(fh) else { return replyErrno(req, 0) }
-        if isKVID(file.id) { return replyErrno(req, 0) } // a key's value is durable once committed at close
+    func fsync(_ reply: Reply, _ fh: UInt64) {
+        guard let file = file(fh) else { return reply.ok() }
+        if isKVID(file.id) { return reply.ok() } // a key's value is durable once committed at close
         do {
             try file.fd.dataSync()
             if file.wrote { try core.synced(file.id) }
-            fuse_reply_err(req, 0)
+            reply.ok()
         } catch {
-            replyError(req, error)
+            reply.fail(error)
         }
     }
 
@@ -457,29 +452,10 @@ public final class FileSystem: @unchecked Sendable {
 
     // MARK: waiting for content
 
-    /// A request that waits for content; answered exactly once, by the transfer or by an interrupt.
-    final class Waiter: @unchecked Sendable {
-        let req: fuse_req_t
-        let lock = NSLock()
-        var answered = false
-        /// Called a few seconds after the answer, to let go of the waiter.
-        var release: (@Sendable () -> Void)?
-        init(req: fuse_req_t) { self.req = req }
-        /// True for the one caller that may answer.
-        func claim() -> Bool {
-            lock.lock()
-            if answered { lock.unlock(); return false }
-            answered = true
-            lock.unlock()
-            if let release { DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(5), execute: release) }
-            return true
-        }
-    }
-
     /// Runs `then` once the item's content is local (or, with `staleOK`, an older local copy is all there is),
     /// answering EIO or EINTR itself otherwise.
-    func whenLocal(_ req: fuse_req_t, _ id: String, staleOK: Bool = false, then: @escaping () -> Void) {
-        waitFor(req, start: { done in _ = core.fetch(id, done: done) }, fallback: { [self] error in
+    func whenLocal(_ reply: Reply, _ id: String, staleOK: Bool = false, then: @escaping @Sendable () -> Void) {
+        waitFor(reply, start: { done in _ = core.fetch(id, done: done) }, fallback: { [self] error in
             guard staleOK, core.item(id)?.hasLocal == true else { return false }
             log.warning("serving the older local copy of \(core.path(of: id)): \(error)")
             return true
@@ -487,47 +463,29 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     /// Starts a transfer with `start` and runs `then` when it succeeds (or when `fallback` accepts its failure);
-    /// answers EIO on failure and EINTR on a FUSE interrupt, which leaves the transfer running.
-    ///
-    /// The waiter stays referenced a while after its answer: libfuse may call the interrupt callback with it
-    /// just after a reply on another thread, and the callback must then find it alive and already answered.
-    func waitFor(_ req: fuse_req_t, start: (@escaping @Sendable (Result<Void, CoreError>) -> Void) -> Void,
-                 fallback: @escaping (CoreError) -> Bool = { _ in false }, then: @escaping () -> Void) {
-        let waiter = Waiter(req: req)
-        keep(waiter)
-        fuse_req_interrupt_func(req, { _, data in
-            guard let data else { return }
-            let waiter = Unmanaged<Waiter>.fromOpaque(data).takeUnretainedValue()
-            guard waiter.claim() else { return }
-            fuse_reply_err(waiter.req, EINTR)
-        }, Unmanaged.passUnretained(waiter).toOpaque())
-        if waiter.lock.withLock({ waiter.answered }) { return } // interrupted before we began
+    /// answers EIO on failure and EINTR on a FUSE interrupt, which leaves the transfer running. The transfer's
+    /// completion ends the wait (Reply.endWaiting), so nothing of the wait outlives the answer.
+    func waitFor(_ reply: Reply, start: (@escaping @Sendable (Result<Void, CoreError>) -> Void) -> Void,
+                 fallback: @escaping @Sendable (CoreError) -> Bool = { _ in false },
+                 then: @escaping @Sendable () -> Void) {
+        guard reply.beginWaiting() else { return } // interrupted before we began: EINTR is answered
         start { [self] result in
-            guard waiter.claim() else { return } // interrupted: the transfer went on, nobody waits
+            guard reply.endWaiting() else { return } // interrupted: the transfer went on, nobody waits
             switch result {
             case .success:
                 then()
             case .failure(let error):
                 if fallback(error) { return then() }
                 log.warning("a wait for content failed: \(error)")
-                replyError(req, .io("\(error)"))
+                reply.fail(.io("\(error)"))
             }
-        }
-    }
-
-    private func keep(_ waiter: Waiter) {
-        let key = ObjectIdentifier(waiter)
-        handleLock.lock(); waiting[key] = waiter; handleLock.unlock()
-        waiter.release = { [weak self] in
-            guard let self else { return }
-            handleLock.lock(); waiting[key] = nil; handleLock.unlock()
         }
     }
 
     // MARK: directories
 
-    func opendir(_ req: fuse_req_t, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+    func opendir(_ reply: Reply, _ ino: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
         do {
             var list = [DirEntry(name: ".", id: nil, type: S_IFDIR), DirEntry(name: "..", id: nil, type: S_IFDIR)]
             for child in try children(id) {
@@ -539,59 +497,43 @@ public final class FileSystem: @unchecked Sendable {
             dirs[fh] = list
             handleLock.unlock()
             fi.pointee.fh = fh
-            fuse_reply_open(req, fi)
-        } catch { replyError(req, error) }
+            if !reply.open(fi.pointee) { releasedir(fh) }
+        } catch { reply.fail(error) }
     }
 
     func releasedir(_ fh: UInt64) {
         handleLock.lock(); dirs[fh] = nil; handleLock.unlock()
     }
 
-    func readdir(_ req: fuse_req_t, _ ino: UInt64, _ size: Int, _ offset: off_t, _ fh: UInt64, plus: Bool) {
+    func readdir(_ reply: Reply, _ ino: UInt64, _ size: Int, _ offset: off_t, _ fh: UInt64, plus: Bool) {
         handleLock.lock()
         let list = dirs[fh] ?? []
         handleLock.unlock()
-        var buf = [CChar](repeating: 0, count: size)
-        var used = 0
-        var index = Int(offset)
-        while index < list.count {
-            let e = list[index]
-            let next = off_t(index + 1)
-            var n = 0
-            if plus {
+        let page: DirectoryPage
+        if plus {
+            page = DirectoryPacking.plus(list, from: Int(offset), size: size, param: { [self] e in
+                if let cid = e.id, let node = node(cid) { return entry(cid, node) }
                 var param = fuse_entry_param()
-                var remembered: UInt64 = 0
-                if let cid = e.id, let node = node(cid) {
-                    param = entry(cid, node)
-                    remembered = param.ino
-                } else {
-                    param.attr.st_mode = S_IFDIR
-                    param.attr.st_ino = e.name == "." ? UInt(ino) : 1
-                }
-                n = buf.withUnsafeMutableBufferPointer {
-                    fuse_add_direntry_plus(req, $0.baseAddress! + used, size - used, e.name, &param, next)
-                }
-                if n > size - used, remembered != 0 { inodes.forget(remembered, 1) }
-            } else {
-                var st = stat()
-                st.st_mode = e.type
-                st.st_ino = UInt(e.id.flatMap { inodes.known($0) } ?? 1)
-                n = buf.withUnsafeMutableBufferPointer {
-                    fuse_add_direntry(req, $0.baseAddress! + used, size - used, e.name, &st, next)
-                }
+                param.attr.st_mode = S_IFDIR
+                param.attr.st_ino = e.name == "." ? UInt(ino) : 1
+                return param
+            }, unused: { [self] param in
+                if param.ino != 0 { inodes.forget(param.ino, 1) }
+            })
+        } else {
+            page = DirectoryPacking.plain(list, from: Int(offset), size: size) { [self] e in
+                e.id.flatMap { inodes.known($0) } ?? 1
             }
-            if n > size - used { break }
-            used += n
-            index += 1
         }
-        buf.withUnsafeBufferPointer { _ = fuse_reply_buf(req, $0.baseAddress, used) }
+        page.bytes.withUnsafeBytes { reply.bytes($0) }
     }
 
-    func statfs(_ req: fuse_req_t) {
-        var vfs: statvfs
-        do { vfs = try core.storeFileSystemStats() } catch { return replyError(req, error) }
-        vfs.f_namemax = UInt(WireRules.maxNameBytes)
-        fuse_reply_statfs(req, &vfs)
+    func statfs(_ reply: Reply) {
+        do {
+            var vfs = try core.storeFileSystemStats()
+            vfs.f_namemax = UInt(WireRules.maxNameBytes)
+            reply.statfs(vfs)
+        } catch { reply.fail(error) }
     }
 }
 

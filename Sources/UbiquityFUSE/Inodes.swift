@@ -1,7 +1,10 @@
 // The inode table: FUSE inode numbers for the core's stable item ids, with the kernel's lookup counts.
 // Every entry reply adds one lookup; forget subtracts; an inode is dropped at zero. The root (1) is permanent.
+// An inode number is never given out twice (an item forgotten and met again gets a new one), so entry replies
+// keep generation 0.
 import Foundation
 
+/// @unchecked Sendable: every loop thread uses it; all its state is behind `lock`.
 final class InodeTable: @unchecked Sendable {
     static let rootIno: UInt64 = 1
     private let lock = NSLock()

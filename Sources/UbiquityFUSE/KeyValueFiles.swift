@@ -98,11 +98,11 @@ extension FileSystem {
 
     // MARK: operations
 
-    func kvCreate(_ req: fuse_req_t, _ dirID: String, _ name: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { return replyError(req, .readOnly) }
-        if name.utf8.count > KVLimits.maxKeyBytes { return replyError(req, .nameTooLong) }
+    func kvCreate(_ reply: Reply, _ dirID: String, _ name: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { return reply.fail(.readOnly) }
+        if name.utf8.count > KVLimits.maxKeyBytes { return reply.fail(.nameTooLong) }
         if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
-            return replyError(req, .exists)
+            return reply.fail(.exists)
         }
         let id = FileSystem.kvKeyID(name, typed: dirID == FileSystem.kvJSONDirID)
         do {
@@ -110,15 +110,15 @@ extension FileSystem {
             file.wrote = true
             fi.pointee.fh = addHandle(file)
             guard let node = node(id) else { throw CoreError.notFound }
-            var e = entry(id, node)
-            if fuse_reply_create(req, &e, fi) != 0 {
+            let e = entry(id, node)
+            if !reply.create(e, fi.pointee) {
                 inodes.forget(e.ino, 1)
                 release(fi.pointee.fh)
             }
-        } catch { replyError(req, error) }
+        } catch { reply.fail(error) }
     }
 
-    func kvOpen(_ req: fuse_req_t, _ id: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+    func kvOpen(_ reply: Reply, _ id: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         let writable = fi.pointee.flags & O_ACCMODE != O_RDONLY
         let truncate = fi.pointee.flags & O_TRUNC != 0
         do {
@@ -136,28 +136,28 @@ extension FileSystem {
             file.wrote = writable && truncate
             fi.pointee.fh = addHandle(file)
             ubq_fi_set_direct_io(fi, 1)
-            if fuse_reply_open(req, fi) != 0 { release(fi.pointee.fh) }
-        } catch { replyError(req, error) }
+            if !reply.open(fi.pointee) { release(fi.pointee.fh) }
+        } catch { reply.fail(error) }
     }
 
     /// A handle on a private unlinked file in the store's staging area, holding `content`.
     private func kvHandle(_ id: String, content: [UInt8], writable: Bool) throws -> OpenFile {
-        let fd = try core.scratchFile()
+        let fd = try core.makeStagingFile(prefix: "kv")
         do { try fd.writeAll(content) } catch { fd.close(); throw error }
         return OpenFile(id: id, fd: fd, writable: writable)
     }
 
-    func kvWrite(_ req: fuse_req_t, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ file: OpenFile) {
+    func kvWrite(_ reply: Reply, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ file: OpenFile) {
         let limit = file.id.hasPrefix(FileSystem.kvJSONDirID) ? KVLimits.maxBodyBytes : KVLimits.maxTotalBytes
         if Int(offset) + fuse_buf_size(bufv) > limit {
             file.refused = .fileTooBig
-            return replyError(req, .fileTooBig)
+            return reply.fail(.fileTooBig)
         }
         let n = ubq_write_buf_to_fd(bufv, file.fd.raw, offset)
-        if n < 0 { return replyErrno(req, Int32(-n)) }
+        if n < 0 { return reply.fail(AdapterError.system(Errno(Int32(-n)))) }
         file.wrote = true
         file.wroteData = true
-        fuse_reply_write(req, n)
+        reply.written(n)
     }
 
     /// Makes a written handle's bytes the key's value. Over a limit: the error and nothing stored; the
@@ -177,30 +177,29 @@ extension FileSystem {
         try kv.set(key, try kvValue(bytes, typed: typed))
     }
 
-    func kvSetattr(_ req: fuse_req_t, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
-        guard let node = node(id), case .kvKey = node else { return replyError(req, .readOnly) }
+    func kvSetattr(_ reply: Reply, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
+        guard let node = node(id), case .kvKey = node else { return reply.fail(.readOnly) }
         if toSet & FUSE_SET_ATTR_SIZE != 0 {
-            guard let fh, let file = file(fh), file.writable else { return replyError(req, .readOnly) }
-            if Int(attr.st_size) > KVLimits.maxBodyBytes { return replyError(req, .fileTooBig) }
-            if ftruncate(file.fd.raw, attr.st_size) != 0 { return replyErrno(req, errno) }
+            guard let fh, let file = file(fh), file.writable else { return reply.fail(.readOnly) }
+            if Int(attr.st_size) > KVLimits.maxBodyBytes { return reply.fail(.fileTooBig) }
+            if ftruncate(file.fd.raw, attr.st_size) != 0 { return reply.fail(AdapterError.system(.current)) }
             file.refused = nil
             file.wrote = true
             file.wroteData = true
         }
-        var st = attributes(node, ino: ino)
-        fuse_reply_attr(req, &st, 0)
+        reply.attr(attributes(node, ino: ino), timeout: 0)
     }
 
-    func kvRemove(_ req: fuse_req_t, _ dirID: String, _ name: String) {
-        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { return replyError(req, .readOnly) }
+    func kvRemove(_ reply: Reply, _ dirID: String, _ name: String) {
+        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { return reply.fail(.readOnly) }
         if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
-            return replyError(req, .readOnly)
+            return reply.fail(.readOnly)
         }
         do {
             guard let kv else { throw CoreError.notFound }
             if name.utf8.count > KVLimits.maxKeyBytes { throw CoreError.nameTooLong }
             try kv.set(name, nil)
-            fuse_reply_err(req, 0)
-        } catch { replyError(req, error) }
+            reply.ok()
+        } catch { reply.fail(error) }
     }
 }

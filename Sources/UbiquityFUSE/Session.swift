@@ -11,12 +11,16 @@ private func fs(_ req: fuse_req_t?) -> FileSystem {
     Unmanaged<FileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
 }
 
+/// The one answer to a request (Reply.swift).
+@inline(__always)
+private func reply(_ req: fuse_req_t?) -> Reply { Reply(req!) }
+
 /// Calls `body` with a name from the kernel, or answers `refusal` when the name is not valid UTF-8. Such a name
 /// is never rewritten (to U+FFFD): two different names would become one.
 @inline(__always)
 private func named(_ req: fuse_req_t?, _ p: UnsafePointer<CChar>?, else refusal: CoreError = .illegalByteSequence,
                    _ body: (String) -> Void) {
-    guard let name = p.flatMap({ String(validatingCString: $0) }) else { return fs(req).replyError(req!, refusal) }
+    guard let name = p.flatMap({ String(validatingCString: $0) }) else { return reply(req).fail(refusal) }
     body(name)
 }
 
@@ -24,53 +28,53 @@ private func makeOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
     ops.`init` = { _, conn in ubq_conn_init(conn, 1 << 20) }
     // A name that is not valid UTF-8 cannot exist here: looking it up (or removing it) finds nothing.
-    ops.lookup = { req, parent, name in named(req, name, else: .notFound) { fs(req).lookup(req!, parent, $0) } }
-    ops.forget = { req, ino, n in fs(req).forget(ino, n); fuse_reply_none(req) }
+    ops.lookup = { req, parent, name in named(req, name, else: .notFound) { fs(req).lookup(reply(req), parent, $0) } }
+    ops.forget = { req, ino, n in fs(req).forget(ino, n); reply(req).none() }
     ops.forget_multi = { req, count, list in
         let f = fs(req)
         for i in 0..<count { f.forget(list![i].ino, list![i].nlookup) }
-        fuse_reply_none(req)
+        reply(req).none()
     }
-    ops.getattr = { req, ino, _ in fs(req).getattr(req!, ino) }
-    ops.setattr = { req, ino, attr, toSet, fi in fs(req).setattr(req!, ino, attr!.pointee, toSet, fi?.pointee.fh) }
-    ops.mkdir = { req, parent, name, mode in named(req, name) { fs(req).mkdir(req!, parent, $0, mode) } }
+    ops.getattr = { req, ino, _ in fs(req).getattr(reply(req), ino) }
+    ops.setattr = { req, ino, attr, toSet, fi in fs(req).setattr(reply(req), ino, attr!.pointee, toSet, fi?.pointee.fh) }
+    ops.mkdir = { req, parent, name, mode in named(req, name) { fs(req).mkdir(reply(req), parent, $0, mode) } }
     ops.unlink = { req, parent, name in
-        named(req, name, else: .notFound) { fs(req).remove(req!, parent, $0, directory: false) }
+        named(req, name, else: .notFound) { fs(req).remove(reply(req), parent, $0, directory: false) }
     }
     ops.rmdir = { req, parent, name in
-        named(req, name, else: .notFound) { fs(req).remove(req!, parent, $0, directory: true) }
+        named(req, name, else: .notFound) { fs(req).remove(reply(req), parent, $0, directory: true) }
     }
     ops.rename = { req, p, n, np, nn, flags in
-        named(req, n) { name in named(req, nn) { newName in fs(req).rename(req!, p, name, np, newName, flags) } }
+        named(req, n) { name in named(req, nn) { newName in fs(req).rename(reply(req), p, name, np, newName, flags) } }
     }
-    ops.create = { req, parent, name, mode, fi in named(req, name) { fs(req).create(req!, parent, $0, mode, fi!) } }
-    ops.open = { req, ino, fi in fs(req).open(req!, ino, fi!) }
-    ops.read = { req, _, size, off, fi in fs(req).read(req!, size, off, fi!.pointee.fh) }
-    ops.write_buf = { req, _, bufv, off, fi in fs(req).write(req!, bufv!, off, fi!.pointee.fh) }
-    ops.flush = { req, _, fi in fs(req).flush(req!, fi!.pointee.fh) }
-    ops.release = { req, _, fi in fs(req).release(fi!.pointee.fh); fuse_reply_err(req, 0) }
-    ops.fsync = { req, _, _, fi in fs(req).fsync(req!, fi!.pointee.fh) }
-    ops.fallocate = { req, _, mode, off, len, fi in fs(req).fallocate(req!, mode, off, len, fi!.pointee.fh) }
-    ops.opendir = { req, ino, fi in fs(req).opendir(req!, ino, fi!) }
-    ops.readdir = { req, ino, size, off, fi in fs(req).readdir(req!, ino, size, off, fi!.pointee.fh, plus: false) }
-    ops.readdirplus = { req, ino, size, off, fi in fs(req).readdir(req!, ino, size, off, fi!.pointee.fh, plus: true) }
-    ops.releasedir = { req, _, fi in fs(req).releasedir(fi!.pointee.fh); fuse_reply_err(req, 0) }
-    ops.fsyncdir = { req, _, _, _ in fuse_reply_err(req, 0) }
-    ops.statfs = { req, _ in fs(req).statfs(req!) }
+    ops.create = { req, parent, name, mode, fi in named(req, name) { fs(req).create(reply(req), parent, $0, mode, fi!) } }
+    ops.open = { req, ino, fi in fs(req).open(reply(req), ino, fi!) }
+    ops.read = { req, _, size, off, fi in fs(req).read(reply(req), size, off, fi!.pointee.fh) }
+    ops.write_buf = { req, _, bufv, off, fi in fs(req).write(reply(req), bufv!, off, fi!.pointee.fh) }
+    ops.flush = { req, _, fi in fs(req).flush(reply(req), fi!.pointee.fh) }
+    ops.release = { req, _, fi in fs(req).release(fi!.pointee.fh); reply(req).ok() }
+    ops.fsync = { req, _, _, fi in fs(req).fsync(reply(req), fi!.pointee.fh) }
+    ops.fallocate = { req, _, mode, off, len, fi in fs(req).fallocate(reply(req), mode, off, len, fi!.pointee.fh) }
+    ops.opendir = { req, ino, fi in fs(req).opendir(reply(req), ino, fi!) }
+    ops.readdir = { req, ino, size, off, fi in fs(req).readdir(reply(req), ino, size, off, fi!.pointee.fh, plus: false) }
+    ops.readdirplus = { req, ino, size, off, fi in fs(req).readdir(reply(req), ino, size, off, fi!.pointee.fh, plus: true) }
+    ops.releasedir = { req, _, fi in fs(req).releasedir(fi!.pointee.fh); reply(req).ok() }
+    ops.fsyncdir = { req, _, _, _ in reply(req).ok() }
+    ops.statfs = { req, _ in fs(req).statfs(reply(req)) }
     // A name that is not valid UTF-8 is refused first, whatever the operation.
-    ops.symlink = { req, target, parent, name in named(req, name) { fs(req).symlink(req!, parent, $0, target!) } }
-    ops.readlink = { req, ino in fs(req).readlink(req!, ino) }
-    ops.mknod = { req, parent, name, mode, _ in named(req, name) { fs(req).mknod(req!, parent, $0, mode) } }
+    ops.symlink = { req, target, parent, name in named(req, name) { fs(req).symlink(reply(req), parent, $0, target!) } }
+    ops.readlink = { req, ino in fs(req).readlink(reply(req), ino) }
+    ops.mknod = { req, parent, name, mode, _ in named(req, name) { fs(req).mknod(reply(req), parent, $0, mode) } }
     // No hard links: an item has one place (its parent and name), as on iCloud Drive.
-    ops.link = { req, _, _, name in named(req, name) { _ in fuse_reply_err(req, EPERM) } }
+    ops.link = { req, _, _, name in named(req, name) { _ in reply(req).fail(.notPermitted("no hard links")) } }
     ops.getxattr = { req, ino, name, size in
-        named(req, name, else: .noAttribute) { fs(req).getxattr(req!, ino, $0, size) }
+        named(req, name, else: .noAttribute) { fs(req).getxattr(reply(req), ino, $0, size) }
     }
-    ops.listxattr = { req, ino, size in fs(req).listxattr(req!, ino, size) }
+    ops.listxattr = { req, ino, size in fs(req).listxattr(reply(req), ino, size) }
     ops.setxattr = { req, ino, name, value, size, flags in
-        named(req, name) { fs(req).setxattr(req!, ino, $0, UnsafeRawBufferPointer(start: value, count: size), flags) }
+        named(req, name) { fs(req).setxattr(reply(req), ino, $0, UnsafeRawBufferPointer(start: value, count: size), flags) }
     }
-    ops.removexattr = { req, ino, name in named(req, name, else: .noAttribute) { fs(req).removexattr(req!, ino, $0) } }
+    ops.removexattr = { req, ino, name in named(req, name, else: .noAttribute) { fs(req).removexattr(reply(req), ino, $0) } }
     return ops
 }
 

@@ -172,54 +172,56 @@ extension FileSystem {
     // MARK: operations on versions
 
     /// Opens a version read-only, fetching its content first if needed.
-    func openVersion(_ req: fuse_req_t, _ item: Item, _ c: WireConflict, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        if fi.pointee.flags & O_ACCMODE != O_RDONLY { return replyError(req, .readOnly) }
+    func openVersion(_ reply: Reply, _ item: Item, _ c: WireConflict, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        if fi.pointee.flags & O_ACCMODE != O_RDONLY { return reply.fail(.readOnly) }
         let info = fi.pointee
-        let finish: () -> Void = { [self] in
+        let finish: @Sendable () -> Void = { [self] in
             do {
                 var fi = info
-                let fd = try core.openConflictVersion(item.id, c.id)
+                let fd = try core.openConflictVersion(item: item.id, conflict: c.id)
                 fi.fh = addHandle(OpenFile(id: FileSystem.versionID(item.id, c.id), fd: fd, writable: false))
                 ubq_fi_set_keep_cache(&fi, 1)
-                if fuse_reply_open(req, &fi) != 0 { release(fi.fh) }
-            } catch { replyError(req, error) }
+                if !reply.open(fi) { release(fi.fh) }
+            } catch { reply.fail(error) }
         }
         if core.hasLocalConflict(item.id, c.id) { return finish() }
-        if !downloadPolicy.mayDownload(req) { return replyError(req, .wouldBlock) }
-        waitFor(req, start: { done in core.fetchConflict(item.id, c.id, done: done) }, then: finish)
+        if !downloadPolicy.mayDownload(reply) { return reply.fail(.wouldBlock) }
+        waitFor(reply, start: { done in core.fetchConflict(item.id, c.id, done: done) }, then: finish)
     }
 
     /// `rm` of a version: discard it everywhere.
-    func unlinkVersion(_ req: fuse_req_t, _ parent: String, _ name: String) {
+    func unlinkVersion(_ reply: Reply, _ parent: String, _ name: String) {
         do {
             guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
                 throw CoreError.notFound
             }
             try core.discardConflict(item.id, c.id)
-            fuse_reply_err(req, 0)
-        } catch { replyError(req, error) }
+            reply.ok()
+        } catch { reply.fail(error) }
     }
 
     /// `mv` of a version onto its file's live path: make it current. Elsewhere in the mount: EXDEV, so that
     /// `mv` copies it instead (and then discards it).
-    func renameVersion(_ req: fuse_req_t, _ parent: String, _ name: String, _ newParent: String, _ newName: String) {
+    func renameVersion(_ reply: Reply, _ parent: String, _ name: String, _ newParent: String, _ newName: String) {
         do {
             guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
                 throw CoreError.notFound
             }
-            guard newParent == item.parent, sameName(newName, item.name) else { return replyErrno(req, EXDEV) }
+            guard newParent == item.parent, sameName(newName, item.name) else {
+                return reply.fail(.crossDevice("a version moves in place only onto its own file"))
+            }
             do {
                 try core.promoteConflict(item.id, c.id)
-                fuse_reply_err(req, 0)
+                reply.ok()
             } catch .wouldBlock {
-                waitFor(req, start: { done in core.fetchConflict(item.id, c.id, done: done) }) { [self] in
+                waitFor(reply, start: { done in core.fetchConflict(item.id, c.id, done: done) }) { [self] in
                     do {
                         try core.promoteConflict(item.id, c.id)
-                        fuse_reply_err(req, 0)
-                    } catch { replyError(req, error) }
+                        reply.ok()
+                    } catch { reply.fail(error) }
                 }
             }
-        } catch { replyError(req, error) }
+        } catch { reply.fail(error) }
     }
 }
 

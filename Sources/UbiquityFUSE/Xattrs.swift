@@ -64,41 +64,41 @@ enum ActionAttribute: String {
 }
 
 extension FileSystem {
-    private func replyXattr(_ req: fuse_req_t, _ bytes: [UInt8], _ size: Int) {
-        if size == 0 { fuse_reply_xattr(req, bytes.count); return }
-        if bytes.count > size { fuse_reply_err(req, ERANGE); return }
-        bytes.withUnsafeBufferPointer { _ = fuse_reply_buf(req, UnsafeRawPointer($0.baseAddress)?.assumingMemoryBound(to: CChar.self), $0.count) }
+    private func replyXattr(_ reply: Reply, _ bytes: [UInt8], _ size: Int) {
+        if size == 0 { return reply.xattrSize(bytes.count) }
+        if bytes.count > size { return reply.fail(AdapterError.bufferTooSmall) }
+        bytes.withUnsafeBytes { reply.bytes($0) }
     }
 
-    func getxattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String, _ size: Int) {
-        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+    func getxattr(_ reply: Reply, _ ino: UInt64, _ name: String, _ size: Int) {
+        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
         if isVirtual(id) {
-            guard let value = versionAttributes(id)[name] else { return replyError(req, .noAttribute) }
-            return replyXattr(req, Array(value.utf8), size)
+            guard let value = versionAttributes(id)[name] else { return reply.fail(.noAttribute) }
+            return replyXattr(reply, Array(value.utf8), size)
         }
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
                 if id == core.rootID, let value = try core.rootAttributes().first(where: { $0.name == key })?.value {
-                    return replyXattr(req, Array(value.utf8), size)
+                    return replyXattr(reply, Array(value.utf8), size)
                 }
                 guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
-                    return replyError(req, .noAttribute)
+                    return reply.fail(.noAttribute)
                 }
-                return replyXattr(req, Array(value.utf8), size)
+                return replyXattr(reply, Array(value.utf8), size)
             }
-            guard name.hasPrefix("user.") else { return replyError(req, .noAttribute) }
-            replyXattr(req, try core.userXattr(id, name), size)
-        } catch { replyError(req, error) }
+            guard name.hasPrefix("user.") else { return reply.fail(.noAttribute) }
+            replyXattr(reply, try core.userXattr(id, name), size)
+        } catch { reply.fail(error) }
     }
 
-    func listxattr(_ req: fuse_req_t, _ ino: UInt64, _ size: Int) {
-        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
+    func listxattr(_ reply: Reply, _ ino: UInt64, _ size: Int) {
+        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
         if isVirtual(id) {
-            return replyXattr(req, versionAttributes(id).keys.sorted().flatMap { Array($0.utf8) + [0] }, size)
+            return replyXattr(reply, versionAttributes(id).keys.sorted().flatMap { Array($0.utf8) + [0] }, size)
         }
         // The kernel allows user.* attributes on files and directories only: a link, fifo or socket lists none.
-        if let item = core.item(id), !item.isDirectory && !item.hasContent { return replyXattr(req, [], size) }
+        if let item = core.item(id), !item.isDirectory && !item.hasContent { return replyXattr(reply, [], size) }
         do {
             let status = try core.status(id)
             var list = [UInt8]()
@@ -109,13 +109,13 @@ extension FileSystem {
                 for attr in try core.rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
             }
             for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
-            replyXattr(req, list, size)
-        } catch { replyError(req, error) }
+            replyXattr(reply, list, size)
+        } catch { reply.fail(error) }
     }
 
-    func setxattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String, _ value: UnsafeRawBufferPointer, _ flags: Int32) {
-        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
-        if isVirtual(id) { return setVersionAttribute(req, id, name) }
+    func setxattr(_ reply: Reply, _ ino: UInt64, _ name: String, _ value: UnsafeRawBufferPointer, _ flags: Int32) {
+        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
+        if isVirtual(id) { return setVersionAttribute(reply, id, name) }
         let bytes = [UInt8](value)
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
@@ -125,10 +125,10 @@ extension FileSystem {
                 try core.setUserXattr(id, name, bytes, create: flags & Int32(XATTR_CREATE) != 0,
                                       replace: flags & Int32(XATTR_REPLACE) != 0)
             } else {
-                return replyErrno(req, ENOTSUP)
+                return reply.fail(.unsupported("only user.* attributes can be set"))
             }
-            fuse_reply_err(req, 0)
-        } catch { replyError(req, error) }
+            reply.ok()
+        } catch { reply.fail(error) }
     }
 
     private func setStatus(_ id: String, _ key: String, _ text: String) throws {
@@ -142,25 +142,25 @@ extension FileSystem {
             }
             return
         }
-        guard let attr = StatusAttribute(rawValue: key) else { throw UnknownAttribute() }
+        guard let attr = StatusAttribute(rawValue: key) else { throw AdapterError.unknownAttribute }
         guard attr.accepts(text) else { throw CoreError.invalidArgument("\(text) is not a value of \(key)") }
         if attr == .pinned { try core.setPinned(id, text == "1") }
         if attr == .isExcludedFromSync { try core.setExcludedFromSync(id, text == "1") }
     }
 
-    func removexattr(_ req: fuse_req_t, _ ino: UInt64, _ name: String) {
-        guard let id = inodes.id(ino) else { return replyError(req, .notFound) }
-        if isVirtual(id) { return replyError(req, .readOnly) }
+    func removexattr(_ reply: Reply, _ ino: UInt64, _ name: String) {
+        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
+        if isVirtual(id) { return reply.fail(.readOnly) }
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
-                guard StatusAttribute(rawValue: key) != nil else { return replyError(req, .noAttribute) }
-                return replyErrno(req, 0)
+                guard StatusAttribute(rawValue: key) != nil else { return reply.fail(.noAttribute) }
+                return reply.ok()
             }
-            guard name.hasPrefix("user.") else { return replyError(req, .noAttribute) }
+            guard name.hasPrefix("user.") else { return reply.fail(.noAttribute) }
             try core.removeUserXattr(id, name)
-            fuse_reply_err(req, 0)
-        } catch { replyError(req, error) }
+            reply.ok()
+        } catch { reply.fail(error) }
     }
 }
 
@@ -174,19 +174,16 @@ extension FileSystem {
     }
 
     /// Evict and download work on version files; everything else under .versions is read-only.
-    func setVersionAttribute(_ req: fuse_req_t, _ id: String, _ name: String) {
-        guard case .version(let item, let c) = node(id) else { return replyError(req, .readOnly) }
+    func setVersionAttribute(_ reply: Reply, _ id: String, _ name: String) {
+        guard case .version(let item, let c) = node(id) else { return reply.fail(.readOnly) }
         switch name {
         case StatusAttribute.prefix + ActionAttribute.evict.rawValue:
             core.evictConflict(item.id, c.id)
         case StatusAttribute.prefix + ActionAttribute.download.rawValue:
             core.fetchConflict(item.id, c.id) { _ in }
         default:
-            return replyError(req, .readOnly)
+            return reply.fail(.readOnly)
         }
-        fuse_reply_err(req, 0)
+        reply.ok()
     }
 }
-
-/// A `user.ubiquity.` name that is neither a status nor an action.
-struct UnknownAttribute: Error {}
