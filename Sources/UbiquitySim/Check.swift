@@ -73,11 +73,19 @@ extension World {
     /// Every invariant; an empty list when all hold.
     func check() -> [String] {
         if let stuck = quiesce() { return [stuck] }
-        var v: [String] = []
+        var v = fetchEverything()
+        v += divergences()
+        for dev in devices { v += integrity(dev) }
+        v += lostContent()
+        v += resurrections()
+        return v
+    }
 
-        // Every device fetches every content and conflict version, so bytes can be compared. Like the daemon's
-        // downloads, a fetch is tried again after a failure (a partial file left by a fault is resumed, and if
-        // that resumed file does not verify it is dropped and the next try starts over).
+    /// Every device fetches every content and conflict version, so bytes can be compared. Like the daemon's
+    /// downloads, a fetch is tried again after a failure (a partial file left by a fault is resumed, and if
+    /// that resumed file does not verify it is dropped and the next try starts over).
+    func fetchEverything() -> [String] {
+        var v: [String] = []
         func fetch(_ c: Container, _ key: String) -> Result<Void, CoreError> {
             var result = c.downloadOnce(key)
             for _ in 0..<2 { if case .failure = result { result = c.downloadOnce(key) } }
@@ -94,8 +102,12 @@ extension World {
                 }
             }
         }
+        return v
+    }
 
-        // Convergence: the same tree, metadata, current content and conflict versions everywhere.
+    /// Convergence: the same tree, metadata, current content and conflict versions everywhere.
+    func divergences() -> [String] {
+        var v: [String] = []
         let want = remoteSignature()
         for dev in devices {
             let got = deviceSignature(dev)
@@ -104,21 +116,28 @@ extension World {
                 v.append("divergence: \(dev.name) differs from the remote: has \(extra.prefix(3)), lacks \(missing.prefix(3))")
             }
         }
+        return v
+    }
 
-        // Store integrity, and the bytes behind what each device shows.
-        for dev in devices { v += integrity(dev) }
-
-        // Nothing lost.
+    /// Nothing lost: every content written and not deliberately replaced is on the remote, current or as a
+    /// conflict version.
+    func lostContent() -> [String] {
         var present = Set<String>()
         for w in remote.allItems where !w.deleted && w.kind == .file {
             present.insert(w.sha256)
             for c in w.conflicts { present.insert(c.sha256) }
         }
+        var v: [String] = []
         for w in model.written where !present.contains(w.sha) && !model.superseded.contains(Model.key(w.item, w.sha)) {
             v.append("lost: content \(w.sha.prefix(8)) of [\(short(w.item))] (\(w.what) by \(w.device) at #\(w.step))")
         }
+        return v
+    }
 
-        // No resurrection.
+    /// No resurrection: a delete that no concurrent edit contests stays done (unless an item revived below keeps the
+    /// directory), and a resolved conflict version is not listed again.
+    func resurrections() -> [String] {
+        var v: [String] = []
         let liveIDs = Set(remote.allItems.filter { !$0.deleted }.map(\.id))
         let remoteByID = Dictionary(remote.allItems.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         var aboveRevived = Set<String>()

@@ -158,163 +158,27 @@ extension World {
     }
 
     func perform(_ kind: StepKind, _ dev: SimDevice) throws -> String {
-        if kind == .crash {
-            // Nothing may hold the old container: its store lock goes with it, as with a dead process.
-            dev.openWrites = []
-            dev.container = nil
-            try open(dev)
-            return "restarted from the store"
-        }
+        if kind == .crash { return try restart(dev) }
         let c = dev.container!
         switch kind {
-        case .create:
-            let parent = try pickDir(dev)
-            let name = rng.pick(fileNames)!
-            let item = try c.createFile(parent: parent.id, name: name, mode: 0o644)
-            return try writeNew(dev, item.id, "create")
-        case .mkdir:
-            let parent = try pickDir(dev)
-            let item = try c.makeDirectory(parent: parent.id, name: rng.pick(dirNames)!, mode: 0o755)
-            deliberate(dev, item.id)
-            return "\(c.path(of: item.id)) [\(short(item.id))]"
-        case .write:
-            let f = try pickFile(dev)
-            supersede(dev, f, conflicts: false)
-            return try writeNew(dev, f.id, "write")
-        case .append:
-            let f = try pickFile(dev)
-            let fd = try openFile(dev, f.id, writable: true)
-            defer { fd.close(); c.closed(f.id, writable: true) }
-            supersede(dev, f, conflicts: false)
-            deliberate(dev, f.id)
-            try c.willWrite(f.id)
-            let bytes = newBytes(dev)
-            try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: Int64(try fd.stat().st_size))
-            stamp(dev.container.contentPath(f.id))
-            try c.flushed(f.id)
-            recordContent(dev, f.id, "append")
-            return "\(c.path(of: f.id)) [\(short(f.id))] +\(bytes.count) bytes"
-        case .truncate:
-            let f = try pickFile(dev)
-            let size = Int64(rng.int(Int(f.size) + 1))
-            if size != 0 { try ensureLocal(dev, f.id) }
-            supersede(dev, f, conflicts: false)
-            deliberate(dev, f.id)
-            _ = try c.truncate(f.id, to: size)
-            recordContent(dev, f.id, "truncate")
-            return "\(c.path(of: f.id)) [\(short(f.id))] to \(size)"
-        case .beginWrite:
-            let f = try pickFile(dev)
-            if dev.openWrites.contains(f.id) { throw Skip(why: "already open") }
-            let fd = try openFile(dev, f.id, writable: true)
-            supersede(dev, f, conflicts: false)
-            deliberate(dev, f.id)
-            dev.openWrites.insert(f.id)
-            try c.willWrite(f.id)
-            let bytes = newBytes(dev)
-            let offset = Int64(rng.int(Int(c.currentSize(c.item(f.id) ?? f)) + 1))
-            try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: offset)
-            fd.close()
-            stamp(dev.container.contentPath(f.id))
-            return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes at \(offset), left open"
-        case .endWrite:
-            guard let id = rng.pick(dev.openWrites.sorted()) else { throw Skip(why: "nothing open") }
-            return try finishWrite(dev, id)
-        case .rename, .move:
-            guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
-            var newParent = item.parent!
-            var newName = rng.pick(item.isDirectory ? dirNames : fileNames)!
-            if kind == .move {
-                newParent = try pickDir(dev).id
-                newName = item.name
-            }
-            let target = c.lookup(parent: newParent, name: newName)
-            let noReplace = rng.chance(0.5)
-            let from = c.path(of: item.id)
-            if let target, target.id != item.id, !noReplace { supersede(dev, target, conflicts: true) }
-            try c.rename(parent: item.parent!, name: item.name, newParent: newParent, newName: newName,
-                         noReplace: noReplace)
-            deliberate(dev, item.id)
-            if let target, target.id != item.id { recordDelete(dev, target) }
-            return "\(from) -> \(c.path(of: item.id)) [\(short(item.id))]\(target.map { $0.id != item.id ? " replacing [\(short($0.id))]" : "" } ?? "")"
-        case .delete, .rmdir:
-            let pool = live(dev).filter { $0.isDirectory == (kind == .rmdir) }
-            guard let item = rng.pick(pool) else { throw Skip(why: "nothing") }
-            let path = c.path(of: item.id)
-            supersede(dev, item, conflicts: true)
-            try c.remove(parent: item.parent!, name: item.name, directory: kind == .rmdir)
-            recordDelete(dev, item)
-            return "\(path) [\(short(item.id))]"
-        case .chmod:
-            guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
-            let mode = rng.pick(item.isDirectory ? [0o755, 0o700, 0o750] : [0o644, 0o600, 0o640])!
-            _ = try c.setAttributes(item.id, mode: UInt32(mode), mtime: nil)
-            deliberate(dev, item.id)
-            return "\(c.path(of: item.id)) [\(short(item.id))] mode \(String(mode, radix: 8))"
-        case .evict:
-            let f = try pickFile(dev)
-            try c.evict(f.id)
-            return "\(c.path(of: f.id)) [\(short(f.id))]"
-        case .pin:
-            guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
-            let on = rng.chance(0.6)
-            try c.setPinned(item.id, on)
-            return "\(c.path(of: item.id)) [\(short(item.id))] \(on ? "on" : "off")"
-        case .discard:
-            let (f, conflict) = try pickConflicted(dev)
-            model.superseded.insert(Model.key(f.id, conflict.sha256))
-            try c.discardConflict(f.id, conflict.id)
-            model.resolve(conflict.id, dev.name, stepIndex)
-            deliberate(dev, f.id)
-            return "\(c.path(of: f.id)) [\(short(f.id))] conflict \(conflict.id)"
-        case .promote:
-            let (f, conflict) = try pickConflicted(dev)
-            if !c.hasLocalConflict(f.id, conflict.id),
-               case .failure(let e) = c.downloadOnce(f.id + "." + conflict.id) {
-                throw Skip(why: "fetch of the conflict version failed: \(e)")
-            }
-            supersede(dev, f, conflicts: false)
-            try c.promoteConflict(f.id, conflict.id)
-            model.resolve(conflict.id, dev.name, stepIndex)
-            deliberate(dev, f.id)
-            recordContent(dev, f.id, "promote")
-            return "\(c.path(of: f.id)) [\(short(f.id))] conflict \(conflict.id)"
-        case .keepCurrent:
-            let (f, _) = try pickConflicted(dev)
-            for cv in f.conflicts { model.superseded.insert(Model.key(f.id, cv.sha256)); model.resolve(cv.id, dev.name, stepIndex) }
-            try c.resolveKeepingCurrent(f.id)
-            deliberate(dev, f.id)
-            return "\(c.path(of: f.id)) [\(short(f.id))] \(f.conflicts.count) resolved"
-        case .pull:
-            var pages = 0
-            while pages < 3 {
-                pages += 1
-                if try !c.pullOnce() { break }
-            }
-            return "\(pages) page(s), at \(try c.feedPosition ?? "-")"
-        case .push:
-            var done: [String] = []
-            for _ in 0..<(1 + rng.int(3)) {
-                switch c.pushOnce() {
-                case .idle: done.append("idle")
-                case .pushed(let id): done.append("pushed [\(short(id))]")
-                case .failed(let id, let e): done.append("[\(short(id))] failed: \(e)")
-                }
-                if done.last == "idle" { break }
-            }
-            return done.joined(separator: "; ")
-        case .download:
-            let wanted = c.requestedDownloads
-            let key: String
-            if let first = wanted.first { key = first } else {
-                guard let f = rng.pick(live(dev).filter { !$0.isDirectory && !$0.isCurrent && $0.remoteVersion > 0 })
-                else { throw Skip(why: "nothing to fetch") }
-                key = f.id
-            }
-            switch c.downloadOnce(key) {
-            case .success: return "[\(short(key))] ok"
-            case .failure(let e): return "[\(short(key))] failed: \(e)"
-            }
+        case .create: return try createFile(dev, c)
+        case .mkdir: return try makeDirectory(dev, c)
+        case .write: return try overwriteFile(dev)
+        case .append: return try appendToFile(dev, c)
+        case .truncate: return try truncateFile(dev, c)
+        case .beginWrite: return try beginWrite(dev, c)
+        case .endWrite: return try endWrite(dev)
+        case .rename, .move: return try renameOrMove(dev, c, move: kind == .move)
+        case .delete, .rmdir: return try removeItem(dev, c, directory: kind == .rmdir)
+        case .chmod: return try changeMode(dev, c)
+        case .evict: return try evictFile(dev, c)
+        case .pin: return try setPinned(dev, c)
+        case .discard: return try discardConflict(dev, c)
+        case .promote: return try promoteConflict(dev, c)
+        case .keepCurrent: return try keepCurrent(dev, c)
+        case .pull: return try pullPages(c)
+        case .push: return pushSome(c)
+        case .download: return try downloadOne(dev, c)
         case .partition:
             dev.link.partitioned = true
             return "link down"
@@ -323,6 +187,209 @@ extension World {
             return "link up"
         case .crash:
             fatalError("handled above")
+        }
+    }
+
+    // MARK: one function per step kind
+
+    /// A crash of the daemon: nothing may hold the old container (its store lock goes with it, as with a dead
+    /// process), and the device opens again from its store.
+    func restart(_ dev: SimDevice) throws -> String {
+        dev.openWrites = []
+        dev.container = nil
+        try open(dev)
+        return "restarted from the store"
+    }
+
+    func createFile(_ dev: SimDevice, _ c: Container) throws -> String {
+        let parent = try pickDir(dev)
+        let name = rng.pick(fileNames)!
+        let item = try c.createFile(parent: parent.id, name: name, mode: 0o644)
+        return try writeNew(dev, item.id, "create")
+    }
+
+    func makeDirectory(_ dev: SimDevice, _ c: Container) throws -> String {
+        let parent = try pickDir(dev)
+        let item = try c.makeDirectory(parent: parent.id, name: rng.pick(dirNames)!, mode: 0o755)
+        deliberate(dev, item.id)
+        return "\(c.path(of: item.id)) [\(short(item.id))]"
+    }
+
+    func overwriteFile(_ dev: SimDevice) throws -> String {
+        let f = try pickFile(dev)
+        supersede(dev, f, conflicts: false)
+        return try writeNew(dev, f.id, "write")
+    }
+
+    func appendToFile(_ dev: SimDevice, _ c: Container) throws -> String {
+        let f = try pickFile(dev)
+        let fd = try openFile(dev, f.id, writable: true)
+        defer { fd.close(); c.closed(f.id, writable: true) }
+        supersede(dev, f, conflicts: false)
+        deliberate(dev, f.id)
+        try c.willWrite(f.id)
+        let bytes = newBytes(dev)
+        try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: Int64(try fd.stat().st_size))
+        stamp(dev.container.contentPath(f.id))
+        try c.flushed(f.id)
+        recordContent(dev, f.id, "append")
+        return "\(c.path(of: f.id)) [\(short(f.id))] +\(bytes.count) bytes"
+    }
+
+    func truncateFile(_ dev: SimDevice, _ c: Container) throws -> String {
+        let f = try pickFile(dev)
+        let size = Int64(rng.int(Int(f.size) + 1))
+        if size != 0 { try ensureLocal(dev, f.id) }
+        supersede(dev, f, conflicts: false)
+        deliberate(dev, f.id)
+        _ = try c.truncate(f.id, to: size)
+        recordContent(dev, f.id, "truncate")
+        return "\(c.path(of: f.id)) [\(short(f.id))] to \(size)"
+    }
+
+    /// A program starts writing and keeps the file open across steps (`endWrite` closes it).
+    func beginWrite(_ dev: SimDevice, _ c: Container) throws -> String {
+        let f = try pickFile(dev)
+        if dev.openWrites.contains(f.id) { throw Skip(why: "already open") }
+        let fd = try openFile(dev, f.id, writable: true)
+        supersede(dev, f, conflicts: false)
+        deliberate(dev, f.id)
+        dev.openWrites.insert(f.id)
+        try c.willWrite(f.id)
+        let bytes = newBytes(dev)
+        let offset = Int64(rng.int(Int(c.currentSize(c.item(f.id) ?? f)) + 1))
+        try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: offset)
+        fd.close()
+        stamp(dev.container.contentPath(f.id))
+        return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes at \(offset), left open"
+    }
+
+    func endWrite(_ dev: SimDevice) throws -> String {
+        guard let id = rng.pick(dev.openWrites.sorted()) else { throw Skip(why: "nothing open") }
+        return try finishWrite(dev, id)
+    }
+
+    /// A rename to a new name in the same folder, or (`move`) a move under its own name to another folder;
+    /// either may replace what bears that name there.
+    func renameOrMove(_ dev: SimDevice, _ c: Container, move: Bool) throws -> String {
+        guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
+        var newParent = item.parent!
+        var newName = rng.pick(item.isDirectory ? dirNames : fileNames)!
+        if move {
+            newParent = try pickDir(dev).id
+            newName = item.name
+        }
+        let target = c.lookup(parent: newParent, name: newName)
+        let noReplace = rng.chance(0.5)
+        let from = c.path(of: item.id)
+        if let target, target.id != item.id, !noReplace { supersede(dev, target, conflicts: true) }
+        try c.rename(parent: item.parent!, name: item.name, newParent: newParent, newName: newName,
+                     noReplace: noReplace)
+        deliberate(dev, item.id)
+        if let target, target.id != item.id { recordDelete(dev, target) }
+        return "\(from) -> \(c.path(of: item.id)) [\(short(item.id))]\(target.map { $0.id != item.id ? " replacing [\(short($0.id))]" : "" } ?? "")"
+    }
+
+    /// unlink(2) of a file, or rmdir(2) of a directory (`directory`).
+    func removeItem(_ dev: SimDevice, _ c: Container, directory: Bool) throws -> String {
+        let pool = live(dev).filter { $0.isDirectory == directory }
+        guard let item = rng.pick(pool) else { throw Skip(why: "nothing") }
+        let path = c.path(of: item.id)
+        supersede(dev, item, conflicts: true)
+        try c.remove(parent: item.parent!, name: item.name, directory: directory)
+        recordDelete(dev, item)
+        return "\(path) [\(short(item.id))]"
+    }
+
+    func changeMode(_ dev: SimDevice, _ c: Container) throws -> String {
+        guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
+        let mode = rng.pick(item.isDirectory ? [0o755, 0o700, 0o750] : [0o644, 0o600, 0o640])!
+        _ = try c.setAttributes(item.id, mode: UInt32(mode), mtime: nil)
+        deliberate(dev, item.id)
+        return "\(c.path(of: item.id)) [\(short(item.id))] mode \(String(mode, radix: 8))"
+    }
+
+    func evictFile(_ dev: SimDevice, _ c: Container) throws -> String {
+        let f = try pickFile(dev)
+        try c.evict(f.id)
+        return "\(c.path(of: f.id)) [\(short(f.id))]"
+    }
+
+    func setPinned(_ dev: SimDevice, _ c: Container) throws -> String {
+        guard let item = rng.pick(live(dev)) else { throw Skip(why: "nothing") }
+        let on = rng.chance(0.6)
+        try c.setPinned(item.id, on)
+        return "\(c.path(of: item.id)) [\(short(item.id))] \(on ? "on" : "off")"
+    }
+
+    func discardConflict(_ dev: SimDevice, _ c: Container) throws -> String {
+        let (f, conflict) = try pickConflicted(dev)
+        model.superseded.insert(Model.key(f.id, conflict.sha256))
+        try c.discardConflict(f.id, conflict.id)
+        model.resolve(conflict.id, dev.name, stepIndex)
+        deliberate(dev, f.id)
+        return "\(c.path(of: f.id)) [\(short(f.id))] conflict \(conflict.id)"
+    }
+
+    /// Makes a conflict version the current content (fetching it first when it is not local).
+    func promoteConflict(_ dev: SimDevice, _ c: Container) throws -> String {
+        let (f, conflict) = try pickConflicted(dev)
+        if !c.hasLocalConflict(f.id, conflict.id),
+           case .failure(let e) = c.downloadOnce(f.id + "." + conflict.id) {
+            throw Skip(why: "fetch of the conflict version failed: \(e)")
+        }
+        supersede(dev, f, conflicts: false)
+        try c.promoteConflict(f.id, conflict.id)
+        model.resolve(conflict.id, dev.name, stepIndex)
+        deliberate(dev, f.id)
+        recordContent(dev, f.id, "promote")
+        return "\(c.path(of: f.id)) [\(short(f.id))] conflict \(conflict.id)"
+    }
+
+    func keepCurrent(_ dev: SimDevice, _ c: Container) throws -> String {
+        let (f, _) = try pickConflicted(dev)
+        for cv in f.conflicts { model.superseded.insert(Model.key(f.id, cv.sha256)); model.resolve(cv.id, dev.name, stepIndex) }
+        try c.resolveKeepingCurrent(f.id)
+        deliberate(dev, f.id)
+        return "\(c.path(of: f.id)) [\(short(f.id))] \(f.conflicts.count) resolved"
+    }
+
+    /// Up to three pages of the feed.
+    func pullPages(_ c: Container) throws -> String {
+        var pages = 0
+        while pages < 3 {
+            pages += 1
+            if try !c.pullOnce() { break }
+        }
+        return "\(pages) page(s), at \(try c.feedPosition ?? "-")"
+    }
+
+    /// One to three units of push work, stopping at the first idle.
+    func pushSome(_ c: Container) -> String {
+        var done: [String] = []
+        for _ in 0..<(1 + rng.int(3)) {
+            switch c.pushOnce() {
+            case .idle: done.append("idle")
+            case .pushed(let id): done.append("pushed [\(short(id))]")
+            case .failed(let id, let e): done.append("[\(short(id))] failed: \(e)")
+            }
+            if done.last == "idle" { break }
+        }
+        return done.joined(separator: "; ")
+    }
+
+    /// The first requested download, or else a file whose content is not current here.
+    func downloadOne(_ dev: SimDevice, _ c: Container) throws -> String {
+        let wanted = c.requestedDownloads
+        let key: String
+        if let first = wanted.first { key = first } else {
+            guard let f = rng.pick(live(dev).filter { !$0.isDirectory && !$0.isCurrent && $0.remoteVersion > 0 })
+            else { throw Skip(why: "nothing to fetch") }
+            key = f.id
+        }
+        switch c.downloadOnce(key) {
+        case .success: return "[\(short(key))] ok"
+        case .failure(let e): return "[\(short(key))] failed: \(e)"
         }
     }
 }
