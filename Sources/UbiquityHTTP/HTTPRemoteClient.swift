@@ -201,6 +201,38 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         let ctx = Unmanaged.passUnretained(req).toOpaque()
         let started = monotonicNanoseconds()
 
+        setBasics(h, url: url, timeout: timeout, request: req)
+        setCallbacks(h, ctx: ctx, watchProgress: progress != nil || req.stallLimit != nil)
+        var list: UnsafeMutablePointer<curl_slist>? = nil
+        var all = headers
+        if authorized { all.append("Authorization: Bearer \(token)") }
+        all.append("Expect:")  // no 100-continue round trip before a body
+        for line in all { list = curl_slist_append(list, line) }
+        defer { curl_slist_free_all(list) }
+        _ = ubq_easy_setopt_slist(h, CURLOPT_HTTPHEADER, list)
+        setMethod(h, method)
+        setBody(h, source, ctx: ctx)
+
+        let code = withExtendedLifetime(req) { curl_easy_perform(h) }
+        req.finish()
+        var osErrno = 0
+        _ = ubq_easy_getinfo_long(h, CURLINFO_OS_ERRNO, &osErrno)
+        // The box dies with this call: leave no pointer into it in the idle handle.
+        _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, nil)
+        pool.release(h)
+
+        let ms = (monotonicNanoseconds() - started) / 1_000_000
+        if code == CURLE_OK {
+            log.debug("\(method) \(url) -> \(req.status) in \(ms) ms")
+            return req
+        }
+        let failure = failure(code: code, request: req, osErrno: osErrno, timeout: timeout)
+        log.debug("\(method) \(url) failed after \(ms) ms: \(failure)")
+        throw failure
+    }
+
+    /// The URL, timeouts, error buffer and receive buffer of a request.
+    private func setBasics(_ h: UnsafeMutableRawPointer, url: String, timeout: Timeout?, request req: CurlRequest) {
         _ = ubq_easy_setopt_string(h, CURLOPT_URL, url)
         _ = ubq_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
         _ = ubq_easy_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
@@ -217,7 +249,10 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, req.errorBuffer)
         // Large receive buffers: one write to the file per 512 KiB rather than per 16 KiB.
         _ = ubq_easy_setopt_long(h, CURLOPT_BUFFERSIZE, 512 << 10)
+    }
 
+    /// The callbacks that hand the answer's body and headers to the request, and its progress.
+    private func setCallbacks(_ h: UnsafeMutableRawPointer, ctx: UnsafeMutableRawPointer, watchProgress: Bool) {
         _ = ubq_easy_setopt_write_function(h) { ptr, size, count, ctx in
             let req = Unmanaged<CurlRequest>.fromOpaque(ctx!).takeUnretainedValue()
             return req.receive(UnsafeRawBufferPointer(start: ptr, count: size * count))
@@ -229,7 +264,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
             return size * count
         }
         _ = ubq_easy_setopt_pointer(h, CURLOPT_HEADERDATA, ctx)
-        if progress != nil || req.stallLimit != nil {
+        if watchProgress {
             _ = ubq_easy_setopt_long(h, CURLOPT_NOPROGRESS, 0)
             _ = ubq_easy_setopt_xferinfo_function(h) { ctx, _, dlnow, _, ulnow in
                 let req = Unmanaged<CurlRequest>.fromOpaque(ctx!).takeUnretainedValue()
@@ -237,15 +272,9 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
             }
             _ = ubq_easy_setopt_pointer(h, CURLOPT_XFERINFODATA, ctx)
         }
+    }
 
-        var list: UnsafeMutablePointer<curl_slist>? = nil
-        var all = headers
-        if authorized { all.append("Authorization: Bearer \(token)") }
-        all.append("Expect:")  // no 100-continue round trip before a body
-        for line in all { list = curl_slist_append(list, line) }
-        defer { curl_slist_free_all(list) }
-        _ = ubq_easy_setopt_slist(h, CURLOPT_HTTPHEADER, list)
-
+    private func setMethod(_ h: UnsafeMutableRawPointer, _ method: String) {
         switch method {
         case "HEAD":
             _ = ubq_easy_setopt_long(h, CURLOPT_NOBODY, 1)
@@ -254,6 +283,10 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         default:
             _ = ubq_easy_setopt_string(h, CURLOPT_CUSTOMREQUEST, method)
         }
+    }
+
+    /// The request's body: none, bytes copied now, or a file read as libcurl sends.
+    private func setBody(_ h: UnsafeMutableRawPointer, _ source: RequestSource, ctx: UnsafeMutableRawPointer) {
         switch source {
         case .none:
             break
@@ -276,23 +309,6 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
             }
             _ = ubq_easy_setopt_pointer(h, CURLOPT_READDATA, ctx)
         }
-
-        let code = withExtendedLifetime(req) { curl_easy_perform(h) }
-        req.finish()
-        var osErrno = 0
-        _ = ubq_easy_getinfo_long(h, CURLINFO_OS_ERRNO, &osErrno)
-        // The box dies with this call: leave no pointer into it in the idle handle.
-        _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, nil)
-        pool.release(h)
-
-        let ms = (monotonicNanoseconds() - started) / 1_000_000
-        if code == CURLE_OK {
-            log.debug("\(method) \(url) -> \(req.status) in \(ms) ms")
-            return req
-        }
-        let failure = failure(code: code, request: req, osErrno: osErrno, timeout: timeout)
-        log.debug("\(method) \(url) failed after \(ms) ms: \(failure)")
-        throw failure
     }
 
     /// The RemoteError for a transfer libcurl did not finish.
