@@ -64,13 +64,12 @@ extension Container {
             s.contentGeneration[id, default: 0] += 1
             try s.saveLocalChange(item)
             // Last: a failed rename rolls the change back.
-            do {
-                try renameFile(source, paths.content(id))
-                syncDirectory(paths.content)
-            } catch { throw CoreError.from(error) }
+            do { try renameFile(source, paths.content(id)) } catch { throw CoreError.from(error) }
             s.recountContent(id)
             s.notice(.changed(id, content: true))
         }
+        // Durable after the lock, as a download's install (see Container.installDownload).
+        syncDirectory(paths.content)
     }
 }
 

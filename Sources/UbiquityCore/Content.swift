@@ -143,16 +143,18 @@ extension Container {
     /// Refused (`.busy`) for content not yet uploaded, a file open for writing, or a pinned item; on a
     /// directory every file that can go goes, and the refusal names how many could not.
     public func evict(_ id: String) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in
+        // The files that can go go (committed), then the refusal names those that could not.
+        let (refused, isFile) = try mutate { (s: inout CoreState) throws(CoreError) -> ([String], Bool) in
             guard s.items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
             var refused: [String] = []
             for file in s.filesBelow(id) where file.hasLocal {
                 if let why = s.evictionRefusal(file) { refused.append(why); continue }
                 try s.dropContent(file)
             }
-            if refused.count == 1 && s.items[id]?.isDirectory == false { throw .busy(refused[0]) }
-            if !refused.isEmpty { throw .busy("\(refused.count) file(s) could not be evicted: \(refused[0])") }
+            return (refused, s.items[id]?.isDirectory == false)
         }
+        if refused.count == 1 && isFile { throw .busy(refused[0]) }
+        if !refused.isEmpty { throw .busy("\(refused.count) file(s) could not be evicted: \(refused[0])") }
     }
 
     /// Moves a verified download into place as the file's content (absent or clean → clean), unless the file

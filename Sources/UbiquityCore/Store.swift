@@ -104,9 +104,12 @@ public final class Store: @unchecked Sendable {
         Logger("store").error("a store write outside an operation's transaction")
     }
 
+    /// Immediate: the write lock is taken at the start (waiting out the key-value store's connection, which
+    /// writes the same database), so a transaction that reads and then writes never fails on a snapshot that
+    /// another connection's commit made stale.
     func begin() throws {
         precondition(!inTransaction, "transactions do not nest")
-        try typed { try db.exec("BEGIN") }
+        try typed { try db.exec("BEGIN IMMEDIATE") }
         inTransaction = true
     }
 

@@ -79,7 +79,7 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     private func pullLoop() {
-        var backoff: Int64 = 500_000_000
+        var backoff = Backoff.sync
         var failed = false
         while !isStopping {
             do {
@@ -91,7 +91,7 @@ final class SyncLoops: @unchecked Sendable {
                 container.remoteAnswered()
                 failed = false
                 apply(batch)
-                backoff = 500_000_000
+                backoff.reset()
             } catch {
                 if isStopping { return } // the container may be going: touch nothing of it
                 log.warning("change feed: \(error)")
@@ -100,15 +100,20 @@ final class SyncLoops: @unchecked Sendable {
                 if case RemoteError.unreachable = error { down = true } else { down = false }
                 if down { container.remoteUnreachable() } else { container.remoteAnswered() }
                 // While the remote is away, look again often enough that opens wait for it only briefly.
-                sleepUnlessStopping(down ? min(backoff, 2_000_000_000) : backoff)
-                backoff = min(backoff * 2, 30_000_000_000)
+                let wait = backoff.delay(in: container.config.environment)
+                sleepUnlessStopping(down ? min(wait, 2_000_000_000) : wait)
             }
         }
     }
 
+    /// Sleeps through the environment, in steps of 0.1 s so that a stop is seen soon.
     private func sleepUnlessStopping(_ nanoseconds: Int64) {
-        let end = monotonicNanoseconds() + nanoseconds
-        while !isStopping && monotonicNanoseconds() < end { usleep(100_000) }
+        var left = nanoseconds
+        while !isStopping && left > 0 {
+            let step = min(left, 100_000_000)
+            container.config.environment.sleep(step)
+            left -= step
+        }
     }
 
     /// Applies one batch of remote items and records the new feed position, in one store transaction; then
@@ -154,20 +159,21 @@ final class SyncLoops: @unchecked Sendable {
     // MARK: push
 
     private func pushLoop() {
-        var backoff: Int64 = 500_000_000
+        var backoff = Backoff.sync
         while !isStopping {
             // Gather a burst of changes (an editor's save, `tar x`) for a moment, so that it goes up together
             // and the uploads do not compete with the burst for the machine.
-            usleep(100_000)
+            container.config.environment.sleep(100_000_000)
             wake.lock(); pushRequested = false; wake.unlock()
             let outcome = pushAll()
             switch outcome {
             case .idle:
-                backoff = 500_000_000
+                backoff.reset()
                 pause(min(60_000_000_000, container.nextSnapshotDue() ?? .max))
             case .failed, .storeFailed:
-                pause(backoff)
-                backoff = min(backoff * 2, 30_000_000_000)
+                // On the wake condition, not the environment's sleep: a nudge (the network is back, a new
+                // change) must cut the wait short.
+                pause(backoff.delay(in: container.config.environment))
             }
         }
     }
