@@ -4,9 +4,9 @@
 // keep generation 0.
 //
 // What must hold: all state is read and changed under `lock`, a leaf (nothing is called while it is held).
-// `remember` is called once per entry reply that reaches the kernel and `forget` with the kernel's counts, so
-// the counts are the kernel's; an underflow is a bug (asserted in a debug build, clamped in a release one).
-// Numbers only grow (`next`), and both maps drop an inode together.
+// `remember` counts each entry reply (given back with `forget` when the reply does not reach the kernel) and
+// `forget` takes the kernel's counts, so the counts are the kernel's; an underflow is a bug (asserted in a debug
+// build, clamped in a release one). Numbers only grow (`next`), and both maps drop an inode together.
 import Foundation
 
 /// @unchecked Sendable: every loop thread uses it; all its state is behind `lock`.

@@ -3,10 +3,10 @@
 //
 // What must hold: each callback answers its request once, through one `Reply` (forget and forget_multi with
 // `none`; release and releasedir after the method returns). A name from the kernel that is not valid UTF-8 is
-// refused before any method sees it, never rewritten: not found where a lookup finds nothing, EILSEQ where it
-// would make a name. The FileSystem is passed unretained as user data, so its owner keeps it until `run`
-// returns; `run` clears the session and drains the notifier queue before it unmounts and destroys it, so no
-// notice uses a destroyed session. The kernel checks permissions (`default_permissions`).
+// refused before any method sees it, never rewritten: ENOENT or ENODATA where a lookup would find nothing,
+// EILSEQ where it would make a name. The FileSystem is passed unretained as user data, so its owner keeps it
+// until `run` returns; `run` clears the session and drains the notifier queue before it unmounts and destroys
+// it, so no notice uses a destroyed session. The kernel checks permissions (`default_permissions`).
 import CFuse
 import Foundation
 import Glibc
