@@ -1,5 +1,10 @@
 // A value that can only be reached while holding its lock: `withLock` hands it out `inout` for the length of
 // one closure, so code that has not taken the lock has no way to read or write it.
+//
+// What must hold: `state` is read or written only between `mutex.lock()` and `unlock()`, which is what makes the
+// `@unchecked Sendable` true. The lock is an NSLock, not recursive: a body that calls `withLock` on the same
+// value again deadlocks. A body runs with the lock held, so it must be short and must not wait for another thread
+// that may want the same lock (the core's rules for `Container.state` are in UbiquityCore/State.swift).
 import Foundation
 
 public final class Locked<State>: @unchecked Sendable {

@@ -1,4 +1,9 @@
 // Leveled logging to stderr (or a log file): one line per event, with time, level and subsystem.
+//
+// What must hold: one event is one `write(2)` of one whole line, taken under `lock`, so lines of several threads
+// never interleave. The message is built (and the autoclosure run) before the lock is taken, never under it.
+// `configure` runs once at start, before other threads log: `level` is read without the lock. A log file that
+// cannot be opened leaves the output on stderr; logging never throws and never fails an operation.
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,9 @@
 // Incremental SHA-256 on OpenSSL's EVP interface; used to verify every byte that crosses the wire.
+//
+// What must hold: a digest is always lowercase hex of 64 digits (`hexString`), the one form stored in the
+// database, sent on the wire and checked by `isSHA256Hex`. A `SHA256Hasher` is `~Copyable`, so its OpenSSL
+// context has one owner and is freed once; `finalizeHex` is called once, last. A file is hashed in 1 MiB chunks
+// (`forEachChunk`), never read whole into memory.
 import CCrypto
 import Foundation
 

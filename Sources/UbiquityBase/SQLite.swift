@@ -1,5 +1,12 @@
 // A thin, safe wrapper over SQLite: one connection, prepared statements, typed binds and columns.
 // A Database is not thread-safe by itself; callers serialise access (the store holds a lock).
+//
+// What must hold: a connection is opened NOMUTEX, so it must never be used by two threads at once: the core's
+// `Store` is a field of `CoreState` behind `Container.state`, the `Checkpointer` has a connection of its own, the
+// stub and the key-value store guard theirs with their own lock. Every result code other than OK, ROW and DONE
+// becomes a thrown `SQLiteError` (its `kind` names a busy, full or corrupt database): nothing here ignores a
+// failure, except a ROLLBACK after a failed body, whose error is the one thrown. `transaction` nests by joining
+// the open transaction, so an operation stays one transaction. A `Row` lives only inside its callback.
 import CSQLite
 import Foundation
 

@@ -1,4 +1,10 @@
 // Thin wrappers over the system calls the project uses. Each retries EINTR and throws a typed Errno.
+//
+// What must hold: every descriptor this file opens has O_CLOEXEC, so no child process inherits it. A wrapper
+// that goes through `valueOrErrno` retries EINTR and throws the call's `Errno`; a short read or write is the
+// caller's business except in `writeAll`, which loops until every byte is written. Exceptions, on purpose:
+// `syncDirectory` swallows a failure (best effort), `removeFile` takes a missing file as done, `makeDirectories`
+// throws Foundation's error. This file knows no item, store or remote.
 import CSys
 import Foundation
 #if canImport(Glibc)

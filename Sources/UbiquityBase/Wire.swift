@@ -1,5 +1,11 @@
 // The wire model shared by the remote stub and the remote client. docs/WIRE.md is its prose twin:
 // change both together.
+//
+// What must hold: both sides check the same rules (`WireRules`, `KVLimits`), so a name, id, target or key valid
+// on a device is valid on the remote and the other way round. Fields and their JSON names change only together
+// with docs/WIRE.md and both sides (stub and client); bodies are encoded with `JSONEncoder.wire` (sorted keys).
+// Conflicts of the key-value store are settled by `wins(over:)` alone (later mtime, then the greater device),
+// the same on every device and on the remote. This file is plain values: no I/O, no lock.
 import Foundation
 
 /// What an item is. `fifo` and `socket` are core-only: such nodes live on one device and are never sent (the

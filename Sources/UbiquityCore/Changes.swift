@@ -2,6 +2,11 @@
 // puller, the pusher or a transfer's progress) since the last drain. The container feeds it under its own
 // lock with a cheap set insert; a consumer (the daemon's query server) drains it in batches, so a burst of
 // changes to one item, or 10,000 creates, costs one entry each and arrives as a few batches.
+//
+// What must hold: `lock` is a leaf: nothing is called while it is held, so the container may note a change
+// while holding its own lock (the store's writes and `updateTransfer` do) and the order is always the
+// container's lock, then this one. While nobody follows, nothing is kept (`note` drops the id), so the set
+// cannot grow without a reader. A drain hands out each id once; an id noted again after it comes out again.
 import Foundation
 
 public final class ItemChanges: @unchecked Sendable {

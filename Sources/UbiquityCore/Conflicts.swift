@@ -1,6 +1,13 @@
 // Conflict versions of files: the contents that lost a concurrent change, kept on the remote until a person
 // resolves them. Here: listing them, their local copies, and the three ways to resolve (discard one, make one
 // current, keep the current content and discard all).
+//
+// What must hold: a resolution changes the item and records the resolved version (`rememberResolved`) in one
+// operation, as a local change (`saveLocalChange`, so it is pushed) and only on a live item that lists that
+// version. A promote refuses a file open for writing, needs the version's copy local, bumps the content
+// generation (an upload in flight then leaves the item dirty) and renames the copy over the content last,
+// inside the operation, so a failed rename rolls the change back. Copies of versions no longer listed are
+// removed only after the commit (`pruneConflictFiles`, through `onCommit`).
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)

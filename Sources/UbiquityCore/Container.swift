@@ -2,9 +2,17 @@
 // the local operations a file system performs, and the hooks that the downloader, the pusher and the puller
 // use. It knows nothing of FUSE or HTTP.
 //
-// Locking: one lock (`lock`) guards `items`, `children`, `handles` and `transfers`, and every store write.
+// Locking: one lock (`state`, a `Locked<CoreState>`, State.swift) guards `items`, `children`, `handles` and
+// `transfers`, and every store write.
 // Store writes are short local SQLite transactions; no network call or wait ever happens under the lock.
 // Observer notifications are collected under the lock and delivered after it is released.
+//
+// What must hold: each local operation is one `mutate`: its checks (a live parent, the name free, the kind, not
+// a directory into itself) and its changes run in one transaction, so a refusal or a failed store write leaves
+// memory and the database as they were. A new file's empty content file is made before its row is saved (an
+// orphan left by a failed save is removed at the next start, `removeOrphanContent`). A delete drops an item the
+// remote never saw (and no create of it was sent), else keeps a tombstone to push; its staging and conflict
+// copies go only after the commit (`onCommit`). Notices, wake-ups and downloads are delivered after the lock.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)

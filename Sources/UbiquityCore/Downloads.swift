@@ -5,6 +5,13 @@
 // With background transfers, an item asked for while no transfer of it is queued or running (`running`) is
 // queued on the bounded scheduler (Scheduler.swift): at most `maxConcurrentDownloads` threads, whatever the
 // number of items waiting; a request for an item queued or running joins its transfer.
+//
+// What must hold: `lock` guards `waiters`, `running` and `requested` and is a leaf: the scheduler is called
+// and waiters are told only after it is let go, in the order they registered, and each once (`finish` takes
+// them out first). No network call runs under the container's lock: `target` looks at the state, the transfer
+// runs outside it, and the install checks again under the lock that the item did not change here meanwhile
+// (`installDownload`, Content.swift). A staging file is verified and fsynced before its rename; one that fails
+// verification is removed, a partial one of the same version is kept only to resume.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)

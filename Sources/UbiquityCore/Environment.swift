@@ -5,6 +5,13 @@
 // points in Stepping.swift instead of background threads.
 // Every retry in the core waits as `Backoff` says, and sleeps through `CoreEnvironment.sleep` (or, where a
 // wake-up must cut the wait short, on its own condition for the time `Backoff` gives).
+//
+// What must hold: the times of items, the ids of new items and the sleeps between a download's tries come
+// from the `CoreEnvironment` given (so a simulated run is the same for the same seed). With
+// `backgroundTransfers` false no thread is started for a download. A `Backoff` wait is never over its cap and
+// loses at most `jitter` of itself; `sleepNanoseconds` sleeps the whole time, resuming after a signal. Not yet
+// so (left as it is): the pull and push loops (Sync.swift) keep a backoff of their own without jitter and sleep
+// with usleep, so `Backoff.sync` is unused; the key-value store stamps writes with the real clock.
 import UbiquityBase
 #if canImport(Glibc)
 import Glibc

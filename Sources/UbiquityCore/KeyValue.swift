@@ -5,6 +5,13 @@
 // timestamp, ties by device name), so every device ends with the same value; a delete is a write (a tombstone).
 // Changes that came from elsewhere are kept as a bounded list of change records (Apple's reasons), for
 // `ubiquityfs kv watch`.
+//
+// What must hold: `cond` guards the connection and every field, and no lock but the log's is taken under it; no
+// network call runs under it (`putKV` and `kvChanges` run between two holds). `set` checks `KVLimits` and writes
+// before it returns. A merge (`apply`) keeps the winner by `wins(over:)` alone; a local pending write that loses
+// is dropped. The feed position (`seq`) moves in the same transaction as the entries it covers, and an answer
+// read against a position reset meanwhile is dropped. A write the remote refuses for good is dropped here and
+// the feed read again from 0. Not yet so: `value` and `keys` answer nil and none on a database error.
 import Foundation
 import UbiquityBase
 

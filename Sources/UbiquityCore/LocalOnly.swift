@@ -3,6 +3,13 @@
 // (`Item.isLocalOnly`). An item that becomes local-only after it was uploaded leaves the remote (its delete
 // is pushed; other devices see it deleted) and keeps its local copy, complete and never evicted; one that
 // becomes ubiquitous again is pushed as new, written over its old tombstone when it has one.
+//
+// What must hold: a change of whether an item is local-only is saved for it and everything below it in one
+// operation, folders first when they come back and last when they leave (the remote takes what is in a folder
+// only once the folder is there, and deletes only empty folders). An item becomes local-only only with the
+// newest content of every file it takes along: else the flag is refused (`.busy`, their downloads started
+// after the lock) and a move too (`.crossDevice`). The root and Documents never become local-only; a remote
+// item that would be local-only here is kept out (`isKeptOut`); eviction refuses local-only files.
 import Foundation
 import UbiquityBase
 

@@ -1,6 +1,11 @@
 // Names of a directory's entries, compared byte for byte as POSIX file systems do. Swift's String equality
 // treats canonically equivalent strings (NFC "é" and NFD "e" + accent) as equal; a file system must not, or
 // two distinct names would collide.
+//
+// What must hold: two names are the same entry only when they are the same bytes (`sameName`): no
+// normalisation and no case folding. The count of subdirectories stays exact because an item's kind never
+// changes: each name set is sorted once (`unsorted`), and a name set again or removed leaves `directoryNames`
+// first. The tables of the core's state (`Listings`, State.swift) are reached only under the container's lock.
 /// True if two names are the same bytes (not merely canonically equivalent).
 public func sameName(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
 

@@ -1,6 +1,12 @@
 // What one live query shows (docs/QUERY.md): which items match its filter, and, batch by batch, which of the
 // items changed since the last are added, changed or removed for it. The daemon's query server renders and
 // sends; this part holds no socket and is the same for every client.
+//
+// What must hold: a client is told only what differs from what it was shown: an item is added when it first
+// matches, changed only when its rendering differs, removed (with the last path it was shown at) when it stops
+// matching or is gone. A filter looks at the path and name alone, so it answers the same for every client: the
+// scope by the `Documents/` prefix, the name by fnmatch(3) without flags. No lock: a `QueryView` belongs to the
+// one thread serving its client.
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -3,6 +3,12 @@
 // Every call throws RemoteError only (untyped `throws`: typed throws crashes this compiler here). Calls block
 // the calling thread; the core calls them only from its transfer and sync threads, never from a file-system
 // request.
+//
+// What must hold: an implementation maps each of its failures onto one `RemoteError`, so that `isTransient` is
+// true only for what may succeed later (unreachable, server, corrupt): the core retries those and takes the
+// others as answers. An update or a delete is conditional (`ifMatch`, the version last seen); a lost one
+// answers `.preconditionFailed` with the remote's current state. `downloadBlob` does not verify: the caller
+// checks every byte (Downloads.swift). The conformance suite holds every implementation to the same answers.
 import UbiquityBase
 
 public enum RemoteError: Error, Equatable, CustomStringConvertible {

@@ -1,6 +1,12 @@
 // Step entry points for a deterministic driver (the simulator): each does one unit of the background work
 // on the calling thread and returns, so a scheduler decides what runs when. Production uses `start` and its
 // threads instead; these share the code the threads run (`apply`, `Pusher`, `Downloads.transfer`).
+//
+// What must hold: a step starts no thread and runs on the caller's, reaching the state only through `read` and
+// `mutate`, as the threads do, so what a driver sees is what the threads would do in that order. A failed push
+// step is recorded as the item's upload error and leaves it in the journal (a journal that cannot be read is
+// recorded on the root). The paths handed out here are for a driver that damages files on purpose (the
+// simulation); nothing else may write through them.
 import UbiquityBase
 
 extension Container {

@@ -11,6 +11,14 @@
 // The store does no locking of its own: the Container serialises every call.
 // Every database failure leaves it as a StoreError of its case, with SQLite's code and message; a stored value
 // that does not decode throws `badValue`, never reads as empty or absent (a later push would send that).
+//
+// What must hold: once a Container has opened the store (`writesNeedTransaction`) every write runs inside an
+// operation's transaction (`begin`/`commit`, never nested); a write outside one is a bug, stopped in a debug
+// build and logged in a release one. A local change moves the item to the end of the journal in the same write
+// as its row (`saveChanged`); a local-only item is only saved. Every write and delete of an item is told to the
+// live query's stream. On a full disk the reserve is given up for one more try of the whole operation, and
+// made again after the next commit. The database is never fsynced under the container's lock: `Checkpointer`
+// (below) does it on a connection of its own.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)

@@ -2,6 +2,10 @@
 // mount of files that are not local they would pull the whole container. Processes named in the policy may not
 // download: their opens of content that is not local fail at once with EAGAIN (a stale local copy is served).
 // O_NONBLOCK plays no part: GNU grep, tar and file open regular files with it and must simply work.
+//
+// What must hold: the policy only ever refuses a download, never the use of what is local, and is asked only
+// for an open that would download. A name is compared as the kernel keeps it (the first 15 bytes of the main
+// thread's /proc/PID/comm); a process whose name cannot be read may download. No lock: the policy is immutable.
 import Glibc
 
 public struct DownloadPolicy: Sendable {

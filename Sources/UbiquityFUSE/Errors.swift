@@ -1,5 +1,10 @@
 // The one map from errors to errno: the core's errors, and the few refusals the adapter makes itself. Every
 // errno an answer carries comes from here (Reply.fail); no other file names an errno constant.
+//
+// What must hold: the map is exhaustive over `CoreError` (no default), so a new case has to choose its errno
+// here. A failure of the store, of the remote, or of a system call on the store's own files is EIO, never the
+// errno underneath (it would speak of a file the caller never named); only `AdapterError.system` passes an
+// errno through, for a call on a descriptor the adapter holds for the caller.
 import Glibc
 import UbiquityBase
 import UbiquityCore

@@ -2,6 +2,14 @@
 // Requests that must wait for content (open, truncate of a file that is not local) are answered later from
 // the transfer's completion, so no loop thread ever waits on the network; a FUSE interrupt answers EINTR at
 // once and leaves the transfer running.
+//
+// What must hold: the adapter reaches the core only through its public calls (descriptors and facts through
+// AdapterServices.swift), never the store, and every failure is answered through `Reply.fail` (Errors.swift).
+// An entry reply counts one lookup, given back when the reply does not reach the kernel (`replyEntry`, `create`,
+// readdirplus's unused entries); a handle whose open reply fails is released. `handleLock` and `sessionLock`
+// are leaves, never held over a core call. Kernel cache notices go through the `notifier` queue, never on a
+// request's own thread (libfuse: a notice there can deadlock with the request). `.versions` and `.kvstore` in
+// the root are never an item's name (`isVersionsName`).
 import CFuse
 import Foundation
 import Glibc

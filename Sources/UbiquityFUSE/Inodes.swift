@@ -2,6 +2,11 @@
 // Every entry reply adds one lookup; forget subtracts; an inode is dropped at zero. The root (1) is permanent.
 // An inode number is never given out twice (an item forgotten and met again gets a new one), so entry replies
 // keep generation 0.
+//
+// What must hold: all state is read and changed under `lock`, a leaf (nothing is called while it is held).
+// `remember` counts each entry reply (given back with `forget` when the reply does not reach the kernel) and
+// `forget` takes the kernel's counts, so the counts are the kernel's; an underflow is a bug (asserted in a debug
+// build, clamped in a release one). Numbers only grow (`next`), and both maps drop an inode together.
 import Foundation
 
 /// @unchecked Sendable: every loop thread uses it; all its state is behind `lock`.

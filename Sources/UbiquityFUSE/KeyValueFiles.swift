@@ -11,6 +11,11 @@
 // value at flush or release, so a write over a limit fails at close and stores nothing: ENAMETOOLONG for a
 // key over 64 bytes (at lookup and create), EFBIG for a value over 1 MB (at write and close), EDQUOT when the
 // key count or the total would pass the quota (at close).
+//
+// What must hold: a value changes only at a commit (`kvCommit`: a flush after a write, or the release), through
+// `KeyValueStore.set`, so it is replaced whole or not at all; a handle refused at a write stays refused and its
+// close stores nothing. A handle's copy is an unlinked file in the store's staging (`makeStagingFile`), never
+// in the content folder. A key's node exists while the key has a value or a handle is open on it.
 import CFuse
 import Foundation
 import Glibc

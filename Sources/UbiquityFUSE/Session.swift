@@ -1,5 +1,12 @@
 // The low-level operations table and the session: mount, multi-threaded loop, clean unwind.
 // Each C callback finds the FileSystem through the session's user data and calls one method.
+//
+// What must hold: each callback answers its request once, through one `Reply` (forget and forget_multi with
+// `none`; release and releasedir after the method returns). A name from the kernel that is not valid UTF-8 is
+// refused before any method sees it, never rewritten: ENOENT or ENODATA where a lookup would find nothing,
+// EILSEQ where it would make a name. The FileSystem is passed unretained as user data, so its owner keeps it
+// until `run` returns; `run` clears the session and drains the notifier queue before it unmounts and destroys
+// it, so no notice uses a destroyed session. The kernel checks permissions (`default_permissions`).
 import CFuse
 import Foundation
 import Glibc

@@ -6,6 +6,12 @@
 // Virtual entries are never cached by the kernel (timeouts 0), so they follow resolutions at once.
 // Writes under .versions fail with EROFS, except `rm` of a version (discard it) and `mv` of a version onto
 // its file's live path (make it current).
+//
+// What must hold: a virtual node is worked out afresh from the core's index at each request (`node`), never
+// kept, so it cannot outlive the version it shows; an id that no longer resolves is not found. A version opens
+// read-only, fetched first when its copy is not here, under the same download policy as an open (Callers.swift).
+// Nothing here changes the core except `discardConflict` (rm) and `promoteConflict` (mv onto its own file only;
+// elsewhere in the mount EXDEV, so that mv copies).
 import CFuse
 import Foundation
 import Glibc

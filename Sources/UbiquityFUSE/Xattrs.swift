@@ -13,6 +13,11 @@
 // Writing a status name with a well-formed value, or removing one, is accepted and changes nothing: the
 // status is the file system's to say, and `cp -a` or `rsync -X` copying a file within the mount write them.
 // `isExcludedFromSync` is the one status name that is also a setting: 1 makes the item local-only, 0 ubiquitous.
+//
+// What must hold: a `user.ubiquity.` name never becomes one of the item's own attributes: it is read from the
+// core's status or sets a setting, so what it shows is the core's and it is never synced. A size-0 probe answers
+// the size and a buffer too small ERANGE (`replyXattr`), for a get and a list alike. A list names only what a
+// get then answers (absent errors and action names are not listed); a link, fifo or socket lists nothing.
 import CFuse
 import Foundation
 import Glibc

@@ -2,6 +2,12 @@
 // the C callbacks reach through an unmanaged context pointer. Response bodies go either to memory (small JSON,
 // capped) or straight to a file descriptor (blob downloads); request bodies come from memory or a file
 // descriptor (blob uploads), so big transfers keep memory bounded by libcurl's own buffers.
+//
+// What must hold: an easy handle serves one request at a time: taken from the pool (reset when reused) and given
+// back after it; the pool's `lock` guards only the idle list. A `CurlRequest` is touched only by the thread that
+// runs its transfer (the callbacks run inside its `curl_easy_perform`). Download bytes go to the file only for an
+// answer that starts where asked (200 from 0, 206 from the offset); a body kept in memory never passes its cap.
+// A failure on this side (disk full, a file that cannot be read) is kept as its own case, never as the network's.
 import Foundation
 import CCurl
 import UbiquityBase

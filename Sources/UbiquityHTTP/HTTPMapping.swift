@@ -1,5 +1,11 @@
 // The pure parts of the HTTP client: building URLs and turning an HTTP status with its error body into a
 // RemoteError. Kept free of libcurl so the tests can check them without a server.
+//
+// What must hold: no I/O here, so the same answer always maps to the same error. The statuses are those of
+// docs/WIRE.md: 401, 404, 409 and 412 (with the item in the way), 422 (a misplaced item; for a blob upload,
+// bytes that do not hash to their name), 5xx as `server` (transient); any other refusal is `rejected`, never
+// retried. An error body that does not decode is still an answer (its first line is the message). Every path
+// segment and query value is escaped, so no id, token or name can change the shape of a URL.
 import Foundation
 import UbiquityBase
 import UbiquityCore

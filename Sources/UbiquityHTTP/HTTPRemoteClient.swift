@@ -1,5 +1,12 @@
 // RemoteClient over HTTP (docs/WIRE.md) on libcurl. Every call blocks its thread; calls from many threads run
 // at once, each on its own easy handle taken from a shared pool (so connections are reused).
+//
+// What must hold: each call throws one `RemoteError`, mapped in one of two places: an HTTP answer by
+// `HTTPMapping.error`, a transfer libcurl did not finish by `failure` (a stall or a lost connection is
+// `unreachable`, so retried; a failure on this side keeps its own case). A handle goes back to the pool after
+// every request, with no pointer into the finished request left in it. NOSIGNAL is set: libcurl may not use
+// signals in this threaded process. Small requests have a whole-request timeout (a long poll gets its wait on
+// top); blob transfers have none, only the stall limit.
 import Foundation
 import CCurl
 import UbiquityBase

@@ -3,6 +3,13 @@
 // applied it, the device sees an error), duplicated deliveries of item writes and deletes (the device sees the
 // answer to the second copy), stale feed answers (an older page of the feed arrives, as from a lagging
 // cache), slow transfers (a download cut off part way, resumed later with a range) and corrupt downloads.
+//
+// What must hold: a fault is drawn only from `World.rng`, so the same plan strikes the same faults; `calm`
+// turns every fault off, a partition refuses every call. Each fault is counted. A thrown fault is always
+// `.unreachable`, a transient error the core must retry; a corrupt download returns wrong bytes the core must
+// refuse by their hash. Every item write that lands, a duplicate's first copy and one whose answer is dropped
+// included, is told to `World.reached`, so the model knows what the remote saw. Behind the faults the link
+// passes calls to one shared `MemoryRemote` unchanged.
 import Foundation
 import UbiquityBase
 import UbiquityCore

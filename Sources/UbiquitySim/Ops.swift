@@ -1,6 +1,13 @@
 // The steps of the scheduler: local operations through the same Container calls the FUSE adapter makes
 // (createFile, then open + willWrite + write the content file + flushed + closed, and so on), and the
 // background work (pull, push, download) one unit at a time, plus partitions, heals and crashes.
+//
+// What must hold: a step changes a device only through the Container's public calls, in the adapter's order
+// (an open counts a handle until `closed`; `willWrite` before bytes reach a content file, as `Container.write`
+// does for the adapter but outside the file's gate, safe here with one thread and no snapshots; `flushed`
+// after), or writes a content file directly where a program holding a descriptor would. Every choice is drawn
+// from `World.rng`, and the model is told of each deliberate change (`recordContent`, `recordDelete`) as it is
+// made, so the checks compare devices with what was really done.
 import Foundation
 import UbiquityBase
 import UbiquityCore

@@ -1,5 +1,11 @@
 // Seeded randomness and the virtual clock of the simulation. SplitMix64: tiny, fast, and its output is fixed
 // by this file alone (the standard library's `random(in:using:)` may change between releases).
+//
+// What must hold: every random draw of a run comes from these generators, seeded from the plan, never from the
+// system: the scheduler's (reseeded from each step's own seed, so a step draws the same whatever came before
+// it) and each device's `IDSource` for new ids. `SimClock` moves only by a step's `dt` and by the core's retry
+// sleeps. A run is one thread: these classes have no lock (`@unchecked Sendable` only lets the core's
+// `@Sendable` closures capture them).
 import Foundation
 
 public struct SimRNG: RandomNumberGenerator, Sendable {

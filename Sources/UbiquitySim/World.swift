@@ -7,6 +7,11 @@
 // lost is everything only in memory: the Container's index and its in-memory bookkeeping, open file handles
 // (a program writing through the mount loses its handle; bytes it wrote stay in the content file), downloads
 // in flight (staging is emptied when the store opens). Power loss (unsynced page cache) is not modelled.
+//
+// What must hold: each device's core runs with the simulation's environment (virtual clock, seeded ids, sleeps
+// that move the clock, no jitter, no background transfers, no snapshots of open writes), so nothing happens
+// but the planned steps, in plan order. A crash drops every reference to the old Container before the store
+// opens again. A step that cannot find a target is a `Skip`, an ordinary outcome, not a violation.
 import Foundation
 import UbiquityBase
 import UbiquityCore

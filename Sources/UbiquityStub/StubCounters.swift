@@ -1,4 +1,9 @@
 // Counters for GET /v1/stats and the faults of POST /v1/faults, both for tests.
+//
+// What must hold: every counter and armed fault is read and changed under `lock`, a leaf (nothing is called
+// while it is held); a fault is used up by the request that takes it, so an armed count strikes exactly that
+// many requests. Bookkeeping routes (stats, faults) neither count nor take a fault. Faults are test-only and
+// change no stored state: a failure answers before the request touches the store.
 import Foundation
 
 struct WireStats: Codable, Equatable, Sendable {

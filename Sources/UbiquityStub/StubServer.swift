@@ -1,5 +1,11 @@
 // The remote stub: plays "the cloud" over HTTP/1.1 on libmicrohttpd, per docs/WIRE.md.
 // One thread per connection, so a handler may block for a long poll or a throttled download.
+//
+// What must hold: every request but health must carry the token, checked (in constant time) before any work
+// is done; injected faults are taken after that, before any work. A body larger than its route allows is
+// refused (413) without being kept; a blob is streamed to a temporary file and committed only when its
+// length and SHA-256 match its name (else 422). Each StubFailure becomes its status and a WireError body;
+// a full disk is 503, so clients retry. `stop` wakes long polls before it waits for the connection threads.
 import CMicroHTTPD
 import Foundation
 import UbiquityBase

@@ -1,5 +1,13 @@
 // The stub's state: containers, items and blobs in one SQLite database plus content-addressed blob files.
 // Every method takes the store's lock; the lock is also the condition long polls wait on.
+//
+// What must hold: each public method does all its work under `cond`, so a request sees and makes one whole
+// state, and every item or key write wakes the long polls. An item write takes the container's next sequence
+// number as its version in the same transaction as its row (`writeLocked`), so the feed never skips or repeats a
+// change; unique indexes keep versions and live names unique in the database too. A conditional write is checked
+// under the lock (If-Match, a live parent directory, no cycle, a free name) and refused with 412, 422 or 409 and
+// the item in the way. An item names only a blob that is stored with its size; a blob's row is written only
+// after its verified file is in place.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)

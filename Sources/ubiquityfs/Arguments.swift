@@ -1,4 +1,8 @@
 // A small argument parser: `--flag VALUE`, `--switch`, and positional words, with one plain line on error.
+//
+// What must hold: an option the command did not declare is an error, never ignored, and so are a switch given
+// a value (`--wait=1`), a valued option without one and a number that is not a whole number of zero or more;
+// each is a `UsageError`, which main.swift turns into exit status 2. `fail` prints one line and never returns.
 import Foundation
 import Glibc
 

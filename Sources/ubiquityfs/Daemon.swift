@@ -1,5 +1,12 @@
 // The mount daemon: opens the store, connects to the remote (starting the embedded stub if asked), starts
 // the sync core, mounts, tells the waiting `mount` command it is ready, and serves until unmounted.
+//
+// What must hold: things start in the order they depend on each other: the store (waiting for a daemon still
+// letting go of it), the remote checked (fatal only for a store that never synced), the core, the query server
+// and the key-value store, `fs.kv` set before `mount`, and "ready" told only once the kernel has the mount; the
+// `defer`s stop them in the reverse order once the loop ends. After the core opens the store only its locked
+// state reaches that connection (the key-value store opens one of its own on the same database file). A stub
+// process this daemon started is stopped when it ends, even if another mount reused it meanwhile.
 import Foundation
 import Glibc
 import UbiquityBase

@@ -1,6 +1,11 @@
 // `ubiquityfs kv get|set|delete|list|watch MOUNT ...`: the key-value store of a mount through its files,
 // `MOUNT/.kvstore/KEY` (a value as text), `MOUNT/.kvstore/.json/KEY` (as typed JSON) and
 // `MOUNT/.kvstore/.changes` (the change records, which watch follows).
+//
+// What must hold: the command reaches the store only through those files, never a socket or the database, so
+// the mount's checks and limits apply to it as to any program. A set writes the whole value and checks the
+// close, where the mount stores it or refuses it (a quota or size refusal shows there); each refusal's errno
+// becomes one plain line (`message`). `watch` prints each record once, in order, by its sequence number.
 import Foundation
 import Glibc
 import UbiquityBase

@@ -1,4 +1,9 @@
 // `ubiquityfs sync --wait` (is it safe to unmount?) and `ubiquityfs check` (is the store sound?).
+//
+// What must hold: `sync --wait` decides only from the mount's own attributes (the root's `pendingChanges`, a
+// file's `isUploaded`) and exits 0 only when they say nothing waits. `check` opens the store as the daemon does,
+// so it takes the store's lock and is refused while a daemon holds it; it never touches a change not yet
+// uploaded. Opening the store empties its staging area, with or without `--repair` (Store.init).
 import Foundation
 import Glibc
 import UbiquityBase

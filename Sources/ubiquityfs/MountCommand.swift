@@ -3,6 +3,12 @@
 // `mount` checks what it can in the foreground (arguments, mount point, stale mounts), then starts itself as a
 // daemon with `--foreground` and waits for the daemon's word on its standard error: "ready" once the mount is
 // usable, or the one-line reason it is not. The daemon logs to a file in its store.
+//
+// What must hold: arguments are all checked, and paths made absolute, before a daemon starts (it runs in a
+// session of its own). `mount` returns success only once the daemon said "ready", else it fails with the
+// daemon's own lines. A mount point left by a dead daemon is cleaned up (`fusermount3 -u -z`); a live mount there
+// is refused. `unmount` touches only a `fuse.ubiquityfs` mount, refuses while changes wait to upload (unless
+// `--force`), and waits for the daemon to exit.
 import Foundation
 import Glibc
 import UbiquityBase

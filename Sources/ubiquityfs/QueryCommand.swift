@@ -1,5 +1,9 @@
 // `ubiquityfs query`: the live query (NSMetadataQuery) of a mount, from the daemon's query socket
 // (docs/QUERY.md), whose path the mount root's `querySocket` attribute names.
+//
+// What must hold: the socket is found only through the mount root's `querySocket` attribute, never guessed.
+// Lines are read whole; after `fellBehind` the query starts over with a new gathering, and an `error` line ends
+// the command with status 1. Sends use MSG_NOSIGNAL, so a daemon that goes away is an error, not a kill.
 import Foundation
 import Glibc
 

@@ -6,6 +6,12 @@
 // on a client, so a client that stops reading never slows the mount. Each client's output not yet taken is
 // kept in its own buffer; when a batch is due while more than `backlogLimit` bytes of earlier batches wait, the
 // client has fallen behind: its waiting batches are dropped, it is sent `{"fellBehind":true}` and closed.
+//
+// What must hold: the clients, their views and `directoryPaths` belong to the serving thread alone; only
+// `stopping` is shared, under `stopLock`. The core is reached through its public calls, one short look at a
+// time, and never while a client is waited for: every send is non-blocking, and a line partly sent is finished
+// before anything else goes to that client, so lines stay whole. The change stream is followed only while a
+// live client is connected, so it keeps nothing for nobody. The socket is mode 0600 before it listens.
 import Foundation
 import Glibc
 import UbiquityBase

@@ -1,4 +1,9 @@
 // `ubiquityfs remote serve` and `ubiquityfs remote seed`.
+//
+// What must hold: `serve` blocks SIGINT and SIGTERM before it starts serving, so a signal is never lost, and
+// stops the server (waking its long polls) before it exits. The endpoint file is written whole and renamed
+// into place, so a mount waiting for it never reads half a URL. `seed` writes the stub's database directly;
+// nothing stops a stub that serves the same DIR, whose long polls would not be woken by it: run it stopped.
 import Foundation
 import Glibc
 import UbiquityBase

@@ -1,4 +1,9 @@
 // The `ubiquityfs` command: mount, unmount, the remote stub, and the status and transfer actions.
+//
+// What must hold: the exit status is 0 on success (`--help` too), 2 for a usage error (an unknown command or
+// option, told with a pointer to `--help`) and 1 for any other failure, told as one plain line on stderr
+// (`fail`); results go to stdout. SIGPIPE is ignored, so a reader that goes away (`| head`) makes a write
+// error, not a kill. This file only dispatches: each command's work is in its own file.
 import Foundation
 import Glibc
 import UbiquityBase
