@@ -10,8 +10,7 @@
 // from the `CoreEnvironment` given (so a simulated run is the same for the same seed). With
 // `backgroundTransfers` false no thread is started for a download. A `Backoff` wait is never over its cap and
 // loses at most `jitter` of itself; `sleepNanoseconds` sleeps the whole time, resuming after a signal. Not yet
-// so (left as it is): the pull and push loops (Sync.swift) keep a backoff of their own without jitter and sleep
-// with usleep, so `Backoff.sync` is unused; the key-value store stamps writes with the real clock.
+// so (left as it is): the key-value store stamps writes with the real clock.
 import UbiquityBase
 #if canImport(Glibc)
 import Glibc
