@@ -225,14 +225,21 @@ extension Container {
         guard let order = order ?? nil else { return }
         var queue = CacheAccount.leastRecentlyUsed(order)[...]
         while true {
-            let finished = mutate { (s: inout CoreState) -> Bool in
-                if enough(s, freed) { then(&s); return true }
-                guard let id = queue.popFirst() else { then(&s); return true }
-                // A file that cannot be evicted now is passed over (the next pass sees it again).
-                if id != sparing { freed += (try? s.autoEvict(id)) ?? 0 }
-                return false
+            let next = queue.popFirst()
+            do {
+                // One eviction, one operation: on a full disk it runs again on the store's reserve (its record
+                // needs room in the database before its file goes).
+                let (finished, bytes) = try mutateThrowing { s -> (Bool, Int64) in
+                    if enough(s, freed) { then(&s); return (true, 0) }
+                    guard let id = next else { then(&s); return (true, 0) }
+                    return (false, id == sparing ? 0 : try s.autoEvict(id))
+                }
+                if finished { return }
+                freed += bytes
+            } catch {
+                // This file is passed over (the next pass sees it again).
+                log.error("cannot evict \(next ?? "?"): \(error)")
             }
-            if finished ?? true { return }
         }
     }
 

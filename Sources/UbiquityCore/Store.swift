@@ -84,8 +84,11 @@ public final class Store: @unchecked Sendable {
     /// transaction's owner retries the whole of it (`giveUpReserve`).
     @discardableResult
     private func withReserve<T>(_ body: () throws -> T) throws -> T {
-        checkInTransaction()
-        return try typed {
+        try write { try withReserveUnchecked(body) }
+    }
+
+    private func withReserveUnchecked<T>(_ body: () throws -> T) throws -> T {
+        try typed {
             do {
                 let result = try body()
                 if !inTransaction { keepReserve() }
@@ -112,6 +115,21 @@ public final class Store: @unchecked Sendable {
         Logger("store").error("a store write outside an operation's transaction")
     }
 
+    /// The first failure inside the open transaction. SQLite rolls a transaction back by itself on some
+    /// failures (a full disk, an I/O error): every later write of the operation then fails with that cause,
+    /// rather than run outside any transaction, and so does the commit.
+    private var transactionFailure: Error?
+
+    /// Runs one write of the store.
+    private func write<T>(_ body: () throws -> T) throws -> T {
+        checkInTransaction()
+        if inTransaction, db.isAutocommit, let failure = transactionFailure { throw failure }
+        do { return try body() } catch {
+            if inTransaction && transactionFailure == nil { transactionFailure = error }
+            throw error
+        }
+    }
+
     /// Immediate: the write lock is taken at the start (waiting out the key-value store's connection, which
     /// writes the same database), so a transaction that reads and then writes never fails on a snapshot that
     /// another connection's commit made stale.
@@ -119,9 +137,11 @@ public final class Store: @unchecked Sendable {
         precondition(!inTransaction, "transactions do not nest")
         try typed { try db.exec("BEGIN IMMEDIATE") }
         inTransaction = true
+        transactionFailure = nil
     }
 
     func commit() throws {
+        if db.isAutocommit, let failure = transactionFailure { throw failure }
         try typed { try db.exec("COMMIT") }
         inTransaction = false
         keepReserve()
@@ -202,8 +222,7 @@ public final class Store: @unchecked Sendable {
     public func bind(container: String) throws { try setMeta("container", container) }
 
     func removeMeta(_ key: String) throws {
-        checkInTransaction()
-        try typed { try db.query("DELETE FROM meta WHERE key = ?", [.text(key)]) }
+        try write { try typed { try db.query("DELETE FROM meta WHERE key = ?", [.text(key)]) } }
     }
 
     /// Sets of ids kept in `meta` under a key prefix ("resolved:", "unpushed:", "refused:").
@@ -216,8 +235,7 @@ public final class Store: @unchecked Sendable {
     }
 
     private func deleteIDs(_ prefix: String, _ ids: [String]) throws {
-        checkInTransaction()
-        try typed { try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } } }
+        try write { try typed { try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } } } }
     }
 
     private func ids(_ prefix: String) throws -> [String] {

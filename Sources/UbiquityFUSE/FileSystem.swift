@@ -140,7 +140,7 @@ public final class FileSystem: @unchecked Sendable {
     func replyEntry(_ reply: Reply, _ item: Item) { replyEntry(reply, item.id, .real(item)) }
 
     /// True for ids of the versions directory's virtual nodes.
-    func isVirtual(_ id: String) -> Bool { id.contains(":") }
+    func isVirtual(_ id: String) -> Bool { NodeID(parsing: id).isVirtual }
 
     /// True for the names `.versions` and `.kvstore` in the mount root, which no item may take.
     func isVersionsName(_ parent: String, _ name: String) -> Bool {

@@ -26,26 +26,24 @@ extension FileSystem {
     static let kvName = ".kvstore"
     static let kvJSONName = ".json"
     static let kvChangesName = ".changes"
-    static let kvDirID = "kv:"
-    static let kvJSONDirID = "kvj:"
-    static let kvChangesID = "kvc:"
+    static let kvDirID = NodeID.kvDir(typed: false).description
+    static let kvJSONDirID = NodeID.kvDir(typed: true).description
+    static let kvChangesID = NodeID.kvChanges.description
 
-    func isKVID(_ id: String) -> Bool { id.hasPrefix("kv:") || id.hasPrefix("kvj:") || id == FileSystem.kvChangesID }
+    func isKVID(_ id: String) -> Bool { NodeID(parsing: id).isKeyValue }
 
-    static func kvKeyID(_ key: String, typed: Bool) -> String { (typed ? kvJSONDirID : kvDirID) + key }
+    static func kvKeyID(_ key: String, typed: Bool) -> String { NodeID.kvKey(key, typed: typed).description }
 
     /// The node of a kv id: a key's node exists while the key has a value or a handle is open on it.
     func kvNode(_ id: String) -> Node? {
         guard let kv else { return nil }
-        switch id {
-        case FileSystem.kvDirID: return .kvDir(typed: false)
-        case FileSystem.kvJSONDirID: return .kvDir(typed: true)
-        case FileSystem.kvChangesID: return .kvChanges
-        default:
-            let typed = id.hasPrefix(FileSystem.kvJSONDirID)
-            let key = String(id.dropFirst(typed ? 4 : 3))
+        switch NodeID(parsing: id) {
+        case .kvDir(let typed): return .kvDir(typed: typed)
+        case .kvChanges: return .kvChanges
+        case .kvKey(let key, let typed):
             guard kv.value(key) != nil || kvOpenIDs().contains(id) else { return nil }
             return .kvKey(key, typed: typed)
+        default: return nil
         }
     }
 

@@ -1,8 +1,7 @@
 // The hidden versions directory: `MOUNT/.versions/<path of a file>/` holds one read-only file per unresolved
 // conflict version of that file, named `stem (device, YYYY-MM-DD HH.MM.SS).ext`. Its nodes are virtual (not
-// in the store, never uploaded), with ids that cannot clash with item ids (those have no ':'):
-//   "v:<item id>"                  the mirror of a directory (or of a conflicted file) under .versions
-//   "c:<item id>:<conflict id>"    one conflict version
+// in the store, never uploaded), with ids that cannot clash with item ids (NodeID.swift): the mirror of a
+// directory (or of a conflicted file) under .versions, and one conflict version.
 // Virtual entries are never cached by the kernel (timeouts 0), so they follow resolutions at once.
 // Writes under .versions fail with EROFS, except `rm` of a version (discard it) and `mv` of a version onto
 // its file's live path (make it current).
@@ -47,27 +46,30 @@ enum Node {
 extension FileSystem {
     static let versionsName = ".versions"
 
-    static func versionsDirID(_ item: String) -> String { "v:" + item }
-    static func versionID(_ item: String, _ conflict: String) -> String { "c:" + item + ":" + conflict }
+    static func versionsDirID(_ item: String) -> String { NodeID.versionsDir(item: item).description }
+    static func versionID(_ item: String, _ conflict: String) -> String {
+        NodeID.version(item: item, conflict: conflict).description
+    }
 
     /// The node behind an id, if it (still) exists.
     func node(_ id: String) -> Node? {
-        if isKVID(id) { return kvNode(id) }
-        if id.hasPrefix("v:") {
-            let itemID = String(id.dropFirst(2))
+        switch NodeID(parsing: id) {
+        case .kvDir, .kvKey, .kvChanges:
+            return kvNode(id)
+        case .versionsDir(let itemID):
             guard let item = core.item(itemID), itemID == core.rootID || leadsToConflicts().contains(itemID) else {
                 return nil
             }
             return .versionsDir(of: item)
-        }
-        if id.hasPrefix("c:") {
-            let parts = id.dropFirst(2).split(separator: ":").map(String.init)
-            guard parts.count == 2, let item = core.item(parts[0]),
-                  let c = item.conflicts.first(where: { $0.id == parts[1] }) else { return nil }
+        case .version(let itemID, let conflict):
+            guard let item = core.item(itemID), let c = item.conflicts.first(where: { $0.id == conflict }) else {
+                return nil
+            }
             return .version(of: item, conflict: c)
+        case .item(let itemID):
+            // A file deleted while open is still there for its descriptors (fstat, fchmod, ftruncate).
+            return (core.item(itemID) ?? core.unlinkedItem(itemID)).map { .real($0) }
         }
-        // A file deleted while open is still there for its descriptors (fstat, fchmod, ftruncate).
-        return (core.item(id) ?? core.unlinkedItem(id)).map { .real($0) }
     }
 
     /// Ids of every conflicted file and every directory above one.
@@ -112,7 +114,7 @@ extension FileSystem {
         if parent == core.rootID && sameName(name, FileSystem.versionsName) {
             return node(FileSystem.versionsDirID(parent)).map { (FileSystem.versionsDirID(parent), $0) }
         }
-        if !parent.hasPrefix("v:") {
+        guard case .versionsDir = NodeID(parsing: parent) else {
             return core.lookup(parent: parent, name: name).map { ($0.id, .real($0)) }
         }
         guard let match = try children(parent).first(where: { sameName($0.name, name) }), let n = node(match.id) else {

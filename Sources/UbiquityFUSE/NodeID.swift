@@ -1,0 +1,58 @@
+// The id the adapter gives a node: an item's id, or one of a virtual node's (the versions directory, the
+// key-value folder), which the core never sees.
+//
+// What must hold: a virtual id never equals an item id (item ids are hex and hold no ':'), `NodeID(parsing:)`
+// and `description` are each other's inverse, and no other code builds or takes apart these strings.
+import UbiquityCore
+
+enum NodeID: Equatable, CustomStringConvertible {
+    case item(String)
+    /// The mirror of an item under `.versions` (the root's mirror is `.versions` itself).
+    case versionsDir(item: String)
+    case version(item: String, conflict: String)
+    /// `.kvstore` (typed: `.kvstore/.json`), one of its keys, and `.kvstore/.changes`.
+    case kvDir(typed: Bool)
+    case kvKey(String, typed: Bool)
+    case kvChanges
+
+    init(parsing id: String) {
+        if id == "kvc:" { self = .kvChanges; return }
+        if id.hasPrefix("kvj:") { self = NodeID.keyValue(String(id.dropFirst(4)), typed: true); return }
+        if id.hasPrefix("kv:") { self = NodeID.keyValue(String(id.dropFirst(3)), typed: false); return }
+        if id.hasPrefix("v:") { self = .versionsDir(item: String(id.dropFirst(2))); return }
+        if id.hasPrefix("c:") {
+            let parts = id.dropFirst(2).split(separator: ":", maxSplits: 1).map(String.init)
+            if parts.count == 2 { self = .version(item: parts[0], conflict: parts[1]); return }
+        }
+        self = .item(id)
+    }
+
+    private static func keyValue(_ key: String, typed: Bool) -> NodeID {
+        key.isEmpty ? .kvDir(typed: typed) : .kvKey(key, typed: typed)
+    }
+
+    var description: String {
+        switch self {
+        case .item(let id): return id
+        case .versionsDir(let item): return "v:" + item
+        case .version(let item, let conflict): return "c:" + item + ":" + conflict
+        case .kvDir(let typed): return typed ? "kvj:" : "kv:"
+        case .kvKey(let key, let typed): return (typed ? "kvj:" : "kv:") + key
+        case .kvChanges: return "kvc:"
+        }
+    }
+
+    /// True for every node but an item's.
+    var isVirtual: Bool {
+        if case .item = self { return false }
+        return true
+    }
+
+    /// True for the key-value folder's nodes.
+    var isKeyValue: Bool {
+        switch self {
+        case .kvDir, .kvKey, .kvChanges: return true
+        default: return false
+        }
+    }
+}
