@@ -154,6 +154,19 @@ public final class Container: @unchecked Sendable {
         }
     }
 
+    /// A change of memory alone (progress, marks, counters): under the lock, without a transaction, for the
+    /// hot paths (every write of a program, every chunk of a transfer). A store write in it is a bug, caught
+    /// as one outside any transaction (Store.checkInTransaction).
+    func update<T>(_ body: (inout CoreState) -> T) -> T {
+        let (result, effects) = state.withLock { s -> (T, Effects) in
+            let result = body(&s)
+            defer { s.effects = Effects() }
+            return (result, s.effects)
+        }
+        deliver(effects)
+        return result
+    }
+
     /// `mutate` for an operation that throws errors other than CoreError (the sync loops').
     func mutateThrowing<T>(_ body: (inout CoreState) throws -> T) throws -> T {
         let (result, effects) = state.withLock { s -> (Result<T, Error>, Effects) in

@@ -181,7 +181,7 @@ final class Downloads: @unchecked Sendable {
 
     /// Records progress and the last error in the item's transfer state.
     func record(_ id: String, error: String?) {
-        container.mutate { (s: inout CoreState) in
+        container.update { s in
             s.updateTransfer(id) {
                 $0.isDownloading = false
                 $0.downloadError = error
@@ -190,7 +190,7 @@ final class Downloads: @unchecked Sendable {
     }
 
     private func progress(_ id: String, done: Int64, total: Int64) {
-        container.mutate { (s: inout CoreState) in
+        container.update { s in
             s.updateTransfer(id) {
                 $0.isDownloading = true
                 $0.downloadedBytes = done

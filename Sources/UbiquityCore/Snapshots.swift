@@ -58,7 +58,7 @@ extension Container {
         try willWrite(id)
         return gates.shared(id) {
             let result = body()
-            mutate { (s: inout CoreState) in
+            update { s in
                 s.contentGeneration[id, default: 0] += 1
                 s.lastWrite[id] = now()
             }
@@ -68,7 +68,7 @@ extension Container {
 
     /// An fsync of a file open for writing: a snapshot of it is due.
     func snapshotRequested(_ id: String) {
-        mutate { (s: inout CoreState) in _ = s.fsyncedSinceSnapshot.insert(id) }
+        update { s in _ = s.fsyncedSinceSnapshot.insert(id) }
         sync.wakePusher()
     }
 

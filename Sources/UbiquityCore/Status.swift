@@ -129,11 +129,11 @@ extension Container {
     // MARK: the mount root
 
     /// The remote answered (the feed, a download): the mount is online.
-    func remoteAnswered() { mutate { (s: inout CoreState) in s.offlineSince = nil } }
+    func remoteAnswered() { update { s in s.offlineSince = nil } }
 
     /// The remote could not be reached: the mount is offline, since the first such failure.
     func remoteUnreachable() {
-        mutate { (s: inout CoreState) in if s.offlineSince == nil { s.offlineSince = now() } }
+        update { s in if s.offlineSince == nil { s.offlineSince = now() } }
     }
 
     /// True while the remote is known to be unreachable.

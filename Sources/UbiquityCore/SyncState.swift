@@ -138,7 +138,7 @@ extension Container {
 
     /// Shows the progress of the item's upload in its status.
     func setUploadProgress(_ id: String, uploading: Bool, done: Int64, total: Int64) {
-        mutate { (s: inout CoreState) in
+        update { s in
             s.updateTransfer(id) {
                 $0.isUploading = uploading
                 $0.uploadedBytes = done
