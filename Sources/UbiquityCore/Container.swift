@@ -96,7 +96,6 @@ public final class Container: @unchecked Sendable {
         var s = CoreState(store: store, config: config)
         try s.load()
         s.removeOrphanContent()
-        try s.checkUnsynced()
         s.scanContent()
         store.writesNeedTransaction = true
         state = Locked(s)

@@ -350,7 +350,6 @@ extension CoreState {
         item.hasLocal = true
         item.localSHA = sha
         try store.save(item)
-        if config.environment.backgroundTransfers { try store.markUnsynced(id, sha: sha) }
         items[id] = item
         // Last: a failed rename rolls the save back. The directory is synced after the lock (Container's
         // installDownload).
@@ -363,51 +362,10 @@ extension CoreState {
 }
 
 extension Container {
-    /// Makes a download's bytes durable after its waiters were told, then forgets its unsynced mark: only the
-    /// mark of the version synced (a newer install meanwhile keeps its own).
-    func syncInstalled(_ id: String) {
-        do {
-            guard let mark = try read({ s in try s.store.meta("unsynced:" + id) }) else { return }
-            if let fd = try? FileDescriptor.open(paths.content(id), O_RDONLY) {
-                defer { fd.close() }
-                try fd.sync()
-            }
-            try mutateThrowing { s in
-                if try s.store.meta("unsynced:" + id) == mark { try s.store.forgetUnsynced(id) }
-            }
-        } catch {
-            log.error("cannot make the download of \(id) durable (checked again at the next start): \(error)")
-        }
-    }
-
     /// The size a written file has now (from its content file while it is open for writing).
     static func currentSize(_ item: Item, _ paths: StorePaths) -> Int64 {
         guard item.dirty, item.hasLocal else { return item.size }
         var st = stat()
         return stat(paths.content(item.id), &st) == 0 ? Int64(st.st_size) : item.size
-    }
-}
-
-extension CoreState {
-    /// At start, before any other thread: a download installed and not yet synced when the daemon stopped may
-    /// be torn by a crash (its rename durable, its bytes not). Each one still recorded is hashed; a copy that
-    /// does not match the hash it was installed as is dropped (absent: fetched again at the next open), one
-    /// that matches is synced. Either way the mark goes.
-    mutating func checkUnsynced() throws {
-        for (id, sha) in try store.unsynced() {
-            defer { try? store.forgetUnsynced(id) } // not in a transaction yet: a failure leaves a mark to check again
-            guard var item = items[id], item.localContent == .clean(sha: sha) else { continue }
-            let path = paths.content(id)
-            if let (got, _) = try? sha256OfFile(path), got == sha {
-                if let fd = try? FileDescriptor.open(path, O_RDONLY) { try? fd.sync(); fd.close() }
-                continue
-            }
-            log.warning("\(item.name): its download was cut by a crash before it reached the disk; fetched again")
-            item.hasLocal = false
-            item.localSHA = nil
-            try store.save(item)
-            items[id] = item
-            try? removeFile(path)
-        }
     }
 }

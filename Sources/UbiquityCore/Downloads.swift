@@ -37,10 +37,7 @@ final class Downloads: @unchecked Sendable {
         scheduler = TransferScheduler(width: container.config.maxConcurrentDownloads, name: "download") {
             [weak self] id in
             guard let self else { return }
-            let result = run(id)
-            finish(id, result)
-            // After the waiters: the open that asked for it need not wait for the disk (see `land`).
-            if case .success = result { container.syncInstalled(id) }
+            finish(id, run(id))
         }
     }
 
@@ -246,14 +243,7 @@ final class Downloads: @unchecked Sendable {
             throw RemoteError.corrupt("downloaded \(gotSize) bytes hashing to \(gotSHA.prefix(12)), "
                                       + "expected \(size) bytes hashing to \(sha.prefix(12))")
         }
-        // The durability rule of a download: it can be fetched again, so its bytes need not be on disk before
-        // the open it serves returns. The install records it unsynced in the same transaction; it is synced
-        // after the waiters are told (`syncInstalled`), and a crash before that is caught at the next start,
-        // which checks the hash of every file still recorded unsynced and drops a torn one (`checkUnsynced`).
-        // A conflict version's copy is synced here (it is rare, and nothing records it).
-        if ContentKey(parsing: id)?.conflict != nil || !container.config.environment.backgroundTransfers {
-            try fd.sync()
-        }
+        try fd.sync()
         return try install(id, sha: sha, staging: staging)
     }
 

@@ -255,16 +255,6 @@ public final class Store: @unchecked Sendable {
     }
     func unpushedConflicts() throws -> [String] { try ids("unpushed:") }
 
-    /// Downloads installed whose bytes may not be on disk yet (see Downloads.land), by item id, with the hash
-    /// they were installed as.
-    func markUnsynced(_ id: String, sha: String) throws { try setMeta("unsynced:" + id, sha) }
-    func unsynced() throws -> [(id: String, sha: String)] {
-        try values("SELECT key, value FROM meta WHERE key LIKE 'unsynced:%' ORDER BY key") {
-            (String($0.text(0).dropFirst("unsynced:".count)), $0.text(1))
-        }
-    }
-    func forgetUnsynced(_ id: String) throws { try removeMeta("unsynced:" + id) }
-
     /// Remote changes the puller could not take yet (see SyncLoops.refetchRefused), by item id.
     func markRefused(_ id: String) throws { try insertIDs("refused:", [id]) }
     func takeRefused() throws -> [String] {
