@@ -1,7 +1,9 @@
 # The bench's FUSE floor (bench/floor/floor.c) is a faithful passthrough: what the metadata workloads do through
 # it lands in the backing directory as on a plain file system, so the floor's figures are of real work.
+import contextlib
 import errno
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -21,9 +23,10 @@ def compiler():
     return shutil.which("cc") or shutil.which("clang") or "/opt/swift/usr/bin/clang"
 
 
-@pytest.fixture
-def floor(tmp_path):
-    """Compiles the floor and mounts it over a fresh backing directory; yields (mount point, backing)."""
+@contextlib.contextmanager
+def mounted_floor(tmp_path, fd_limit=None):
+    """Compiles the floor and mounts it over a fresh backing directory; yields (mount point, backing).
+    `fd_limit` starts it with that RLIMIT_NOFILE (soft and hard)."""
     if not os.path.exists("/dev/fuse"):
         pytest.skip("/dev/fuse is missing: integration tests need FUSE")
     binary = tmp_path / "floor"
@@ -33,7 +36,8 @@ def floor(tmp_path):
     backing.mkdir()
     mnt.mkdir()
     log = open(tmp_path / "floor.log", "ab")
-    proc = subprocess.Popen([binary, backing, mnt], stdout=log, stderr=log)
+    limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))) if fd_limit else None
+    proc = subprocess.Popen([binary, backing, mnt], stdout=log, stderr=log, preexec_fn=limit)
     try:
         wait_until(lambda: mounted(mnt) or proc.poll() is not None, what="floor mount")
         assert proc.poll() is None, (tmp_path / "floor.log").read_text()
@@ -45,6 +49,12 @@ def floor(tmp_path):
             proc.send_signal(signal.SIGTERM)
         proc.wait(10)
         assert not mounted(mnt)
+
+
+@pytest.fixture
+def floor(tmp_path):
+    with mounted_floor(tmp_path) as m:
+        yield m
 
 
 def test_files_links_and_folders_pass_through(floor):
@@ -113,3 +123,27 @@ def test_tar_x_then_rm_rf_lands_in_the_backing_directory(floor, tmp_path):
     assert len([n for n in os.listdir(backing) if n.startswith("e")]) == 200
     run("rm", "-rf", mnt / "t")
     assert not (backing / "t").exists()
+
+
+def test_more_known_inodes_than_the_descriptor_limit_it_was_started_with(tmp_path):
+    # The floor holds one descriptor per inode the kernel knows: it raises its own limit as far as it may.
+    if os.geteuid() != 0:
+        pytest.skip("raising the hard limit of open files needs root")
+    with mounted_floor(tmp_path, fd_limit=256) as (mnt, backing):
+        for i in range(1000):
+            (mnt / f"f{i:04}").write_bytes(b"%d" % i)
+        assert all((mnt / f"f{i:04}").read_bytes() == b"%d" % i for i in range(1000))
+        assert len(os.listdir(backing)) == 1000
+        # The last ones are past the floor's budget of descriptors: every operation works on them too.
+        last = mnt / "f0999"
+        os.chmod(last, 0o640)
+        os.truncate(last, 1)
+        os.utime(last, (5, 6))
+        st = os.stat(last)
+        assert (st.st_mode & 0o777, st.st_size, st.st_mtime) == (0o640, 1, 6)
+        os.symlink("f0999", mnt / "link")
+        assert os.readlink(mnt / "link") == "f0999" and (mnt / "link").read_bytes() == b"9"
+        os.rename(last, mnt / "moved")
+        assert (mnt / "moved").read_bytes() == b"9" and (backing / "moved").read_bytes() == b"9"
+        os.unlink(mnt / "moved")
+        assert not (backing / "moved").exists()

@@ -15,6 +15,10 @@
 //   listxattr an empty list (never ENOSYS, which would make the kernel stop asking and flatter the floor).
 // - An inode lives while the kernel holds a lookup of it: known inodes are found by the backing (st_dev,
 //   st_ino) in one table behind one mutex, and a forget that brings the count to zero closes and frees it.
+// - It raises its limit of open files as far as it may (the hard limit, or the kernel's nr_open with
+//   CAP_SYS_RESOURCE). Past a budget under that limit (a 100,000-item tree is 100,000 inodes), a new
+//   non-directory is kept by its file handle instead (name_to_handle_at) and opened by it (open_by_handle_at)
+//   for the request that needs it; directories, the parents of every *at() call, always keep their descriptor.
 // - Files are created by the daemon's own user (the bench runs as root); no ownership is passed through.
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 312
@@ -29,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
@@ -39,7 +44,8 @@ static const double cache_timeout = 10.0;  // as FileSystem.cacheTimeout in ubiq
 // ------------------------------------------------------------------------------------------- inodes
 
 struct node {
-    int fd;             // O_PATH|O_NOFOLLOW descriptor of the backing object
+    int fd;             // O_PATH|O_NOFOLLOW descriptor of the backing object, or -1: then `handle` is set
+    struct file_handle *handle;
     dev_t dev;
     ino_t ino;
     uint64_t nlookup;   // lookups the kernel holds; the root is never forgotten
@@ -50,6 +56,9 @@ static struct node root;
 static struct node **table;
 static size_t table_size, table_count;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static long fds_held, fd_budget;  // descriptors the nodes hold, and how many they may (under table_lock)
+static int handles_work;          // whether file handles can be made and opened here (set once at start)
+static int mount_fd = -1;         // the backing directory opened for reading: open_by_handle_at refuses O_PATH
 
 static size_t slot(dev_t dev, ino_t ino, size_t size) {
     uint64_t h = (uint64_t)ino * 0x9E3779B97F4A7C15ull ^ (uint64_t)dev;
@@ -82,6 +91,39 @@ static fuse_ino_t ino_of(struct node *n) {
     return n == &root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
 }
 
+// The file handle of the object `fd` names, or NULL.
+static struct file_handle *handle_of(int fd) {
+    struct file_handle *h = malloc(sizeof *h + MAX_HANDLE_SZ);
+    int mount_id;
+    if (!h) return NULL;
+    h->handle_bytes = MAX_HANDLE_SZ;
+    if (name_to_handle_at(fd, "", h, &mount_id, AT_EMPTY_PATH) != 0) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+// Puts a new node's descriptor away for its handle when the nodes hold their budget; called with the lock held.
+static void keep(struct node *n, int fd, const struct stat *st) {
+    n->fd = fd;
+    if (handles_work && fds_held >= fd_budget && !S_ISDIR(st->st_mode) && (n->handle = handle_of(fd))) {
+        close(fd);
+        n->fd = -1;
+        return;
+    }
+    fds_held++;
+}
+
+// A descriptor of the node's object for one request (give it back with let_go), or -1 with errno set.
+static int hold(struct node *n) {
+    return n->fd >= 0 ? n->fd : open_by_handle_at(mount_fd, n->handle, O_PATH | O_CLOEXEC);
+}
+
+static void let_go(struct node *n, int fd) {
+    if (n->fd < 0 && fd >= 0) close(fd);
+}
+
 // Finds or adds the node for an object just opened as `fd` (O_PATH) with attributes `st`, counting one lookup.
 // Takes `fd` over: closes it when the object was known already. Returns NULL when out of memory.
 static struct node *remember(int fd, const struct stat *st) {
@@ -112,7 +154,7 @@ static struct node *remember(int fd, const struct stat *st) {
         close(fd);
         return NULL;
     }
-    n->fd = fd;
+    keep(n, fd, st);
     n->dev = st->st_dev;
     n->ino = st->st_ino;
     n->nlookup = 1;
@@ -136,8 +178,10 @@ static void forget_one(fuse_ino_t ino, uint64_t count) {
     while (*p && *p != n) p = &(*p)->next;
     if (*p) *p = n->next;
     table_count--;
+    if (n->fd >= 0) fds_held--;
     pthread_mutex_unlock(&table_lock);
-    close(n->fd);
+    if (n->fd >= 0) close(n->fd);
+    free(n->handle);
     free(n);
 }
 
@@ -215,9 +259,16 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-    (void)fi;
     struct stat st;
-    int err = stat_node(node_of(ino)->fd, &st);
+    int err;
+    if (fi) {
+        err = fstat((int)fi->fh, &st) == 0 ? 0 : errno;
+    } else {
+        struct node *n = node_of(ino);
+        int fd = hold(n);
+        err = fd < 0 ? errno : stat_node(fd, &st);
+        let_go(n, fd);
+    }
     if (err) fuse_reply_err(req, err);
     else fuse_reply_attr(req, &st, cache_timeout);
 }
@@ -235,8 +286,8 @@ static int set_times(int fd, const struct stat *attr, int to_set, struct fuse_fi
     return utimensat(AT_FDCWD, path, ts, 0);
 }
 
-static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi) {
-    int fd = node_of(ino)->fd;
+// Applies a setattr to the object `fd` names (through the open file when there is one); returns 0 or an errno.
+static int apply_setattr(int fd, const struct stat *attr, int to_set, struct fuse_file_info *fi) {
     char path[64];
     proc_path(path, fd);
     int rc = 0;
@@ -251,17 +302,26 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
     if (rc == 0 && (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
                               FUSE_SET_ATTR_MTIME_NOW)))
         rc = set_times(fd, attr, to_set, fi);
-    if (rc != 0) {
-        fuse_reply_err(req, errno);
-        return;
-    }
-    op_getattr(req, ino, NULL);
+    return rc == 0 ? 0 : errno;
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi) {
+    struct node *n = node_of(ino);
+    int fd = hold(n);
+    int err = fd < 0 ? errno : apply_setattr(fd, attr, to_set, fi);
+    let_go(n, fd);
+    if (err) fuse_reply_err(req, err);
+    else op_getattr(req, ino, fi);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
     char buf[PATH_MAX + 1];
-    ssize_t n = readlinkat(node_of(ino)->fd, "", buf, sizeof buf);
-    if (n < 0) fuse_reply_err(req, errno);
+    struct node *node = node_of(ino);
+    int fd = hold(node);
+    ssize_t n = fd < 0 ? -1 : readlinkat(fd, "", buf, sizeof buf);
+    int err = errno;
+    let_go(node, fd);
+    if (n < 0) fuse_reply_err(req, err);
     else if (n >= (ssize_t)sizeof buf) fuse_reply_err(req, ENAMETOOLONG);
     else {
         buf[n] = 0;
@@ -317,9 +377,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     char path[64];
-    proc_path(path, node_of(ino)->fd);
-    int fd = open(path, (fi->flags | O_CLOEXEC) & ~(O_NOFOLLOW | O_CREAT));
+    struct node *n = node_of(ino);
+    int pfd = hold(n);
+    proc_path(path, pfd);
+    int fd = pfd < 0 ? -1 : open(path, (fi->flags | O_CLOEXEC) & ~(O_NOFOLLOW | O_CREAT));
+    int err = errno;
+    let_go(n, pfd);
     if (fd < 0) {
+        errno = err;
         fuse_reply_err(req, errno);
         return;
     }
@@ -487,7 +552,8 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino) {
     struct statvfs sv;
-    if (fstatvfs(node_of(ino)->fd, &sv) != 0) fuse_reply_err(req, errno);
+    (void)ino;  // one backing file system
+    if (fstatvfs(root.fd, &sv) != 0) fuse_reply_err(req, errno);
     else fuse_reply_statfs(req, &sv);
 }
 
@@ -533,6 +599,39 @@ static const struct fuse_lowlevel_ops ops = {
     .listxattr = op_listxattr,
 };
 
+// One descriptor per known inode: lifts RLIMIT_NOFILE to the hard limit, or to the kernel's nr_open when allowed.
+static void raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    rlim_t hard = rl.rlim_max;
+    unsigned long nr_open = 0;
+    FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+    if (f) {
+        if (fscanf(f, "%lu", &nr_open) != 1) nr_open = 0;
+        fclose(f);
+    }
+    if (nr_open > hard) {
+        rl.rlim_cur = rl.rlim_max = nr_open;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) return;  // needs CAP_SYS_RESOURCE
+    }
+    rl.rlim_cur = rl.rlim_max = hard;
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+// Sets the nodes' budget of descriptors (all but a reserve for open files and directories and libfuse) and
+// whether file handles can stand in for descriptors past it (they need CAP_DAC_READ_SEARCH).
+static void plan_descriptors(void) {
+    struct rlimit rl;
+    long limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)rl.rlim_cur : 1024;
+    fd_budget = limit > 2048 ? limit - 1024 : limit / 2;
+    mount_fd = openat(root.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct file_handle *h = handle_of(root.fd);
+    int fd = h && mount_fd >= 0 ? open_by_handle_at(mount_fd, h, O_PATH | O_CLOEXEC) : -1;
+    handles_work = fd >= 0;
+    if (fd >= 0) close(fd);
+    free(h);
+}
+
 static int open_root(const char *backing) {
     root.fd = open(backing, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (root.fd < 0) {
@@ -552,8 +651,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: floor BACKING_DIR MOUNTPOINT [-d]\n");
         return 2;
     }
+    raise_fd_limit();
     umask(0);  // the kernel has applied the caller's umask to the modes it sends
     if (open_root(argv[1]) != 0) return 1;
+    plan_descriptors();
     char opts[] = "default_permissions,fsname=floor,subtype=floor,allow_other";
     if (getuid() != 0) opts[strlen(opts) - strlen(",allow_other")] = 0;
     char *args[] = {argv[0], "-o", opts, argc == 4 ? "-d" : NULL, NULL};
