@@ -124,36 +124,40 @@ static void let_go(struct node *n, int fd) {
     if (n->fd < 0 && fd >= 0) close(fd);
 }
 
+// The known node of the object with attributes `st`, counting one lookup, or NULL; called with the lock held.
+static struct node *find_locked(const struct stat *st) {
+    if (root.dev == st->st_dev && root.ino == st->st_ino) return &root;  // never forgotten, so not counted
+    if (!table) return NULL;
+    struct node *n = table[slot(st->st_dev, st->st_ino, table_size)];
+    while (n && !(n->dev == st->st_dev && n->ino == st->st_ino)) n = n->next;
+    if (n) n->nlookup++;
+    return n;
+}
+
+static struct node *find(const struct stat *st) {
+    pthread_mutex_lock(&table_lock);
+    struct node *n = find_locked(st);
+    pthread_mutex_unlock(&table_lock);
+    return n;
+}
+
 // Finds or adds the node for an object just opened as `fd` (O_PATH) with attributes `st`, counting one lookup.
 // Takes `fd` over: closes it when the object was known already. Returns NULL when out of memory.
 static struct node *remember(int fd, const struct stat *st) {
     pthread_mutex_lock(&table_lock);
-    if (root.dev == st->st_dev && root.ino == st->st_ino) {  // ".." of a top entry, or a bind inside
+    struct node *n = find_locked(st);
+    if (n) {
         pthread_mutex_unlock(&table_lock);
         close(fd);
-        return &root;
+        return n;
     }
     if (table_count >= table_size) grow();
-    if (!table) {
+    if (!table || !(n = calloc(1, sizeof *n))) {
         pthread_mutex_unlock(&table_lock);
         close(fd);
         return NULL;
     }
     size_t s = slot(st->st_dev, st->st_ino, table_size);
-    struct node *n = table[s];
-    while (n && !(n->dev == st->st_dev && n->ino == st->st_ino)) n = n->next;
-    if (n) {
-        n->nlookup++;
-        pthread_mutex_unlock(&table_lock);
-        close(fd);
-        return n;
-    }
-    n = calloc(1, sizeof *n);
-    if (!n) {
-        pthread_mutex_unlock(&table_lock);
-        close(fd);
-        return NULL;
-    }
     keep(n, fd, st);
     n->dev = st->st_dev;
     n->ino = st->st_ino;
@@ -193,17 +197,22 @@ static int stat_node(int fd, struct stat *st) {
 }
 
 // Looks `name` up under `parent`, filling `e` (counting one lookup) or returning an errno.
+// An object known already costs one fstatat; a new one is opened, and its attributes are those of what was opened.
 static int lookup_entry(fuse_ino_t parent, const char *name, struct fuse_entry_param *e) {
     memset(e, 0, sizeof *e);
-    int fd = openat(node_of(parent)->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return errno;
-    int err = stat_node(fd, &e->attr);
-    if (err) {
-        close(fd);
-        return err;
+    int pfd = node_of(parent)->fd;
+    if (fstatat(pfd, name, &e->attr, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    struct node *n = find(&e->attr);
+    if (!n) {
+        int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) return errno;
+        int err = stat_node(fd, &e->attr);
+        if (err) {
+            close(fd);
+            return err;
+        }
+        if (!(n = remember(fd, &e->attr))) return ENOMEM;
     }
-    struct node *n = remember(fd, &e->attr);
-    if (!n) return ENOMEM;
     e->ino = ino_of(n);
     e->attr_timeout = cache_timeout;
     e->entry_timeout = cache_timeout;
