@@ -106,12 +106,12 @@ public final class Store: @unchecked Sendable {
 
     func begin() throws {
         precondition(!inTransaction, "transactions do not nest")
-        try typed { try db.exec("BEGIN") }
+        try typed { try db.query("BEGIN") }
         inTransaction = true
     }
 
     func commit() throws {
-        try typed { try db.exec("COMMIT") }
+        try typed { try db.query("COMMIT") }
         inTransaction = false
         keepReserve()
     }

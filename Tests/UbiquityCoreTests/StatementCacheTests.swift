@@ -1,0 +1,59 @@
+// The database's kept statements (SQLite.swift): each use starts afresh, with only its own bindings, from the
+// first row, also inside another use of the same text and after a use that threw part way.
+import Foundation
+import Testing
+import UbiquityBase
+@testable import UbiquityCore
+
+@Suite struct StatementCacheTests {
+    let dir = TempDir()
+
+    func database() throws -> Database {
+        let db = try Database(path: dir.path + "/t.sqlite")
+        try db.exec("CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT)")
+        for (i, name) in ["a", "b", "c"].enumerated() {
+            try db.query("INSERT INTO t(id, name) VALUES(?, ?)", [.int(Int64(i)), .text(name)])
+        }
+        return db
+    }
+
+    @Test func aUseSeesOnlyItsOwnBindings() throws {
+        let db = try database()
+        #expect(try db.query("SELECT ?", [.text("x")]).first?.columns == [.text("x")])
+        // The same text again with nothing bound: the last use's value is gone.
+        #expect(try db.query("SELECT ?").first?.columns == [.null])
+        #expect(try db.query("SELECT name FROM t WHERE id = ?", [.int(2)]).first?.text(0) == "c")
+        #expect(try db.query("SELECT name FROM t WHERE id = ?", [.int(0)]).first?.text(0) == "a")
+    }
+
+    @Test func theSameTextRunsInsideItsOwnRows() throws {
+        let db = try database()
+        var pairs: [String] = []
+        try db.forEach("SELECT name FROM t ORDER BY id") { outer in
+            let name = outer.text(0)
+            try db.forEach("SELECT name FROM t ORDER BY id") { pairs.append(name + $0.text(0)) }
+        }
+        #expect(pairs == ["aa", "ab", "ac", "ba", "bb", "bc", "ca", "cb", "cc"])
+    }
+
+    @Test func aUseThatThrewLeavesTheNextFromTheFirstRow() throws {
+        struct Stop: Error {}
+        let db = try database()
+        #expect(throws: Stop.self) { try db.forEach("SELECT name FROM t ORDER BY id") { _ in throw Stop() } }
+        #expect(try db.query("SELECT name FROM t ORDER BY id").map { $0.text(0) } == ["a", "b", "c"])
+        // Nothing is left holding the database: a write from another connection goes through.
+        let other = try Database(path: dir.path + "/t.sqlite")
+        try other.exec("BEGIN IMMEDIATE; DELETE FROM t WHERE id = 0; COMMIT")
+        #expect(try db.query("SELECT count(*) FROM t").first?.int(0) == 2)
+    }
+
+    @Test func aFailedStatementReportsItsErrorEachTime() throws {
+        let db = try database()
+        for _ in 0..<2 {
+            #expect(throws: SQLiteError.self) {
+                try db.query("INSERT INTO t(id, name) VALUES(?, ?)", [.int(1), .text("dup")])
+            }
+        }
+        #expect(try db.query("SELECT name FROM t WHERE id = 1").first?.text(0) == "b")
+    }
+}
