@@ -380,13 +380,16 @@ public final class Store: @unchecked Sendable {
 
     // MARK: encoding
 
-    // A dictionary of strings and an array of plain structs always encode: the `try!` cannot trap.
+    // A dictionary of strings and an array of plain structs always encode: the `try!` cannot trap. Most items
+    // have neither xattrs nor conflicts: their text is written (and read) without an encoder (the same text).
     static func encodeXattrs(_ x: [String: [UInt8]]) -> String {
-        String(decoding: try! JSONEncoder.wire.encode(Xattrs.toWire(x)), as: UTF8.self)
+        if x.isEmpty { return "{}" }
+        return String(decoding: try! JSONEncoder.wire.encode(Xattrs.toWire(x)), as: UTF8.self)
     }
 
     /// The xattrs stored for item `id`; a value that does not decode throws (an empty set would be pushed).
     static func decodeXattrs(_ s: String, of id: String) throws -> [String: [UInt8]] {
+        if s == "{}" { return [:] }
         let wire = try decode([String: String].self, s, id: id, column: "xattrs")
         return try wire.mapValues { value in
             guard let data = Data(base64Encoded: value) else {
@@ -397,12 +400,14 @@ public final class Store: @unchecked Sendable {
     }
 
     static func encodeConflicts(_ c: [WireConflict]) -> String {
-        String(decoding: try! JSONEncoder.wire.encode(c), as: UTF8.self)
+        if c.isEmpty { return "[]" }
+        return String(decoding: try! JSONEncoder.wire.encode(c), as: UTF8.self)
     }
 
     /// The conflict versions stored for item `id`; a value that does not decode throws.
     static func decodeConflicts(_ s: String, of id: String) throws -> [WireConflict] {
-        try decode([WireConflict].self, s, id: id, column: "conflicts")
+        if s == "[]" { return [] }
+        return try decode([WireConflict].self, s, id: id, column: "conflicts")
     }
 
     private static func decode<T: Decodable>(_ type: T.Type, _ s: String, id: String, column: String) throws -> T {

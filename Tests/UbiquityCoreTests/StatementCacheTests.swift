@@ -1,5 +1,6 @@
 // The database's kept statements (SQLite.swift): each use starts afresh, with only its own bindings, from the
-// first row, also inside another use of the same text and after a use that threw part way.
+// first row, also inside another use of the same text and after a use that threw part way; and the store's
+// texts for no xattrs and no conflicts are the encoder's own.
 import Foundation
 import Testing
 import UbiquityBase
@@ -55,5 +56,15 @@ import UbiquityBase
             }
         }
         #expect(try db.query("SELECT name FROM t WHERE id = 1").first?.text(0) == "b")
+    }
+
+    @Test func emptyXattrsAndConflictsAreTheEncodersText() throws {
+        let xattrs = String(decoding: try JSONEncoder.wire.encode([String: String]()), as: UTF8.self)
+        let conflicts = String(decoding: try JSONEncoder.wire.encode([WireConflict]()), as: UTF8.self)
+        #expect(Store.encodeXattrs([:]) == xattrs)
+        #expect(Store.encodeConflicts([]) == conflicts)
+        #expect(try Store.decodeXattrs(xattrs, of: "i").isEmpty)
+        #expect(try Store.decodeConflicts(conflicts, of: "i").isEmpty)
+        #expect(try Store.decodeXattrs(Store.encodeXattrs(["user.a": [1, 2]]), of: "i") == ["user.a": [1, 2]])
     }
 }
