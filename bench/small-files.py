@@ -61,7 +61,6 @@ class Mount:
         self.env = dict(os.environ, XDG_DATA_HOME=str(root / "data"))
 
     def __enter__(self):
-        shutil.rmtree(self.root, ignore_errors=True)
         self.mnt.mkdir(parents=True)
         run(self.bin, "mount", self.mnt, "--container", CONTAINER, "--store", self.root / "store",
             "--device", "smallfiles", env=self.env, timeout=120)
@@ -71,8 +70,9 @@ class Mount:
         run(self.bin, "unmount", "--force", self.mnt, env=self.env, check=False, timeout=120)
         if any(line.split()[1] == str(self.mnt) for line in Path("/proc/mounts").read_text().splitlines()):
             run("fusermount3", "-u", "-z", self.mnt, check=False)
-        # The daemon stops the embedded stub it started, and `unmount` waits for the daemon.
-        shutil.rmtree(self.root, ignore_errors=True)
+        # The daemon stops the embedded stub it started, and `unmount` waits for the daemon. The store stays until
+        # the run ends: ext4 without a journal (this machine's) skips inodes deleted in the last 5-30 s, reading
+        # each one's table entry, so deleting thousands of files just before a round slows its creates.
 
     def daemon_pid(self) -> int:
         out = run("pgrep", "-f", f"mount {self.mnt} ", check=False).stdout.split()
@@ -106,16 +106,26 @@ def workloads(m: Mount, tarball: Path, n: int, drain: bool):
     return out
 
 
-def compare(args):
-    work = Path(args.work)
+def fresh_work(path: str) -> Path:
+    work = Path(path)
+    left = list(work.glob("m-*"))
+    for old in left:
+        shutil.rmtree(old)
+    if left:
+        time.sleep(30)  # past ext4's window of recently deleted inodes (see Mount.__exit__)
     work.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def compare(args):
+    work = fresh_work(args.work)
     tarball = make_tarball(work, args.files)
     bins = {"old": args.old, "new": args.new}
     times = {b: {"tar": [], "ls": [], "loop": []} for b in bins}
     for r in range(args.rounds):
         order = ["old", "new"] if r % 2 == 0 else ["new", "old"]
         for b in order:
-            with Mount(bins[b], work / f"m-{b}") as m:
+            with Mount(bins[b], work / f"m-{b}-{r}") as m:
                 res = workloads(m, tarball, args.files, args.drain)
             for k, v in res.items():
                 times[b][k].append(v)
@@ -125,11 +135,12 @@ def compare(args):
     for k in ("tar", "ls", "loop"):
         o, n = statistics.median(times["old"][k]), statistics.median(times["new"][k])
         print(f"{k:8} {o:8.3f} {n:8.3f} {n / o:8.2f}")
+    for old in work.glob("m-*"):
+        shutil.rmtree(old)
 
 
 def profile(args):
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
+    work = fresh_work(args.work)
     tarball = make_tarball(work, args.files)
     with Mount(args.new, work / "m-perf") as m:
         perf = subprocess.Popen(["perf", "record", "-g", "-F", str(args.freq), "-o", args.perf,
