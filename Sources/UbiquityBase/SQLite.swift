@@ -94,6 +94,21 @@ public final class Database: @unchecked Sendable {
 
     /// Runs a statement and calls `body` for each row, without collecting them.
     public func forEach(_ sql: String, _ params: [SQLValue] = [], _ body: (Row) throws -> Void) throws {
+        try run(sql, params) { try body($0); return true }
+    }
+
+    /// The first row `pick` takes (returns non-nil for), stepping no further; nil if it takes none.
+    public func first<T>(_ sql: String, _ params: [SQLValue] = [], _ pick: (Row) throws -> T?) throws -> T? {
+        var found: T?
+        try run(sql, params) { row in
+            found = try pick(row)
+            return found == nil
+        }
+        return found
+    }
+
+    /// Runs a statement, calling `body` for each row while it returns true.
+    private func run(_ sql: String, _ params: [SQLValue], _ body: (Row) throws -> Bool) throws {
         if running.contains(sql) || (statements[sql] == nil && statements.count >= Database.keptStatements) {
             var stmt: OpaquePointer?
             try check(sqlite3_prepare_v2(handle, sql, -1, &stmt, nil))
@@ -128,8 +143,8 @@ public final class Database: @unchecked Sendable {
         return stmt
     }
 
-    /// Binds `params` to `stmt` and steps it, calling `body` for each row.
-    private func step(_ stmt: OpaquePointer, _ params: [SQLValue], _ body: (Row) throws -> Void) throws {
+    /// Binds `params` to `stmt` and steps it, calling `body` for each row while it returns true.
+    private func step(_ stmt: OpaquePointer, _ params: [SQLValue], _ body: (Row) throws -> Bool) throws {
         for (i, p) in params.enumerated() {
             let idx = Int32(i + 1)
             switch p {
@@ -144,7 +159,7 @@ public final class Database: @unchecked Sendable {
             let rc = sqlite3_step(stmt)
             if rc == SQLITE_DONE { break }
             guard rc == SQLITE_ROW else { try check(rc); break }
-            try body(Row(stmt: stmt))
+            if try !body(Row(stmt: stmt)) { break }
         }
     }
 

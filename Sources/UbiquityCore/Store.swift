@@ -209,8 +209,13 @@ public final class Store: @unchecked Sendable {
         try typed { try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } } }
     }
 
+    /// The ids under `prefix`, read as a range of the key's index (a LIKE would scan every key, and `meta` holds
+    /// one per item created here): the keys from `prefix` up to, not including, the prefix with its last
+    /// character, a ":", turned into the next one.
     private func ids(_ prefix: String) throws -> [String] {
-        try values("SELECT key FROM meta WHERE key LIKE ? ORDER BY key", [.text(prefix + "%")]) {
+        precondition(prefix.hasSuffix(":"), "id prefixes end in a colon")
+        return try values("SELECT key FROM meta WHERE key >= ? AND key < ? ORDER BY key",
+                          [.text(prefix), .text(prefix.dropLast() + ";")]) {
             String($0.text(0).dropFirst(prefix.count))
         }
     }
@@ -372,6 +377,22 @@ public final class Store: @unchecked Sendable {
     /// The pending journal, oldest change first.
     func pendingIDs() throws -> [String] {
         try values("SELECT id FROM pending ORDER BY seq") { $0.text(0) }
+    }
+
+    /// The oldest pending id that `take` accepts, reading the journal no further.
+    func firstPending(where take: (String) -> Bool) throws -> String? {
+        try typed { try db.first("SELECT id FROM pending ORDER BY seq") { row in
+            let id = row.text(0)
+            return take(id) ? id : nil
+        } }
+    }
+
+    func isPending(_ id: String) throws -> Bool {
+        try typed { try db.first("SELECT 1 FROM pending WHERE id = ?", [.text(id)]) { _ in true } } ?? false
+    }
+
+    func pendingCount() throws -> Int {
+        try typed { try db.first("SELECT count(*) FROM pending") { Int($0.int(0)) } } ?? 0
     }
 
     /// Makes every change committed so far durable (see `Checkpointer`); called for fsync, outside any lock.
