@@ -25,8 +25,8 @@ let package = Package(
         .target(name: "UbiquityCore", dependencies: ["UbiquityBase"]),
         // The remote client on libcurl, implementing the core's RemoteClient protocol.
         .target(name: "UbiquityHTTP", dependencies: ["UbiquityBase", "UbiquityCore", "CCurl"]),
-        // The remote stub server on libmicrohttpd.
-        .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD"]),
+        // The remote stub server on libmicrohttpd (and libcurl for blobs in S3).
+        .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD", "CCurl", "CCrypto"]),
         // The FUSE adapter: inode table and operations mapped onto the core. Knows nothing of HTTP.
         .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"]),
         // The command.

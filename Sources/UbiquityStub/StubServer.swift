@@ -4,7 +4,8 @@
 // What must hold: every request but health must carry the token, checked (in constant time) before any work
 // is done; injected faults are taken after that, before any work. A body larger than its route allows is
 // refused (413) without being kept; a blob is streamed to a temporary file and committed only when its
-// length and SHA-256 match its name (else 422). Each StubFailure becomes its status and a WireError body;
+// length and SHA-256 match its name (else 422), then handed to the blob store, which holds it whole before the
+// answer goes out; a client that asks about a blob is noted, so the collector spares it. Each StubFailure becomes its status and a WireError body;
 // a full disk is 503, so clients retry. `stop` wakes long polls before it waits for the connection threads.
 import CMicroHTTPD
 import Foundation
@@ -25,6 +26,14 @@ public struct StubConfig: Sendable {
     /// Bytes per second per blob download, 0 = unlimited.
     public var bandwidth: Int64 = 0
     public var maxBlobBytes: Int64 = 64 << 30
+    /// Blobs in an S3 bucket rather than files in `dataDir`/blobs.
+    public var s3: S3Location?
+    /// Bytes of verified S3 blobs kept in `dataDir`/blobcache to serve downloads from.
+    public var blobCacheBytes: Int64 = 1 << 30
+    /// An unreferenced blob is collected once this old and unused (BlobCollector.swift).
+    public var blobGraceSeconds = 3600
+    /// Seconds between collections; 0 never collects.
+    public var blobCollectSeconds = 600
     public init(dataDir: String) { self.dataDir = dataDir }
 }
 
@@ -47,6 +56,7 @@ public final class StubServer: @unchecked Sendable {
     /// The bearer token every request but health must carry.
     public let token: String
     let store: StubStore
+    let collector: BlobCollector
     let counters = StubCounters()
     let log = Logger("stub")
     private let lock = NSLock()
@@ -57,7 +67,11 @@ public final class StubServer: @unchecked Sendable {
     public init(config: StubConfig) throws {
         self.config = config
         try makeDirectories(config.dataDir)
-        store = try StubStore(dataDir: config.dataDir)
+        let blobs: BlobStore? = try config.s3.map {
+            try S3BlobStore(location: $0, cacheDir: config.dataDir + "/blobcache", cacheLimit: config.blobCacheBytes)
+        }
+        store = try StubStore(dataDir: config.dataDir, blobs: blobs)
+        collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds)
         token = try Self.loadOrCreateToken(config.dataDir + "/token")
     }
 
@@ -105,6 +119,7 @@ public final class StubServer: @unchecked Sendable {
             }
             daemon = d
             boundPort = ubq_mhd_port(d)
+            collector.start(every: config.blobCollectSeconds)
             log.info("serving on \(config.host):\(boundPort), data in \(config.dataDir)")
         }
     }
@@ -117,9 +132,17 @@ public final class StubServer: @unchecked Sendable {
             return d
         }
         guard let d else { return }
+        collector.stop()
         store.setStopping(true)
         MHD_stop_daemon(d)
         log.info("stopped")
+    }
+
+    /// One collection of unreferenced blobs now (the rule is in BlobCollector.swift); answers CONTAINER/SHA256
+    /// of each blob removed.
+    @discardableResult
+    public func collectBlobs(now: Int64 = nowNanoseconds()) throws -> [String] {
+        try collector.collect(now: now)
     }
 
     /// Creates a file or directory directly in a container, as if from another device: makes missing parents
@@ -393,6 +416,7 @@ extension StubServer {
                 guard try store.containerExists(cid) else { return .error(404, "no such container") }
                 guard let length = ex.declaredLength, length >= 0 else { return .error(400, "Content-Length needed") }
                 guard length <= config.maxBlobBytes else { return .error(413, "blob larger than \(config.maxBlobBytes) bytes") }
+                collector.touch(cid, sha)
                 if try store.blobSize(cid, sha) != nil {
                     ex.blobAlreadyThere = true
                 } else {
@@ -589,6 +613,7 @@ extension StubServer {
 
     private func getBlob(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
         guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
+        collector.touch(cid, sha)
         guard let size = try store.blobSize(cid, sha) else { throw StubFailure(404, "no such blob") }
         var headers: [(String, String)] = [("Accept-Ranges", "bytes"), ("X-Content-SHA256", sha),
                                            ("Content-Type", "application/octet-stream")]
@@ -612,7 +637,7 @@ extension StubServer {
                 headers.append(("Content-Range", "bytes \(a)-\(b)/\(size)"))
             }
         }
-        let fd: FileDescriptor? = size == 0 ? nil : try FileDescriptor.open(store.blobPath(cid, sha), O_RDONLY)
+        let fd: FileDescriptor? = size == 0 ? nil : try store.blobs.open(cid, sha, size: size)
         let faults = counters.takeDownloadFaults(length: length)
         counters.update {
             $0.blobGets += 1

@@ -6,8 +6,9 @@
 // number as its version in the same transaction as its row (`writeLocked`), so the feed never skips or repeats a
 // change; unique indexes keep versions and live names unique in the database too. A conditional write is checked
 // under the lock (If-Match, a live parent directory, no cycle, a free name) and refused with 412, 422 or 409 and
-// the item in the way. An item names only a blob that is stored with its size; a blob's row is written only
-// after its verified file is in place.
+// the item in the way. An item names only a blob that the blob store holds whole, at its size (`blobs`, see
+// BlobStore.swift). A blob is collected only under the lock and only when no live item or conflict version
+// names it (`collectBlob`), so no item write can come to name a blob that is being removed.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -41,15 +42,15 @@ private func int64(_ db: Database, _ sql: String, _ params: [SQLValue]) throws -
 
 final class StubStore: @unchecked Sendable {
     private let db: Database
-    let blobsDir: String
+    let blobs: BlobStore
     let tmpDir: String
     private let cond = NSCondition()
     private var stopping = false
 
-    init(dataDir: String) throws {
-        blobsDir = dataDir + "/blobs"
+    /// `blobs` nil: the embedded files under `dataDir`/blobs.
+    init(dataDir: String, blobs: BlobStore? = nil) throws {
+        self.blobs = try blobs ?? FileBlobStore(dir: dataDir + "/blobs")
         tmpDir = dataDir + "/tmp"
-        try makeDirectories(blobsDir)
         try makeDirectories(tmpDir)
         // Leftovers of uploads cut short by a crash.
         if let names = try? FileManager.default.contentsOfDirectory(atPath: tmpDir) {
@@ -112,7 +113,6 @@ final class StubStore: @unchecked Sendable {
             if let seq = try seqLocked(cid) {
                 return WireContainer(container: cid, root: WireRules.rootID, token: String(seq))
             }
-            try makeDirectories(blobsDir + "/" + cid)
             let now = nowNanoseconds()
             try db.transaction {
                 try db.query("INSERT INTO containers (id, seq) VALUES (?, 0)", [.text(cid)])
@@ -393,33 +393,40 @@ final class StubStore: @unchecked Sendable {
 
     // MARK: Blobs
 
-    /// The blob file's path; both parts are validated before they are used.
-    func blobPath(_ cid: String, _ sha256: String) -> String {
-        precondition(WireRules.isValidContainerID(cid) && isSHA256Hex(sha256))
-        return blobsDir + "/" + cid + "/" + sha256
-    }
-
     private func blobSizeLocked(_ cid: String, _ sha256: String) throws -> Int64? {
-        if sha256 == emptySHA256 { return 0 }
-        return try int64(db, "SELECT size FROM blobs WHERE container = ? AND sha256 = ?", [.text(cid), .text(sha256)])
+        try blobs.size(cid, sha256)
     }
 
     /// The blob's size, or nil when the stub does not hold it.
     func blobSize(_ cid: String, _ sha256: String) throws -> Int64? {
-        try locked { try blobSizeLocked(cid, sha256) }
+        try blobs.size(cid, sha256)
     }
 
-    /// Moves a verified temporary file into place; answers false when the blob was already there.
+    /// Stores a verified temporary file as the blob (outside the lock: it may be a long upload); answers false
+    /// when the blob was already there.
     func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
+        guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
+        return try blobs.put(cid, sha256, size: size, tmpPath: tmpPath)
+    }
+
+    /// Every container's id.
+    func containerIDs() throws -> [String] {
         try locked {
-            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
-            if try blobSizeLocked(cid, sha256) != nil {
-                try? removeFile(tmpPath)
-                return false
-            }
-            try renameFile(tmpPath, blobPath(cid, sha256))
-            try db.query("INSERT OR REPLACE INTO blobs (container, sha256, size) VALUES (?, ?, ?)",
-                         [.text(cid), .text(sha256), .int(size)])
+            var ids: [String] = []
+            try db.forEach("SELECT id FROM containers ORDER BY id", []) { ids.append($0.text(0)) }
+            return ids
+        }
+    }
+
+    /// Removes the blob with `delete` if no live item and no conflict version of one names it, all under the
+    /// lock; answers whether it was removed.
+    func collectBlob(_ cid: String, _ sha256: String, delete: () throws -> Void) throws -> Bool {
+        try locked {
+            // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
+            let named = try int64(db, "SELECT 1 FROM items WHERE container = ? AND deleted = 0 AND (sha256 = ? OR instr(conflicts, ?) > 0) LIMIT 1",
+                                  [.text(cid), .text(sha256), .text(sha256)])
+            guard named == nil else { return false }
+            try delete()
             return true
         }
     }

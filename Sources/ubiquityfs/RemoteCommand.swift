@@ -13,10 +13,18 @@ enum RemoteCommand {
     static let serveHelp = """
     usage: ubiquityfs remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
                                    [--endpoint-file FILE] [--log-level debug|info|warn|error]
+                                   [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE]
+                                   [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
 
     Runs the remote stub (the "cloud") until SIGINT or SIGTERM. On first start it writes a bearer token to
     DIR/token (mode 0600); mounts read it with --token-file. It listens on loopback unless told otherwise
     (port 0 picks a free one; --endpoint-file receives the URL once it listens).
+
+    Blobs are files in DIR/blobs unless --blobs names an S3 bucket (created if missing), with credentials from
+    AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment or, with --s3-credentials, from FILE
+    (KEY=VALUE lines); downloads are served from verified copies in DIR/blobcache (default 1024 MB). A blob no
+    live item names is removed once it was stored and last asked about --blob-grace seconds ago (default
+    3600), checked every --blob-collect-every seconds (default 600; 0 never).
     """
     static let seedHelp = """
     usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
@@ -38,7 +46,9 @@ enum RemoteCommand {
 
     static func serve(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
-                                                "--log-level", "--max-blob"], switches: ["--help"])
+                                                "--log-level", "--max-blob", "--blobs", "--s3-credentials",
+                                                "--blob-grace", "--blob-collect-every", "--blob-cache-mb"],
+                                switches: ["--help"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
         if let level = args.value("--log-level") {
@@ -57,6 +67,7 @@ enum RemoteCommand {
         config.latencyMs = try args.int("--latency-ms") ?? 0
         config.bandwidth = Int64(try args.int("--bandwidth") ?? 0)
         if let max = try args.int("--max-blob") { config.maxBlobBytes = Int64(max) }
+        try configureBlobs(&config, args)
         let server = try StubServer(config: config)
         let signals = blockTerminationSignals()
         try server.start()
@@ -69,6 +80,32 @@ enum RemoteCommand {
         FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url), token in \(config.dataDir)/token\n".utf8))
         waitForTermination(signals)
         server.stop()
+    }
+
+    /// The blob store and its collection, from --blobs, --s3-credentials and the --blob-* numbers.
+    private static func configureBlobs(_ config: inout StubConfig, _ args: Arguments) throws {
+        if let url = args.value("--blobs") {
+            do {
+                config.s3 = try S3Location(url: url, credentialsFile: args.value("--s3-credentials").map(absolutePath),
+                                           environment: ProcessInfo.processInfo.environment)
+            } catch let e as StubError {
+                throw UsageError(e.message)
+            }
+        } else if args.value("--s3-credentials") != nil {
+            throw UsageError("--s3-credentials goes with --blobs s3://...")
+        }
+        if let g = try args.int("--blob-grace") {
+            guard g >= 0 else { throw UsageError("--blob-grace takes seconds, 0 or more") }
+            config.blobGraceSeconds = g
+        }
+        if let e = try args.int("--blob-collect-every") {
+            guard e >= 0 else { throw UsageError("--blob-collect-every takes seconds, 0 or more") }
+            config.blobCollectSeconds = e
+        }
+        if let mb = try args.int("--blob-cache-mb") {
+            guard mb > 0 else { throw UsageError("--blob-cache-mb takes a positive number") }
+            config.blobCacheBytes = Int64(mb) << 20
+        }
     }
 
     static func seed(_ words: [String]) throws {

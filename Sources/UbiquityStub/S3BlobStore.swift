@@ -1,0 +1,249 @@
+// Blobs in an S3-compatible bucket (`remote serve --blobs s3://BUCKET?endpoint=URL`), one object per blob at
+// blobs/CONTAINER/SHA256, with a local cache of verified copies from which downloads are served.
+//
+// What must hold: only this code writes under blobs/, and only bytes the server has hashed to the object's name;
+// a PUT carries `If-None-Match: *` (an object already there, 412, is a success: blobs never change) and
+// Content-MD5, its ETag is checked, and a HEAD confirms the size before `put` returns, so the metadata that names
+// a blob is committed only after the bucket holds it whole. The stub never serves bytes it has not verified:
+// `open` hands out a cached copy whose SHA-256 and size were checked when it was fetched whole. Two downloads of
+// one uncached blob fetch it once (`fetching`). The cache stays under its byte limit by dropping the copies used
+// least recently; a copy being served stays readable through its open descriptor.
+import CCrypto
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class S3BlobStore: BlobStore, @unchecked Sendable {
+    let client: S3Client
+    let cacheDir: String
+    let cacheLimit: Int64
+    private let cond = NSCondition()
+    /// Objects known to be in the bucket, by key, with their sizes.
+    private var known: [String: Int64] = [:]
+    private var fetching: Set<String> = []
+
+    /// Checks the bucket (creating it when missing) and empties the cache's leftovers of cut-short fetches.
+    init(location: S3Location, cacheDir: String, cacheLimit: Int64 = 1 << 30) throws {
+        client = S3Client(location)
+        self.cacheDir = cacheDir
+        self.cacheLimit = cacheLimit
+        try makeDirectories(cacheDir + "/tmp")
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: cacheDir + "/tmp")) ?? [] {
+            try? removeFile(cacheDir + "/tmp/" + name)
+        }
+        do {
+            try ensureBucket()
+        } catch let f as StubFailure {
+            throw StubError("\(location): \(f.message)")
+        }
+    }
+
+    private func ensureBucket() throws {
+        let (head, _) = try client.perform("HEAD", "")
+        if head.status == 200 { return }
+        guard head.status == 404 else {
+            throw StubError("\(client.location): the bucket answered HEAD with \(head.status) (are the credentials right?)")
+        }
+        let (made, _) = try client.perform("PUT", "")
+        guard made.status == 200 || made.errorCode == "BucketAlreadyOwnedByYou" else {
+            throw StubError("\(client.location): cannot create the bucket: \(made.errorCode)")
+        }
+    }
+
+    static func key(_ cid: String, _ sha256: String) -> String {
+        precondition(WireRules.isValidContainerID(cid) && isSHA256Hex(sha256))
+        return "blobs/\(cid)/\(sha256)"
+    }
+
+    private func cachePath(_ cid: String, _ sha256: String) -> String { cacheDir + "/" + cid + "/" + sha256 }
+
+    private func remember(_ key: String, _ size: Int64?) {
+        cond.lock(); defer { cond.unlock() }
+        known[key] = size
+    }
+
+    func size(_ cid: String, _ sha256: String) throws -> Int64? {
+        if sha256 == emptySHA256 { return 0 }
+        let key = Self.key(cid, sha256)
+        cond.lock()
+        let cached = known[key]
+        cond.unlock()
+        if let cached { return cached }
+        let (a, _) = try client.perform("HEAD", key)
+        switch a.status {
+        case 200:
+            guard let size = a.headers["content-length"].flatMap({ Int64($0) }) else {
+                throw StubFailure(503, "blob store answered HEAD without a length")
+            }
+            remember(key, size)
+            return size
+        case 404:
+            return nil
+        default:
+            throw StubFailure(503, "blob store answered HEAD with \(a.status) \(a.errorCode)")
+        }
+    }
+
+    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
+        defer { try? removeFile(tmpPath) }
+        if try self.size(cid, sha256) != nil { return false }
+        let key = Self.key(cid, sha256)
+        let fd = try FileDescriptor.open(tmpPath, O_RDONLY)
+        defer { fd.close() }
+        let md5 = try Self.md5(fd)
+        let (a, _) = try client.perform("PUT", key, headers: [
+            "If-None-Match: *", "Content-MD5: \(Data(md5).base64EncodedString())", "x-amz-content-sha256: \(sha256)",
+            "Content-Type: application/octet-stream",
+        ], upload: (fd, size))
+        let created: Bool
+        switch a.status {
+        case 200, 201:
+            let etag = a.headers["etag"]?.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) ?? ""
+            if etag.count == 32 && etag.lowercased() != hexString(md5) {
+                throw StubFailure(503, "blob store stored other bytes than sent (ETag \(etag))")
+            }
+            created = true
+        case 412, 409:
+            created = false // written meanwhile by another upload of the same bytes
+        default:
+            throw StubFailure(503, "blob store refused the upload: \(a.status) \(a.errorCode)")
+        }
+        let (head, _) = try client.perform("HEAD", key)
+        guard head.status == 200, head.headers["content-length"].flatMap({ Int64($0) }) == size else {
+            throw StubFailure(503, "blob store does not hold \(size) bytes after the upload (HEAD \(head.status))")
+        }
+        remember(key, size)
+        // The verified upload is also the first cached copy.
+        if (try? makeDirectories(cacheDir + "/" + cid)) != nil { try? renameFile(tmpPath, cachePath(cid, sha256)) }
+        return created
+    }
+
+    private static func md5(_ fd: FileDescriptor) throws -> [UInt8] {
+        let ctx = EVP_MD_CTX_new()!
+        defer { EVP_MD_CTX_free(ctx) }
+        EVP_DigestInit_ex(ctx, EVP_md5(), nil)
+        try fd.forEachChunk { chunk in
+            if let base = chunk.baseAddress, chunk.count > 0 { EVP_DigestUpdate(ctx, base, chunk.count) }
+        }
+        var digest = [UInt8](repeating: 0, count: 16)
+        var len: UInt32 = 0
+        EVP_DigestFinal_ex(ctx, &digest, &len)
+        return digest
+    }
+
+    func open(_ cid: String, _ sha256: String, size: Int64) throws -> FileDescriptor {
+        let path = cachePath(cid, sha256), key = Self.key(cid, sha256)
+        if let fd = try? FileDescriptor.open(path, O_RDONLY) { futimens(fd.raw, nil); return fd }
+        cond.lock()
+        while fetching.contains(key) { cond.wait() }
+        if let fd = try? FileDescriptor.open(path, O_RDONLY) { cond.unlock(); return fd }
+        fetching.insert(key)
+        cond.unlock()
+        defer { cond.lock(); fetching.remove(key); cond.broadcast(); cond.unlock() }
+        try fetch(cid, sha256, size: size, into: path)
+        evict(keeping: path)
+        return try FileDescriptor.open(path, O_RDONLY)
+    }
+
+    /// Downloads the whole object to a temporary file and moves it into the cache once it hashes to its name.
+    private func fetch(_ cid: String, _ sha256: String, size: Int64, into path: String) throws {
+        let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".part"
+        let fd = try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
+        defer { fd.close(); try? removeFile(tmp) }
+        let (a, digest) = try client.perform("GET", Self.key(cid, sha256), download: fd)
+        switch a.status {
+        case 200:
+            break
+        case 404:
+            remember(Self.key(cid, sha256), nil)
+            throw StubFailure(404, "no such blob")
+        default:
+            throw StubFailure(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+        }
+        let got = try fd.stat().st_size
+        guard digest == sha256, Int64(got) == size else {
+            throw StubFailure(503, "blob store returned \(got) bytes hashing to \(digest ?? "?"), not the blob")
+        }
+        try makeDirectories(cacheDir + "/" + cid)
+        try renameFile(tmp, path)
+    }
+
+    /// Drops the least recently used cached copies until the cache is under its limit.
+    private func evict(keeping: String) {
+        var files: [(path: String, size: Int64, used: Int64)] = []
+        let fm = FileManager.default
+        for cid in (try? fm.contentsOfDirectory(atPath: cacheDir)) ?? [] where cid != "tmp" {
+            for name in (try? fm.contentsOfDirectory(atPath: cacheDir + "/" + cid)) ?? [] {
+                let p = cacheDir + "/" + cid + "/" + name
+                var st = stat()
+                guard stat(p, &st) == 0 else { continue }
+                files.append((p, Int64(st.st_size), Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)))
+            }
+        }
+        var total = files.reduce(0) { $0 + $1.size }
+        for f in files.sorted(by: { $0.used < $1.used }) where total > cacheLimit && f.path != keeping {
+            try? removeFile(f.path)
+            total -= f.size
+        }
+    }
+
+    func delete(_ cid: String, _ sha256: String) throws {
+        let key = Self.key(cid, sha256)
+        let (a, _) = try client.perform("DELETE", key)
+        guard a.status / 100 == 2 || a.status == 404 else {
+            throw StubFailure(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
+        }
+        remember(key, nil)
+        try? removeFile(cachePath(cid, sha256))
+    }
+
+    func list(_ cid: String) throws -> [StoredBlob] {
+        guard WireRules.isValidContainerID(cid) else { return [] }
+        let prefix = "blobs/\(cid)/"
+        var blobs: [StoredBlob] = []
+        var token: String?
+        repeat {
+            // Parameters in canonical (sorted) order, as Signature V4 signs them.
+            var query = token.map { "continuation-token=" + Self.escape($0) + "&" } ?? ""
+            query += "list-type=2&prefix=" + Self.escape(prefix)
+            let (a, _) = try client.perform("GET", "", query: query)
+            guard a.status == 200 else { throw StubFailure(503, "blob store answered a listing with \(a.status) \(a.errorCode)") }
+            for entry in S3Client.tag("Contents", in: a.text) {
+                guard let key = S3Client.tag("Key", in: entry).first, key.hasPrefix(prefix),
+                      let size = S3Client.tag("Size", in: entry).first.flatMap({ Int64($0) }) else { continue }
+                let sha = String(key.dropFirst(prefix.count))
+                guard isSHA256Hex(sha) else { continue }
+                let modified = S3Client.tag("LastModified", in: entry).first.flatMap(Self.parseDate) ?? nowNanoseconds()
+                blobs.append(StoredBlob(sha256: sha, size: size, stored: modified))
+            }
+            let truncated = S3Client.tag("IsTruncated", in: a.text).first == "true"
+            token = truncated ? S3Client.tag("NextContinuationToken", in: a.text).first : nil
+        } while token != nil
+        return blobs
+    }
+
+    /// RFC 3986 percent-encoding of everything but unreserved characters.
+    static func escape(_ s: String) -> String {
+        var out = ""
+        for b in s.utf8 {
+            switch b {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."),
+                 UInt8(ascii: "~"):
+                out.unicodeScalars.append(UnicodeScalar(b))
+            default:
+                out += String(format: "%%%02X", b)
+            }
+        }
+        return out
+    }
+
+    /// An S3 timestamp (2026-12-01T13:10:34Z, perhaps with fractions) in nanoseconds since the epoch.
+    static func parseDate(_ s: String) -> Int64? {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = s.contains(".") ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
+        return f.date(from: s).map { Int64($0.timeIntervalSince1970 * 1e9) }
+    }
+}
