@@ -34,7 +34,7 @@ let package = Package(
                           dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE", "CFuse"]),
 
         // The deterministic multi-device simulation of the sync core (issue 7), and its command.
-        // Test support, linked by the simulation and the tests only (never by `ubiquityfs`): MemoryRemote.
+        // Test support, linked by the simulation and the tests only (never by `ubiquityfs`): MemoryRemote, and a SeaweedFS S3 gateway for the tests (SeaweedFS.swift).
         .target(name: "UbiquityTesting", dependencies: ["UbiquityBase", "UbiquityCore"]),
         .target(name: "UbiquitySim", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .executableTarget(name: "ubiquity-simulate", dependencies: ["UbiquitySim"]),
@@ -42,7 +42,8 @@ let package = Package(
         .testTarget(name: "UbiquityCoreTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .testTarget(name: "UbiquitySimTests", dependencies: ["UbiquitySim"]),
         .testTarget(name: "UbiquityFUSETests", dependencies: ["UbiquityFUSE", "CFuse"]),
-        .testTarget(name: "UbiquityStubTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP"]),
+        .testTarget(name: "UbiquityStubTests",
+                    dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP", "UbiquityTesting"]),
         // One suite of the RemoteClient promises (docs/WIRE.md), run against every backend.
         .testTarget(name: "UbiquityRemoteConformanceTests",
                     dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting", "UbiquityStub", "UbiquityHTTP"]),

@@ -1,5 +1,5 @@
 // Blobs in an S3-compatible bucket (`remote serve --blobs s3://BUCKET?endpoint=URL`), one object per blob at
-// blobs/CONTAINER/SHA256, with a local cache of verified copies from which downloads are served.
+// [PREFIX/]blobs/CONTAINER/SHA256, with a local cache of verified copies from which downloads are served.
 //
 // What must hold: only this code writes under blobs/, and only bytes the server has hashed to the object's name;
 // a PUT carries `If-None-Match: *` (an object already there, 412, is a success: blobs never change) and
@@ -52,9 +52,9 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
         }
     }
 
-    static func key(_ cid: String, _ sha256: String) -> String {
+    private func key(_ cid: String, _ sha256: String) -> String {
         precondition(WireRules.isValidContainerID(cid) && isSHA256Hex(sha256))
-        return "blobs/\(cid)/\(sha256)"
+        return client.location.prefix + "blobs/\(cid)/\(sha256)"
     }
 
     private func cachePath(_ cid: String, _ sha256: String) -> String { cacheDir + "/" + cid + "/" + sha256 }
@@ -66,7 +66,7 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
 
     func size(_ cid: String, _ sha256: String) throws -> Int64? {
         if sha256 == emptySHA256 { return 0 }
-        let key = Self.key(cid, sha256)
+        let key = self.key(cid, sha256)
         cond.lock()
         let cached = known[key]
         cond.unlock()
@@ -89,7 +89,7 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
     func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
         defer { try? removeFile(tmpPath) }
         if try self.size(cid, sha256) != nil { return false }
-        let key = Self.key(cid, sha256)
+        let key = self.key(cid, sha256)
         let fd = try FileDescriptor.open(tmpPath, O_RDONLY)
         defer { fd.close() }
         let md5 = try Self.md5(fd)
@@ -134,7 +134,7 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
     }
 
     func open(_ cid: String, _ sha256: String, size: Int64) throws -> FileDescriptor {
-        let path = cachePath(cid, sha256), key = Self.key(cid, sha256)
+        let path = cachePath(cid, sha256), key = self.key(cid, sha256)
         if let fd = try? FileDescriptor.open(path, O_RDONLY) { futimens(fd.raw, nil); return fd }
         cond.lock()
         while fetching.contains(key) { cond.wait() }
@@ -152,12 +152,12 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
         let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".part"
         let fd = try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
         defer { fd.close(); try? removeFile(tmp) }
-        let (a, digest) = try client.perform("GET", Self.key(cid, sha256), download: fd)
+        let (a, digest) = try client.perform("GET", key(cid, sha256), download: fd)
         switch a.status {
         case 200:
             break
         case 404:
-            remember(Self.key(cid, sha256), nil)
+            remember(key(cid, sha256), nil)
             throw StubFailure(404, "no such blob")
         default:
             throw StubFailure(503, "blob store answered GET with \(a.status) \(a.errorCode)")
@@ -190,7 +190,7 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
     }
 
     func delete(_ cid: String, _ sha256: String) throws {
-        let key = Self.key(cid, sha256)
+        let key = self.key(cid, sha256)
         let (a, _) = try client.perform("DELETE", key)
         guard a.status / 100 == 2 || a.status == 404 else {
             throw StubFailure(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
@@ -201,7 +201,7 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
 
     func list(_ cid: String) throws -> [StoredBlob] {
         guard WireRules.isValidContainerID(cid) else { return [] }
-        let prefix = "blobs/\(cid)/"
+        let prefix = client.location.prefix + "blobs/\(cid)/"
         var blobs: [StoredBlob] = []
         var token: String?
         repeat {
@@ -215,8 +215,9 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
                       let size = S3Client.tag("Size", in: entry).first.flatMap({ Int64($0) }) else { continue }
                 let sha = String(key.dropFirst(prefix.count))
                 guard isSHA256Hex(sha) else { continue }
-                let modified = S3Client.tag("LastModified", in: entry).first.flatMap(Self.parseDate) ?? nowNanoseconds()
-                blobs.append(StoredBlob(sha256: sha, size: size, stored: modified))
+                // LastModified is cut to whole seconds: round it up, so a blob never looks older than it is.
+                let modified = S3Client.tag("LastModified", in: entry).first.flatMap(Self.parseDate).map { $0 + 1_000_000_000 }
+                blobs.append(StoredBlob(sha256: sha, size: size, stored: modified ?? nowNanoseconds()))
             }
             let truncated = S3Client.tag("IsTruncated", in: a.text).first == "true"
             token = truncated ? S3Client.tag("NextContinuationToken", in: a.text).first : nil

@@ -15,9 +15,12 @@ import Glibc
 
 private let curlGlobalInit: CURLcode = ubq_curl_global_init()
 
-/// Where the bucket is and who may use it: `s3://BUCKET?endpoint=URL[&region=R]` plus credentials.
+/// Where the bucket is and who may use it: `s3://BUCKET[/PREFIX]?endpoint=URL[&region=R]` plus credentials.
+/// A prefix keeps this stub's objects apart from others' in one bucket.
 public struct S3Location: Sendable, CustomStringConvertible {
     public var bucket: String
+    /// Empty, or a key prefix ending in "/".
+    public var prefix: String = ""
     public var endpoint: String
     public var region: String = "us-east-1"
     public var accessKey: String
@@ -29,6 +32,11 @@ public struct S3Location: Sendable, CustomStringConvertible {
             throw StubError("--blobs takes s3://BUCKET?endpoint=URL, not \(url)")
         }
         bucket = host
+        let path = c.path.split(separator: "/").joined(separator: "/")
+        if !path.isEmpty { prefix = path + "/" }
+        guard prefix.utf8.allSatisfy({ $0 > 32 && $0 < 127 && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "%") }) else {
+            throw StubError("the S3 key prefix \(prefix) must be plain printable ASCII")
+        }
         let query = Dictionary((c.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { $1 })
         if let r = query["region"], !r.isEmpty { region = r }
         endpoint = query["endpoint"].map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
@@ -64,7 +72,7 @@ public struct S3Location: Sendable, CustomStringConvertible {
         return out
     }
 
-    public var description: String { "s3://\(bucket) at \(endpoint)" }
+    public var description: String { "s3://\(bucket)/\(prefix) at \(endpoint)" }
 }
 
 /// One S3 answer: status, headers (names lowercased) and the body kept in memory (error bodies, listings).
