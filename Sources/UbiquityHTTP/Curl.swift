@@ -88,6 +88,8 @@ final class CurlRequest {
     var bodyTooLarge = false
     /// `Content-Range` of the final answer.
     var contentRange: String?
+    /// `X-Error` of the final answer: the error's one line, also on answers without a body (HEAD).
+    var errorHeader: String?
     /// A problem found on our side (local write or read failed, server answered something unusable).
     var localFailure: RemoteError?
     /// The caller's progress callback asked to stop.
@@ -187,11 +189,13 @@ final class CurlRequest {
     /// A header line arrived (also status lines, of every answer including interim ones).
     func header(_ line: UnsafeRawBufferPointer) {
         let text = String(decoding: line, as: UTF8.self)
-        if text.hasPrefix("HTTP/") { contentRange = nil; return }
+        if text.hasPrefix("HTTP/") { contentRange = nil; errorHeader = nil; return }
         guard let colon = text.firstIndex(of: ":") else { return }
         let name = text[..<colon].lowercased()
         if name == "content-range" {
             contentRange = text[text.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+        } else if name == "x-error" {
+            errorHeader = text[text.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
         }
     }
 

@@ -121,7 +121,10 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         switch r.status {
         case 200...299: return true
         case 404: return false
-        default: throw HTTPMapping.error(status: r.status, body: r.body)
+        default:
+            // A HEAD answer has no body: its error's line is in X-Error.
+            let why = r.body.isEmpty ? (try? JSONEncoder().encode(WireError(error: r.errorHeader ?? "", current: nil))) : nil
+            throw HTTPMapping.error(status: r.status, body: why.map { Array($0) } ?? r.body)
         }
     }
 

