@@ -21,6 +21,8 @@ struct StoredBlob: Sendable, Equatable {
 }
 
 protocol BlobStore: AnyObject, Sendable {
+    /// Makes room for a new container's blobs.
+    func addContainer(_ cid: String) throws
     /// The blob's size, or nil when it is not stored (the empty blob is always there, of size 0).
     func size(_ cid: String, _ sha256: String) throws -> Int64?
     /// Stores the verified temporary file `tmpPath` (consumed) as the blob; false when it was already there.
@@ -47,6 +49,11 @@ final class FileBlobStore: BlobStore, @unchecked Sendable {
     func path(_ cid: String, _ sha256: String) -> String {
         precondition(WireRules.isValidContainerID(cid) && isSHA256Hex(sha256))
         return dir + "/" + cid + "/" + sha256
+    }
+
+    func addContainer(_ cid: String) throws {
+        precondition(WireRules.isValidContainerID(cid))
+        try makeDirectories(dir + "/" + cid)
     }
 
     func size(_ cid: String, _ sha256: String) throws -> Int64? {

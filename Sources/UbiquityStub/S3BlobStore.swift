@@ -64,6 +64,9 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
         known[key] = size
     }
 
+    /// Nothing to do: a bucket has no directories.
+    func addContainer(_ cid: String) throws {}
+
     func size(_ cid: String, _ sha256: String) throws -> Int64? {
         if sha256 == emptySHA256 { return 0 }
         let key = self.key(cid, sha256)

@@ -113,6 +113,7 @@ final class StubStore: @unchecked Sendable {
             if let seq = try seqLocked(cid) {
                 return WireContainer(container: cid, root: WireRules.rootID, token: String(seq))
             }
+            try blobs.addContainer(cid)
             let now = nowNanoseconds()
             try db.transaction {
                 try db.query("INSERT INTO containers (id, seq) VALUES (?, 0)", [.text(cid)])
