@@ -237,7 +237,9 @@ final class StubStore: @unchecked Sendable {
 
     /// Creates or updates an item, conditionally: the rules of WIRE.md "Conditional writes".
     func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition) throws -> WireItem {
-        try locked {
+        // Ask the blob store first, outside the lock (for S3 a round trip; the check below then finds it known).
+        for sha in [body.sha256] + body.conflicts.map(\.sha256) where isSHA256Hex(sha) { _ = try blobs.size(cid, sha) }
+        return try locked {
             guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
             let item = try validatedLocked(cid, id, body)
             let existing = try itemLocked(cid, id)

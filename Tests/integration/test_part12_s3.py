@@ -3,7 +3,8 @@
 Content written on one mount reads on another; a big file arrives byte-exact though its download is cut and
 resumed with a range; an S3 outage while uploads run shows its cause in the status attributes and ends, once
 the gateway is back, with every file exact on another device; unreferenced blobs leave the bucket after the
-grace period while the blobs in use stay.
+grace period while the blobs in use stay. The gateway itself (scripts/seaweedfs) listens on 127.0.0.1 only and
+refuses anonymous requests.
 """
 import hashlib
 import os
@@ -11,7 +12,7 @@ import shutil
 
 import pytest
 
-from conftest import CONTAINER, attr, read, sync, wait_until
+from conftest import CONTAINER, attr, read, run, sync, wait_until
 
 
 def sha(data):
@@ -93,3 +94,18 @@ def test_unreferenced_blobs_leave_the_bucket_after_the_grace_period(seaweedfs, s
     assert new in seaweedfs.keys(prefix)
     b = mount_factory(stub, "desktop")
     assert (b / "Documents" / "doc.txt").read_text() == "the second version\n"
+
+
+def test_the_gateway_listens_on_loopback_only_and_refuses_anonymous_access(seaweedfs):
+    pid = int((seaweedfs.dir / "pid").read_text())
+    sockets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    listening = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and f"socket:[{fields[9]}]" in sockets:  # LISTEN, and weed's
+                listening.append(fields[1].split(":")[0])
+    assert listening and all(addr == "0100007F" for addr in listening), listening  # 127.0.0.1 only
+    p = run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", seaweedfs.endpoint + "/")
+    assert p.stdout == "403"
+    assert (seaweedfs.credentials.stat().st_mode & 0o077) == 0
