@@ -35,17 +35,19 @@ struct Daemon {
         // (SQLite is opened without its own mutex).
         try store.bind(container: options.container)
         var stub: EmbeddedStub?
-        let url: String, token: String
-        if let remote = options.remoteURL, let tokenFile = options.tokenFile {
-            url = remote
+        let urls: [String], token: String
+        if !options.remoteURLs.isEmpty, let tokenFile = options.tokenFile {
+            urls = options.remoteURLs
             token = try readToken(tokenFile)
+            if let ca = options.caFile, access(ca, R_OK) != 0 { throw MountFailure("cannot read the CA file \(ca)") }
         } else {
             let s = try EmbeddedStub.startOrReuse(bandwidth: options.stubBandwidth, latencyMs: options.stubLatency)
-            (url, token, stub) = (s.url, s.token, s)
+            (urls, token, stub) = ([s.url], s.token, s)
         }
         defer { stub?.stop() }
-        let client = HTTPRemoteClient(baseURL: url, token: token, container: options.container,
-                                      device: options.device)
+        let client = HTTPRemoteClient(baseURLs: urls, token: token, container: options.container,
+                                      device: options.device, caFile: options.caFile)
+        let url = urls.joined(separator: ",")
         var config = ContainerConfig(device: options.device)
         config.downloadTimeoutSeconds = options.downloadTimeout
         (config.cacheLimit, config.minFreeBytes) = storeLimits()
@@ -118,11 +120,11 @@ struct Daemon {
         return token
     }
 
-    /// Checks the remote answers and accepts the token. An unreachable remote is fatal only for a store that
-    /// has never synced; otherwise the mount starts from the store's last known state.
+    /// Checks the remote answers and accepts the token, trying each server once. An unreachable remote is fatal
+    /// only for a store that has never synced; otherwise the mount starts from the store's last known state.
     private func checkRemote(_ client: HTTPRemoteClient, url: String, fresh: Bool) throws -> Bool {
         do {
-            try client.health()
+            try firstAnswer(client)
             _ = try client.openContainer()
             return true
         } catch RemoteError.unauthorized {
@@ -134,6 +136,19 @@ struct Daemon {
         } catch {
             throw MountFailure("the remote at \(url) failed: \(error)")
         }
+    }
+
+    /// Health from the first server that answers (each failure moves the client on to the next).
+    private func firstAnswer(_ client: HTTPRemoteClient) throws(RemoteError) {
+        for _ in 1..<client.baseURLs.count {
+            do { return try client.health() } catch {
+                switch error {
+                case .unreachable, .server(502...504, _): continue
+                default: throw error
+                }
+            }
+        }
+        try client.health()
     }
 
     private func announceReady() {

@@ -13,10 +13,17 @@ enum RemoteCommand {
     static let serveHelp = """
     usage: ubiquityfs remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
                                    [--endpoint-file FILE] [--log-level debug|info|warn|error]
+                                   [--token-file FILE] [--tls-cert FILE --tls-key FILE]
 
     Runs the remote stub (the "cloud") until SIGINT or SIGTERM. On first start it writes a bearer token to
     DIR/token (mode 0600); mounts read it with --token-file. It listens on loopback unless told otherwise
     (port 0 picks a free one; --endpoint-file receives the URL once it listens).
+      --token-file FILE  the bearer token's file instead of DIR/token: created (32 random bytes as 64 hex
+                         digits, mode 0600) if missing, so several servers can share one token
+      --tls-cert FILE, --tls-key FILE
+                         serve HTTPS with this PEM certificate (chain) and its private key; mounts verify it
+                         (--ca-file). Without them it serves plain HTTP, and only on loopback: --listen on any
+                         other address is refused
     """
     static let seedHelp = """
     usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
@@ -38,7 +45,8 @@ enum RemoteCommand {
 
     static func serve(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
-                                                "--log-level", "--max-blob"], switches: ["--help"])
+                                                "--log-level", "--max-blob", "--token-file", "--tls-cert", "--tls-key"],
+                                 switches: ["--help"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
         if let level = args.value("--log-level") {
@@ -57,18 +65,34 @@ enum RemoteCommand {
         config.latencyMs = try args.int("--latency-ms") ?? 0
         config.bandwidth = Int64(try args.int("--bandwidth") ?? 0)
         if let max = try args.int("--max-blob") { config.maxBlobBytes = Int64(max) }
+        config.tokenFile = args.value("--token-file").map(absolutePath)
+        (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         let server = try StubServer(config: config)
         let signals = blockTerminationSignals()
         try server.start()
-        let url = "http://\(config.host):\(server.port)"
+        let url = "\(config.scheme)://\(config.host):\(server.port)"
         if let file = args.value("--endpoint-file") {
             let tmp = file + ".tmp"
             try Data((url + "\n").utf8).write(to: URL(fileURLWithPath: tmp))
             try renameFile(tmp, file)
         }
-        FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url), token in \(config.dataDir)/token\n".utf8))
+        FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url), token in \(config.tokenPath)\n".utf8))
         waitForTermination(signals)
         server.stop()
+    }
+
+    /// The PEM texts of --tls-cert and --tls-key: both or neither.
+    private static func tlsFiles(_ args: Arguments) throws -> (String?, String?) {
+        let cert = args.value("--tls-cert"), key = args.value("--tls-key")
+        guard (cert == nil) == (key == nil) else { throw UsageError("--tls-cert and --tls-key go together") }
+        guard let cert, let key else { return (nil, nil) }
+        func read(_ path: String, _ what: String) throws -> String {
+            guard let data = FileManager.default.contents(atPath: path), !data.isEmpty else {
+                throw StubError("cannot read the TLS \(what) \(path)")
+            }
+            return String(decoding: data, as: UTF8.self)
+        }
+        return (try read(cert, "certificate"), try read(key, "key"))
     }
 
     static func seed(_ words: [String]) throws {
