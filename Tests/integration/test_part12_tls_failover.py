@@ -80,12 +80,12 @@ def stop(proc):
         proc.wait(10)
 
 
-def certificate(directory: Path, name="server"):
-    """A self-signed certificate for 127.0.0.1 and localhost: (cert, key) paths."""
+def certificate(directory: Path, name="server", names="IP:127.0.0.1,DNS:localhost"):
+    """A self-signed certificate for 127.0.0.1 and localhost (or `names`): (cert, key) paths."""
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
     run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
         "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
-        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost")
+        "-addext", "subjectAltName=" + names)
     return cert, key
 
 
@@ -137,12 +137,25 @@ def test_mount_without_the_ca_or_with_the_wrong_one_fails_plainly(tmp_path, moun
         stop(proc)
 
 
+def test_host_name_is_verified(tmp_path, mount_factory):
+    cert, key = certificate(tmp_path, "elsewhere", names="DNS:elsewhere.example")
+    proc, url = serve(tmp_path / "remote", "--tls-cert", cert, "--tls-key", key)
+    try:
+        m = mount_factory(Remote(url, tmp_path / "remote" / "token"), "laptop", extra=["--ca-file", cert],
+                          mount=False)
+        p = run(*m.args(), check=False, timeout=60)
+        assert p.returncode != 0 and "not trusted" in p.stderr and "host name" in p.stderr, p.stderr
+        assert not m.is_mounted()
+    finally:
+        stop(proc)
+
+
 def test_plain_http_beyond_loopback_is_refused_in_one_line(tmp_path):
     data = tmp_path / "remote"
     p = run(BIN, "remote", "serve", "--data", data, "--listen", "0.0.0.0:0", check=False, timeout=20)
     assert p.returncode != 0
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "plain HTTP" in lines[0] and "0.0.0.0" in lines[0] and "TLS" in lines[0], p.stderr
+    assert len(lines) == 1 and "plain HTTP" in lines[0] and "0.0.0.0" in lines[0] and "--tls-cert" in lines[0], p.stderr
     assert not data.exists()  # refused before anything was made
     p = run(BIN, "remote", "serve", "--data", data, "--tls-cert", tmp_path / "missing.crt", check=False)
     assert p.returncode == 2 and "--tls-key" in p.stderr
