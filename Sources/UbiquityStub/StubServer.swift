@@ -40,8 +40,9 @@ public struct StubConfig: Sendable {
     /// "https" or "http".
     public var scheme: String { servesTLS ? "https" : "http" }
 
-    /// Whether `host` (a numeric address) is a loopback one: 127.0.0.0/8 or ::1.
+    /// Whether `host` is a loopback one: 127.0.0.0/8, ::1 or the name localhost.
     public static func isLoopback(_ host: String) -> Bool {
+        if host == "localhost" { return true }
         var v4 = in_addr()
         if inet_pton(AF_INET, host, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
         var v6 = in6_addr()

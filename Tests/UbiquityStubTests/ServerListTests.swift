@@ -50,10 +50,10 @@ import Glibc
 }
 
 @Suite struct SeveralServersTests {
-    /// A loopback port nothing listens on.
-    static func deadPort() throws -> UInt16 {
+    /// A loopback port bound but not listening (so connections are refused, and no other test can take it):
+    /// the socket to close after the test, and its port.
+    static func deadPort() -> (Int32, UInt16) {
         let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(s) }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -64,12 +64,14 @@ import Glibc
         _ = withUnsafeMutablePointer(to: &addr) { p in
             p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &len) }
         }
-        return UInt16(bigEndian: addr.sin_port)
+        return (s, UInt16(bigEndian: addr.sin_port))
     }
 
     @Test func aRefusedConnectionMovesTheClientOnAndTheRetryIsAnswered() throws {
         let h = try StubHarness()
-        let dead = "http://127.0.0.1:\(try Self.deadPort())"
+        let (socket, port) = Self.deadPort()
+        defer { close(socket) }
+        let dead = "http://127.0.0.1:\(port)"
         let client = HTTPRemoteClient(baseURLs: [dead, h.baseURL], token: h.server.token,
                                       container: StubHarness.containerID)
         do { _ = try client.openContainer(); Issue.record("a dead server answered") } catch {
@@ -102,8 +104,8 @@ import Glibc
         config.host = "0.0.0.0"
         #expect(throws: StubError.self) { _ = try StubServer(config: config) }
         #expect(!FileManager.default.fileExists(atPath: dir))
-        for host in ["127.0.0.1", "127.1.2.3", "::1"] { #expect(StubConfig.isLoopback(host)) }
-        for host in ["0.0.0.0", "10.0.0.1", "::", "::ffff:127.0.0.1", "localhost"] { #expect(!StubConfig.isLoopback(host)) }
+        for host in ["127.0.0.1", "127.1.2.3", "::1", "localhost"] { #expect(StubConfig.isLoopback(host)) }
+        for host in ["0.0.0.0", "10.0.0.1", "::", "::ffff:127.0.0.1", "example.org"] { #expect(!StubConfig.isLoopback(host)) }
         config.tlsCertificate = "x"
         #expect(throws: StubError.self) { _ = try StubServer(config: config) }  // a certificate without its key
     }
