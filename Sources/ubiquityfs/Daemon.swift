@@ -34,16 +34,7 @@ struct Daemon {
         // Before the core opens it: from then on the store is only reached through the core's locked state
         // (SQLite is opened without its own mutex).
         try store.bind(container: options.container)
-        var stub: EmbeddedStub?
-        let urls: [String], token: String
-        if !options.remoteURLs.isEmpty, let tokenFile = options.tokenFile {
-            urls = options.remoteURLs
-            token = try readToken(tokenFile)
-            if let ca = options.caFile, access(ca, R_OK) != 0 { throw MountFailure("cannot read the CA file \(ca)") }
-        } else {
-            let s = try EmbeddedStub.startOrReuse(bandwidth: options.stubBandwidth, latencyMs: options.stubLatency)
-            (urls, token, stub) = ([s.url], s.token, s)
-        }
+        let (urls, token, stub) = try remote()
         defer { stub?.stop() }
         let client = HTTPRemoteClient(baseURLs: urls, token: token, container: options.container,
                                       device: options.device, caFile: options.caFile)
@@ -75,6 +66,16 @@ struct Daemon {
         announceReady()
         fs.run()
         log.info("unmounted \(options.mountpoint)")
+    }
+
+    /// The remote's servers and token: those given, or the embedded stub's (started or reused).
+    private func remote() throws -> ([String], String, EmbeddedStub?) {
+        if !options.remoteURLs.isEmpty, let tokenFile = options.tokenFile {
+            if let ca = options.caFile, access(ca, R_OK) != 0 { throw MountFailure("cannot read the CA file \(ca)") }
+            return (options.remoteURLs, try readToken(tokenFile), nil)
+        }
+        let s = try EmbeddedStub.startOrReuse(bandwidth: options.stubBandwidth, latencyMs: options.stubLatency)
+        return ([s.url], s.token, s)
     }
 
     /// Serves the live query on a socket in the store, named by the root's `querySocket` attribute. A mount
