@@ -54,7 +54,8 @@ public struct StubConfig: Sendable {
     func validate() throws {
         if (tlsCertificate == nil) != (tlsKey == nil) { throw StubError("TLS needs both a certificate and its key") }
         if !servesTLS && !Self.isLoopback(host) {
-            throw StubError("refusing to serve plain HTTP on \(host), beyond loopback: serve HTTPS (--tls-cert, --tls-key) or listen on 127.0.0.1")
+            throw StubError("refusing to serve plain HTTP on \(host), beyond loopback: "
+                            + "serve HTTPS (--tls-cert, --tls-key) or listen on 127.0.0.1")
         }
     }
 }

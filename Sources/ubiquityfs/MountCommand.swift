@@ -100,7 +100,8 @@ enum MountCommand {
     }
 
     static func run(_ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--remote", "--token-file", "--ca-file", "--container", "--store", "--device",
+        let args = try Arguments(words, valued: ["--remote", "--token-file", "--ca-file", "--container", "--store",
+                                                "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
                                                 "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
                                  switches: ["--foreground", "--help"])

@@ -105,7 +105,9 @@ import Glibc
         #expect(throws: StubError.self) { _ = try StubServer(config: config) }
         #expect(!FileManager.default.fileExists(atPath: dir))
         for host in ["127.0.0.1", "127.1.2.3", "::1", "localhost"] { #expect(StubConfig.isLoopback(host)) }
-        for host in ["0.0.0.0", "10.0.0.1", "::", "::ffff:127.0.0.1", "example.org"] { #expect(!StubConfig.isLoopback(host)) }
+        for host in ["0.0.0.0", "10.0.0.1", "::", "::ffff:127.0.0.1", "example.org"] {
+            #expect(!StubConfig.isLoopback(host))
+        }
         config.tlsCertificate = "x"
         #expect(throws: StubError.self) { _ = try StubServer(config: config) }  // a certificate without its key
     }
