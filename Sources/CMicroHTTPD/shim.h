@@ -8,11 +8,13 @@
 // Swift cannot call variadic C functions: these fixed-argument wrappers cover what the stub needs.
 
 // Starts a daemon in thread-per-connection mode (poll(2), so no FD_SETSIZE limit), bound to the numeric address `host` (IPv4 or IPv6) and `port`
-// (0 picks a free port). Returns NULL when the address is not numeric or cannot be bound.
+// (0 picks a free port); with `tls_cert` and `tls_key` (PEM text, both or neither) it serves HTTPS through GnuTLS.
+// Returns NULL when the address is not numeric or cannot be bound, or the certificate or key is refused.
 static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                                MHD_AccessHandlerCallback handler, void *handler_cls,
                                                MHD_RequestCompletedCallback completed, void *completed_cls,
-                                               unsigned int idle_timeout_seconds) {
+                                               unsigned int idle_timeout_seconds,
+                                               const char *tls_cert, const char *tls_key) {
     struct sockaddr_in v4;
     struct sockaddr_in6 v6;
     const struct sockaddr *addr;
@@ -31,6 +33,16 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
     } else {
         return NULL;
     }
+    if (tls_cert != NULL && tls_key != NULL) {
+        return MHD_start_daemon(flags | MHD_USE_TLS, port, NULL, NULL, handler, handler_cls,
+                                MHD_OPTION_SOCK_ADDR, addr,
+                                MHD_OPTION_HTTPS_MEM_CERT, tls_cert,
+                                MHD_OPTION_HTTPS_MEM_KEY, tls_key,
+                                MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                                MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
+                                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                                MHD_OPTION_END);
+    }
     return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
@@ -38,6 +50,9 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                             MHD_OPTION_END);
 }
+
+// Whether this libmicrohttpd can serve HTTPS.
+static inline int ubq_mhd_has_tls(void) { return MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES; }
 
 // The port the daemon actually listens on.
 static inline uint16_t ubq_mhd_port(struct MHD_Daemon *daemon) {

@@ -6,7 +6,9 @@
 // `unreachable`, so retried; a failure on this side keeps its own case). A handle goes back to the pool after
 // every request, with no pointer into the finished request left in it. NOSIGNAL is set: libcurl may not use
 // signals in this threaded process. Small requests have a whole-request timeout (a long poll gets its wait on
-// top); blob transfers have none, only the stall limit.
+// top); blob transfers have none, only the stall limit. With several servers, a request that finds its server
+// gone (`ServerList.meansGone`) moves the client on to the next, and fails as it would have with one: the
+// caller's retry goes to the next server. Certificates are verified (against `caFile` if given), host names too.
 import Foundation
 import CCurl
 import UbiquityBase
@@ -31,7 +33,12 @@ public struct HTTPTimeouts: Sendable {
 }
 
 public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Sendable {
-    public let baseURL: String
+    /// The server in use.
+    public var baseURL: String { servers.current }
+    /// Every server, in the order tried.
+    public var baseURLs: [String] { servers.urls }
+    /// The PEM file of the certificate authorities to trust for HTTPS (nil: the system's).
+    public let caFile: String?
     public let container: String
     public let timeouts: HTTPTimeouts
     /// The name of this device: in log lines and in `X-Device` on deletes (items carry their own `device`).
@@ -39,6 +46,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
     /// Most items per page of the change feed (`limit`); nil leaves the stub's default (1000).
     public let changeLimit: Int?
     private let token: String
+    private let servers: ServerList
     private let pool = CurlHandlePool()
     private let log = Logger("http")
     /// Largest JSON answer accepted (a change page of many items with extended attributes can be big).
@@ -46,11 +54,18 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
 
     /// `baseURL` like "http://127.0.0.1:8443"; `container` the container id; `device` names this device in
     /// log lines and in the `X-Device` header of a delete (so the tombstone says who deleted).
-    public init(baseURL: String, token: String, container: String, timeouts: HTTPTimeouts = .init(),
-                device: String = "", changeLimit: Int? = nil) {
-        var base = baseURL
-        while base.hasSuffix("/") { base.removeLast() }
-        self.baseURL = base
+    public convenience init(baseURL: String, token: String, container: String, timeouts: HTTPTimeouts = .init(),
+                            device: String = "", changeLimit: Int? = nil, caFile: String? = nil) {
+        self.init(baseURLs: [baseURL], token: token, container: container, timeouts: timeouts, device: device,
+                  changeLimit: changeLimit, caFile: caFile)
+    }
+
+    /// Several servers of one container store, sharing one token: the first is used until it stops answering.
+    /// `baseURLs` must not be empty.
+    public init(baseURLs: [String], token: String, container: String, timeouts: HTTPTimeouts = .init(),
+                device: String = "", changeLimit: Int? = nil, caFile: String? = nil) {
+        servers = ServerList(baseURLs)
+        self.caFile = caFile
         self.token = token
         self.container = container
         self.timeouts = timeouts
@@ -234,11 +249,19 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         let ms = (monotonicNanoseconds() - started) / 1_000_000
         if code == CURLE_OK {
             log.debug("\(method) \(url) -> \(req.status) in \(ms) ms")
+            if ServerList.meansGone(status: req.status) { moveOn(from: url, because: "it answered HTTP \(req.status)") }
             return req
         }
-        let failure = failure(code: code, request: req, osErrno: osErrno, timeout: timeout)
+        let failure = failure(code: code, request: req, osErrno: osErrno, timeout: timeout, url: url)
         log.debug("\(method) \(url) failed after \(ms) ms: \(failure)")
+        if ServerList.meansGone(failure) { moveOn(from: url, because: "\(failure)") }
         throw failure
+    }
+
+    /// The server of `url` stopped answering: the next one is used from now on (if there is another).
+    private func moveOn(from url: String, because why: String) {
+        guard let failed = servers.server(of: url), let next = servers.stoppedAnswering(failed) else { return }
+        log.warning("\(HTTPMapping.hostPort(servers.urls[failed])) stopped answering (\(why)); using \(next) now")
     }
 
     /// The URL, timeouts, error buffer and receive buffer of a request.
@@ -247,6 +270,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         _ = ubq_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
         _ = ubq_easy_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
         _ = ubq_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT, max(1, timeouts.connectSeconds))
+        if let caFile { _ = ubq_easy_setopt_string(h, CURLOPT_CAINFO, caFile) }
         switch timeout ?? .request(timeouts.requestSeconds) {
         case .request(let s):
             _ = ubq_easy_setopt_long(h, CURLOPT_TIMEOUT, max(1, s))
@@ -322,9 +346,11 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
     }
 
     /// The RemoteError for a transfer libcurl did not finish.
-    private func failure(code: CURLcode, request req: CurlRequest, osErrno: Int, timeout: Timeout?) -> RemoteError {
+    private func failure(code: CURLcode, request req: CurlRequest, osErrno: Int, timeout: Timeout?,
+                         url: String) -> RemoteError {
+        let hp = HTTPMapping.hostPort(url)
         if req.stalled {
-            return .unreachable("transfer with \(HTTPMapping.hostPort(baseURL)) stalled: nothing moved for \(timeouts.stallSeconds) s")
+            return .unreachable("transfer with \(hp) stalled: nothing moved for \(timeouts.stallSeconds) s")
         }
         if req.cancelled || code == CURLE_ABORTED_BY_CALLBACK && req.localFailure == nil { return .cancelled }
         if let local = req.localFailure { return local }
@@ -336,7 +362,6 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         if req.status >= 400 && (code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR) {
             return HTTPMapping.error(status: req.status, body: req.body, blobUpload: req.isUpload)
         }
-        let hp = HTTPMapping.hostPort(baseURL)
         let curlText: String = {
             let t = req.errorText
             return t.isEmpty ? String(cString: curl_easy_strerror(code)) : t
@@ -354,8 +379,15 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
             return .unreachable("no answer from \(hp) in time: \(curlText)")
         case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE:
             return .unreachable("connection to \(hp) lost: \(osErrno != 0 ? osText : curlText)")
+        case CURLE_PEER_FAILED_VERIFICATION:
+            return .unreachable("the TLS certificate of \(hp) is not trusted: \(curlText)"
+                                + (caFile.map { " (not vouched for by \($0))" } ?? " (no CA file was given)"))
+        case CURLE_SSL_CACERT_BADFILE:
+            return .unreachable("cannot use the CA file \(caFile ?? "of the system"): \(curlText)")
+        case CURLE_SSL_CONNECT_ERROR:
+            return .unreachable("no TLS connection with \(hp) (is it serving HTTPS?): \(curlText)")
         case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL:
-            return .rejected(status: 0, message: "bad remote URL \(baseURL): \(curlText)")
+            return .rejected(status: 0, message: "bad remote URL \(url): \(curlText)")
         default:
             return .unreachable("request to \(hp) failed: \(curlText)")
         }

@@ -5,8 +5,12 @@
 // is done; injected faults are taken after that, before any work. A body larger than its route allows is
 // refused (413) without being kept; a blob is streamed to a temporary file and committed only when its
 // length and SHA-256 match its name (else 422), then handed to the blob store, which holds it whole before the
-// answer goes out; a client that asks about a blob is noted, so the collector spares it. Each StubFailure becomes its status and a WireError body;
-// a full disk is 503, so clients retry. `stop` wakes long polls before it waits for the connection threads.
+// answer goes out; a client that asks about a blob is noted, so the collector spares it. Each StubFailure
+// becomes its status and a WireError body; a full disk is 503, so clients retry. `stop` wakes long polls before
+// it waits for the connection threads.
+// Plain HTTP is served only on loopback: a config that listens beyond it without a certificate and key is
+// refused before anything is created. The token file is created whole (written aside, then linked into place),
+// so servers starting together on one file all read the same token.
 import CMicroHTTPD
 import Foundation
 import UbiquityBase
@@ -26,6 +30,11 @@ public struct StubConfig: Sendable {
     /// Bytes per second per blob download, 0 = unlimited.
     public var bandwidth: Int64 = 0
     public var maxBlobBytes: Int64 = 64 << 30
+    /// The bearer token's file; nil for DATA/token. Created (mode 0600) if missing.
+    public var tokenFile: String?
+    /// PEM text of the certificate (chain) and its private key: both set, the stub serves HTTPS.
+    public var tlsCertificate: String?
+    public var tlsKey: String?
     /// Blobs in an S3 bucket rather than files in `dataDir`/blobs.
     public var s3: S3Location?
     /// Bytes of verified S3 blobs kept in `dataDir`/blobcache to serve downloads from.
@@ -35,6 +44,30 @@ public struct StubConfig: Sendable {
     /// Seconds between collections; 0 never collects.
     public var blobCollectSeconds = 600
     public init(dataDir: String) { self.dataDir = dataDir }
+
+    public var tokenPath: String { tokenFile ?? dataDir + "/token" }
+    public var servesTLS: Bool { tlsCertificate != nil && tlsKey != nil }
+    /// "https" or "http".
+    public var scheme: String { servesTLS ? "https" : "http" }
+
+    /// Whether `host` is a loopback one: 127.0.0.0/8, ::1 or the name localhost.
+    public static func isLoopback(_ host: String) -> Bool {
+        if host == "localhost" { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, host, &v6) == 1 else { return false }
+        return withUnsafeBytes(of: &v6) { Array($0) } == Array(repeating: 0, count: 15) + [1]
+    }
+
+    /// Refuses what must not be served: half a TLS pair, or plain HTTP beyond loopback.
+    func validate() throws {
+        if (tlsCertificate == nil) != (tlsKey == nil) { throw StubError("TLS needs both a certificate and its key") }
+        if !servesTLS && !Self.isLoopback(host) {
+            throw StubError("refusing to serve plain HTTP on \(host), beyond loopback: "
+                            + "serve HTTPS (--tls-cert, --tls-key) or listen on 127.0.0.1")
+        }
+    }
 }
 
 /// What `StubServer.seed` puts at a path.
@@ -65,6 +98,7 @@ public final class StubServer: @unchecked Sendable {
 
     /// Opens (or creates) the data directory, the database and the token.
     public init(config: StubConfig) throws {
+        try config.validate()
         self.config = config
         try makeDirectories(config.dataDir)
         let blobs: BlobStore? = try config.s3.map {
@@ -72,12 +106,20 @@ public final class StubServer: @unchecked Sendable {
         }
         store = try StubStore(dataDir: config.dataDir, blobs: blobs)
         collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds)
-        token = try Self.loadOrCreateToken(config.dataDir + "/token")
+        token = try Self.loadOrCreateToken(config.tokenPath)
     }
 
-    deinit { stop() }
+    /// C copies of the PEM texts, kept for as long as the server lives (libmicrohttpd may read them later).
+    private lazy var tlsCertificate: UnsafeMutablePointer<CChar>? = config.tlsCertificate.flatMap { strdup($0) }
+    private lazy var tlsKey: UnsafeMutablePointer<CChar>? = config.tlsKey.flatMap { strdup($0) }
 
-    private static func loadOrCreateToken(_ path: String) throws -> String {
+    deinit {
+        stop()
+        free(tlsCertificate)
+        free(tlsKey)
+    }
+
+    static func loadOrCreateToken(_ path: String) throws -> String {
         if let data = FileManager.default.contents(atPath: path) {
             let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             guard text.utf8.count == 64, isSHA256Hex(text) else { throw StubError("\(path): not a 64-hex-digit token") }
@@ -85,11 +127,20 @@ public final class StubServer: @unchecked Sendable {
             return text
         }
         let token = randomHex(bytes: 32)
-        let fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
-        defer { fd.close() }
-        fchmod(fd.raw, 0o600)
-        try fd.writeAll(Array((token + "\n").utf8))
-        try fd.sync()
+        let tmp = path + ".\(getpid()).\(randomHex(bytes: 4)).tmp"
+        let fd = try FileDescriptor.open(tmp, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+        defer { unlink(tmp) }
+        do {
+            defer { fd.close() }
+            fchmod(fd.raw, 0o600)
+            try fd.writeAll(Array((token + "\n").utf8))
+            try fd.sync()
+        }
+        // link(2) never replaces: a server that created the file first wins, and its token is read.
+        if link(tmp, path) != 0 {
+            guard errno == EEXIST else { throw StubError("cannot create the token file \(path): \(Errno.current)") }
+            return try loadOrCreateToken(path)
+        }
         return token
     }
 
@@ -112,15 +163,20 @@ public final class StubServer: @unchecked Sendable {
                     Unmanaged<Exchange>.fromOpaque(ex).release()
                     context.pointee = nil
                 }
-            }, nil, 300)
+            }, nil, 300, tlsCertificate, tlsKey)
             guard let d else {
                 let why = Errno.current
+                if config.servesTLS {
+                    guard ubq_mhd_has_tls() != 0 else { throw StubError("this libmicrohttpd cannot serve HTTPS") }
+                    throw StubError("cannot serve HTTPS on \(config.host):\(config.port): \(why) (or the certificate "
+                                    + "and key were refused)")
+                }
                 throw StubError("cannot serve on \(config.host):\(config.port): \(why)")
             }
             daemon = d
             boundPort = ubq_mhd_port(d)
             collector.start(every: config.blobCollectSeconds)
-            log.info("serving on \(config.host):\(boundPort), data in \(config.dataDir)")
+            log.info("serving \(config.scheme) on \(config.host):\(boundPort), data in \(config.dataDir)")
         }
     }
 

@@ -34,18 +34,11 @@ struct Daemon {
         // Before the core opens it: from then on the store is only reached through the core's locked state
         // (SQLite is opened without its own mutex).
         try store.bind(container: options.container)
-        var stub: EmbeddedStub?
-        let url: String, token: String
-        if let remote = options.remoteURL, let tokenFile = options.tokenFile {
-            url = remote
-            token = try readToken(tokenFile)
-        } else {
-            let s = try EmbeddedStub.startOrReuse(bandwidth: options.stubBandwidth, latencyMs: options.stubLatency)
-            (url, token, stub) = (s.url, s.token, s)
-        }
+        let (urls, token, stub) = try remote()
         defer { stub?.stop() }
-        let client = HTTPRemoteClient(baseURL: url, token: token, container: options.container,
-                                      device: options.device)
+        let client = HTTPRemoteClient(baseURLs: urls, token: token, container: options.container,
+                                      device: options.device, caFile: options.caFile)
+        let url = urls.joined(separator: ",")
         var config = ContainerConfig(device: options.device)
         config.downloadTimeoutSeconds = options.downloadTimeout
         (config.cacheLimit, config.minFreeBytes) = storeLimits()
@@ -73,6 +66,16 @@ struct Daemon {
         announceReady()
         fs.run()
         log.info("unmounted \(options.mountpoint)")
+    }
+
+    /// The remote's servers and token: those given, or the embedded stub's (started or reused).
+    private func remote() throws -> ([String], String, EmbeddedStub?) {
+        if !options.remoteURLs.isEmpty, let tokenFile = options.tokenFile {
+            if let ca = options.caFile, access(ca, R_OK) != 0 { throw MountFailure("cannot read the CA file \(ca)") }
+            return (options.remoteURLs, try readToken(tokenFile), nil)
+        }
+        let s = try EmbeddedStub.startOrReuse(bandwidth: options.stubBandwidth, latencyMs: options.stubLatency)
+        return ([s.url], s.token, s)
     }
 
     /// Serves the live query on a socket in the store, named by the root's `querySocket` attribute. A mount
@@ -118,11 +121,11 @@ struct Daemon {
         return token
     }
 
-    /// Checks the remote answers and accepts the token. An unreachable remote is fatal only for a store that
-    /// has never synced; otherwise the mount starts from the store's last known state.
+    /// Checks the remote answers and accepts the token, trying each server once. An unreachable remote is fatal
+    /// only for a store that has never synced; otherwise the mount starts from the store's last known state.
     private func checkRemote(_ client: HTTPRemoteClient, url: String, fresh: Bool) throws -> Bool {
         do {
-            try client.health()
+            try firstAnswer(client)
             _ = try client.openContainer()
             return true
         } catch RemoteError.unauthorized {
@@ -134,6 +137,19 @@ struct Daemon {
         } catch {
             throw MountFailure("the remote at \(url) failed: \(error)")
         }
+    }
+
+    /// Health from the first server that answers (each failure moves the client on to the next).
+    private func firstAnswer(_ client: HTTPRemoteClient) throws(RemoteError) {
+        for _ in 1..<client.baseURLs.count {
+            do { return try client.health() } catch {
+                switch error {
+                case .unreachable, .server(502...504, _): continue
+                default: throw error
+                }
+            }
+        }
+        try client.health()
     }
 
     private func announceReady() {

@@ -20,8 +20,8 @@ let defaultContainer = "iCloud.com.example.ubiquityfs"
 
 enum MountCommand {
     static let help = """
-    usage: ubiquityfs mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR]
-                                      [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
+    usage: ubiquityfs mount MOUNTPOINT [--remote URL[,URL...] --token-file FILE [--ca-file FILE]] [--container ID]
+                                      [--store DIR] [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
                                       [--download-timeout SECONDS] [--no-download-for NAME,...]
                                       [--cache-size SIZE] [--min-free SIZE]
                                       [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
@@ -30,6 +30,10 @@ enum MountCommand {
     Without --remote it uses a private remote stub with its data in \(dataDirectory())/remote, started for the
     mount (--stub-bandwidth and --stub-latency-ms throttle it, to watch lazy downloads).
       --remote URL, --token-file FILE   the remote stub and the file holding its token (its DATA/token)
+                         several URLs, comma-separated, name servers of one container store sharing one token:
+                         the first is used until it stops answering, then the next (and round again)
+      --ca-file FILE     PEM certificates of the authorities that vouch for an https remote (default: the
+                         system's); the host name in the URL must match the certificate
       --store DIR        the device's backing store (default: DATA/stores/ID/DEVICE)
       --device NAME      this device's name (default: the host name)
       --foreground       stay attached; log to stderr unless --log-file
@@ -60,8 +64,10 @@ enum MountCommand {
         var container: String
         var device: String
         var store: String
-        var remoteURL: String?
+        /// The remote's servers (none: the embedded stub).
+        var remoteURLs: [String]
         var tokenFile: String?
+        var caFile: String?
         var logLevel: LogLevel
         var logFile: String?
         var downloadTimeout: Int
@@ -94,7 +100,8 @@ enum MountCommand {
     }
 
     static func run(_ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--remote", "--token-file", "--container", "--store", "--device",
+        let args = try Arguments(words, valued: ["--remote", "--token-file", "--ca-file", "--container", "--store",
+                                                "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
                                                 "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
                                  switches: ["--foreground", "--help"])
@@ -107,9 +114,8 @@ enum MountCommand {
         if (args.value("--remote") == nil) != (args.value("--token-file") == nil) {
             throw UsageError("--remote and --token-file go together")
         }
-        if let url = args.value("--remote"), !(url.hasPrefix("http://") || url.hasPrefix("https://")) {
-            throw UsageError("--remote takes a URL like http://127.0.0.1:8443")
-        }
+        let remoteURLs = try remoteList(args.value("--remote"))
+        if args.value("--ca-file") != nil && remoteURLs.isEmpty { throw UsageError("--ca-file goes with --remote") }
         let level = args.value("--log-level").map { LogLevel(name: $0) } ?? .info
         guard let level else { throw UsageError("--log-level takes debug, info, warn or error") }
         let device = args.value("--device") ?? hostName()
@@ -120,7 +126,8 @@ enum MountCommand {
             mountpoint: absolutePath(args.positional[0]), container: container, device: device,
             store: args.value("--store").map(absolutePath)
                 ?? "\(dataDirectory())/stores/\(container)/\(device.replacingOccurrences(of: " ", with: "_"))",
-            remoteURL: args.value("--remote"), tokenFile: args.value("--token-file").map(absolutePath),
+            remoteURLs: remoteURLs, tokenFile: args.value("--token-file").map(absolutePath),
+            caFile: args.value("--ca-file").map(absolutePath),
             logLevel: level, logFile: args.value("--log-file").map(absolutePath),
             downloadTimeout: try args.int("--download-timeout") ?? 30,
             noDownloadFor: args.value("--no-download-for").map { $0.split(separator: ",").map(String.init) }
@@ -134,6 +141,17 @@ enum MountCommand {
         } else {
             try startDaemon(words)
         }
+    }
+
+    /// The URLs of --remote: comma-separated, each http:// or https://.
+    static func remoteList(_ text: String?) throws -> [String] {
+        guard let text else { return [] }
+        let urls = text.split(separator: ",", omittingEmptySubsequences: false)
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+        for url in urls where !(url.hasPrefix("http://") || url.hasPrefix("https://")) || url.utf8.count < 9 {
+            throw UsageError("--remote takes URLs like http://127.0.0.1:8443, comma-separated; not '\(url)'")
+        }
+        return urls
     }
 
     /// Refuses a missing, non-directory or busy mount point; cleans up a stale one left by a dead daemon.

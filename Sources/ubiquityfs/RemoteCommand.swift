@@ -13,12 +13,19 @@ enum RemoteCommand {
     static let serveHelp = """
     usage: ubiquityfs remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
                                    [--endpoint-file FILE] [--log-level debug|info|warn|error]
+                                   [--token-file FILE] [--tls-cert FILE --tls-key FILE]
                                    [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE]
                                    [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
 
     Runs the remote stub (the "cloud") until SIGINT or SIGTERM. On first start it writes a bearer token to
     DIR/token (mode 0600); mounts read it with --token-file. It listens on loopback unless told otherwise
     (port 0 picks a free one; --endpoint-file receives the URL once it listens).
+      --token-file FILE  the bearer token's file instead of DIR/token: created (32 random bytes as 64 hex
+                         digits, mode 0600) if missing, so several servers can share one token
+      --tls-cert FILE, --tls-key FILE
+                         serve HTTPS with this PEM certificate (chain) and its private key; mounts verify it
+                         (--ca-file). Without them it serves plain HTTP, and only on loopback: --listen on any
+                         other address is refused
 
     Blobs are files in DIR/blobs unless --blobs names an S3 bucket (created if missing), with credentials from
     AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment or, with --s3-credentials, from FILE
@@ -47,9 +54,10 @@ enum RemoteCommand {
 
     static func serve(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
-                                                "--log-level", "--max-blob", "--blobs", "--s3-credentials",
-                                                "--blob-grace", "--blob-collect-every", "--blob-cache-mb"],
-                                switches: ["--help"])
+                                                "--log-level", "--max-blob", "--token-file", "--tls-cert", "--tls-key",
+                                                "--blobs", "--s3-credentials", "--blob-grace", "--blob-collect-every",
+                                                "--blob-cache-mb"],
+                                 switches: ["--help"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
         if let level = args.value("--log-level") {
@@ -68,17 +76,19 @@ enum RemoteCommand {
         config.latencyMs = try args.int("--latency-ms") ?? 0
         config.bandwidth = Int64(try args.int("--bandwidth") ?? 0)
         if let max = try args.int("--max-blob") { config.maxBlobBytes = Int64(max) }
+        config.tokenFile = args.value("--token-file").map(absolutePath)
+        (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         try configureBlobs(&config, args)
         let server = try StubServer(config: config)
         let signals = blockTerminationSignals()
         try server.start()
-        let url = "http://\(config.host):\(server.port)"
+        let url = "\(config.scheme)://\(config.host):\(server.port)"
         if let file = args.value("--endpoint-file") {
             let tmp = file + ".tmp"
             try Data((url + "\n").utf8).write(to: URL(fileURLWithPath: tmp))
             try renameFile(tmp, file)
         }
-        FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url), token in \(config.dataDir)/token\n".utf8))
+        FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url), token in \(config.tokenPath)\n".utf8))
         waitForTermination(signals)
         server.stop()
     }
@@ -107,6 +117,20 @@ enum RemoteCommand {
             guard mb > 0 else { throw UsageError("--blob-cache-mb takes a positive number") }
             config.blobCacheBytes = Int64(mb) << 20
         }
+    }
+
+    /// The PEM texts of --tls-cert and --tls-key: both or neither.
+    private static func tlsFiles(_ args: Arguments) throws -> (String?, String?) {
+        let cert = args.value("--tls-cert"), key = args.value("--tls-key")
+        guard (cert == nil) == (key == nil) else { throw UsageError("--tls-cert and --tls-key go together") }
+        guard let cert, let key else { return (nil, nil) }
+        func read(_ path: String, _ what: String) throws -> String {
+            guard let data = FileManager.default.contents(atPath: path), !data.isEmpty else {
+                throw StubError("cannot read the TLS \(what) \(path)")
+            }
+            return String(decoding: data, as: UTF8.self)
+        }
+        return (try read(cert, "certificate"), try read(key, "key"))
     }
 
     static func seed(_ words: [String]) throws {

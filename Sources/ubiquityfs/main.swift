@@ -12,10 +12,12 @@ let usage = """
 usage: ubiquityfs COMMAND [OPTIONS]
 
 commands:
-  mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR] [--device NAME] [--foreground]
+  mount MOUNTPOINT [--remote URL[,URL...] --token-file FILE [--ca-file FILE]] [--container ID] [--store DIR]
+        [--device NAME] [--foreground]
                                     mount a container (without --remote: on a private stub started for it)
   unmount [--force] MOUNTPOINT      unmount (refused while changes wait to upload, unless --force)
   remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
+        [--token-file FILE] [--tls-cert FILE --tls-key FILE]
                                     run the remote stub
   remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
                                     put local files into a stopped stub's container, as if from another device
