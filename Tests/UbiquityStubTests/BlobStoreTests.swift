@@ -1,7 +1,8 @@
 // The stub's blob stores: the embedded files and an S3 bucket on a real SeaweedFS gateway (scripts/seaweedfs),
 // through the HTTP client: the collection rule (an unreferenced blob is kept while younger than the grace period
 // or recently asked about, and collected after it; a blob an item or a conflict version names never is), and
-// for S3, that the stub refuses to serve bytes that do not hash to the blob's name, and the URL and credentials.
+// for S3, that the stub refuses to serve bytes that do not hash to the blob's name, and the URL and credentials;
+// and that a refused HEAD (no body) still says why, in X-Error.
 import Foundation
 import Testing
 import UbiquityBase
@@ -135,6 +136,13 @@ final class BlobHarness {
         // The stub checks the bytes it fetched and refuses (503, so clients retry), rather than send them.
         let refusal = #expect(throws: RemoteError.self) { try h.download(blob.sha256) }
         #expect("\(refusal.map { String(describing: $0) } ?? "")".contains("not the blob"))
+    }
+
+    @Test func aRefusedHeadSaysWhyThroughXError() throws {
+        let h = try BlobHarness(.files, graceSeconds: 3600)
+        _ = try h.server.counters.arm(WireFaults(failNext: 1, status: 500))
+        let refusal = #expect(throws: RemoteError.self) { try h.client.hasBlob(sha256: emptySHA256) }
+        #expect("\(refusal.map { String(describing: $0) } ?? "")".contains("injected fault"))
     }
 
     @Test func s3LocationsTakeBucketPrefixEndpointAndCredentialsButNoSecretsInTheURL() throws {
