@@ -97,9 +97,15 @@ private final class S3Transfer {
     var sourceOffset: Int64 = 0
     var sourceFailure: Error?
     var hasher: SHA256Hasher? = SHA256Hasher()
-    var errorBuffer = [CChar](repeating: 0, count: Int(ubq_curl_error_size()))
+    /// libcurl's message buffer, owned here so its address stays valid for the whole transfer.
+    let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(ubq_curl_error_size()))
 
-    init(sink: FileDescriptor?, source: FileDescriptor?) { self.sink = sink; self.source = source }
+    init(sink: FileDescriptor?, source: FileDescriptor?) {
+        self.sink = sink; self.source = source
+        errorBuffer.initialize(repeating: 0, count: Int(ubq_curl_error_size()))
+    }
+
+    deinit { errorBuffer.deallocate() }
 
     func receive(_ buf: UnsafeRawBufferPointer) -> Int {
         if let sink, answer.status / 100 == 2 {
@@ -168,7 +174,7 @@ final class S3Client: @unchecked Sendable {
         _ = ubq_easy_setopt_string(h, CURLOPT_AWS_SIGV4, "aws:amz:\(location.region):s3")
         _ = ubq_easy_setopt_string(h, CURLOPT_USERNAME, location.accessKey)
         _ = ubq_easy_setopt_string(h, CURLOPT_PASSWORD, location.secretKey)
-        t.errorBuffer.withUnsafeMutableBufferPointer { _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, $0.baseAddress) }
+        _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, t.errorBuffer)
         _ = ubq_easy_setopt_write_function(h) { ptr, size, count, ctx in
             Unmanaged<S3Transfer>.fromOpaque(ctx!).takeUnretainedValue()
                 .receive(UnsafeRawBufferPointer(start: ptr, count: size * count))
@@ -203,7 +209,7 @@ final class S3Client: @unchecked Sendable {
         _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, nil)
         if let e = t.sinkFailure ?? t.sourceFailure { throw e }
         guard code == CURLE_OK else {
-            let detail = t.errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+            let detail = String(cString: t.errorBuffer)
             let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
             throw StubFailure(503, "blob store \(location.endpoint) unreachable: \(why)")
         }
