@@ -113,3 +113,10 @@ enum MetadataCoding {
         try text.map { try JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
     }
 }
+
+/// The metadata engine cannot be reached (a database restarting, a connection lost): the request is answered
+/// 503 so the client retries, and nothing it asked for was applied.
+struct MetadataUnavailable: Error, CustomStringConvertible {
+    let message: String
+    var description: String { "metadata unavailable: \(message)" }
+}

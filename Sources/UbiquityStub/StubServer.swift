@@ -16,6 +16,8 @@ import Glibc
 public struct StubConfig: Sendable {
     /// Holds stub.sqlite, blobs/, tmp/ and token.
     public var dataDir: String
+    /// A postgresql:// URL keeps the metadata in PostgreSQL, shared with other servers; nil is stub.sqlite.
+    public var metadataURL: String?
     /// A numeric address; loopback by default.
     public var host: String = "127.0.0.1"
     /// 0 picks a free port.
@@ -57,7 +59,8 @@ public final class StubServer: @unchecked Sendable {
     public init(config: StubConfig) throws {
         self.config = config
         try makeDirectories(config.dataDir)
-        store = try StubStore(dataDir: config.dataDir)
+        let metadata: (any StubMetadata)? = try config.metadataURL.map { try PostgresMetadata(url: $0) }
+        store = try StubStore(dataDir: config.dataDir, metadata: metadata)
         token = try Self.loadOrCreateToken(config.dataDir + "/token")
     }
 
@@ -442,6 +445,7 @@ extension StubServer {
     private func failureReply(_ error: Error) -> Reply {
         if let f = error as? StubFailure { return .error(f.status, f.message, current: f.current) }
         if let e = error as? SQLiteError, e.isDiskFull { return .error(503, "disk full") }
+        if let e = error as? MetadataUnavailable { log.warning("\(e)"); return .error(503, "\(e)") }
         if let e = error as? Errno, e == .noSpace { return .error(503, "disk full") }
         log.error("internal error: \(error)")
         return .error(500, "\(error)")

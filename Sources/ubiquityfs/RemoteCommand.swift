@@ -13,10 +13,13 @@ enum RemoteCommand {
     static let serveHelp = """
     usage: ubiquityfs remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
                                    [--endpoint-file FILE] [--log-level debug|info|warn|error]
+                                   [--metadata postgresql://...]
 
     Runs the remote stub (the "cloud") until SIGINT or SIGTERM. On first start it writes a bearer token to
     DIR/token (mode 0600); mounts read it with --token-file. It listens on loopback unless told otherwise
-    (port 0 picks a free one; --endpoint-file receives the URL once it listens).
+    (port 0 picks a free one; --endpoint-file receives the URL once it listens). Items, versions, the change
+    feed and the key-value store live in DIR/stub.sqlite, or with --metadata in that PostgreSQL database,
+    which several servers may share (give them one DIR too, for the blobs and the token).
     """
     static let seedHelp = """
     usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
@@ -38,7 +41,7 @@ enum RemoteCommand {
 
     static func serve(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
-                                                "--log-level", "--max-blob"], switches: ["--help"])
+                                                "--log-level", "--max-blob", "--metadata"], switches: ["--help"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
         if let level = args.value("--log-level") {
@@ -57,6 +60,12 @@ enum RemoteCommand {
         config.latencyMs = try args.int("--latency-ms") ?? 0
         config.bandwidth = Int64(try args.int("--bandwidth") ?? 0)
         if let max = try args.int("--max-blob") { config.maxBlobBytes = Int64(max) }
+        if let url = args.value("--metadata") {
+            guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else {
+                throw UsageError("--metadata takes a postgresql:// URL")
+            }
+            config.metadataURL = url
+        }
         let server = try StubServer(config: config)
         let signals = blockTerminationSignals()
         try server.start()
