@@ -18,6 +18,8 @@ public struct StubConfig: Sendable {
     public var dataDir: String
     /// A postgresql:// URL keeps the metadata in PostgreSQL, shared with other servers; nil is stub.sqlite.
     public var metadataURL: String?
+    /// How often a waiting long poll looks again without a notification (one lost, or never sent).
+    public var recheckSeconds: Double = 1
     /// A numeric address; loopback by default.
     public var host: String = "127.0.0.1"
     /// 0 picks a free port.
@@ -60,7 +62,7 @@ public final class StubServer: @unchecked Sendable {
         self.config = config
         try makeDirectories(config.dataDir)
         let metadata: (any StubMetadata)? = try config.metadataURL.map { try PostgresMetadata(url: $0) }
-        store = try StubStore(dataDir: config.dataDir, metadata: metadata)
+        store = try StubStore(dataDir: config.dataDir, metadata: metadata, recheckSeconds: config.recheckSeconds)
         token = try Self.loadOrCreateToken(config.dataDir + "/token")
     }
 

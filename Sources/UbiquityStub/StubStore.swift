@@ -38,10 +38,11 @@ final class StubStore: @unchecked Sendable {
     let blobsDir: String
     let tmpDir: String
     /// How long a long poll waits before looking again when no notification came (another server's commit).
-    static let recheckInterval: TimeInterval = 1
+    let recheckInterval: TimeInterval
 
     /// `metadata` nil is the embedded default, `DATA/stub.sqlite`.
-    init(dataDir: String, metadata: (any StubMetadata)? = nil) throws {
+    init(dataDir: String, metadata: (any StubMetadata)? = nil, recheckSeconds: TimeInterval = 1) throws {
+        recheckInterval = recheckSeconds
         blobsDir = dataDir + "/blobs"
         tmpDir = dataDir + "/tmp"
         try makeDirectories(blobsDir)
@@ -85,7 +86,7 @@ final class StubStore: @unchecked Sendable {
             let seen = notifier.generation
             let (answer, found) = try look()
             if found || wait <= 0 || notifier.isStopping || Date() >= deadline { return answer }
-            notifier.wait(after: seen, until: min(deadline, Date(timeIntervalSinceNow: Self.recheckInterval)))
+            notifier.wait(after: seen, until: min(deadline, Date(timeIntervalSinceNow: recheckInterval)))
         }
     }
 
