@@ -16,6 +16,7 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CSys"),
 
@@ -25,8 +26,9 @@ let package = Package(
         .target(name: "UbiquityCore", dependencies: ["UbiquityBase"]),
         // The remote client on libcurl, implementing the core's RemoteClient protocol.
         .target(name: "UbiquityHTTP", dependencies: ["UbiquityBase", "UbiquityCore", "CCurl"]),
-        // The remote stub server on libmicrohttpd (and libcurl for blobs in S3).
-        .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD", "CCurl", "CCrypto"]),
+        // The remote stub server on libmicrohttpd; its metadata in SQLite or PostgreSQL (libpq), its blobs in
+        // files or S3 (libcurl).
+        .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD", "CPostgres", "CCurl", "CCrypto"]),
         // The FUSE adapter: inode table and operations mapped onto the core. Knows nothing of HTTP.
         .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"]),
         // The command.

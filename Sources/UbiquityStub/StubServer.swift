@@ -21,6 +21,10 @@ import Glibc
 public struct StubConfig: Sendable {
     /// Holds stub.sqlite, blobs/, tmp/ and token.
     public var dataDir: String
+    /// A postgresql:// URL keeps the metadata in PostgreSQL, shared with other servers; nil is stub.sqlite.
+    public var metadataURL: String?
+    /// How often a waiting long poll looks again without a notification (one lost, or never sent).
+    public var recheckSeconds: Double = 1
     /// A numeric address; loopback by default.
     public var host: String = "127.0.0.1"
     /// 0 picks a free port.
@@ -104,7 +108,9 @@ public final class StubServer: @unchecked Sendable {
         let blobs: BlobStore? = try config.s3.map {
             try S3BlobStore(location: $0, cacheDir: config.dataDir + "/blobcache", cacheLimit: config.blobCacheBytes)
         }
-        store = try StubStore(dataDir: config.dataDir, blobs: blobs)
+        let metadata: (any StubMetadata)? = try config.metadataURL.map { try PostgresMetadata(url: $0) }
+        store = try StubStore(dataDir: config.dataDir, metadata: metadata, blobs: blobs,
+                              recheckSeconds: config.recheckSeconds)
         collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds)
         token = try Self.loadOrCreateToken(config.tokenPath)
     }
@@ -524,6 +530,7 @@ extension StubServer {
     private func failureReply(_ error: Error) -> Reply {
         if let f = error as? StubFailure { return .error(f.status, f.message, current: f.current) }
         if let e = error as? SQLiteError, e.isDiskFull { return .error(503, "disk full") }
+        if let e = error as? MetadataUnavailable { log.warning("\(e)"); return .error(503, "\(e)") }
         if let e = error as? Errno, e == .noSpace { return .error(503, "disk full") }
         log.error("internal error: \(error)")
         return .error(500, "\(error)")

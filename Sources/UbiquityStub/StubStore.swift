@@ -1,14 +1,17 @@
-// The stub's state: containers, items and blobs in one SQLite database plus content-addressed blob files.
-// Every method takes the store's lock; the lock is also the condition long polls wait on.
+// The stub's business rules: containers, items, the change feed, the key-value store and blobs, over the
+// metadata storage of StubMetadata.swift (SQLite here, or PostgreSQL shared by several servers) and the
+// content-addressed blobs of BlobStore.swift (files here, or an S3 bucket).
 //
-// What must hold: each public method does all its work under `cond`, so a request sees and makes one whole
-// state, and every item or key write wakes the long polls. An item write takes the container's next sequence
-// number as its version in the same transaction as its row (`writeLocked`), so the feed never skips or repeats a
-// change; unique indexes keep versions and live names unique in the database too. A conditional write is checked
-// under the lock (If-Match, a live parent directory, no cycle, a free name) and refused with 412, 422 or 409 and
-// the item in the way. An item names only a blob that the blob store holds whole, at its size (`blobs`, see
-// BlobStore.swift). A blob is collected only under the lock and only when no live item or conflict version
-// names it (`collectBlob`), so no item write can come to name a blob that is being removed.
+// What must hold: each public method does its work in one metadata transaction, so a request sees and makes
+// one whole state, and every item or key write is announced to the notifier after it commits. An item write
+// locks its container first and takes the container's next sequence number as its version in the same
+// transaction as its row (`store`), so the feed never skips or repeats a change, whichever server wrote it;
+// unique indexes keep versions and live names unique in the database too. A conditional write is checked
+// inside that transaction (If-Match, a live parent directory, no cycle, a free name) and refused with 412, 422
+// or 409 and the item in the way. An item names only a blob that the blob store holds whole, at its size. A
+// blob is collected only inside a writing transaction of its container and only when no live item or conflict
+// version names it (`collectBlob`), so no item write can come to name a blob that is being removed. A long poll
+// holds no transaction while it waits.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -32,23 +35,17 @@ enum WriteCondition {
     case ifNoneMatch
 }
 
-/// The first column of the first row as an integer. (Rows are read inside `forEach`: a Row does not outlive
-/// its statement.)
-private func int64(_ db: Database, _ sql: String, _ params: [SQLValue]) throws -> Int64? {
-    var value: Int64?
-    try db.forEach(sql, params) { row in if value == nil { value = row.int(0) } }
-    return value
-}
-
 final class StubStore: @unchecked Sendable {
-    private let db: Database
+    private let meta: any StubMetadata
     let blobs: BlobStore
     let tmpDir: String
-    private let cond = NSCondition()
-    private var stopping = false
+    /// How long a long poll waits before looking again when no notification came (another server's commit).
+    let recheckInterval: TimeInterval
 
-    /// `blobs` nil: the embedded files under `dataDir`/blobs.
-    init(dataDir: String, blobs: BlobStore? = nil) throws {
+    /// `metadata` nil is the embedded default, `DATA/stub.sqlite`; `blobs` nil the files under `DATA/blobs`.
+    init(dataDir: String, metadata: (any StubMetadata)? = nil, blobs: BlobStore? = nil,
+         recheckSeconds: TimeInterval = 1) throws {
+        recheckInterval = recheckSeconds
         self.blobs = try blobs ?? FileBlobStore(dir: dataDir + "/blobs")
         tmpDir = dataDir + "/tmp"
         try makeDirectories(tmpDir)
@@ -56,136 +53,99 @@ final class StubStore: @unchecked Sendable {
         if let names = try? FileManager.default.contentsOfDirectory(atPath: tmpDir) {
             for name in names { try? removeFile(tmpDir + "/" + name) }
         }
-        db = try Database(path: dataDir + "/stub.sqlite")
-        try db.exec("PRAGMA journal_mode=WAL")
-        try db.exec("PRAGMA synchronous=NORMAL")
-        try db.exec("""
-            CREATE TABLE IF NOT EXISTS containers (id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
-            CREATE TABLE IF NOT EXISTS items (
-                container TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, name TEXT NOT NULL, kind TEXT NOT NULL,
-                mode INTEGER NOT NULL, mtime INTEGER NOT NULL, size INTEGER NOT NULL, sha256 TEXT NOT NULL,
-                version INTEGER NOT NULL, deleted INTEGER NOT NULL, device TEXT NOT NULL,
-                xattrs TEXT NOT NULL, conflicts TEXT NOT NULL,
-                PRIMARY KEY (container, id));
-            CREATE UNIQUE INDEX IF NOT EXISTS items_by_version ON items (container, version);
-            CREATE UNIQUE INDEX IF NOT EXISTS items_live_names ON items (container, parent, name) WHERE deleted = 0;
-            CREATE TABLE IF NOT EXISTS blobs (container TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
-                PRIMARY KEY (container, sha256));
-            """)
-        // A symbolic link's target (NULL for every other kind); stores made before links lack the column.
-        try db.addColumnIfMissing("items", "target", "TEXT")
-        try db.exec("""
-            CREATE TABLE IF NOT EXISTS kv (container TEXT NOT NULL, key TEXT NOT NULL, value TEXT,
-                mtime INTEGER NOT NULL, device TEXT NOT NULL, deleted INTEGER NOT NULL, seq INTEGER NOT NULL,
-                PRIMARY KEY (container, key));
-            CREATE INDEX IF NOT EXISTS kv_by_seq ON kv (container, seq);
-            """)
+        meta = try metadata ?? SQLiteMetadata(path: dataDir + "/stub.sqlite")
     }
 
-    // MARK: Locking and waking
+    deinit { meta.close() }
 
-    private func locked<T>(_ body: () throws -> T) rethrows -> T {
-        cond.lock(); defer { cond.unlock() }
-        return try body()
+    // MARK: Transactions and waking
+
+    /// One writing transaction on container `cid`, locked first; a missing container is 404.
+    private func writing<T>(_ cid: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
+        let result = try meta.write { tx in
+            guard try tx.lockContainer(cid) != nil else { throw StubFailure(404, "no such container") }
+            return try body(tx)
+        }
+        meta.notifier.committed(cid)
+        return result
+    }
+
+    /// One reading transaction on container `cid`; a missing container is 404.
+    private func reading<T>(_ cid: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
+        try meta.read { tx in
+            guard try tx.containerSeq(cid) != nil else { throw StubFailure(404, "no such container") }
+            return try body(tx)
+        }
+    }
+
+    /// Answers `look()` at once when it finds something or `wait` is 0, else looks again on every change
+    /// noticed and at least every `recheckInterval`, until it finds something, `wait` seconds pass or the
+    /// server stops.
+    private func polling<T>(wait: Int, _ look: () throws -> (T, found: Bool)) throws -> T {
+        let notifier = meta.notifier
+        let deadline = Date(timeIntervalSinceNow: TimeInterval(wait))
+        while true {
+            let seen = notifier.generation
+            let (answer, found) = try look()
+            if found || wait <= 0 || notifier.isStopping || Date() >= deadline { return answer }
+            notifier.wait(after: seen, until: min(deadline, Date(timeIntervalSinceNow: recheckInterval)))
+        }
     }
 
     /// Wakes long polls so they notice the server stopping; `false` lets them wait again.
-    func setStopping(_ value: Bool) {
-        locked { stopping = value; cond.broadcast() }
-    }
+    func setStopping(_ value: Bool) { meta.notifier.setStopping(value) }
 
-    var isStopping: Bool { locked { stopping } }
+    var isStopping: Bool { meta.notifier.isStopping }
 
     // MARK: Containers
 
-    private func seqLocked(_ cid: String) throws -> Int64? {
-        try int64(db, "SELECT seq FROM containers WHERE id = ?", [.text(cid)])
-    }
-
     func containerExists(_ cid: String) throws -> Bool {
-        try locked { try seqLocked(cid) != nil }
+        try meta.read { try $0.containerSeq(cid) != nil }
     }
 
     /// Creates the container (root and Documents) unless it exists; answers the feed position now.
     func ensureContainer(_ cid: String) throws -> WireContainer {
         guard WireRules.isValidContainerID(cid) else { throw StubFailure(400, "bad container id") }
-        return try locked {
-            if let seq = try seqLocked(cid) {
-                return WireContainer(container: cid, root: WireRules.rootID, token: String(seq))
-            }
-            try blobs.addContainer(cid)
-            let now = nowNanoseconds()
-            try db.transaction {
-                try db.query("INSERT INTO containers (id, seq) VALUES (?, 0)", [.text(cid)])
+        if let seq = try meta.read({ try $0.containerSeq(cid) }) {
+            return WireContainer(container: cid, root: WireRules.rootID, token: String(seq))
+        }
+        try blobs.addContainer(cid)
+        let now = nowNanoseconds()
+        let seq = try meta.write { tx -> Int64 in
+            if try tx.createContainer(cid) {
+                _ = try tx.lockContainer(cid)
                 let root = WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now,
                                     size: 0, sha256: "", device: "stub")
                 let docs = WireItem(id: WireRules.documentsID, parent: WireRules.rootID, name: "Documents", kind: .dir,
                                     mode: 0o755, mtime: now, size: 0, sha256: "", device: "stub")
-                _ = try writeLocked(cid, root)
-                _ = try writeLocked(cid, docs)
+                _ = try store(tx, cid, root)
+                _ = try store(tx, cid, docs)
             }
-            cond.broadcast()
-            return WireContainer(container: cid, root: WireRules.rootID, token: try String(seqLocked(cid) ?? 0))
+            return try tx.containerSeq(cid) ?? 0
         }
+        meta.notifier.committed(cid)
+        return WireContainer(container: cid, root: WireRules.rootID, token: String(seq))
     }
 
     // MARK: Items
 
-    private static let columns = "id, parent, name, kind, mode, mtime, size, sha256, version, deleted, device, xattrs, conflicts, target"
-
-    /// A stored item; xattrs or conflicts that do not decode throw (served empty, a client would take them).
-    private static func decodeRow(_ r: Row) throws -> WireItem {
-        let xattrs = try JSONDecoder().decode([String: String].self, from: Data(r.text(11).utf8))
-        let conflicts = try JSONDecoder().decode([WireConflict].self, from: Data(r.text(12).utf8))
-        return WireItem(id: r.text(0), parent: r.optionalText(1), name: r.text(2),
-                        kind: ItemKind(rawValue: r.text(3)) ?? .file, mode: UInt32(truncatingIfNeeded: r.int(4)),
-                        mtime: r.int(5), size: r.int(6), sha256: r.text(7), version: r.int(8), deleted: r.int(9) != 0,
-                        device: r.text(10), xattrs: xattrs, conflicts: conflicts, target: r.optionalText(13))
-    }
-
-    private func itemLocked(_ cid: String, _ id: String) throws -> WireItem? {
-        var found: WireItem?
-        try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND id = ?", [.text(cid), .text(id)]) {
-            found = try Self.decodeRow($0)
-        }
-        return found
-    }
-
-    /// The live item named `name` in directory `parent`, other than `except` (names compare byte-wise).
-    private func liveChildLocked(_ cid: String, parent: String, name: String, except: String? = nil) throws -> WireItem? {
-        var found: WireItem?
-        try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND name = ? AND deleted = 0 AND id != ?",
-                       [.text(cid), .text(parent), .text(name), .text(except ?? "")]) { found = try Self.decodeRow($0) }
-        return found
-    }
-
     func item(_ cid: String, _ id: String) throws -> WireItem {
-        try locked {
-            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
-            guard let item = try itemLocked(cid, id) else { throw StubFailure(404, "no such item") }
+        try reading(cid) { tx in
+            guard let item = try tx.item(cid, id) else { throw StubFailure(404, "no such item") }
             return item
         }
     }
 
-    /// Stores `item` at the container's next version and wakes long polls' waiters (the caller broadcasts).
-    private func writeLocked(_ cid: String, _ item: WireItem) throws -> WireItem {
-        guard let seq = try seqLocked(cid) else { throw StubFailure(404, "no such container") }
+    /// Stores `item` at the container's next version (the container is locked by the transaction).
+    private func store(_ tx: any MetadataTransaction, _ cid: String, _ item: WireItem) throws -> WireItem {
         var stored = item
-        stored.version = seq + 1
-        let xattrs = String(decoding: try JSONEncoder.wire.encode(stored.xattrs), as: UTF8.self)
-        let conflicts = String(decoding: try JSONEncoder.wire.encode(stored.conflicts), as: UTF8.self)
-        try db.query("UPDATE containers SET seq = ? WHERE id = ?", [.int(stored.version), .text(cid)])
-        try db.query("INSERT OR REPLACE INTO items (container, \(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-            .text(cid), .text(stored.id), stored.parent.map { .text($0) } ?? .null, .text(stored.name),
-            .text(stored.kind.rawValue), .int(Int64(stored.mode)), .int(stored.mtime), .int(stored.size),
-            .text(stored.sha256), .int(stored.version), .int(stored.deleted ? 1 : 0), .text(stored.device),
-            .text(xattrs), .text(conflicts), stored.target.map { .text($0) } ?? .null,
-        ])
+        stored.version = try tx.nextSeq(cid)
+        try tx.writeItem(cid, stored)
         return stored
     }
 
     /// Checks the parts of an item that do not depend on the rest of the tree, and normalises it.
-    private func validatedLocked(_ cid: String, _ id: String, _ body: WireItem) throws -> WireItem {
+    private func validated(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ body: WireItem) throws -> WireItem {
         var item = body
         guard item.id == id else { throw StubFailure(400, "the id in the body differs from the path") }
         if id == WireRules.rootID {
@@ -204,7 +164,7 @@ final class StubStore: @unchecked Sendable {
         case .dir:
             item.size = 0; item.sha256 = ""
         case .file:
-            try checkContentLocked(cid, sha256: item.sha256, size: item.size, what: "content")
+            try checkContent(tx, cid, sha256: item.sha256, size: item.size, what: "content")
         case .symlink, .fifo, .socket:
             break // checked above: a link's fields follow from its target, and the others are refused
         }
@@ -219,30 +179,31 @@ final class StubStore: @unchecked Sendable {
             guard WireRules.isValidID(c.id), conflictIDs.insert(c.id).inserted else {
                 throw StubFailure(400, "bad or repeated conflict id")
             }
-            try checkContentLocked(cid, sha256: c.sha256, size: c.size, what: "conflict \(c.id)")
+            try checkContent(tx, cid, sha256: c.sha256, size: c.size, what: "conflict \(c.id)")
         }
         return item
     }
 
     /// A file's hash must name a blob on the stub of the same size (the empty hash needs no blob).
-    private func checkContentLocked(_ cid: String, sha256: String, size: Int64, what: String) throws {
+    private func checkContent(_ tx: any MetadataTransaction, _ cid: String, sha256: String, size: Int64,
+                              what: String) throws {
         guard isSHA256Hex(sha256), size >= 0 else { throw StubFailure(400, "bad hash or size of \(what)") }
         if sha256 == emptySHA256 {
             guard size == 0 else { throw StubFailure(400, "size of \(what) does not match its blob") }
             return
         }
-        guard let blobSize = try blobSizeLocked(cid, sha256) else { throw StubFailure(400, "blob missing for \(what)") }
+        guard let blobSize = try blobs.size(cid, sha256) else { throw StubFailure(400, "blob missing for \(what)") }
         guard blobSize == size else { throw StubFailure(400, "size of \(what) does not match its blob") }
     }
 
     /// Creates or updates an item, conditionally: the rules of WIRE.md "Conditional writes".
     func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition) throws -> WireItem {
-        // Ask the blob store first, outside the lock (for S3 a round trip; the check below then finds it known).
+        // Ask the blob store first, outside the transaction (for S3 a round trip; the check inside then finds it
+        // known).
         for sha in [body.sha256] + body.conflicts.map(\.sha256) where isSHA256Hex(sha) { _ = try blobs.size(cid, sha) }
-        return try locked {
-            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
-            let item = try validatedLocked(cid, id, body)
-            let existing = try itemLocked(cid, id)
+        return try writing(cid) { tx in
+            let item = try validated(tx, cid, id, body)
+            let existing = try tx.item(cid, id)
             switch condition {
             case .ifNoneMatch:
                 if let existing { throw StubFailure(412, "the item exists", current: existing) }
@@ -253,51 +214,46 @@ final class StubStore: @unchecked Sendable {
                 }
                 guard existing.kind == item.kind else { throw StubFailure(400, "an item cannot change kind") }
             }
-            if let parentID = item.parent {
-                guard let parent = try itemLocked(cid, parentID), !parent.deleted, parent.kind == .dir else {
-                    throw StubFailure(422, "the parent is not a live directory")
-                }
-                // No cycles: the new parent must not be the item or lie below it.
-                var cursor: String? = parentID
-                var steps = 0
-                while let c = cursor {
-                    if c == id { throw StubFailure(422, "an item cannot move below itself") }
-                    steps += 1
-                    if steps > 100_000 { throw StubFailure(500, "the tree is too deep") }
-                    cursor = try itemLocked(cid, c)?.parent
-                }
-                if let holder = try liveChildLocked(cid, parent: parentID, name: item.name, except: id) {
-                    throw StubFailure(409, "the name is taken", current: holder)
-                }
-            }
-            let stored = try db.transaction { try writeLocked(cid, item) }
-            cond.broadcast()
-            return stored
+            if let parentID = item.parent { try checkPlace(tx, cid, id, parentID, item.name) }
+            return try store(tx, cid, item)
+        }
+    }
+
+    /// The new parent is a live directory, not the item nor below it, and holds no other live `name`.
+    private func checkPlace(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ parentID: String,
+                            _ name: String) throws {
+        guard let parent = try tx.item(cid, parentID), !parent.deleted, parent.kind == .dir else {
+            throw StubFailure(422, "the parent is not a live directory")
+        }
+        var cursor: String? = parentID
+        var steps = 0
+        while let c = cursor {
+            if c == id { throw StubFailure(422, "an item cannot move below itself") }
+            steps += 1
+            if steps > 100_000 { throw StubFailure(500, "the tree is too deep") }
+            cursor = try tx.item(cid, c)?.parent
+        }
+        if let holder = try tx.liveChild(cid, parent: parentID, name: name, except: id) {
+            throw StubFailure(409, "the name is taken", current: holder)
         }
     }
 
     /// Deletes an item seen at `version`, leaving a tombstone.
     func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String) throws -> WireItem {
-        try locked {
-            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
+        try writing(cid) { tx in
             guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
-            guard let existing = try itemLocked(cid, id) else { throw StubFailure(404, "no such item") }
+            guard let existing = try tx.item(cid, id) else { throw StubFailure(404, "no such item") }
             if existing.deleted { throw StubFailure(412, "the item is already deleted", current: existing) }
             guard existing.version == version else {
                 throw StubFailure(412, "the item is at version \(existing.version)", current: existing)
             }
-            if existing.kind == .dir {
-                var child: WireItem?
-                try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND deleted = 0 LIMIT 1",
-                               [.text(cid), .text(id)]) { child = try Self.decodeRow($0) }
-                if let child { throw StubFailure(409, "the directory is not empty", current: child) }
+            if existing.kind == .dir, let child = try tx.anyLiveChild(cid, parent: id) {
+                throw StubFailure(409, "the directory is not empty", current: child)
             }
             var tomb = existing
             tomb.deleted = true
             tomb.device = device
-            let stored = try db.transaction { try writeLocked(cid, tomb) }
-            cond.broadcast()
-            return stored
+            return try store(tx, cid, tomb)
         }
     }
 
@@ -305,44 +261,19 @@ final class StubStore: @unchecked Sendable {
 
     /// Items newer than `since`, waiting up to `wait` seconds for one when there are none.
     func changes(_ cid: String, since: Int64, limit: Int, wait: Int) throws -> WireChanges {
-        try locked {
-            guard var seq = try seqLocked(cid) else { throw StubFailure(404, "no such container") }
-            if seq <= since && wait > 0 {
-                let deadline = Date(timeIntervalSinceNow: TimeInterval(wait))
-                while seq <= since && !stopping {
-                    if !cond.wait(until: deadline) { break }
-                    seq = try seqLocked(cid) ?? seq
-                }
-                seq = try seqLocked(cid) ?? seq
+        try polling(wait: wait) {
+            try reading(cid) { tx in
+                let seq = try tx.containerSeq(cid) ?? 0
+                var items = try tx.items(cid, after: since, limit: limit + 1)
+                let more = items.count > limit
+                if more { items.removeLast(items.count - limit) }
+                let token = more ? items[items.count - 1].version : seq
+                return (WireChanges(items: items, token: String(token), more: more), seq > since)
             }
-            var items: [WireItem] = []
-            try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND version > ? ORDER BY version LIMIT ?",
-                           [.text(cid), .int(since), .int(Int64(limit) + 1)]) { items.append(try Self.decodeRow($0)) }
-            let more = items.count > limit
-            if more { items.removeLast(items.count - limit) }
-            let token = more ? items[items.count - 1].version : seq
-            return WireChanges(items: items, token: String(token), more: more)
         }
     }
 
     // MARK: Key-value store
-
-    private static func decodeKV(_ r: Row) throws -> WireKVEntry {
-        let value = try r.optionalText(1).map { try JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
-        return WireKVEntry(key: r.text(0), value: value, mtime: r.int(2), device: r.text(3), deleted: r.int(4) != 0,
-                           seq: r.int(5))
-    }
-
-    private func kvLocked(_ cid: String, _ key: String) throws -> WireKVEntry? {
-        var found: WireKVEntry?
-        try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND key = ?",
-                       [.text(cid), .text(key)]) { found = try Self.decodeKV($0) }
-        return found
-    }
-
-    private func kvSeqLocked(_ cid: String) throws -> Int64 {
-        try int64(db, "SELECT coalesce(max(seq), 0) FROM kv WHERE container = ?", [.text(cid)]) ?? 0
-    }
 
     /// Applies one write by last-writer-wins and answers the winner: the stored entry when it is later (the
     /// write is then dropped), else the write at the next feed position. A value that would pass Apple's limits
@@ -350,63 +281,38 @@ final class StubStore: @unchecked Sendable {
     func putKV(_ cid: String, _ entry: WireKVEntry) throws -> WireKVEntry {
         guard KVLimits.isValidKey(entry.key) else { throw StubFailure(400, KVLimits.Violation.keyTooLong.message) }
         guard entry.deleted == (entry.value == nil) else { throw StubFailure(400, "a value, or deleted, not both") }
-        return try locked {
-            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
-            if let current = try kvLocked(cid, entry.key), !entry.wins(over: current) { return current }
-            var live: [String: Int] = [:]
-            try db.forEach("SELECT key, value FROM kv WHERE container = ? AND deleted = 0", [.text(cid)]) { r in
-                let v = try r.optionalText(1).map { try JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
-                live[r.text(0)] = v?.byteSize ?? 0
-            }
-            if let v = KVLimits.violation(key: entry.key, value: entry.value, live: live) {
+        return try writing(cid) { tx in
+            if let current = try tx.kvEntry(cid, entry.key), !entry.wins(over: current) { return current }
+            if let v = KVLimits.violation(key: entry.key, value: entry.value, live: try tx.kvLiveSizes(cid)) {
                 throw StubFailure(413, "quota: " + v.message)
             }
             var stored = entry
-            stored.seq = try kvSeqLocked(cid) + 1
-            let json = try entry.value.map { String(decoding: try JSONEncoder.wire.encode($0), as: UTF8.self) }
-            try db.query("""
-                INSERT INTO kv (container, key, value, mtime, device, deleted, seq) VALUES (?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT(container, key) DO UPDATE SET value = excluded.value, mtime = excluded.mtime,
-                  device = excluded.device, deleted = excluded.deleted, seq = excluded.seq
-                """, [.text(cid), .text(entry.key), json.map { .text($0) } ?? .null, .int(entry.mtime),
-                      .text(entry.device), .int(entry.deleted ? 1 : 0), .int(stored.seq)])
-            cond.broadcast()
+            stored.seq = try tx.kvSeq(cid) + 1
+            try tx.kvPut(cid, stored)
             return stored
         }
     }
 
     /// Entries written after `since`, waiting up to `wait` seconds for one when there are none.
     func kvChanges(_ cid: String, since: Int64, wait: Int) throws -> WireKVChanges {
-        try locked {
-            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
-            var seq = try kvSeqLocked(cid)
-            if seq <= since && wait > 0 {
-                let deadline = Date(timeIntervalSinceNow: TimeInterval(wait))
-                while seq <= since && !stopping {
-                    if !cond.wait(until: deadline) { break }
-                    seq = try kvSeqLocked(cid)
-                }
+        try polling(wait: wait) {
+            try reading(cid) { tx in
+                let seq = try tx.kvSeq(cid)
+                let entries = seq > since ? try tx.kvEntries(cid, after: since) : []
+                return (WireKVChanges(entries: entries, seq: max(seq, entries.last?.seq ?? 0)), seq > since)
             }
-            var entries: [WireKVEntry] = []
-            try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND seq > ? ORDER BY seq",
-                           [.text(cid), .int(since)]) { entries.append(try Self.decodeKV($0)) }
-            return WireKVChanges(entries: entries, seq: max(seq, entries.last?.seq ?? 0))
         }
     }
 
     // MARK: Blobs
-
-    private func blobSizeLocked(_ cid: String, _ sha256: String) throws -> Int64? {
-        try blobs.size(cid, sha256)
-    }
 
     /// The blob's size, or nil when the stub does not hold it.
     func blobSize(_ cid: String, _ sha256: String) throws -> Int64? {
         try blobs.size(cid, sha256)
     }
 
-    /// Stores a verified temporary file as the blob (outside the lock: it may be a long upload); answers false
-    /// when the blob was already there.
+    /// Stores a verified temporary file as the blob (outside any transaction: it may be a long upload);
+    /// answers false when the blob was already there.
     func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
         guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
         return try blobs.put(cid, sha256, size: size, tmpPath: tmpPath)
@@ -414,21 +320,14 @@ final class StubStore: @unchecked Sendable {
 
     /// Every container's id.
     func containerIDs() throws -> [String] {
-        try locked {
-            var ids: [String] = []
-            try db.forEach("SELECT id FROM containers ORDER BY id", []) { ids.append($0.text(0)) }
-            return ids
-        }
+        try meta.read { try $0.containerIDs() }
     }
 
-    /// Removes the blob with `delete` if no live item and no conflict version of one names it, all under the
-    /// lock; answers whether it was removed.
+    /// Removes the blob with `delete` if no live item and no conflict version of one names it, inside a
+    /// writing transaction of its container (which item writes there wait for); answers whether it was removed.
     func collectBlob(_ cid: String, _ sha256: String, delete: () throws -> Void) throws -> Bool {
-        try locked {
-            // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
-            let named = try int64(db, "SELECT 1 FROM items WHERE container = ? AND deleted = 0 AND (sha256 = ? OR instr(conflicts, ?) > 0) LIMIT 1",
-                                  [.text(cid), .text(sha256), .text(sha256)])
-            guard named == nil else { return false }
+        try writing(cid) { tx in
+            guard try !tx.namesBlob(cid, sha256) else { return false }
             try delete()
             return true
         }
@@ -439,34 +338,33 @@ final class StubStore: @unchecked Sendable {
     /// Finds or creates the directories along `dirs` below the root, then creates or replaces the leaf.
     func seed(_ cid: String, dirs: [String], leaf: String?, content: (sha256: String, size: Int64)?,
               device: String, mtime: Int64, mode: UInt32? = nil) throws -> WireItem {
-        try locked {
+        try writing(cid) { tx in
             var parent = WireRules.rootID
             func makeDir(_ name: String, under parent: String) throws -> WireItem {
-                if let existing = try liveChildLocked(cid, parent: parent, name: name) {
+                if let existing = try tx.liveChild(cid, parent: parent, name: name, except: nil) {
                     guard existing.kind == .dir else { throw StubFailure(409, "\(name) is a file", current: existing) }
                     return existing
                 }
                 let dir = WireItem(id: randomHex(bytes: 16), parent: parent, name: name, kind: .dir, mode: 0o755,
                                    mtime: mtime, size: 0, sha256: "", device: device)
-                return try db.transaction { try writeLocked(cid, dir) }
+                return try store(tx, cid, dir)
             }
-            defer { cond.broadcast() }
             for name in dirs { parent = try makeDir(name, under: parent).id }
             guard let leaf else {
-                guard let root = try itemLocked(cid, parent) else { throw StubFailure(404, "no root") }
+                guard let root = try tx.item(cid, parent) else { throw StubFailure(404, "no root") }
                 return root
             }
             guard let content else {
                 var dir = try makeDir(leaf, under: parent)
                 if let mode, dir.mode != mode {
                     dir.mode = mode
-                    dir = try db.transaction { try writeLocked(cid, dir) }
+                    dir = try store(tx, cid, dir)
                 }
                 return dir
             }
-            _ = try checkContentLocked(cid, sha256: content.sha256, size: content.size, what: leaf)
+            try checkContent(tx, cid, sha256: content.sha256, size: content.size, what: leaf)
             var file: WireItem
-            if let existing = try liveChildLocked(cid, parent: parent, name: leaf) {
+            if let existing = try tx.liveChild(cid, parent: parent, name: leaf, except: nil) {
                 guard existing.kind == .file else { throw StubFailure(409, "\(leaf) is a directory", current: existing) }
                 file = existing
                 file.sha256 = content.sha256; file.size = content.size; file.mtime = mtime; file.device = device
@@ -475,7 +373,7 @@ final class StubStore: @unchecked Sendable {
                 file = WireItem(id: randomHex(bytes: 16), parent: parent, name: leaf, kind: .file, mode: mode ?? 0o644,
                                 mtime: mtime, size: content.size, sha256: content.sha256, device: device)
             }
-            return try db.transaction { try writeLocked(cid, file) }
+            return try store(tx, cid, file)
         }
     }
 }

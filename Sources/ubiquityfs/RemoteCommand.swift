@@ -14,6 +14,7 @@ enum RemoteCommand {
     usage: ubiquityfs remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
                                    [--endpoint-file FILE] [--log-level debug|info|warn|error]
                                    [--token-file FILE] [--tls-cert FILE --tls-key FILE]
+                                   [--metadata postgresql://...]
                                    [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE]
                                    [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
 
@@ -26,6 +27,10 @@ enum RemoteCommand {
                          serve HTTPS with this PEM certificate (chain) and its private key; mounts verify it
                          (--ca-file). Without them it serves plain HTTP, and only on loopback: --listen on any
                          other address is refused
+
+    Items, versions, the change feed and the key-value store live in DIR/stub.sqlite, or with --metadata in
+    that PostgreSQL database, which several servers may share (give them one token, and one DIR or one bucket
+    for the blobs).
 
     Blobs are files in DIR/blobs unless --blobs names an S3 bucket (created if missing), with credentials from
     AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment or, with --s3-credentials, from FILE
@@ -55,8 +60,8 @@ enum RemoteCommand {
     static func serve(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
                                                 "--log-level", "--max-blob", "--token-file", "--tls-cert", "--tls-key",
-                                                "--blobs", "--s3-credentials", "--blob-grace", "--blob-collect-every",
-                                                "--blob-cache-mb"],
+                                                "--metadata", "--blobs", "--s3-credentials", "--blob-grace",
+                                                "--blob-collect-every", "--blob-cache-mb"],
                                  switches: ["--help"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
@@ -79,6 +84,12 @@ enum RemoteCommand {
         config.tokenFile = args.value("--token-file").map(absolutePath)
         (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         try configureBlobs(&config, args)
+        if let url = args.value("--metadata") {
+            guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else {
+                throw UsageError("--metadata takes a postgresql:// URL")
+            }
+            config.metadataURL = url
+        }
         let server = try StubServer(config: config)
         let signals = blockTerminationSignals()
         try server.start()

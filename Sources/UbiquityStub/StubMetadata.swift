@@ -1,0 +1,124 @@
+// The stub's metadata storage and its notification of new changes, each behind one small interface, so the
+// business rules (StubStore) stay in one place above them and work the same on every engine.
+//
+// What must hold: a `write` transaction begins by locking its container's row (`lockContainer`), so writes to
+// one container are serialised by the database across every server process on it, and the sequence number it
+// takes (`nextSeq`) commits in the same transaction as the row that carries it: a reader can never see a later
+// feed entry before an earlier one. A `read` transaction sees one snapshot. A body that throws rolls back.
+// `ChangeNotifier.committed` is called after each write commits; a notification that never arrives only
+// delays a waiter until its next re-check, never loses a change.
+import Foundation
+import UbiquityBase
+
+/// The storage of items, the feed and the key-value store, as transactions of a few primitives.
+protocol StubMetadata: AnyObject, Sendable {
+    /// One writing transaction; the body locks the container it writes with `lockContainer` first.
+    func write<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T
+    /// One reading transaction on a consistent snapshot.
+    func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T
+    /// How other servers' commits reach this process's long polls.
+    var notifier: any ChangeNotifier { get }
+    func close()
+}
+
+/// The primitives a transaction offers. Items come back whole; rows never outlive the call.
+protocol MetadataTransaction {
+    /// The container's last sequence number, nil when there is no such container.
+    func containerSeq(_ cid: String) throws -> Int64?
+    /// Same, holding the container's row locked until the transaction ends.
+    func lockContainer(_ cid: String) throws -> Int64?
+    /// Creates the container at sequence 0; false when it exists already.
+    func createContainer(_ cid: String) throws -> Bool
+    /// Advances the container's sequence and answers the new number.
+    func nextSeq(_ cid: String) throws -> Int64
+    func item(_ cid: String, _ id: String) throws -> WireItem?
+    /// The live item named `name` in `parent`, other than `except` (names compare byte-wise).
+    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws -> WireItem?
+    /// Any one live item in `parent`.
+    func anyLiveChild(_ cid: String, parent: String) throws -> WireItem?
+    /// Inserts or replaces the item's row as given (its version already set).
+    func writeItem(_ cid: String, _ item: WireItem) throws
+    /// Items whose version is above `since`, in version order, at most `limit`.
+    func items(_ cid: String, after since: Int64, limit: Int) throws -> [WireItem]
+
+    func kvEntry(_ cid: String, _ key: String) throws -> WireKVEntry?
+    /// Every live key with its value's size.
+    func kvLiveSizes(_ cid: String) throws -> [String: Int]
+    /// The key-value feed's last position.
+    func kvSeq(_ cid: String) throws -> Int64
+    /// Inserts or replaces the entry as given (its seq already set).
+    func kvPut(_ cid: String, _ entry: WireKVEntry) throws
+    func kvEntries(_ cid: String, after since: Int64) throws -> [WireKVEntry]
+
+    /// Every container's id.
+    func containerIDs() throws -> [String]
+    /// Whether a live item, or a conflict version of one, names the blob (blobs themselves live in BlobStore).
+    func namesBlob(_ cid: String, _ sha256: String) throws -> Bool
+}
+
+/// Wakes this process's long polls when a change commits, here or (for shared engines) on another server.
+protocol ChangeNotifier: AnyObject, Sendable {
+    /// Grows by at least one on every change noticed; read it before looking, wait on it after.
+    var generation: UInt64 { get }
+    /// Returns when the generation has passed `seen`, at `deadline`, or when stopping.
+    func wait(after seen: UInt64, until deadline: Date)
+    /// Called after a write to `cid` committed in this process.
+    func committed(_ cid: String)
+    var isStopping: Bool { get }
+    func setStopping(_ value: Bool)
+}
+
+/// The in-process notifier: one condition every local commit broadcasts.
+final class LocalNotifier: ChangeNotifier, @unchecked Sendable {
+    private let cond = NSCondition()
+    private var gen: UInt64 = 0
+    private var stopping = false
+
+    var generation: UInt64 { cond.lock(); defer { cond.unlock() }; return gen }
+
+    func wait(after seen: UInt64, until deadline: Date) {
+        cond.lock(); defer { cond.unlock() }
+        while gen <= seen && !stopping {
+            if !cond.wait(until: deadline) { return }
+        }
+    }
+
+    func committed(_ cid: String) { bump() }
+
+    /// Counts one change and wakes every waiter.
+    func bump() {
+        cond.lock(); gen &+= 1; cond.broadcast(); cond.unlock()
+    }
+
+    var isStopping: Bool { cond.lock(); defer { cond.unlock() }; return stopping }
+
+    func setStopping(_ value: Bool) {
+        cond.lock(); stopping = value; cond.broadcast(); cond.unlock()
+    }
+}
+
+/// Items and key-value entries as JSON columns, the same on every engine.
+enum MetadataCoding {
+    static func json<T: Encodable>(_ value: T) throws -> String {
+        String(decoding: try JSONEncoder.wire.encode(value), as: UTF8.self)
+    }
+
+    static func xattrs(_ text: String) throws -> [String: String] {
+        try JSONDecoder().decode([String: String].self, from: Data(text.utf8))
+    }
+
+    static func conflicts(_ text: String) throws -> [WireConflict] {
+        try JSONDecoder().decode([WireConflict].self, from: Data(text.utf8))
+    }
+
+    static func kvValue(_ text: String?) throws -> KVValue? {
+        try text.map { try JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
+    }
+}
+
+/// The metadata engine cannot be reached (a database restarting, a connection lost): the request is answered
+/// 503 so the client retries, and nothing it asked for was applied.
+struct MetadataUnavailable: Error, CustomStringConvertible {
+    let message: String
+    var description: String { "metadata unavailable: \(message)" }
+}

@@ -1,0 +1,49 @@
+// The embedded metadata keeps the stub's schema: a data directory written by an earlier stub (before symbolic
+// links added a column) opens with its items, its feed position and its key-value entries, and goes on from there.
+import Foundation
+import Testing
+import UbiquityBase
+@testable import UbiquityStub
+
+@Suite struct StubMetadataTests {
+    @Test func aDataDirectoryFromBeforeOpensWithItsItemsAndGoesOn() throws {
+        let dir = NSTemporaryDirectory() + "stubmeta-" + randomHex(bytes: 8)
+        try makeDirectories(dir)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let db = try Database(path: dir + "/stub.sqlite")
+            try db.exec("""
+                CREATE TABLE containers (id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+                CREATE TABLE items (
+                    container TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, name TEXT NOT NULL, kind TEXT NOT NULL,
+                    mode INTEGER NOT NULL, mtime INTEGER NOT NULL, size INTEGER NOT NULL, sha256 TEXT NOT NULL,
+                    version INTEGER NOT NULL, deleted INTEGER NOT NULL, device TEXT NOT NULL,
+                    xattrs TEXT NOT NULL, conflicts TEXT NOT NULL,
+                    PRIMARY KEY (container, id));
+                CREATE TABLE blobs (container TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+                    PRIMARY KEY (container, sha256));
+                CREATE TABLE kv (container TEXT NOT NULL, key TEXT NOT NULL, value TEXT,
+                    mtime INTEGER NOT NULL, device TEXT NOT NULL, deleted INTEGER NOT NULL, seq INTEGER NOT NULL,
+                    PRIMARY KEY (container, key));
+                INSERT INTO containers VALUES ('\(cid)', 3);
+                INSERT INTO items VALUES ('\(cid)', 'root', NULL, '', 'dir', 493, 1, 0, '', 1, 0, 'stub', '{}', '[]');
+                INSERT INTO items VALUES ('\(cid)', 'documents', 'root', 'Documents', 'dir', 493, 1, 0, '', 2, 0, 'stub', '{}', '[]');
+                INSERT INTO items VALUES ('\(cid)', 'd1', 'documents', 'old', 'dir', 448, 7, 0, '', 3, 0, 'phone', '{}', '[]');
+                """)
+            let red = String(decoding: try JSONEncoder.wire.encode(KVValue.string("red")), as: UTF8.self)
+            try db.query("INSERT INTO kv VALUES (?, 'color', ?, 5, 'phone', 0, 1)", [.text(cid), .text(red)])
+        }
+        let server = try StubServer(config: StubConfig(dataDir: dir))
+        let store = server.store
+        let old = try store.item(cid, "d1")
+        #expect(old.name == "old" && old.mode == 0o700 && old.version == 3 && old.device == "phone" && old.target == nil)
+        let feed = try store.changes(cid, since: 0, limit: 100, wait: 0)
+        #expect(feed.items.map(\.id) == ["root", "documents", "d1"] && feed.token == "3")
+        #expect(try store.ensureContainer(cid).token == "3", "the container is not made again")
+        #expect(try store.kvChanges(cid, since: 0, wait: 0).entries.map(\.value) == [.string("red")])
+        var renamed = old
+        renamed.name = "new"
+        let stored = try store.putItem(cid, "d1", renamed, .ifMatch(3))
+        #expect(stored.version == 4 && stored.name == "new")
+    }
+}
