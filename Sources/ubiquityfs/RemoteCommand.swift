@@ -20,9 +20,12 @@ enum RemoteCommand {
     """
     static let seedHelp = """
     usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
+           ubiquityfs remote seed --data DIR [--container ID] [--device NAME] --items N [--big-folder M]
 
     Puts local files or directories (SOURCE, recursively) at DEST in the container (default
     \(defaultContainer)), as if another device had made them. Run it while no stub serves DIR.
+    With --items, adds N empty files at once (for measuring a large container): M of them (default
+    100000) in one folder, the rest in folders of 1000.
     """
 
     static func run(_ words: [String]) throws {
@@ -72,12 +75,22 @@ enum RemoteCommand {
     }
 
     static func seed(_ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--data", "--container", "--device"], switches: ["--help"])
+        let args = try Arguments(words, valued: ["--data", "--container", "--device", "--items", "--big-folder"],
+                                 switches: ["--help"])
         if args.has("--help") { return print(seedHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote seed needs --data DIR") }
         let container = args.value("--container") ?? defaultContainer
         guard WireRules.isValidContainerID(container) else { throw UsageError("'\(container)' is not a container id") }
         let device = args.value("--device") ?? "another device"
+        if let items = try args.int("--items") {
+            let big = min(items, try args.int("--big-folder") ?? 100_000)
+            var perFolder = [big]
+            var left = items - big
+            while left > 0 { perFolder.append(min(left, 1000)); left -= 1000 }
+            let server = try StubServer(config: StubConfig(dataDir: absolutePath(data)))
+            let made = try server.seedMany(container: container, perFolder: perFolder, device: device)
+            return print("seeded \(made) items")
+        }
         guard !args.positional.isEmpty else { throw UsageError("remote seed needs DEST=SOURCE") }
         let server = try StubServer(config: StubConfig(dataDir: absolutePath(data)))
         for pair in args.positional {
