@@ -6,6 +6,7 @@
 // normalisation and no case folding. The count of subdirectories stays exact because an item's kind never
 // changes: each name set is sorted once (`unsorted`), and a name set again or removed leaves `directoryNames`
 // first. The tables of the core's state (`Listings`, State.swift) are reached only under the container's lock.
+// Ids are held as `ItemCode`s (ItemIndex.swift): 16 bytes an entry, no String of their own.
 /// True if two names are the same bytes (not merely canonically equivalent).
 public func sameName(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
 
@@ -16,11 +17,14 @@ struct NameTable: Sequence, ExpressibleByDictionaryLiteral {
         init(_ name: String) { self.name = name }
         static func == (a: ByteKey, b: ByteKey) -> Bool { sameName(a.name, b.name) }
         func hash(into hasher: inout Hasher) {
-            for byte in name.utf8 { hasher.combine(byte) }
+            // One call for all the bytes; a name without contiguous bytes is copied first, so equal bytes always
+            // hash alike.
+            let done: Void? = name.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+            if done == nil { Array(name.utf8).withUnsafeBytes { hasher.combine(bytes: $0) } }
         }
     }
 
-    private var map: [ByteKey: String] = [:]
+    private var map: [ByteKey: ItemCode] = [:]
     /// The names whose entry is a directory, among the entries sorted so far; the names set since (an item's
     /// kind never changes, so each entry is sorted once, when the directories are next counted). Together they
     /// keep the count of subdirectories exact at a cost per entry set, not per count.
@@ -36,19 +40,26 @@ struct NameTable: Sequence, ExpressibleByDictionaryLiteral {
 
     /// The id of the entry with exactly this name.
     subscript(_ name: String) -> String? {
-        get { map[ByteKey(name)] }
+        get { map[ByteKey(name)]?.string }
         set {
             let key = ByteKey(name)
             directoryNames.remove(key)
             if newValue != nil { unsorted.append(key) }
-            map[key] = newValue
+            map[key] = newValue.map { ItemCode($0) }
         }
+    }
+
+    /// Gives `name` to `id`, whose kind is known (the load of the store: the entry is sorted at once).
+    mutating func add(_ name: String, _ id: String, isDirectory: Bool) {
+        let key = ByteKey(name)
+        map[key] = ItemCode(id)
+        if isDirectory { directoryNames.insert(key) } else { directoryNames.remove(key) }
     }
 
     /// How many entries are directories; `isDirectory` tells the kind of an item by id.
     mutating func directoryCount(_ isDirectory: (String) -> Bool) -> Int {
         for key in unsorted {
-            if let id = map[key], isDirectory(id) { directoryNames.insert(key) }
+            if let code = map[key], isDirectory(code.string) { directoryNames.insert(key) }
         }
         unsorted = []
         return directoryNames.count
@@ -56,10 +67,10 @@ struct NameTable: Sequence, ExpressibleByDictionaryLiteral {
 
     var isEmpty: Bool { map.isEmpty }
     var count: Int { map.count }
-    var values: [String] { Array(map.values) }
+    var values: [String] { map.values.map(\.string) }
 
     func makeIterator() -> AnyIterator<(key: String, value: String)> {
         var inner = map.makeIterator()
-        return AnyIterator { inner.next().map { (key: $0.key.name, value: $0.value) } }
+        return AnyIterator { inner.next().map { (key: $0.key.name, value: $0.value.string) } }
     }
 }

@@ -304,17 +304,22 @@ public final class Store: @unchecked Sendable {
     /// Every item in the store, each knowing whether a folder above it is local-only.
     func loadItems() throws -> [Item] {
         var byID: [String: Item] = [:]
-        for item in try loadRows() { byID[item.id] = item }
+        try forEachItem { byID[$0.id] = $0 }
         Item.markLocalOnlyAbove(&byID)
         return Array(byID.values)
     }
 
-    private func loadRows() throws -> [Item] {
-        var items: [Item] = []
+    /// How many item rows the store holds.
+    func itemCount() throws -> Int {
+        try typed { try db.first("SELECT count(*) FROM items") { Int($0.int(0)) } } ?? 0
+    }
+
+    /// Reads every item row, one at a time (`localOnlyAbove` is not set: it depends on the parents).
+    func forEachItem(_ body: (Item) throws -> Void) throws {
         try typed { try db.forEach("SELECT \(Store.columns) FROM items") { row in
             let id = row.text(0)
-            items.append(Item(
-                id: row.text(0), parent: row.optionalText(1), name: row.text(2),
+            try body(Item(
+                id: id, parent: row.optionalText(1), name: row.text(2),
                 kind: ItemKind(rawValue: row.text(3)) ?? .file, mode: UInt32(row.int(4)),
                 mtime: row.int(5), ctime: row.int(6), size: row.int(7),
                 remoteVersion: row.int(8), remoteSHA: row.text(9), remoteSize: row.int(10), device: row.text(11),
@@ -325,7 +330,6 @@ public final class Store: @unchecked Sendable {
                 target: row.optionalText(20),
                 atime: row.isNull(21) ? nil : row.int(21), entriesMTime: row.int(22), excluded: row.int(23) != 0))
         } }
-        return items
     }
 
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
