@@ -116,7 +116,7 @@ public final class Container: @unchecked Sendable {
             evictor?.start()
             evictor?.wake()
         }
-        let pinnedStale = read { s in s.items.values.filter { $0.pinned && $0.kind == .file && !$0.isCurrent }.map(\.id) }
+        let pinnedStale = read { s in s.items.values(with: .pinned).filter { $0.kind == .file && !$0.isCurrent }.map(\.id) }
         for id in pinnedStale { downloads.start(id) }
     }
 
@@ -328,7 +328,7 @@ extension CoreState {
     mutating func load() throws {
         // Row by row into the compact index (ItemIndex.swift), sized once: no other copy of the items is made.
         items.reserve(try store.itemCount() + 1)
-        try store.forEachItem { items[$0.id] = $0 }
+        try store.load(into: &items)
         items.markLocalOnlyAbove()
         discardedConflicts = Set(try store.resolvedConflicts())
         caughtUp = try store.meta("token") != nil
@@ -342,15 +342,14 @@ extension CoreState {
             try store.save(root)
         }
         let index = items
-        index.forEachPlaced { id, parent, name, isDirectory in
+        index.forEachPlaced { parent, size, code, name, isDirectory in
             // Two items may claim one name after a restart: `place` unlists a stale clean item without moving
             // it in the store (its newer state follows from the remote). The pending one keeps the name, else
             // the one the remote gave it later.
-            if let otherID = children[parent]?[name], let other = items[otherID], let item = items[id],
-               (other.isPending ? 1 : 0, other.remoteVersion, other.id) > (item.isPending ? 1 : 0, item.remoteVersion, item.id) {
-                return
+            children.listLoaded(code, in: parent, size: size, as: name, isDirectory: isDirectory) { old in
+                guard let other = index[code: old], let item = index[code: code] else { return false }
+                return (other.isPending ? 1 : 0, other.remoteVersion, other.id) > (item.isPending ? 1 : 0, item.remoteVersion, item.id)
             }
-            children.listLoaded(id, in: parent, as: name, isDirectory: isDirectory)
         }
     }
 

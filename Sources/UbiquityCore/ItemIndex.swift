@@ -37,6 +37,13 @@ struct ItemCode: Hashable {
 
     init(_ id: String?) { self = id.map { ItemCode($0) } ?? .none }
 
+    /// The code of the id spelled by these UTF-8 bytes.
+    init(bytes b: UnsafeBufferPointer<UInt8>) {
+        if b.count == 32, let hi = Hex.word(b, 0), let lo = Hex.word(b, 16), hi != .max { self.init(hi: hi, lo: lo) } else {
+            self.init(hi: .max, lo: IDTable.shared.number(of: String(decoding: b, as: UTF8.self)))
+        }
+    }
+
     var string: String { hi == .max ? IDTable.shared.string(lo) : Hex.format(hi, lo) }
     var optionalString: String? { self == .none ? nil : string }
 }
@@ -58,6 +65,23 @@ final class IDTable: @unchecked Sendable {
         let n = UInt64(strings.count)
         strings.append(s)
         numbers[key] = n
+        return n
+    }
+
+    private var last: (bytes: [UInt8], number: UInt64)?
+
+    /// The number of the string spelled by these UTF-8 bytes (the load of the store; the last one is kept, as
+    /// most rows name the same device as the one before).
+    func number(of bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        lock.lock()
+        if let last, last.bytes.elementsEqual(bytes) {
+            lock.unlock()
+            return last.number
+        }
+        lock.unlock()
+        let n = number(of: String(decoding: bytes, as: UTF8.self))
+        lock.lock(); defer { lock.unlock() }
+        last = (Array(bytes), n)
         return n
     }
 
@@ -89,7 +113,7 @@ enum Hex {
     }
 
     /// The word of the 16 digits at `start`; nil if one is not a lowercase hex digit.
-    private static func word(_ b: UnsafeBufferPointer<UInt8>, _ start: Int) -> UInt64? {
+    static func word(_ b: UnsafeBufferPointer<UInt8>, _ start: Int) -> UInt64? {
         var w: UInt64 = 0
         for i in start..<start + 16 {
             let c = b[i]
@@ -120,6 +144,13 @@ struct Digest: Equatable {
         guard let w = Hex.parse256(s) else { return nil }
         (a, b, c, d) = w
     }
+    init?(bytes w: UnsafeBufferPointer<UInt8>) {
+        guard w.count == 64, let a = Hex.word(w, 0), let b = Hex.word(w, 16), let c = Hex.word(w, 32),
+              let d = Hex.word(w, 48) else { return nil }
+        (self.a, self.b, self.c, self.d) = (a, b, c, d)
+    }
+    /// All zero bits: also the value of no digest (`PackedItem.Flags.remoteDigest` tells them apart).
+    var isZero: Bool { a | b | c | d == 0 }
     init() {}
 
     var string: String { Hex.format(a, b, c, d) }
@@ -251,20 +282,42 @@ struct ItemIndex {
             switch (found, newValue) {
             case (let s?, let item?): store(item, at: s)
             case (let s?, nil): remove(code, at: s)
-            case (nil, let item?): insert(item, code: code)
+            case (nil, let item?):
+                let (p, x) = PackedItem.pack(item)
+                insert(p, x, code: code)
             case (nil, nil): break
             }
         }
     }
 
-    /// Every live item not deleted that has a parent, by id, parent, name and kind, without unpacking it.
-    func forEachPlaced(_ body: (_ id: String, _ parent: String, _ name: String, _ isDirectory: Bool) -> Void) {
+    /// Every live item not deleted that has a parent, folder by folder: the parent's id and entry count, then
+    /// each entry's code, name and kind, without unpacking it.
+    func forEachPlaced(_ body: (_ parent: String, _ size: Int, _ code: ItemCode, _ name: String, _ isDirectory: Bool) -> Void) {
+        var byParent: [ItemCode: [Int32]] = [:]
         for s in liveSlots {
             let p = packed(s)
             guard !p.flags.contains(.deleted), p.parent != .none else { continue }
-            body(p.code.string, p.parent.string, p.name, p.kind == .dir)
+            byParent[p.parent, default: []].append(s)
+        }
+        for (parent, slots) in byParent {
+            let id = parent.string
+            for s in slots {
+                let p = packed(s)
+                body(id, slots.count, p.code, p.name, p.kind == .dir)
+            }
         }
     }
+
+    /// The item with this code.
+    subscript(code code: ItemCode) -> Item? { slot(of: code).map(item(at:)) }
+
+    /// The items whose packed flags include `flag` (.pinned, or .extras for the rare fields), unpacked.
+    func values(with flag: PackedItem.Flags) -> [Item] {
+        liveSlots.filter { packed($0).flags.contains(flag) }.map(item(at:))
+    }
+
+    /// Adds an item packed from a row of the store (the load at start: its id is new, nothing to undo).
+    mutating func insertLoaded(_ p: PackedItem) { insert(p, nil, code: p.code) }
 
     /// The kind of an item, without unpacking it.
     func kind(of id: String) -> ItemKind? { slot(of: ItemCode(id)).map { packed($0).kind } }
@@ -341,7 +394,7 @@ struct ItemIndex {
         extras[s] = x
     }
 
-    private mutating func insert(_ item: Item, code: ItemCode) {
+    private mutating func insert(_ p: PackedItem, _ x: PackedItem.Extras?, code: ItemCode) {
         if 2 * (count + 1) > table.count { grow() }
         let s: Int32
         if let reused = free.popLast() { s = reused } else {
@@ -354,7 +407,8 @@ struct ItemIndex {
                 pages.append(page)
             }
         }
-        store(item, at: s)
+        update(s) { $0 = p }
+        extras[s] = x
         var b = bucket(code)
         while table[b] != 0 { b = (b + 1) & (table.count - 1) }
         table[b] = s + 1

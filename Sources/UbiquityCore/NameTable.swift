@@ -7,8 +7,15 @@
 // changes: each name set is sorted once (`unsorted`), and a name set again or removed leaves `directoryNames`
 // first. The tables of the core's state (`Listings`, State.swift) are reached only under the container's lock.
 // Ids are held as `ItemCode`s (ItemIndex.swift): 16 bytes an entry, no String of their own.
+import Glibc
+
 /// True if two names are the same bytes (not merely canonically equivalent).
-public func sameName(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
+public func sameName(_ a: String, _ b: String) -> Bool {
+    var a = a, b = b
+    return a.withUTF8 { x in
+        b.withUTF8 { y in x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) }
+    }
+}
 
 struct NameTable: Sequence, ExpressibleByDictionaryLiteral {
     /// A name hashed and compared by its bytes (keeping the one String, not a copy of its bytes).
@@ -49,12 +56,18 @@ struct NameTable: Sequence, ExpressibleByDictionaryLiteral {
         }
     }
 
-    /// Gives `name` to `id`, whose kind is known (the load of the store: the entry is sorted at once).
-    mutating func add(_ name: String, _ id: String, isDirectory: Bool) {
+    /// Gives `name` to `code`, whose kind is known (the load of the store: the entry is sorted at once),
+    /// unless `keepOld` prefers the code that holds the name already.
+    mutating func add(_ name: String, _ code: ItemCode, isDirectory: Bool, keepOld: (ItemCode) -> Bool) {
         let key = ByteKey(name)
-        map[key] = ItemCode(id)
+        if let old = map.updateValue(code, forKey: key), keepOld(old) {
+            map[key] = old
+            return
+        }
         if isDirectory { directoryNames.insert(key) } else { directoryNames.remove(key) }
     }
+
+    mutating func reserve(_ n: Int) { map.reserveCapacity(n) }
 
     /// How many entries are directories; `isDirectory` tells the kind of an item by id.
     mutating func directoryCount(_ isDirectory: (String) -> Bool) -> Int {

@@ -36,9 +36,16 @@ struct Listings {
 
     mutating func list(_ id: String, in parent: String, as name: String) { set(parent, name, id) }
 
-    /// Lists an entry whose kind is known, at the load of the store (nothing to undo then).
-    mutating func listLoaded(_ id: String, in parent: String, as name: String, isDirectory: Bool) {
-        tables[parent, default: [:]].add(name, id, isDirectory: isDirectory)
+    /// Lists an entry whose kind is known, at the load of the store (nothing to undo then), unless `keepOld`
+    /// prefers the entry that holds the name already. `size` is the folder's count of entries, for its table.
+    mutating func listLoaded(_ code: ItemCode, in parent: String, size: Int, as name: String, isDirectory: Bool,
+                             keepOld: (ItemCode) -> Bool) {
+        if tables[parent] == nil {
+            var table: NameTable = [:]
+            table.reserve(size)
+            tables[parent] = table
+        }
+        tables[parent]!.add(name, code, isDirectory: isDirectory, keepOld: keepOld)
     }
 
     /// How many of a folder's entries are folders (counted once, then kept by the table).
