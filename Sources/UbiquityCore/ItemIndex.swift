@@ -149,8 +149,7 @@ struct Digest: Equatable {
               let d = Hex.word(w, 48) else { return nil }
         (self.a, self.b, self.c, self.d) = (a, b, c, d)
     }
-    /// All zero bits: also the value of no digest (`PackedItem.Flags.remoteDigest` tells them apart).
-    var isZero: Bool { a | b | c | d == 0 }
+
     init() {}
 
     var string: String { Hex.format(a, b, c, d) }
@@ -280,10 +279,11 @@ struct ItemIndex {
                 undo!.append((id, old))
             }
             switch (found, newValue) {
-            case (let s?, let item?): store(item, at: s)
+            case (let s?, let item?): store(item, code: code, at: s)
             case (let s?, nil): remove(code, at: s)
             case (nil, let item?):
-                let (p, x) = PackedItem.pack(item)
+                var (p, x) = PackedItem.pack(item)
+                p.code = code
                 insert(p, x, code: code)
             case (nil, nil): break
             }
@@ -313,7 +313,7 @@ struct ItemIndex {
 
     /// The items whose packed flags include `flag` (.pinned, or .extras for the rare fields), unpacked.
     func values(with flag: PackedItem.Flags) -> [Item] {
-        liveSlots.filter { packed($0).flags.contains(flag) }.map(item(at:))
+        liveSlots.filter { flags($0).contains(flag) }.map(item(at:))
     }
 
     /// Adds an item packed from a row of the store (the load at start: its id is new, nothing to undo).
@@ -371,12 +371,18 @@ struct ItemIndex {
     private var liveSlots: [Int32] {
         var out: [Int32] = []
         out.reserveCapacity(count)
-        for s in 0..<slots where packed(Int32(s)).flags.contains(.live) { out.append(Int32(s)) }
+        for s in 0..<slots where flags(Int32(s)).contains(.live) { out.append(Int32(s)) }
         return out
     }
 
     private func packed(_ s: Int32) -> PackedItem {
         pages[Int(s) >> ItemIndex.pageBits][Int(s) & (ItemIndex.pageSize - 1)]
+    }
+
+    // One field of a slot, read without copying the whole item (and retaining its name).
+    private func code(_ s: Int32) -> ItemCode { pages[Int(s) >> ItemIndex.pageBits][Int(s) & (ItemIndex.pageSize - 1)].code }
+    private func flags(_ s: Int32) -> PackedItem.Flags {
+        pages[Int(s) >> ItemIndex.pageBits][Int(s) & (ItemIndex.pageSize - 1)].flags
     }
 
     private mutating func update(_ s: Int32, _ change: (inout PackedItem) -> Void) {
@@ -388,8 +394,10 @@ struct ItemIndex {
         return p.unpack(p.flags.contains(.extras) ? extras[s] : nil)
     }
 
-    private mutating func store(_ item: Item, at s: Int32) {
-        let (p, x) = PackedItem.pack(item)
+    /// Packs `item` into slot `s`, under the code it is found by.
+    private mutating func store(_ item: Item, code: ItemCode, at s: Int32) {
+        var (p, x) = PackedItem.pack(item)
+        p.code = code
         update(s) { $0 = p }
         extras[s] = x
     }
@@ -428,7 +436,7 @@ struct ItemIndex {
         while true {
             j = (j + 1) & (table.count - 1)
             if table[j] == 0 { return }
-            let home = bucket(packed(table[j] - 1).code)
+            let home = bucket(self.code(table[j] - 1))
             let between = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j)
             if !between {
                 table[hole] = table[j]
@@ -442,7 +450,7 @@ struct ItemIndex {
         var b = bucket(code)
         while table[b] != 0 {
             let s = table[b] - 1
-            if packed(s).code == code { return s }
+            if self.code(s) == code { return s }
             b = (b + 1) & (table.count - 1)
         }
         return nil
@@ -457,7 +465,7 @@ struct ItemIndex {
     private mutating func grow() {
         table = [Int32](repeating: 0, count: table.count * 2)
         for s in liveSlots {
-            var b = bucket(packed(s).code)
+            var b = bucket(code(s))
             while table[b] != 0 { b = (b + 1) & (table.count - 1) }
             table[b] = s + 1
         }

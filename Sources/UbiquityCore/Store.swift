@@ -357,10 +357,10 @@ public final class Store: @unchecked Sendable {
         let remote: Bool = row.withText(9) { b in
             guard let d = Digest(bytes: b) else { return b.isEmpty }
             digest = d
+            flags.insert(.remoteDigest)
             return true
         }
         guard remote else { return nil }
-        if !digest.isZero { flags.insert(.remoteDigest) }
         if !row.isNull(13) {
             guard row.withText(13, { local in row.withText(9) { local.elementsEqual($0) } }) else { return nil }
             flags.insert(.localIsRemote)

@@ -32,6 +32,9 @@ struct ItemIndexTests {
         stale.localSHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         stale.pinned = true; stale.deleted = true; stale.excluded = true; stale.localOnlyAbove = true
         items.append(stale)
+        var zero = file("f-zero")
+        zero.remoteSHA = String(repeating: "0", count: 64); zero.localSHA = zero.remoteSHA
+        items.append(zero)
         var odd = file("f-odd")
         odd.remoteSHA = Self.sha.uppercased(); odd.localSHA = Self.sha; odd.hasLocal = false
         items.append(odd)
@@ -94,7 +97,7 @@ struct ItemIndexTests {
         // Freed slots are used again, and their old extras do not leak into the new items.
         for i in 0..<2_000 { index["new\(i)"] = Self.file("new\(i)") }
         #expect(index["new1999"]?.xattrs == [:])
-        #expect(index.values.count == index.count)
+        #expect(Array(index.values).count == index.count)
     }
 
     @Test func rollBackRestoresWhatWasOverwritten() {
@@ -152,5 +155,32 @@ struct ItemIndexTests {
             got.localOnlyAbove = false
             #expect(got == expected, "\(item.id)")
         }
+    }
+
+    /// The name table (its own open-addressing map) agrees with a dictionary through adds, replacements and
+    /// removals, byte for byte: an NFC and an NFD spelling are two names.
+    @Test func nameTableAgreesWithADictionary() {
+        var table: NameTable = [:]
+        var reference: [[UInt8]: String] = [:]
+        var rng = SystemRandomNumberGenerator()
+        for step in 0..<20_000 {
+            let name = "n\(Int.random(in: 0..<3_000, using: &rng))" + (step % 7 == 0 ? "\u{e9}" : "e\u{301}")
+            if Int.random(in: 0..<3, using: &rng) == 0 {
+                table[name] = nil
+                reference[Array(name.utf8)] = nil
+            } else {
+                let id = randomHex(bytes: 16)
+                table[name] = id
+                reference[Array(name.utf8)] = id
+            }
+        }
+        #expect(table.count == reference.count)
+        for (bytes, id) in reference { #expect(table[String(decoding: bytes, as: UTF8.self)] == id) }
+        var seen = 0
+        for (name, id) in table {
+            #expect(reference[Array(name.utf8)] == id)
+            seen += 1
+        }
+        #expect(seen == reference.count)
     }
 }
