@@ -222,6 +222,12 @@ public struct Row {
         return String(cString: p)
     }
     public func optionalText(_ i: Int32) -> String? { isNull(i) ? nil : text(i) }
+    /// The column's UTF-8 bytes, without making a String (valid only inside `body`; empty for NULL).
+    public func withText<T>(_ i: Int32, _ body: (UnsafeBufferPointer<UInt8>) throws -> T) rethrows -> T {
+        let p = sqlite3_column_text(stmt, i)
+        let n = p == nil ? 0 : Int(sqlite3_column_bytes(stmt, i))
+        return try body(UnsafeBufferPointer(start: p, count: n))
+    }
     public func blob(_ i: Int32) -> [UInt8] {
         let n = Int(sqlite3_column_bytes(stmt, i))
         guard n > 0, let p = sqlite3_column_blob(stmt, i) else { return [] }

@@ -17,7 +17,7 @@ import Glibc
 extension Container {
     /// Live files that have unresolved conflict versions.
     public func conflictedItems() -> [Item] {
-        read { s in s.items.values.filter { !$0.deleted && !$0.conflicts.isEmpty } }
+        read { s in s.items.values(with: .extras).filter { !$0.deleted && !$0.conflicts.isEmpty } }
     }
 
     /// True if the conflict version's content is stored here.

@@ -116,7 +116,7 @@ public final class Container: @unchecked Sendable {
             evictor?.start()
             evictor?.wake()
         }
-        let pinnedStale = read { s in s.items.values.filter { $0.pinned && $0.kind == .file && !$0.isCurrent }.map(\.id) }
+        let pinnedStale = read { s in s.items.values(with: .pinned).filter { $0.kind == .file && !$0.isCurrent }.map(\.id) }
         for id in pinnedStale { downloads.start(id) }
     }
 
@@ -207,6 +207,17 @@ public final class Container: @unchecked Sendable {
         try read { (s) throws(CoreError) -> [Item] in
             _ = try s.liveDirectory(id)
             return (s.children[id] ?? [:]).sorted { $0.key < $1.key }.compactMap { s.items[$0.value] }
+        }
+    }
+
+    /// The live children of a directory as name, id and kind, sorted by name as `list` sorts them: one read,
+    /// without unpacking each item (ItemIndex.swift).
+    public func listEntries(_ id: String) throws(CoreError) -> [(name: String, id: String, kind: ItemKind)] {
+        try read { (s) throws(CoreError) -> [(name: String, id: String, kind: ItemKind)] in
+            _ = try s.liveDirectory(id)
+            return (s.children[id] ?? [:]).sorted { $0.key < $1.key }.compactMap { entry in
+                s.items.kind(of: entry.value).map { (entry.key, entry.value, $0) }
+            }
         }
     }
 
@@ -315,8 +326,10 @@ public final class Container: @unchecked Sendable {
 extension CoreState {
     /// Reads the store into memory (at start, before any other thread).
     mutating func load() throws {
-        for item in try store.loadItems() { items[item.id] = item }
-        for (id, item) in items.byID where item.parent != nil { items[id]!.parent = interned(item.parent) }
+        // Row by row into the compact index (ItemIndex.swift), sized once: no other copy of the items is made.
+        items.reserve(try store.itemCount() + 1)
+        try store.load(into: &items)
+        items.markLocalOnlyAbove()
         discardedConflicts = Set(try store.resolvedConflicts())
         caughtUp = try store.meta("token") != nil
         unpushedConflicts = Set(try store.unpushedConflicts())
@@ -328,16 +341,15 @@ extension CoreState {
             items[rootID] = root
             try store.save(root)
         }
-        for item in items.values where !item.deleted {
-            guard let parent = item.parent else { continue }
+        let index = items
+        index.forEachPlaced { parent, size, code, name, isDirectory in
             // Two items may claim one name after a restart: `place` unlists a stale clean item without moving
             // it in the store (its newer state follows from the remote). The pending one keeps the name, else
             // the one the remote gave it later.
-            if let otherID = children[parent]?[item.name], let other = items[otherID],
-               (other.isPending ? 1 : 0, other.remoteVersion, other.id) > (item.isPending ? 1 : 0, item.remoteVersion, item.id) {
-                continue
+            children.listLoaded(code, in: parent, size: size, as: name, isDirectory: isDirectory) { old in
+                guard let other = index[code: old], let item = index[code: code] else { return false }
+                return (other.isPending ? 1 : 0, other.remoteVersion, other.id) > (item.isPending ? 1 : 0, item.remoteVersion, item.id)
             }
-            children.list(item.id, in: parent, as: item.name)
         }
     }
 
@@ -355,13 +367,6 @@ extension CoreState {
                 try? removeFile(paths.content + "/" + name)
             }
         }
-    }
-
-    /// The same id, sharing the storage of the item's own id string: with 100,000 items, one copy of each id
-    /// rather than one per child saves megabytes.
-    func interned(_ id: String?) -> String? {
-        guard let id else { return nil }
-        return items.index(forKey: id).map { items.keys[$0] } ?? id
     }
 
     /// Remembers conflict versions resolved here.

@@ -18,31 +18,6 @@
 import Foundation
 import UbiquityBase
 
-/// The index of items by id. While a mutation runs, every write records what it overwrote, for a rollback.
-struct ItemIndex {
-    private(set) var byID: [String: Item] = [:]
-    fileprivate var undo: [(String, Item?)]?
-
-    subscript(id: String) -> Item? {
-        get { byID[id] }
-        set {
-            undo?.append((id, byID[id]))
-            byID[id] = newValue
-        }
-    }
-
-    var values: Dictionary<String, Item>.Values { byID.values }
-    var keys: Dictionary<String, Item>.Keys { byID.keys }
-    var count: Int { byID.count }
-    func index(forKey id: String) -> Dictionary<String, Item>.Index? { byID.index(forKey: id) }
-
-    fileprivate mutating func rollBack() {
-        guard let list = undo else { return }
-        undo = nil
-        for (id, old) in list.reversed() { byID[id] = old }
-    }
-}
-
 /// Live items by parent and name. Read through the subscript; written through `list` and `unlist`, which
 /// record what they overwrote while a mutation runs (never the whole folder: a folder may hold 100,000 names).
 struct Listings {
@@ -60,6 +35,18 @@ struct Listings {
     }
 
     mutating func list(_ id: String, in parent: String, as name: String) { set(parent, name, id) }
+
+    /// Lists an entry whose kind is known, at the load of the store (nothing to undo then), unless `keepOld`
+    /// prefers the entry that holds the name already. `size` is the folder's count of entries, for its table.
+    mutating func listLoaded(_ code: ItemCode, in parent: String, size: Int, as name: String, isDirectory: Bool,
+                             keepOld: (ItemCode) -> Bool) {
+        if tables[parent] == nil {
+            var table: NameTable = [:]
+            table.reserve(size)
+            tables[parent] = table
+        }
+        tables[parent]!.add(name, code, isDirectory: isDirectory, keepOld: keepOld)
+    }
 
     /// How many of a folder's entries are folders (counted once, then kept by the table).
     mutating func directoryCount(in parent: String, _ isDirectory: (String) -> Bool) -> Int {

@@ -304,28 +304,73 @@ public final class Store: @unchecked Sendable {
     /// Every item in the store, each knowing whether a folder above it is local-only.
     func loadItems() throws -> [Item] {
         var byID: [String: Item] = [:]
-        for item in try loadRows() { byID[item.id] = item }
+        try forEachItem { byID[$0.id] = $0 }
         Item.markLocalOnlyAbove(&byID)
         return Array(byID.values)
     }
 
-    private func loadRows() throws -> [Item] {
-        var items: [Item] = []
+    /// How many item rows the store holds.
+    func itemCount() throws -> Int {
+        try typed { try db.first("SELECT count(*) FROM items") { Int($0.int(0)) } } ?? 0
+    }
+
+    /// Reads every item row, one at a time (`localOnlyAbove` is not set: it depends on the parents).
+    func forEachItem(_ body: (Item) throws -> Void) throws {
+        try typed { try db.forEach("SELECT \(Store.columns) FROM items") { try body(try Store.item($0)) } }
+    }
+
+    /// Reads every item row into `index` (the load at start; `localOnlyAbove` is not set). A row of the common
+    /// kind is packed straight from its columns; one with rare fields (xattrs, conflicts, a target...) is
+    /// decoded as an `Item` first.
+    func load(into index: inout ItemIndex) throws {
         try typed { try db.forEach("SELECT \(Store.columns) FROM items") { row in
-            let id = row.text(0)
-            items.append(Item(
-                id: row.text(0), parent: row.optionalText(1), name: row.text(2),
-                kind: ItemKind(rawValue: row.text(3)) ?? .file, mode: UInt32(row.int(4)),
-                mtime: row.int(5), ctime: row.int(6), size: row.int(7),
-                remoteVersion: row.int(8), remoteSHA: row.text(9), remoteSize: row.int(10), device: row.text(11),
-                hasLocal: row.int(12) != 0, localSHA: row.optionalText(13), dirty: row.int(14) != 0,
-                metaDirty: row.int(15) != 0, deleted: row.int(16) != 0, pinned: row.int(17) != 0,
-                xattrs: try Store.decodeXattrs(row.text(18), of: id),
-                conflicts: try Store.decodeConflicts(row.text(19), of: id),
-                target: row.optionalText(20),
-                atime: row.isNull(21) ? nil : row.int(21), entriesMTime: row.int(22), excluded: row.int(23) != 0))
+            if let packed = Store.packed(row) { return index.insertLoaded(packed) }
+            let item = try Store.item(row)
+            index[item.id] = item
         } }
-        return items
+    }
+
+    private static func item(_ row: Row) throws -> Item {
+        let id = row.text(0)
+        return Item(
+            id: id, parent: row.optionalText(1), name: row.text(2),
+            kind: ItemKind(rawValue: row.text(3)) ?? .file, mode: UInt32(row.int(4)),
+            mtime: row.int(5), ctime: row.int(6), size: row.int(7),
+            remoteVersion: row.int(8), remoteSHA: row.text(9), remoteSize: row.int(10), device: row.text(11),
+            hasLocal: row.int(12) != 0, localSHA: row.optionalText(13), dirty: row.int(14) != 0,
+            metaDirty: row.int(15) != 0, deleted: row.int(16) != 0, pinned: row.int(17) != 0,
+            xattrs: try Store.decodeXattrs(row.text(18), of: id),
+            conflicts: try Store.decodeConflicts(row.text(19), of: id),
+            target: row.optionalText(20),
+            atime: row.isNull(21) ? nil : row.int(21), entriesMTime: row.int(22), excluded: row.int(23) != 0)
+    }
+
+    /// The packed form of a row that has none of the rare fields (PackedItem.Extras), else nil.
+    private static func packed(_ row: Row) -> PackedItem? {
+        let empty = row.withText(18) { $0.elementsEqual("{}".utf8) } && row.withText(19) { $0.elementsEqual("[]".utf8) }
+        guard empty, row.isNull(20), row.isNull(21), row.int(22) == 0, row.int(10) == row.int(7) else { return nil }
+        var flags: PackedItem.Flags = [.live]
+        let bits: [(Int32, PackedItem.Flags)] = [(12, .hasLocal), (14, .dirty), (15, .metaDirty), (16, .deleted),
+                                                 (17, .pinned), (23, .excluded)]
+        for (column, flag) in bits where row.int(column) != 0 { flags.insert(flag) }
+        var digest = Digest()
+        let remote: Bool = row.withText(9) { b in
+            guard let d = Digest(bytes: b) else { return b.isEmpty }
+            digest = d
+            flags.insert(.remoteDigest)
+            return true
+        }
+        guard remote else { return nil }
+        if !row.isNull(13) {
+            guard row.withText(13, { local in row.withText(9) { local.elementsEqual($0) } }) else { return nil }
+            flags.insert(.localIsRemote)
+        }
+        guard let kind = row.withText(3, { ItemKind(rawValue: String(decoding: $0, as: UTF8.self)) }) else { return nil }
+        return PackedItem(
+            code: row.withText(0) { ItemCode(bytes: $0) }, parent: row.isNull(1) ? .none : row.withText(1) { ItemCode(bytes: $0) },
+            name: row.text(2), mtime: row.int(5), ctime: row.int(6), size: row.int(7), remoteVersion: row.int(8),
+            remoteSHA: digest, mode: UInt32(row.int(4)), device: row.withText(11) { UInt32(IDTable.devices.number(of: $0)) },
+            kind: kind, flags: flags)
     }
 
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.

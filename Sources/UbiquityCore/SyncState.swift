@@ -480,7 +480,6 @@ extension CoreState {
         if moved { try unlink(item) }
         let oldConflicts = item.conflicts
         item.adopt(w)
-        item.parent = interned(item.parent)
         let resolvedAgain = keepResolutions(&item)
         pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
         if moved { try place(&item) }
@@ -510,7 +509,6 @@ extension CoreState {
                         device: "", hasLocal: w.kind != .file, localSHA: nil, dirty: false, metaDirty: false,
                         deleted: false, pinned: false, xattrs: [:], conflicts: [])
         item.adopt(w)
-        item.parent = interned(item.parent)
         try place(&item)
         if item.kind == .file && isPinned(item.parent!) { startDownload(item.id) }
         if keepResolutions(&item) { try store.saveChanged(item) } else { try store.save(item) }

@@ -494,7 +494,8 @@ public final class FileSystem: @unchecked Sendable {
         do {
             var list = [DirEntry(name: ".", id: nil, type: S_IFDIR), DirEntry(name: "..", id: nil, type: S_IFDIR)]
             for child in try children(id) {
-                list.append(DirEntry(name: child.name, id: child.id, type: node(child.id)?.fileType ?? S_IFREG))
+                let type = child.kind.map(FileSystem.fileType) ?? node(child.id)?.fileType ?? S_IFREG
+                list.append(DirEntry(name: child.name, id: child.id, type: type))
             }
             handleLock.lock()
             let fh = nextHandle

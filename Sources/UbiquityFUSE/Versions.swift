@@ -82,26 +82,27 @@ extension FileSystem {
         return ids
     }
 
-    /// The children of a directory node, by name.
-    func children(_ id: String) throws(CoreError) -> [(name: String, id: String)] {
+    /// The children of a directory node, by name, with the kind of each real item (nil: ask `node`). A real
+    /// folder's entries come in one read of the core, without a copy of each item (a folder may hold 100,000).
+    func children(_ id: String) throws(CoreError) -> [(name: String, id: String, kind: ItemKind?)] {
         guard let node = node(id) else { throw .notFound }
         switch node {
         case .real(let item):
             guard item.isDirectory else { throw .notDirectory }
-            var list = try core.list(item.id).map { ($0.name, $0.id) }
+            var list: [(name: String, id: String, kind: ItemKind?)] = try core.listEntries(item.id).map { ($0.name, $0.id, $0.kind) }
             if item.id == core.rootID {
-                list.insert((FileSystem.versionsName, FileSystem.versionsDirID(item.id)), at: 0)
-                if kv != nil { list.insert((FileSystem.kvName, FileSystem.kvDirID), at: 1) }
+                list.insert((FileSystem.versionsName, FileSystem.versionsDirID(item.id), nil), at: 0)
+                if kv != nil { list.insert((FileSystem.kvName, FileSystem.kvDirID, nil), at: 1) }
             }
             return list
         case .versionsDir(let item):
             if !item.isDirectory {
-                return versionNames(item).map { ($0.name, FileSystem.versionID(item.id, $0.conflict.id)) }
+                return versionNames(item).map { ($0.name, FileSystem.versionID(item.id, $0.conflict.id), nil) }
             }
             let wanted = leadsToConflicts()
-            return try core.list(item.id).filter { wanted.contains($0.id) }.map { ($0.name, FileSystem.versionsDirID($0.id)) }
+            return try core.list(item.id).filter { wanted.contains($0.id) }.map { ($0.name, FileSystem.versionsDirID($0.id), nil) }
         case .kvDir(let typed):
-            return kvChildren(typed: typed)
+            return kvChildren(typed: typed).map { ($0.name, $0.id, nil) }
         case .version, .kvKey, .kvChanges:
             throw .notDirectory
         }

@@ -233,6 +233,12 @@ public final class StubServer: @unchecked Sendable {
                               mtime: mtime ?? nowNanoseconds(), mode: mode)
     }
 
+    /// Adds many empty files in folders below the root of a container at once (see `StubStore.seedMany`).
+    public func seedMany(container: String, perFolder: [Int], device: String) throws -> Int {
+        _ = try store.ensureContainer(container)
+        return try store.seedMany(container, perFolder: perFolder, device: device, mtime: nowNanoseconds())
+    }
+
     private func importBlob(_ cid: String, _ fill: (BlobWriter) throws -> Void) throws -> (sha256: String, size: Int64) {
         let writer = try BlobWriter(tmpDir: store.tmpDir)
         defer { writer.discard() }

@@ -335,6 +335,28 @@ final class StubStore: @unchecked Sendable {
 
     // MARK: Seeding
 
+    /// Adds `folders` folders below the root, `perFolder[i]` empty files in the i-th, in one transaction
+    /// (`remote seed --items`, for measuring a large container without pushing it item by item). Every file
+    /// holds the empty content, which needs no blob; names are `NAME_PREFIX-%07d.txt`, unique per folder.
+    func seedMany(_ cid: String, perFolder: [Int], device: String, mtime: Int64) throws -> Int {
+        try writing(cid) { tx in
+            var count = 0
+            for (f, files) in perFolder.enumerated() {
+                let dir = WireItem(id: randomHex(bytes: 16), parent: WireRules.rootID,
+                                   name: String(format: "folder-%05d", f), kind: .dir, mode: 0o755,
+                                   mtime: mtime, size: 0, sha256: "", device: device)
+                _ = try store(tx, cid, dir)
+                for i in 0..<files {
+                    _ = try store(tx, cid, WireItem(
+                        id: randomHex(bytes: 16), parent: dir.id, name: String(format: "document-%07d.txt", i),
+                        kind: .file, mode: 0o644, mtime: mtime, size: 0, sha256: emptySHA256, device: device))
+                }
+                count += files + 1
+            }
+            return count
+        }
+    }
+
     /// Finds or creates the directories along `dirs` below the root, then creates or replaces the leaf.
     func seed(_ cid: String, dirs: [String], leaf: String?, content: (sha256: String, size: Int64)?,
               device: String, mtime: Int64, mode: UInt32? = nil) throws -> WireItem {

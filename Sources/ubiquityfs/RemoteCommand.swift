@@ -41,9 +41,12 @@ enum RemoteCommand {
     static let seedHelp = """
     usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] [--blobs URL [--s3-credentials FILE]]
                                   DEST=SOURCE...
+           ubiquityfs remote seed --data DIR [--container ID] [--device NAME] --items N [--big-folder M]
 
     Puts local files or directories (SOURCE, recursively) at DEST in the container (default
     \(defaultContainer)), as if another device had made them. Run it while no stub serves DIR.
+    With --items, adds N empty files at once (for measuring a large container): M of them (default
+    100000) in one folder, the rest in folders of 1000.
     """
 
     static func run(_ words: [String]) throws {
@@ -145,13 +148,23 @@ enum RemoteCommand {
     }
 
     static func seed(_ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--data", "--container", "--device", "--blobs", "--s3-credentials"],
+        let args = try Arguments(words, valued: ["--data", "--container", "--device", "--blobs", "--s3-credentials",
+                                                 "--items", "--big-folder"],
                                  switches: ["--help"])
         if args.has("--help") { return print(seedHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote seed needs --data DIR") }
         let container = args.value("--container") ?? defaultContainer
         guard WireRules.isValidContainerID(container) else { throw UsageError("'\(container)' is not a container id") }
         let device = args.value("--device") ?? "another device"
+        if let items = try args.int("--items") {
+            let big = min(items, try args.int("--big-folder") ?? 100_000)
+            var perFolder = [big]
+            var left = items - big
+            while left > 0 { perFolder.append(min(left, 1000)); left -= 1000 }
+            let server = try StubServer(config: StubConfig(dataDir: absolutePath(data)))
+            let made = try server.seedMany(container: container, perFolder: perFolder, device: device)
+            return print("seeded \(made) items")
+        }
         guard !args.positional.isEmpty else { throw UsageError("remote seed needs DEST=SOURCE") }
         var config = StubConfig(dataDir: absolutePath(data))
         try configureBlobs(&config, args)
