@@ -232,7 +232,7 @@ struct Pusher {
     }
 
     /// The remote's form of the item as this device pushes it.
-    private func wireItem(_ item: Item) -> WireItem {
+    func wireItem(_ item: Item) -> WireItem {
         var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.mode,
                             mtime: item.mtime, size: item.kind == .dir ? 0 : item.remoteSize,
                             sha256: item.hasContent ? item.remoteSHA : "", device: container.config.device,

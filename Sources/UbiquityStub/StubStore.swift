@@ -31,6 +31,15 @@ enum WriteCondition {
     case ifNoneMatch
 }
 
+/// A batch entry as the store applies it: its inline content already written to a verified temporary file
+/// (`blob`, removed when the entry is let go unless it was moved into place), or the refusal found while
+/// checking it.
+struct StubBatchEntry {
+    var entry: WireBatchEntry
+    var blob: BlobWriter?
+    var refusal: StubFailure?
+}
+
 /// The first column of the first row as an integer. (Rows are read inside `forEach`: a Row does not outlive
 /// its statement.)
 private func int64(_ db: Database, _ sql: String, _ params: [SQLValue]) throws -> Int64? {
@@ -237,64 +246,111 @@ final class StubStore: @unchecked Sendable {
     /// Creates or updates an item, conditionally: the rules of WIRE.md "Conditional writes".
     func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition) throws -> WireItem {
         try locked {
-            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
-            let item = try validatedLocked(cid, id, body)
-            let existing = try itemLocked(cid, id)
-            switch condition {
-            case .ifNoneMatch:
-                if let existing { throw StubFailure(412, "the item exists", current: existing) }
-            case .ifMatch(let version):
-                guard let existing else { throw StubFailure(404, "no such item") }
-                guard existing.version == version else {
-                    throw StubFailure(412, "the item is at version \(existing.version)", current: existing)
-                }
-                guard existing.kind == item.kind else { throw StubFailure(400, "an item cannot change kind") }
-            }
-            if let parentID = item.parent {
-                guard let parent = try itemLocked(cid, parentID), !parent.deleted, parent.kind == .dir else {
-                    throw StubFailure(422, "the parent is not a live directory")
-                }
-                // No cycles: the new parent must not be the item or lie below it.
-                var cursor: String? = parentID
-                var steps = 0
-                while let c = cursor {
-                    if c == id { throw StubFailure(422, "an item cannot move below itself") }
-                    steps += 1
-                    if steps > 100_000 { throw StubFailure(500, "the tree is too deep") }
-                    cursor = try itemLocked(cid, c)?.parent
-                }
-                if let holder = try liveChildLocked(cid, parent: parentID, name: item.name, except: id) {
-                    throw StubFailure(409, "the name is taken", current: holder)
-                }
-            }
-            let stored = try db.transaction { try writeLocked(cid, item) }
+            let stored = try putItemLocked(cid, id, body, condition)
             cond.broadcast()
             return stored
         }
     }
 
-    /// Deletes an item seen at `version`, leaving a tombstone.
-    func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String) throws -> WireItem {
-        try locked {
-            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
-            guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
-            guard let existing = try itemLocked(cid, id) else { throw StubFailure(404, "no such item") }
-            if existing.deleted { throw StubFailure(412, "the item is already deleted", current: existing) }
+    private func putItemLocked(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition) throws -> WireItem {
+        guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
+        let item = try validatedLocked(cid, id, body)
+        let existing = try itemLocked(cid, id)
+        switch condition {
+        case .ifNoneMatch:
+            if let existing { throw StubFailure(412, "the item exists", current: existing) }
+        case .ifMatch(let version):
+            guard let existing else { throw StubFailure(404, "no such item") }
             guard existing.version == version else {
                 throw StubFailure(412, "the item is at version \(existing.version)", current: existing)
             }
-            if existing.kind == .dir {
-                var child: WireItem?
-                try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND deleted = 0 LIMIT 1",
-                               [.text(cid), .text(id)]) { child = try Self.decodeRow($0) }
-                if let child { throw StubFailure(409, "the directory is not empty", current: child) }
+            guard existing.kind == item.kind else { throw StubFailure(400, "an item cannot change kind") }
+        }
+        if let parentID = item.parent {
+            guard let parent = try itemLocked(cid, parentID), !parent.deleted, parent.kind == .dir else {
+                throw StubFailure(422, "the parent is not a live directory")
             }
-            var tomb = existing
-            tomb.deleted = true
-            tomb.device = device
-            let stored = try db.transaction { try writeLocked(cid, tomb) }
+            // No cycles: the new parent must not be the item or lie below it.
+            var cursor: String? = parentID
+            var steps = 0
+            while let c = cursor {
+                if c == id { throw StubFailure(422, "an item cannot move below itself") }
+                steps += 1
+                if steps > 100_000 { throw StubFailure(500, "the tree is too deep") }
+                cursor = try itemLocked(cid, c)?.parent
+            }
+            if let holder = try liveChildLocked(cid, parent: parentID, name: item.name, except: id) {
+                throw StubFailure(409, "the name is taken", current: holder)
+            }
+        }
+        return try db.transaction { try writeLocked(cid, item) }
+    }
+
+    /// Deletes an item seen at `version`, leaving a tombstone.
+    func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String) throws -> WireItem {
+        try locked {
+            let stored = try deleteItemLocked(cid, id, ifMatch: version, device: device)
             cond.broadcast()
             return stored
+        }
+    }
+
+    private func deleteItemLocked(_ cid: String, _ id: String, ifMatch version: Int64, device: String) throws -> WireItem {
+        guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
+        guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
+        guard let existing = try itemLocked(cid, id) else { throw StubFailure(404, "no such item") }
+        if existing.deleted { throw StubFailure(412, "the item is already deleted", current: existing) }
+        guard existing.version == version else {
+            throw StubFailure(412, "the item is at version \(existing.version)", current: existing)
+        }
+        if existing.kind == .dir {
+            var child: WireItem?
+            try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND deleted = 0 LIMIT 1",
+                           [.text(cid), .text(id)]) { child = try Self.decodeRow($0) }
+            if let child { throw StubFailure(409, "the directory is not empty", current: child) }
+        }
+        var tomb = existing
+        tomb.deleted = true
+        tomb.device = device
+        return try db.transaction { try writeLocked(cid, tomb) }
+    }
+
+    // MARK: Batch
+
+    /// Applies a batch's entries in order under one lock, each by the code of its single route in its own
+    /// transaction (an inline blob committed first): one refused entry changes nothing and the next go on.
+    /// A failure that is not a refusal (the disk) ends the batch: the entries before it stay applied.
+    func batch(_ cid: String, _ entries: [StubBatchEntry]) throws -> [WireBatchResult] {
+        try locked {
+            guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
+            defer { cond.broadcast() }
+            var results: [WireBatchResult] = []
+            for entry in entries {
+                do {
+                    results.append(WireBatchResult(status: 200, item: try applyLocked(cid, entry)))
+                } catch let f as StubFailure where f.status < 500 {
+                    results.append(WireBatchResult(status: f.status, error: f.message, current: f.current))
+                }
+            }
+            return results
+        }
+    }
+
+    private func applyLocked(_ cid: String, _ prepared: StubBatchEntry) throws -> WireItem {
+        if let refusal = prepared.refusal { throw refusal }
+        let entry = prepared.entry
+        switch entry.op {
+        case .delete:
+            guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
+            guard let version = entry.ifMatch, version >= 0 else { throw StubFailure(400, "If-Match version needed") }
+            return try deleteItemLocked(cid, entry.id, ifMatch: version, device: entry.device ?? "")
+        case .put:
+            guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
+            guard let item = entry.item else { throw StubFailure(400, "a put needs an item") }
+            if let blob = prepared.blob { _ = try commitBlobLocked(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath) }
+            let condition: WriteCondition = entry.ifMatch.map { .ifMatch($0) } ?? .ifNoneMatch
+            if case .ifMatch(let v) = condition, v < 0 { throw StubFailure(400, "bad If-Match version") }
+            return try putItemLocked(cid, entry.id, item, condition)
         }
     }
 
@@ -413,15 +469,19 @@ final class StubStore: @unchecked Sendable {
     func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
         try locked {
             guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
-            if try blobSizeLocked(cid, sha256) != nil {
-                try? removeFile(tmpPath)
-                return false
-            }
-            try renameFile(tmpPath, blobPath(cid, sha256))
-            try db.query("INSERT OR REPLACE INTO blobs (container, sha256, size) VALUES (?, ?, ?)",
-                         [.text(cid), .text(sha256), .int(size)])
-            return true
+            return try commitBlobLocked(cid, sha256, size: size, tmpPath: tmpPath)
         }
+    }
+
+    private func commitBlobLocked(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
+        if try blobSizeLocked(cid, sha256) != nil {
+            try? removeFile(tmpPath)
+            return false
+        }
+        try renameFile(tmpPath, blobPath(cid, sha256))
+        try db.query("INSERT OR REPLACE INTO blobs (container, sha256, size) VALUES (?, ?, ?)",
+                     [.text(cid), .text(sha256), .int(size)])
+        return true
     }
 
     // MARK: Seeding
