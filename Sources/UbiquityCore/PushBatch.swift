@@ -85,8 +85,8 @@ struct BatchPusher {
         var snapNow = snap
         var content: [UInt8]?
         if item.dirty {
-            guard let (bytes, generation) = try inlineContent(id, limit: min(inlineLeft, WireBatchLimits.maxInlineBytes))
-            else { return nil }
+            let limit = min(inlineLeft, WireBatchLimits.maxInlineBytes)
+            guard let (bytes, generation) = try inlineContent(id, limit: limit) else { return nil }
             if let generation { snapNow.generation = generation }
             item.remoteSHA = sha256Hex(bytes)
             item.remoteSize = Int64(bytes.count)
@@ -94,7 +94,8 @@ struct BatchPusher {
             content = bytes.isEmpty ? nil : bytes
         }
         let wire = Pusher(container: container, id: id).wireItem(item)
-        let entry = WireBatchEntry.put(wire, ifMatch: item.remoteVersion == 0 ? nil : item.remoteVersion, content: content)
+        let ifMatch = item.remoteVersion == 0 ? nil : item.remoteVersion
+        let entry = WireBatchEntry.put(wire, ifMatch: ifMatch, content: content)
         return Prepared(snap: snapNow, pushed: item, entry: entry)
     }
 
@@ -109,7 +110,9 @@ struct BatchPusher {
         var bytes = [UInt8](repeating: 0, count: size)
         var got = 0
         while got < size {
-            let n = try bytes.withUnsafeMutableBytes { try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[got...])) }
+            let n = try bytes.withUnsafeMutableBytes { buffer in
+                try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[got...]))
+            }
             if n == 0 { break }
             got += n
         }

@@ -116,7 +116,9 @@ extension RemoteClient {
     private func applyOne(_ entry: WireBatchEntry) throws -> WireItem {
         switch entry.op {
         case .delete:
-            guard let version = entry.ifMatch else { throw RemoteError.rejected(status: 400, message: "If-Match version needed") }
+            guard let version = entry.ifMatch else {
+                throw RemoteError.rejected(status: 400, message: "If-Match version needed")
+            }
             return try deleteItem(entry.id, ifMatch: version)
         case .put:
             guard let item = entry.item, item.id == entry.id else {

@@ -181,8 +181,8 @@ final class SyncLoops: @unchecked Sendable {
     /// `storeFailed`: the journal could not be read; the pusher backs off and tries again, as for a failed push.
     enum PushOutcome { case idle, failed, storeFailed }
 
-    /// Pushes every pending item that can go now, oldest first, many at a time in one batch request. A failure to read the journal is logged and
-    /// shown on the mount root (`uploadingError`) until a pass reads it again.
+    /// Pushes every pending item that can go now, oldest first, many at a time in one batch request. A failure
+    /// to read the journal is logged and shown on the mount root (`uploadingError`) until a pass reads it again.
     func pushAll() -> PushOutcome {
         while !isStopping {
             let next: [String]

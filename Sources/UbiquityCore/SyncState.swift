@@ -296,7 +296,9 @@ extension Container {
                           deletes: [(id: String, tombstone: Int64?)]) throws {
         if puts.isEmpty && deletes.isEmpty { return }
         try mutateThrowing { s in
-            for p in puts { try s.acknowledgePushLocked(p.snap.item.id, stored: p.stored, snap: p.snap, pushed: p.pushed) }
+            for p in puts {
+                try s.acknowledgePushLocked(p.snap.item.id, stored: p.stored, snap: p.snap, pushed: p.pushed)
+            }
             for d in deletes {
                 try s.store.delete(d.id)
                 s.items[d.id] = nil

@@ -252,7 +252,8 @@ final class StubStore: @unchecked Sendable {
         }
     }
 
-    private func putItemLocked(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition) throws -> WireItem {
+    private func putItemLocked(_ cid: String, _ id: String, _ body: WireItem,
+                               _ condition: WriteCondition) throws -> WireItem {
         guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
         let item = try validatedLocked(cid, id, body)
         let existing = try itemLocked(cid, id)
@@ -295,7 +296,8 @@ final class StubStore: @unchecked Sendable {
         }
     }
 
-    private func deleteItemLocked(_ cid: String, _ id: String, ifMatch version: Int64, device: String) throws -> WireItem {
+    private func deleteItemLocked(_ cid: String, _ id: String, ifMatch version: Int64,
+                                  device: String) throws -> WireItem {
         guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
         guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
         guard let existing = try itemLocked(cid, id) else { throw StubFailure(404, "no such item") }
@@ -347,7 +349,9 @@ final class StubStore: @unchecked Sendable {
         case .put:
             guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
             guard let item = entry.item else { throw StubFailure(400, "a put needs an item") }
-            if let blob = prepared.blob { _ = try commitBlobLocked(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath) }
+            if let blob = prepared.blob {
+                _ = try commitBlobLocked(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath)
+            }
             let condition: WriteCondition = entry.ifMatch.map { .ifMatch($0) } ?? .ifNoneMatch
             if case .ifMatch(let v) = condition, v < 0 { throw StubFailure(400, "bad If-Match version") }
             return try putItemLocked(cid, entry.id, item, condition)

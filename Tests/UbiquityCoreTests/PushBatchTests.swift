@@ -74,7 +74,8 @@ final class CountingRemote: RemoteClient, @unchecked Sendable {
         a.nudge()
         #expect(eventually(20) { a.pending == 0 })
         #expect(remote.lookup(path: "Documents/many") == nil && remote.lookup(path: "Documents/many/f7") == nil)
-        #expect(link.batches.value == [300, 301] && link.singleWrites.value == 1, "the folder's delete after its files'")
+        #expect(link.batches.value == [300, 301] && link.singleWrites.value == 1,
+                "the folder's delete after its files'")
     }
 
     @Test func refusedEntriesSettleAsSinglePushes() throws {
@@ -89,7 +90,8 @@ final class CountingRemote: RemoteClient, @unchecked Sendable {
         let clash = try a.createFile("clash.txt", bytes("from a"))
         try a.write(shared.id, bytes("edited on a"), mtimeSeconds: 1_800_000_000)
         remote.seed(path: "Documents/clash.txt", bytes: bytes("from other"), device: "other", mtime: 5)
-        remote.seed(path: "Documents/shared.txt", bytes: bytes("edited elsewhere"), device: "other", mtime: 1_800_000_100 * 1_000_000_000)
+        remote.seed(path: "Documents/shared.txt", bytes: bytes("edited elsewhere"), device: "other",
+                    mtime: 1_800_000_100 * 1_000_000_000)
         link.offline.value = false
         a.nudge()
         #expect(eventually(20) { a.pending == 0 })
@@ -100,7 +102,8 @@ final class CountingRemote: RemoteClient, @unchecked Sendable {
         #expect(a.container.item(clash.id)?.name == "clash 2.txt")
         // Both changed the content: the later one is current, the other kept as a conflict version.
         let w = try #require(remote.lookup(path: "Documents/shared.txt"))
-        #expect(w.sha256 == sha256Hex(bytes("edited elsewhere")) && w.conflicts.map(\.sha256) == [sha256Hex(bytes("edited on a"))])
+        #expect(w.sha256 == sha256Hex(bytes("edited elsewhere")))
+        #expect(w.conflicts.map(\.sha256) == [sha256Hex(bytes("edited on a"))])
         for i in 0..<20 { #expect(remote.lookup(path: "Documents/n\(i)")?.sha256 == sha256Hex(bytes("new \(i)"))) }
         link.feedBlocked.value = false
         #expect(eventually(20) { a.lookup("clash.txt")?.device == "other" && a.pending == 0 })

@@ -46,7 +46,8 @@ private func stored(_ r: BatchResult) -> WireItem? {
         #expect(try s.remote.item("f").deleted && !s.remote.item("a").deleted)
     }
 
-    @Test(arguments: Backend.all) func aRefusedEntryChangesNothingAndIsAnsweredAsItsSingleCall(backend: Backend) throws {
+    @Test(arguments: Backend.all)
+    func aRefusedEntryChangesNothingAndIsAnsweredAsItsSingleCall(backend: Backend) throws {
         let s = try backend.make(nil)
         let taken = try s.remote.putItem(file("taken"), ifMatch: nil)
         let dir = try s.remote.putItem(directory("full"), ifMatch: nil)
@@ -95,7 +96,8 @@ private func stored(_ r: BatchResult) -> WireItem? {
             Issue.record("more than \(WireBatchLimits.maxEntries) entries: 413")
         }
         let big = [UInt8](repeating: 1, count: WireBatchLimits.maxInlineBytes + 1)
-        if case .rejected(413, _)? = failure({ try s.remote.batch([.put(file("big", bytes: big), ifMatch: nil, content: big)]) }) {} else {
+        let bigEntry = WireBatchEntry.put(file("big", bytes: big), ifMatch: nil, content: big)
+        if case .rejected(413, _)? = failure({ try s.remote.batch([bigEntry]) }) {} else {
             Issue.record("inline content over the limit: 413")
         }
         #expect(failure({ try s.remote.item("n0") }) != nil && failure({ try s.remote.item("big") }) != nil)
