@@ -2,11 +2,13 @@
 // files with their content inline, so that a burst (`tar x`, `rm -rf`) goes up in a few requests.
 //
 // What must hold here: a batch changes nothing of the rules of Pusher.swift. An entry the remote stored is
-// recorded as its single push would record it (all of a batch's in one transaction); every other item (one a
-// batch cannot carry, and every entry refused) is pushed by Pusher one by one, in the batch's order, after the
-// answers were recorded, so that it meets the remote as it is now and settles exactly as the single path
-// does. A create is marked sent before the request goes; a batch without an answer is a lost answer for
-// each of its entries, as for a single write.
+// recorded as its single push would record it (all of a batch's in one transaction). Then, in the batch's
+// order, an entry refused for the item's own state (412, 404: no other entry can have changed it) settles by
+// Pusher's rules applied to its answer, as if Pusher had sent it; an entry refused for another item's (409, 422:
+// a name holder, a child, a parent, which a later entry may have moved) and an item the batch did not carry
+// (larger content, a local-only item's remote copy, a delete of an unanswered create, an item gone meanwhile)
+// are pushed by Pusher from the start, against the remote as it is now. A create is marked sent before the
+// request goes; a batch without an answer is a lost answer for each of its entries, as for a single write.
 import Foundation
 import UbiquityBase
 
@@ -38,21 +40,38 @@ struct BatchPusher {
             inlineLeft -= p.entry.content?.count ?? 0
             prepared.append(p)
         }
-        let settled = try send(prepared)
-        for id in ids where !settled.contains(id) {
-            do { try Pusher(container: container, id: id).run() } catch { throw BatchPushFailure(id: id, error: error) }
+        let (sent, refused) = try send(prepared)
+        for id in ids {
+            do {
+                let pusher = Pusher(container: container, id: id)
+                if let (p, error) = refused[id], Self.isOwnState(error) {
+                    try pusher.runAfterRefusal(error, of: p.entry, snap: p.snap, pushed: p.pushed)
+                } else if !sent.contains(id) || refused[id] != nil {
+                    try pusher.run()
+                }
+            } catch { throw BatchPushFailure(id: id, error: error) }
         }
     }
 
-    /// Sends the entries and records what the remote stored; answers the items settled.
-    private func send(_ all: [Prepared]) throws -> Set<String> {
-        guard let first = all.first?.entry.id else { return [] }
+    /// True when the refusal is about the item's own state on the remote, which no other entry changes.
+    private static func isOwnState(_ error: RemoteError) -> Bool {
+        switch error {
+        case .preconditionFailed, .notFound: return true
+        default: return false
+        }
+    }
+
+    /// Sends the entries (not those of items gone meanwhile) and records what the remote stored; answers the
+    /// items sent and the refusals, by item.
+    private func send(_ all: [Prepared]) throws -> (sent: Set<String>, refused: [String: (Prepared, RemoteError)]) {
+        guard let first = all.first?.entry.id else { return ([], [:]) }
         let gone: Set<String>
         do {
             gone = try container.markCreatesSent(all.compactMap { $0.entry.ifMatch == nil ? $0.entry.item : nil })
         } catch { throw BatchPushFailure(id: first, error: error) }
+        var refused: [String: (Prepared, RemoteError)] = [:]
         let batch = all.filter { !gone.contains($0.entry.id) }
-        if batch.isEmpty { return [] }
+        if batch.isEmpty { return ([], [:]) }
         let results: [BatchResult]
         do { results = try container.remote.batch(batch.map(\.entry)) } catch {
             throw BatchPushFailure(id: first, error: error)
@@ -63,14 +82,13 @@ struct BatchPusher {
             switch (p.entry.op, result) {
             case (.put, .success(let stored)): puts.append((p.snap, p.pushed, stored))
             case (.delete, .success(let tombstone)): deletes.append((p.entry.id, tombstone.version))
-            case (.delete, .failure(.notFound)): deletes.append((p.entry.id, nil))
-            default: continue
+            case (_, .failure(let error)): refused[p.entry.id] = (p, error)
             }
         }
         do { try container.acknowledgeBatch(puts: puts, deletes: deletes) } catch {
             throw BatchPushFailure(id: first, error: error)
         }
-        return Set(puts.map(\.snap.item.id) + deletes.map(\.id))
+        return (Set(batch.map(\.entry.id)), refused)
     }
 
     /// The entry for one item, or nil when it goes by the single path: a local-only item's remote copy, a
