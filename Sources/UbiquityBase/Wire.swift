@@ -91,6 +91,77 @@ public struct WireError: Codable, Equatable, Sendable {
     public init(error: String, current: WireItem? = nil) { self.error = error; self.current = current }
 }
 
+/// One entry of `POST .../batch`: a conditional put (create or update) or delete of one item, as the single
+/// routes take it. A put with `ifMatch` nil is create-only (`If-None-Match: *`); a delete needs `ifMatch`.
+/// A file's content may come inline (`content`, base64 on the wire, at most `WireBatchLimits.maxInlineBytes`):
+/// it is stored as a blob before the item that names it.
+public struct WireBatchEntry: Codable, Equatable, Sendable {
+    public enum Op: String, Codable, Sendable { case put, delete }
+    public var op: Op
+    /// The item's id (for a put, the body's id must equal it).
+    public var id: String
+    /// A put's body (version and deleted ignored); nil for a delete.
+    public var item: WireItem?
+    /// The version last seen (`If-Match`); nil on a put: create only.
+    public var ifMatch: Int64?
+    /// A file's content, inline.
+    public var content: Data?
+    /// A delete: the device named in the tombstone (`X-Device`).
+    public var device: String?
+    /// Reserved for the client-chosen change id of each write (idempotent retries); not interpreted yet.
+    public var change: String?
+
+    public init(op: Op, id: String, item: WireItem? = nil, ifMatch: Int64? = nil, content: Data? = nil,
+                device: String? = nil, change: String? = nil) {
+        self.op = op; self.id = id; self.item = item; self.ifMatch = ifMatch; self.content = content
+        self.device = device; self.change = change
+    }
+
+    public static func put(_ item: WireItem, ifMatch: Int64?, content: [UInt8]? = nil) -> WireBatchEntry {
+        WireBatchEntry(op: .put, id: item.id, item: item, ifMatch: ifMatch, content: content.map { Data($0) })
+    }
+
+    public static func delete(_ id: String, ifMatch: Int64, device: String? = nil) -> WireBatchEntry {
+        WireBatchEntry(op: .delete, id: id, ifMatch: ifMatch, device: device)
+    }
+}
+
+/// Body of `POST .../batch`.
+public struct WireBatch: Codable, Equatable, Sendable {
+    public var entries: [WireBatchEntry]
+    public init(entries: [WireBatchEntry]) { self.entries = entries }
+}
+
+/// The answer to one batch entry: the status the single route would give, and its body: the stored item
+/// (2xx), or the error and the item in the way.
+public struct WireBatchResult: Codable, Equatable, Sendable {
+    public var status: Int
+    public var item: WireItem?
+    public var error: String?
+    public var current: WireItem?
+    public init(status: Int, item: WireItem? = nil, error: String? = nil, current: WireItem? = nil) {
+        self.status = status; self.item = item; self.error = error; self.current = current
+    }
+}
+
+/// Answer of `POST .../batch`: one result per entry, in order.
+public struct WireBatchAnswer: Codable, Equatable, Sendable {
+    public var results: [WireBatchResult]
+    public init(results: [WireBatchResult]) { self.results = results }
+}
+
+/// The sizes a batch may reach.
+public enum WireBatchLimits {
+    /// Entries in one request.
+    public static let maxEntries = 1000
+    /// One entry's inline content.
+    public static let maxInlineBytes = 64 * 1024
+    /// All inline content of one request (its base64 takes a third more).
+    public static let maxInlineTotal = 4 << 20
+    /// The request body.
+    public static let maxBodyBytes = 8 << 20
+}
+
 /// Rules every name and id must follow, on both sides of the wire.
 public enum WireRules {
     public static let rootID = "root"

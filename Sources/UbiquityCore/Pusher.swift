@@ -1,4 +1,5 @@
-// Pushes one pending item to the remote: its delete, or its content and metadata as one conditional write.
+// Pushes one pending item to the remote: its delete, or its content and metadata as one conditional write
+// (or goes on from the refusal a batch met for it, PushBatch.swift).
 // A lost condition (412) is a conflict, resolved here by the rules of the README so that every device,
 // computing from the same two versions, reaches the same result.
 //
@@ -28,9 +29,27 @@ struct Pusher {
     }
 
     func run() throws {
-        var attempts = 0
         // Items in the way of this one's name that were pushed first once already (see nameTaken).
         var pushedFirst: Set<String> = []
+        try run(attempts: 0, pushedFirst: &pushedFirst)
+    }
+
+    /// Goes on from a write a batch carried and the remote refused, as if this push had sent it (the first of
+    /// its attempts): the refusal is settled by the same rules, then the push goes on as `run`.
+    func runAfterRefusal(_ error: RemoteError, of entry: WireBatchEntry, snap: PushSnapshot, pushed: Item) throws {
+        var pushedFirst: Set<String> = []
+        let done: Bool
+        if entry.op == .delete {
+            done = try deleteRefused(error, deleted: pushed)
+        } else {
+            guard let wire = entry.item else { throw error }
+            done = try putRefused(error, wire: wire, snap: snap, pushed: pushed, pushedFirst: &pushedFirst)
+        }
+        if !done { try run(attempts: 1, pushedFirst: &pushedFirst) }
+    }
+
+    private func run(attempts start: Int, pushedFirst: inout Set<String>) throws {
+        var attempts = start
         while let snap = container.pushSnapshot(id), snap.item.isPending {
             attempts += 1
             if attempts > 8 { throw RemoteError.server(status: 0, message: "conflict did not settle after 8 tries") }
@@ -64,16 +83,22 @@ struct Pusher {
             let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
             try container.forgetDeleted(id, tombstone: tombstone.version)
         } catch let error as RemoteError {
-            switch error {
-            case .notFound:
-                try container.forgetDeleted(id)
-            case .preconditionFailed(let current):
-                return try deleteMeetsNewerVersion(current, deleted: item)
-            case .conflict(_, let child):
-                return try deleteMeetsChild(child, error: error)
-            default:
-                throw error
-            }
+            return try deleteRefused(error, deleted: item)
+        }
+        return true
+    }
+
+    /// The remote refused the delete. Returns true when done, false to look again.
+    private func deleteRefused(_ error: RemoteError, deleted item: Item) throws -> Bool {
+        switch error {
+        case .notFound:
+            try container.forgetDeleted(id)
+        case .preconditionFailed(let current):
+            return try deleteMeetsNewerVersion(current, deleted: item)
+        case .conflict(_, let child):
+            return try deleteMeetsChild(child, error: error)
+        default:
+            throw error
         }
         return true
     }
@@ -232,7 +257,7 @@ struct Pusher {
     }
 
     /// The remote's form of the item as this device pushes it.
-    private func wireItem(_ item: Item) -> WireItem {
+    func wireItem(_ item: Item) -> WireItem {
         var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.mode,
                             mtime: item.mtime, size: item.kind == .dir ? 0 : item.remoteSize,
                             sha256: item.hasContent ? item.remoteSHA : "", device: container.config.device,

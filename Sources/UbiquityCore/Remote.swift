@@ -9,6 +9,7 @@
 // others as answers. An update or a delete is conditional (`ifMatch`, the version last seen); a lost one
 // answers `.preconditionFailed` with the remote's current state. `downloadBlob` does not verify: the caller
 // checks every byte (Downloads.swift). The conformance suite holds every implementation to the same answers.
+import Foundation
 import UbiquityBase
 
 public enum RemoteError: Error, Equatable, CustomStringConvertible {
@@ -66,6 +67,10 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
 /// Progress of one transfer: called with the bytes done so far; return false to cancel.
 public typealias TransferProgress = (Int64) -> Bool
 
+/// The answer to one entry of a batch: what its single call would have answered (the stored item or the
+/// tombstone, or the refusal).
+public typealias BatchResult = Result<WireItem, RemoteError>
+
 public protocol RemoteClient: AnyObject, Sendable {
     /// Ensures the container exists; returns its root id and the feed position now.
     func openContainer() throws -> WireContainer
@@ -77,6 +82,10 @@ public protocol RemoteClient: AnyObject, Sendable {
     func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem
     /// Deletes an item seen at version `ifMatch`; returns the tombstone.
     func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem
+    /// Applies many puts and deletes in order, each atomically and on its own (a later entry may depend on an
+    /// earlier one), and answers each as its single call would, in order. A thrown error is the whole answer
+    /// lost: any number of the first entries may have been applied.
+    func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult]
     /// True if the remote already holds the blob.
     func hasBlob(sha256: String) throws -> Bool
     /// Uploads the file at `path` (whose content hashes to `sha256` and has `size` bytes) as a blob.
@@ -86,6 +95,55 @@ public protocol RemoteClient: AnyObject, Sendable {
     /// `offset`), calling `progress` with the absolute byte count. Does not verify the hash: the caller does.
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
                       progress: TransferProgress?) throws
+}
+
+extension RemoteClient {
+    /// A batch as single calls (the default, for remotes without a batch of their own): inline content is
+    /// uploaded as a blob first unless the remote has it. A transient failure ends the batch, as a lost answer.
+    public func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
+        var results: [BatchResult] = []
+        for entry in entries {
+            do {
+                results.append(.success(try applyOne(entry)))
+            } catch let error as RemoteError {
+                if error.isTransient { throw error }
+                results.append(.failure(error))
+            }
+        }
+        return results
+    }
+
+    private func applyOne(_ entry: WireBatchEntry) throws -> WireItem {
+        switch entry.op {
+        case .delete:
+            guard let version = entry.ifMatch else {
+                throw RemoteError.rejected(status: 400, message: "If-Match version needed")
+            }
+            return try deleteItem(entry.id, ifMatch: version)
+        case .put:
+            guard let item = entry.item, item.id == entry.id else {
+                throw RemoteError.rejected(status: 400, message: "the id in the body differs from the entry's")
+            }
+            if let content = entry.content { try uploadInline(Array(content), sha256: item.sha256) }
+            return try putItem(item, ifMatch: entry.ifMatch)
+        }
+    }
+
+    /// Uploads inline content through a temporary file (the remote verifies its hash).
+    private func uploadInline(_ bytes: [UInt8], sha256: String) throws {
+        if try bytes.isEmpty || hasBlob(sha256: sha256) { return }
+        let path = NSTemporaryDirectory() + "/ubiquity-inline-" + randomHex(bytes: 8)
+        do {
+            let fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+            defer { fd.close() }
+            try fd.writeAll(bytes)
+        } catch {
+            try? removeFile(path)
+            throw RemoteError.localFile("cannot stage inline content", cause: error as? Errno ?? .io)
+        }
+        defer { try? removeFile(path) }
+        try uploadBlob(sha256: sha256, size: Int64(bytes.count), fromFile: path, progress: nil)
+    }
 }
 
 /// The remote's key-value store of the container (its own door: a remote without one leaves the store local).

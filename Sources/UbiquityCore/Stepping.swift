@@ -27,20 +27,21 @@ extension Container {
         return batch.more
     }
 
-    /// Pushes the oldest pushable pending item.
+    /// Pushes the oldest pushable pending items, as the push loop does: one, or many in one batch.
     public func pushOnce() -> PushStep {
-        let next: String?
-        do { next = try sync.nextPushable() } catch {
+        let next: [String]
+        do { next = try nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
             recordUploadFailure(rootID, error)
             return .failed(rootID, "\(error)")
         }
-        guard let id = next else { return .idle }
+        guard let first = next.first else { return .idle }
         do {
-            try Pusher(container: self, id: id).run()
-            return .pushed(id)
+            try sync.push(next)
+            return .pushed(first)
         } catch {
-            recordUploadFailure(id, error)
-            return .failed(id, "\(error)")
+            let failure = error as? BatchPushFailure
+            recordUploadFailure(failure?.id ?? first, failure?.error ?? error)
+            return .failed(failure?.id ?? first, "\(failure?.error ?? error)")
         }
     }
 

@@ -181,31 +181,39 @@ final class SyncLoops: @unchecked Sendable {
     /// `storeFailed`: the journal could not be read; the pusher backs off and tries again, as for a failed push.
     enum PushOutcome { case idle, failed, storeFailed }
 
-    /// Pushes every pending item that can go now, oldest first. A failure to read the journal is logged and
-    /// shown on the mount root (`uploadingError`) until a pass reads it again.
+    /// Pushes every pending item that can go now, oldest first, many at a time in one batch request. A failure
+    /// to read the journal is logged and shown on the mount root (`uploadingError`) until a pass reads it again.
     func pushAll() -> PushOutcome {
         while !isStopping {
-            let next: String?
-            do { next = try nextPushable() } catch {
+            let next: [String]
+            do { next = try container.nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
                 log.error("cannot read the changes waiting to upload: \(error)")
                 container.recordUploadFailure(container.rootID, error)
                 return .storeFailed
             }
             container.clearUploadFailure(container.rootID)
-            guard let id = next else { return .idle }
-            do {
-                try Pusher(container: container, id: id).run()
-            } catch {
-                log.warning("upload of \(container.path(of: id)) failed: \(error)")
-                container.recordUploadFailure(id, error)
+            if next.isEmpty { return .idle }
+            do { try push(next) } catch let failure as BatchPushFailure {
+                log.warning("upload of \(container.path(of: failure.id)) failed: \(failure.error)")
+                container.recordUploadFailure(failure.id, failure.error)
                 return .failed
+            } catch {
+                return .failed // not thrown: `push` names the item of every failure
             }
         }
         return .idle
     }
 
-    /// The oldest pending item whose parent the remote knows and which nobody is writing.
-    func nextPushable() throws -> String? { try container.nextPushable() }
+    /// Pushes items `nextPushableBatch` gave: one by Pusher, more in one batch. A failure is thrown as a
+    /// BatchPushFailure naming its item.
+    func push(_ ids: [String]) throws {
+        guard ids.count > 1 else {
+            guard let id = ids.first else { return }
+            do { try Pusher(container: container, id: id).run() } catch { throw BatchPushFailure(id: id, error: error) }
+            return
+        }
+        try BatchPusher(container: container, ids: ids).run()
+    }
 
     /// Number of items with changes not yet on the remote.
     var pendingCount: Int { get throws { try container.pendingPushCount } }

@@ -53,22 +53,33 @@ extension Container {
     /// on the remote yet). Nil while a program writes it.
     func firstToPush(toFree id: String) -> String? { read { s in s.firstToPushNow(toFree: id) } }
 
-    /// The oldest pending item whose parent the remote knows and which nobody is writing.
-    func nextPushable() throws -> String? {
+    /// Up to `limit` pending items whose parent the remote knows and which nobody is writing, oldest first.
+    /// A directory with changes of its own goes before the items below it: it may have to be revived on the
+    /// remote first (deleted there while this device added to it), or nothing can be put in it; the highest
+    /// such directory first (one further up may be new: its subtree waits for it). Not a directory deleted here:
+    /// the deletes of what was below it must go first. An item whose parent is new waits for a later call (the
+    /// parent's create must be answered first). The journal is read only up to the `limit`th pushable item (it
+    /// may hold thousands, under the lock).
+    func nextPushableBatch(limit: Int) throws -> [String] {
         try read { s in
             let pushable = s.isPushable
-            // A directory with changes of its own goes before the items below it: it may have to be revived on
-            // the remote first (deleted there while this device added to it), or nothing can be put in it.
-            // Not a directory deleted here: the deletes of what was below it must go first.
-            // The highest such directory goes first: one further up may be new (its subtree waits for it).
-            // The journal is read only up to its first pushable item (it may hold thousands, under the lock).
-            guard var id = try s.store.firstPending(where: pushable) else { return nil }
-            var cursor = s.items[id]?.parent
-            while let p = cursor, p != s.rootID, let dir = s.items[p], !dir.deleted, !dir.isLocalOnly {
-                if try pushable(p) && s.store.isPending(p) { id = p }
-                cursor = dir.parent
+            var oldest: [String] = []
+            _ = try s.store.firstPending { id in
+                if pushable(id) { oldest.append(id) }
+                return oldest.count >= limit
             }
-            return id
+            var picked: [String] = []
+            var seen: Set<String> = []
+            for id in oldest {
+                var above: [String] = []
+                var cursor = s.items[id]?.parent
+                while let p = cursor, p != s.rootID, let dir = s.items[p], !dir.deleted, !dir.isLocalOnly {
+                    if try pushable(p) && s.store.isPending(p) { above.append(p) }
+                    cursor = dir.parent
+                }
+                for next in above.reversed() + [id] where seen.insert(next).inserted { picked.append(next) }
+            }
+            return Array(picked.prefix(limit))
         }
     }
 
@@ -258,30 +269,41 @@ extension Container {
         }
     }
 
+    /// `markCreateSent` for many items in one transaction; answers the ids that are gone (not to be sent).
+    func markCreatesSent(_ creates: [WireItem]) throws -> Set<String> {
+        if creates.isEmpty { return [] }
+        return try mutateThrowing { s -> Set<String> in
+            var gone: Set<String> = []
+            for wire in creates {
+                guard s.items[wire.id] != nil else { gone.insert(wire.id); continue }
+                try s.store.markCreateSent(wire.id, String(decoding: try JSONEncoder().encode(wire), as: UTF8.self))
+            }
+            return gone
+        }
+    }
+
     /// The remote forgot the item: its create is to be sent afresh.
     func forgetCreateSent(_ id: String) throws { try mutateThrowing { s in try s.store.forgetCreateSent(id) } }
 
     /// Records what the remote stored. Content and metadata changed here after the snapshot stay pending.
     func acknowledgePush(_ id: String, stored: WireItem, snap: PushSnapshot, pushed: Item) throws {
+        try mutateThrowing { s in try s.acknowledgePushLocked(id, stored: stored, snap: snap, pushed: pushed) }
+    }
+
+    /// Records what the remote answered to a batch, in one transaction: the puts it stored (as
+    /// `acknowledgePush`) and the deletes it has (as `forgetDeleted`).
+    func acknowledgeBatch(puts: [(snap: PushSnapshot, pushed: Item, stored: WireItem)],
+                          deletes: [(id: String, tombstone: Int64?)]) throws {
+        if puts.isEmpty && deletes.isEmpty { return }
         try mutateThrowing { s in
-            guard var cur = s.items[id] else { return }
-            cur.remoteVersion = stored.version
-            cur.remoteSHA = stored.sha256
-            cur.remoteSize = stored.size
-            cur.device = stored.device
-            s.pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
-            cur.conflicts = stored.conflicts
-            try s.forgetUnpushed(listed: stored.conflicts)
-            let unchanged = (s.contentGeneration[id] ?? 0) == snap.generation
-            if snap.item.dirty && unchanged && cur.dirty {
-                cur.dirty = false
-                cur.localSHA = stored.sha256
-                cur.size = stored.size
+            for p in puts {
+                try s.acknowledgePushLocked(p.snap.item.id, stored: p.stored, snap: p.snap, pushed: p.pushed)
             }
-            if cur.metadata == pushed.metadata { cur.metaDirty = false }
-            try s.store.save(cur)
-            s.items[id] = cur
-            s.updateTransfer(id) { $0.uploadError = nil }
+            for d in deletes {
+                try s.store.delete(d.id)
+                s.items[d.id] = nil
+                if let tombstone = d.tombstone { s.settledDeletes[d.id] = tombstone }
+            }
         }
     }
 
@@ -447,6 +469,28 @@ extension Container {
 
 /// The rules the puller and the pusher share, and which item may go up now: steps inside one operation.
 extension CoreState {
+    /// See `Container.acknowledgePush`.
+    mutating func acknowledgePushLocked(_ id: String, stored: WireItem, snap: PushSnapshot, pushed: Item) throws {
+        guard var cur = items[id] else { return }
+        cur.remoteVersion = stored.version
+        cur.remoteSHA = stored.sha256
+        cur.remoteSize = stored.size
+        cur.device = stored.device
+        pruneConflictFiles(id, old: cur.conflicts, new: stored.conflicts)
+        cur.conflicts = stored.conflicts
+        try forgetUnpushed(listed: stored.conflicts)
+        let unchanged = (contentGeneration[id] ?? 0) == snap.generation
+        if snap.item.dirty && unchanged && cur.dirty {
+            cur.dirty = false
+            cur.localSHA = stored.sha256
+            cur.size = stored.size
+        }
+        if cur.metadata == pushed.metadata { cur.metaDirty = false }
+        try store.save(cur)
+        items[id] = cur
+        updateTransfer(id) { $0.uploadError = nil }
+    }
+
     /// Applies the remote's newest state of one item. The rule the puller and the pusher share: the pusher
     /// takes a remote state through it as a pull would.
     mutating func applyRemoteItem(_ w: WireItem) throws {

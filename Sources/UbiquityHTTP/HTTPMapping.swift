@@ -93,6 +93,13 @@ enum HTTPMapping {
         }
     }
 
+    /// One batch entry's answer as its single call would have it.
+    static func result(_ r: WireBatchResult) -> BatchResult {
+        if (200...299).contains(r.status), let item = r.item { return .success(item) }
+        let body = (try? JSONEncoder.wire.encode(WireError(error: r.error ?? "", current: r.current))).map(Array.init)
+        return .failure(error(status: (200...299).contains(r.status) ? 500 : r.status, body: body ?? []))
+    }
+
     /// Start A of a `Content-Range: bytes A-B/N` (nil for `bytes */N` or anything else).
     static func contentRangeStart(_ value: String) -> Int64? {
         let v = value.trimmingCharacters(in: .whitespaces)

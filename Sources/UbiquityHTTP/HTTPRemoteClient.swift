@@ -109,6 +109,25 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
                         headers: [condition, "Content-Type: application/json"], body: body)
     }
 
+    /// POST .../batch; a delete names this client's device in its tombstone unless the entry names one.
+    public func batch(_ entries: [WireBatchEntry]) throws(RemoteError) -> [BatchResult] {
+        let named = entries.map { e -> WireBatchEntry in
+            var e = e
+            if e.op == .delete && e.device == nil && !device.isEmpty { e.device = device }
+            return e
+        }
+        let body: [UInt8]
+        do { body = Array(try JSONEncoder.wire.encode(WireBatch(entries: named))) } catch {
+            throw .rejected(status: 0, message: "cannot encode a batch: \(error)")
+        }
+        let answer: WireBatchAnswer = try json("POST", url(["v1", "containers", container, "batch"]),
+                                               headers: ["Content-Type: application/json"], body: body)
+        guard answer.results.count == entries.count else {
+            throw .server(status: 200, message: "\(answer.results.count) answers to \(entries.count) batch entries")
+        }
+        return answer.results.map(HTTPMapping.result)
+    }
+
     public func putKV(_ entry: WireKVEntry) throws(RemoteError) -> WireKVEntry {
         let body: [UInt8]
         do { body = Array(try JSONEncoder.wire.encode(entry)) } catch {

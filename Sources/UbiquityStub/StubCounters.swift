@@ -14,6 +14,8 @@ struct WireStats: Codable, Equatable, Sendable {
     var itemPuts = 0
     var itemDeletes = 0
     var changesRequests = 0
+    /// Batch requests answered (their entries count in `itemPuts`, `itemDeletes` and `blobPuts`).
+    var batches = 0
 }
 
 /// Body of `POST /v1/faults`, and its answer (the faults now armed).

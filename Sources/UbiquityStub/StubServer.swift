@@ -256,6 +256,8 @@ enum Route {
     case health, stats, faults
     case container(String)
     case changes(String)
+    /// Many item writes in one request.
+    case batch(String)
     case item(String, String)
     case blob(String, String)
     /// The key-value store's feed, and one key.
@@ -282,6 +284,8 @@ enum Route {
             self = KVLimits.isValidKey(key) ? .kvKey(parts[3], key) : .invalid(KVLimits.Violation.keyTooLong.message)
         case 5 where parts[2] == "containers" && parts[4] == "changes":
             self = WireRules.isValidContainerID(parts[3]) ? .changes(parts[3]) : .invalid("bad container id")
+        case 5 where parts[2] == "containers" && parts[4] == "batch":
+            self = WireRules.isValidContainerID(parts[3]) ? .batch(parts[3]) : .invalid("bad container id")
         case 6 where parts[2] == "containers" && (parts[4] == "items" || parts[4] == "blobs"):
             let cid = parts[3], key = parts[5]
             guard WireRules.isValidContainerID(cid) else { self = .invalid("bad container id"); return }
@@ -297,7 +301,7 @@ enum Route {
     var allowedMethods: [String] {
         switch self {
         case .health, .stats: return ["GET"]
-        case .faults: return ["POST"]
+        case .faults, .batch: return ["POST"]
         case .container: return ["PUT"]
         case .changes, .kv: return ["GET"]
         case .kvKey: return ["PUT"]
@@ -311,6 +315,7 @@ enum Route {
     /// The largest JSON body the route takes.
     var maxBodyBytes: Int {
         if case .kvKey = self { return KVLimits.maxBodyBytes }
+        if case .batch = self { return WireBatchLimits.maxBodyBytes }
         return WireRules.maxJSONBytes
     }
 
@@ -499,9 +504,9 @@ extension StubServer {
             if let length = ex.declaredLength, length > Int64(KVLimits.maxBodyBytes) {
                 return .error(413, "quota: " + KVLimits.Violation.valueTooLarge.message)
             }
-        case .item, .faults:
-            if let length = ex.declaredLength, length > Int64(WireRules.maxJSONBytes) {
-                return .error(413, "body larger than \(WireRules.maxJSONBytes) bytes")
+        case .item, .faults, .batch:
+            if let length = ex.declaredLength, length > Int64(route.maxBodyBytes) {
+                return .error(413, "body larger than \(route.maxBodyBytes) bytes")
             }
         default:
             break
@@ -567,6 +572,8 @@ extension StubServer {
                 return .json(200, try store.putKV(cid, entry))
             case .item(let cid, let id):
                 return try itemRoute(connection, ex, cid, id)
+            case .batch(let cid):
+                return try batch(ex, cid)
             case .blob(let cid, let sha):
                 switch ex.method {
                 case "PUT": return try putBlob(ex, cid, sha)
@@ -653,6 +660,52 @@ extension StubServer {
             counters.update { $0.itemDeletes += 1 }
             return .json(200, tomb)
         }
+    }
+
+    /// `POST .../batch`: the limits of the whole request, each inline content checked and written to a
+    /// temporary file, then the entries applied in order by the store.
+    private func batch(_ ex: Exchange, _ cid: String) throws -> Reply {
+        let entries = try decode(WireBatch.self, ex.body).entries
+        guard entries.count <= WireBatchLimits.maxEntries else {
+            throw StubFailure(413, "more than \(WireBatchLimits.maxEntries) entries")
+        }
+        let inline = entries.map { $0.content?.count ?? 0 }
+        guard !inline.contains(where: { $0 > WireBatchLimits.maxInlineBytes }) else {
+            throw StubFailure(413, "inline content over \(WireBatchLimits.maxInlineBytes) bytes")
+        }
+        guard inline.reduce(0, +) <= WireBatchLimits.maxInlineTotal else {
+            throw StubFailure(413, "inline content over \(WireBatchLimits.maxInlineTotal) bytes in all")
+        }
+        guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
+        let prepared = try entries.map { try prepareInline($0, cid) }
+        let results = try store.batch(cid, prepared)
+        counters.update { stats in
+            stats.batches += 1
+            for (p, r) in zip(prepared, results) where r.status == 200 {
+                if p.entry.op == .put { stats.itemPuts += 1 } else { stats.itemDeletes += 1 }
+                if p.blob != nil { stats.blobPuts += 1 }
+            }
+        }
+        return .json(200, WireBatchAnswer(results: results))
+    }
+
+    /// An entry with its inline content verified against the item's hash and size and, unless the stub
+    /// holds that blob already, written to a temporary file; content that does not match refuses the entry.
+    private func prepareInline(_ entry: WireBatchEntry, _ cid: String) throws -> StubBatchEntry {
+        var prepared = StubBatchEntry(entry: entry)
+        guard let content = entry.content else { return prepared }
+        let bytes = [UInt8](content)
+        guard entry.op == .put, let item = entry.item, item.kind == .file, Int64(bytes.count) == item.size,
+              sha256Hex(bytes) == item.sha256 else {
+            prepared.refusal = StubFailure(400, "the inline content does not match the item's hash and size")
+            return prepared
+        }
+        if try bytes.isEmpty || store.blobSize(cid, item.sha256) != nil { return prepared }
+        let writer = try BlobWriter(tmpDir: store.tmpDir)
+        bytes.withUnsafeBytes { writer.write($0) }
+        _ = try writer.finish()
+        prepared.blob = writer
+        return prepared
     }
 
     /// A version in If-Match, bare or quoted like an entity tag.

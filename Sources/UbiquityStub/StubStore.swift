@@ -35,6 +35,15 @@ enum WriteCondition {
     case ifNoneMatch
 }
 
+/// A batch entry as the store applies it: its inline content already written to a verified temporary file
+/// (`blob`, removed when the entry is let go unless it was moved into place), or the refusal found while
+/// checking it.
+struct StubBatchEntry {
+    var entry: WireBatchEntry
+    var blob: BlobWriter?
+    var refusal: StubFailure?
+}
+
 final class StubStore: @unchecked Sendable {
     private let meta: any StubMetadata
     let blobs: BlobStore
@@ -254,6 +263,44 @@ final class StubStore: @unchecked Sendable {
             tomb.deleted = true
             tomb.device = device
             return try store(tx, cid, tomb)
+        }
+    }
+
+    // MARK: Batch
+
+    /// Applies a batch's entries in order, each by the code of its single route in a transaction of its own
+    /// (an inline blob stored first): one refused entry changes nothing and the next go on. A failure that is
+    /// not a refusal (the disk, the database) ends the batch: the entries before it stay applied.
+    func batch(_ cid: String, _ entries: [StubBatchEntry]) throws -> [WireBatchResult] {
+        guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
+        var results: [WireBatchResult] = []
+        for entry in entries {
+            do {
+                results.append(WireBatchResult(status: 200, item: try apply(cid, entry)))
+            } catch let f as StubFailure where f.status < 500 {
+                results.append(WireBatchResult(status: f.status, error: f.message, current: f.current))
+            }
+        }
+        return results
+    }
+
+    private func apply(_ cid: String, _ prepared: StubBatchEntry) throws -> WireItem {
+        if let refusal = prepared.refusal { throw refusal }
+        let entry = prepared.entry
+        switch entry.op {
+        case .delete:
+            guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
+            guard let version = entry.ifMatch, version >= 0 else { throw StubFailure(400, "If-Match version needed") }
+            return try deleteItem(cid, entry.id, ifMatch: version, device: entry.device ?? "")
+        case .put:
+            guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
+            guard let item = entry.item else { throw StubFailure(400, "a put needs an item") }
+            if let blob = prepared.blob {
+                _ = try blobs.put(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath)
+            }
+            let condition: WriteCondition = entry.ifMatch.map { .ifMatch($0) } ?? .ifNoneMatch
+            if case .ifMatch(let v) = condition, v < 0 { throw StubFailure(400, "bad If-Match version") }
+            return try putItem(cid, entry.id, item, condition)
         }
     }
 

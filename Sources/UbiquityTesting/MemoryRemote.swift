@@ -198,29 +198,33 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     public func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
         try locked {
             try checkOnline()
-            let new = try validated(item)
-            let existing = items[item.id]
-            if let ifMatch {
-                guard let existing else { throw RemoteError.notFound("item \(item.id)") }
-                guard existing.version == ifMatch else { throw RemoteError.preconditionFailed(current: existing) }
-                guard existing.kind == item.kind else { throw Self.bad("an item cannot change kind") }
-            } else if let existing {
-                throw RemoteError.preconditionFailed(current: existing)
-            }
-            // The parent: a live directory, not the item itself nor below it (the root has none).
-            guard let parentID = item.parent else { return store(new) }
-            guard let parent = items[parentID], !parent.deleted, parent.kind == .dir
-            else { throw RemoteError.misplaced("the parent is not a live directory") }
-            var cur: String? = parentID
-            while let c = cur {
-                if c == item.id { throw RemoteError.misplaced("an item cannot move below itself") }
-                cur = items[c]?.parent
-            }
-            if let other = liveChild(of: parentID, named: item.name), other.id != item.id {
-                throw RemoteError.conflict("the name \(item.name) is taken", current: other)
-            }
-            return store(new)
+            return try putLocked(item, ifMatch: ifMatch)
         }
+    }
+
+    private func putLocked(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+        let new = try validated(item)
+        let existing = items[item.id]
+        if let ifMatch {
+            guard let existing else { throw RemoteError.notFound("item \(item.id)") }
+            guard existing.version == ifMatch else { throw RemoteError.preconditionFailed(current: existing) }
+            guard existing.kind == item.kind else { throw Self.bad("an item cannot change kind") }
+        } else if let existing {
+            throw RemoteError.preconditionFailed(current: existing)
+        }
+        // The parent: a live directory, not the item itself nor below it (the root has none).
+        guard let parentID = item.parent else { return store(new) }
+        guard let parent = items[parentID], !parent.deleted, parent.kind == .dir
+        else { throw RemoteError.misplaced("the parent is not a live directory") }
+        var cur: String? = parentID
+        while let c = cur {
+            if c == item.id { throw RemoteError.misplaced("an item cannot move below itself") }
+            cur = items[c]?.parent
+        }
+        if let other = liveChild(of: parentID, named: item.name), other.id != item.id {
+            throw RemoteError.conflict("the name \(item.name) is taken", current: other)
+        }
+        return store(new)
     }
 
     /// The item as it would be stored, or the stub's 400 for a malformed one: checked before its condition.
@@ -272,20 +276,69 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     public func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
         try locked {
             try checkOnline()
-            guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
-            guard id != WireRules.rootID else { throw Self.bad("the root cannot be deleted") }
-            guard let existing = items[id] else { throw RemoteError.notFound("item \(id)") }
-            guard !existing.deleted, existing.version == ifMatch else {
-                throw RemoteError.preconditionFailed(current: existing)
+            return try deleteLocked(id, ifMatch: ifMatch)
+        }
+    }
+
+    private func deleteLocked(_ id: String, ifMatch: Int64) throws -> WireItem {
+        guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
+        guard id != WireRules.rootID else { throw Self.bad("the root cannot be deleted") }
+        guard let existing = items[id] else { throw RemoteError.notFound("item \(id)") }
+        guard !existing.deleted, existing.version == ifMatch else {
+            throw RemoteError.preconditionFailed(current: existing)
+        }
+        if existing.kind == .dir,
+           let child = items.values.filter({ !$0.deleted && $0.parent == id }).min(by: { $0.id < $1.id }) {
+            // The item in the way is a child, as on the stub.
+            throw RemoteError.conflict("the directory is not empty", current: child)
+        }
+        var tombstone = existing
+        tombstone.deleted = true
+        return store(tombstone)
+    }
+
+    /// The batch as the stub applies it: the whole request checked first (its size and each inline
+    /// content's), then each entry in order by the same code as its single call, answered on its own.
+    public func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
+        try locked {
+            try checkOnline()
+            if let problem = Self.batchProblem(entries) { throw RemoteError.rejected(status: 413, message: problem) }
+            return entries.map { entry in
+                do { return .success(try applyLocked(entry)) } catch let error as RemoteError {
+                    return .failure(error)
+                } catch {
+                    return .failure(.server(status: 500, message: "\(error)"))
+                }
             }
-            if existing.kind == .dir,
-               let child = items.values.filter({ !$0.deleted && $0.parent == id }).min(by: { $0.id < $1.id }) {
-                // The item in the way is a child, as on the stub.
-                throw RemoteError.conflict("the directory is not empty", current: child)
+        }
+    }
+
+    /// Why the batch as a whole is too large, or nil.
+    private static func batchProblem(_ entries: [WireBatchEntry]) -> String? {
+        if entries.count > WireBatchLimits.maxEntries { return "more than \(WireBatchLimits.maxEntries) entries" }
+        let inline = entries.map { $0.content?.count ?? 0 }
+        if inline.contains(where: { $0 > WireBatchLimits.maxInlineBytes }) { return "inline content over 64 KiB" }
+        if inline.reduce(0, +) > WireBatchLimits.maxInlineTotal { return "inline content over 4 MiB in all" }
+        return nil
+    }
+
+    private func applyLocked(_ entry: WireBatchEntry) throws -> WireItem {
+        switch entry.op {
+        case .delete:
+            guard let version = entry.ifMatch else { throw Self.bad("If-Match version needed") }
+            return try deleteLocked(entry.id, ifMatch: version)
+        case .put:
+            guard let item = entry.item, item.id == entry.id else {
+                throw Self.bad("the id in the body differs from the entry's")
             }
-            var tombstone = existing
-            tombstone.deleted = true
-            return store(tombstone)
+            if let content = entry.content {
+                let bytes = [UInt8](content)
+                guard item.kind == .file, Int64(bytes.count) == item.size, sha256Hex(bytes) == item.sha256 else {
+                    throw Self.bad("the inline content does not match the item's hash and size")
+                }
+                if !bytes.isEmpty { blobs[item.sha256] = bytes }
+            }
+            return try putLocked(item, ifMatch: entry.ifMatch)
         }
     }
 

@@ -1,0 +1,140 @@
+// Pushes many pending items in one batch request: deletes, metadata changes and creates or changes of small
+// files with their content inline, so that a burst (`tar x`, `rm -rf`) goes up in a few requests.
+//
+// What must hold here: a batch changes nothing of the rules of Pusher.swift. An entry the remote stored is
+// recorded as its single push would record it (all of a batch's in one transaction). Then, in the batch's
+// order, an entry refused for the item's own state (412, 404: no other entry can have changed it) settles by
+// Pusher's rules applied to its answer, as if Pusher had sent it; an entry refused for another item's (409, 422:
+// a name holder, a child, a parent, which a later entry may have moved) and an item the batch did not carry
+// (larger content, a local-only item's remote copy, a delete of an unanswered create, an item gone meanwhile)
+// are pushed by Pusher from the start, against the remote as it is now. A create is marked sent before the
+// request goes; a batch without an answer is a lost answer for each of its entries, as for a single write.
+import Foundation
+import UbiquityBase
+
+/// A batch push that failed, with the item it is shown on.
+struct BatchPushFailure: Error {
+    let id: String
+    let error: Error
+}
+
+struct BatchPusher {
+    let container: Container
+    /// The items, in the order they go (as `nextPushableBatch` gives them).
+    let ids: [String]
+
+    /// One item as its entry carries it, and what recording the answer needs.
+    private struct Prepared {
+        var snap: PushSnapshot
+        var pushed: Item
+        var entry: WireBatchEntry
+    }
+
+    func run() throws {
+        var inlineLeft = WireBatchLimits.maxInlineTotal
+        var prepared: [Prepared] = []
+        for id in ids {
+            let p: Prepared?
+            do { p = try prepare(id, inlineLeft: inlineLeft) } catch { throw BatchPushFailure(id: id, error: error) }
+            guard let p else { continue }
+            inlineLeft -= p.entry.content?.count ?? 0
+            prepared.append(p)
+        }
+        let (sent, refused) = try send(prepared)
+        for id in ids {
+            do {
+                let pusher = Pusher(container: container, id: id)
+                if let (p, error) = refused[id], Self.isOwnState(error) {
+                    try pusher.runAfterRefusal(error, of: p.entry, snap: p.snap, pushed: p.pushed)
+                } else if !sent.contains(id) || refused[id] != nil {
+                    try pusher.run()
+                }
+            } catch { throw BatchPushFailure(id: id, error: error) }
+        }
+    }
+
+    /// True when the refusal is about the item's own state on the remote, which no other entry changes.
+    private static func isOwnState(_ error: RemoteError) -> Bool {
+        switch error {
+        case .preconditionFailed, .notFound: return true
+        default: return false
+        }
+    }
+
+    /// Sends the entries (not those of items gone meanwhile) and records what the remote stored; answers the
+    /// items sent and the refusals, by item.
+    private func send(_ all: [Prepared]) throws -> (sent: Set<String>, refused: [String: (Prepared, RemoteError)]) {
+        guard let first = all.first?.entry.id else { return ([], [:]) }
+        let gone: Set<String>
+        do {
+            gone = try container.markCreatesSent(all.compactMap { $0.entry.ifMatch == nil ? $0.entry.item : nil })
+        } catch { throw BatchPushFailure(id: first, error: error) }
+        var refused: [String: (Prepared, RemoteError)] = [:]
+        let batch = all.filter { !gone.contains($0.entry.id) }
+        if batch.isEmpty { return ([], [:]) }
+        let results: [BatchResult]
+        do { results = try container.remote.batch(batch.map(\.entry)) } catch {
+            throw BatchPushFailure(id: first, error: error)
+        }
+        var puts: [(snap: PushSnapshot, pushed: Item, stored: WireItem)] = []
+        var deletes: [(id: String, tombstone: Int64?)] = []
+        for (p, result) in zip(batch, results) {
+            switch (p.entry.op, result) {
+            case (.put, .success(let stored)): puts.append((p.snap, p.pushed, stored))
+            case (.delete, .success(let tombstone)): deletes.append((p.entry.id, tombstone.version))
+            case (_, .failure(let error)): refused[p.entry.id] = (p, error)
+            }
+        }
+        do { try container.acknowledgeBatch(puts: puts, deletes: deletes) } catch {
+            throw BatchPushFailure(id: first, error: error)
+        }
+        return (Set(batch.map(\.entry.id)), refused)
+    }
+
+    /// The entry for one item, or nil when it goes by the single path: a local-only item's remote copy, a
+    /// delete of an item the remote never acknowledged, a file whose content is too large to go inline.
+    private func prepare(_ id: String, inlineLeft: Int) throws -> Prepared? {
+        guard let snap = container.pushSnapshot(id), snap.item.isPending, !snap.item.isLocalOnly else { return nil }
+        var item = snap.item
+        if item.deleted {
+            guard item.remoteVersion != 0 else { return nil }
+            return Prepared(snap: snap, pushed: item, entry: .delete(id, ifMatch: item.remoteVersion))
+        }
+        var snapNow = snap
+        var content: [UInt8]?
+        if item.dirty {
+            let limit = min(inlineLeft, WireBatchLimits.maxInlineBytes)
+            guard let (bytes, generation) = try inlineContent(id, limit: limit) else { return nil }
+            if let generation { snapNow.generation = generation }
+            item.remoteSHA = sha256Hex(bytes)
+            item.remoteSize = Int64(bytes.count)
+            item.size = item.remoteSize
+            content = bytes.isEmpty ? nil : bytes
+        }
+        let wire = Pusher(container: container, id: id).wireItem(item)
+        let ifMatch = item.remoteVersion == 0 ? nil : item.remoteVersion
+        let entry = WireBatchEntry.put(wire, ifMatch: ifMatch, content: content)
+        return Prepared(snap: snapNow, pushed: item, entry: entry)
+    }
+
+    /// The content to push (see `contentForUpload`), when it is at most `limit` bytes.
+    private func inlineContent(_ id: String, limit: Int) throws -> ([UInt8], Int?)? {
+        let upload = try container.contentForUpload(id)
+        defer { upload.done() }
+        let fd = try FileDescriptor.open(upload.path, O_RDONLY)
+        defer { fd.close() }
+        let size = Int(try fd.stat().st_size)
+        guard size <= limit else { return nil }
+        var bytes = [UInt8](repeating: 0, count: size)
+        var got = 0
+        while got < size {
+            let n = try bytes.withUnsafeMutableBytes { buffer in
+                try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[got...]))
+            }
+            if n == 0 { break }
+            got += n
+        }
+        bytes.removeLast(size - got)
+        return (bytes, upload.generation)
+    }
+}
