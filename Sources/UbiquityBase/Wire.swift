@@ -91,6 +91,37 @@ public struct WireError: Codable, Equatable, Sendable {
     public init(error: String, current: WireItem? = nil) { self.error = error; self.current = current }
 }
 
+/// The identity of one change (an item's put or delete) as its device chose it: sent in `X-Change-ID` and
+/// `X-Device`, and again, unchanged, on every retry of the same change, so the remote can tell a retry from a
+/// new change. `id` follows the item id rule (`WireRules.isValidID`).
+public struct WireChangeID: Equatable, Hashable, Sendable {
+    public var id: String
+    public var device: String
+    public init(id: String, device: String) { self.id = id; self.device = device }
+}
+
+/// Answer `208` of a put or delete whose change id the remote already applied (a retry after a lost answer):
+/// `applied` is the version that change made, `current` the item as it is now (newer when it changed since).
+public struct WireApplied: Codable, Equatable, Sendable {
+    public var applied: Int64
+    public var current: WireItem
+    public init(applied: Int64, current: WireItem) { self.applied = applied; self.current = current }
+
+    /// What the remote compares to tell a retry of a change from another change under the same id: the
+    /// condition (`If-Match: V`, `If-None-Match: *` or `delete V`) and the item sent (version and `deleted`
+    /// left out, as the remote ignores them), hashed.
+    public static func digest(condition: String, item: WireItem?) -> String {
+        var bytes = Array(condition.utf8)
+        if var item {
+            item.version = 0
+            item.deleted = false
+            bytes.append(0x0a)
+            bytes += (try? JSONEncoder.wire.encode(item)).map(Array.init) ?? []
+        }
+        return sha256Hex(bytes)
+    }
+}
+
 /// Rules every name and id must follow, on both sides of the wire.
 public enum WireRules {
     public static let rootID = "root"

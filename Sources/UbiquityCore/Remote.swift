@@ -7,7 +7,9 @@
 // What must hold: an implementation maps each of its failures onto one `RemoteError`, so that `isTransient` is
 // true only for what may succeed later (unreachable, server, corrupt): the core retries those and takes the
 // others as answers. An update or a delete is conditional (`ifMatch`, the version last seen); a lost one
-// answers `.preconditionFailed` with the remote's current state. `downloadBlob` does not verify: the caller
+// answers `.preconditionFailed` with the remote's current state. A put or delete may carry the change's id
+// (`WireChangeID`); a retry of a change the remote already applied answers `.alreadyApplied`, which the caller
+// takes as the success whose answer was lost. `downloadBlob` does not verify: the caller
 // checks every byte (Downloads.swift). The conformance suite holds every implementation to the same answers.
 import UbiquityBase
 
@@ -20,6 +22,8 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
     case notFound(String)
     /// The conditional write lost: `current` is the remote's current state of the item.
     case preconditionFailed(current: WireItem?)
+    /// This change (by its id) was applied before (its answer was lost): at `version`; `current` is the item now.
+    case alreadyApplied(version: Int64, current: WireItem)
     /// Another live item holds the name, or a directory is not empty.
     case conflict(String, current: WireItem?)
     /// The item cannot go where it was sent: its parent is not a live directory there, or lies below it.
@@ -43,6 +47,7 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
         case .unauthorized: return "the remote refused the token"
         case .notFound(let m): return "not found on the remote: \(m)"
         case .preconditionFailed: return "the item changed on the remote"
+        case .alreadyApplied(let v, _): return "the change was already applied (version \(v))"
         case .conflict(let m, _): return "conflict on the remote: \(m)"
         case .misplaced(let m): return "the remote refused the place: \(m)"
         case .rejected(let s, let m): return "the remote refused the request (\(s)): \(m)"
@@ -73,10 +78,11 @@ public protocol RemoteClient: AnyObject, Sendable {
     func changes(since token: String?, waitSeconds: Int) throws -> WireChanges
     /// The current state of one item (also a tombstone).
     func item(_ id: String) throws -> WireItem
-    /// Creates (`ifMatch` nil) or updates (`ifMatch` the version last seen) an item.
-    func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem
-    /// Deletes an item seen at version `ifMatch`; returns the tombstone.
-    func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem
+    /// Creates (`ifMatch` nil) or updates (`ifMatch` the version last seen) an item. With a `change` id, a
+    /// retry of a change already applied throws `.alreadyApplied`.
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem
+    /// Deletes an item seen at version `ifMatch`; returns the tombstone. `change` as for `putItem`.
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem
     /// True if the remote already holds the blob.
     func hasBlob(sha256: String) throws -> Bool
     /// Uploads the file at `path` (whose content hashes to `sha256` and has `size` bytes) as a blob.
@@ -86,6 +92,17 @@ public protocol RemoteClient: AnyObject, Sendable {
     /// `offset`), calling `progress` with the absolute byte count. Does not verify the hash: the caller does.
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
                       progress: TransferProgress?) throws
+}
+
+extension RemoteClient {
+    /// A put without a change id (a client that does not retry by id).
+    public func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+        try putItem(item, ifMatch: ifMatch, change: nil)
+    }
+    /// A delete without a change id.
+    public func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
+        try deleteItem(id, ifMatch: ifMatch, change: nil)
+    }
 }
 
 /// The remote's key-value store of the container (its own door: a remote without one leaves the store local).

@@ -547,17 +547,42 @@ extension StubServer {
                 throw StubFailure(400, "exactly one of If-Match and If-None-Match: * is needed")
             }
             let body = try decode(WireItem.self, ex.body)
-            let stored = try store.putItem(cid, id, body, condition)
-            counters.update { $0.itemPuts += 1 }
-            return .json(200, stored)
+            let change = try changeID(connection, device: header(connection, "X-Device") ?? body.device)
+            let digest = WireApplied.digest(condition: condition.wire, item: body)
+            do {
+                let stored = try store.putItem(cid, id, body, condition, change: change, digest: digest)
+                counters.update { $0.itemPuts += 1 }
+                return answerUnlessLost(.json(200, stored))
+            } catch let applied as StubApplied {
+                return .json(208, applied.answer)
+            }
         default: // DELETE
             guard let m = header(connection, "If-Match"), let v = parseVersion(m) else {
                 throw StubFailure(400, "If-Match version needed")
             }
-            let tomb = try store.deleteItem(cid, id, ifMatch: v, device: header(connection, "X-Device") ?? "")
-            counters.update { $0.itemDeletes += 1 }
-            return .json(200, tomb)
+            let device = header(connection, "X-Device") ?? ""
+            let change = try changeID(connection, device: device)
+            let digest = WireApplied.digest(condition: "delete \(v)", item: nil)
+            do {
+                let tomb = try store.deleteItem(cid, id, ifMatch: v, device: device, change: change, digest: digest)
+                counters.update { $0.itemDeletes += 1 }
+                return answerUnlessLost(.json(200, tomb))
+            } catch let applied as StubApplied {
+                return .json(208, applied.answer)
+            }
         }
+    }
+
+    /// An applied item write's answer, or 503 in its place when a loseAnswerNext fault is armed.
+    private func answerUnlessLost(_ reply: Reply) -> Reply {
+        counters.takeLostAnswer() ? .error(503, "answer lost (injected fault)") : reply
+    }
+
+    /// The change id of a put or delete (`X-Change-ID`, optional) with the device that made it.
+    private func changeID(_ connection: OpaquePointer, device: String) throws -> WireChangeID? {
+        guard let id = header(connection, "X-Change-ID") else { return nil }
+        guard WireRules.isValidID(id) else { throw StubFailure(400, "bad change id") }
+        return WireChangeID(id: id, device: device)
     }
 
     /// A version in If-Match, bare or quoted like an entity tag.

@@ -7,7 +7,9 @@
 // change; unique indexes keep versions and live names unique in the database too. A conditional write is checked
 // under the lock (If-Match, a live parent directory, no cycle, a free name) and refused with 412, 422 or 409 and
 // the item in the way. An item names only a blob that is stored with its size; a blob's row is written only
-// after its verified file is in place.
+// after its verified file is in place. A put or delete with a change id is checked against the last change
+// applied for its item and device first (`appliedChangeLocked`): a retry is answered as applied and changes
+// nothing; a write records its id in its own transaction (`recordChangeLocked`).
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -25,10 +27,23 @@ struct StubFailure: Error, CustomStringConvertible {
     var description: String { "\(status) \(message)" }
 }
 
+/// A retry of a change already applied: answered `208` with what it made and the item now (not a failure).
+struct StubApplied: Error {
+    let answer: WireApplied
+}
+
 /// How a write is conditioned: `If-Match: V` or `If-None-Match: *`.
 enum WriteCondition {
     case ifMatch(Int64)
     case ifNoneMatch
+
+    /// The condition as a header line: part of what tells a retry of a change from another change.
+    var wire: String {
+        switch self {
+        case .ifMatch(let v): return "If-Match: \(v)"
+        case .ifNoneMatch: return "If-None-Match: *"
+        }
+    }
 }
 
 /// The first column of the first row as an integer. (Rows are read inside `forEach`: a Row does not outlive
@@ -78,6 +93,11 @@ final class StubStore: @unchecked Sendable {
                 mtime INTEGER NOT NULL, device TEXT NOT NULL, deleted INTEGER NOT NULL, seq INTEGER NOT NULL,
                 PRIMARY KEY (container, key));
             CREATE INDEX IF NOT EXISTS kv_by_seq ON kv (container, seq);
+            """)
+        try db.exec("""
+            CREATE TABLE IF NOT EXISTS applied_changes (container TEXT NOT NULL, item TEXT NOT NULL,
+                device TEXT NOT NULL, change TEXT NOT NULL, digest TEXT NOT NULL, version INTEGER NOT NULL,
+                PRIMARY KEY (container, item, device));
             """)
     }
 
@@ -235,9 +255,11 @@ final class StubStore: @unchecked Sendable {
     }
 
     /// Creates or updates an item, conditionally: the rules of WIRE.md "Conditional writes".
-    func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition) throws -> WireItem {
+    func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition,
+                 change: WireChangeID? = nil, digest: String = "") throws -> WireItem {
         try locked {
             guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
+            try throwIfAppliedLocked(cid, id, change, digest: digest)
             let item = try validatedLocked(cid, id, body)
             let existing = try itemLocked(cid, id)
             switch condition {
@@ -267,16 +289,22 @@ final class StubStore: @unchecked Sendable {
                     throw StubFailure(409, "the name is taken", current: holder)
                 }
             }
-            let stored = try db.transaction { try writeLocked(cid, item) }
+            let stored = try db.transaction {
+                let stored = try writeLocked(cid, item)
+                try recordChangeLocked(cid, id, change, digest: digest, version: stored.version)
+                return stored
+            }
             cond.broadcast()
             return stored
         }
     }
 
     /// Deletes an item seen at `version`, leaving a tombstone.
-    func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String) throws -> WireItem {
+    func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String,
+                    change: WireChangeID? = nil, digest: String = "") throws -> WireItem {
         try locked {
             guard try seqLocked(cid) != nil else { throw StubFailure(404, "no such container") }
+            try throwIfAppliedLocked(cid, id, change, digest: digest)
             guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
             guard let existing = try itemLocked(cid, id) else { throw StubFailure(404, "no such item") }
             if existing.deleted { throw StubFailure(412, "the item is already deleted", current: existing) }
@@ -292,10 +320,42 @@ final class StubStore: @unchecked Sendable {
             var tomb = existing
             tomb.deleted = true
             tomb.device = device
-            let stored = try db.transaction { try writeLocked(cid, tomb) }
+            let stored = try db.transaction {
+                let stored = try writeLocked(cid, tomb)
+                try recordChangeLocked(cid, id, change, digest: digest, version: stored.version)
+                return stored
+            }
             cond.broadcast()
             return stored
         }
+    }
+
+    // MARK: Applied changes
+
+    /// Throws `StubApplied` when `change` is the last change recorded for its item and device: a retry.
+    private func throwIfAppliedLocked(_ cid: String, _ id: String, _ change: WireChangeID?, digest: String) throws {
+        guard let change, let version = try appliedChangeLocked(cid, id, change, digest: digest) else { return }
+        guard let current = try itemLocked(cid, id) else { return }
+        throw StubApplied(answer: WireApplied(applied: version, current: current))
+    }
+
+    /// The version the change made, when it is the last one applied for (container, item, device); the same
+    /// id with another digest (another change under a reused id) is refused with 400.
+    private func appliedChangeLocked(_ cid: String, _ id: String, _ change: WireChangeID, digest: String) throws -> Int64? {
+        var found: (String, Int64)?
+        try db.forEach("SELECT digest, version FROM applied_changes WHERE container = ? AND item = ? AND device = ? AND change = ?",
+                       [.text(cid), .text(id), .text(change.device), .text(change.id)]) { found = ($0.text(0), $0.int(1)) }
+        guard let (stored, version) = found else { return nil }
+        guard stored == digest else { throw StubFailure(400, "change id \(change.id) reused for another change") }
+        return version
+    }
+
+    /// Records `change` as the last change applied for its item and device (inside the write's transaction).
+    private func recordChangeLocked(_ cid: String, _ id: String, _ change: WireChangeID?, digest: String,
+                                    version: Int64) throws {
+        guard let change else { return }
+        try db.query("INSERT OR REPLACE INTO applied_changes (container, item, device, change, digest, version) VALUES (?, ?, ?, ?, ?, ?)",
+                     [.text(cid), .text(id), .text(change.device), .text(change.id), .text(digest), .int(version)])
     }
 
     // MARK: Change feed

@@ -2,7 +2,8 @@
 // never linked into `ubiquityfs`): one container whose items and blobs live in memory. What must hold: it
 // answers every call as the stub does (Tests/UbiquityRemoteConformanceTests runs the same suite against both;
 // where they differ, the stub is right). Every call takes one condition lock, so it is thread-safe; the change
-// feed waits on that condition for long polling.
+// feed waits on that condition for long polling. A put or delete with a change id is first checked against the
+// last change applied for its item and device (`appliedChange`), as on the stub.
 //
 // Test hooks: `offline` (every call fails as unreachable), `corruptDownloads` (flips a byte of every blob
 // served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the `blobDownloads` counters.
@@ -27,6 +28,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     /// The key-value store: each key's winning write, and the feed position of the newest.
     private var kv: [String: WireKVEntry] = [:]
     private var kvSeq: Int64 = 0
+    /// The last change applied per item and device ("item/device"): its id, digest and the version it made.
+    private var appliedChanges: [String: (change: String, digest: String, version: Int64)] = [:]
 
     public init() {
         _ = store(WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: 0,
@@ -195,32 +198,57 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
     }
 
-    public func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
-        try locked {
+    public func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
+        let digest = WireApplied.digest(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: item)
+        return try locked {
             try checkOnline()
-            let new = try validated(item)
-            let existing = items[item.id]
-            if let ifMatch {
-                guard let existing else { throw RemoteError.notFound("item \(item.id)") }
-                guard existing.version == ifMatch else { throw RemoteError.preconditionFailed(current: existing) }
-                guard existing.kind == item.kind else { throw Self.bad("an item cannot change kind") }
-            } else if let existing {
-                throw RemoteError.preconditionFailed(current: existing)
-            }
-            // The parent: a live directory, not the item itself nor below it (the root has none).
-            guard let parentID = item.parent else { return store(new) }
-            guard let parent = items[parentID], !parent.deleted, parent.kind == .dir
-            else { throw RemoteError.misplaced("the parent is not a live directory") }
-            var cur: String? = parentID
-            while let c = cur {
-                if c == item.id { throw RemoteError.misplaced("an item cannot move below itself") }
-                cur = items[c]?.parent
-            }
-            if let other = liveChild(of: parentID, named: item.name), other.id != item.id {
-                throw RemoteError.conflict("the name \(item.name) is taken", current: other)
-            }
-            return store(new)
+            try throwIfApplied(item.id, change, digest: digest)
+            let stored = try putLocked(item, ifMatch: ifMatch)
+            recordChange(item.id, change, digest: digest, version: stored.version)
+            return stored
         }
+    }
+
+    /// The put's checks and write (lock held).
+    private func putLocked(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+        let new = try validated(item)
+        let existing = items[item.id]
+        if let ifMatch {
+            guard let existing else { throw RemoteError.notFound("item \(item.id)") }
+            guard existing.version == ifMatch else { throw RemoteError.preconditionFailed(current: existing) }
+            guard existing.kind == item.kind else { throw Self.bad("an item cannot change kind") }
+        } else if let existing {
+            throw RemoteError.preconditionFailed(current: existing)
+        }
+        // The parent: a live directory, not the item itself nor below it (the root has none).
+        guard let parentID = item.parent else { return store(new) }
+        guard let parent = items[parentID], !parent.deleted, parent.kind == .dir
+        else { throw RemoteError.misplaced("the parent is not a live directory") }
+        var cur: String? = parentID
+        while let c = cur {
+            if c == item.id { throw RemoteError.misplaced("an item cannot move below itself") }
+            cur = items[c]?.parent
+        }
+        if let other = liveChild(of: parentID, named: item.name), other.id != item.id {
+            throw RemoteError.conflict("the name \(item.name) is taken", current: other)
+        }
+        return store(new)
+    }
+
+    /// Throws `.alreadyApplied` when `change` is the last change applied for its item and device; the same id
+    /// with another digest is refused (400), as on the stub.
+    private func throwIfApplied(_ id: String, _ change: WireChangeID?, digest: String) throws {
+        guard let change else { return }
+        guard WireRules.isValidID(change.id) else { throw Self.bad("bad change id") }
+        guard let last = appliedChanges[id + "/" + change.device], last.change == change.id,
+              let current = items[id] else { return }
+        guard last.digest == digest else { throw Self.bad("change id \(change.id) reused for another change") }
+        throw RemoteError.alreadyApplied(version: last.version, current: current)
+    }
+
+    private func recordChange(_ id: String, _ change: WireChangeID?, digest: String, version: Int64) {
+        guard let change else { return }
+        appliedChanges[id + "/" + change.device] = (change.id, digest, version)
     }
 
     /// The item as it would be stored, or the stub's 400 for a malformed one: checked before its condition.
@@ -269,10 +297,12 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         guard held == size else { throw Self.bad("size of \(what) does not match its blob") }
     }
 
-    public func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
-        try locked {
+    public func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
+        let digest = WireApplied.digest(condition: "delete \(ifMatch)", item: nil)
+        return try locked {
             try checkOnline()
             guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
+            try throwIfApplied(id, change, digest: digest)
             guard id != WireRules.rootID else { throw Self.bad("the root cannot be deleted") }
             guard let existing = items[id] else { throw RemoteError.notFound("item \(id)") }
             guard !existing.deleted, existing.version == ifMatch else {
@@ -285,7 +315,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             }
             var tombstone = existing
             tombstone.deleted = true
-            return store(tombstone)
+            if let change { tombstone.device = change.device }
+            let stored = store(tombstone)
+            recordChange(id, change, digest: digest, version: stored.version)
+            return stored
         }
     }
 

@@ -72,13 +72,13 @@ final class Link: RemoteClient, @unchecked Sendable {
         return answer
     }
     func item(_ id: String) throws -> WireItem { try check(); return try remote.item(id) }
-    func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
         try check()
         beforePut.value?(item)
-        return try remote.putItem(item, ifMatch: ifMatch)
+        return try remote.putItem(item, ifMatch: ifMatch, change: change)
     }
-    func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
-        try check(); return try remote.deleteItem(id, ifMatch: ifMatch)
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
+        try check(); return try remote.deleteItem(id, ifMatch: ifMatch, change: change)
     }
     func hasBlob(sha256: String) throws -> Bool { try check(); return try remote.hasBlob(sha256: sha256) }
     func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws {
