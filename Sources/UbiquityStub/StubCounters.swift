@@ -3,7 +3,8 @@
 // What must hold: every counter and armed fault is read and changed under `lock`, a leaf (nothing is called
 // while it is held); a fault is used up by the request that takes it, so an armed count strikes exactly that
 // many requests. Bookkeeping routes (stats, faults) neither count nor take a fault. Faults are test-only and
-// change no stored state: a failure answers before the request touches the store.
+// change no stored state: a failure answers before the request touches the store (but `loseAnswerNext`, which
+// replaces the answer of a write already applied, the way a lost answer leaves it).
 import Foundation
 
 struct WireStats: Codable, Equatable, Sendable {
@@ -14,6 +15,8 @@ struct WireStats: Codable, Equatable, Sendable {
     var itemPuts = 0
     var itemDeletes = 0
     var changesRequests = 0
+    /// Item puts and deletes answered 208: retries of a change already applied.
+    var appliedRetries = 0
 }
 
 /// Body of `POST /v1/faults`, and its answer (the faults now armed).

@@ -554,6 +554,7 @@ extension StubServer {
                 counters.update { $0.itemPuts += 1 }
                 return answerUnlessLost(.json(200, stored))
             } catch let applied as StubApplied {
+                counters.update { $0.appliedRetries += 1 }
                 return .json(208, applied.answer)
             }
         default: // DELETE
@@ -568,6 +569,7 @@ extension StubServer {
                 counters.update { $0.itemDeletes += 1 }
                 return answerUnlessLost(.json(200, tomb))
             } catch let applied as StubApplied {
+                counters.update { $0.appliedRetries += 1 }
                 return .json(208, applied.answer)
             }
         }
