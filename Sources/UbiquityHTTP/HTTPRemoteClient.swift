@@ -117,6 +117,16 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         return try itemWrite("DELETE", id, headers: headers, change: change)
     }
 
+    /// A put without a change id (typed, unlike the protocol's default).
+    public func putItem(_ item: WireItem, ifMatch: Int64?) throws(RemoteError) -> WireItem {
+        try putItem(item, ifMatch: ifMatch, change: nil)
+    }
+
+    /// A delete without a change id.
+    public func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem {
+        try deleteItem(id, ifMatch: ifMatch, change: nil)
+    }
+
     /// A put or delete of an item: with a change id, `X-Change-ID` and `X-Device` go with it, and a `208`
     /// (a retry of a change already applied) is thrown as `.alreadyApplied`.
     private func itemWrite(_ method: String, _ id: String, headers: [String], change: WireChangeID?,
