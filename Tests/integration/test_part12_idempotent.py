@@ -1,13 +1,20 @@
 """Part 12, idempotent changes: a write whose answer is lost is retried with the same change id, and the stub
 answers the retry as already applied (208), also after the daemon restarted and after another device changed
 the item further or deleted it meanwhile. Nothing comes back, no conflict version or "name 2" appears."""
+import hashlib
 import os
 
-from conftest import attr, read, sync, wait_until
+from conftest import CONTAINER, attr, read, sync, wait_until
 
 
 def entries(m):
     return sorted(os.listdir(m / "Documents"))
+
+
+def remote_documents(stub):
+    """The stub's live items in Documents, by name."""
+    items = stub.request("GET", f"/v1/containers/{CONTAINER}/changes?since=0")["items"]
+    return {i["name"]: i for i in items if i.get("parent") == "documents" and not i["deleted"]}
 
 
 def lose_the_answer_of_the_next_write(stub, laptop, write):
@@ -34,13 +41,17 @@ def test_a_retry_after_a_lost_answer_meets_a_later_edit_as_applied(two):
     sync(laptop)
     wait_until(lambda: read(laptop / "Documents" / "notes.txt") == b"three, from the desktop\n",
                what="the desktop's edit on the laptop")
-    assert stub.stats()["appliedRetries"] == 1
     sync(desktop)
+    there = remote_documents(stub)
+    assert sorted(there) == ["notes.txt"]
+    assert there["notes.txt"]["sha256"] == hashlib.sha256(b"three, from the desktop\n").hexdigest()
+    assert there["notes.txt"]["conflicts"] == [] and there["notes.txt"]["device"] == "desktop"
     for m in (laptop, desktop):
         assert entries(m) == ["notes.txt"], m.log()
         assert read(m / "Documents" / "notes.txt") == b"three, from the desktop\n"
         assert attr(m / "Documents" / "notes.txt", "hasUnresolvedConflicts") == "0"
         assert not (m.path / ".versions" / "Documents" / "notes.txt").exists()
+    assert stub.stats()["appliedRetries"] == 1
 
 
 def test_a_retry_after_a_lost_answer_does_not_revive_a_file_deleted_elsewhere(two):
@@ -59,8 +70,9 @@ def test_a_retry_after_a_lost_answer_does_not_revive_a_file_deleted_elsewhere(tw
     laptop.mount()
     sync(laptop)
     wait_until(lambda: entries(laptop) == ["keep.txt"], what="the delete on the laptop")
-    assert stub.stats()["appliedRetries"] == 1
     sync(desktop)
+    assert sorted(remote_documents(stub)) == ["keep.txt"], "the retry revived the file on the remote"
     for m in (laptop, desktop):
         assert entries(m) == ["keep.txt"], m.log()
         assert read(m / "Documents" / "keep.txt") == b"kept\n"
+    assert stub.stats()["appliedRetries"] == 1
