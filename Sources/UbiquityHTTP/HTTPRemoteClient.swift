@@ -3,7 +3,8 @@
 //
 // What must hold: each call throws one `RemoteError`, mapped in one of two places: an HTTP answer by
 // `HTTPMapping.error`, a transfer libcurl did not finish by `failure` (a stall or a lost connection is
-// `unreachable`, so retried; a failure on this side keeps its own case). A handle goes back to the pool after
+// `unreachable`, so retried; a failure on this side keeps its own case), and a `208` to an item write with a
+// change id, a retry already applied, as `.alreadyApplied` (`itemWrite`). A handle goes back to the pool after
 // every request, with no pointer into the finished request left in it. NOSIGNAL is set: libcurl may not use
 // signals in this threaded process. Small requests have a whole-request timeout (a long poll gets its wait on
 // top); blob transfers have none, only the stall limit.
