@@ -108,7 +108,7 @@ public struct WireBatchEntry: Codable, Equatable, Sendable {
     public var content: Data?
     /// A delete: the device named in the tombstone (`X-Device`).
     public var device: String?
-    /// Reserved for the client-chosen change id of each write (idempotent retries); not interpreted yet.
+    /// The client-chosen id of this change (`X-Change-ID` of the single routes, see `WireChangeID`).
     public var change: String?
 
     public init(op: Op, id: String, item: WireItem? = nil, ifMatch: Int64? = nil, content: Data? = nil,
@@ -117,12 +117,20 @@ public struct WireBatchEntry: Codable, Equatable, Sendable {
         self.device = device; self.change = change
     }
 
-    public static func put(_ item: WireItem, ifMatch: Int64?, content: [UInt8]? = nil) -> WireBatchEntry {
-        WireBatchEntry(op: .put, id: item.id, item: item, ifMatch: ifMatch, content: content.map { Data($0) })
+    public static func put(_ item: WireItem, ifMatch: Int64?, content: [UInt8]? = nil,
+                           change: WireChangeID? = nil) -> WireBatchEntry {
+        WireBatchEntry(op: .put, id: item.id, item: item, ifMatch: ifMatch, content: content.map { Data($0) },
+                       device: change?.device, change: change?.id)
     }
 
-    public static func delete(_ id: String, ifMatch: Int64, device: String? = nil) -> WireBatchEntry {
-        WireBatchEntry(op: .delete, id: id, ifMatch: ifMatch, device: device)
+    public static func delete(_ id: String, ifMatch: Int64, device: String? = nil,
+                              change: WireChangeID? = nil) -> WireBatchEntry {
+        WireBatchEntry(op: .delete, id: id, ifMatch: ifMatch, device: device ?? change?.device, change: change?.id)
+    }
+
+    /// The change id as the single routes take it: `change` with `device` (a put without one: the body's).
+    public var changeID: WireChangeID? {
+        change.map { WireChangeID(id: $0, device: device ?? item?.device ?? "") }
     }
 }
 
@@ -133,14 +141,17 @@ public struct WireBatch: Codable, Equatable, Sendable {
 }
 
 /// The answer to one batch entry: the status the single route would give, and its body: the stored item
-/// (2xx), or the error and the item in the way.
+/// (200), the error and the item in the way, or for a change applied before (208) the version it made
+/// (`applied`) and the item as it is now (`current`).
 public struct WireBatchResult: Codable, Equatable, Sendable {
     public var status: Int
     public var item: WireItem?
     public var error: String?
     public var current: WireItem?
-    public init(status: Int, item: WireItem? = nil, error: String? = nil, current: WireItem? = nil) {
-        self.status = status; self.item = item; self.error = error; self.current = current
+    public var applied: Int64?
+    public init(status: Int, item: WireItem? = nil, error: String? = nil, current: WireItem? = nil,
+                applied: Int64? = nil) {
+        self.status = status; self.item = item; self.error = error; self.current = current; self.applied = applied
     }
 }
 
@@ -160,6 +171,37 @@ public enum WireBatchLimits {
     public static let maxInlineTotal = 4 << 20
     /// The request body.
     public static let maxBodyBytes = 8 << 20
+}
+
+/// The identity of one change (an item's put or delete) as its device chose it: sent in `X-Change-ID` and
+/// `X-Device`, and again, unchanged, on every retry of the same change, so the remote can tell a retry from a
+/// new change. `id` follows the item id rule (`WireRules.isValidID`).
+public struct WireChangeID: Equatable, Hashable, Sendable {
+    public var id: String
+    public var device: String
+    public init(id: String, device: String) { self.id = id; self.device = device }
+}
+
+/// Answer `208` of a put or delete whose change id the remote already applied (a retry after a lost answer):
+/// `applied` is the version that change made, `current` the item as it is now (newer when it changed since).
+public struct WireApplied: Codable, Equatable, Sendable {
+    public var applied: Int64
+    public var current: WireItem
+    public init(applied: Int64, current: WireItem) { self.applied = applied; self.current = current }
+
+    /// What the remote compares to tell a retry of a change from another change under the same id: the
+    /// condition (`If-Match: V`, `If-None-Match: *` or `delete V`) and the item sent (version and `deleted`
+    /// left out, as the remote ignores them), hashed.
+    public static func digest(condition: String, item: WireItem?) -> String {
+        var bytes = Array(condition.utf8)
+        if var item {
+            item.version = 0
+            item.deleted = false
+            bytes.append(0x0a)
+            bytes += (try? JSONEncoder.wire.encode(item)).map(Array.init) ?? []
+        }
+        return sha256Hex(bytes)
+    }
 }
 
 /// Rules every name and id must follow, on both sides of the wire.

@@ -3,7 +3,8 @@
 //
 // What must hold here: a batch changes nothing of the rules of Pusher.swift. An entry the remote stored is
 // recorded as its single push would record it (all of a batch's in one transaction). Then, in the batch's
-// order, an entry refused for the item's own state (412, 404: no other entry can have changed it) settles by
+// order, an entry refused for the item's own state (412, 404, or 208: this very change applied before, its
+// answer lost; no other entry can have changed it) settles by
 // Pusher's rules applied to its answer, as if Pusher had sent it; an entry refused for another item's (409, 422:
 // a name holder, a child, a parent, which a later entry may have moved) and an item the batch did not carry
 // (larger content, a local-only item's remote copy, a delete of an unanswered create, an item gone meanwhile)
@@ -56,7 +57,7 @@ struct BatchPusher {
     /// True when the refusal is about the item's own state on the remote, which no other entry changes.
     private static func isOwnState(_ error: RemoteError) -> Bool {
         switch error {
-        case .preconditionFailed, .notFound: return true
+        case .preconditionFailed, .notFound, .alreadyApplied: return true
         default: return false
         }
     }
@@ -98,7 +99,9 @@ struct BatchPusher {
         var item = snap.item
         if item.deleted {
             guard item.remoteVersion != 0 else { return nil }
-            return Prepared(snap: snap, pushed: item, entry: .delete(id, ifMatch: item.remoteVersion))
+            let change = Pusher(container: container, id: id).changeID(condition: "delete \(item.remoteVersion)",
+                                                                         item: nil)
+            return Prepared(snap: snap, pushed: item, entry: .delete(id, ifMatch: item.remoteVersion, change: change))
         }
         var snapNow = snap
         var content: [UInt8]?
@@ -111,9 +114,11 @@ struct BatchPusher {
             item.size = item.remoteSize
             content = bytes.isEmpty ? nil : bytes
         }
-        let wire = Pusher(container: container, id: id).wireItem(item)
+        let pusher = Pusher(container: container, id: id)
+        let wire = pusher.wireItem(item)
         let ifMatch = item.remoteVersion == 0 ? nil : item.remoteVersion
-        let entry = WireBatchEntry.put(wire, ifMatch: ifMatch, content: content)
+        let change = pusher.changeID(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: wire)
+        let entry = WireBatchEntry.put(wire, ifMatch: ifMatch, content: content, change: change)
         return Prepared(snap: snapNow, pushed: item, entry: entry)
     }
 

@@ -6,6 +6,9 @@
 // What must hold here: this file decides, the container records. Every read or write of the container's
 // state is one locked step of SyncState.swift, named by what it does; the pusher holds no lock across a
 // network call, and reaches the puller only through its entries (`applyFetched`, `refetchRefused`).
+// Each put and delete carries its change's id (`changeID`), a function of what is sent and its condition, so a
+// retry of the same change (after a lost answer, a restart included) sends the same id and a new change a new
+// one; a retry the remote already applied is acknowledged as the lost answer would have been.
 import Foundation
 import UbiquityBase
 
@@ -38,6 +41,9 @@ struct Pusher {
     /// its attempts): the refusal is settled by the same rules, then the push goes on as `run`.
     func runAfterRefusal(_ error: RemoteError, of entry: WireBatchEntry, snap: PushSnapshot, pushed: Item) throws {
         var pushedFirst: Set<String> = []
+        if case .alreadyApplied(let version, let current) = error, entry.op == .put, let wire = entry.item {
+            return try acknowledgeApplied(wire, version: version, current: current, snap: snap, pushed: pushed)
+        }
         let done: Bool
         if entry.op == .delete {
             done = try deleteRefused(error, deleted: pushed)
@@ -80,7 +86,8 @@ struct Pusher {
     private func pushDelete(_ item: Item) throws -> Bool {
         if item.remoteVersion == 0 { return try deleteAfterUnansweredCreate(item) }
         do {
-            let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
+            let change = changeID(condition: "delete \(item.remoteVersion)", item: nil)
+            let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion, change: change)
             try container.forgetDeleted(id, tombstone: tombstone.version)
         } catch let error as RemoteError {
             return try deleteRefused(error, deleted: item)
@@ -91,6 +98,10 @@ struct Pusher {
     /// The remote refused the delete. Returns true when done, false to look again.
     private func deleteRefused(_ error: RemoteError, deleted item: Item) throws -> Bool {
         switch error {
+        case .alreadyApplied(let version, let current):
+            // This delete landed before, unanswered: done; what the remote did since is taken as pulled.
+            try container.forgetDeleted(id, tombstone: version)
+            if current.version > version { container.sync.applyFetched([current]) }
         case .notFound:
             try container.forgetDeleted(id)
         case .preconditionFailed(let current):
@@ -233,14 +244,38 @@ struct Pusher {
         // From the mark on, a local delete leaves a tombstone (the create may land) instead of forgetting the
         // item; an item deleted since the snapshot is not sent at all.
         if item.remoteVersion == 0, try !container.markCreateSent(id, wire) { return true }
+        let ifMatch = item.remoteVersion == 0 ? nil : item.remoteVersion
+        let change = changeID(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: wire)
         let stored: WireItem
         do {
-            stored = try container.remote.putItem(wire, ifMatch: item.remoteVersion == 0 ? nil : item.remoteVersion)
+            stored = try container.remote.putItem(wire, ifMatch: ifMatch, change: change)
+        } catch RemoteError.alreadyApplied(let version, let current) {
+            try acknowledgeApplied(wire, version: version, current: current, snap: snap, pushed: item)
+            return true
         } catch let error as RemoteError {
             return try putRefused(error, wire: wire, snap: snap, pushed: item, pushedFirst: &pushedFirst)
         }
         try container.acknowledgePush(id, stored: stored, snap: snap, pushed: item)
         return true
+    }
+
+    /// The id of a change: derived from what is sent and its condition, so every retry of the same change sends
+    /// the same id (also after a restart) and a different change a different one (a condition's version is
+    /// never sent again once the remote has moved past it).
+    func changeID(condition: String, item: WireItem?) -> WireChangeID {
+        let digest = WireApplied.digest(condition: "\(id)\n" + condition, item: item)
+        return WireChangeID(id: String(digest.prefix(32)), device: container.config.device)
+    }
+
+    /// This very change landed before and its answer was lost: acknowledged as that answer would have been
+    /// (the item as the change left it, at `version`); then the remote's newer state, which the puller passed
+    /// over while this push was pending, is taken as a pull takes it (an edit or a delete made elsewhere since).
+    private func acknowledgeApplied(_ wire: WireItem, version: Int64, current: WireItem, snap: PushSnapshot,
+                                    pushed: Item) throws {
+        var stored = wire
+        stored.version = version
+        try container.acknowledgePush(id, stored: stored, snap: snap, pushed: pushed)
+        if current.version > version { container.sync.applyFetched([current]) }
     }
 
     /// Uploads the item's content (the blob, unless the remote has it) and records its hash and size as

@@ -7,7 +7,9 @@
 // What must hold: an implementation maps each of its failures onto one `RemoteError`, so that `isTransient` is
 // true only for what may succeed later (unreachable, server, corrupt): the core retries those and takes the
 // others as answers. An update or a delete is conditional (`ifMatch`, the version last seen); a lost one
-// answers `.preconditionFailed` with the remote's current state. `downloadBlob` does not verify: the caller
+// answers `.preconditionFailed` with the remote's current state. A put or delete may carry the change's id
+// (`WireChangeID`); a retry of a change the remote already applied answers `.alreadyApplied`, which the caller
+// takes as the success whose answer was lost. `downloadBlob` does not verify: the caller
 // checks every byte (Downloads.swift). The conformance suite holds every implementation to the same answers.
 import Foundation
 import UbiquityBase
@@ -21,6 +23,8 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
     case notFound(String)
     /// The conditional write lost: `current` is the remote's current state of the item.
     case preconditionFailed(current: WireItem?)
+    /// This change (by its id) was applied before (its answer was lost): at `version`; `current` is the item now.
+    case alreadyApplied(version: Int64, current: WireItem)
     /// Another live item holds the name, or a directory is not empty.
     case conflict(String, current: WireItem?)
     /// The item cannot go where it was sent: its parent is not a live directory there, or lies below it.
@@ -44,6 +48,7 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
         case .unauthorized: return "the remote refused the token"
         case .notFound(let m): return "not found on the remote: \(m)"
         case .preconditionFailed: return "the item changed on the remote"
+        case .alreadyApplied(let v, _): return "the change was already applied (version \(v))"
         case .conflict(let m, _): return "conflict on the remote: \(m)"
         case .misplaced(let m): return "the remote refused the place: \(m)"
         case .rejected(let s, let m): return "the remote refused the request (\(s)): \(m)"
@@ -78,10 +83,11 @@ public protocol RemoteClient: AnyObject, Sendable {
     func changes(since token: String?, waitSeconds: Int) throws -> WireChanges
     /// The current state of one item (also a tombstone).
     func item(_ id: String) throws -> WireItem
-    /// Creates (`ifMatch` nil) or updates (`ifMatch` the version last seen) an item.
-    func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem
-    /// Deletes an item seen at version `ifMatch`; returns the tombstone.
-    func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem
+    /// Creates (`ifMatch` nil) or updates (`ifMatch` the version last seen) an item. With a `change` id, a
+    /// retry of a change already applied throws `.alreadyApplied`.
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem
+    /// Deletes an item seen at version `ifMatch`; returns the tombstone. `change` as for `putItem`.
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem
     /// Applies many puts and deletes in order, each atomically and on its own (a later entry may depend on an
     /// earlier one), and answers each as its single call would, in order. A thrown error is the whole answer
     /// lost: any number of the first entries may have been applied.
@@ -98,6 +104,15 @@ public protocol RemoteClient: AnyObject, Sendable {
 }
 
 extension RemoteClient {
+    /// A put without a change id (a client that does not retry by id).
+    public func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+        try putItem(item, ifMatch: ifMatch, change: nil)
+    }
+    /// A delete without a change id.
+    public func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
+        try deleteItem(id, ifMatch: ifMatch, change: nil)
+    }
+
     /// A batch as single calls (the default, for remotes without a batch of their own): inline content is
     /// uploaded as a blob first unless the remote has it. A transient failure ends the batch, as a lost answer.
     public func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
@@ -119,13 +134,13 @@ extension RemoteClient {
             guard let version = entry.ifMatch else {
                 throw RemoteError.rejected(status: 400, message: "If-Match version needed")
             }
-            return try deleteItem(entry.id, ifMatch: version)
+            return try deleteItem(entry.id, ifMatch: version, change: entry.changeID)
         case .put:
             guard let item = entry.item, item.id == entry.id else {
                 throw RemoteError.rejected(status: 400, message: "the id in the body differs from the entry's")
             }
             if let content = entry.content { try uploadInline(Array(content), sha256: item.sha256) }
-            return try putItem(item, ifMatch: entry.ifMatch)
+            return try putItem(item, ifMatch: entry.ifMatch, change: entry.changeID)
         }
     }
 

@@ -95,6 +95,9 @@ enum HTTPMapping {
 
     /// One batch entry's answer as its single call would have it.
     static func result(_ r: WireBatchResult) -> BatchResult {
+        if r.status == 208, let applied = r.applied, let current = r.current {
+            return .failure(.alreadyApplied(version: applied, current: current))
+        }
         if (200...299).contains(r.status), let item = r.item { return .success(item) }
         let body = (try? JSONEncoder.wire.encode(WireError(error: r.error ?? "", current: r.current))).map(Array.init)
         return .failure(error(status: (200...299).contains(r.status) ? 500 : r.status, body: body ?? []))

@@ -3,7 +3,8 @@
 //
 // What must hold: each call throws one `RemoteError`, mapped in one of two places: an HTTP answer by
 // `HTTPMapping.error`, a transfer libcurl did not finish by `failure` (a stall or a lost connection is
-// `unreachable`, so retried; a failure on this side keeps its own case). A handle goes back to the pool after
+// `unreachable`, so retried; a failure on this side keeps its own case), and a `208` to an item write with a
+// change id, a retry already applied, as `.alreadyApplied` (`itemWrite`). A handle goes back to the pool after
 // every request, with no pointer into the finished request left in it. NOSIGNAL is set: libcurl may not use
 // signals in this threaded process. Small requests have a whole-request timeout (a long poll gets its wait on
 // top); blob transfers have none, only the stall limit. With several servers, a request that finds its server
@@ -99,14 +100,14 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         try json("GET", url(["v1", "containers", container, "items", id]))
     }
 
-    public func putItem(_ item: WireItem, ifMatch: Int64?) throws(RemoteError) -> WireItem {
+    public func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
         let body: [UInt8]
         do { body = Array(try JSONEncoder.wire.encode(item)) } catch {
             throw .rejected(status: 0, message: "cannot encode item \(item.id): \(error)")
         }
         let condition = ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *"
-        return try json("PUT", url(["v1", "containers", container, "items", item.id]),
-                        headers: [condition, "Content-Type: application/json"], body: body)
+        return try itemWrite("PUT", item.id, headers: [condition, "Content-Type: application/json"], change: change,
+                             body: body)
     }
 
     /// POST .../batch; a delete names this client's device in its tombstone unless the entry names one.
@@ -144,10 +145,44 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Se
         return try json("GET", u, timeout: .request(timeouts.requestSeconds + wait))
     }
 
-    public func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem {
+    public func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem {
         var headers = ["If-Match: \(ifMatch)"]
-        if !device.isEmpty { headers.append("X-Device: \(device)") }  // names the device in the tombstone
-        return try json("DELETE", url(["v1", "containers", container, "items", id]), headers: headers)
+        // Names the device in the tombstone (a change id names its own).
+        if change == nil && !device.isEmpty { headers.append("X-Device: \(device)") }
+        return try itemWrite("DELETE", id, headers: headers, change: change)
+    }
+
+    /// A put without a change id (typed, unlike the protocol's default).
+    public func putItem(_ item: WireItem, ifMatch: Int64?) throws(RemoteError) -> WireItem {
+        try putItem(item, ifMatch: ifMatch, change: nil)
+    }
+
+    /// A delete without a change id.
+    public func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem {
+        try deleteItem(id, ifMatch: ifMatch, change: nil)
+    }
+
+    /// A put or delete of an item: with a change id, `X-Change-ID` and `X-Device` go with it, and a `208`
+    /// (a retry of a change already applied) is thrown as `.alreadyApplied`.
+    private func itemWrite(_ method: String, _ id: String, headers: [String], change: WireChangeID?,
+                           body: [UInt8]? = nil) throws(RemoteError) -> WireItem {
+        var headers = headers
+        if let change { headers += ["X-Change-ID: \(change.id)", "X-Device: \(change.device)"] }
+        let u = url(["v1", "containers", container, "items", id])
+        let r = try perform(method, u, headers: headers, source: body.map { .memory($0) } ?? .none,
+                            sink: .memory(limit: Self.maxJSONAnswer), timeout: .request(timeouts.requestSeconds))
+        guard (200...299).contains(r.status) else { throw HTTPMapping.error(status: r.status, body: r.body) }
+        do {
+            if r.status == 208 {
+                let applied = try JSONDecoder().decode(WireApplied.self, from: Data(r.body))
+                throw RemoteError.alreadyApplied(version: applied.applied, current: applied.current)
+            }
+            return try JSONDecoder().decode(WireItem.self, from: Data(r.body))
+        } catch let error as RemoteError {
+            throw error
+        } catch {
+            throw .server(status: r.status, message: "undecodable answer to \(method) \(u): \(error)")
+        }
     }
 
     public func hasBlob(sha256: String) throws(RemoteError) -> Bool {

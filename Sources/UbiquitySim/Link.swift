@@ -9,7 +9,8 @@
 // `.unreachable`, a transient error the core must retry; a corrupt download returns wrong bytes the core must
 // refuse by their hash. Every item write that lands, a duplicate's first copy and one whose answer is dropped
 // included, is told to `World.reached`, so the model knows what the remote saw. Behind the faults the link
-// passes calls to one shared `MemoryRemote` unchanged.
+// passes calls to one shared `MemoryRemote` unchanged, change ids included (a duplicate's second copy, or a
+// retry after a dropped answer, is answered as already applied when the core sends its change's id).
 import Foundation
 import UbiquityBase
 import UbiquityCore
@@ -91,25 +92,25 @@ final class SimLink: RemoteClient, @unchecked Sendable {
 
     func item(_ id: String) throws -> WireItem { try call("item") { try remote.item(id) } }
 
-    func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
         try call("put") {
             if roll(rates.duplicate) {
                 world.count("duplicated write")
-                if let first = try? remote.putItem(item, ifMatch: ifMatch) { world.reached(device, first) }
+                if let first = try? remote.putItem(item, ifMatch: ifMatch, change: change) { world.reached(device, first) }
             }
-            let stored = try remote.putItem(item, ifMatch: ifMatch)
+            let stored = try remote.putItem(item, ifMatch: ifMatch, change: change)
             world.reached(device, stored)
             return stored
         }
     }
 
-    func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
         try call("delete") {
             if roll(rates.duplicate) {
                 world.count("duplicated write")
-                _ = try? remote.deleteItem(id, ifMatch: ifMatch)
+                _ = try? remote.deleteItem(id, ifMatch: ifMatch, change: change)
             }
-            return try remote.deleteItem(id, ifMatch: ifMatch)
+            return try remote.deleteItem(id, ifMatch: ifMatch, change: change)
         }
     }
 

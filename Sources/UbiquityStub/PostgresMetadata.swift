@@ -119,6 +119,11 @@ final class PostgresMetadata: StubMetadata, @unchecked Sendable {
                 PRIMARY KEY (container, key))
             """,
             "CREATE INDEX IF NOT EXISTS kv_by_seq ON kv (container, seq)",
+            """
+            CREATE TABLE IF NOT EXISTS applied_changes (container TEXT NOT NULL, item TEXT NOT NULL,
+                device TEXT NOT NULL, change TEXT NOT NULL, digest TEXT NOT NULL, version BIGINT NOT NULL,
+                PRIMARY KEY (container, item, device))
+            """,
         ] { try c.exec(sql) }
         try c.exec("COMMIT")
     }
@@ -295,6 +300,22 @@ private final class PostgresTransaction: MetadataTransaction {
     func kvEntries(_ cid: String, after since: Int64) throws -> [WireKVEntry] {
         try kv("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = $1 AND seq > $2 ORDER BY seq",
                [cid, String(since)])
+    }
+
+    func appliedChange(_ cid: String, item: String, device: String) throws -> AppliedChange? {
+        let r = try conn.exec("SELECT change, digest, version FROM applied_changes WHERE container = $1 AND item = $2 AND device = $3",
+                              [cid, item, device])
+        guard r.count > 0 else { return nil }
+        return AppliedChange(device: device, change: r.text(0, 0), digest: r.text(0, 1), version: r.int(0, 2))
+    }
+
+    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws {
+        wrote = true
+        _ = try conn.exec("""
+            INSERT INTO applied_changes (container, item, device, change, digest, version) VALUES ($1, $2, $3, $4, $5, $6)
+            ON CONFLICT (container, item, device) DO UPDATE SET change = excluded.change, digest = excluded.digest,
+                version = excluded.version
+            """, [cid, item, change.device, change.change, change.digest, String(change.version)])
     }
 
     func containerIDs() throws -> [String] {

@@ -34,6 +34,9 @@ final class SQLiteMetadata: StubMetadata, @unchecked Sendable {
                 mtime INTEGER NOT NULL, device TEXT NOT NULL, deleted INTEGER NOT NULL, seq INTEGER NOT NULL,
                 PRIMARY KEY (container, key));
             CREATE INDEX IF NOT EXISTS kv_by_seq ON kv (container, seq);
+            CREATE TABLE IF NOT EXISTS applied_changes (container TEXT NOT NULL, item TEXT NOT NULL,
+                device TEXT NOT NULL, change TEXT NOT NULL, digest TEXT NOT NULL, version INTEGER NOT NULL,
+                PRIMARY KEY (container, item, device));
             """)
     }
 
@@ -159,6 +162,21 @@ private struct SQLiteTransaction: MetadataTransaction {
         try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND seq > ? ORDER BY seq",
                        [.text(cid), .int(since)]) { entries.append(try Self.decodeKV($0)) }
         return entries
+    }
+
+    func appliedChange(_ cid: String, item: String, device: String) throws -> AppliedChange? {
+        var found: AppliedChange?
+        try db.forEach("SELECT change, digest, version FROM applied_changes WHERE container = ? AND item = ? AND device = ?",
+                       [.text(cid), .text(item), .text(device)]) {
+            found = AppliedChange(device: device, change: $0.text(0), digest: $0.text(1), version: $0.int(2))
+        }
+        return found
+    }
+
+    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws {
+        try db.query("INSERT OR REPLACE INTO applied_changes (container, item, device, change, digest, version) VALUES (?, ?, ?, ?, ?, ?)",
+                     [.text(cid), .text(item), .text(change.device), .text(change.change), .text(change.digest),
+                      .int(change.version)])
     }
 
     func containerIDs() throws -> [String] {

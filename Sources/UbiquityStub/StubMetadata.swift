@@ -50,10 +50,22 @@ protocol MetadataTransaction {
     func kvPut(_ cid: String, _ entry: WireKVEntry) throws
     func kvEntries(_ cid: String, after since: Int64) throws -> [WireKVEntry]
 
+    /// The last change with an id applied to the item by `device` (idempotent retries), if any.
+    func appliedChange(_ cid: String, item: String, device: String) throws -> AppliedChange?
+    /// Records `change` as the last one applied to the item by its device (replacing the one before).
+    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws
     /// Every container's id.
     func containerIDs() throws -> [String]
     /// Whether a live item, or a conflict version of one, names the blob (blobs themselves live in BlobStore).
     func namesBlob(_ cid: String, _ sha256: String) throws -> Bool
+}
+
+/// A change id as the remote remembers it: who made it, the digest of what it asked, the version it made.
+struct AppliedChange: Equatable {
+    let device: String
+    let change: String
+    let digest: String
+    let version: Int64
 }
 
 /// Wakes this process's long polls when a change commits, here or (for shared engines) on another server.

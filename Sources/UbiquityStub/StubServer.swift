@@ -649,16 +649,29 @@ extension StubServer {
                 throw StubFailure(400, "exactly one of If-Match and If-None-Match: * is needed")
             }
             let body = try decode(WireItem.self, ex.body)
-            let stored = try store.putItem(cid, id, body, condition)
-            counters.update { $0.itemPuts += 1 }
-            return .json(200, stored)
+            let change = try changeID(connection, device: header(connection, "X-Device") ?? body.device)
+            do {
+                let stored = try store.putItem(cid, id, body, condition, change: change)
+                counters.update { $0.itemPuts += 1 }
+                return answerUnlessLost(.json(200, stored))
+            } catch let applied as StubApplied {
+                counters.update { $0.appliedRetries += 1 }
+                return .json(208, applied.answer)
+            }
         default: // DELETE
             guard let m = header(connection, "If-Match"), let v = parseVersion(m) else {
                 throw StubFailure(400, "If-Match version needed")
             }
-            let tomb = try store.deleteItem(cid, id, ifMatch: v, device: header(connection, "X-Device") ?? "")
-            counters.update { $0.itemDeletes += 1 }
-            return .json(200, tomb)
+            let device = header(connection, "X-Device") ?? ""
+            let change = try changeID(connection, device: device)
+            do {
+                let tomb = try store.deleteItem(cid, id, ifMatch: v, device: device, change: change)
+                counters.update { $0.itemDeletes += 1 }
+                return answerUnlessLost(.json(200, tomb))
+            } catch let applied as StubApplied {
+                counters.update { $0.appliedRetries += 1 }
+                return .json(208, applied.answer)
+            }
         }
     }
 
@@ -681,12 +694,14 @@ extension StubServer {
         let results = try store.batch(cid, prepared)
         counters.update { stats in
             stats.batches += 1
-            for (p, r) in zip(prepared, results) where r.status == 200 {
+            for (p, r) in zip(prepared, results) {
+                if r.status == 208 { stats.appliedRetries += 1 }
+                guard r.status == 200 else { continue }
                 if p.entry.op == .put { stats.itemPuts += 1 } else { stats.itemDeletes += 1 }
                 if p.blob != nil { stats.blobPuts += 1 }
             }
         }
-        return .json(200, WireBatchAnswer(results: results))
+        return answerUnlessLost(.json(200, WireBatchAnswer(results: results)))
     }
 
     /// An entry with its inline content verified against the item's hash and size and, unless the stub
@@ -706,6 +721,18 @@ extension StubServer {
         _ = try writer.finish()
         prepared.blob = writer
         return prepared
+    }
+
+    /// An applied item write's answer, or 503 in its place when a loseAnswerNext fault is armed.
+    private func answerUnlessLost(_ reply: Reply) -> Reply {
+        counters.takeLostAnswer() ? .error(503, "answer lost (injected fault)") : reply
+    }
+
+    /// The change id of a put or delete (`X-Change-ID`, optional) with the device that made it.
+    private func changeID(_ connection: OpaquePointer, device: String) throws -> WireChangeID? {
+        guard let id = header(connection, "X-Change-ID") else { return nil }
+        guard WireRules.isValidID(id) else { throw StubFailure(400, "bad change id") }
+        return WireChangeID(id: id, device: device)
     }
 
     /// A version in If-Match, bare or quoted like an entity tag.

@@ -8,7 +8,9 @@
 // transaction as its row (`store`), so the feed never skips or repeats a change, whichever server wrote it;
 // unique indexes keep versions and live names unique in the database too. A conditional write is checked
 // inside that transaction (If-Match, a live parent directory, no cycle, a free name) and refused with 412, 422
-// or 409 and the item in the way. An item names only a blob that the blob store holds whole, at its size. A
+// or 409 and the item in the way. A put or delete with a change id is checked against the last change applied
+// for its item and device first (`throwIfApplied`): a retry is answered as applied and changes nothing; a
+// write records its id in its own transaction (`recordChange`). An item names only a blob that the blob store holds whole, at its size. A
 // blob is collected only inside a writing transaction of its container and only when no live item or conflict
 // version names it (`collectBlob`), so no item write can come to name a blob that is being removed. A long poll
 // holds no transaction while it waits.
@@ -29,10 +31,23 @@ struct StubFailure: Error, CustomStringConvertible {
     var description: String { "\(status) \(message)" }
 }
 
+/// A retry of a change already applied: answered `208` with what it made and the item now (not a failure).
+struct StubApplied: Error {
+    let answer: WireApplied
+}
+
 /// How a write is conditioned: `If-Match: V` or `If-None-Match: *`.
 enum WriteCondition {
     case ifMatch(Int64)
     case ifNoneMatch
+
+    /// The condition as a header line: part of what tells a retry of a change from another change.
+    var wire: String {
+        switch self {
+        case .ifMatch(let v): return "If-Match: \(v)"
+        case .ifNoneMatch: return "If-None-Match: *"
+        }
+    }
 }
 
 /// A batch entry as the store applies it: its inline content already written to a verified temporary file
@@ -206,11 +221,15 @@ final class StubStore: @unchecked Sendable {
     }
 
     /// Creates or updates an item, conditionally: the rules of WIRE.md "Conditional writes".
-    func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition) throws -> WireItem {
+    /// With a `change` id, a retry of the change last applied for the item and device throws `StubApplied`.
+    func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition,
+                 change: WireChangeID? = nil) throws -> WireItem {
         // Ask the blob store first, outside the transaction (for S3 a round trip; the check inside then finds it
         // known).
         for sha in [body.sha256] + body.conflicts.map(\.sha256) where isSHA256Hex(sha) { _ = try blobs.size(cid, sha) }
+        let digest = WireApplied.digest(condition: condition.wire, item: body)
         return try writing(cid) { tx in
+            try throwIfApplied(tx, cid, id, change, digest: digest)
             let item = try validated(tx, cid, id, body)
             let existing = try tx.item(cid, id)
             switch condition {
@@ -224,7 +243,9 @@ final class StubStore: @unchecked Sendable {
                 guard existing.kind == item.kind else { throw StubFailure(400, "an item cannot change kind") }
             }
             if let parentID = item.parent { try checkPlace(tx, cid, id, parentID, item.name) }
-            return try store(tx, cid, item)
+            let stored = try store(tx, cid, item)
+            try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
+            return stored
         }
     }
 
@@ -248,8 +269,11 @@ final class StubStore: @unchecked Sendable {
     }
 
     /// Deletes an item seen at `version`, leaving a tombstone.
-    func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String) throws -> WireItem {
-        try writing(cid) { tx in
+    func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String,
+                    change: WireChangeID? = nil) throws -> WireItem {
+        let digest = WireApplied.digest(condition: "delete \(version)", item: nil)
+        return try writing(cid) { tx in
+            try throwIfApplied(tx, cid, id, change, digest: digest)
             guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
             guard let existing = try tx.item(cid, id) else { throw StubFailure(404, "no such item") }
             if existing.deleted { throw StubFailure(412, "the item is already deleted", current: existing) }
@@ -262,7 +286,9 @@ final class StubStore: @unchecked Sendable {
             var tomb = existing
             tomb.deleted = true
             tomb.device = device
-            return try store(tx, cid, tomb)
+            let stored = try store(tx, cid, tomb)
+            try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
+            return stored
         }
     }
 
@@ -277,6 +303,9 @@ final class StubStore: @unchecked Sendable {
         for entry in entries {
             do {
                 results.append(WireBatchResult(status: 200, item: try apply(cid, entry)))
+            } catch let applied as StubApplied {
+                results.append(WireBatchResult(status: 208, current: applied.answer.current,
+                                               applied: applied.answer.applied))
             } catch let f as StubFailure where f.status < 500 {
                 results.append(WireBatchResult(status: f.status, error: f.message, current: f.current))
             }
@@ -291,7 +320,8 @@ final class StubStore: @unchecked Sendable {
         case .delete:
             guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
             guard let version = entry.ifMatch, version >= 0 else { throw StubFailure(400, "If-Match version needed") }
-            return try deleteItem(cid, entry.id, ifMatch: version, device: entry.device ?? "")
+            return try deleteItem(cid, entry.id, ifMatch: version, device: entry.device ?? "",
+                              change: try checked(entry.changeID))
         case .put:
             guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
             guard let item = entry.item else { throw StubFailure(400, "a put needs an item") }
@@ -300,8 +330,34 @@ final class StubStore: @unchecked Sendable {
             }
             let condition: WriteCondition = entry.ifMatch.map { .ifMatch($0) } ?? .ifNoneMatch
             if case .ifMatch(let v) = condition, v < 0 { throw StubFailure(400, "bad If-Match version") }
-            return try putItem(cid, entry.id, item, condition)
+            return try putItem(cid, entry.id, item, condition, change: try checked(entry.changeID))
         }
+    }
+
+    private func checked(_ change: WireChangeID?) throws -> WireChangeID? {
+        if let change, !WireRules.isValidID(change.id) { throw StubFailure(400, "bad change id") }
+        return change
+    }
+
+    // MARK: Applied changes
+
+    /// Throws `StubApplied` when `change` is the last change recorded for its item and device: a retry. The
+    /// same id with another digest (another change under a reused id) is refused with 400.
+    private func throwIfApplied(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ change: WireChangeID?,
+                                digest: String) throws {
+        guard let change, let last = try tx.appliedChange(cid, item: id, device: change.device),
+              last.change == change.id else { return }
+        guard last.digest == digest else { throw StubFailure(400, "change id \(change.id) reused for another change") }
+        guard let current = try tx.item(cid, id) else { return }
+        throw StubApplied(answer: WireApplied(applied: last.version, current: current))
+    }
+
+    /// Records `change` as the last change applied for its item and device (inside the write's transaction).
+    private func recordChange(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ change: WireChangeID?,
+                              digest: String, version: Int64) throws {
+        guard let change else { return }
+        try tx.recordChange(cid, item: id, AppliedChange(device: change.device, change: change.id, digest: digest,
+                                                          version: version))
     }
 
     // MARK: Change feed

@@ -2,7 +2,8 @@
 // never linked into `ubiquityfs`): one container whose items and blobs live in memory. What must hold: it
 // answers every call as the stub does (Tests/UbiquityRemoteConformanceTests runs the same suite against both;
 // where they differ, the stub is right). Every call takes one condition lock, so it is thread-safe; the change
-// feed waits on that condition for long polling.
+// feed waits on that condition for long polling. A put or delete with a change id is first checked against the
+// last change applied for its item and device (`appliedChange`), as on the stub.
 //
 // Test hooks: `offline` (every call fails as unreachable), `corruptDownloads` (flips a byte of every blob
 // served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the `blobDownloads` counters.
@@ -27,6 +28,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     /// The key-value store: each key's winning write, and the feed position of the newest.
     private var kv: [String: WireKVEntry] = [:]
     private var kvSeq: Int64 = 0
+    /// The last change applied per item and device ("item/device"): its id, digest and the version it made.
+    private var appliedChanges: [String: (change: String, digest: String, version: Int64)] = [:]
 
     public init() {
         _ = store(WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: 0,
@@ -195,13 +198,23 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
     }
 
-    public func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+    public func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
         try locked {
             try checkOnline()
-            return try putLocked(item, ifMatch: ifMatch)
+            return try putChangeLocked(item, ifMatch: ifMatch, change: change)
         }
     }
 
+    /// A put, unless it retries the change last applied for its item and device (`.alreadyApplied`).
+    private func putChangeLocked(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
+        let digest = WireApplied.digest(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: item)
+        try throwIfApplied(item.id, change, digest: digest)
+        let stored = try putLocked(item, ifMatch: ifMatch)
+        recordChange(item.id, change, digest: digest, version: stored.version)
+        return stored
+    }
+
+    /// The put's checks and write (lock held).
     private func putLocked(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
         let new = try validated(item)
         let existing = items[item.id]
@@ -225,6 +238,22 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             throw RemoteError.conflict("the name \(item.name) is taken", current: other)
         }
         return store(new)
+    }
+
+    /// Throws `.alreadyApplied` when `change` is the last change applied for its item and device; the same id
+    /// with another digest is refused (400), as on the stub.
+    private func throwIfApplied(_ id: String, _ change: WireChangeID?, digest: String) throws {
+        guard let change else { return }
+        guard WireRules.isValidID(change.id) else { throw Self.bad("bad change id") }
+        guard let last = appliedChanges[id + "/" + change.device], last.change == change.id,
+              let current = items[id] else { return }
+        guard last.digest == digest else { throw Self.bad("change id \(change.id) reused for another change") }
+        throw RemoteError.alreadyApplied(version: last.version, current: current)
+    }
+
+    private func recordChange(_ id: String, _ change: WireChangeID?, digest: String, version: Int64) {
+        guard let change else { return }
+        appliedChanges[id + "/" + change.device] = (change.id, digest, version)
     }
 
     /// The item as it would be stored, or the stub's 400 for a malformed one: checked before its condition.
@@ -273,15 +302,18 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         guard held == size else { throw Self.bad("size of \(what) does not match its blob") }
     }
 
-    public func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
+    public func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
         try locked {
             try checkOnline()
-            return try deleteLocked(id, ifMatch: ifMatch)
+            return try deleteLocked(id, ifMatch: ifMatch, change: change)
         }
     }
 
-    private func deleteLocked(_ id: String, ifMatch: Int64) throws -> WireItem {
+    /// A delete, unless it retries the change last applied for its item and device (`.alreadyApplied`).
+    private func deleteLocked(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
         guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
+        let digest = WireApplied.digest(condition: "delete \(ifMatch)", item: nil)
+        try throwIfApplied(id, change, digest: digest)
         guard id != WireRules.rootID else { throw Self.bad("the root cannot be deleted") }
         guard let existing = items[id] else { throw RemoteError.notFound("item \(id)") }
         guard !existing.deleted, existing.version == ifMatch else {
@@ -294,7 +326,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
         var tombstone = existing
         tombstone.deleted = true
-        return store(tombstone)
+        if let change { tombstone.device = change.device }
+        let stored = store(tombstone)
+        recordChange(id, change, digest: digest, version: stored.version)
+        return stored
     }
 
     /// The batch as the stub applies it: the whole request checked first (its size and each inline
@@ -326,7 +361,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         switch entry.op {
         case .delete:
             guard let version = entry.ifMatch else { throw Self.bad("If-Match version needed") }
-            return try deleteLocked(entry.id, ifMatch: version)
+            return try deleteLocked(entry.id, ifMatch: version, change: entry.changeID)
         case .put:
             guard let item = entry.item, item.id == entry.id else {
                 throw Self.bad("the id in the body differs from the entry's")
@@ -338,7 +373,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
                 }
                 if !bytes.isEmpty { blobs[item.sha256] = bytes }
             }
-            return try putLocked(item, ifMatch: entry.ifMatch)
+            return try putChangeLocked(item, ifMatch: entry.ifMatch, change: entry.changeID)
         }
     }
 

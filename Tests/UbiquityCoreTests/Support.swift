@@ -54,6 +54,8 @@ final class Link: RemoteClient, @unchecked Sendable {
     let feedBlocked = Box(false)
     /// Called before every item write is forwarded.
     let beforePut = Box<(@Sendable (WireItem) -> Void)?>(nil)
+    /// The next N item writes (puts and deletes) land but their answer is lost, and the link goes down.
+    let loseAnswers = Box(0)
     init(_ remote: MemoryRemote) { self.remote = remote }
 
     var offline: Bool {
@@ -72,13 +74,20 @@ final class Link: RemoteClient, @unchecked Sendable {
         return answer
     }
     func item(_ id: String) throws -> WireItem { try check(); return try remote.item(id) }
-    func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
         try check()
         beforePut.value?(item)
-        return try remote.putItem(item, ifMatch: ifMatch)
+        return try answer(try remote.putItem(item, ifMatch: ifMatch, change: change))
     }
-    func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
-        try check(); return try remote.deleteItem(id, ifMatch: ifMatch)
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
+        try check(); return try answer(try remote.deleteItem(id, ifMatch: ifMatch, change: change))
+    }
+    /// A write's answer, unless it is to be lost (`loseAnswers`).
+    private func answer(_ stored: WireItem) throws -> WireItem {
+        guard loseAnswers.value > 0 else { return stored }
+        loseAnswers.value -= 1
+        offline = true
+        throw RemoteError.unreachable("answer lost")
     }
     func hasBlob(sha256: String) throws -> Bool { try check(); return try remote.hasBlob(sha256: sha256) }
     func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws {

@@ -54,8 +54,8 @@ final class HeldRemote: RemoteClient, @unchecked Sendable {
         guard let w = listing.first(where: { $0.id == id }) else { throw RemoteError.notFound(id) }
         return w
     }
-    func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem { throw RemoteError.rejected(status: 403, message: "read only") }
-    func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem { throw RemoteError.rejected(status: 403, message: "read only") }
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem { throw RemoteError.rejected(status: 403, message: "read only") }
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem { throw RemoteError.rejected(status: 403, message: "read only") }
     func hasBlob(sha256: String) throws -> Bool { false }
     func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws {
         throw RemoteError.rejected(status: 403, message: "read only")

@@ -31,6 +31,27 @@ extension Regression {
                 Step(.delete, on: 0, seed: 0xb6a4534bf1daa0ac, after: 2929000000),
              ]))
 
+    /// c's write lands but its answer is lost; a sees it, changes the file further (pushed) and deletes it;
+    /// c's retry met the tombstone of a content it never saw and revived the file as a concurrent edit. With
+    /// change ids the retry is answered as applied and the delete stands. (deleteAfterLostAnswer with a's
+    /// append and push, steps 149 and 151 of seed 5's generated plan, before its delete.)
+    static let deleteAfterLostAnswerAndAFurtherChange = Regression(
+        "deleteAfterLostAnswerAndAFurtherChange",
+        Plan(seed: 5, devices: 3, feedPage: 4,
+             rates: FaultRates(dropRequest: 0.04, dropResponse: 0.11, duplicate: 0.09, staleFeed: 0.05,
+                               slowTransfer: 0.16, corrupt: 0.03),
+             steps: [
+                Step(.pull, on: 2, seed: 0x75646c12c55ba4df, after: 503000000),
+                Step(.create, on: 2, seed: 0x6422556f25ce1ace, after: 4318000000),
+                Step(.push, on: 2, seed: 0xc4ff2899c8ba1df9, after: 1401000000),
+                Step(.truncate, on: 2, seed: 0x272352ef1e581b, after: 4004000000),
+                Step(.push, on: 2, seed: 0x3ca64e8753289085, after: 0),
+                Step(.pull, on: 0, seed: 0x10db6698f9962940, after: 3459000000),
+                Step(.append, on: 0, seed: 0xf622d09787f9829a, after: 3196000000),
+                Step(.push, on: 0, seed: 0x73ad9dfedb4932a, after: 1046000000),
+                Step(.delete, on: 0, seed: 0xb6a4534bf1daa0ac, after: 2929000000),
+             ]))
+
     /// A deleted folder was pushed before the delete of the file in it (parent first): the remote refused (not
     /// empty) and the folder came back.
     /// (Steps 143, 152, 155, 159, 160, 167 of seed 77's generated plan.)
@@ -661,6 +682,7 @@ extension Regression {
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
+        deleteAfterLostAnswerAndAFurtherChange,
         folderDeletedAfterItsFile,
         deleteAfterOwnLostAnswer1,
         deleteAfterOwnLostAnswer2,
