@@ -18,6 +18,8 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CSys"),
+        // FUSE passthrough on libfuse 3.14 (which has no API for it): a custom io amending INIT and open replies.
+        .target(name: "CPassthrough", dependencies: ["CFuse"]),
 
         // Shared plumbing: SQLite, SHA-256, logging, wire model, system calls.
         .target(name: "UbiquityBase", dependencies: ["CSQLite", "CCrypto", "CSys"]),
@@ -28,7 +30,7 @@ let package = Package(
         // The remote stub server on libmicrohttpd.
         .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD"]),
         // The FUSE adapter: inode table and operations mapped onto the core. Knows nothing of HTTP.
-        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"]),
+        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse", "CPassthrough"]),
         // The command.
         .executableTarget(name: "ubiquityfs",
                           dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE", "CFuse"]),

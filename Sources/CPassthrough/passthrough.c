@@ -1,6 +1,8 @@
 // The custom io of passthrough.h. Constants and layouts are the kernel's UAPI (include/uapi/linux/fuse.h,
 // protocol 7.40, Linux 6.9): Debian's /usr/include/linux/fuse.h here predates them, so they are defined here.
+#define _GNU_SOURCE
 #define FUSE_USE_VERSION 312
+#include <fcntl.h>
 #include "passthrough.h"
 #include <fuse3/fuse_lowlevel.h>
 #include <errno.h>
@@ -100,8 +102,17 @@ static ssize_t ubq_writev(int fd, struct iovec *iov, int count, void *ud) {
     return writev(fd, iov, count); // as writev(2): libfuse reads errno after -1
 }
 
+// Replies with data from a file (reads of files not passed through) keep libfuse's splice: without this
+// callback libfuse copies them through user space. Requests are never spliced in (FUSE_CAP_SPLICE_READ is
+// off, and INIT is read before any capability), so every request passes through ubq_read.
+static ssize_t ubq_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len, unsigned int flags,
+                               void *ud) {
+    (void)ud;
+    return splice(fdin, offin, fdout, offout, len, flags);
+}
+
 int ubq_pt_install(struct fuse_session *se, int want) {
-    static const struct fuse_custom_io io = { .writev = ubq_writev, .read = ubq_read };
+    static const struct fuse_custom_io io = { .writev = ubq_writev, .read = ubq_read, .splice_send = ubq_splice_send };
     ubq_want = want;
     ubq_fd = fuse_session_fd(se);
     return fuse_session_custom_io(se, &io, ubq_fd);

@@ -8,6 +8,7 @@
 // until `run` returns; `run` clears the session and drains the notifier queue before it unmounts and destroys
 // it, so no notice uses a destroyed session. The kernel checks permissions (`default_permissions`).
 import CFuse
+import CPassthrough
 import Foundation
 import Glibc
 import UbiquityBase
@@ -108,6 +109,8 @@ extension FileSystem {
             fuse_session_destroy(se)
             throw MountError(description: "cannot mount on \(mountpoint) (see the lines above)")
         }
+        // With passthrough asked for, our io sits between libfuse and /dev/fuse to amend INIT and open replies.
+        if passthrough && ubq_pt_install(se, 1) != 0 { log.warning("no FUSE passthrough: the custom io was refused") }
         session = se
     }
 

@@ -72,6 +72,8 @@ enum MountCommand {
         /// The local store limit and the free space kept (defaults: see `defaultCacheSize`, `defaultMinFree`).
         var cacheSize: SizeSpec?
         var minFree: SizeSpec?
+        /// Ask the kernel for FUSE passthrough of local content (docs/PASSTHROUGH.md).
+        var passthrough = false
     }
 
     /// Without --cache-size: a quarter of the store's file system, a guest's share of a disk that is shared.
@@ -97,7 +99,7 @@ enum MountCommand {
         let args = try Arguments(words, valued: ["--remote", "--token-file", "--container", "--store", "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
                                                 "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
-                                 switches: ["--foreground", "--help"])
+                                 switches: ["--foreground", "--help", "--passthrough"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("mount needs exactly one MOUNTPOINT") }
         let container = args.value("--container") ?? defaultContainer
@@ -127,7 +129,7 @@ enum MountCommand {
                 ?? DownloadPolicy.indexers,
             stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0,
             cacheSize: try size(args, "--cache-size", zeroAllowed: false),
-            minFree: try size(args, "--min-free", zeroAllowed: true))
+            minFree: try size(args, "--min-free", zeroAllowed: true), passthrough: args.has("--passthrough"))
         try checkMountpoint(options.mountpoint)
         if args.has("--foreground") {
             try Daemon(options: options, notify: ProcessInfo.processInfo.environment["UBIQUITYFS_NOTIFY"] == "1").run()

@@ -1,0 +1,101 @@
+// FUSE passthrough (docs/PASSTHROUGH.md): opens of local content handed to the kernel, which then reads and
+// writes the content file itself, without read or write requests to us.
+//
+// What must hold: the kernel refuses (EIO) to mix, on one inode, opens with and without passthrough, and two
+// passthrough opens on different backing ids; so per item either every open handle is ordinary or every one
+// is passthrough on the one backing id, registered at the first such open and dropped at the last release.
+// A file opened for writing this way is marked dirty at its open (no write reaches us to mark it), and its
+// flush and release mark it dirty again (a push may have begun and ended unaware of its writes) and take its
+// size and time from the content file, as after ordinary writes.
+import CFuse
+import CPassthrough
+import Foundation
+import UbiquityBase
+import UbiquityCore
+
+/// How one handle was opened, as far as passthrough is concerned (with the backing id it was opened on).
+enum OpenMode: Equatable { case uncounted, ordinary, passthrough(Int32) }
+
+/// The open handles of each item by mode, and the backing ids of items opened with passthrough: one per content
+/// file (device and inode), since a content file replaced (evicted and fetched again, or a newer version) while
+/// the kernel's release of an older open is still on its way must not get the older file's id.
+final class Backings: @unchecked Sendable {
+    private struct Backing { let file: (UInt64, UInt64); let id: Int32; var opens: Int }
+    private let lock = NSLock()
+    private var ordinary: [String: Int] = [:]
+    private var backing: [String: [Backing]] = [:]
+    private var said = false
+
+    /// False the first time only: the log says once that passthrough is on.
+    func announced() -> Bool { lock.withLock { defer { said = true }; return said } }
+
+    /// Chooses the mode of a new handle `fh` on `fd`: passthrough when the item has no ordinary handle and a
+    /// backing id can be had and marked on the reply; then `prepare` runs (still under the lock, so no other
+    /// open of the item sees the choice before it is complete) and may refuse by throwing.
+    func choose(_ id: String, fd: Int32, fh: UInt64, prepare: () throws -> Void) -> OpenMode {
+        lock.lock(); defer { lock.unlock() }
+        var st = stat()
+        if ordinary[id] == nil, fstat(fd, &st) == 0 {
+            let file = (UInt64(st.st_dev), UInt64(st.st_ino))
+            var list = backing[id] ?? []
+            let known = list.firstIndex { $0.file == file }
+            let bid = known.map { list[$0].id } ?? ubq_pt_backing_open(fd)
+            if bid > 0, ubq_pt_mark(fh, bid) == 0, (try? prepare()) != nil {
+                if let known { list[known].opens += 1 } else { list.append(Backing(file: file, id: bid, opens: 1)) }
+                backing[id] = list
+                return .passthrough(bid)
+            }
+            if bid > 0 { _ = ubq_pt_unmark(fh) }
+            if bid > 0 && known == nil { _ = ubq_pt_backing_close(bid) }
+        }
+        ordinary[id, default: 0] += 1
+        return .ordinary
+    }
+
+    /// Forgets a released handle; the last handle on a backing id drops it.
+    func released(_ id: String, _ mode: OpenMode) {
+        lock.lock(); defer { lock.unlock() }
+        switch mode {
+        case .uncounted: return
+        case .ordinary:
+            let n = (ordinary[id] ?? 1) - 1
+            ordinary[id] = n > 0 ? n : nil
+        case .passthrough(let bid):
+            guard var list = backing[id], let i = list.firstIndex(where: { $0.id == bid }) else { return }
+            list[i].opens -= 1
+            if list[i].opens == 0 { list.remove(at: i); _ = ubq_pt_backing_close(bid) }
+            backing[id] = list.isEmpty ? nil : list
+        }
+    }
+}
+
+extension FileSystem {
+    /// Whether this mount hands opens of local content to the kernel (asked for, and negotiated at INIT).
+    var passthroughOn: Bool { passthrough && ubq_pt_negotiated() != 0 }
+
+    /// Picks how `file` (handle `fh`, just opened on local content) is served; for passthrough its open reply
+    /// gets marked, and a writable file is marked dirty now. Returns whether it is passthrough.
+    func choosePassthrough(_ file: OpenFile, _ fh: UInt64) -> Bool {
+        guard passthroughOn else { return false }
+        if !backings.announced() { log.info("FUSE passthrough negotiated: local content is read and written by the kernel") }
+        file.mode = backings.choose(file.id, fd: file.fd.raw, fh: fh) {
+            if file.writable { try core.willWrite(file.id) }
+        }
+        guard case .passthrough = file.mode else { return false }
+        if file.writable { file.wrote = true }
+        return true
+    }
+
+    /// A flush or release of a written handle: its size and time are taken from the content file. A passthrough
+    /// writer is marked dirty again first: its writes reached the content file unseen, possibly after a push
+    /// that began at its open had already marked the item clean.
+    func flushed(_ file: OpenFile) throws(CoreError) {
+        if case .passthrough = file.mode { try core.willWrite(file.id) }
+        try core.flushed(file.id)
+    }
+
+    /// After the open (or create) reply was sent: the mark is no longer needed.
+    func sentOpen(_ file: OpenFile, _ fh: UInt64) {
+        if case .passthrough = file.mode { _ = ubq_pt_unmark(fh) }
+    }
+}
