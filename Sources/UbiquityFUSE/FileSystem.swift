@@ -446,7 +446,7 @@ public final class FileSystem: @unchecked Sendable {
         if isKVID(file.id) { return reply.ok() } // a key's value is durable once committed at close
         do {
             try file.fd.dataSync()
-            if file.wrote { try core.synced(file.id) }
+            if file.wrote { try synced(file) }
             reply.ok()
         } catch {
             reply.fail(error)

@@ -5,7 +5,7 @@
 // passthrough opens on different backing ids; so per item either every open handle is ordinary or every one
 // is passthrough on the one backing id, registered at the first such open and dropped at the last release.
 // A file opened for writing this way is marked dirty at its open (no write reaches us to mark it), and its
-// flush and release mark it dirty again (a push may have begun and ended unaware of its writes) and take its
+// flush, fsync and release mark it dirty again (a push may have begun and ended unaware of its writes) and take its
 // size and time from the content file, as after ordinary writes.
 import CFuse
 import CPassthrough
@@ -90,8 +90,22 @@ extension FileSystem {
     /// writer is marked dirty again first: its writes reached the content file unseen, possibly after a push
     /// that began at its open had already marked the item clean.
     func flushed(_ file: OpenFile) throws(CoreError) {
-        if case .passthrough = file.mode { try core.willWrite(file.id) }
+        try wroteUnseen(file)
         try core.flushed(file.id)
+    }
+
+    /// An fsync of a written handle asks for a snapshot; a passthrough writer is marked dirty again first, as
+    /// at a flush (a snapshot pushed since its last fsync left the item clean, unaware of later writes).
+    func synced(_ file: OpenFile) throws(CoreError) {
+        try wroteUnseen(file)
+        try core.synced(file.id)
+    }
+
+    /// A passthrough writer's writes reached the content file unseen: recorded now as one write (dirty, a new
+    /// content generation, the time of the last write, which a quiet snapshot of a file held open waits on).
+    private func wroteUnseen(_ file: OpenFile) throws(CoreError) {
+        guard case .passthrough = file.mode else { return }
+        try core.write(file.id) { () }
     }
 
     /// After the open (or create) reply was sent: the mark is no longer needed.
