@@ -23,7 +23,7 @@ enum MountCommand {
     usage: ubiquityfs mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR]
                                       [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
                                       [--download-timeout SECONDS] [--no-download-for NAME,...]
-                                      [--cache-size SIZE] [--min-free SIZE]
+                                      [--cache-size SIZE] [--min-free SIZE] [--passthrough]
                                       [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
 
     Mounts the container ID (default \(defaultContainer)) at MOUNTPOINT and returns once it is usable.
@@ -39,6 +39,8 @@ enum MountCommand {
                          used files that are uploaded, not pinned and not open are evicted, down to 90% of it
       --min-free SIZE    free space kept on the store's file system the same way (default 5%, at most 1G;
                          0 for none)
+      --passthrough      let the kernel read and write local content itself (FUSE passthrough, Linux 6.9+,
+                         as root); files still downloading and older kernels keep the ordinary path
       --no-download-for NAME,...
                          processes that may not download (names as in /proc/PID/comm; longer names match
                          their first 15 bytes): their opens of a file that is not local fail at once with

@@ -1,0 +1,63 @@
+"""Part 11 goal 2: FUSE passthrough of local content (mount --passthrough, docs/PASSTHROUGH.md).
+
+The kernel reads and writes such files itself; these tests check the outcomes the daemon must still get right:
+the bytes, the sizes it reports, and that what was written unseen goes to the other device.
+"""
+import os
+
+import pytest
+
+from conftest import run, sync
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FUSE passthrough needs CAP_SYS_ADMIN")
+
+
+def wait_same(m, rel, data):
+    from test_part7_content import same_on
+    same_on(m, rel, data)
+
+
+def passthrough_pair(stub, mount_factory):
+    a = mount_factory(stub, "laptop", extra=["--passthrough"])
+    b = mount_factory(stub, "desktop")
+    return a, b
+
+
+def test_negotiated_and_written_content_reaches_the_other_device(stub, mount_factory):
+    a, b = passthrough_pair(stub, mount_factory)
+    data = os.urandom(3 << 20)
+    (a / "Documents" / "p.bin").write_bytes(data)
+    assert "FUSE passthrough negotiated" in (a.store / "ubiquityfs.log").read_text(errors="replace")
+    assert (a / "Documents" / "p.bin").read_bytes() == data
+    sync(a)
+    wait_same(b, "Documents/p.bin", data)
+
+
+def test_write_in_place_through_passthrough_is_seen_in_size_and_on_the_other_device(stub, mount_factory):
+    a, b = passthrough_pair(stub, mount_factory)
+    path = a / "Documents" / "grow.bin"
+    path.write_bytes(b"a" * 1000)
+    sync(a)
+    with open(path, "r+b") as f:
+        f.seek(5000)
+        f.write(b"tail")
+        f.flush()
+        # The daemon saw no write request: the size it reports comes from the content file.
+        assert os.stat(path).st_size == 5004
+    expected = b"a" * 1000 + b"\0" * 4000 + b"tail"
+    assert path.read_bytes() == expected
+    sync(a)
+    wait_same(b, "Documents/grow.bin", expected)
+
+
+def test_concurrent_opens_of_one_file_share_the_backing(stub, mount_factory):
+    a, _ = passthrough_pair(stub, mount_factory)
+    path = a / "Documents" / "two.txt"
+    path.write_bytes(b"hello")
+    # A second open while the first is held: the kernel refuses (EIO) another backing id on the same inode.
+    with open(path, "rb") as r1, open(path, "r+b") as w:
+        w.write(b"HE")
+        w.flush()
+        with open(path, "rb") as r2:
+            assert r1.read() == b"HEllo"
+            assert r2.read() == b"HEllo"
