@@ -7,6 +7,10 @@
 // becomes a thrown `SQLiteError` (its `kind` names a busy, full or corrupt database): nothing here ignores a
 // failure, except a ROLLBACK after a failed body, whose error is the one thrown. `transaction` nests by joining
 // the open transaction, so an operation stays one transaction. A `Row` lives only inside its callback.
+// Each SQL text is prepared once and its statement kept (`statements`): a use binds, steps, then resets it
+// and clears its bindings, so no use sees another's values and no reset statement holds a read open. A
+// statement already running (a query inside another's row callback) is never reused: that use gets its own.
+// Use `query`/`forEach` for statements run often (`exec` parses its text every time).
 import CSQLite
 import Foundation
 
@@ -45,6 +49,10 @@ public enum SQLValue: Equatable, Sendable {
 public final class Database: @unchecked Sendable {
     private var handle: OpaquePointer?
     public let path: String
+    /// Prepared statements by their SQL, reset between uses.
+    private var statements: [String: OpaquePointer] = [:]
+    /// The SQL of the cached statements running now (a row callback may run another query).
+    private var running: Set<String> = []
 
     /// Opens (creating if needed) the database at `path`.
     public init(path: String) throws {
@@ -61,7 +69,10 @@ public final class Database: @unchecked Sendable {
         sqlite3_busy_timeout(db, 5000)
     }
 
-    deinit { sqlite3_close_v2(handle) }
+    deinit {
+        for stmt in statements.values { sqlite3_finalize(stmt) }
+        sqlite3_close_v2(handle)
+    }
 
     private func check(_ rc: Int32) throws {
         guard rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW else {
@@ -90,9 +101,57 @@ public final class Database: @unchecked Sendable {
 
     /// Runs a statement and calls `body` for each row, without collecting them.
     public func forEach(_ sql: String, _ params: [SQLValue] = [], _ body: (Row) throws -> Void) throws {
+        try run(sql, params) { try body($0); return true }
+    }
+
+    /// The first row `pick` takes (returns non-nil for), stepping no further; nil if it takes none.
+    public func first<T>(_ sql: String, _ params: [SQLValue] = [], _ pick: (Row) throws -> T?) throws -> T? {
+        var found: T?
+        try run(sql, params) { row in
+            found = try pick(row)
+            return found == nil
+        }
+        return found
+    }
+
+    /// Runs a statement, calling `body` for each row while it returns true.
+    private func run(_ sql: String, _ params: [SQLValue], _ body: (Row) throws -> Bool) throws {
+        if running.contains(sql) || (statements[sql] == nil && statements.count >= Database.keptStatements) {
+            var stmt: OpaquePointer?
+            try check(sqlite3_prepare_v2(handle, sql, -1, &stmt, nil))
+            defer { sqlite3_finalize(stmt) }
+            guard let stmt else { throw SQLiteError(code: SQLITE_MISUSE, message: "no statement in: \(sql)") }
+            return try step(stmt, params, body)
+        }
+        let stmt = try statement(sql)
+        running.insert(sql)
+        defer {
+            sqlite3_reset(stmt)
+            sqlite3_clear_bindings(stmt)
+            running.remove(sql)
+        }
+        try step(stmt, params, body)
+    }
+
+    /// How many statements are kept at most (the store's SQL is a few dozen constant texts).
+    static let keptStatements = 256
+
+    /// The kept statement of `sql`, prepared at its first use.
+    private func statement(_ sql: String) throws -> OpaquePointer {
+        if let stmt = statements[sql] { return stmt }
         var stmt: OpaquePointer?
-        try check(sqlite3_prepare_v2(handle, sql, -1, &stmt, nil))
-        defer { sqlite3_finalize(stmt) }
+        let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else {
+            sqlite3_finalize(stmt)
+            try check(rc)
+            throw SQLiteError(code: SQLITE_MISUSE, message: "no statement in: \(sql)")
+        }
+        statements[sql] = stmt
+        return stmt
+    }
+
+    /// Binds `params` to `stmt` and steps it, calling `body` for each row while it returns true.
+    private func step(_ stmt: OpaquePointer, _ params: [SQLValue], _ body: (Row) throws -> Bool) throws {
         for (i, p) in params.enumerated() {
             let idx = Int32(i + 1)
             switch p {
@@ -107,7 +166,7 @@ public final class Database: @unchecked Sendable {
             let rc = sqlite3_step(stmt)
             if rc == SQLITE_DONE { break }
             guard rc == SQLITE_ROW else { try check(rc); break }
-            try body(Row(stmt: stmt!))
+            if try !body(Row(stmt: stmt)) { break }
         }
     }
 

@@ -248,24 +248,26 @@ public final class Container: @unchecked Sendable {
         return try create(parent: parent, name: name, kind: kind, mode: mode)
     }
 
+    /// creat(2) as one operation: the file is created and opened for writing in one transaction (one commit,
+    /// and no push can start between the two without the writer counted).
+    public func createAndOpen(parent: String, name: String, mode: UInt32) throws(CoreError) -> (Item, FileDescriptor) {
+        try CoreState.checkName(name)
+        return try mutate { (s: inout CoreState) throws(CoreError) -> (Item, FileDescriptor) in
+            let item = try s.create(parent: parent, name: name, kind: .file, mode: mode, target: nil)
+            guard case .opened(let fd) = try s.open(item.id, writable: true, truncate: false, staleOK: false,
+                                                   noDownload: false) else {
+                throw CoreError.io("a new file has no local content")
+            }
+            return (item, fd)
+        }
+    }
+
     /// Creates a new item in a live directory; a file gets an empty content file.
     private func create(parent: String, name: String, kind: ItemKind, mode: UInt32,
                         target: String? = nil) throws(CoreError) -> Item {
         try CoreState.checkName(name)
         return try mutate { (s: inout CoreState) throws(CoreError) -> Item in
-            _ = try s.liveDirectory(parent)
-            if s.children[parent]?[name] != nil { throw .exists }
-            var item = s.newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
-            item.localOnlyAbove = s.isLocalOnlyFolder(parent)
-            if kind == .file {
-                // Made before the item is saved: a failed save leaves an orphan, removed at the next start.
-                do {
-                    let fd = try FileDescriptor.open(paths.content(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
-                    fd.close()
-                } catch { throw CoreError.from(error) }
-            }
-            try s.insertNew(item)
-            return item
+            try s.create(parent: parent, name: name, kind: kind, mode: mode, target: target)
         }
     }
 
@@ -412,6 +414,24 @@ extension CoreState {
         guard let dir = items[id], !dir.deleted else { throw .notFound }
         guard dir.isDirectory else { throw .notDirectory }
         return dir
+    }
+
+    /// Creates a new item in a live directory (`name` checked by the caller); a file gets an empty content file.
+    mutating func create(parent: String, name: String, kind: ItemKind, mode: UInt32,
+                         target: String?) throws(CoreError) -> Item {
+        _ = try liveDirectory(parent)
+        if children[parent]?[name] != nil { throw .exists }
+        var item = newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
+        item.localOnlyAbove = isLocalOnlyFolder(parent)
+        if kind == .file {
+            // Made before the item is saved: a failed save leaves an orphan, removed at the next start.
+            do {
+                let fd = try FileDescriptor.open(paths.content(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+                fd.close()
+            } catch { throw CoreError.from(error) }
+        }
+        try insertNew(item)
+        return item
     }
 
     func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32, target: String?) -> Item {

@@ -6,9 +6,11 @@
 //   `CoreState`. Code that has not taken the lock has no `CoreState` to call, so "expects the lock held" is a
 //   type, not a comment: every helper that needs the lock is a method of `CoreState`.
 // - `Container.mutate` runs one operation: one SQLite transaction, committed before the lock is let go. When
-//   the operation throws, the transaction rolls back and so does every change it made to `items` and `names`
-//   (they record what they overwrite while a mutation runs), so memory and the database never disagree: a
-//   rename over a file that meets a full disk leaves both names as they were.
+//   the operation throws, the transaction rolls back and so does every change it made to `items` and
+//   `children` (they record what they overwrite while a mutation runs), so memory and the database never
+//   disagree: a rename over a file that meets a full disk leaves both names as they were. Other fields
+//   (handles, transfers, marks) are memory only and are not rolled back. `Container.update` changes memory
+//   alone, without a transaction, on the hot paths; `Container.read` only looks.
 // - File-system effects that cannot be undone (removing or moving a content file) are queued with `onCommit`
 //   and run after the commit, still under the lock; notices to the observer and wake-ups of the loops are
 //   delivered after the lock is let go.

@@ -135,14 +135,14 @@ public final class Store: @unchecked Sendable {
     /// another connection's commit made stale.
     func begin() throws {
         precondition(!inTransaction, "transactions do not nest")
-        try typed { try db.exec("BEGIN IMMEDIATE") }
+        try typed { try db.query("BEGIN IMMEDIATE") }
         inTransaction = true
         transactionFailure = nil
     }
 
     func commit() throws {
         if db.isAutocommit, let failure = transactionFailure { throw failure }
-        try typed { try db.exec("COMMIT") }
+        try typed { try db.query("COMMIT") }
         inTransaction = false
         keepReserve()
     }
@@ -238,8 +238,13 @@ public final class Store: @unchecked Sendable {
         try write { try typed { try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } } } }
     }
 
+    /// The ids under `prefix`, read as a range of the key's index (a LIKE would scan every key, and `meta` holds
+    /// one per item created here): the keys from `prefix` up to, not including, the prefix with its last
+    /// character, a ":", turned into the next one.
     private func ids(_ prefix: String) throws -> [String] {
-        try values("SELECT key FROM meta WHERE key LIKE ? ORDER BY key", [.text(prefix + "%")]) {
+        precondition(prefix.hasSuffix(":"), "id prefixes end in a colon")
+        return try values("SELECT key FROM meta WHERE key >= ? AND key < ? ORDER BY key",
+                          [.text(prefix), .text(prefix.dropLast() + ";")]) {
             String($0.text(0).dropFirst(prefix.count))
         }
     }
@@ -403,19 +408,38 @@ public final class Store: @unchecked Sendable {
         try values("SELECT id FROM pending ORDER BY seq") { $0.text(0) }
     }
 
+    /// The oldest pending id that `take` accepts, reading the journal no further.
+    func firstPending(where take: (String) -> Bool) throws -> String? {
+        try typed { try db.first("SELECT id FROM pending ORDER BY seq") { row in
+            let id = row.text(0)
+            return take(id) ? id : nil
+        } }
+    }
+
+    func isPending(_ id: String) throws -> Bool {
+        try typed { try db.first("SELECT 1 FROM pending WHERE id = ?", [.text(id)]) { _ in true } } ?? false
+    }
+
+    func pendingCount() throws -> Int {
+        try typed { try db.first("SELECT count(*) FROM pending") { Int($0.int(0)) } } ?? 0
+    }
+
     /// Makes every change committed so far durable (see `Checkpointer`); called for fsync, outside any lock.
     let checkpointer: Checkpointer
 
 
     // MARK: encoding
 
-    // A dictionary of strings and an array of plain structs always encode: the `try!` cannot trap.
+    // A dictionary of strings and an array of plain structs always encode: the `try!` cannot trap. Most items
+    // have neither xattrs nor conflicts: their text is written (and read) without an encoder (the same text).
     static func encodeXattrs(_ x: [String: [UInt8]]) -> String {
-        String(decoding: try! JSONEncoder.wire.encode(Xattrs.toWire(x)), as: UTF8.self)
+        if x.isEmpty { return "{}" }
+        return String(decoding: try! JSONEncoder.wire.encode(Xattrs.toWire(x)), as: UTF8.self)
     }
 
     /// The xattrs stored for item `id`; a value that does not decode throws (an empty set would be pushed).
     static func decodeXattrs(_ s: String, of id: String) throws -> [String: [UInt8]] {
+        if s == "{}" { return [:] }
         let wire = try decode([String: String].self, s, id: id, column: "xattrs")
         return try wire.mapValues { value in
             guard let data = Data(base64Encoded: value) else {
@@ -426,12 +450,14 @@ public final class Store: @unchecked Sendable {
     }
 
     static func encodeConflicts(_ c: [WireConflict]) -> String {
-        String(decoding: try! JSONEncoder.wire.encode(c), as: UTF8.self)
+        if c.isEmpty { return "[]" }
+        return String(decoding: try! JSONEncoder.wire.encode(c), as: UTF8.self)
     }
 
     /// The conflict versions stored for item `id`; a value that does not decode throws.
     static func decodeConflicts(_ s: String, of id: String) throws -> [WireConflict] {
-        try decode([WireConflict].self, s, id: id, column: "conflicts")
+        if s == "[]" { return [] }
+        return try decode([WireConflict].self, s, id: id, column: "conflicts")
     }
 
     private static func decode<T: Decodable>(_ type: T.Type, _ s: String, id: String, column: String) throws -> T {

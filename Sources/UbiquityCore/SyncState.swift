@@ -56,17 +56,16 @@ extension Container {
     /// The oldest pending item whose parent the remote knows and which nobody is writing.
     func nextPushable() throws -> String? {
         try read { s in
-            let ids = try s.store.pendingIDs()
             let pushable = s.isPushable
             // A directory with changes of its own goes before the items below it: it may have to be revived on
             // the remote first (deleted there while this device added to it), or nothing can be put in it.
             // Not a directory deleted here: the deletes of what was below it must go first.
             // The highest such directory goes first: one further up may be new (its subtree waits for it).
-            guard var id = ids.first(where: pushable) else { return nil }
-            let pending = Set(ids)
+            // The journal is read only up to its first pushable item (it may hold thousands, under the lock).
+            guard var id = try s.store.firstPending(where: pushable) else { return nil }
             var cursor = s.items[id]?.parent
             while let p = cursor, p != s.rootID, let dir = s.items[p], !dir.deleted, !dir.isLocalOnly {
-                if pending.contains(p) && pushable(p) { id = p }
+                if try pushable(p) && s.store.isPending(p) { id = p }
                 cursor = dir.parent
             }
             return id
@@ -74,7 +73,7 @@ extension Container {
     }
 
     /// Number of items with changes not yet on the remote.
-    var pendingPushCount: Int { get throws { try read { s in try s.store.pendingIDs().count } } }
+    var pendingPushCount: Int { get throws { try read { s in try s.store.pendingCount() } } }
 }
 
 // MARK: the pusher: reads

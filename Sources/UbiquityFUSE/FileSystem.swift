@@ -323,10 +323,7 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(dirID) { return reply.fail(.readOnly) }
         if isVersionsName(dirID, name) { return reply.fail(.exists) }
         do {
-            let item = try core.createFile(parent: dirID, name: name, mode: UInt32(mode))
-            guard case .opened(let fd) = try core.open(item.id, writable: true, truncate: false) else {
-                throw CoreError.io("a new file has no local content")
-            }
+            let (item, fd) = try core.createAndOpen(parent: dirID, name: name, mode: UInt32(mode))
             let file = OpenFile(id: item.id, fd: fd, writable: true)
             fi.pointee.fh = addHandle(file)
             _ = choosePassthrough(file, fi.pointee.fh)

@@ -106,6 +106,21 @@ import UbiquityTesting
         #expect(!now.isPending && now.isCurrent && now.remoteVersion == w.version && now.localSHA == w.sha256)
     }
 
+    @Test func createAndOpenCountsTheWriterAndPushesWhatIsWritten() throws {
+        let dev = try Device(remote, name: "a")
+        let (item, fd) = try dev.container.createAndOpen(parent: dev.docs, name: "made.txt", mode: 0o600)
+        #expect(dev.lookup("made.txt")?.id == item.id)
+        #expect(throws: CoreError.exists) { _ = try dev.container.createAndOpen(parent: dev.docs, name: "made.txt", mode: 0o600) }
+        let content = bytes("written through the first descriptor")
+        try dev.container.willWrite(item.id)
+        _ = content.withUnsafeBytes { pwrite(fd.raw, $0.baseAddress, content.count, 0) }
+        try dev.container.flushed(item.id)
+        fd.close()
+        dev.container.closed(item.id, writable: true)
+        #expect(eventually { remote.lookup(path: "Documents/made.txt")?.sha256 == sha256Hex(content) })
+        #expect(remote.lookup(path: "Documents/made.txt")?.mode == 0o600)
+    }
+
     @Test func mkdirRenameRemovePropagate() throws {
         let dev = try Device(remote, name: "a")
         let dir = try dev.container.makeDirectory(parent: dev.docs, name: "dir", mode: 0o750)

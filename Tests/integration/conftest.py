@@ -3,6 +3,7 @@
 `stub_factory` starts `ubiquityfs remote serve` processes on loopback; `mount_factory` mounts devices on them.
 Every mount is unmounted and every process stopped at the end of its test.
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -244,3 +245,23 @@ def two(stub, mount_factory):
 def d(stub, mount_factory):
     """The Documents folder of one mounted device."""
     return mount_factory(stub) / "Documents"
+
+
+@contextlib.contextmanager
+def small_disk_at(tmp_path, megabytes):
+    """A tmpfs of `megabytes` MiB for a store that a test fills (needs root, as mounting does); unmounted after."""
+    disk = tmp_path / "smallfs"
+    disk.mkdir()
+    run("mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", disk)
+    try:
+        yield disk
+    finally:
+        run("umount", "-l", disk, check=False)
+
+
+def mount_with_store_on(mount_factory, stub, disk, *extra):
+    """A mount whose store lives on `disk`."""
+    m = mount_factory(stub, extra=list(extra), mount=False)
+    m.store = disk / "store"
+    m.mount()
+    return m

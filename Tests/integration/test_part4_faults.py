@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, CONTAINER, run, wait_until, attr
+from conftest import BIN, CONTAINER, mount_with_store_on, run, small_disk_at, wait_until, attr
 
 
 def sha(path):
@@ -296,13 +296,8 @@ def test_missing_or_torn_database_gets_a_clear_error(stub, mount_factory):
 
 def test_full_store_gives_enospc_and_recovers(big_remote, mount_factory, tmp_path):
     stub, src = big_remote
-    small = tmp_path / "smallfs"
-    small.mkdir()
-    run("mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", small)
-    try:
-        m = mount_factory(stub, mount=False)
-        m.store = small / "store"
-        m.mount()
+    with small_disk_at(tmp_path, 6) as small:
+        m = mount_with_store_on(mount_factory, stub, small)
         keep = os.urandom(1 << 20)
         (m / "Documents" / "keep.bin").write_bytes(keep)
         with pytest.raises(OSError) as e:
@@ -317,8 +312,6 @@ def test_full_store_gives_enospc_and_recovers(big_remote, mount_factory, tmp_pat
         assert (m / "Documents" / "after.txt").read_text() == "space again\n"
         run(BIN, "sync", "--wait", "--timeout", "30", m.path)
         m.unmount()
-    finally:
-        run("umount", "-l", small, check=False)
 
 
 # 7. Bad input --------------------------------------------------------------------------------------------

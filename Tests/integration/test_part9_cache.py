@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import BIN, run, wait_until, attr
+from conftest import BIN, mount_with_store_on, run, small_disk_at, wait_until, attr
 
 MiB = 1 << 20
 
@@ -205,18 +205,9 @@ def test_bad_sizes_are_refused_in_one_line(tmp_path, option, value):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 40 MiB file system for the store (a tmpfs), so that tests can fill it."""
-    disk = tmp_path / "smallfs"
-    disk.mkdir()
-    run("mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", disk)
-    yield disk
-    run("umount", "-l", disk, check=False)
+    with small_disk_at(tmp_path, 40) as disk:
+        yield disk
 
-
-def small_mount(mount_factory, stub, disk, *extra):
-    m = mount_factory(stub, extra=list(extra), mount=False)
-    m.store = disk / "store"
-    m.mount()
-    return m
 
 
 def fill(disk, leave):
@@ -228,7 +219,7 @@ def fill(disk, leave):
 
 def test_a_download_that_meets_a_full_disk_makes_room_and_succeeds(stub, mount_factory, tmp_path, small_disk):
     hashes = seed_files(stub, tmp_path, 3, 8 * MiB)
-    m = small_mount(mount_factory, stub, small_disk, "--cache-size", "1T", "--min-free", "0")
+    m = mount_with_store_on(mount_factory, stub, small_disk, "--cache-size", "1T", "--min-free", "0")
     big = m / "Documents/big"
     for name in ["f0000.bin", "f0001.bin"]:
         assert sha_of_cat(big / name) == hashes[name]
@@ -241,7 +232,7 @@ def test_a_download_that_meets_a_full_disk_makes_room_and_succeeds(stub, mount_f
 
 def test_free_space_under_the_minimum_is_given_back(stub, mount_factory, tmp_path, small_disk):
     hashes = seed_files(stub, tmp_path, 3, 8 * MiB)
-    m = small_mount(mount_factory, stub, small_disk, "--cache-size", "1T", "--min-free", "10M")
+    m = mount_with_store_on(mount_factory, stub, small_disk, "--cache-size", "1T", "--min-free", "10M")
     big = m / "Documents/big"
     for name in hashes:
         assert sha_of_cat(big / name) == hashes[name]
