@@ -459,13 +459,14 @@ public final class FileSystem: @unchecked Sendable {
         if isKVID(file.id) {
             do { try kvCommit(file, releasing: true) } catch { log.error("release of \(file.id): the value is not stored: \(error)") }
         }
-        file.fd.close()
-        backings.released(file.id, file.mode)
-        if isVirtual(file.id) { return }
-        // A release has no reply to carry an error (the flush before it had): the log keeps it.
-        if file.wrote {
+        // A release has no reply to carry an error (the flush before it had): the log keeps it. (Before the
+        // close: a passthrough writer's last writes are found on its descriptor.)
+        if !isVirtual(file.id) && file.wrote {
             do { try flushed(file) } catch { log.error("release of \(file.id): \(error)") }
         }
+        file.fd.close()
+        backings.released(file)
+        if isVirtual(file.id) { return }
         core.closed(file.id, writable: file.writable)
     }
 

@@ -4,14 +4,31 @@
 // What must hold: the kernel refuses (EIO) to mix, on one inode, opens with and without passthrough, and two
 // passthrough opens on different backing ids; so per item either every open handle is ordinary or every one
 // is passthrough on the one backing id, registered at the first such open and dropped at the last release.
-// A file opened for writing this way is marked dirty at its open (no write reaches us to mark it), and its
-// flush, fsync and release mark it dirty again (a push may have begun and ended unaware of its writes) and take its
-// size and time from the content file, as after ordinary writes.
+// A file opened for writing this way is marked dirty at its open (no write reaches us to mark it). Its writes
+// are found by looking at the content file (its ctime and size against the last look, per handle) at each flush,
+// fsync and release of the handle, and before a status is answered (`sync --wait`, `isUploaded`): a change
+// found is recorded as one write (dirty again: a push may have begun and ended unaware of it), then the size and
+// time are taken from the content file, as after ordinary writes. A flush alone is no write: every close of a
+// copy of the descriptor (a child of the writer) sends one.
 import CFuse
 import CPassthrough
 import Foundation
 import UbiquityBase
 import UbiquityCore
+
+/// What a passthrough writer's content file looked like at the last look: a write since changes its ctime
+/// (the kernel stamps it at every write, finer than the clock tick once it was looked at) or its size.
+struct ContentStamp: Equatable {
+    let seconds: Int, nanoseconds: Int, size: Int64
+
+    init?(_ fd: Int32) {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        seconds = st.st_ctim.tv_sec
+        nanoseconds = st.st_ctim.tv_nsec
+        size = Int64(st.st_size)
+    }
+}
 
 /// How one handle was opened, as far as passthrough is concerned (with the backing id it was opened on).
 enum OpenMode: Equatable { case uncounted, ordinary, passthrough(Int32) }
@@ -25,6 +42,8 @@ final class Backings: @unchecked Sendable {
     private var ordinary: [String: Int] = [:]
     private var backing: [String: [Backing]] = [:]
     private var said = false
+    /// The open passthrough writers, each with its content file's stamp at the last look.
+    private var writers: [ObjectIdentifier: (file: FileSystem.OpenFile, stamp: ContentStamp?)] = [:]
 
     /// False the first time only: the log says once that passthrough is on.
     func announced() -> Bool { lock.withLock { defer { said = true }; return said } }
@@ -52,10 +71,33 @@ final class Backings: @unchecked Sendable {
         return .ordinary
     }
 
+    /// Records a passthrough writer, with its content file as it is before any write of it.
+    func addWriter(_ file: FileSystem.OpenFile) {
+        lock.withLock { writers[ObjectIdentifier(file)] = (file, ContentStamp(file.fd.raw)) }
+    }
+
+    /// Whether the writer's content file changed since the last look (which this one now is).
+    func changedSinceLastLook(_ file: FileSystem.OpenFile) -> Bool {
+        let stamp = ContentStamp(file.fd.raw)
+        return lock.withLock {
+            guard let w = writers[ObjectIdentifier(file)] else { return false }
+            if stamp == w.stamp && stamp != nil { return false }
+            writers[ObjectIdentifier(file)] = (file, stamp)
+            return true
+        }
+    }
+
+    /// The open passthrough writers of item `id` (of every item: nil).
+    func writers(of id: String?) -> [FileSystem.OpenFile] {
+        lock.withLock { writers.values.map(\.file).filter { id == nil || $0.id == id } }
+    }
+
     /// Forgets a released handle; the last handle on a backing id drops it.
-    func released(_ id: String, _ mode: OpenMode) {
+    func released(_ file: FileSystem.OpenFile) {
         lock.lock(); defer { lock.unlock() }
-        switch mode {
+        writers[ObjectIdentifier(file)] = nil
+        let id = file.id
+        switch file.mode {
         case .uncounted: return
         case .ordinary:
             let n = (ordinary[id] ?? 1) - 1
@@ -82,7 +124,7 @@ extension FileSystem {
             if file.writable { try core.willWrite(file.id) }
         }
         guard case .passthrough = file.mode else { return false }
-        if file.writable { file.wrote = true }
+        if file.writable { file.wrote = true; backings.addWriter(file) }
         return true
     }
 
@@ -101,11 +143,20 @@ extension FileSystem {
         try core.synced(file.id)
     }
 
-    /// A passthrough writer's writes reached the content file unseen: recorded now as one write (dirty, a new
-    /// content generation, the time of the last write, which a quiet snapshot of a file held open waits on).
+    /// A passthrough writer's writes since the last look reached the content file unseen: recorded now as one
+    /// write (dirty, a new content generation).
     private func wroteUnseen(_ file: OpenFile) throws(CoreError) {
-        guard case .passthrough = file.mode else { return }
+        guard case .passthrough = file.mode, backings.changedSinceLastLook(file) else { return }
         try core.write(file.id) { () }
+    }
+
+    /// Before a status of item `id` (of the whole mount: the root) is answered: what its passthrough writers
+    /// wrote unseen is recorded, so `isUploaded` and `pendingChanges` are true to the bytes.
+    func lookAtPassthroughWriters(_ id: String) throws(CoreError) {
+        for file in backings.writers(of: id == core.rootID ? nil : id) {
+            try wroteUnseen(file)
+            try core.flushed(file.id)
+        }
     }
 
     /// After the open (or create) reply was sent: the mark is no longer needed.

@@ -4,6 +4,7 @@ The kernel reads and writes such files itself; these tests check the outcomes th
 the bytes, the sizes it reports, and that what was written unseen goes to the other device.
 """
 import os
+import time
 
 import pytest
 
@@ -61,3 +62,47 @@ def test_concurrent_opens_of_one_file_share_the_backing(stub, mount_factory):
         with open(path, "rb") as r2:
             assert r1.read() == b"HEllo"
             assert r2.read() == b"HEllo"
+
+
+def uploaded(path):
+    """isUploaded read in this process (getfattr would fork: the child's copies of our descriptors close, and
+    each close is a FUSE flush)."""
+    return os.getxattr(path, "user.ubiquity.isUploaded").decode()
+
+
+def test_a_flush_without_a_write_leaves_an_uploaded_file_uploaded(stub, mount_factory):
+    """A flush is no write: every close of a copy of the descriptor (a child forked and exec'd by the writer)
+    sends one. Only a change of the content file since the last look makes the item dirty again."""
+    a, b = passthrough_pair(stub, mount_factory)
+    path = a / "Documents" / "held.log"
+    with open(path, "w") as log:
+        log.write("one\n")
+        log.flush()
+        os.fsync(log.fileno())
+        sync(a)
+        assert uploaded(path) == "1"
+        for _ in range(3):
+            run("true")  # forked with our descriptor: its exec closes that copy (a flush)
+        assert uploaded(path) == "1"
+        sync(a)
+        assert uploaded(path) == "1"
+
+
+def test_status_accounts_for_writes_the_daemon_never_saw(stub, mount_factory):
+    """Written through passthrough with no flush, fsync or close since: the status asked for says what is
+    true (not uploaded), and `sync --wait` waits for the write to reach the other device."""
+    a, b = passthrough_pair(stub, mount_factory)
+    path = a / "Documents" / "held.log"
+    with open(path, "w") as log:
+        log.write("one\n")
+        log.flush()
+        os.fsync(log.fileno())
+        sync(a)
+        assert uploaded(path) == "1"
+        log.write("two\n")
+        log.flush()  # a write(2): the kernel hands it to the content file, the daemon sees nothing
+        assert uploaded(path) == "0"
+        sync(a)
+        assert uploaded(path) == "1"
+        wait_same(b, "Documents/held.log", b"one\ntwo\n")
+
