@@ -106,3 +106,18 @@ def test_status_accounts_for_writes_the_daemon_never_saw(stub, mount_factory):
         assert uploaded(path) == "1"
         wait_same(b, "Documents/held.log", b"one\ntwo\n")
 
+
+def test_a_file_written_without_pause_is_not_snapshotted_while_written(stub, mount_factory):
+    """The quiet period of a file held open runs from its last write, which the daemon does not see with
+    passthrough: it takes the content file's mtime. Written every 50 ms for 5 s (the quiet period is 3 s), the
+    file is not pushed until it is closed."""
+    a, b = passthrough_pair(stub, mount_factory)
+    path = a / "Documents" / "busy.log"
+    with open(path, "w") as log:
+        for i in range(100):
+            log.write(f"line {i:03d}\n")
+            log.flush()
+            time.sleep(0.05)
+        assert not (b / "Documents" / "busy.log").exists(), "snapshotted while written without pause"
+    sync(a)
+    wait_same(b, "Documents/busy.log", "".join(f"line {i:03d}\n" for i in range(100)).encode())
