@@ -33,7 +33,9 @@ public final class FileSystem: @unchecked Sendable {
     /// The container's key-value store, shown as `.kvstore`; nil: none. Set before `mount`, never after.
     public var kv: KeyValueStore?
     /// Ask the kernel for FUSE passthrough of local content (Passthrough.swift). Set before `mount`, never after.
-    public var passthrough = false
+    public var passthrough = true
+    /// Why passthrough, asked for, cannot be had (set by `mount`); nil: it can, if the kernel offers it.
+    var passthroughRefusal: String?
     let backings = Backings()
 
     /// The FUSE session while mounted: set by `mount`, cleared by `run` after the loop, read by the notifier queue

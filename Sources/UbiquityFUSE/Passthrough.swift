@@ -41,12 +41,8 @@ final class Backings: @unchecked Sendable {
     private let lock = NSLock()
     private var ordinary: [String: Int] = [:]
     private var backing: [String: [Backing]] = [:]
-    private var said = false
     /// The open passthrough writers, each with its content file's stamp at the last look.
     private var writers: [ObjectIdentifier: (file: FileSystem.OpenFile, stamp: ContentStamp?)] = [:]
-
-    /// False the first time only: the log says once that passthrough is on.
-    func announced() -> Bool { lock.withLock { defer { said = true }; return said } }
 
     /// Chooses the mode of a new handle `fh` on `fd`: passthrough when the item has no ordinary handle and a
     /// backing id can be had and marked on the reply; then `prepare` runs (still under the lock, so no other
@@ -113,13 +109,33 @@ final class Backings: @unchecked Sendable {
 
 extension FileSystem {
     /// Whether this mount hands opens of local content to the kernel (asked for, and negotiated at INIT).
-    var passthroughOn: Bool { passthrough && ubq_pt_negotiated() != 0 }
+    var passthroughOn: Bool { passthrough && passthroughRefusal == nil && ubq_pt_negotiated() != 0 }
+
+    /// Whether this process may register backing files (FUSE_DEV_IOC_BACKING_OPEN needs CAP_SYS_ADMIN): the
+    /// effective capabilities in /proc/self/status.
+    static var mayPassthrough: Bool {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
+              let caps = UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16)
+        else { return false }
+        return caps & (1 << 21) != 0 // CAP_SYS_ADMIN
+    }
+
+    /// At INIT (the kernel's offer read, our reply not yet sent): one log line saying which path I/O takes.
+    func sayIOPath() {
+        let refusal = !passthrough ? "turned off (--no-passthrough)"
+            : passthroughRefusal ?? (ubq_pt_offered() == 0 ? "the kernel does not offer it (Linux 6.9+)" : nil)
+        if let refusal {
+            log.info("I/O path: ordinary, through the daemon (FUSE passthrough: \(refusal))")
+        } else {
+            log.info("I/O path: FUSE passthrough negotiated: local content is read and written by the kernel")
+        }
+    }
 
     /// Picks how `file` (handle `fh`, just opened on local content) is served; for passthrough its open reply
     /// gets marked, and a writable file is marked dirty now. Returns whether it is passthrough.
     func choosePassthrough(_ file: OpenFile, _ fh: UInt64) -> Bool {
         guard passthroughOn else { return false }
-        if !backings.announced() { log.info("FUSE passthrough negotiated: local content is read and written by the kernel") }
         file.mode = backings.choose(file.id, fd: file.fd.raw, fh: fh) {
             if file.writable { try core.willWrite(file.id) }
         }

@@ -34,7 +34,10 @@ private func named(_ req: fuse_req_t?, _ p: UnsafePointer<CChar>?, else refusal:
 
 private func makeOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
-    ops.`init` = { _, conn in ubq_conn_init(conn, 1 << 20) }
+    ops.`init` = { userdata, conn in
+        ubq_conn_init(conn, 1 << 20)
+        Unmanaged<FileSystem>.fromOpaque(userdata!).takeUnretainedValue().sayIOPath()
+    }
     // A name that is not valid UTF-8 cannot exist here: looking it up (or removing it) finds nothing.
     ops.lookup = { req, parent, name in named(req, name, else: .notFound) { fs(req).lookup(reply(req), parent, $0) } }
     ops.forget = { req, ino, n in fs(req).forget(ino, n); reply(req).none() }
@@ -109,8 +112,12 @@ extension FileSystem {
             fuse_session_destroy(se)
             throw MountError(description: "cannot mount on \(mountpoint) (see the lines above)")
         }
-        // With passthrough asked for, our io sits between libfuse and /dev/fuse to amend INIT and open replies.
-        if passthrough && ubq_pt_install(se, 1) != 0 { log.warning("no FUSE passthrough: the custom io was refused") }
+        // With passthrough asked for and allowed, our io sits between libfuse and /dev/fuse to amend INIT and
+        // open replies.
+        if passthrough && !FileSystem.mayPassthrough { passthroughRefusal = "the daemon lacks CAP_SYS_ADMIN" }
+        if passthrough && passthroughRefusal == nil && ubq_pt_install(se, 1) != 0 {
+            passthroughRefusal = "the custom io was refused"
+        }
         session = se
     }
 

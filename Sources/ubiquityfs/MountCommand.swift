@@ -23,7 +23,7 @@ enum MountCommand {
     usage: ubiquityfs mount MOUNTPOINT [--remote URL --token-file FILE] [--container ID] [--store DIR]
                                       [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
                                       [--download-timeout SECONDS] [--no-download-for NAME,...]
-                                      [--cache-size SIZE] [--min-free SIZE] [--passthrough]
+                                      [--cache-size SIZE] [--min-free SIZE] [--no-passthrough]
                                       [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
 
     Mounts the container ID (default \(defaultContainer)) at MOUNTPOINT and returns once it is usable.
@@ -39,8 +39,10 @@ enum MountCommand {
                          used files that are uploaded, not pinned and not open are evicted, down to 90% of it
       --min-free SIZE    free space kept on the store's file system the same way (default 5%, at most 1G;
                          0 for none)
-      --passthrough      let the kernel read and write local content itself (FUSE passthrough, Linux 6.9+,
-                         as root); files still downloading and older kernels keep the ordinary path
+      --no-passthrough   the daemon serves every read and write; by default the kernel reads and writes
+                         local content itself (FUSE passthrough) where it offers it (Linux 6.9+) and the
+                         daemon runs with CAP_SYS_ADMIN; files still downloading keep the ordinary path
+                         (--passthrough, the default, is accepted)
       --no-download-for NAME,...
                          processes that may not download (names as in /proc/PID/comm; longer names match
                          their first 15 bytes): their opens of a file that is not local fail at once with
@@ -75,7 +77,7 @@ enum MountCommand {
         var cacheSize: SizeSpec?
         var minFree: SizeSpec?
         /// Ask the kernel for FUSE passthrough of local content (docs/PASSTHROUGH.md).
-        var passthrough = false
+        var passthrough = true
     }
 
     /// Without --cache-size: a quarter of the store's file system, a guest's share of a disk that is shared.
@@ -101,7 +103,7 @@ enum MountCommand {
         let args = try Arguments(words, valued: ["--remote", "--token-file", "--container", "--store", "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
                                                 "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
-                                 switches: ["--foreground", "--help", "--passthrough"])
+                                 switches: ["--foreground", "--help", "--passthrough", "--no-passthrough"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("mount needs exactly one MOUNTPOINT") }
         let container = args.value("--container") ?? defaultContainer
@@ -131,7 +133,7 @@ enum MountCommand {
                 ?? DownloadPolicy.indexers,
             stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0,
             cacheSize: try size(args, "--cache-size", zeroAllowed: false),
-            minFree: try size(args, "--min-free", zeroAllowed: true), passthrough: args.has("--passthrough"))
+            minFree: try size(args, "--min-free", zeroAllowed: true), passthrough: !args.has("--no-passthrough"))
         try checkMountpoint(options.mountpoint)
         if args.has("--foreground") {
             try Daemon(options: options, notify: ProcessInfo.processInfo.environment["UBIQUITYFS_NOTIFY"] == "1").run()

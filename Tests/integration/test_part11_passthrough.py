@@ -121,3 +121,16 @@ def test_a_file_written_without_pause_is_not_snapshotted_while_written(stub, mou
         assert not (b / "Documents" / "busy.log").exists(), "snapshotted while written without pause"
     sync(a)
     wait_same(b, "Documents/busy.log", "".join(f"line {i:03d}\n" for i in range(100)).encode())
+
+
+def test_passthrough_is_the_default_and_no_passthrough_turns_it_off(stub, mount_factory):
+    """One plain log line says which path a mount's I/O takes; both paths give the same bytes."""
+    a = mount_factory(stub, "laptop")
+    b = mount_factory(stub, "desktop", extra=["--no-passthrough"])
+    data = os.urandom(1 << 20)
+    (a / "Documents" / "d.bin").write_bytes(data)
+    sync(a)
+    wait_same(b, "Documents/d.bin", data)
+    assert "I/O path: FUSE passthrough negotiated" in (a.store / "ubiquityfs.log").read_text(errors="replace")
+    said = (b.store / "ubiquityfs.log").read_text(errors="replace")
+    assert "I/O path: ordinary, through the daemon (FUSE passthrough: turned off (--no-passthrough))" in said
