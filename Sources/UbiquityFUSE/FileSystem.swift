@@ -464,7 +464,7 @@ public final class FileSystem: @unchecked Sendable {
         // A release has no reply to carry an error (the flush before it had): the log keeps it. (Before the
         // close: a passthrough writer's last writes are found on its descriptor.)
         if !isVirtual(file.id) && file.wrote {
-            do { try flushed(file) } catch { log.error("release of \(file.id): \(error)") }
+            do { try flushed(file); try releasedUnwritten(file) } catch { log.error("release of \(file.id): \(error)") }
         }
         file.fd.close()
         backings.released(file)

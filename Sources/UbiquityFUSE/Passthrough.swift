@@ -4,7 +4,8 @@
 // What must hold: the kernel refuses (EIO) to mix, on one inode, opens with and without passthrough, and two
 // passthrough opens on different backing ids; so per item either every open handle is ordinary or every one
 // is passthrough on the one backing id, registered at the first such open and dropped at the last release.
-// A file opened for writing this way is marked dirty at its open (no write reaches us to mark it). Its writes
+// A file opened for writing this way is marked dirty at its open (no write reaches us to mark it; undone at
+// its release if the content file is as it was at the open, so an open without a write pushes nothing). Its writes
 // are found by looking at the content file (its ctime and size against the last look, per handle) at each flush,
 // fsync and release of the handle, and before a status is answered (`sync --wait`, `isUploaded`): a change
 // found is recorded as one write (dirty again: a push may have begun and ended unaware of it), then the size and
@@ -41,8 +42,10 @@ final class Backings: @unchecked Sendable {
     private let lock = NSLock()
     private var ordinary: [String: Int] = [:]
     private var backing: [String: [Backing]] = [:]
-    /// The open passthrough writers, each with its content file's stamp at the last look.
-    private var writers: [ObjectIdentifier: (file: FileSystem.OpenFile, stamp: ContentStamp?)] = [:]
+    /// An open passthrough writer: its content file's stamp at the open and at the last look, and the token
+    /// to undo its open's mark if it writes nothing (`Container.openedForUnseenWrites`).
+    private struct Writer { let file: FileSystem.OpenFile; let opened: ContentStamp?; var stamp: ContentStamp?; let undo: Int? }
+    private var writers: [ObjectIdentifier: Writer] = [:]
 
     /// Chooses the mode of a new handle `fh` on `fd`: passthrough when the item has no ordinary handle and a
     /// backing id can be had and marked on the reply; then `prepare` runs (still under the lock, so no other
@@ -68,8 +71,19 @@ final class Backings: @unchecked Sendable {
     }
 
     /// Records a passthrough writer, with its content file as it is before any write of it.
-    func addWriter(_ file: FileSystem.OpenFile) {
-        lock.withLock { writers[ObjectIdentifier(file)] = (file, ContentStamp(file.fd.raw)) }
+    func addWriter(_ file: FileSystem.OpenFile, undo: Int?) {
+        let stamp = ContentStamp(file.fd.raw)
+        lock.withLock { writers[ObjectIdentifier(file)] = Writer(file: file, opened: stamp, stamp: stamp, undo: undo) }
+    }
+
+    /// For a writer being released: the token to undo its open's mark when the content file is as it was at
+    /// its open (nothing wrote it since), else nil.
+    func untouched(_ file: FileSystem.OpenFile) -> Int? {
+        let stamp = ContentStamp(file.fd.raw)
+        return lock.withLock {
+            guard let w = writers[ObjectIdentifier(file)], stamp != nil, stamp == w.opened else { return nil }
+            return w.undo
+        }
     }
 
     /// Whether the writer's content file changed since the last look (which this one now is).
@@ -78,7 +92,7 @@ final class Backings: @unchecked Sendable {
         return lock.withLock {
             guard let w = writers[ObjectIdentifier(file)] else { return false }
             if stamp == w.stamp && stamp != nil { return false }
-            writers[ObjectIdentifier(file)] = (file, stamp)
+            writers[ObjectIdentifier(file)]?.stamp = stamp
             return true
         }
     }
@@ -134,14 +148,24 @@ extension FileSystem {
 
     /// Picks how `file` (handle `fh`, just opened on local content) is served; for passthrough its open reply
     /// gets marked, and a writable file is marked dirty now. Returns whether it is passthrough.
+    /// An older local copy served while a newer version waits (an indexer's open) keeps the ordinary path:
+    /// the kernel then reads it only up to the newer version's size, which the listing shows.
     func choosePassthrough(_ file: OpenFile, _ fh: UInt64) -> Bool {
-        guard passthroughOn else { return false }
+        guard passthroughOn, core.item(file.id)?.isCurrent == true else { return false }
+        var undo: Int?
         file.mode = backings.choose(file.id, fd: file.fd.raw, fh: fh) {
-            if file.writable { try core.willWrite(file.id) }
+            if file.writable { undo = try core.openedForUnseenWrites(file.id) }
         }
         guard case .passthrough = file.mode else { return false }
-        if file.writable { file.wrote = true; backings.addWriter(file) }
+        if file.writable { file.wrote = true; backings.addWriter(file, undo: undo) }
         return true
+    }
+
+    /// At the release of a passthrough writer that changed nothing (an open for writing without a write, as
+    /// `touch` makes): the mark of its open is undone, so nothing is pushed for it.
+    func releasedUnwritten(_ file: OpenFile) throws(CoreError) {
+        guard case .passthrough = file.mode, let generation = backings.untouched(file) else { return }
+        try core.wroteNothing(file.id, generation: generation)
     }
 
     /// A flush or release of a written handle: its size and time are taken from the content file. A passthrough
