@@ -43,7 +43,7 @@ def main():
     root = Path(tempfile.mkdtemp(prefix="ptmeasure-", dir="/work/tmp" if Path("/work/tmp").is_dir() else None))
     mounts = {}
     try:
-        for name, extra in (("passthrough", ["--passthrough"]), ("ordinary", [])):
+        for name, extra in (("passthrough", ["--passthrough"]), ("ordinary", ["--no-passthrough"])):
             mounts[name] = mount(root, name, extra)
         disk = root / "disk-file"
         targets = {"disk": disk, "passthrough": mounts["passthrough"][0] / "f", "ordinary": mounts["ordinary"][0] / "f"}
