@@ -19,6 +19,8 @@ let package = Package(
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CSys"),
+        // FUSE passthrough on libfuse 3.14 (which has no API for it): a custom io amending INIT and open replies.
+        .target(name: "CPassthrough", dependencies: ["CFuse"]),
 
         // Shared plumbing: SQLite, SHA-256, logging, wire model, system calls.
         .target(name: "UbiquityBase", dependencies: ["CSQLite", "CCrypto", "CSys"]),
@@ -30,7 +32,7 @@ let package = Package(
         // files or S3 (libcurl).
         .target(name: "UbiquityStub", dependencies: ["UbiquityBase", "CMicroHTTPD", "CPostgres", "CCurl", "CCrypto"]),
         // The FUSE adapter: inode table and operations mapped onto the core. Knows nothing of HTTP.
-        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse"]),
+        .target(name: "UbiquityFUSE", dependencies: ["UbiquityBase", "UbiquityCore", "CFuse", "CPassthrough"]),
         // The command.
         .executableTarget(name: "ubiquityfs",
                           dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityHTTP", "UbiquityStub", "UbiquityFUSE", "CFuse"]),

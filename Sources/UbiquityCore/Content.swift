@@ -89,6 +89,28 @@ extension Container {
         }
     }
 
+    /// An open for writing whose writes this process will not see (FUSE passthrough): the item is marked dirty
+    /// now as by a write (durably, before any write can land), and its quiet period starts now. Returns the
+    /// content generation after the mark when the item was clean and on the remote before (for `wroteNothing`).
+    public func openedForUnseenWrites(_ id: String) throws(CoreError) -> Int? {
+        let wasClean = read { s in s.items[id].map { !$0.dirty && $0.remoteVersion > 0 } ?? false }
+        try write(id) { () }
+        return wasClean ? read { s in s.contentGeneration[id] ?? 0 } : nil
+    }
+
+    /// A handle opened with `openedForUnseenWrites` closed without changing the content file: when nothing
+    /// changed the content since its mark (the generation is still `generation`), the item is clean again.
+    public func wroteNothing(_ id: String, generation: Int) throws(CoreError) {
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted, item.dirty, item.hasLocal,
+                  (s.contentGeneration[id] ?? 0) == generation else { return }
+            item.dirty = false
+            item.localSHA = item.remoteSHA
+            do { try s.store.save(item) } catch { throw CoreError.from(error) }
+            s.items[id] = item
+        }
+    }
+
     /// Records that written content was flushed (close or fsync): size and time from the content file,
     /// persisted, and queued for upload.
     public func flushed(_ id: String) throws(CoreError) {

@@ -78,8 +78,8 @@ extension Container {
         return read { s in
             let now = self.now()
             return s.handles.compactMap { id, h -> Int64? in
-                guard h.writers > 0, s.items[id]?.dirty == true, let last = s.lastWrite[id] else { return nil }
-                return max(0, last + Int64(quiet) * 1_000_000_000 - now)
+                guard h.writers > 0, s.items[id]?.dirty == true else { return nil }
+                return max(0, s.lastWriteTime(id) + Int64(quiet) * 1_000_000_000 - now)
             }.min()
         }
     }
@@ -113,10 +113,20 @@ extension CoreState {
         return !isSnapshotDue(id)
     }
 
-    ///
+    /// A snapshot of a file held open is due after an fsync, or once it was quiet for the quiet period.
     private func isSnapshotDue(_ id: String) -> Bool {
         guard let quiet = config.snapshotQuietSeconds else { return false }
         if fsyncedSinceSnapshot.contains(id) { return true }
-        return now() - (lastWrite[id] ?? 0) >= Int64(quiet) * 1_000_000_000
+        return now() - lastWriteTime(id) >= Int64(quiet) * 1_000_000_000
+    }
+
+    /// When the file was last written: the last write seen, or the content file's mtime when later (the kernel
+    /// writes a file opened with FUSE passthrough without telling us), never later than now.
+    func lastWriteTime(_ id: String) -> Int64 {
+        let seen = lastWrite[id] ?? 0
+        var st = stat()
+        guard stat(paths.content(id), &st) == 0 else { return seen }
+        let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        return max(seen, min(mtime, now()))
     }
 }

@@ -32,6 +32,11 @@ public final class FileSystem: @unchecked Sendable {
     let uid = getuid(), gid = getgid()
     /// The container's key-value store, shown as `.kvstore`; nil: none. Set before `mount`, never after.
     public var kv: KeyValueStore?
+    /// Ask the kernel for FUSE passthrough of local content (Passthrough.swift). Set before `mount`, never after.
+    public var passthrough = true
+    /// Why passthrough, asked for, cannot be had (set by `mount`); nil: it can, if the kernel offers it.
+    var passthroughRefusal: String?
+    let backings = Backings()
 
     /// The FUSE session while mounted: set by `mount`, cleared by `run` after the loop, read by the notifier queue
     /// (`run` drains that queue before it destroys the session).
@@ -57,6 +62,8 @@ public final class FileSystem: @unchecked Sendable {
         /// A key-value handle written (or truncated explicitly) since its last commit, not just opened with
         /// O_TRUNC: only such a handle commits at flush (a shell's `>` flushes once before the first write).
         var wroteData = false
+        /// Whether the kernel serves this handle itself (Passthrough.swift).
+        var mode = OpenMode.uncounted
         init(id: String, fd: FileDescriptor, writable: Bool) { self.id = id; self.fd = fd; self.writable = writable }
     }
 
@@ -319,9 +326,13 @@ public final class FileSystem: @unchecked Sendable {
         if isVersionsName(dirID, name) { return reply.fail(.exists) }
         do {
             let (item, fd) = try core.createAndOpen(parent: dirID, name: name, mode: UInt32(mode))
-            fi.pointee.fh = addHandle(OpenFile(id: item.id, fd: fd, writable: true))
+            let file = OpenFile(id: item.id, fd: fd, writable: true)
+            fi.pointee.fh = addHandle(file)
+            _ = choosePassthrough(file, fi.pointee.fh)
             let e = entry(item.id, .real(item))
-            if !reply.create(e, fi.pointee) {
+            let sent = reply.create(e, fi.pointee)
+            sentOpen(file, fi.pointee.fh)
+            if !sent {
                 inodes.forget(e.ino, 1)
                 release(fi.pointee.fh)
             }
@@ -355,10 +366,14 @@ public final class FileSystem: @unchecked Sendable {
             switch opening {
             case .opened(let fd):
                 var fi = info
-                fi.fh = addHandle(OpenFile(id: id, fd: fd, writable: writable))
+                let file = OpenFile(id: id, fd: fd, writable: writable)
+                fi.fh = addHandle(file)
                 // Content only changes under the kernel through this mount, or with an explicit invalidation.
-                ubq_fi_set_keep_cache(&fi, 1)
-                if !reply.open(fi) { release(fi.fh) }
+                // (Not with passthrough: the kernel then caches the content file's own pages.)
+                if !choosePassthrough(file, fi.fh) { ubq_fi_set_keep_cache(&fi, 1) }
+                let sent = reply.open(fi)
+                sentOpen(file, fi.fh)
+                if !sent { release(fi.fh) }
             case .fetch:
                 if attempt >= FileSystem.fetchAttempts { return reply.fail(.io("the content kept changing while fetched")) }
                 whenLocal(reply, id, staleOK: true) { [self] in openFile(reply, id, info, attempt: attempt + 1) }
@@ -420,7 +435,7 @@ public final class FileSystem: @unchecked Sendable {
         guard let file = file(fh) else { return reply.ok() }
         do {
             if isKVID(file.id) { try kvCommit(file); return reply.ok() }
-            if file.wrote { try core.flushed(file.id) }
+            if file.wrote { try flushed(file) }
             reply.ok()
         } catch { reply.fail(error) }
     }
@@ -430,7 +445,7 @@ public final class FileSystem: @unchecked Sendable {
         if isKVID(file.id) { return reply.ok() } // a key's value is durable once committed at close
         do {
             try file.fd.dataSync()
-            if file.wrote { try core.synced(file.id) }
+            if file.wrote { try synced(file) }
             reply.ok()
         } catch {
             reply.fail(error)
@@ -446,12 +461,14 @@ public final class FileSystem: @unchecked Sendable {
         if isKVID(file.id) {
             do { try kvCommit(file, releasing: true) } catch { log.error("release of \(file.id): the value is not stored: \(error)") }
         }
-        file.fd.close()
-        if isVirtual(file.id) { return }
-        // A release has no reply to carry an error (the flush before it had): the log keeps it.
-        if file.wrote {
-            do { try core.flushed(file.id) } catch { log.error("release of \(file.id): \(error)") }
+        // A release has no reply to carry an error (the flush before it had): the log keeps it. (Before the
+        // close: a passthrough writer's last writes are found on its descriptor.)
+        if !isVirtual(file.id) && file.wrote {
+            do { try flushed(file); try releasedUnwritten(file) } catch { log.error("release of \(file.id): \(error)") }
         }
+        file.fd.close()
+        backings.released(file)
+        if isVirtual(file.id) { return }
         core.closed(file.id, writable: file.writable)
     }
 

@@ -8,6 +8,7 @@
 // until `run` returns; `run` clears the session and drains the notifier queue before it unmounts and destroys
 // it, so no notice uses a destroyed session. The kernel checks permissions (`default_permissions`).
 import CFuse
+import CPassthrough
 import Foundation
 import Glibc
 import UbiquityBase
@@ -33,7 +34,10 @@ private func named(_ req: fuse_req_t?, _ p: UnsafePointer<CChar>?, else refusal:
 
 private func makeOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
-    ops.`init` = { _, conn in ubq_conn_init(conn, 1 << 20) }
+    ops.`init` = { userdata, conn in
+        ubq_conn_init(conn, 1 << 20)
+        Unmanaged<FileSystem>.fromOpaque(userdata!).takeUnretainedValue().sayIOPath()
+    }
     // A name that is not valid UTF-8 cannot exist here: looking it up (or removing it) finds nothing.
     ops.lookup = { req, parent, name in named(req, name, else: .notFound) { fs(req).lookup(reply(req), parent, $0) } }
     ops.forget = { req, ino, n in fs(req).forget(ino, n); reply(req).none() }
@@ -107,6 +111,12 @@ extension FileSystem {
         if fuse_session_mount(se, mountpoint) != 0 {
             fuse_session_destroy(se)
             throw MountError(description: "cannot mount on \(mountpoint) (see the lines above)")
+        }
+        // With passthrough asked for and allowed, our io sits between libfuse and /dev/fuse to amend INIT and
+        // open replies.
+        if passthrough && !FileSystem.mayPassthrough { passthroughRefusal = "the daemon lacks CAP_SYS_ADMIN" }
+        if passthrough && passthroughRefusal == nil && ubq_pt_install(se, 1) != 0 {
+            passthroughRefusal = "the custom io was refused"
         }
         session = se
     }

@@ -84,6 +84,7 @@ extension FileSystem {
         do {
             if name.hasPrefix(StatusAttribute.prefix) {
                 let key = String(name.dropFirst(StatusAttribute.prefix.count))
+                try lookAtPassthroughWriters(id)
                 if id == core.rootID, let value = try core.rootAttributes().first(where: { $0.name == key })?.value {
                     return replyXattr(reply, Array(value.utf8), size)
                 }

@@ -50,6 +50,7 @@ struct Daemon {
         let query = serveQuery(core)
         defer { query?.stop() }
         let fs = FileSystem(core: core, downloadPolicy: DownloadPolicy(noDownloadFor: options.noDownloadFor))
+        fs.passthrough = options.passthrough
         // The key-value store is bound to the account (the token) and the container.
         let kv = try KeyValueStore(directory: options.store, device: options.device,
                                    account: String(sha256Hex(Array(token.utf8)).prefix(16)) + ":" + options.container,

@@ -23,7 +23,7 @@ enum MountCommand {
     usage: ubiquityfs mount MOUNTPOINT [--remote URL[,URL...] --token-file FILE [--ca-file FILE]] [--container ID]
                                       [--store DIR] [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
                                       [--download-timeout SECONDS] [--no-download-for NAME,...]
-                                      [--cache-size SIZE] [--min-free SIZE]
+                                      [--cache-size SIZE] [--min-free SIZE] [--no-passthrough]
                                       [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
 
     Mounts the container ID (default \(defaultContainer)) at MOUNTPOINT and returns once it is usable.
@@ -43,6 +43,10 @@ enum MountCommand {
                          used files that are uploaded, not pinned and not open are evicted, down to 90% of it
       --min-free SIZE    free space kept on the store's file system the same way (default 5%, at most 1G;
                          0 for none)
+      --no-passthrough   the daemon serves every read and write; by default the kernel reads and writes
+                         local content itself (FUSE passthrough) where it offers it (Linux 6.9+) and the
+                         daemon runs with CAP_SYS_ADMIN; files still downloading keep the ordinary path
+                         (--passthrough, the default, is accepted)
       --no-download-for NAME,...
                          processes that may not download (names as in /proc/PID/comm; longer names match
                          their first 15 bytes): their opens of a file that is not local fail at once with
@@ -78,6 +82,8 @@ enum MountCommand {
         /// The local store limit and the free space kept (defaults: see `defaultCacheSize`, `defaultMinFree`).
         var cacheSize: SizeSpec?
         var minFree: SizeSpec?
+        /// Ask the kernel for FUSE passthrough of local content (docs/PASSTHROUGH.md).
+        var passthrough = true
     }
 
     /// Without --cache-size: a quarter of the store's file system, a guest's share of a disk that is shared.
@@ -104,7 +110,7 @@ enum MountCommand {
                                                 "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
                                                 "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
-                                 switches: ["--foreground", "--help"])
+                                 switches: ["--foreground", "--help", "--passthrough", "--no-passthrough"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("mount needs exactly one MOUNTPOINT") }
         let container = args.value("--container") ?? defaultContainer
@@ -134,7 +140,7 @@ enum MountCommand {
                 ?? DownloadPolicy.indexers,
             stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0,
             cacheSize: try size(args, "--cache-size", zeroAllowed: false),
-            minFree: try size(args, "--min-free", zeroAllowed: true))
+            minFree: try size(args, "--min-free", zeroAllowed: true), passthrough: !args.has("--no-passthrough"))
         try checkMountpoint(options.mountpoint)
         if args.has("--foreground") {
             try Daemon(options: options, notify: ProcessInfo.processInfo.environment["UBIQUITYFS_NOTIFY"] == "1").run()

@@ -184,7 +184,7 @@ class Mount:
     def args(self):
         return [BIN, "mount", self.path, "--remote", self.stub.url, "--token-file", self.stub.token_file,
                 "--container", CONTAINER, "--store", self.store, "--device", self.device,
-                "--log-level", "debug", *self.extra]
+                "--log-level", "debug", *self.extra, *os.environ.get("UBIQUITYFS_MOUNT_EXTRA", "").split()]
 
     def mount(self):
         proc = run(*self.args(), check=False, timeout=90)
