@@ -54,10 +54,12 @@ def mounted(path: Path) -> bool:
 
 
 class Devices:
-    """A stub and two mounts of it (A and B) by one binary."""
+    """A stub and two mounts of it (A and B) by one binary; `serve_args` go to the stub's `remote serve` (e.g.
+    --metadata and --blobs for a remote on PostgreSQL and S3)."""
 
-    def __init__(self, binary: str, root: Path):
+    def __init__(self, binary: str, root: Path, serve_args=()):
         self.bin, self.root = binary, root
+        self.serve_args = [str(a) for a in serve_args]
         self.stub = None
         self.a, self.b = root / "a" / "mnt", root / "b" / "mnt"
 
@@ -67,7 +69,7 @@ class Devices:
         ep = data / "endpoint"
         log = open(data / "stub.log", "ab")
         self.stub = subprocess.Popen([self.bin, "remote", "serve", "--data", data, "--listen", "127.0.0.1:0",
-                                      "--endpoint-file", ep], stdout=log, stderr=log)
+                                      "--endpoint-file", ep, *self.serve_args], stdout=log, stderr=log)
         for _ in range(300):
             if ep.exists() and ep.read_text().strip():
                 break
