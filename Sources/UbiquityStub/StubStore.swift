@@ -296,9 +296,9 @@ final class StubStore: @unchecked Sendable {
 
     /// Applies a batch's entries in order, each by the code of its single route in a transaction of its own
     /// (an inline blob stored first): one refused entry changes nothing and the next go on. A failure that is
-    /// not a refusal (the disk, the database) ends the batch: the entries before it stay applied.
+    /// not a refusal (the disk, the database) ends the batch: the entries before it stay applied. The caller
+    /// has found the container (before writing inline contents); each entry's transaction checks it again.
     func batch(_ cid: String, _ entries: [StubBatchEntry]) throws -> [WireBatchResult] {
-        guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
         var results: [WireBatchResult] = []
         for entry in entries {
             do {
