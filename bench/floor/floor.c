@@ -627,12 +627,14 @@ static void raise_fd_limit(void) {
     setrlimit(RLIMIT_NOFILE, &rl);
 }
 
-// Sets the nodes' budget of descriptors (all but a reserve for open files and directories and libfuse) and
-// whether file handles can stand in for descriptors past it (they need CAP_DAC_READ_SEARCH).
+// Sets the nodes' budget of descriptors and whether file handles can stand in for descriptors past it (they
+// need CAP_DAC_READ_SEARCH). Only other nodes than directories give way to handles (a directory's descriptor
+// is the base of every lookup in it), so half the limit is the budget: the other half is for the directories
+// made past it, open files and directories, and libfuse.
 static void plan_descriptors(void) {
     struct rlimit rl;
     long limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)rl.rlim_cur : 1024;
-    fd_budget = limit > 2048 ? limit - 1024 : limit / 2;
+    fd_budget = limit / 2;
     mount_fd = openat(root.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct file_handle *h = handle_of(root.fd);
     int fd = h && mount_fd >= 0 ? open_by_handle_at(mount_fd, h, O_PATH | O_CLOEXEC) : -1;
