@@ -120,9 +120,13 @@ public final class Store: @unchecked Sendable {
     /// rather than run outside any transaction, and so does the commit.
     private var transactionFailure: Error?
 
-    /// Runs one write of the store.
+    /// Runs one write of the store; the first of an operation opens its SQLite transaction.
     private func write<T>(_ body: () throws -> T) throws -> T {
         checkInTransaction()
+        if inTransaction && !begun {
+            try typed { try db.query("BEGIN IMMEDIATE") }
+            begun = true
+        }
         if inTransaction, db.isAutocommit, let failure = transactionFailure { throw failure }
         do { return try body() } catch {
             if inTransaction && transactionFailure == nil { transactionFailure = error }
@@ -130,19 +134,26 @@ public final class Store: @unchecked Sendable {
         }
     }
 
-    /// Immediate: the write lock is taken at the start (waiting out the key-value store's connection, which
-    /// writes the same database), so a transaction that reads and then writes never fails on a snapshot that
-    /// another connection's commit made stale.
+    /// Whether the open operation has begun its SQLite transaction: only at its first write, so that an
+    /// operation that writes nothing (a close, a flush of what is recorded already) costs no transaction. Its
+    /// reads before that write see the same rows: only this connection writes the core's tables, under the
+    /// container's lock.
+    private var begun = false
+
+    /// Opens an operation. Its transaction is immediate: the write lock is taken at its start (waiting out the
+    /// key-value store's connection, which writes the same database), so a transaction that reads and then
+    /// writes never fails on a snapshot that another connection's commit made stale.
     func begin() throws {
         precondition(!inTransaction, "transactions do not nest")
-        try typed { try db.query("BEGIN IMMEDIATE") }
         inTransaction = true
+        begun = false
         transactionFailure = nil
     }
 
     func commit() throws {
+        defer { begun = false }
         if db.isAutocommit, let failure = transactionFailure { throw failure }
-        try typed { try db.query("COMMIT") }
+        if begun { try typed { try db.query("COMMIT") } }
         inTransaction = false
         keepReserve()
     }
@@ -151,7 +162,8 @@ public final class Store: @unchecked Sendable {
     func rollBack() {
         guard inTransaction else { return }
         inTransaction = false
-        if !db.isAutocommit { try? db.exec("ROLLBACK") }
+        if begun && !db.isAutocommit { try? db.exec("ROLLBACK") }
+        begun = false
     }
 
     /// After a transaction failed on a full disk: frees the reserve so that one more try can succeed; false

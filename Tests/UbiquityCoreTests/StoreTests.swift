@@ -16,6 +16,30 @@ import UbiquityTesting
              pinned: false, xattrs: [:], conflicts: [])
     }
 
+    /// An operation takes the database's write lock at its first write, not at its start: one that writes
+    /// nothing (a close, a flush of what is recorded already) leaves the key-value store's connection free.
+    @Test func anOperationTakesTheWriteLockAtItsFirstWrite() throws {
+        let store = try Store(directory: path)
+        let other = try Database(path: path + "/state.sqlite")
+        try other.exec("PRAGMA busy_timeout=0")
+        try store.begin()
+        try other.exec("BEGIN IMMEDIATE; COMMIT")
+        try store.commit()
+
+        try store.begin()
+        try store.save(sample("f1"))
+        #expect(throws: SQLiteError.self) { try other.exec("BEGIN IMMEDIATE") }
+        try store.commit()
+        try other.exec("BEGIN IMMEDIATE; COMMIT")
+        #expect(try store.loadItems().map(\.id) == ["f1"])
+
+        try store.begin()
+        try store.save(sample("f2"))
+        store.rollBack()
+        try other.exec("BEGIN IMMEDIATE; COMMIT")
+        #expect(try store.loadItems().map(\.id) == ["f1"])
+    }
+
     @Test func itemRoundTripKeepsEveryField() throws {
         let file = Item(id: "f1", parent: "documents", name: "résumé ☃.txt", kind: .file, mode: 0o640,
                         mtime: 1_764_531_730_000_000_001, ctime: 1_764_531_730_000_000_002, size: 12,
