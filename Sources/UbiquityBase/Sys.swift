@@ -173,8 +173,12 @@ public func monotonicNanoseconds() -> Int64 {
 
 /// Random bytes from the kernel, as lowercase hex.
 public func randomHex(bytes count: Int) -> String {
+    // Eight bytes from each draw of the system's generator (one getrandom call each).
     var rng = SystemRandomNumberGenerator()
-    return hexString((0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) })
+    var bytes: [UInt8] = []
+    bytes.reserveCapacity(count + 7)
+    while bytes.count < count { withUnsafeBytes(of: rng.next()) { bytes.append(contentsOf: $0) } }
+    return hexString(Array(bytes.prefix(count)))
 }
 
 /// Returns free heap memory to the system, after a burst of allocations (loading, a first sync).
