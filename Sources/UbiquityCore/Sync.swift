@@ -17,6 +17,8 @@ final class SyncLoops: @unchecked Sendable {
     private let log = Logger("sync")
     private let wake = NSCondition()
     private var pushRequested = false
+    /// When the pusher was last woken (the environment's clock), under `wake`: how a burst is seen to go on.
+    private var lastWake: Int64 = 0
     private var stopping = false
     private var threads: [Thread] = []
     /// Left when the push loop has ended: `stop` waits for it, so the container is let go of promptly.
@@ -52,7 +54,27 @@ final class SyncLoops: @unchecked Sendable {
     private var isStopping: Bool { wake.lock(); defer { wake.unlock() }; return stopping }
 
     func wakePusher() {
-        wake.lock(); pushRequested = true; wake.broadcast(); wake.unlock()
+        let now = container.config.environment.clock()
+        wake.lock(); pushRequested = true; lastWake = now; wake.broadcast(); wake.unlock()
+    }
+
+    /// A burst of changes is gathered until it pauses this long...
+    static let burstQuietNanoseconds: Int64 = 200_000_000
+    /// ...or has gone on this long: then what is pending goes up while the burst continues.
+    static let burstHoldNanoseconds: Int64 = 2_000_000_000
+
+    /// Waits for a burst of changes (an editor's save, `tar x`, `rm -rf`) to pause, or to have gone on for a few
+    /// seconds, so that it goes up in full batches and the uploads compete with it for the machine as little as
+    /// they can.
+    private func gatherBurst() {
+        let env = container.config.environment
+        let start = env.clock()
+        repeat {
+            env.sleep(100_000_000)
+            wake.lock(); let last = lastWake; wake.unlock()
+            let now = env.clock()
+            if now - last >= SyncLoops.burstQuietNanoseconds || now - start >= SyncLoops.burstHoldNanoseconds { return }
+        } while !isStopping
     }
 
     /// Sleeps up to `nanoseconds`, returning early when woken or stopping.
@@ -161,9 +183,7 @@ final class SyncLoops: @unchecked Sendable {
     private func pushLoop() {
         var backoff = Backoff.sync
         while !isStopping {
-            // Gather a burst of changes (an editor's save, `tar x`) for a moment, so that it goes up together
-            // and the uploads do not compete with the burst for the machine.
-            container.config.environment.sleep(100_000_000)
+            gatherBurst()
             wake.lock(); pushRequested = false; wake.unlock()
             let outcome = pushAll()
             switch outcome {

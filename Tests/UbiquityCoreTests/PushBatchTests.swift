@@ -81,6 +81,25 @@ final class CountingRemote: RemoteClient, @unchecked Sendable {
                 "the deletes in batches: batches \(link.batches.value), singles \(link.singleWrites.value)")
     }
 
+    /// Changes that keep coming (`tar x`, a build) are gathered until they pause, so that they go up together
+    /// rather than as many small pushes competing with the writer.
+    @Test func aStreamOfChangesGoesUpOnceItPauses() throws {
+        let link = CountingRemote(remote)
+        let a = try Device(link, name: "a")
+        #expect(eventually(10) { a.pending == 0 })
+        let before = link.batches.value.count
+        // 30 files, one every 20 ms: each well within the pause the pusher waits for, all within its hold.
+        for i in 0..<30 {
+            _ = try a.createFile("s\(i)", bytes("stream \(i)"))
+            usleep(20_000)
+        }
+        #expect(eventually(10) { a.pending == 0 })
+        let batches = Array(link.batches.value.dropFirst(before))
+        #expect(batches.reduce(0, +) + link.singleWrites.value == 30)
+        #expect(batches.count <= 2 && link.singleWrites.value == 0,
+                "batches \(batches), single writes \(link.singleWrites.value)")
+    }
+
     @Test func refusedEntriesSettleAsSinglePushes() throws {
         let shared = remote.seed(path: "Documents/shared.txt", bytes: bytes("base"), device: "other", mtime: 1)
         let link = CountingRemote(remote)
