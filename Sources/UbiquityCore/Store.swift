@@ -150,20 +150,21 @@ public final class Store: @unchecked Sendable {
         transactionFailure = nil
     }
 
+    /// A commit that fails leaves the operation open: its owner rolls it back.
     func commit() throws {
-        defer { begun = false }
         if db.isAutocommit, let failure = transactionFailure { throw failure }
         if begun { try typed { try db.query("COMMIT") } }
+        begun = false
         inTransaction = false
         keepReserve()
     }
 
-    /// Rolls back the open transaction, if SQLite has not already done so.
+    /// Rolls back the open transaction, if it began and SQLite has not already rolled it back.
     func rollBack() {
         guard inTransaction else { return }
         inTransaction = false
-        if begun && !db.isAutocommit { try? db.exec("ROLLBACK") }
         begun = false
+        if !db.isAutocommit { try? db.exec("ROLLBACK") }
     }
 
     /// After a transaction failed on a full disk: frees the reserve so that one more try can succeed; false
