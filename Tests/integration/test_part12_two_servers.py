@@ -10,6 +10,7 @@ import hashlib
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -75,12 +76,15 @@ def conflict_versions(m):
 
 
 def write_uploads(docs: Path):
-    """Half the small files, the big one, then the other half (so uploads are still queued when the kill comes)."""
+    """Half the small files, the big one, then the other half (so uploads are still queued when the kill comes),
+    a file every 10 ms: a steady stream of about 3 s, longer than the pusher gathers one (2 s), so the first
+    batch goes up while the writer is still writing."""
     (docs / "many").mkdir()
     for i in range(SMALL):
         if i == SMALL // 2:
             (docs / "big.bin").write_bytes(os.urandom(20 << 20))
         (docs / "many" / f"f{i:03}.txt").write_text(f"small file {i}\n" * (i % 7 + 1))
+        time.sleep(0.01)
 
 
 def test_kill_9_of_the_server_in_use_mid_upload_loses_nothing(servers, mount_factory):
