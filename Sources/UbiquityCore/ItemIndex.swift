@@ -92,6 +92,29 @@ final class IDTable: @unchecked Sendable {
 }
 
 /// Lowercase hex digits to and from 64-bit words.
+/// The open-addressing tables of the index and of the name tables: entry numbers plus one (0: an empty
+/// bucket), linear probing, a power-of-two size.
+enum ProbeTable {
+    /// Empties bucket `hole` and shifts back every entry of the chain after it that may sit in it (linear
+    /// probing's deletion). `hash` is the hash of an entry (by its number), taken modulo the table's size.
+    static func empty(_ table: inout [Int32], at hole: Int, hash: (Int32) -> Int) {
+        var hole = hole
+        table[hole] = 0
+        var j = hole
+        while true {
+            j = (j + 1) & (table.count - 1)
+            if table[j] == 0 { return }
+            let h = hash(table[j] - 1) & (table.count - 1)
+            let between = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j)
+            if !between {
+                table[hole] = table[j]
+                table[j] = 0
+                hole = j
+            }
+        }
+    }
+}
+
 enum Hex {
     /// The 128 bits of exactly 32 lowercase hex digits; nil for anything else.
     static func parse128(_ s: String) -> (UInt64, UInt64)? {
@@ -380,7 +403,10 @@ struct ItemIndex {
     }
 
     // One field of a slot, read without copying the whole item (and retaining its name).
-    private func code(_ s: Int32) -> ItemCode { pages[Int(s) >> ItemIndex.pageBits][Int(s) & (ItemIndex.pageSize - 1)].code }
+    private func code(_ s: Int32) -> ItemCode { ItemIndex.code(s, in: pages) }
+    private static func code(_ s: Int32, in pages: [ContiguousArray<PackedItem>]) -> ItemCode {
+        pages[Int(s) >> pageBits][Int(s) & (pageSize - 1)].code
+    }
     private func flags(_ s: Int32) -> PackedItem.Flags {
         pages[Int(s) >> ItemIndex.pageBits][Int(s) & (ItemIndex.pageSize - 1)].flags
     }
@@ -430,20 +456,7 @@ struct ItemIndex {
         count -= 1
         var hole = bucket(code)
         while table[hole] != s + 1 { hole = (hole + 1) & (table.count - 1) }
-        table[hole] = 0
-        // Shift back every entry of the chain after the hole that may sit in it (linear probing's deletion).
-        var j = hole
-        while true {
-            j = (j + 1) & (table.count - 1)
-            if table[j] == 0 { return }
-            let home = bucket(self.code(table[j] - 1))
-            let between = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j)
-            if !between {
-                table[hole] = table[j]
-                table[j] = 0
-                hole = j
-            }
-        }
+        ProbeTable.empty(&table, at: hole) { [pages] in ItemIndex.hash(ItemIndex.code($0, in: pages)) }
     }
 
     private func slot(of code: ItemCode) -> Int32? {
@@ -456,9 +469,11 @@ struct ItemIndex {
         return nil
     }
 
-    private func bucket(_ code: ItemCode) -> Int {
+    private func bucket(_ code: ItemCode) -> Int { ItemIndex.hash(code) & (table.count - 1) }
+
+    private static func hash(_ code: ItemCode) -> Int {
         let h = (code.hi &* 0x9E37_79B9_7F4A_7C15) ^ (code.lo &* 0xC2B2_AE3D_27D4_EB4F)
-        return Int(truncatingIfNeeded: (h ^ (h >> 29)) & UInt64(table.count - 1))
+        return Int(truncatingIfNeeded: h ^ (h >> 29))
     }
 
     /// Doubles the table and places every live slot again.

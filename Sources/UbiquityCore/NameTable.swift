@@ -142,24 +142,12 @@ private struct NameMap {
     }
 
     mutating func remove(_ name: String) {
-        guard var hole = find(name) else { return }
+        guard let hole = find(name) else { return }
         let e = Int(table[hole] - 1)
         (names[e], codes[e]) = ("", .none)
         free.append(Int32(e))
         count -= 1
-        table[hole] = 0
-        var j = hole
-        while true {
-            j = (j + 1) & (table.count - 1)
-            if table[j] == 0 { return }
-            let home = bucket(names[Int(table[j] - 1)])
-            let between = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j)
-            if !between {
-                table[hole] = table[j]
-                table[j] = 0
-                hole = j
-            }
-        }
+        ProbeTable.empty(&table, at: hole) { NameMap.hash(names[Int($0)]) }
     }
 
     /// The bucket that holds `name`.
@@ -178,11 +166,13 @@ private struct NameMap {
         table[b] = Int32(e + 1)
     }
 
-    private func bucket(_ name: String) -> Int {
+    private func bucket(_ name: String) -> Int { NameMap.hash(name) & (table.count - 1) }
+
+    private static func hash(_ name: String) -> Int {
         var hasher = Hasher()
         var name = name
         name.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
-        return hasher.finalize() & (table.count - 1)
+        return hasher.finalize()
     }
 
     private mutating func grow() {
