@@ -5,7 +5,7 @@
 // Layout:  DIR/state.sqlite   items, pending journal, meta (feed token, container, device)
 //          DIR/content/<id>   the local copy of a file (complete, or dirty local edits)
 //          DIR/staging/       downloads in flight; emptied at start
-//          DIR/lock           flock'd by the one daemon using the store
+//          DIR/lock           locked by the one daemon using the store (StoreLock, below)
 //          DIR/reserve        1 MiB kept free for the database: given up when the disk is full, so that deletes
 //                             (which free space) can still be recorded
 // The store does no locking of its own: the Container serialises every call.
@@ -28,7 +28,7 @@ import Glibc
 public final class Store: @unchecked Sendable {
     public let directory: String
     let db: Database
-    private var lockFD: Int32 = -1
+    private let lock: StoreLock
     private var nextSeq: Int64 = 1
     /// Told the id of every item written or deleted (the live query's change stream).
     var changes: ItemChanges?
@@ -49,10 +49,7 @@ public final class Store: @unchecked Sendable {
         try makeDirectories(directory)
         try makeDirectories(directory + "/content")
         try makeDirectories(directory + "/staging")
-        lockFD = Glibc.open(directory + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if lockFD < 0 || flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
-            throw StoreError.inUse(directory: directory)
-        }
+        lock = try StoreLock(directory: directory)
         do {
             db = try Database(path: directory + "/state.sqlite")
             try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF;")
@@ -175,8 +172,6 @@ public final class Store: @unchecked Sendable {
         hasReserve = false
         return true
     }
-
-    deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
 
     private func createSchema() throws {
         try db.exec("""
@@ -603,6 +598,45 @@ struct StorePaths: Sendable {
 /// Makes committed changes durable (they are otherwise durable at the next checkpoint: WAL mode with
 /// synchronous=NORMAL): a checkpoint syncs the log first. It runs on a database connection of its own, so an
 /// fsync waits for the disk without holding the container's lock; a passive checkpoint never blocks a writer.
+/// The lock that keeps a store to one daemon: a POSIX record lock on DIR/lock, held for the life of this value.
+///
+/// Why a record lock and not flock(2): flock's lock belongs to the open file description, which every child
+/// process holds from its fork until its exec closes it, so a store closed and opened again in one process (a
+/// simulated crash, a test) could find it "in use" by a child that some other thread was just starting. A
+/// record lock belongs to the process and is never inherited. Record locks do not exclude within one process,
+/// so the directories locked here are also kept in a process-wide set, checked before the file is opened:
+/// closing any descriptor of the lock file would drop the process's lock, so a second opener must never open it.
+final class StoreLock: @unchecked Sendable {
+    // @unchecked: `fd` and `key` are immutable.
+    private static let held = Locked<Set<String>>([])
+    private let fd: Int32
+    private let key: String
+
+    /// Takes the lock of the store at `directory` (which exists), or throws `inUse`.
+    init(directory: String) throws(StoreError) {
+        guard let resolved = realpath(directory, nil) else { throw .unusable(directory: directory, cause: "cannot resolve the path") }
+        let key = String(cString: resolved)
+        free(resolved)
+        guard Self.held.withLock({ $0.insert(key).inserted }) else { throw .inUse(directory: directory) }
+        let fd = Glibc.open(key + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        var range = flock(l_type: Int16(F_WRLCK), l_whence: Int16(SEEK_SET), l_start: 0, l_len: 0, l_pid: 0)
+        guard fd >= 0, fcntl(fd, F_SETLK, &range) == 0 else {
+            let failure: StoreError = fd < 0 ? .unusable(directory: directory, cause: "cannot open its lock file: \(Errno.current)")
+                                             : .inUse(directory: directory)
+            if fd >= 0 { Glibc.close(fd) }
+            Self.held.withLock { _ = $0.remove(key) }
+            throw failure
+        }
+        self.fd = fd
+        self.key = key
+    }
+
+    deinit {
+        Glibc.close(fd)
+        Self.held.withLock { _ = $0.remove(key) }
+    }
+}
+
 final class Checkpointer: @unchecked Sendable {
     // @unchecked: `db` is only used under `lock`.
     private let lock = NSLock()

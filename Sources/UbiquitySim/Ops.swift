@@ -204,7 +204,7 @@ extension World {
     func restart(_ dev: SimDevice) throws -> String {
         dev.openWrites = []
         dev.container = nil
-        try open(dev)
+        do { try open(dev) } catch { throw RestartFailed(device: dev.name, cause: "\(error)") }
         return "restarted from the store"
     }
 

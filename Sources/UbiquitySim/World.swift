@@ -110,6 +110,9 @@ final class SimDevice {
 /// Why a step did nothing: its target was missing or the core refused (an ordinary outcome, not a violation).
 struct Skip: Error { let why: String }
 
+/// A device could not open its store again after a crash: a violation that ends the run (the device is gone).
+struct RestartFailed: Error { let device: String; let cause: String }
+
 final class World {
     let plan: Plan
     let remote = MemoryRemote()
@@ -122,6 +125,8 @@ final class World {
     var counters: [String: Int] = [:]
     var trace: [String] = []
     var stepIndex = 0
+    /// Violations found while running (a restart that failed), reported with the step that caused them.
+    var runViolations: [String] = []
 
     init(plan: Plan) throws {
         self.plan = plan
@@ -177,6 +182,10 @@ final class World {
                 note("\(dev.name) \(step.kind.rawValue): \(what)")
             } catch let s as Skip {
                 note("\(dev.name) \(step.kind.rawValue): skipped (\(s.why))")
+            } catch let r as RestartFailed {
+                note("\(dev.name) \(step.kind.rawValue): the store did not open again: \(r.cause)")
+                runViolations.append("restart failed: \(r.device) at #\(i) could not reopen its store: \(r.cause)")
+                return
             } catch {
                 note("\(dev.name) \(step.kind.rawValue): \(error)")
             }

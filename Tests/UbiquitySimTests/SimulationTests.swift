@@ -1,6 +1,8 @@
 // The simulation in CI: a bounded number of seeds, and the runs that found bugs (regressions), each an
 // explicit plan (Regressions.swift, RecordedSeeds.swift) so the generator cannot change what they test.
+import Foundation
 import Testing
+import UbiquityBase
 import UbiquitySim
 
 @Suite struct SimulationTests {
@@ -33,5 +35,29 @@ import UbiquitySim
         #expect(printed == Regression.deleteAfterLostAnswer.plan.swiftLiteral())
         let a = Simulation.execute(plan), b = Simulation.execute(Regression.deleteAfterLostAnswer.plan)
         #expect(a.trace == b.trace && a.counters == b.counters && a.trace.count > 7)
+    }
+}
+
+/// What happens elsewhere in the test process must not decide a run: child processes started meanwhile (the
+/// conformance suites start servers) inherit every descriptor between their fork and their exec, the store's
+/// lock among them, and a restart that met one of them failed to take the lock (issue 28).
+@Suite struct SimulationIsolationTests {
+    @Test func restartsDoNotDependOnChildProcessesOfTheTestProcess() async throws {
+        let stop = Locked(false)
+        let spawner = Thread {
+            while !stop.withLock({ $0 }) {
+                let p = Process()
+                p.executableURL = URL(fileURLWithPath: "/bin/true")
+                try? p.run()
+                p.waitUntilExit()
+            }
+        }
+        spawner.start()
+        defer { stop.withLock { $0 = true } }
+        let kinds: [StepKind] = [.create, .crash, .push, .crash, .write, .crash, .pull, .crash]
+        let steps = (0..<400).map { i in Step(kinds[i % kinds.count], on: i / kinds.count % 3, seed: UInt64(i), after: 1_000_000) }
+        let r = Simulation.execute(Plan(seed: 7, devices: 3, feedPage: 4, rates: FaultRates(), steps: steps))
+        #expect(r.violations == [])
+        #expect(r.counters["step crash"] == 200)
     }
 }

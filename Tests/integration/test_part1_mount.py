@@ -266,4 +266,7 @@ class TestCommandLine:
                              "cannot reach")
         m = mount_factory(stub)
         self.expect_one_line(run(BIN, "mount", m.path, *common, check=False), "already mounted")
+        # The store of a running daemon, from another process, on another mount point.
+        self.expect_one_line(run(BIN, "mount", mp, "--remote", stub.url, "--token-file", stub.token_file,
+                                 "--store", m.store, check=False, timeout=60), "in use by another")
         self.expect_one_line(run(BIN, "unmount", mp, check=False), "not a ubiquityfs mount")
