@@ -28,14 +28,16 @@ extension World {
                     if r == .idle { break }
                 }
             }
-            // A store that cannot be read is a failure the run stops on (`try!`), never "nothing pending".
-            let still = remote.currentVersion == before && devices.allSatisfy {
-                try! $0.container.pendingIDs().isEmpty && $0.container.feedPosition == String(remote.currentVersion)
-            }
-            if still { note("quiescent after \(round) round(s)"); return nil }
+            // A store that cannot be read is a violation, never "nothing pending".
+            do {
+                let still = try remote.currentVersion == before && devices.allSatisfy {
+                    try $0.container.pendingIDs().isEmpty && $0.container.feedPosition == String(remote.currentVersion)
+                }
+                if still { note("quiescent after \(round) round(s)"); return nil }
+            } catch { return "a store failed while quiescing: \(error)" }
         }
-        let pending = devices.map { "\($0.name): \(try! $0.container.pendingIDs().map(short))" }.joined(separator: ", ")
-        return "no quiescence after 40 rounds; pending \(pending); \(failures.prefix(4).joined(separator: "; "))"
+        let pending = devices.map { "\($0.name): \((try? $0.container.pendingIDs().map(short)) ?? ["unreadable"])" }
+        return "no quiescence after 40 rounds; pending \(pending.joined(separator: ", ")); \(failures.prefix(4).joined(separator: "; "))"
     }
 
     /// Signature lines of a tree: one per live item below the root, sorted by path.

@@ -100,9 +100,11 @@ extension World {
     }
 
     /// Records a delete; the caller superseded what the device showed before it deleted.
-    func recordDelete(_ dev: SimDevice, _ item: Item) {
+    func recordDelete(_ dev: SimDevice, _ item: Item) throws {
+        let feed: String?
+        do { feed = try dev.container.feedPosition } catch { throw DeviceFailed(device: dev.name, cause: "\(error)") }
         model.deletes.append(.init(item: item.id, device: dev.name, step: stepIndex, sawVersion: item.remoteVersion,
-                                   feed: Int64(try! dev.container.feedPosition ?? "0") ?? 0)) // a store that fails stops the run
+                                   feed: Int64(feed ?? "0") ?? 0))
     }
 
     /// open(2) of a file without O_TRUNC: the content must be current first (fetched if need be). The handle
@@ -204,7 +206,7 @@ extension World {
     func restart(_ dev: SimDevice) throws -> String {
         dev.openWrites = []
         dev.container = nil
-        do { try open(dev) } catch { throw RestartFailed(device: dev.name, cause: "\(error)") }
+        do { try open(dev) } catch { throw DeviceFailed(device: dev.name, cause: "it did not open again: \(error)") }
         return "restarted from the store"
     }
 
@@ -293,7 +295,7 @@ extension World {
         try c.rename(parent: item.parent!, name: item.name, newParent: newParent, newName: newName,
                      noReplace: noReplace)
         deliberate(dev, item.id)
-        if let target, target.id != item.id { recordDelete(dev, target) }
+        if let target, target.id != item.id { try recordDelete(dev, target) }
         return "\(from) -> \(c.path(of: item.id)) [\(short(item.id))]\(target.map { $0.id != item.id ? " replacing [\(short($0.id))]" : "" } ?? "")"
     }
 
@@ -304,7 +306,7 @@ extension World {
         let path = c.path(of: item.id)
         supersede(dev, item, conflicts: true)
         try c.remove(parent: item.parent!, name: item.name, directory: directory)
-        recordDelete(dev, item)
+        try recordDelete(dev, item)
         return "\(path) [\(short(item.id))]"
     }
 

@@ -110,8 +110,9 @@ final class SimDevice {
 /// Why a step did nothing: its target was missing or the core refused (an ordinary outcome, not a violation).
 struct Skip: Error { let why: String }
 
-/// A device could not open its store again after a crash: a violation that ends the run (the device is gone).
-struct RestartFailed: Error { let device: String; let cause: String }
+/// A device's store failed (it could not open again after a crash, or could not be read): a violation that
+/// ends the run, reported with the step, never a crash of the process that runs it.
+struct DeviceFailed: Error { let device: String; let cause: String }
 
 final class World {
     let plan: Plan
@@ -182,9 +183,9 @@ final class World {
                 note("\(dev.name) \(step.kind.rawValue): \(what)")
             } catch let s as Skip {
                 note("\(dev.name) \(step.kind.rawValue): skipped (\(s.why))")
-            } catch let r as RestartFailed {
-                note("\(dev.name) \(step.kind.rawValue): the store did not open again: \(r.cause)")
-                runViolations.append("restart failed: \(r.device) at #\(i) could not reopen its store: \(r.cause)")
+            } catch let f as DeviceFailed {
+                note("\(dev.name) \(step.kind.rawValue): the store failed: \(f.cause)")
+                runViolations.append("store failed: \(f.device) at #\(i) (\(step.kind.rawValue)): \(f.cause)")
                 return
             } catch {
                 note("\(dev.name) \(step.kind.rawValue): \(error)")

@@ -2,8 +2,8 @@
 // (on 127.0.0.1, with credentials, data in a fresh temporary directory) and stopped when the process exits.
 //
 // What must hold: the gateway is started at most once per process (`lock`), and whatever started it is
-// stopped and its directory removed at exit. With no `weed` on PATH there is no gateway (nil), so a test can
-// say why it does not run rather than fail.
+// stopped and its directory removed at exit (or, if the process dies first, by scripts/stop-when-gone). With
+// no `weed` on PATH there is no gateway (nil), so a test can say why it does not run rather than fail.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -46,7 +46,8 @@ public final class SeaweedFS: Sendable {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
         guard path.split(separator: ":").contains(where: { access("\($0)/weed", X_OK) == 0 }) else { return nil }
         let dir = NSTemporaryDirectory() + "ubq-seaweedfs-\(randomHex(bytes: 6))"
-        let out = try run(scriptPath(), "start", dir)
+        // --owner: stopped by scripts/stop-when-gone if this process dies before its atexit handler runs.
+        let out = try run(scriptPath(), "start", dir, "--owner", String(getpid()))
         startedDir = dir
         atexit {
             guard let dir = startedDir else { return }

@@ -5,7 +5,8 @@
 // What must hold: the command reaches the store only through those files, never a socket or the database, so
 // the mount's checks and limits apply to it as to any program. A set writes the whole value and checks the
 // close, where the mount stores it or refuses it (a quota or size refusal shows there); each refusal's errno
-// becomes one plain line (`message`). `watch` prints each record once, in order, by its sequence number.
+// becomes one plain line (`message`). `watch` prints each record once, in order, by its sequence number, and says on stderr
+// when it has read where it starts, after which no record is missed.
 import Foundation
 import Glibc
 import UbiquityBase
@@ -19,7 +20,9 @@ enum KVCommand {
            ubiquityfs kv watch [--json] [--all] MOUNT   print each change that came from elsewhere, one line each:
                                                         the reason (ServerChange, InitialSyncChange,
                                                         QuotaViolationChange, AccountChange) and the keys;
-                                                        --all: first those kept since the mount started
+                                                        --all: first those kept since the mount started;
+                                                        once it is watching it says so on stderr (a line
+                                                        beginning "kv watch: watching"), so a script can wait
 
     Limits (Apple's): keys of at most 64 bytes of UTF-8, at most 1024 keys, at most 1 MB in all.
     """
@@ -115,6 +118,8 @@ enum KVCommand {
     /// Follows the change records, printing those that arrive after it started (with `all`, also the kept ones).
     static func watch(_ path: String, json: Bool, all: Bool) throws {
         var seen = all ? 0 : try records(path).last?.0.seq ?? 0
+        // The readiness signal: every record from here on is printed.
+        FileHandle.standardError.write(Data("kv watch: watching \(path) after change \(seen)\n".utf8))
         while true {
             for (r, line) in try records(path) where r.seq > seen {
                 seen = r.seq

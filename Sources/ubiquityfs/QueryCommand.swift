@@ -16,6 +16,8 @@ enum QueryCommand {
     removed (-) items each time something changed (local changes, remote changes, transfer progress), at most
     four a second. --scope documents: what is under Documents/; data: everything else; all (the default).
     --name: items whose name matches the shell pattern. --json: the protocol's lines as they come.
+    A live query follows every change from before its gathering: once "gathering finished" (with --json, the
+    "gathered" line) is printed, a script can make changes and know they will be reported.
     """
 
     static func run(_ words: [String]) throws {

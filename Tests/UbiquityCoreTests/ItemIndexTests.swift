@@ -71,7 +71,7 @@ struct ItemIndexTests {
         #expect(Set(index.values.map(\.id)) == Set(Self.variety.map(\.id)))
     }
 
-    @Test func overwritesAndRemovalsKeepTheRest() {
+    @Test func overwritesAndRemovalsKeepTheRest() throws {
         var index = ItemIndex()
         var ids: [String] = []
         for i in 0..<5_000 {
@@ -81,7 +81,7 @@ struct ItemIndexTests {
         }
         for (i, id) in ids.enumerated() where i % 3 == 0 { index[id] = nil }
         for (i, id) in ids.enumerated() where i % 3 == 1 {
-            var item = try! #require(index[id])
+            var item = try #require(index[id])
             item.xattrs = ["user.n": [UInt8(i & 0xff)]]
             item.dirty = true
             index[id] = item

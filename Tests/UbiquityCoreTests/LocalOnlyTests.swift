@@ -27,7 +27,7 @@ import UbiquityTesting
         #expect(remote.allItems.allSatisfy { !ids.contains($0.id) })
         #expect(a.container.item(inner.id)?.isLocalOnly == true && a.container.item(x.id)?.isLocalOnly == true)
         #expect(try a.container.status(inner.id).isUbiquitous == false)
-        #expect(try a.container.status(a.lookup("after.txt")!.id).isUbiquitous)
+        #expect(try a.container.status(try #require(a.lookup("after.txt")).id).isUbiquitous)
         #expect(throws: CoreError.self) { try a.container.evict(inner.id) }
         #expect(throws: CoreError.self) { try a.container.evict(cache.id) }
         #expect(a.content(inner.id) == bytes("inner"))

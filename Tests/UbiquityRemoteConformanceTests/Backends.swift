@@ -99,7 +99,8 @@ struct Backend: Sendable, CustomStringConvertible {
 }
 
 /// One throwaway PostgreSQL cluster for the whole test process, started by scripts/postgres on first use and
-/// stopped and removed at exit; each subject gets a database of its own.
+/// stopped and removed at exit (or, if the process dies first, by scripts/stop-when-gone); each subject gets a
+/// database of its own.
 final class PostgresCluster: Sendable {
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("../../scripts/postgres").standardized.path
@@ -131,7 +132,8 @@ final class PostgresCluster: Sendable {
         try started.withLock { started in
             if !started {
                 try makeDirectories(dir)
-                _ = try Self.run(["start", dir])
+                // --owner: stopped by scripts/stop-when-gone if this process dies before its atexit handler runs.
+                _ = try Self.run(["start", dir, "--owner", String(getpid())])
                 started = true
             }
         }

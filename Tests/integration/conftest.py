@@ -12,6 +12,7 @@ import tempfile
 import hashlib
 import json
 import os
+import select
 import re
 import shutil
 import signal
@@ -49,6 +50,23 @@ def wait_until(predicate, timeout=15.0, interval=0.1, what="condition"):
             last = e
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def wait_for_line(proc, stream, prefix, timeout=20.0):
+    """Reads `stream` (a pipe of `proc`, opened in text mode) until a line starting with `prefix`: a background
+    process's readiness signal. Fails on a timeout or when the process ends first."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([stream], [], [], left)[0]:
+            raise AssertionError(f"no line '{prefix}...' from {proc.args} within {timeout}s (read: {seen})")
+        line = stream.readline()
+        if not line:
+            raise AssertionError(f"{proc.args} ended (status {proc.wait(10)}) before '{prefix}...' (read: {seen})")
+        if line.startswith(prefix):
+            return line
+        seen.append(line)
 
 
 class Stub:
@@ -150,7 +168,9 @@ class SeaweedFS:
         return self.dir / "credentials"
 
     def start(self):
-        self.endpoint = run(ROOT / "scripts" / "seaweedfs", "start", self.dir, timeout=120).stdout.strip()
+        # --owner: stopped when pytest ends, however it ends.
+        self.endpoint = run(ROOT / "scripts" / "seaweedfs", "start", self.dir, "--owner", os.getpid(),
+                            timeout=120).stdout.strip()
         return self
 
     def stop(self):
@@ -258,11 +278,11 @@ class Postgres:
     def __init__(self, dir: Path):
         self.dir = dir
 
-    def _run(self, command):
-        return run(self.script, command, self.dir, timeout=120).stdout.strip().splitlines()[-1:]
+    def _run(self, command, *more):
+        return run(self.script, command, self.dir, *more, timeout=120).stdout.strip().splitlines()[-1:]
 
     def start(self):
-        return self._run("start")
+        return self._run("start", "--owner", os.getpid())  # stopped when pytest ends, however it ends
 
     def stop(self):
         run(self.script, "stop", self.dir, timeout=120)

@@ -19,7 +19,7 @@ def test_offline_open_is_answered_at_once(stub, mount_factory):
     wait_until(lambda: attr(b / "Documents" / "stale.txt", "downloadingStatus") == "downloaded",
                what="the newer version to be listed on b")
     stub.stop()
-    time.sleep(2)  # the change feed notices the remote is gone
+    wait_until(lambda: attr(b.path, "isOffline") == "1", what="b to see the remote gone")
     t0 = time.monotonic()
     p = run("cat", b / "Documents" / "remote.txt", check=False)
     took = time.monotonic() - t0

@@ -8,7 +8,7 @@ import urllib.error
 
 import pytest
 
-from conftest import BIN, CONTAINER, fails, run, wait_until
+from conftest import BIN, CONTAINER, fails, run, wait_for_line, wait_until
 
 MB = 1 << 20
 
@@ -199,8 +199,12 @@ def test_a_write_the_remote_refuses_for_the_quota_is_reported_and_dropped(two):
 
 
 def watching(m, tmp_path, *flags):
-    out = open(tmp_path / f"watch{len(flags)}.txt", "w")
-    return subprocess.Popen([BIN, "kv", "watch", *flags, m.path], stdout=out, text=True), tmp_path / f"watch{len(flags)}.txt"
+    """A `kv watch` in the background, returned once it says it is watching (its readiness line on stderr)."""
+    path = tmp_path / f"watch{len(flags)}.txt"
+    proc = subprocess.Popen([BIN, "kv", "watch", *flags, m.path], stdout=open(path, "w"), stderr=subprocess.PIPE,
+                            text=True)
+    wait_for_line(proc, proc.stderr, "kv watch: watching")
+    return proc, path
 
 
 def test_watch_prints_a_change_made_on_the_other_device(two, tmp_path):
@@ -209,7 +213,6 @@ def test_watch_prints_a_change_made_on_the_other_device(two, tmp_path):
     watch, out = watching(a, tmp_path)
     jwatch, jout = watching(a, tmp_path, "--json")
     try:
-        wait_until(lambda: out.exists() and jout.exists(), what="watch started")
         kv("set", b.path, "theme", "dark")
         wait_until(lambda: out.read_text(), timeout=15, what="a watch line")
         wait_until(lambda: jout.read_text(), timeout=15, what="a JSON watch line")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run, wait_until
+from conftest import BIN, attr, run, wait_until
 
 
 def make_tree(base: Path, big_size=3 << 20):
@@ -75,7 +75,7 @@ def test_ls_stays_responsive_during_throttled_download(stub_factory, mount_facto
     big = m / "Documents" / "big.bin"
     cat = subprocess.Popen(["cat", big], stdout=subprocess.DEVNULL)
     waiters = [subprocess.Popen(["cat", big], stdout=subprocess.DEVNULL) for _ in range(50)]
-    time.sleep(0.5)
+    wait_until(lambda: attr(big, "isDownloading") == "1", what="the download to start")
     for _ in range(5):
         t0 = time.monotonic()
         out = run("ls", "-l", m / "Documents").stdout
@@ -98,7 +98,7 @@ def test_sigint_on_blocked_cat_returns_and_transfer_goes_on(stub_factory, mount_
     m = mount_factory(stub)
     big = m / "Documents" / "big.bin"
     cat = subprocess.Popen(["cat", big], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(1.0)
+    wait_until(lambda: attr(big, "isDownloading") == "1", what="cat's open to start the download")
     t0 = time.monotonic()
     cat.send_signal(signal.SIGINT)
     cat.wait(5)

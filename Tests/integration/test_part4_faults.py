@@ -69,7 +69,8 @@ def test_kill_mid_download_serves_no_partial_bytes(big_remote, mount_factory):
     stub, src = big_remote
     m = mount_factory(stub)
     cat = subprocess.Popen(["cat", m / "Documents" / "big.bin"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
+    wait_until(lambda: int(attr(m / "Documents" / "big.bin", "percentDownloaded") or 0) > 0,
+               what="part of the download to arrive")
     m.kill_daemon(signal.SIGKILL)
     cat.wait(10)
     check_store(m)  # staging leftovers are cleared when the store opens; nothing half-written is recorded
