@@ -64,7 +64,11 @@ public final class FileSystem: @unchecked Sendable {
         var wroteData = false
         /// Whether the kernel serves this handle itself (Passthrough.swift).
         var mode = OpenMode.uncounted
-        init(id: String, fd: FileDescriptor, writable: Bool) { self.id = id; self.fd = fd; self.writable = writable }
+        /// The kernel inode it was opened on (0: not a file of the tree).
+        var ino: UInt64 = 0
+        init(id: String, fd: FileDescriptor, writable: Bool, ino: UInt64 = 0) {
+            self.id = id; self.fd = fd; self.writable = writable; self.ino = ino
+        }
     }
 
     struct DirEntry {
@@ -330,6 +334,7 @@ public final class FileSystem: @unchecked Sendable {
             fi.pointee.fh = addHandle(file)
             _ = choosePassthrough(file, fi.pointee.fh)
             let e = entry(item.id, .real(item))
+            file.ino = e.ino
             let sent = reply.create(e, fi.pointee)
             sentOpen(file, fi.pointee.fh)
             if !sent {
@@ -349,13 +354,35 @@ public final class FileSystem: @unchecked Sendable {
             default: return reply.fail(.notFound)
             }
         }
-        openFile(reply, id, fi.pointee, attempt: 1)
+        openFile(reply, id, ino, fi.pointee, attempt: 1)
+    }
+
+    /// Whether handles opened on kernel inode `ino` use a content file that is no longer the item's (evicted, or
+    /// replaced by a newer version while they held it). A new open must then not share their inode: the kernel
+    /// ties an inode to one passthrough backing file (it fails a second one with EIO) and to one page cache
+    /// (which their reads of the old bytes fill). So the inode is retired: the holders keep it, with what they
+    /// opened, as with a file replaced by rename on ext4, and the next lookup of the item gives a new one.
+    private func inodeHoldsAnotherContent(_ ino: UInt64, _ id: String) -> Bool {
+        let held = handleLock.withLock { files.values.filter { $0.ino == ino } }
+        guard !held.isEmpty else { return false }
+        var now = stat()
+        let current = stat(core.contentPath(id), &now) == 0 ? (now.st_dev, now.st_ino) : nil
+        return held.contains { file in
+            var st = stat()
+            guard fstat(file.fd.raw, &st) == 0, let current else { return true }
+            return (st.st_dev, st.st_ino) != current
+        }
     }
 
     /// Opens a file's content, fetching it first when it is not local. After a fetch an older local copy will
     /// do (the newest could not be had, or a newer one arrived meanwhile); one taken away again is fetched again.
-    private func openFile(_ reply: Reply, _ id: String, _ info: fuse_file_info, attempt: Int) {
+    private func openFile(_ reply: Reply, _ id: String, _ ino: UInt64, _ info: fuse_file_info, attempt: Int) {
         let writable = info.flags & O_ACCMODE != O_RDONLY
+        if inodeHoldsAnotherContent(ino, id) { // (also after a fetch, which may have installed a newer version)
+            // Before anything changes: the kernel walks the path again (LOOKUP_REVAL) and opens the new inode.
+            inodes.retire(ino)
+            return reply.fail(AdapterError.system(Errno(ESTALE)))
+        }
         do {
             // O_NONBLOCK changes nothing for a regular file. Only an open that would download asks who calls.
             let truncate = info.flags & O_TRUNC != 0
@@ -366,7 +393,7 @@ public final class FileSystem: @unchecked Sendable {
             switch opening {
             case .opened(let fd):
                 var fi = info
-                let file = OpenFile(id: id, fd: fd, writable: writable)
+                let file = OpenFile(id: id, fd: fd, writable: writable, ino: ino)
                 fi.fh = addHandle(file)
                 // Content only changes under the kernel through this mount, or with an explicit invalidation.
                 // (Not with passthrough: the kernel then caches the content file's own pages.)
@@ -376,7 +403,7 @@ public final class FileSystem: @unchecked Sendable {
                 if !sent { release(fi.fh) }
             case .fetch:
                 if attempt >= FileSystem.fetchAttempts { return reply.fail(.io("the content kept changing while fetched")) }
-                whenLocal(reply, id, staleOK: true) { [self] in openFile(reply, id, info, attempt: attempt + 1) }
+                whenLocal(reply, id, staleOK: true) { [self] in openFile(reply, id, ino, info, attempt: attempt + 1) }
             }
         } catch { reply.fail(error) }
     }

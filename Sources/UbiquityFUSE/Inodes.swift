@@ -6,7 +6,8 @@
 // What must hold: all state is read and changed under `lock`, a leaf (nothing is called while it is held).
 // `remember` counts each entry reply (given back with `forget` when the reply does not reach the kernel) and
 // `forget` takes the kernel's counts, so the counts are the kernel's; an underflow is a bug (asserted in a debug
-// build, clamped in a release one). Numbers only grow (`next`), and both maps drop an inode together.
+// build, clamped in a release one). Numbers only grow (`next`), and both maps drop an inode together, but for a
+// retired inode (`retire`), which `byID` has already let go while the kernel still holds it.
 import Foundation
 
 /// @unchecked Sendable: every loop thread uses it; all its state is behind `lock`.
@@ -48,6 +49,14 @@ final class InodeTable: @unchecked Sendable {
         return ino
     }
 
+    /// Gives the item of `ino` a new inode at its next lookup; `ino` stays the item's for the kernel's handles
+    /// and lookups on it until they are forgotten (FileSystem.inodeHoldsAnotherContent says why).
+    func retire(_ ino: UInt64) {
+        guard ino != InodeTable.rootIno else { return }
+        lock.lock(); defer { lock.unlock() }
+        if let id = byIno[ino]?.id, byID[id] == ino { byID[id] = nil }
+    }
+
     /// The kernel dropped `count` lookups of an inode.
     func forget(_ ino: UInt64, _ count: UInt64) {
         guard ino != InodeTable.rootIno else { return }
@@ -57,7 +66,7 @@ final class InodeTable: @unchecked Sendable {
         entry.lookups -= min(count, entry.lookups)
         if entry.lookups == 0 {
             byIno[ino] = nil
-            byID[entry.id] = nil
+            if byID[entry.id] == ino { byID[entry.id] = nil } // not the newer inode of a retired one
         } else {
             byIno[ino] = entry
         }

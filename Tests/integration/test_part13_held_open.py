@@ -28,12 +28,10 @@ def settled_everywhere(a, b, rel, cp_status):
     wait_until(lambda: (b / rel).read_text() == want, timeout=30, what=f"{rel} on the other device")
 
 
-# Known bug, not fixed yet (issue 22, point 1): the holder's descriptor is on the evicted content file and the
-# new open on a new one, but both are one inode to the kernel. With passthrough the kernel refuses the second
-# backing file (EIO) after the daemon has already truncated the file (which then goes up empty); without it, the
-# holder's reads of its old file fill the inode's page cache, which later opens are served from. The fix is a
-# new inode for the item's new content while old handles hold the old one. Strict: it fails once fixed.
-@pytest.mark.xfail(strict=True, reason="issue 22 point 1: one inode for two content files (see the comment)")
+# The holder's descriptor is on the evicted content file, the new open on a new one: before the fix both were one
+# inode to the kernel, which with passthrough refused the second backing file (EIO) after the daemon had already
+# truncated the file (it went up empty), and without it served later opens from the page cache that the holder's
+# reads of its old file had filled.
 @pytest.mark.parametrize("passthrough", [True, False], ids=["passthrough", "no-passthrough"])
 def test_cp_over_an_evicted_file_held_open_keeps_it(stub, mount_factory, tmp_path, passthrough):
     extra = () if passthrough else ("--no-passthrough",)
@@ -66,3 +64,30 @@ def test_cp_over_a_file_held_open_when_a_newer_version_arrived_keeps_it(stub, mo
     want = NEW if status == 0 else ORIGINAL
     assert (b / rel).read_text() == want
     wait_until(lambda: (a / rel).read_text() == want, timeout=30, what=f"{rel} back on a")
+
+
+@pytest.mark.parametrize("passthrough", [True, False], ids=["passthrough", "no-passthrough"])
+def test_cat_gets_the_newest_version_while_another_program_holds_the_old(stub, mount_factory, passthrough):
+    """Point 2: `exec 7<B/g.log`, an append on A, then `cat B/g.log` (and a write) on B succeed with the newest
+    content, while the holder keeps reading what it opened."""
+    extra = () if passthrough else ("--no-passthrough",)
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop", extra)
+    rel = "Documents/g.log"
+    (a / rel).write_text("first line\n")
+    sync(a)
+    wait_until(lambda: (b / rel).read_text() == "first line\n", timeout=30, what="g.log on b")
+    with open(b / rel) as holder:
+        with open(a / rel, "a") as log:
+            log.write("second line\n")
+        sync(a)
+        wait_until(lambda: os.stat(b / rel).st_size == len("first line\nsecond line\n"), timeout=30,
+                   what="the newer version listed on b")
+        for _ in range(2):  # the second open finds the new version local
+            assert run("cat", b / rel).stdout == "first line\nsecond line\n"
+        assert run("grep", "-c", "line", b / rel).stdout == "2\n"
+        run("sh", "-c", f"echo third line >> '{b / rel}'")
+        assert run("cat", b / rel).stdout == "first line\nsecond line\nthird line\n"
+        assert holder.read() == "first line\n"
+    sync(b)
+    wait_until(lambda: (a / rel).read_text() == "first line\nsecond line\nthird line\n", timeout=30,
+               what="b's append on a")
