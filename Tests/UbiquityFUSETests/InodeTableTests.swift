@@ -29,6 +29,19 @@ import Testing
         #expect(table.count == 1)
     }
 
+    @Test func aRetiredInodeStaysForItsHoldersAndTheNextLookupGetsANewOne() {
+        let old = table.remember("a")
+        table.retire(old)
+        #expect(table.id(old) == "a")         // the holders' requests still reach the item
+        #expect(table.known("a") == nil)      // no invalidation is sent to the retired inode
+        let new = table.remember("a")
+        #expect(new != old && table.known("a") == new)
+        table.forget(old, 1)                  // the holders' last forget leaves the new inode alone
+        #expect(table.id(old) == nil && table.known("a") == new && table.id(new) == "a")
+        table.retire(InodeTable.rootIno)      // the root is never retired
+        #expect(table.known("root") == InodeTable.rootIno)
+    }
+
     @Test func aForgetOfManyLookupsAtOnceDropsTheInode() {
         let ino = table.remember("a")
         for _ in 0..<9 { _ = table.remember("a") }

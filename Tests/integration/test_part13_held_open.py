@@ -4,6 +4,7 @@ on the other device); an O_TRUNC open that succeeds truncates the newest content
 then reads is ext4's answer too: cp truncates and rewrites the one file in place, so the holder sees the new
 bytes; only a new version from elsewhere, which replaces the file, leaves a holder its old bytes.)"""
 import os
+import random
 import subprocess
 
 import pytest
@@ -91,3 +92,55 @@ def test_cat_gets_the_newest_version_while_another_program_holds_the_old(stub, m
     sync(b)
     wait_until(lambda: (a / rel).read_text() == "first line\nsecond line\nthird line\n", timeout=30,
                what="b's append on a")
+
+
+@pytest.mark.parametrize("seed", [1301, 1302])
+def test_random_holders_evictions_remote_versions_and_overwrites_against_a_model(stub, mount_factory, tmp_path, seed):
+    """A seeded random run on one file: on B programs open it and hold it, it is evicted, overwritten with `cp`
+    and read with `cat`; A writes newer versions. The model is the file's history: every `cat` on B shows its
+    newest content and never fails, every `cp` succeeds, what a holder reads is one of the file's contents
+    (what it opened, or a later overwrite made here: cp rewrites the one file in place), and at the end both
+    devices hold the newest content."""
+    rng = random.Random(seed)
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    rel = "Documents/race.txt"
+    history = [f"version 0 of seed {seed}\n" * 50]
+    (a / rel).write_text(history[-1])
+    sync(a)
+    wait_until(lambda: (b / rel).read_text() == history[-1], timeout=30, what="the first version on b")
+    holders, trace = [], []
+    try:
+        for step in range(30):
+            op = rng.choice(["hold", "hold", "release", "evict", "remote", "remote", "cp", "cat"])
+            trace.append(op)
+            if op == "hold":
+                holders.append(open(b / rel))
+            elif op == "release" and holders:
+                holders.pop(rng.randrange(len(holders))).close()
+            elif op == "evict":
+                p = run("setfattr", "-n", "user.ubiquity.evict", b / rel, check=False)
+                assert p.returncode == 0 or "busy" in p.stderr.lower(), (trace, p.stderr)
+            elif op == "remote":
+                history.append(f"version {len(history)} from a\n" * rng.randint(1, 200))
+                (a / rel).write_text(history[-1])
+                sync(a)
+                wait_until(lambda: os.stat(b / rel).st_size == len(history[-1]), timeout=30,
+                           what=f"version {len(history) - 1} listed on b")
+            elif op == "cp":
+                history.append(f"version {len(history)} from b\n" * rng.randint(1, 200))
+                src = tmp_path / "src.txt"
+                src.write_text(history[-1])
+                p = run("cp", src, b / rel, check=False)
+                assert p.returncode == 0, (trace, p.stderr)
+                sync(b)
+                wait_until(lambda: (a / rel).read_text() == history[-1], timeout=30, what="b's overwrite on a")
+            p = run("cat", b / rel, check=False)
+            assert p.returncode == 0 and p.stdout == history[-1], (trace, p.returncode, p.stderr, p.stdout[:80])
+            for h in holders:
+                h.seek(0)
+                assert h.read() in history, trace
+    finally:
+        for h in holders:
+            h.close()
+    sync(b)
+    assert (a / rel).read_text() == (b / rel).read_text() == history[-1], trace
