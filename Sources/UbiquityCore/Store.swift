@@ -595,9 +595,6 @@ struct StorePaths: Sendable {
     }
 }
 
-/// Makes committed changes durable (they are otherwise durable at the next checkpoint: WAL mode with
-/// synchronous=NORMAL): a checkpoint syncs the log first. It runs on a database connection of its own, so an
-/// fsync waits for the disk without holding the container's lock; a passive checkpoint never blocks a writer.
 /// The lock that keeps a store to one daemon: a POSIX record lock on DIR/lock, held for the life of this value.
 ///
 /// Why a record lock and not flock(2): flock's lock belongs to the open file description, which every child
@@ -614,7 +611,9 @@ final class StoreLock: @unchecked Sendable {
 
     /// Takes the lock of the store at `directory` (which exists), or throws `inUse`.
     init(directory: String) throws(StoreError) {
-        guard let resolved = realpath(directory, nil) else { throw .unusable(directory: directory, cause: "cannot resolve the path") }
+        guard let resolved = realpath(directory, nil) else {
+            throw .unusable(directory: directory, cause: "cannot resolve the path: \(Errno.current)")
+        }
         let key = String(cString: resolved)
         free(resolved)
         guard Self.held.withLock({ $0.insert(key).inserted }) else { throw .inUse(directory: directory) }
@@ -637,6 +636,9 @@ final class StoreLock: @unchecked Sendable {
     }
 }
 
+/// Makes committed changes durable (they are otherwise durable at the next checkpoint: WAL mode with
+/// synchronous=NORMAL): a checkpoint syncs the log first. It runs on a database connection of its own, so an
+/// fsync waits for the disk without holding the container's lock; a passive checkpoint never blocks a writer.
 final class Checkpointer: @unchecked Sendable {
     // @unchecked: `db` is only used under `lock`.
     private let lock = NSLock()
