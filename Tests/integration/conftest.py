@@ -14,7 +14,6 @@ import json
 import os
 import select
 import re
-import shutil
 import signal
 import subprocess
 import time

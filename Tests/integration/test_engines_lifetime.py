@@ -1,7 +1,6 @@
 """The engines a test starts (scripts/postgres, scripts/seaweedfs) live no longer than the test process: a
 process that starts them with `--owner` its own pid and is then killed with SIGKILL (no atexit, no fixture
 teardown) leaves no server running and no data directory behind (issue 28)."""
-import os
 import shutil
 import signal
 import socket

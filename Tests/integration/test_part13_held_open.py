@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, run, sync, wait_until
+from conftest import run, sync, wait_until
 
 ORIGINAL = "".join(f"{i}\n" for i in range(1, 1001))
 NEW = "written over\n"
