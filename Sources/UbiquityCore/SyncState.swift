@@ -499,6 +499,7 @@ extension CoreState {
         // A local-only item's remote copy is not this device's concern any more (its delete may be on the way).
         if item.isLocalOnly { return }
         if w.version <= item.remoteVersion { return }
+        pullLog.debug("apply \(w.id) version \(w.version) sha \(w.sha256.prefix(8)) (here: base \(item.remoteVersion)\(item.isPending ? ", pending" : ""))")
         if item.isPending {
             // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet.
             if item.deleted && w.deleted { try store.delete(item.id); items[item.id] = nil }

@@ -20,6 +20,7 @@ extension World {
             failures = []
             for dev in devices {
                 let c = dev.container!
+                simLog.debug("\(dev.name): quiescing, round \(round)")
                 do { while try c.pullOnce() {} } catch { failures.append("\(dev.name) pull: \(error)") }
                 for _ in 0..<1000 {
                     let r = c.pushOnce()

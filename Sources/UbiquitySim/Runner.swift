@@ -13,8 +13,15 @@ public struct RunResult: Sendable {
 }
 
 public enum Simulation {
-    /// The core's logs would carry real time stamps: the simulation keeps them out of its output.
-    static let quietLogs: Void = Log.shared.configure(level: .error, path: "/dev/null")
+    /// The core's logs would carry real time stamps: the simulation keeps them out of its output, unless
+    /// `UBIQUITY_SIM_LOG` names a file for them (every level, to follow one replayed run).
+    static let quietLogs: Void = {
+        if let path = ProcessInfo.processInfo.environment["UBIQUITY_SIM_LOG"] {
+            Log.shared.configure(level: .debug, path: path)
+        } else {
+            Log.shared.configure(level: .error, path: "/dev/null")
+        }
+    }()
 
     /// Executes a plan (or a shrunk list of its steps) and checks the invariants.
     public static func execute(_ plan: Plan, steps: [Step]? = nil) -> RunResult {

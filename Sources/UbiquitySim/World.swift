@@ -107,6 +107,9 @@ final class SimDevice {
     }
 }
 
+/// The core's log lines of a replay (`UBIQUITY_SIM_LOG`) follow the step that caused them.
+let simLog = Logger("sim")
+
 /// Why a step did nothing: its target was missing or the core refused (an ordinary outcome, not a violation).
 struct Skip: Error { let why: String }
 
@@ -178,6 +181,7 @@ final class World {
             rng = SimRNG(seed: step.seed)
             let dev = devices[step.device]
             count("step " + step.kind.rawValue)
+            simLog.debug("#\(i) \(dev.name) \(step.kind.rawValue)")
             do {
                 let what = try perform(step.kind, dev)
                 note("\(dev.name) \(step.kind.rawValue): \(what)")
