@@ -4,11 +4,12 @@
 // What must hold here: a batch changes nothing of the rules of Pusher.swift. An entry the remote stored is
 // recorded as its single push would record it (all of a batch's in one transaction). Then, in the batch's
 // order, an entry refused for the item's own state (412, 404, or 208: this very change applied before, its
-// answer lost; no other entry can have changed it) settles by
-// Pusher's rules applied to its answer, as if Pusher had sent it; an entry refused for another item's (409, 422:
-// a name holder, a child, a parent, which a later entry may have moved) and an item the batch did not carry
-// (larger content, a local-only item's remote copy, a delete of an unanswered create, an item gone meanwhile)
-// are pushed by Pusher from the start, against the remote as it is now. A create is marked sent before the
+// answer lost) settles by Pusher's rules applied to its answer, as if Pusher had sent it, while the item is
+// still as the batch sent it; an entry refused for another item's (409, 422: a name holder, a child, a parent,
+// which a later entry may have moved), one whose item changed since (an earlier entry's push may push it
+// first) and an item the batch did not carry (larger content, a local-only item's remote copy, a delete of an
+// unanswered create, an item gone meanwhile) are pushed by Pusher from the start, against the remote as it is
+// now. A create is marked sent before the
 // request goes; a batch without an answer is a lost answer for each of its entries, as for a single write.
 import Foundation
 import UbiquityBase
@@ -45,7 +46,9 @@ struct BatchPusher {
         for id in ids {
             do {
                 let pusher = Pusher(container: container, id: id)
-                if let (p, error) = refused[id], Self.isOwnState(error) {
+                // A refusal is settled as its answer only while the item is as the batch sent it: a push of
+                // another entry may have pushed it first (a name it waited for), and then its refusal is stale.
+                if let (p, error) = refused[id], Self.isOwnState(error), container.pushSnapshot(id)?.item == p.snap.item {
                     try pusher.runAfterRefusal(error, of: p.entry, snap: p.snap, pushed: p.pushed)
                 } else if !sent.contains(id) || refused[id] != nil {
                     try pusher.run()

@@ -166,10 +166,14 @@ struct Pusher {
         return false
     }
 
-    /// True when the remote's version of an item deleted here was made by this device (a write whose answer
-    /// was lost) and lists no conflict version this device has not seen: nothing in it is news to the delete.
+    /// True when nothing in the remote's version of an item deleted here is news to the delete: it was made
+    /// by this device (a write whose answer was lost), or it is the very state deleted here (a move or a change
+    /// of metadata whose answer was lost: its author stays the content's writer), and it lists no conflict
+    /// version this device has not seen.
     private func isOwnWrite(_ current: WireItem, deleted item: Item) -> Bool {
-        current.device == container.config.device && container.hasSeenConflicts(current.conflicts, listedBy: item)
+        let known = current.device == container.config.device
+            || (current.sha256 == item.remoteSHA && current.metadata == item.metadata)
+        return known && container.hasSeenConflicts(current.conflicts, listedBy: item)
     }
 
     /// Brings back an item deleted here that the remote kept, as the remote has it.
@@ -250,11 +254,14 @@ struct Pusher {
         do {
             stored = try container.remote.putItem(wire, ifMatch: ifMatch, change: change)
         } catch RemoteError.alreadyApplied(let version, let current) {
+            log.debug("push \(id): already applied at version \(version)")
             try acknowledgeApplied(wire, version: version, current: current, snap: snap, pushed: item)
             return true
         } catch let error as RemoteError {
+            log.debug("push \(id) (base \(item.remoteVersion), sha \(wire.sha256.prefix(8))): \(error)")
             return try putRefused(error, wire: wire, snap: snap, pushed: item, pushedFirst: &pushedFirst)
         }
+        log.debug("push \(id) (base \(item.remoteVersion), sha \(wire.sha256.prefix(8))): stored at \(stored.version)")
         try container.acknowledgePush(id, stored: stored, snap: snap, pushed: item)
         return true
     }
@@ -366,7 +373,10 @@ struct Pusher {
                                                                       snap: snap, pushed: pushed) else {
             return true
         }
+        // The create that landed is the base now: its content is one the remote had (its version number is
+        // not known, only that `current` is at or after it), so a remote still holding it is no conflict.
         var base = snap
+        base.item.remoteVersion = current.version
         base.item.remoteSHA = sent.sha256
         base.item.remoteSize = sent.size
         base.item.dirty = snap.item.kind == .file && pushed.remoteSHA != sent.sha256

@@ -679,6 +679,102 @@ extension Regression {
                 Step(.rename, on: 0, seed: 0xee41374dca7ffc75, after: 3858000000),
              ]))
 
+    /// a's create landed unanswered and a wrote the file again; a batch carried that write and the remote
+    /// refused it (the create is there); before the batch's loop came to that refusal, another item's push
+    /// pushed the file first and it landed; the loop then settled the stale refusal as the create's answer
+    /// and put the first content's hash back as the remote's: a diverged from the remote for ever.
+    /// (Steps 10, 11, 12, 13, 17, 20, 24, 27, 35, 42, 43, 45, 51, 57, 61, 63, 68, 78, 91, 99, 114, 125, 141,
+    /// 142, 148, 151, 152, 156, 172, 180, 191, 209, 228, 279 of seed 9101681's generated plan.)
+    static let staleBatchRefusalAfterTheItemWasPushed = Regression(
+        "staleBatchRefusalAfterTheItemWasPushed",
+        Plan(seed: 9101681, devices: 3, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.1, dropResponse: 0.0, duplicate: 0.05, staleFeed: 0.05,
+                               slowTransfer: 0.03, corrupt: 0.02),
+             steps: [
+                Step(.pull, on: 2, seed: 0x1ea2083a785838d7, after: 633000000),
+                Step(.pull, on: 1, seed: 0xbec08a2ef23c274a, after: 798000000),
+                Step(.mkdir, on: 1, seed: 0x6dfa1a81ecffa064, after: 4570000000),
+                Step(.create, on: 2, seed: 0x7eee971ba19d53c7, after: 738000000),
+                Step(.push, on: 1, seed: 0xc0dd88a80604d0c, after: 2128000000),
+                Step(.create, on: 2, seed: 0x6927329a7d7597ee, after: 4273000000),
+                Step(.delete, on: 2, seed: 0x6c046a766630e4d6, after: 76000000),
+                Step(.create, on: 2, seed: 0xf8f13a84cfc8755b, after: 3635000000),
+                Step(.beginWrite, on: 2, seed: 0xb7569286c01ffe1b, after: 2135000000),
+                Step(.mkdir, on: 2, seed: 0x516542f6188b9529, after: 3272000000),
+                Step(.create, on: 2, seed: 0xfcf0dc8100503821, after: 2928000000),
+                Step(.beginWrite, on: 2, seed: 0x5d5731789b9aa0ae, after: 4389000000),
+                Step(.push, on: 2, seed: 0xb944fad12d004ca4, after: 2341000000),
+                Step(.push, on: 2, seed: 0x349ee609ea305f99, after: 2474000000),
+                Step(.create, on: 2, seed: 0xe52c9cb64db4f4b, after: 788000000),
+                Step(.mkdir, on: 2, seed: 0x7e61d331d2b04ad7, after: 3424000000),
+                Step(.pull, on: 0, seed: 0x8e0e691a00e99a44, after: 317000000),
+                Step(.move, on: 0, seed: 0xe4a2f78d222db052, after: 821000000),
+                Step(.push, on: 2, seed: 0xee97463f780942b6, after: 2216000000),
+                Step(.create, on: 0, seed: 0x7b27eb9efd4f6376, after: 1825000000),
+                Step(.rename, on: 0, seed: 0xf915ed66d85e16b, after: 4347000000),
+                Step(.mkdir, on: 0, seed: 0xa82d8cf8ee2afb5d, after: 1055000000),
+                Step(.push, on: 0, seed: 0xdda918bde00e1a8d, after: 4173000000),
+                Step(.pull, on: 0, seed: 0x79743d7f05946bb2, after: 2224000000),
+                Step(.create, on: 0, seed: 0x1233b4cb4040835c, after: 4154000000),
+                Step(.push, on: 0, seed: 0x4fb7216fff0ff1f0, after: 4690000000),
+                Step(.create, on: 0, seed: 0x1a25bd13b8f270e0, after: 3774000000),
+                Step(.create, on: 0, seed: 0xa131de996376ce0e, after: 853000000),
+                Step(.create, on: 0, seed: 0x34cecbc44a0d51ff, after: 1868000000),
+                Step(.push, on: 0, seed: 0x77b78ed3848a5460, after: 0),
+                Step(.move, on: 0, seed: 0x1514bf60330b95a9, after: 4848000000),
+                Step(.mkdir, on: 0, seed: 0x164a7f53097b9ce, after: 4016000000),
+                Step(.rename, on: 0, seed: 0x7e1d1ee552107eeb, after: 3789000000),
+                Step(.write, on: 0, seed: 0x42ab88fd94f6f4c0, after: 0),
+             ]))
+
+    /// b renamed a file that a wrote; the rename landed and its answer was lost; b deleted the file. The
+    /// delete met b's own rename as a newer version, whose author is still a (the content's writer), took it
+    /// for an edit made elsewhere and brought the file back (edit wins over delete).
+    /// (Steps 13, 52, 67, 68, 83, 144, 145, 166, 167, 185, 186, 204, 207, 221, 228, 249, 262, 270, 273, 281,
+    /// 287, 294, 297, 302, 312, 317, 319, 322, 331, 334, 337, 339, 345, 346, 357 of seed 9102935's plan.)
+    static let deleteAfterOwnLandedRename = Regression(
+        "deleteAfterOwnLandedRename",
+        Plan(seed: 9102935, devices: 4, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.07, dropResponse: 0.04, duplicate: 0.06, staleFeed: 0.07,
+                               slowTransfer: 0.09, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 0, seed: 0x7e368c39223cc0a, after: 3075000000),
+                Step(.mkdir, on: 0, seed: 0xc3227de0d5ca83e6, after: 3975000000),
+                Step(.pull, on: 3, seed: 0xe2cd906429ce097e, after: 4252000000),
+                Step(.mkdir, on: 0, seed: 0xe9898f3e332265e5, after: 2442000000),
+                Step(.rename, on: 0, seed: 0x38168305ecf28a2f, after: 1183000000),
+                Step(.create, on: 3, seed: 0xdf528dba144eb126, after: 283000000),
+                Step(.create, on: 0, seed: 0xb439ed66d9b361e1, after: 3058000000),
+                Step(.push, on: 3, seed: 0x6d0fbb3793ccfd07, after: 2826000000),
+                Step(.pull, on: 0, seed: 0xcfed5e734eccf448, after: 3606000000),
+                Step(.rename, on: 0, seed: 0x40a2e6fcf4248827, after: 4393000000),
+                Step(.push, on: 0, seed: 0xc74212d0b735972b, after: 4163000000),
+                Step(.create, on: 0, seed: 0x2c0d587a0b82c758, after: 3976000000),
+                Step(.create, on: 0, seed: 0xd13aa62fc16fb30a, after: 2109000000),
+                Step(.push, on: 0, seed: 0x59d3fb2ca3b2c34b, after: 2639000000),
+                Step(.pull, on: 1, seed: 0x69cdbecea8691ffc, after: 1977000000),
+                Step(.delete, on: 1, seed: 0x325077e92728897e, after: 4767000000),
+                Step(.mkdir, on: 0, seed: 0x87ef57408ccab950, after: 1169000000),
+                Step(.create, on: 1, seed: 0xb08d9f2790bc485f, after: 4160000000),
+                Step(.push, on: 0, seed: 0x83bacf4210b9547, after: 1381000000),
+                Step(.delete, on: 1, seed: 0x901ad999aa7d1910, after: 35000000),
+                Step(.push, on: 1, seed: 0x1afd96afa08448f5, after: 127000000),
+                Step(.move, on: 1, seed: 0x6ac62c95c93ba2d, after: 4369000000),
+                Step(.create, on: 1, seed: 0x6f6f68b5bfb9c57d, after: 1004000000),
+                Step(.beginWrite, on: 1, seed: 0x59e72c1fc4ad3838, after: 4800000000),
+                Step(.pull, on: 1, seed: 0xda823cf08e615b35, after: 1675000000),
+                Step(.create, on: 0, seed: 0xda9790bc38899d6c, after: 4349000000),
+                Step(.push, on: 1, seed: 0xb3e05c372f60775b, after: 2335000000),
+                Step(.truncate, on: 0, seed: 0xc588bb8542b6e862, after: 4961000000),
+                Step(.rename, on: 1, seed: 0xf3bbf0edfd5853ac, after: 0),
+                Step(.pull, on: 1, seed: 0x5506670099226492, after: 1245000000),
+                Step(.delete, on: 1, seed: 0xaf7005bb1fe03dae, after: 1493000000),
+                Step(.push, on: 0, seed: 0x1db51a89675f63e5, after: 3145000000),
+                Step(.rename, on: 1, seed: 0x99afa12bf3c02798, after: 3384000000),
+                Step(.push, on: 1, seed: 0x5a48b05b830e1e67, after: 3271000000),
+                Step(.delete, on: 1, seed: 0x19ac1d246e412792, after: 1293000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -706,5 +802,7 @@ extension Regression {
         folderRevivedOverTombstone,
         folderDeleteWaitsForItsChildMovedOut,
         folderRevivedWhereTheRemoteLastHadIt,
+        staleBatchRefusalAfterTheItemWasPushed,
+        deleteAfterOwnLandedRename,
     ]
 }
