@@ -209,7 +209,12 @@ public enum WireRules {
     public static let rootID = "root"
     public static let documentsID = "documents"
     public static let maxNameBytes = 255
+    /// The most an item's user attributes may take, counted by `xattrBytes`.
     public static let maxXattrBytes = 64 * 1024
+
+    /// What one attribute counts against `maxXattrBytes`, the same on both sides of the wire: its name's
+    /// UTF-8 bytes and its value's bytes (the value itself, not its base64).
+    public static func xattrBytes(name: String, valueBytes: Int) -> Int { name.utf8.count + valueBytes }
     public static let maxJSONBytes = 1 << 20
     /// A symbolic link's target: PATH_MAX (4096) less the terminating NUL, as the kernel takes them.
     public static let maxTargetBytes = 4095

@@ -107,7 +107,7 @@ extension Container {
             if create && exists { throw .exists }
             if replace && !exists { throw .noAttribute }
             item.xattrs[name] = value
-            let total = item.xattrs.reduce(0) { $0 + $1.key.utf8.count + $1.value.count }
+            let total = item.xattrs.reduce(0) { $0 + WireRules.xattrBytes(name: $1.key, valueBytes: $1.value.count) }
             if total > WireRules.maxXattrBytes { throw .tooBig }
             if exists && item.xattrs[name] == s.items[id]?.xattrs[name] { return }
             item.metaDirty = true

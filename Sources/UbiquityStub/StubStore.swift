@@ -194,8 +194,8 @@ final class StubStore: @unchecked Sendable {
         }
         var xattrBytes = 0
         for (key, value) in item.xattrs {
-            guard !key.isEmpty, Data(base64Encoded: value) != nil else { throw StubFailure(400, "bad xattr \(key)") }
-            xattrBytes += key.utf8.count + value.utf8.count
+            guard !key.isEmpty, let decoded = Data(base64Encoded: value) else { throw StubFailure(400, "bad xattr \(key)") }
+            xattrBytes += WireRules.xattrBytes(name: key, valueBytes: decoded.count)
         }
         guard xattrBytes <= WireRules.maxXattrBytes else { throw StubFailure(400, "xattrs larger than 64 KiB") }
         var conflictIDs = Set<String>()

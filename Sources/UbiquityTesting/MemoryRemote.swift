@@ -280,8 +280,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
         var xattrBytes = 0
         for (key, value) in item.xattrs {
-            guard !key.isEmpty, Data(base64Encoded: value) != nil else { throw Self.bad("bad xattr \(key)") }
-            xattrBytes += key.utf8.count + value.utf8.count
+            guard !key.isEmpty, let decoded = Data(base64Encoded: value) else { throw Self.bad("bad xattr \(key)") }
+            xattrBytes += WireRules.xattrBytes(name: key, valueBytes: decoded.count)
         }
         guard xattrBytes <= WireRules.maxXattrBytes else { throw Self.bad("xattrs larger than 64 KiB") }
         var conflictIDs = Set<String>()

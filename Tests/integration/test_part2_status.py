@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run, wait_until, attr
+from conftest import BIN, run, sync, wait_until, attr
 
 STATUS = ["isUbiquitous", "downloadingStatus", "isDownloading", "percentDownloaded", "isUploaded",
           "isUploading", "percentUploaded", "hasUnresolvedConflicts", "pinned"]
@@ -274,6 +274,34 @@ def test_user_attributes_sync_and_survive_eviction(seeded, mount_factory):
     run("setfattr", "-x", "user.color", fa)
     wait_until(lambda: run("getfattr", "-n", "user.color", fb, check=False).returncode != 0,
                what="attribute removal on b")
+
+
+def test_user_attributes_past_the_limit_get_e2big_and_all_that_were_accepted_sync(seeded, mount_factory):
+    """Small attributes added one by one (as stress-ng's xattr stressor does) until the set would pass 64 KiB:
+    setfattr gets E2BIG at once, and every attribute it accepted reaches the other device (the remote counts
+    the limit the same way, so nothing is refused on upload)."""
+    stub, src = seeded
+    a = mount_factory(stub, "laptop")
+    b = mount_factory(stub, "desktop")
+    fa, fb = a / "Documents" / "a.txt", b / "Documents" / "a.txt"
+    value = "v" * 40
+    accepted = 0
+    for i in range(2000):
+        p = run("setfattr", "-n", f"user.var_{i}", "-v", value, fa, check=False)
+        if p.returncode != 0:
+            assert "Argument list too long" in p.stderr, p.stderr
+            break
+        accepted += 1
+    else:
+        pytest.fail("2,000 attributes of 50 bytes each were all accepted")
+    # 64 KiB of names and values, not of their base64 (which would stop near 1,000).
+    assert accepted > 1200, accepted
+    sync(a, timeout=120)
+    assert attr(fa, "isUploaded") == "1"
+    names = lambda f: [l.split("=")[0] for l in run("getfattr", "-d", "-m", "^user\\.var_", "--absolute-names", f,
+                                                    check=False).stdout.splitlines() if l.startswith("user.var_")]
+    wait_until(lambda: len(names(fb)) == accepted, what="every accepted attribute on b")
+    assert sorted(names(fb)) == sorted(f"user.var_{i}" for i in range(accepted))
 
 
 def test_cp_a_and_rsync_aX_carry_user_attributes(seeded, mount_factory, tmp_path):
