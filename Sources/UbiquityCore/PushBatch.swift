@@ -83,6 +83,7 @@ struct BatchPusher {
         var puts: [(snap: PushSnapshot, pushed: Item, stored: WireItem)] = []
         var deletes: [(id: String, tombstone: Int64?)] = []
         for (p, result) in zip(batch, results) {
+            Logger("push").debug("batch \(p.entry.op) \(p.entry.id) (base \(p.entry.ifMatch ?? 0)): \(result)")
             switch (p.entry.op, result) {
             case (.put, .success(let stored)): puts.append((p.snap, p.pushed, stored))
             case (.delete, .success(let tombstone)): deletes.append((p.entry.id, tombstone.version))

@@ -309,7 +309,8 @@ extension Container {
 
     /// Acknowledges what of a create that landed unanswered is unchanged here since it was sent, then, when
     /// nothing is left to push, takes the remote's newer state as a pull would. Nil when done; otherwise
-    /// whether the metadata changed here since the create was sent (what is left is pushed against `current`).
+    /// whether the metadata but the name changed here since the create was sent (what is left is pushed
+    /// against `current`).
     func acknowledgeLandedCreate(_ id: String, sent: WireItem, current: WireItem, snap: PushSnapshot,
                                  pushed: Item) throws -> Bool? {
         let metaChanged = try mutateThrowing { s -> Bool? in
@@ -318,6 +319,7 @@ extension Container {
                 && (s.contentGeneration[id] ?? 0) == snap.generation {
                 cur.dirty = false
                 cur.localSHA = sent.sha256
+                cur.size = sent.size
             }
             if cur.metadata == sent.metadata && cur.conflicts == sent.conflicts { cur.metaDirty = false }
             cur.remoteSHA = sent.sha256
@@ -325,7 +327,9 @@ extension Container {
             cur.device = sent.device
             try s.store.save(cur)
             s.items[id] = cur
-            if cur.isPending { return cur.metaDirty }
+            // What the rules compare is the metadata but the name: the puller may have renamed the item out
+            // of the way of another that took its name meanwhile (the name still goes up, being pending).
+            if cur.isPending { return cur.metadata.named(sent.name) != sent.metadata || cur.conflicts != sent.conflicts }
             try s.applyRemoteItem(current)
             // The puller may have refused the remote's place (a cycle here): the item is on the remote all the
             // same, and its place here goes there as a move (which gives way if the remote refuses it too).

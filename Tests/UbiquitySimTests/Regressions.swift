@@ -775,6 +775,86 @@ extension Regression {
                 Step(.delete, on: 1, seed: 0x19ac1d246e412792, after: 1293000000),
              ]))
 
+    /// b's create landed unanswered; c wrote the file; b's puller moved b's copy out of the way of a's file
+    /// that took its name; a deleted the file by renaming over it. b's retry of the create met the tombstone
+    /// and counted the new name its puller gave it as a change of metadata of its own: edit wins over delete,
+    /// and the file came back with b's first content.
+    /// (Steps 3, 4, 5, 9, 21, 23, 25, 27, 30, 38, 45, 47, 49, 68, 102, 104, 113, 114, 158, 159, 202, 221, 229 of
+    /// seed 31005220's generated plan.)
+    static let deleteMeetsALandedCreateMovedOutOfTheWay = Regression(
+        "deleteMeetsALandedCreateMovedOutOfTheWay",
+        Plan(seed: 31005220, devices: 3, feedPage: 2,
+             rates: FaultRates(dropRequest: 0.04, dropResponse: 0.1, duplicate: 0.08, staleFeed: 0.05,
+                               slowTransfer: 0.19, corrupt: 0.03),
+             steps: [
+                Step(.pull, on: 1, seed: 0xcf413496c564818c, after: 3625000000),
+                Step(.pull, on: 0, seed: 0x74c756ae198c8ce, after: 2342000000),
+                Step(.pull, on: 2, seed: 0xf8ca59f9dc4aa7d1, after: 0),
+                Step(.create, on: 1, seed: 0x92e87d57197d0f82, after: 2442000000),
+                Step(.create, on: 0, seed: 0xfdf5edfa8c887829, after: 2095000000),
+                Step(.mkdir, on: 1, seed: 0x61573a7d8b457108, after: 928000000),
+                Step(.create, on: 1, seed: 0x64328f3f69f49945, after: 0),
+                Step(.push, on: 1, seed: 0x14d63ea05ddc50a1, after: 3825000000),
+                Step(.create, on: 2, seed: 0x4be7575a789156b0, after: 1202000000),
+                Step(.chmod, on: 1, seed: 0xb199541a6446d6d7, after: 3889000000),
+                Step(.push, on: 2, seed: 0x70fc696968391167, after: 2302000000),
+                Step(.push, on: 0, seed: 0x2b58aba05380cf1b, after: 4108000000),
+                Step(.write, on: 1, seed: 0xef11966b3b06ec1e, after: 3353000000),
+                Step(.push, on: 1, seed: 0x39d070516bec11c4, after: 3935000000),
+                Step(.pull, on: 2, seed: 0x6636df90226caacb, after: 2587000000),
+                Step(.rename, on: 2, seed: 0x2871b6b112a20db5, after: 2530000000),
+                Step(.write, on: 2, seed: 0xd5ec1f6bb944e10c, after: 2431000000),
+                Step(.create, on: 2, seed: 0xe0e1b2cbd2d76841, after: 0),
+                Step(.rename, on: 0, seed: 0xbb431f5d58ce44a0, after: 761000000),
+                Step(.push, on: 2, seed: 0xf7607247a2585e58, after: 3868000000),
+                Step(.pull, on: 0, seed: 0x13358d21a53e95ba, after: 1132000000),
+                Step(.create, on: 0, seed: 0x73d2f4b1575adc26, after: 1851000000),
+                Step(.rename, on: 0, seed: 0x46bb56a1168b9544, after: 4598000000),
+             ]))
+
+    /// b crashed while writing its new file, whose content file kept more bytes than the store recorded; b's
+    /// create of those bytes landed unanswered; d deleted the file and b moved it. b's retry met the tombstone
+    /// and acknowledged the landed create without its size: b kept the size before the crash, the remote the
+    /// size of the bytes sent.
+    /// (Steps 4, 32, 71, 72, 85, 87, 101, 113, 118, 120, 121, 122, 128, 129, 161, 164, 167, 191, 194, 198, 201,
+    /// 224, 245, 246, 250, 266, 272, 282, 283 of seed 31005011's generated plan.)
+    static let landedCreateAcknowledgedWithItsSize = Regression(
+        "landedCreateAcknowledgedWithItsSize",
+        Plan(seed: 31005011, devices: 4, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.04, dropResponse: 0.1, duplicate: 0.04, staleFeed: 0.06,
+                               slowTransfer: 0.04, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 3, seed: 0x6c2cb30214858f0c, after: 860000000),
+                Step(.mkdir, on: 3, seed: 0x980673a0e22e750a, after: 1617000000),
+                Step(.pull, on: 1, seed: 0xd9ab5deeb9c595d4, after: 1305000000),
+                Step(.create, on: 1, seed: 0xc066e444fa21163e, after: 3936000000),
+                Step(.mkdir, on: 3, seed: 0xdee056de889d9d86, after: 866000000),
+                Step(.push, on: 3, seed: 0xd613fad81983c216, after: 3068000000),
+                Step(.pull, on: 1, seed: 0x71d1335ec3f12b11, after: 4771000000),
+                Step(.push, on: 1, seed: 0xc446a5da60a0027c, after: 410000000),
+                Step(.create, on: 3, seed: 0xdef9d7bba94b1449, after: 4637000000),
+                Step(.pull, on: 3, seed: 0x3fb066c2d72630d6, after: 4166000000),
+                Step(.rmdir, on: 3, seed: 0xedbca2b4b286e061, after: 216000000),
+                Step(.create, on: 1, seed: 0xca7266f4d18134df, after: 4469000000),
+                Step(.rename, on: 3, seed: 0x4a0c763488c96ca4, after: 4812000000),
+                Step(.create, on: 1, seed: 0x900d8751bd7e9d5e, after: 2950000000),
+                Step(.beginWrite, on: 3, seed: 0x311d143e87f40fa2, after: 1228000000),
+                Step(.mkdir, on: 1, seed: 0x38e871cc98fc8d97, after: 1694000000),
+                Step(.push, on: 3, seed: 0xcd7e0072815b0ad2, after: 4091000000),
+                Step(.rmdir, on: 1, seed: 0x4b71efaeeb4c6524, after: 806000000),
+                Step(.create, on: 3, seed: 0x325e53449f7f74c2, after: 1472000000),
+                Step(.create, on: 1, seed: 0x6c771fb715a8daf9, after: 363000000),
+                Step(.move, on: 3, seed: 0x21904814614953c8, after: 4283000000),
+                Step(.beginWrite, on: 1, seed: 0x898681890a0e025e, after: 654000000),
+                Step(.crash, on: 1, seed: 0x3e32a1f197660009, after: 718000000),
+                Step(.pull, on: 1, seed: 0x7c8c3010a04769ed, after: 3113000000),
+                Step(.push, on: 1, seed: 0xd9e22e520fc552f6, after: 3155000000),
+                Step(.pull, on: 3, seed: 0xec625c8d45354863, after: 4662000000),
+                Step(.delete, on: 3, seed: 0x7bcd6543765e2076, after: 3484000000),
+                Step(.push, on: 3, seed: 0xd012f2a03339fb68, after: 2088000000),
+                Step(.move, on: 1, seed: 0x4a89626c3974d716, after: 3342000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -804,5 +884,7 @@ extension Regression {
         folderRevivedWhereTheRemoteLastHadIt,
         staleBatchRefusalAfterTheItemWasPushed,
         deleteAfterOwnLandedRename,
+        deleteMeetsALandedCreateMovedOutOfTheWay,
+        landedCreateAcknowledgedWithItsSize,
     ]
 }
