@@ -43,7 +43,12 @@ struct BatchPusher {
             prepared.append(p)
         }
         let (sent, refused) = try send(prepared)
+        // An item that cannot go up now (a name held, a folder not empty, a refusal that takes a later pass)
+        // does not hold back the others: they go on, all but those below it (whose place needs it), and the
+        // first failure is thrown once the rest are done. The remote gone ends the pass at once.
+        var failures: [BatchPushFailure] = []
         for id in ids {
+            if !failures.isEmpty && container.liesBelow(id, anyOf: Set(failures.map(\.id))) { continue }
             do {
                 let pusher = Pusher(container: container, id: id)
                 // A refusal is settled as its answer only while the item is as the batch sent it: a push of
@@ -53,8 +58,13 @@ struct BatchPusher {
                 } else if !sent.contains(id) || refused[id] != nil {
                     try pusher.run()
                 }
-            } catch { throw BatchPushFailure(id: id, error: error) }
+            } catch let error as RemoteError where error.isTransient {
+                throw BatchPushFailure(id: id, error: error)
+            } catch {
+                failures.append(BatchPushFailure(id: id, error: error))
+            }
         }
+        if let first = failures.first { throw first }
     }
 
     /// True when the refusal is about the item's own state on the remote, which no other entry changes.

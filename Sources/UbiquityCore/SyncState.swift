@@ -95,6 +95,11 @@ extension Container {
         read { s in s.items[id].map { PushSnapshot(item: $0, generation: s.contentGeneration[id] ?? 0) } }
     }
 
+    /// True when `id` is one of `ids` or lies below one of them here.
+    func liesBelow(_ id: String, anyOf ids: Set<String>) -> Bool {
+        read { s in ids.contains { s.isAncestor($0, of: id) } }
+    }
+
     /// True when the create of an item not yet acknowledged was sent (it may have landed).
     func createWasSent(_ id: String) throws -> Bool { try read { s in try s.store.createWasSent(id) } }
 
