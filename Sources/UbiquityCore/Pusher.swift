@@ -480,12 +480,13 @@ struct Pusher {
     /// (having maybe moved or changed it further itself). Not a concurrent edit: the delete wins, as it would
     /// have had the answer arrived. False (edit wins) when anything of this device's change differs, here or
     /// there, but the name (the puller may have moved this item out of the way of a new item that took its
-    /// name meanwhile).
+    /// name meanwhile) and conflict versions discarded here (the delete takes every version with it).
     private func acceptDelete(_ current: WireItem, snap: PushSnapshot, pushed: Item) throws -> Bool {
         let contentThere = !snap.item.dirty || pushed.kind == .dir || container.listsAsConflict(current, pushed: pushed)
             || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
+        let conflictsThere = Set(pushed.conflicts.map(\.id)).isSubset(of: current.conflicts.map(\.id))
         let metaThere = !snap.item.metaDirty
-            || (current.metadata.named(pushed.name) == pushed.metadata && current.conflicts == pushed.conflicts)
+            || (current.metadata.named(pushed.name) == pushed.metadata && conflictsThere)
         guard contentThere && metaThere else { return false }
         return try container.removeIfUnchangedSincePush(id, tombstone: current, snap: snap, pushed: pushed)
     }
