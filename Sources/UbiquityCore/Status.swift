@@ -2,7 +2,7 @@
 // Pins are this device's own and are not synced; the user's `user.*` attributes are synced as metadata.
 //
 // What must hold: a status is read in one look at the state, so its attributes agree with each other;
-// `isUploaded` only for an item on the remote with nothing pending. A pin is saved with `store.save`, never as a
+// `isUploaded` only for an item on the remote with nothing pending (the root: nothing pending in the container). A pin is saved with `store.save`, never as a
 // local change: it never enters the journal. A user attribute's change is a local change (pushed), refused
 // before anything is saved when the item's attributes would pass 64 KiB (`WireRules.maxXattrBytes`); setting
 // the same value changes nothing. Downloads asked for here start after the lock is let go.
@@ -16,7 +16,9 @@ extension Container {
             guard let item = s.items[id], !item.deleted else { throw .notFound }
             let t = s.transfers[id] ?? TransferState()
             let current = item.downloadingStatus == .current
-            let uploaded = !item.isPending && item.remoteVersion > 0
+            // The root is never pushed itself: it reads as uploaded once no change of the container waits.
+            let uploaded = id == s.rootID ? (try? s.store.pendingCount()) == 0
+                : !item.isPending && item.remoteVersion > 0
             return ItemStatus(
                 downloadingStatus: item.downloadingStatus,
                 isDownloading: t.isDownloading,

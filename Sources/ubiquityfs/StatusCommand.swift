@@ -45,6 +45,28 @@ enum StatusCommand {
     /// limit and recent evictions.
     static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "cacheUsed", "cacheLimit", "recentlyEvicted"]
 
+    /// The names whose values are `0`/`1`, and those that are counts: `--json` gives them as JSON booleans and
+    /// numbers, as the live query does (docs/QUERY.md); every other value stays a string.
+    static let flagNames: Set = ["isUbiquitous", "isDownloading", "isUploaded", "isUploading", "hasUnresolvedConflicts",
+                                 "pinned", "isExcludedFromSync", "isOffline"]
+    static let numberNames: Set = ["percentDownloaded", "percentUploaded", "size", "pendingChanges", "cacheUsed",
+                                   "cacheLimit"]
+
+    /// One row for `--json`, its values typed.
+    static func typed(_ row: [String: String]) -> [String: Any] {
+        var out: [String: Any] = [:]
+        for (name, value) in row {
+            if flagNames.contains(name), value == "0" || value == "1" {
+                out[name] = value == "1"
+            } else if numberNames.contains(name), let n = Int64(value) {
+                out[name] = n
+            } else {
+                out[name] = value
+            }
+        }
+        return out
+    }
+
     static func status(_ path: String) throws -> [String: String] {
         // Present on every item of a mount (0 on a local-only one).
         guard try attribute(path, "isUbiquitous") != nil else {
@@ -79,7 +101,7 @@ enum StatusCommand {
             }
         }
         if args.has("--json") {
-            let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys, .prettyPrinted])
+            let data = try JSONSerialization.data(withJSONObject: rows.map(typed), options: [.sortedKeys, .prettyPrinted])
             print(String(decoding: data, as: UTF8.self))
         } else if !rows.isEmpty {
             printTable(rows)

@@ -332,9 +332,26 @@ class TestCommand:
         out = run(BIN, "status", f, m / "Documents" / "dir").stdout
         assert "notDownloaded" in out and "a.txt" in out and "STATE" in out
         data = json.loads(run(BIN, "status", "--json", f).stdout)
-        assert data[0]["downloadingStatus"] == "notDownloaded" and data[0]["isUploaded"] == "1"
+        assert data[0]["downloadingStatus"] == "notDownloaded" and data[0]["isUploaded"] is True
+        # Typed as the live query types them: flags as booleans, counts as numbers.
+        assert data[0]["percentDownloaded"] == 0 and data[0]["size"] == 6 and data[0]["pinned"] is False
         p = run(BIN, "status", "/etc/hostname", check=False)
         assert p.returncode != 0 and "not in a ubiquityfs mount" in p.stderr
+
+    def test_the_root_reads_uploaded_once_nothing_waits(self, seeded, mount_factory):
+        stub, src = seeded
+        m = mount_factory(stub)
+        (m / "Documents" / "new.txt").write_text("new\n")
+        sync(m)
+        assert attr(m.path, "isUploaded") == "1"
+        assert attr(m.path, "percentUploaded") == "100"
+        row = json.loads(run(BIN, "status", "--json", m.path).stdout)[0]
+        assert row["isUploaded"] is True and row["pendingChanges"] == 0
+        out = run(BIN, "status", m.path).stdout
+        assert "waiting" not in out.splitlines()[1], out
+        stub.stop()
+        (m / "Documents" / "later.txt").write_text("later\n")
+        wait_until(lambda: attr(m.path, "isUploaded") == "0", what="the root waiting for an upload")
 
     def test_actions(self, seeded, mount_factory):
         stub, src = seeded
