@@ -3,7 +3,8 @@
 //
 // What must hold: the command reaches the mount only through getxattr and setxattr on `user.ubiquity.*`, the
 // interface a person has (no socket, no store), so it shows only what the file system says. A path outside a
-// mount is refused (every item of one shows `isUbiquitous`). A path that fails does not stop the others; the
+// mount is refused (every item of one shows `isUbiquitous`, but fifos and sockets, which the kernel gives no
+// `user.*` attributes: they are told by their kind and their folder). A path that fails does not stop the others; the
 // exit status is then 1. Values are read into 4096 bytes: a longer one fails its read (ERANGE).
 import CFuse // for <sys/xattr.h>: getxattr(2) and setxattr(2), which Glibc's module map leaves out
 import Foundation
@@ -45,6 +46,27 @@ enum StatusCommand {
     /// limit and recent evictions.
     static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "cacheUsed", "cacheLimit", "recentlyEvicted"]
 
+    /// A fifo or socket in a mount: the kernel lets no `user.*` attribute be read on one, so its status is told
+    /// by its kind (always local-only, as the file system keeps it) once its folder shows it is in a mount.
+    /// Nil for anything else.
+    static func localNodeStatus(_ path: String) throws -> [String: String]? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        let type = st.st_mode & S_IFMT
+        guard type == S_IFIFO || type == S_IFSOCK else { return nil }
+        let folder = (path as NSString).deletingLastPathComponent
+        guard try attribute(folder.isEmpty ? "." : folder, "isUbiquitous") != nil else {
+            throw CommandFailure("\(path) is not in a ubiquityfs mount")
+        }
+        var row = Dictionary(uniqueKeysWithValues: names.map { ($0, "0") })
+        row["downloadingStatus"] = "current"
+        row["percentDownloaded"] = "100"
+        row["downloadingError"] = nil
+        row["uploadingError"] = nil
+        row["kind"] = type == S_IFIFO ? "fifo" : "socket"
+        return row
+    }
+
     /// The names whose values are `0`/`1`, and those that are counts: `--json` gives them as JSON booleans and
     /// numbers, as the live query does (docs/QUERY.md); every other value stays a string.
     static let flagNames: Set = ["isUbiquitous", "isDownloading", "isUploaded", "isUploading", "hasUnresolvedConflicts",
@@ -68,6 +90,7 @@ enum StatusCommand {
     }
 
     static func status(_ path: String) throws -> [String: String] {
+        if let node = try localNodeStatus(path) { return node }
         // Present on every item of a mount (0 on a local-only one).
         guard try attribute(path, "isUbiquitous") != nil else {
             throw CommandFailure("\(path) is not in a ubiquityfs mount")
@@ -93,7 +116,7 @@ enum StatusCommand {
                 stat(path, &st)
                 s["path"] = path
                 s["size"] = String(st.st_size)
-                s["kind"] = st.st_mode & S_IFMT == S_IFDIR ? "dir" : "file"
+                s["kind"] = s["kind"] ?? (st.st_mode & S_IFMT == S_IFDIR ? "dir" : "file")
                 rows.append(s)
             } catch {
                 FileHandle.standardError.write(Data("ubiquityfs: \(error)\n".utf8))

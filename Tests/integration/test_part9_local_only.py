@@ -162,3 +162,26 @@ def test_content_not_here_is_downloaded_first(two):
     assert (e / "stash.nosync" / "other.bin").read_bytes() == b"other" * 100
     sync(b)
     wait_until(lambda: not (d / "big.bin").exists() and not (d / "other.bin").exists(), what="both gone from a")
+
+
+def test_status_of_fifos_and_sockets_says_local_only(two):
+    """The kernel lets no user.* attribute be read on a fifo or a socket (getfattr answers "No such attribute"
+    before the file system is asked), so `ubiquityfs status` tells them by their kind: local-only."""
+    import json
+    import socket
+    stub, a, b = two
+    docs = a / "Documents"
+    os.mkfifo(docs / "pipe")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(docs / "sock"))
+    try:
+        for node in ("pipe", "sock"):
+            p = run(BIN, "status", docs / node, check=False)
+            assert p.returncode == 0, p.stderr
+            assert "local-only" in p.stdout.splitlines()[1], p.stdout
+            row = json.loads(run(BIN, "status", "--json", docs / node).stdout)[0]
+            assert row["isUbiquitous"] is False and row["kind"] == ("fifo" if node == "pipe" else "socket")
+        outside = run(BIN, "status", "/run/initctl" if os.path.exists("/run/initctl") else "/dev/null", check=False)
+        assert outside.returncode != 0 and "not in a ubiquityfs mount" in outside.stderr
+    finally:
+        s.close()
