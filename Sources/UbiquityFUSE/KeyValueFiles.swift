@@ -10,7 +10,7 @@
 // An open handle works on a private unlinked copy of the value (O_TRUNC empties it); the copy becomes the
 // value at flush or release, so a write over a limit fails at close and stores nothing: ENAMETOOLONG for a
 // key over 64 bytes (at lookup and create), EFBIG for a value over 1 MB (at write and close), EDQUOT when the
-// key count or the total would pass the quota (at close).
+// key count would pass the quota (at the create of a new key, and at close) or the total would (at close).
 //
 // What must hold: a value changes only at a commit (`kvCommit`: a flush after a write, or the release), through
 // `KeyValueStore.set`, so it is replaced whole or not at all; a handle refused at a write stays refused and its
@@ -99,6 +99,14 @@ extension FileSystem {
     /// Ids of keys with a handle open (a key being created has no value before its close).
     func kvOpenIDs() -> Set<String> { Set(openFiles().map(\.id).filter { $0.hasPrefix("kv") }) }
 
+    /// Keys being created: a handle is open on them and they have no value yet.
+    func kvNewKeys() -> Set<String> {
+        Set(kvOpenIDs().compactMap { id -> String? in
+            guard case .kvKey(let key, _) = NodeID(parsing: id), kv?.value(key) == nil else { return nil }
+            return key
+        })
+    }
+
     // MARK: operations
 
     func kvCreate(_ reply: Reply, _ dirID: String, _ name: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
@@ -108,6 +116,10 @@ extension FileSystem {
             return reply.fail(.exists)
         }
         let id = FileSystem.kvKeyID(name, typed: dirID == FileSystem.kvJSONDirID)
+        // A new key past the count is refused here, not only at close, which shells do not check.
+        if kv?.value(name) == nil, kvNewKeys().subtracting([name]).count + (kv?.keys().count ?? 0) >= KVLimits.maxKeys {
+            return reply.fail(.quotaExceeded("over the quota (more than \(KVLimits.maxKeys) keys)"))
+        }
         do {
             let file = try kvHandle(id, content: [], writable: true)
             file.wrote = true

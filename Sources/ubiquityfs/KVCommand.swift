@@ -24,7 +24,8 @@ enum KVCommand {
                                                         once it is watching it says so on stderr (a line
                                                         beginning "kv watch: watching"), so a script can wait
 
-    Limits (Apple's): keys of at most 64 bytes of UTF-8, at most 1024 keys, at most 1 MB in all.
+    Limits (Apple's): keys of 1 to 64 bytes of UTF-8 (here also without '/', and not . or ..), at most 1024
+    keys, at most 1 MB in all.
     """
 
     static func run(_ words: [String]) throws {
@@ -43,18 +44,25 @@ enum KVCommand {
         let keyDir = json ? dir + "/.json" : dir
         func key() throws -> String {
             guard let k = rest.first else { throw UsageError("kv \(action) needs a KEY") }
+            if let why = keyProblem(k) { throw CommandFailure("kv \(action): \(why)") }
             return k
         }
         do {
             switch action {
             case "get":
-                var bytes = try readFile(keyDir + "/" + key())
+                let k = try key()
+                var bytes = reserved.contains(k) && !json ? try text(ofTyped: readFile(dir + "/.json/" + k))
+                    : try readFile(keyDir + "/" + k)
                 if bytes.last != 0x0a { bytes.append(0x0a) }
                 FileHandle.standardOutput.write(Data(bytes))
             case "set":
                 let k = try key()
                 let value = rest.count > 1 ? Array(rest[1].utf8) : Array(FileHandle.standardInput.readDataToEndOfFile())
-                try writeFile(keyDir + "/" + k, value)
+                if reserved.contains(k) && !json {
+                    try writeFile(dir + "/.json/" + k, typed(text: value))
+                } else {
+                    try writeFile(keyDir + "/" + k, value)
+                }
             case "delete":
                 if unlink(dir + "/.json/" + (try key())) != 0 { throw Errno.current }
             case "list":
@@ -68,6 +76,45 @@ enum KVCommand {
             if ["list", "watch"].contains(action) { throw CommandFailure("kv \(action): \(dir): \(e)") }
             throw CommandFailure("kv \(action): " + message(e.rawValue, key: rest.first ?? ""))
         }
+    }
+
+    /// Keys whose names `.kvstore` uses for itself: as text they go through their typed files in `.json`.
+    static let reserved: Set = [".json", ".changes"]
+
+    /// What is wrong with a key for the store and its file view, or nil.
+    static func keyProblem(_ key: String) -> String? {
+        if key.isEmpty { return "a key cannot be empty" }
+        if key.contains("/") { return "a key cannot contain '/'" }
+        if key == "." || key == ".." { return "the keys . and .. cannot be used" }
+        if key.utf8.count > KVLimits.maxKeyBytes { return KVLimits.Violation.keyTooLong.message }
+        if !isUTF8OnTheCommandLine(key) { return "a key must be UTF-8" }
+        return nil
+    }
+
+    /// False when `key` came from an argument whose bytes are not UTF-8 (Swift's arguments replace them with
+    /// U+FFFD, which would store another key than the one typed).
+    static func isUTF8OnTheCommandLine(_ key: String) -> Bool {
+        for i in 0..<Int(CommandLine.argc) {
+            guard let arg = CommandLine.unsafeArgv[i] else { continue }
+            let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(arg).assumingMemoryBound(to: UInt8.self),
+                                            count: strlen(arg))
+            if String(validating: bytes, as: UTF8.self) == nil && String(decoding: bytes, as: UTF8.self) == key {
+                return false
+            }
+        }
+        return true
+    }
+
+    /// A text value as its typed JSON file holds it (a string, or data when the bytes are not UTF-8).
+    static func typed(text bytes: [UInt8]) throws -> [UInt8] {
+        let value: KVValue = String(validating: bytes, as: UTF8.self).map { .string($0) } ?? .data(bytes)
+        return Array(try JSONEncoder.wire.encode(value))
+    }
+
+    /// What a text file of the key would read: a string's bytes, any other value as its typed JSON.
+    static func text(ofTyped bytes: [UInt8]) throws -> [UInt8] {
+        if case .string(let s)? = try? JSONDecoder().decode(KVValue.self, from: Data(bytes)) { return Array(s.utf8) }
+        return bytes
     }
 
     /// One clear line for each refusal.

@@ -102,6 +102,36 @@ def test_each_limit_is_refused_on_the_mount_and_stores_nothing(two):
     assert e.value.errno == errno.EDQUOT
     assert not (store / "one-too-many").exists()
     assert len(os.listdir(store / ".json")) == 1024
+    # The 1025th key is refused at its create, so a shell, which ignores what close says, sees it too.
+    with pytest.raises(OSError) as e:
+        os.open(store / "new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    assert e.value.errno == errno.EDQUOT
+    shell = run("sh", "-c", f"echo x > {store}/new", check=False)
+    assert shell.returncode != 0 and "Disk quota exceeded" in shell.stderr
+    write_key(store / "key7", b"an existing key can still change")
+    assert (store / "key7").read_text() == "an existing key can still change"
+
+
+def test_keys_the_file_view_cannot_name_get_a_message_that_says_so(two):
+    """`kv set` and `kv get` check the key themselves and say what is wrong with it; `.json` and `.changes`,
+    names the file view uses for itself, are ordinary keys through the command (the typed files hold them)."""
+    _, a, b = two
+    for key, why in (("", "a key cannot be empty"), ("a/b", "a key cannot contain '/'"),
+                     (".", "the keys . and .. cannot be used"), ("..", "the keys . and .. cannot be used")):
+        for action in (("set", a.path, key, "v"), ("get", a.path, key)):
+            p = kv(*action, check=False)
+            assert p.returncode == 1 and p.stderr == f"ubiquityfs: kv {action[0]}: {why}\n", (key, p.stderr)
+    bad = subprocess.run([os.fsencode(BIN), b"kv", b"set", os.fsencode(a.path), b"\xff\xfe", b"v"],
+                         capture_output=True, timeout=60)
+    assert bad.returncode == 1 and bad.stderr == b"ubiquityfs: kv set: a key must be UTF-8\n"
+    assert kv("list", a.path).stdout == ""
+    for key in (".json", ".changes"):
+        kv("set", a.path, key, f"value of {key}")
+        assert kv("get", a.path, key).stdout == f"value of {key}\n"
+        wait_until(lambda: kv("get", b.path, key, check=False).stdout == f"value of {key}\n", what=f"{key} on b")
+    assert kv("list", a.path).stdout.split() == [".changes", ".json"]
+    kv("delete", a.path, ".json")
+    assert kv("get", a.path, ".json", check=False).stderr == "ubiquityfs: kv get: no such key: .json\n"
 
 
 def set_from_stdin(m, key, data):
