@@ -201,7 +201,7 @@ enum StatusCommand {
         for path in args.positional {
             do {
                 switch action {
-                case "evict": try set(path, "evict")
+                case "evict": try evict(path)
                 case "download": try set(path, "download")
                 case "pin": try set(path, "pinned", "1")
                 default: try set(path, "pinned", "0")
@@ -215,6 +215,31 @@ enum StatusCommand {
             failed = !waitForDownloads(args.positional.flatMap(filesBelow))
         }
         if failed { exit(1) }
+    }
+
+    /// Evicts a file, or every file below a directory that may go: the mount evicts what it can and answers
+    /// EBUSY for the rest, which are then named, each with why it stayed.
+    static func evict(_ path: String) throws {
+        do { try set(path, "evict") } catch let failure as CommandFailure {
+            let kept = filesBelow(path).filter { $0 != path }.compactMap { file -> String? in
+                guard let state = try? attribute(file, "downloadingStatus"), state != "notDownloaded" else { return nil }
+                return "  kept \(file): \(whyKept(file))"
+            }
+            guard !kept.isEmpty else { throw failure }
+            throw CommandFailure("evicted what could go below \(path); \(kept.count) file(s) stayed:\n"
+                                 + kept.joined(separator: "\n"))
+        }
+    }
+
+    /// Why the mount keeps a file's local copy (one of the EBUSY reasons, from its status).
+    static func whyKept(_ file: String) -> String {
+        func flag(_ name: String) -> Bool { ((try? attribute(file, name)) ?? nil) == "1" }
+        var st = stat()
+        if lstat(file, &st) == 0, st.st_mode & S_IFMT != S_IFREG { return "not a regular file" }
+        if !flag("isUbiquitous") { return "local-only (this copy is the only one)" }
+        if flag("pinned") { return "pinned" }
+        if !flag("isUploaded") { return "changes not yet uploaded" }
+        return "open for writing"
     }
 
     static func filesBelow(_ path: String) -> [String] {

@@ -367,6 +367,19 @@ class TestCommand:
         run(BIN, "evict", f)
         assert attr(f, "downloadingStatus") == "notDownloaded"
 
+    def test_evict_of_a_folder_names_the_files_that_stayed(self, seeded, mount_factory):
+        """setfattr can only say EBUSY; the command evicts what may go and names each file that stayed."""
+        stub, src = seeded
+        m = mount_factory(stub)
+        d = m / "Documents" / "dir"
+        run(BIN, "download", "--wait", d)
+        run(BIN, "pin", d / "sub" / "c.txt")
+        p = run(BIN, "evict", d, check=False)
+        assert p.returncode == 1
+        assert f"kept {d}/sub/c.txt: pinned" in p.stderr and "1 file(s) stayed" in p.stderr, p.stderr
+        assert attr(d / "b.txt", "downloadingStatus") == "notDownloaded"
+        assert attr(d / "sub" / "c.txt", "downloadingStatus") == "current"
+
     def test_download_wait_fails_when_remote_is_gone(self, seeded, mount_factory):
         stub, src = seeded
         m = mount_factory(stub, extra=["--download-timeout", "2"])
