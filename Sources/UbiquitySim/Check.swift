@@ -13,6 +13,9 @@ extension World {
             for id in dev.openWrites.sorted() {
                 do { note("\(dev.name) endWrite: " + (try finishWrite(dev, id))) } catch { note("\(dev.name) endWrite: \(error)") }
             }
+            for id in dev.openReads.keys.sorted() {
+                do { note("\(dev.name) endRead: " + (try finishRead(dev, id))) } catch { note("\(dev.name) endRead: \(error)") }
+            }
         }
         var failures: [String] = []
         for round in 1...40 {

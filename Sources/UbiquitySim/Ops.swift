@@ -90,6 +90,7 @@ extension World {
     /// here: the operation keeps the item against a delete it had not seen (edit wins), and with it each
     /// directory that holds it (deleting those took deleting the item first).
     func deliberate(_ dev: SimDevice, _ id: String) {
+        dev.openReads[id]?.changedHere = true
         model.op(dev.name, id, step: stepIndex)
         guard let via = dev.container.item(id)?.parent else { return }
         var dir: String? = via
@@ -152,6 +153,7 @@ extension World {
     func finishWrite(_ dev: SimDevice, _ id: String) throws -> String {
         let c = dev.container!
         dev.openWrites.remove(id)
+        dev.openReads[id]?.changedHere = true
         defer { c.closed(id, writable: true) }
         guard let item = c.item(id) else { return "item gone; handle closed" }
         supersede(dev, item, conflicts: false)
@@ -188,6 +190,9 @@ extension World {
         case .pull: return try pullPages(c)
         case .push: return pushSome(c)
         case .download: return try downloadOne(dev, c)
+        case .holdRead: return try holdRead(dev, c)
+        case .endRead: return try endRead(dev)
+        case .exchange: return try exchangeItems(dev, c)
         case .partition:
             dev.link.partitioned = true
             return "link down"
@@ -205,6 +210,8 @@ extension World {
     /// process), and the device opens again from its store.
     func restart(_ dev: SimDevice) throws -> String {
         dev.openWrites = []
+        for held in dev.openReads.values { held.fd.close() }
+        dev.openReads = [:]
         dev.container = nil
         do { try open(dev) } catch { throw DeviceFailed(device: dev.name, cause: "it did not open again: \(error)") }
         return "restarted from the store"
@@ -276,6 +283,61 @@ extension World {
     func endWrite(_ dev: SimDevice) throws -> String {
         guard let id = rng.pick(dev.openWrites.sorted()) else { throw Skip(why: "nothing open") }
         return try finishWrite(dev, id)
+    }
+
+    /// A program opens a file for reading, reads it all and keeps it open across steps: remote versions,
+    /// evictions and renames may come meanwhile (`endRead` reads it again and closes it).
+    func holdRead(_ dev: SimDevice, _ c: Container) throws -> String {
+        let f = try pickFile(dev)
+        if dev.openReads[f.id] != nil { throw Skip(why: "already held") }
+        let fd = try openFile(dev, f.id, writable: false)
+        let bytes: [UInt8]
+        do { bytes = try readAll(fd) } catch { fd.close(); c.closed(f.id, writable: false); throw error }
+        dev.openReads[f.id] = HeldRead(fd: fd, sha: sha256Hex(bytes))
+        return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes, held open"
+    }
+
+    func endRead(_ dev: SimDevice) throws -> String {
+        guard let id = rng.pick(dev.openReads.keys.sorted()) else { throw Skip(why: "nothing held") }
+        return try finishRead(dev, id)
+    }
+
+    /// Reads a held file again from its start and closes it. Unless this device changed the file since, the
+    /// descriptor must read exactly what it read at its open, whatever came from elsewhere or was evicted: a
+    /// violation of the run otherwise.
+    func finishRead(_ dev: SimDevice, _ id: String) throws -> String {
+        guard let held = dev.openReads.removeValue(forKey: id) else { return "not held" }
+        defer { held.fd.close(); dev.container.closed(id, writable: false) }
+        let bytes = try readAll(held.fd)
+        if !held.changedHere && sha256Hex(bytes) != held.sha {
+            readViolations.append("held reader: [\(short(id))] on \(dev.name) read other bytes at #\(stepIndex) than at its open")
+        }
+        return "[\(short(id))] \(bytes.count) bytes again, closed"
+    }
+
+    /// The whole file through a descriptor, from its start.
+    func readAll(_ fd: FileDescriptor) throws -> [UInt8] {
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = buf.withUnsafeMutableBytes { pread(fd.raw, $0.baseAddress, $0.count, off_t(out.count)) }
+            if n < 0 { throw Errno.current }
+            if n == 0 { return out }
+            out += buf[0..<n]
+        }
+    }
+
+    /// renameat2(RENAME_EXCHANGE) of two items of the device (files, folders, or one of each).
+    func exchangeItems(_ dev: SimDevice, _ c: Container) throws -> String {
+        let items = live(dev)
+        guard let a = rng.pick(items), let b = rng.pick(items.filter { $0.id != a.id }) else {
+            throw Skip(why: "fewer than two items")
+        }
+        let (pa, pb) = (c.path(of: a.id), c.path(of: b.id))
+        try c.exchange(parent: a.parent!, name: a.name, newParent: b.parent!, newName: b.name)
+        deliberate(dev, a.id)
+        deliberate(dev, b.id)
+        return "\(pa) [\(short(a.id))] <-> \(pb) [\(short(b.id))]"
     }
 
     /// A rename to a new name in the same folder, or (`move`) a move under its own name to another folder;

@@ -24,6 +24,7 @@ public enum StepKind: String, CaseIterable, Sendable {
     case create, mkdir, write, append, truncate, beginWrite, endWrite, rename, move, delete, rmdir, chmod
     case evict, pin, discard, promote, keepCurrent
     case pull, push, download, partition, heal, crash
+    case holdRead, endRead, exchange
 
     var weight: Int {
         switch self {
@@ -31,8 +32,8 @@ public enum StepKind: String, CaseIterable, Sendable {
         case .create, .write: return 8
         case .download: return 6
         case .append, .rename, .move, .delete, .endWrite: return 4
-        case .mkdir, .truncate, .beginWrite, .evict, .discard, .promote, .heal: return 3
-        case .rmdir, .chmod, .pin, .keepCurrent, .partition, .crash: return 2
+        case .mkdir, .truncate, .beginWrite, .evict, .discard, .promote, .heal, .holdRead, .endRead: return 3
+        case .rmdir, .chmod, .pin, .keepCurrent, .partition, .crash, .exchange: return 2
         }
     }
 }
@@ -97,6 +98,10 @@ final class SimDevice {
     var container: Container!
     /// Items this device holds open for writing across steps (a program in the middle of writing).
     var openWrites: Set<String> = []
+    /// Files a program holds open for reading across steps (`tail -f`, a viewer), by item: the descriptor, the
+    /// hash of what it read at its open, and whether this device changed the file since (its own writes reach
+    /// the same open file, as on any file system).
+    var openReads: [String: HeldRead] = [:]
 
     init(index: Int, dir: String, link: SimLink, ids: IDSource) {
         self.index = index
@@ -109,6 +114,12 @@ final class SimDevice {
 
 /// The core's log lines of a replay (`UBIQUITY_SIM_LOG`) follow the step that caused them.
 let simLog = Logger("sim")
+
+struct HeldRead {
+    let fd: FileDescriptor
+    let sha: String
+    var changedHere = false
+}
 
 /// Why a step did nothing: its target was missing or the core refused (an ordinary outcome, not a violation).
 struct Skip: Error { let why: String }
@@ -131,6 +142,8 @@ final class World {
     var stepIndex = 0
     /// Violations found while running (a restart that failed), reported with the step that caused them.
     var runViolations: [String] = []
+    /// Held readers that read other bytes than at their open (checked with the other invariants at the end).
+    var readViolations: [String] = []
 
     init(plan: Plan) throws {
         self.plan = plan

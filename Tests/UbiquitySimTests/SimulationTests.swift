@@ -28,12 +28,19 @@ import UbiquitySim
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
     }
 
-    @Test func literalRunsTheStepsItWasPrintedFrom() {
-        // The printed plan of a shrunk trace, executed, runs the same steps as the seed's plan cut down.
+    @Test func literalRunsTheStepsItWasPrintedFrom() throws {
+        // A recorded regression is the literal `--literal` printed, pasted: printing its plan gives that text
+        // back (so a plan printed now and pasted is the plan that ran), and the plan a seed generates, cut
+        // down and printed, runs the same as the same steps given one by one.
+        let source = try String(contentsOfFile: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("Regressions.swift").path, encoding: .utf8)
+        let printed = Regression.deleteAfterLostAnswer.plan.swiftLiteral()
+        #expect(source.contains(printed.split(separator: "\n").map { "        " + $0 }.joined(separator: "\n")))
         let plan = Plan(seed: 5).keeping([3, 4, 8, 10, 148, 153, 160])
-        let printed = plan.swiftLiteral()
-        #expect(printed == Regression.deleteAfterLostAnswer.plan.swiftLiteral())
-        let a = Simulation.execute(plan), b = Simulation.execute(Regression.deleteAfterLostAnswer.plan)
+        let given = Plan(seed: plan.seed, devices: plan.devices, feedPage: plan.feedPage, rates: plan.rates,
+                         steps: plan.steps.map { Step($0.kind, on: $0.device, seed: $0.seed, after: $0.dt) })
+        #expect(given.swiftLiteral() == plan.swiftLiteral())
+        let a = Simulation.execute(plan), b = Simulation.execute(given)
         #expect(a.trace == b.trace && a.counters == b.counters && a.trace.count > 7)
     }
 }
