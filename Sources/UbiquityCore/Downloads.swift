@@ -1,7 +1,10 @@
 // Downloads of file content: one transfer per item however many opens wait for it, landing in staging,
 // verified against the remote's size and SHA-256, made durable, then moved into place in one rename.
 // Transient failures are retried as `Backoff.download` says, resuming with a range request, until the
-// deadline passes; waiters are told the outcome exactly once.
+// deadline passes; waiters are told the outcome exactly once. A transfer that found the remote unreachable
+// until its deadline marks it away (as a failing change feed does) and hanging: until it answers again, a
+// transfer fails at once, sends nothing and makes no room. Every transfer that failed for want of the remote
+// starts again when it answers (the feed, a download).
 // With background transfers, an item asked for while no transfer of it is queued or running (`running`) is
 // queued on the bounded scheduler (Scheduler.swift): at most `maxConcurrentDownloads` threads, whatever the
 // number of items waiting; a request for an item queued or running joins its transfer.
@@ -29,6 +32,11 @@ final class Downloads: @unchecked Sendable {
     private var nextToken = 1
     /// Without background transfers: keys asked for, oldest first, until `downloadOnce` fetches them.
     var requested: [String] = []
+    /// Items whose transfer failed because the remote could not be reached: started again once it answers.
+    private var retryWhenBack: Set<String> = []
+    /// A transfer tried until its deadline and the remote never answered (a remote that hangs): until it
+    /// answers again, transfers fail at once rather than each wait out the deadline.
+    private var remoteHangs = false
     /// The workers that run background transfers (set once, in init).
     private(set) var scheduler: TransferScheduler!
 
@@ -77,6 +85,20 @@ final class Downloads: @unchecked Sendable {
         }
         finish(key, result)
         return result
+    }
+
+    private func retryLater(_ id: String) {
+        lock.lock(); retryWhenBack.insert(id); lock.unlock()
+    }
+
+    /// The remote answers again: the transfers it failed start again (those no longer needed end at once).
+    func remoteIsBack() {
+        lock.lock()
+        let ids = retryWhenBack.sorted()
+        retryWhenBack = []
+        remoteHangs = false
+        lock.unlock()
+        for id in ids { start(id) }
     }
 
     func cancelWait(for id: String, token: Int) {
@@ -137,6 +159,16 @@ final class Downloads: @unchecked Sendable {
             case .failed(let e): removeStaleStaging(id); record(id, error: e.description); return .failure(e)
             case .fetch(let s, let n): sha = s; size = n
             }
+            // Known to be away (the feed failed, or a request timed out): no request that could hang for the
+            // whole timeout again, and no room made for a download that cannot happen; it runs once the remote
+            // answers.
+            if lock.withLock({ remoteHangs }) {
+                let since = container.offlineSince.map { " since \(iso8601(nanoseconds: $0))" } ?? ""
+                let error = RemoteError.unreachable("the remote is away (no answer\(since))")
+                record(id, error: error.description)
+                retryLater(id)
+                return .failure(.remote(error))
+            }
             do {
                 let installed = try transfer(id, sha: sha, size: size)
                 container.remoteAnswered()
@@ -155,6 +187,12 @@ final class Downloads: @unchecked Sendable {
                 // Offline (the change feed knows the remote is away): one try, no waiting out the deadline;
                 // the open serves what is local.
                 if now >= deadline || container.isOffline {
+                    retryLater(id)
+                    // Unreachable until the deadline: the remote counts as away until it answers again.
+                    if case .unreachable = error, now >= deadline {
+                        lock.withLock { remoteHangs = true }
+                        container.remoteUnreachable()
+                    }
                     return .failure(.remote(error))
                 }
                 log.warning("download of \(id) failed: \(error); retrying")

@@ -130,8 +130,14 @@ extension Container {
 
     // MARK: the mount root
 
-    /// The remote answered (the feed, a download): the mount is online.
-    func remoteAnswered() { update { s in s.offlineSince = nil } }
+    /// The remote answered (the feed, a download): the mount is online, and the downloads it failed go on.
+    func remoteAnswered() {
+        let wasAway = update { s -> Bool in
+            defer { s.offlineSince = nil }
+            return s.offlineSince != nil
+        }
+        if wasAway { downloads.remoteIsBack() }
+    }
 
     /// The remote could not be reached: the mount is offline, since the first such failure.
     func remoteUnreachable() {
@@ -140,6 +146,8 @@ extension Container {
 
     /// True while the remote is known to be unreachable.
     var isOffline: Bool { read { $0.offlineSince != nil } }
+    /// Since when the remote is known to be unreachable; nil while it answers.
+    var offlineSince: Int64? { read { $0.offlineSince } }
 
     /// The attributes of the mount root alone, by name without the `user.ubiquity.` prefix, in listing order:
     /// how many changes wait to upload, whether (and since when, in UTC) the remote is away, and the local

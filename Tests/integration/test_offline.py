@@ -49,3 +49,35 @@ def test_the_mount_root_says_offline_and_since_when(stub, mount_factory):
     # The return is noticed within a couple of seconds, not at the end of a long poll.
     wait_until(lambda: attr(m.path, "isOffline") == "0", timeout=8, what="the mount to notice the remote is back")
     assert attr(m.path, "offlineSince") is None
+
+
+def test_a_hung_remote_fails_the_next_opens_at_once_and_downloads_go_on_when_it_is_back(stub, mount_factory):
+    """A remote that hangs (stopped, not dead) costs one open its --download-timeout; from then on the mount
+    knows it is away: the next opens fail at once with that cause, no local copy is evicted to make room for a
+    download that cannot happen, and a background download asked for meanwhile runs once the remote answers."""
+    import os
+    import signal
+    m = mount_factory(stub, "laptop", extra=["--download-timeout", "3", "--cache-size", "64K"])
+    docs = m / "Documents"
+    # one.txt fits beside kept.txt in 64K; two.txt only once kept.txt is evicted.
+    for name, size in (("one", 3000), ("two", 40000), ("kept", 40000)):
+        (docs / f"{name}.txt").write_bytes(name[0].encode() * size)
+    run(BIN, "sync", "--wait", "--timeout", "30", m.path)
+    for name in ("one", "two"):
+        run("setfattr", "-n", "user.ubiquity.evict", docs / f"{name}.txt")
+    run(BIN, "download", "--wait", docs / "kept.txt")
+    os.kill(stub.proc.pid, signal.SIGSTOP)
+    try:
+        first = run("cat", docs / "one.txt", check=False)
+        assert first.returncode == 1 and "Input/output error" in first.stderr
+        assert attr(m.path, "isOffline") == "1", "a download that timed out says the remote is away"
+        second = run("cat", docs / "two.txt", check=False)
+        assert second.returncode == 1 and "Input/output error" in second.stderr
+        assert "away" in attr(docs / "two.txt", "downloadingError")
+        assert attr(docs / "kept.txt", "downloadingStatus") == "current", "evicted for a download that cannot happen"
+        run("setfattr", "-n", "user.ubiquity.download", docs / "two.txt")
+    finally:
+        os.kill(stub.proc.pid, signal.SIGCONT)
+    wait_until(lambda: attr(docs / "two.txt", "downloadingStatus") == "current", timeout=60,
+               what="the download asked for while the remote hung, once it answers")
+    assert attr(m.path, "isOffline") == "0"
