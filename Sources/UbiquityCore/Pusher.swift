@@ -168,13 +168,18 @@ struct Pusher {
 
     /// True when nothing in the remote's version of an item deleted here is news to the delete: it was made
     /// by this device (a write whose answer was lost), or it is the very state deleted here (a move or a change
-    /// of metadata whose answer was lost: its author stays the content's writer), and it lists no conflict
-    /// version this device has not seen.
+    /// of metadata whose answer was lost: its author stays the content's writer), maybe under the name of a
+    /// step aside, and it lists no conflict version this device has not seen.
     private func isOwnWrite(_ current: WireItem, deleted item: Item) -> Bool {
+        // A step aside (an exchange's or a rotation's, `stepAside`) changes nothing but the name.
+        let name = current.name == Pusher.asideName(id) ? item.name : current.name
         let known = current.device == container.config.device
-            || (current.sha256 == item.remoteSHA && current.metadata == item.metadata)
+            || (current.sha256 == item.remoteSHA && current.metadata.named(name) == item.metadata)
         return known && container.hasSeenConflicts(current.conflicts, listedBy: item)
     }
+
+    /// The name an item takes on the remote while it steps aside.
+    static func asideName(_ id: String) -> String { ".\(id).moving" }
 
     /// Brings back an item deleted here that the remote kept, as the remote has it.
     private func restore(_ w: WireItem) throws {
@@ -390,7 +395,7 @@ struct Pusher {
     /// the item's next push lands.
     private func stepAside(_ wire: WireItem, pushed: Item) throws {
         var aside = wire
-        aside.name = ".\(id).moving"
+        aside.name = Pusher.asideName(id)
         let stored = try container.remote.putItem(aside, ifMatch: pushed.remoteVersion)
         log.info("\(container.path(of: id)) steps aside on the remote for a move that takes its name")
         try container.rebasePush(id, version: stored.version)

@@ -180,8 +180,12 @@ final class World {
     }
 
     /// A remote write of `w` by `device` was applied: every deliberate operation of that device on the item
-    /// (or, for a child, on its parent directory) has now reached the remote.
+    /// (or, for a child, on its parent directory) has now reached the remote. Not a step aside (the item put
+    /// under a name of its own to free its old one in an exchange or a rotation, Pusher.stepAside): the move
+    /// it makes way for lands only at the item's next push, so a delete made elsewhere in between is a delete
+    /// concurrent with that move.
     func reached(_ device: String, _ w: WireItem) {
+        if w.name == ".\(w.id).moving" { return }
         model.reached(device: device, item: w.id, parent: w.parent, version: w.version)
     }
 

@@ -1249,6 +1249,36 @@ extension Regression {
                 Step(.push, on: 2, seed: 0xc05eb3e43d8b2d52, after: 2835000000),
              ]))
 
+    /// d exchanged two folders; one stepped aside on the remote (under a name of its own) and that answer was
+    /// lost; then d emptied and deleted that folder. The delete met the step aside as a newer version by
+    /// another author (the folder's creator) and brought d's own deleted folder back. A step aside changes
+    /// nothing but the name. (18 steps of seed 61002681's plan.)
+    static let deleteAfterOwnStepAside = Regression(
+        "deleteAfterOwnStepAside",
+        Plan(seed: 61002681, devices: 4, feedPage: 4,
+             rates: FaultRates(dropRequest: 0.01, dropResponse: 0.11, duplicate: 0.02, staleFeed: 0.04,
+                               slowTransfer: 0.02, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 2, seed: 0x29977f691a128474, after: 3359000000),
+                Step(.pull, on: 0, seed: 0x8f0d1fe6027e10c9, after: 987000000),
+                Step(.create, on: 2, seed: 0xe9610507b9788f22, after: 3644000000),
+                Step(.create, on: 0, seed: 0x2c3df927a19da46, after: 4899000000),
+                Step(.mkdir, on: 2, seed: 0xaf72a599d743b7da, after: 1734000000),
+                Step(.push, on: 0, seed: 0x5ae15560c171b177, after: 567000000),
+                Step(.pull, on: 2, seed: 0xb2242d42208123c7, after: 4131000000),
+                Step(.mkdir, on: 2, seed: 0x1013d20b972418e5, after: 4642000000),
+                Step(.push, on: 2, seed: 0x59a1f6f553e9200a, after: 1963000000),
+                Step(.pull, on: 3, seed: 0x90642572dacf8e2a, after: 1209000000),
+                Step(.delete, on: 3, seed: 0x6cdfe10133b108aa, after: 1199000000),
+                Step(.create, on: 3, seed: 0x4a7b0b6ce966c800, after: 801000000),
+                Step(.create, on: 3, seed: 0xf24178944db6b777, after: 2589000000),
+                Step(.push, on: 3, seed: 0xec4d019a5d64f3a2, after: 2640000000),
+                Step(.exchange, on: 3, seed: 0xa5ca2589bcaf4e94, after: 3314000000),
+                Step(.push, on: 3, seed: 0x3c84f2d7ed26731b, after: 447000000),
+                Step(.delete, on: 3, seed: 0xe9f18214bcb1c45a, after: 3108000000),
+                Step(.rmdir, on: 3, seed: 0xcfb09c583f713ab4, after: 576000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -1283,5 +1313,6 @@ extension Regression {
         oneStuckItemDoesNotHoldBackTheBatch,
         oneStuckItemDoesNotHoldBackTheBatch2,
         discardedConflictIsNoEditAgainstADelete,
+        deleteAfterOwnStepAside,
     ]
 }
