@@ -159,9 +159,9 @@ final class Downloads: @unchecked Sendable {
             case .failed(let e): removeStaleStaging(id); record(id, error: e.description); return .failure(e)
             case .fetch(let s, let n): sha = s; size = n
             }
-            // Known to be away (the feed failed, or a request timed out): no request that could hang for the
-            // whole timeout again, and no room made for a download that cannot happen; it runs once the remote
-            // answers.
+            // The remote hangs (a transfer found it unreachable until its deadline): no request that would
+            // wait out the whole timeout again, and no room made for a download that cannot happen; it runs
+            // once the remote answers.
             if lock.withLock({ remoteHangs }) {
                 let since = container.offlineSince.map { " since \(iso8601(nanoseconds: $0))" } ?? ""
                 let error = RemoteError.unreachable("the remote is away (no answer\(since))")

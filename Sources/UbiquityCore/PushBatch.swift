@@ -9,8 +9,8 @@
 // which a later entry may have moved), one whose item changed since (an earlier entry's push may push it
 // first) and an item the batch did not carry (larger content, a local-only item's remote copy, a delete of an
 // unanswered create, an item gone meanwhile) are pushed by Pusher from the start, against the remote as it is
-// now. A create is marked sent before the
-// request goes; a batch without an answer is a lost answer for each of its entries, as for a single write.
+// now. A create is marked sent before the request goes; a batch without an answer is a lost answer for each of
+// its entries, as for a single write.
 import Foundation
 import UbiquityBase
 
@@ -22,6 +22,7 @@ struct BatchPushFailure: Error {
 
 struct BatchPusher {
     let container: Container
+    private let log = Logger("push")
     /// The items, in the order they go (as `nextPushableBatch` gives them).
     let ids: [String]
 
@@ -93,7 +94,7 @@ struct BatchPusher {
         var puts: [(snap: PushSnapshot, pushed: Item, stored: WireItem)] = []
         var deletes: [(id: String, tombstone: Int64?)] = []
         for (p, result) in zip(batch, results) {
-            Logger("push").debug("batch \(p.entry.op) \(p.entry.id) (base \(p.entry.ifMatch ?? 0)): \(result)")
+            log.debug("batch \(p.entry.op) \(p.entry.id) (base \(p.entry.ifMatch ?? 0)): \(result)")
             switch (p.entry.op, result) {
             case (.put, .success(let stored)): puts.append((p.snap, p.pushed, stored))
             case (.delete, .success(let tombstone)): deletes.append((p.entry.id, tombstone.version))
