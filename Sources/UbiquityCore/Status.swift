@@ -3,9 +3,10 @@
 //
 // What must hold: a status is read in one look at the state, so its attributes agree with each other;
 // `isUploaded` only for an item on the remote with nothing pending (the root: nothing pending in the
-// container). A pin is saved with `store.save`, never as a local change: it never enters the journal. A user attribute's change is a local change (pushed), refused
-// before anything is saved when the item's attributes would pass 64 KiB (`WireRules.maxXattrBytes`); setting
-// the same value changes nothing. Downloads asked for here start after the lock is let go.
+// container). A pin is saved with `store.save`, never as a local change: it never enters the journal. A user
+// attribute's change is a local change (pushed), refused before anything is saved when the item's attributes
+// would pass 64 KiB (`WireRules.maxXattrBytes`, counted as the remote counts them); setting the same value
+// changes nothing. Downloads asked for here start after the lock is let go.
 import Foundation
 import UbiquityBase
 

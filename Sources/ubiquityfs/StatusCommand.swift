@@ -4,8 +4,8 @@
 // What must hold: the command reaches the mount only through getxattr and setxattr on `user.ubiquity.*`, the
 // interface a person has (no socket, no store), so it shows only what the file system says. A path outside a
 // mount is refused (every item of one shows `isUbiquitous`, but fifos and sockets, which the kernel gives no
-// `user.*` attributes: they are told by their kind and their folder). A path that fails does not stop the others; the
-// exit status is then 1. Values are read into 4096 bytes: a longer one fails its read (ERANGE).
+// `user.*` attributes: they are told by their kind and their folder). A path that fails does not stop the
+// others; the exit status is then 1. Values are read into 4096 bytes: a longer one fails its read (ERANGE).
 import CFuse // for <sys/xattr.h>: getxattr(2) and setxattr(2), which Glibc's module map leaves out
 import Foundation
 import Glibc
