@@ -97,7 +97,10 @@ def test_sigint_on_blocked_cat_returns_and_transfer_goes_on(stub_factory, mount_
     stub.seed("Documents", src)
     m = mount_factory(stub)
     big = m / "Documents" / "big.bin"
-    cat = subprocess.Popen(["cat", big], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Ctrl-C as in a terminal: cat's SIGINT is the default one even when the test runs where SIGINT is ignored
+    # (a background job of a shell without job control passes that on to every child).
+    cat = subprocess.Popen(["cat", big], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_until(lambda: attr(big, "isDownloading") == "1", what="cat's open to start the download")
     t0 = time.monotonic()
     cat.send_signal(signal.SIGINT)
