@@ -308,6 +308,14 @@ public indirect enum KVValue: Equatable, Sendable {
     }
 }
 
+extension KVValue {
+    /// The value a text file of a key stands for: a string of exactly these bytes, or data when they are not
+    /// UTF-8 (the file view's text rule, which `ubiquityfs kv` follows too).
+    public init(text bytes: [UInt8]) {
+        self = String(validating: bytes, as: UTF8.self).map { .string($0) } ?? .data(bytes)
+    }
+}
+
 extension KVValue: Codable {
     private enum CodingKeys: String, CodingKey { case type, value }
 

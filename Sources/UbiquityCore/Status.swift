@@ -146,7 +146,7 @@ extension Container {
     }
 
     /// True while the remote is known to be unreachable.
-    var isOffline: Bool { read { $0.offlineSince != nil } }
+    var isOffline: Bool { offlineSince != nil }
     /// Since when the remote is known to be unreachable; nil while it answers.
     var offlineSince: Int64? { read { $0.offlineSince } }
 

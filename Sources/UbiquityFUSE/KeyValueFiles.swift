@@ -86,8 +86,7 @@ extension FileSystem {
             }
             return v
         }
-        if let s = String(validating: bytes, as: UTF8.self) { return .string(s) }
-        return .data(bytes)
+        return KVValue(text: bytes)
     }
 
     func kvChangeBytes() -> [UInt8] {

@@ -107,8 +107,7 @@ enum KVCommand {
 
     /// A text value as its typed JSON file holds it (a string, or data when the bytes are not UTF-8).
     static func typed(text bytes: [UInt8]) throws -> [UInt8] {
-        let value: KVValue = String(validating: bytes, as: UTF8.self).map { .string($0) } ?? .data(bytes)
-        return Array(try JSONEncoder.wire.encode(value))
+        Array(try JSONEncoder.wire.encode(KVValue(text: bytes)))
     }
 
     /// What a text file of the key would read: a string's bytes, any other value as its typed JSON.
