@@ -84,11 +84,23 @@ public struct WireChanges: Codable, Equatable, Sendable {
     }
 }
 
-/// Body of an error answer: a plain message, and the item that stands in the way where there is one.
+/// Body of an error answer: a plain message, and the item that stands in the way where there is one; for a
+/// 412 of a write with a change id, also the asking device's last change applied to the item (`yours`).
 public struct WireError: Codable, Equatable, Sendable {
     public var error: String
     public var current: WireItem?
-    public init(error: String, current: WireItem? = nil) { self.error = error; self.current = current }
+    public var yours: WireLastChange?
+    public init(error: String, current: WireItem? = nil, yours: WireLastChange? = nil) {
+        self.error = error; self.current = current; self.yours = yours
+    }
+}
+
+/// The last change a device made to an item that the remote applied: its id and the version it made. A 412
+/// carries it so that a device whose answer was lost can tell its own landed change from another device's.
+public struct WireLastChange: Codable, Equatable, Sendable {
+    public var change: String
+    public var version: Int64
+    public init(change: String, version: Int64) { self.change = change; self.version = version }
 }
 
 /// One entry of `POST .../batch`: a conditional put (create or update) or delete of one item, as the single
@@ -141,17 +153,19 @@ public struct WireBatch: Codable, Equatable, Sendable {
 }
 
 /// The answer to one batch entry: the status the single route would give, and its body: the stored item
-/// (200), the error and the item in the way, or for a change applied before (208) the version it made
-/// (`applied`) and the item as it is now (`current`).
+/// (200), the error and the item in the way (and for a 412 `yours`, as `WireError`), or for a change applied
+/// before (208) the version it made (`applied`) and the item as it is now (`current`).
 public struct WireBatchResult: Codable, Equatable, Sendable {
     public var status: Int
     public var item: WireItem?
     public var error: String?
     public var current: WireItem?
     public var applied: Int64?
+    public var yours: WireLastChange?
     public init(status: Int, item: WireItem? = nil, error: String? = nil, current: WireItem? = nil,
-                applied: Int64? = nil) {
+                applied: Int64? = nil, yours: WireLastChange? = nil) {
         self.status = status; self.item = item; self.error = error; self.current = current; self.applied = applied
+        self.yours = yours
     }
 }
 

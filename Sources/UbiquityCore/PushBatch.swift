@@ -82,7 +82,10 @@ struct BatchPusher {
         guard let first = all.first?.entry.id else { return ([], [:]) }
         let gone: Set<String>
         do {
-            gone = try container.markCreatesSent(all.compactMap { $0.entry.ifMatch == nil ? $0.entry.item : nil })
+            gone = try container.markSent(all.compactMap { p in
+                guard let item = p.entry.item, let change = p.entry.changeID else { return nil }
+                return (item, p.entry.ifMatch, change)
+            })
         } catch { throw BatchPushFailure(id: first, error: error) }
         var refused: [String: (Prepared, RemoteError)] = [:]
         let batch = all.filter { !gone.contains($0.entry.id) }

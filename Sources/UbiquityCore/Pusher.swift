@@ -104,8 +104,8 @@ struct Pusher {
             if current.version > version { container.sync.applyFetched([current]) }
         case .notFound:
             try container.forgetDeleted(id)
-        case .preconditionFailed(let current):
-            return try deleteMeetsNewerVersion(current, deleted: item)
+        case .preconditionFailed(let current, let yours):
+            return try deleteMeetsNewerVersion(current, yours: yours, deleted: item)
         case .conflict(_, let child):
             return try deleteMeetsChild(child, error: error)
         default:
@@ -133,12 +133,13 @@ struct Pusher {
     }
 
     /// The remote has a newer version than the one deleted here. Returns true when done.
-    private func deleteMeetsNewerVersion(_ current: WireItem?, deleted item: Item) throws -> Bool {
+    private func deleteMeetsNewerVersion(_ current: WireItem?, yours: WireLastChange?, deleted item: Item) throws -> Bool {
         guard let current, !current.deleted else {
             try container.forgetDeleted(id, tombstone: current?.version)
             return true
         }
-        if isOwnWrite(current, deleted: item) {
+        // The remote says this device's own change made that version (its answer was lost), or it looks so.
+        if yours?.version == current.version || isOwnWrite(current, deleted: item) {
             // The newer version is a write of this device whose answer was lost: the delete stands.
             try container.rebasePush(id, version: current.version)
             return false
@@ -199,7 +200,7 @@ struct Pusher {
             switch error {
             case .notFound:
                 try container.leftRemote(id, base: nil)
-            case .preconditionFailed(let current):
+            case .preconditionFailed(let current, _):
                 return try remoteCopyMeetsNewerVersion(current, localOnly: item)
             case .conflict(_, let child):
                 return try remoteCopyMeetsChild(child, localOnly: item, error: error)
@@ -250,11 +251,11 @@ struct Pusher {
         var item = snap.item
         if item.dirty { try uploadContent(of: &item, snap: &snap) }
         let wire = wireItem(item)
-        // From the mark on, a local delete leaves a tombstone (the create may land) instead of forgetting the
-        // item; an item deleted since the snapshot is not sent at all.
-        if item.remoteVersion == 0, try !container.markCreateSent(id, wire) { return true }
         let ifMatch = item.remoteVersion == 0 ? nil : item.remoteVersion
         let change = changeID(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: wire)
+        // From the mark on, a local delete leaves a tombstone (the create may land) instead of forgetting the
+        // item; an item deleted since the snapshot is not sent at all.
+        if try !container.markSent([(wire, ifMatch, change)]).isEmpty { return true }
         let stored: WireItem
         do {
             stored = try container.remote.putItem(wire, ifMatch: ifMatch, change: change)
@@ -317,9 +318,9 @@ struct Pusher {
     private func putRefused(_ error: RemoteError, wire: WireItem, snap: PushSnapshot, pushed item: Item,
                             pushedFirst: inout Set<String>) throws -> Bool {
         switch error {
-        case .preconditionFailed(let current):
-            if item.remoteVersion == 0, let current, let sent = try container.sentCreate(id) {
-                return try resolveOverLandedCreate(sent, current, snap: snap, pushed: item)
+        case .preconditionFailed(let current, let yours):
+            if let current, let sent = try landed(yours, pushed: item) {
+                return try resolveOverLanded(sent, current, snap: snap, pushed: item)
             }
             try resolve(current, snap: snap, pushed: item)
         case .notFound:
@@ -367,19 +368,31 @@ struct Pusher {
         return false
     }
 
-    /// A create of this device landed (nobody else makes this id) without an answer, and the remote moved on
-    /// from it: another device changed or deleted the item after it saw it. What was sent is what this device
-    /// and the remote have in common: what is unchanged here since is acknowledged as landed, and the
-    /// remote's newer state is taken for it as a pull would take it; only what changed here since is pushed
-    /// against it (a conflict, or edit against delete, only then). Returns true when done.
-    private func resolveOverLandedCreate(_ sent: WireItem, _ current: WireItem, snap: PushSnapshot,
-                                         pushed: Item) throws -> Bool {
-        guard let metaChanged = try container.acknowledgeLandedCreate(id, sent: sent, current: current,
-                                                                      snap: snap, pushed: pushed) else {
+    /// The put of this device that landed without an answer, the remote having moved on from the version this
+    /// one was sent against: the one the remote names as this device's last change (`yours`), or else a
+    /// create (nobody else makes this id). Nil when none is known to have landed.
+    private func landed(_ yours: WireLastChange?, pushed item: Item) throws -> WireItem? {
+        if let yours, yours.version > item.remoteVersion {
+            let sent = try container.landedPut(id, change: yours.change)
+            log.debug("push \(id): this device's change \(yours.change.prefix(8)) landed at \(yours.version)\(sent == nil ? ", not among those kept" : "")")
+            if let sent { return sent }
+        }
+        return item.remoteVersion == 0 ? try container.sentCreate(id) : nil
+    }
+
+    /// A put of this device landed without an answer, and the remote may have moved on from it: another device
+    /// changed or deleted the item after it saw it. What was sent is what this device and the remote have in
+    /// common: what is unchanged here since is acknowledged as landed, and the remote's newer state is taken
+    /// for it as a pull would take it; only what changed here since is pushed against it (a conflict, or edit
+    /// against delete, only then). Returns true when done.
+    private func resolveOverLanded(_ sent: WireItem, _ current: WireItem, snap: PushSnapshot,
+                                   pushed: Item) throws -> Bool {
+        guard let metaChanged = try container.acknowledgeLandedPut(id, sent: sent, current: current,
+                                                                   snap: snap, pushed: pushed) else {
             return true
         }
-        // The create that landed is the base now: its content is one the remote had (its version number is
-        // not known, only that `current` is at or after it), so a remote still holding it is no conflict.
+        // The put that landed is the base now: its content is one the remote had (its version number may not
+        // be known, only that `current` is at or after it), so a remote still holding it is no conflict.
         var base = snap
         base.item.remoteVersion = current.version
         base.item.remoteSHA = sent.sha256
@@ -396,7 +409,13 @@ struct Pusher {
     private func stepAside(_ wire: WireItem, pushed: Item) throws {
         var aside = wire
         aside.name = Pusher.asideName(id)
-        let stored = try container.remote.putItem(aside, ifMatch: pushed.remoteVersion)
+        let change = changeID(condition: "aside If-Match: \(pushed.remoteVersion)", item: aside)
+        if try !container.markSent([(aside, pushed.remoteVersion, change)]).isEmpty { return }
+        let stored: WireItem
+        do { stored = try container.remote.putItem(aside, ifMatch: pushed.remoteVersion, change: change) } catch {
+            if case RemoteError.alreadyApplied(let version, _) = error { return try container.rebasePush(id, version: version) }
+            throw error
+        }
         log.info("\(container.path(of: id)) steps aside on the remote for a move that takes its name")
         try container.rebasePush(id, version: stored.version)
     }

@@ -7,7 +7,8 @@
 // What must hold: an implementation maps each of its failures onto one `RemoteError`, so that `isTransient` is
 // true only for what may succeed later (unreachable, server, corrupt): the core retries those and takes the
 // others as answers. An update or a delete is conditional (`ifMatch`, the version last seen); a lost one
-// answers `.preconditionFailed` with the remote's current state. A put or delete may carry the change's id
+// answers `.preconditionFailed` with the remote's current state (and, for a write with a change id, this
+// device's last change the remote applied to the item: `yours`). A put or delete may carry the change's id
 // (`WireChangeID`); a retry of a change the remote already applied answers `.alreadyApplied`, which the caller
 // takes as the success whose answer was lost. `downloadBlob` does not verify: the caller
 // checks every byte (Downloads.swift). The conformance suite holds every implementation to the same answers.
@@ -21,8 +22,9 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
     case unauthorized
     /// The container, item or blob does not exist.
     case notFound(String)
-    /// The conditional write lost: `current` is the remote's current state of the item.
-    case preconditionFailed(current: WireItem?)
+    /// The conditional write lost: `current` is the remote's current state of the item; `yours` this device's
+    /// last change applied to it there, when the write carried a change id and there is one.
+    case preconditionFailed(current: WireItem?, yours: WireLastChange? = nil)
     /// This change (by its id) was applied before (its answer was lost): at `version`; `current` is the item now.
     case alreadyApplied(version: Int64, current: WireItem)
     /// Another live item holds the name, or a directory is not empty.

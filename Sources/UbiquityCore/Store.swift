@@ -290,6 +290,11 @@ public final class Store: @unchecked Sendable {
     /// The remote does not hold the item (any more): a create sent before is not there.
     func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
 
+    /// The last puts sent for an item, encoded by the caller (SyncState `markSent`).
+    func sentPuts(_ id: String) throws -> String? { try meta("puts:" + id) }
+    func setSentPuts(_ id: String, _ puts: String) throws { try setMeta("puts:" + id, puts) }
+    func forgetSentPuts(_ id: String) throws { try removeMeta("puts:" + id) }
+
     /// A local-only item whose remote copy is gone (or left to other devices): made ubiquitous again, it is
     /// written against remote version `base` (its tombstone: the remote keeps the id).
     func markLeftRemote(_ id: String, base: Int64) throws {
@@ -429,6 +434,7 @@ public final class Store: @unchecked Sendable {
                 try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM meta WHERE key = ?", [.text("sent:" + id)])
+                try db.query("DELETE FROM meta WHERE key = ?", [.text("puts:" + id)])
                 try db.query("DELETE FROM meta WHERE key = ?", [.text("gone:" + id)])
                 try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
             }

@@ -263,27 +263,37 @@ extension Container {
         }
     }
 
-    /// Records the state about to be sent as the item's create, so that a local delete from now on leaves a
-    /// tombstone (the create may land). False when the item is gone: nothing is to be sent.
-    func markCreateSent(_ id: String, _ wire: WireItem) throws -> Bool {
-        try mutateThrowing { s -> Bool in
-            guard s.items[id] != nil else { return false }
-            let sent = String(decoding: try JSONEncoder().encode(wire), as: UTF8.self)
-            try s.store.markCreateSent(id, sent)
-            return true
+    /// Records the puts about to be sent, in one transaction; answers the ids of items gone meanwhile (not to
+    /// be sent). Each put is kept among its item's last few (`landedPut` finds the one a 412 names as this
+    /// device's landed change), and a create (`ifMatch` nil) is also marked sent, so that a local delete from
+    /// now on leaves a tombstone (the create may land).
+    func markSent(_ puts: [(item: WireItem, ifMatch: Int64?, change: WireChangeID)]) throws -> Set<String> {
+        if puts.isEmpty { return [] }
+        return try mutateThrowing { s -> Set<String> in
+            var gone: Set<String> = []
+            for put in puts {
+                let id = put.item.id
+                guard s.items[id] != nil else { gone.insert(id); continue }
+                if put.ifMatch == nil { try s.store.markCreateSent(id, String(decoding: try JSONEncoder().encode(put.item), as: UTF8.self)) }
+                var kept = try Self.sentPuts(s.store, id)
+                if kept.last?.change == put.change.id { continue }
+                kept.append(SentPut(change: put.change.id, item: put.item))
+                if kept.count > SentPut.kept { kept.removeFirst(kept.count - SentPut.kept) }
+                try s.store.setSentPuts(id, String(decoding: try JSONEncoder().encode(kept), as: UTF8.self))
+            }
+            return gone
         }
     }
 
-    /// `markCreateSent` for many items in one transaction; answers the ids that are gone (not to be sent).
-    func markCreatesSent(_ creates: [WireItem]) throws -> Set<String> {
-        if creates.isEmpty { return [] }
-        return try mutateThrowing { s -> Set<String> in
-            var gone: Set<String> = []
-            for wire in creates {
-                guard s.items[wire.id] != nil else { gone.insert(wire.id); continue }
-                try s.store.markCreateSent(wire.id, String(decoding: try JSONEncoder().encode(wire), as: UTF8.self))
-            }
-            return gone
+    /// The item as this device sent it in the put whose change id is `change`, when it is among those kept.
+    func landedPut(_ id: String, change: String) throws -> WireItem? {
+        try read { s in try Self.sentPuts(s.store, id).last { $0.change == change }?.item }
+    }
+
+    private static func sentPuts(_ store: Store, _ id: String) throws -> [SentPut] {
+        guard let text = try store.sentPuts(id) else { return [] }
+        do { return try JSONDecoder().decode([SentPut].self, from: Data(text.utf8)) } catch {
+            throw StoreError.badValue(id: "puts:" + id, column: "meta", cause: "\(error)")
         }
     }
 
@@ -312,12 +322,12 @@ extension Container {
         }
     }
 
-    /// Acknowledges what of a create that landed unanswered is unchanged here since it was sent, then, when
-    /// nothing is left to push, takes the remote's newer state as a pull would. Nil when done; otherwise
-    /// whether the metadata but the name changed here since the create was sent (what is left is pushed
-    /// against `current`).
-    func acknowledgeLandedCreate(_ id: String, sent: WireItem, current: WireItem, snap: PushSnapshot,
-                                 pushed: Item) throws -> Bool? {
+    /// Acknowledges what of a put (a create, or a change) that landed unanswered is unchanged here since it
+    /// was sent, then, when nothing is left to push, takes the remote's newer state as a pull would. Nil when
+    /// done; otherwise whether the metadata but the name changed here since the put was sent (what is left is
+    /// pushed against `current`).
+    func acknowledgeLandedPut(_ id: String, sent: WireItem, current: WireItem, snap: PushSnapshot,
+                              pushed: Item) throws -> Bool? {
         let metaChanged = try mutateThrowing { s -> Bool? in
             guard var cur = s.items[id], !cur.deleted else { return true }
             if cur.kind == .file && cur.dirty && pushed.remoteSHA == sent.sha256
@@ -326,15 +336,20 @@ extension Container {
                 cur.localSHA = sent.sha256
                 cur.size = sent.size
             }
-            if cur.metadata == sent.metadata && cur.conflicts == sent.conflicts { cur.metaDirty = false }
+            let onlyRenamed = cur.metadata.named(sent.name) == sent.metadata && cur.conflicts == sent.conflicts
+            // What the rules compare is the metadata but the name: the puller may have renamed the item out of
+            // the way of another that took its name meanwhile. That name goes up, unless the remote moved the
+            // item since: then the move wins, as it would over the puller's name.
+            let movedThere = !current.deleted && current.place != sent.place
+            if cur.metadata == sent.metadata && cur.conflicts == sent.conflicts || onlyRenamed && movedThere {
+                cur.metaDirty = false
+            }
             cur.remoteSHA = sent.sha256
             cur.remoteSize = sent.size
             cur.device = sent.device
             try s.store.save(cur)
             s.items[id] = cur
-            // What the rules compare is the metadata but the name: the puller may have renamed the item out
-            // of the way of another that took its name meanwhile (the name still goes up, being pending).
-            if cur.isPending { return cur.metadata.named(sent.name) != sent.metadata || cur.conflicts != sent.conflicts }
+            if cur.isPending { return !onlyRenamed }
             try s.applyRemoteItem(current)
             // The puller may have refused the remote's place (a cycle here): the item is on the remote all the
             // same, and its place here goes there as a move (which gives way if the remote refuses it too).
@@ -496,6 +511,8 @@ extension CoreState {
         }
         if cur.metadata == pushed.metadata { cur.metaDirty = false }
         try store.save(cur)
+        // Every put sent before this answer made a version older than this one: none is needed any more.
+        try store.forgetSentPuts(id)
         items[id] = cur
         updateTransfer(id) { $0.uploadError = nil }
     }
@@ -684,4 +701,12 @@ extension CoreState {
         }
         if cur.metaDirty && cur.metadata == current.metadata { cur.metaDirty = false }
     }
+}
+
+/// A put this device sent: its change id and the item as sent. Those sent since the item's last answer are
+/// kept (the newest few), for the puts sent again from one base while answers were lost.
+struct SentPut: Codable {
+    static let kept = 16
+    var change: String
+    var item: WireItem
 }

@@ -85,7 +85,7 @@ enum HTTPMapping {
         case 401: return .unauthorized
         case 404: return .notFound(msg)
         case 409: return .conflict(msg, current: decoded?.current)
-        case 412: return .preconditionFailed(current: decoded?.current)
+        case 412: return .preconditionFailed(current: decoded?.current, yours: decoded?.yours)
         case 422 where blobUpload: return .corrupt(msg)
         case 422: return .misplaced(msg)
         case 500...599: return .server(status: status, message: msg)
@@ -99,7 +99,8 @@ enum HTTPMapping {
             return .failure(.alreadyApplied(version: applied, current: current))
         }
         if (200...299).contains(r.status), let item = r.item { return .success(item) }
-        let body = (try? JSONEncoder.wire.encode(WireError(error: r.error ?? "", current: r.current))).map(Array.init)
+        let answer = WireError(error: r.error ?? "", current: r.current, yours: r.yours)
+        let body = (try? JSONEncoder.wire.encode(answer)).map(Array.init)
         return .failure(error(status: (200...299).contains(r.status) ? 500 : r.status, body: body ?? []))
     }
 

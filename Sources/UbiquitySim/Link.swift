@@ -100,6 +100,7 @@ final class SimLink: RemoteClient, @unchecked Sendable {
             }
             let stored = try remote.putItem(item, ifMatch: ifMatch, change: change)
             world.reached(device, stored)
+            simLog.debug("remote: \(device) put \(item.id.prefix(6)) '\(item.name)' over \(ifMatch ?? 0): \(stored.version)")
             return stored
         }
     }
@@ -110,7 +111,9 @@ final class SimLink: RemoteClient, @unchecked Sendable {
                 world.count("duplicated write")
                 _ = try? remote.deleteItem(id, ifMatch: ifMatch, change: change)
             }
-            return try remote.deleteItem(id, ifMatch: ifMatch, change: change)
+            let tombstone = try remote.deleteItem(id, ifMatch: ifMatch, change: change)
+            simLog.debug("remote: \(device) delete \(id.prefix(6)) over \(ifMatch): \(tombstone.version)")
+            return tombstone
         }
     }
 

@@ -364,9 +364,9 @@ struct Reply {
     }
 
     /// The message also goes in `X-Error` (one line of printable ASCII), for HEAD, whose answer has no body.
-    static func error(_ status: Int, _ message: String, current: WireItem? = nil) -> Reply {
+    static func error(_ status: Int, _ message: String, current: WireItem? = nil, yours: WireLastChange? = nil) -> Reply {
         let line = String(String.UnicodeScalarView(message.unicodeScalars.map { $0.value >= 32 && $0.value < 127 ? $0 : "?" }).prefix(300))
-        return json(status, WireError(error: message, current: current), headers: [("X-Error", line)])
+        return json(status, WireError(error: message, current: current, yours: yours), headers: [("X-Error", line)])
     }
 }
 
@@ -539,7 +539,7 @@ extension StubServer {
     }
 
     private func failureReply(_ error: Error) -> Reply {
-        if let f = error as? StubFailure { return .error(f.status, f.message, current: f.current) }
+        if let f = error as? StubFailure { return .error(f.status, f.message, current: f.current, yours: f.yours) }
         if let e = error as? SQLiteError, e.isDiskFull { return .error(503, "disk full") }
         if let e = error as? MetadataUnavailable { log.warning("\(e)"); return .error(503, "\(e)") }
         if let e = error as? Errno, e == .noSpace { return .error(503, "disk full") }

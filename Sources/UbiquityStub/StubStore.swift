@@ -25,8 +25,9 @@ struct StubFailure: Error, CustomStringConvertible {
     let status: Int
     let message: String
     let current: WireItem?
-    init(_ status: Int, _ message: String, current: WireItem? = nil) {
-        self.status = status; self.message = message; self.current = current
+    let yours: WireLastChange?
+    init(_ status: Int, _ message: String, current: WireItem? = nil, yours: WireLastChange? = nil) {
+        self.status = status; self.message = message; self.current = current; self.yours = yours
     }
     var description: String { "\(status) \(message)" }
 }
@@ -234,11 +235,11 @@ final class StubStore: @unchecked Sendable {
             let existing = try tx.item(cid, id)
             switch condition {
             case .ifNoneMatch:
-                if let existing { throw StubFailure(412, "the item exists", current: existing) }
+                if let existing { throw try moved(tx, cid, change, "the item exists", current: existing) }
             case .ifMatch(let version):
                 guard let existing else { throw StubFailure(404, "no such item") }
                 guard existing.version == version else {
-                    throw StubFailure(412, "the item is at version \(existing.version)", current: existing)
+                    throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
                 }
                 guard existing.kind == item.kind else { throw StubFailure(400, "an item cannot change kind") }
             }
@@ -276,9 +277,9 @@ final class StubStore: @unchecked Sendable {
             try throwIfApplied(tx, cid, id, change, digest: digest)
             guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
             guard let existing = try tx.item(cid, id) else { throw StubFailure(404, "no such item") }
-            if existing.deleted { throw StubFailure(412, "the item is already deleted", current: existing) }
+            if existing.deleted { throw try moved(tx, cid, change, "the item is already deleted", current: existing) }
             guard existing.version == version else {
-                throw StubFailure(412, "the item is at version \(existing.version)", current: existing)
+                throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
             }
             if existing.kind == .dir, let child = try tx.anyLiveChild(cid, parent: id) {
                 throw StubFailure(409, "the directory is not empty", current: child)
@@ -307,7 +308,7 @@ final class StubStore: @unchecked Sendable {
                 results.append(WireBatchResult(status: 208, current: applied.answer.current,
                                                applied: applied.answer.applied))
             } catch let f as StubFailure where f.status < 500 {
-                results.append(WireBatchResult(status: f.status, error: f.message, current: f.current))
+                results.append(WireBatchResult(status: f.status, error: f.message, current: f.current, yours: f.yours))
             }
         }
         return results
@@ -350,6 +351,15 @@ final class StubStore: @unchecked Sendable {
         guard last.digest == digest else { throw StubFailure(400, "change id \(change.id) reused for another change") }
         guard let current = try tx.item(cid, id) else { return }
         throw StubApplied(answer: WireApplied(applied: last.version, current: current))
+    }
+
+    /// The 412 of a write whose condition no longer holds, with the asking device's last change applied to the
+    /// item when it sent a change id (its answer may have been lost: then `current` may be that change's work).
+    private func moved(_ tx: any MetadataTransaction, _ cid: String, _ change: WireChangeID?, _ message: String,
+                       current: WireItem) throws -> StubFailure {
+        let last = try change.flatMap { try tx.appliedChange(cid, item: current.id, device: $0.device) }
+        return StubFailure(412, message, current: current,
+                           yours: last.map { WireLastChange(change: $0.change, version: $0.version) })
     }
 
     /// Records `change` as the last change applied for its item and device (inside the write's transaction).

@@ -209,21 +209,21 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     private func putChangeLocked(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
         let digest = WireApplied.digest(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: item)
         try throwIfApplied(item.id, change, digest: digest)
-        let stored = try putLocked(item, ifMatch: ifMatch)
+        let stored = try putLocked(item, ifMatch: ifMatch, change: change)
         recordChange(item.id, change, digest: digest, version: stored.version)
         return stored
     }
 
     /// The put's checks and write (lock held).
-    private func putLocked(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+    private func putLocked(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
         let new = try validated(item)
         let existing = items[item.id]
         if let ifMatch {
             guard let existing else { throw RemoteError.notFound("item \(item.id)") }
-            guard existing.version == ifMatch else { throw RemoteError.preconditionFailed(current: existing) }
+            guard existing.version == ifMatch else { throw moved(existing, change) }
             guard existing.kind == item.kind else { throw Self.bad("an item cannot change kind") }
         } else if let existing {
-            throw RemoteError.preconditionFailed(current: existing)
+            throw moved(existing, change)
         }
         // The parent: a live directory, not the item itself nor below it (the root has none).
         guard let parentID = item.parent else { return store(new) }
@@ -249,6 +249,12 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
               let current = items[id] else { return }
         guard last.digest == digest else { throw Self.bad("change id \(change.id) reused for another change") }
         throw RemoteError.alreadyApplied(version: last.version, current: current)
+    }
+
+    /// The 412 of a write whose condition no longer holds, with the asking device's last applied change.
+    private func moved(_ current: WireItem, _ change: WireChangeID?) -> RemoteError {
+        let last = change.flatMap { appliedChanges[current.id + "/" + $0.device] }
+        return .preconditionFailed(current: current, yours: last.map { WireLastChange(change: $0.change, version: $0.version) })
     }
 
     private func recordChange(_ id: String, _ change: WireChangeID?, digest: String, version: Int64) {
@@ -317,7 +323,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         guard id != WireRules.rootID else { throw Self.bad("the root cannot be deleted") }
         guard let existing = items[id] else { throw RemoteError.notFound("item \(id)") }
         guard !existing.deleted, existing.version == ifMatch else {
-            throw RemoteError.preconditionFailed(current: existing)
+            throw moved(existing, change)
         }
         if existing.kind == .dir,
            let child = items.values.filter({ !$0.deleted && $0.parent == id }).min(by: { $0.id < $1.id }) {

@@ -70,7 +70,7 @@ private func stored(_ r: BatchResult) -> WireItem? {
         }
         #expect(stored(results[1])?.sha256 == sha256Hex(good), "the entries after a refused one go on")
         for i in [2, 3] {
-            if case .failure(.preconditionFailed(let current)) = results[i] { #expect(current == taken) } else {
+            if case .failure(.preconditionFailed(let current, _)) = results[i] { #expect(current == taken) } else {
                 Issue.record("a lost condition answers 412 with the current item: \(results[i])")
             }
         }

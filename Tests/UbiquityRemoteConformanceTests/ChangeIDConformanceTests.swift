@@ -77,13 +77,38 @@ private func applied<T>(_ body: () throws -> T) -> (version: Int64, current: Wir
     @Test(arguments: Backend.all) func writesWithoutIDsAreAnsweredAsBefore(backend: Backend) throws {
         let s = try backend.make(nil)
         let created = try s.remote.putItem(directory("d1"), ifMatch: nil, change: nil)
-        guard case .preconditionFailed(let current)? = failure({ try s.remote.putItem(directory("d1"), ifMatch: nil) })
+        guard case .preconditionFailed(let current, _)? = failure({ try s.remote.putItem(directory("d1"), ifMatch: nil) })
         else { Issue.record("a repeated create without an id is refused as before"); return }
         #expect(current == created)
         let tomb = try s.remote.deleteItem("d1", ifMatch: created.version)
         guard case .preconditionFailed? = failure({ try s.remote.deleteItem("d1", ifMatch: created.version) })
         else { Issue.record("a repeated delete without an id is refused as before"); return }
         #expect(try s.remote.item("d1") == tomb)
+    }
+
+    @Test(arguments: Backend.all) func aRefusalNamesTheAskingDevicesLastLandedChange(backend: Backend) throws {
+        let s = try backend.make(nil)
+        let created = try s.remote.putItem(directory("d1"), ifMatch: nil, change: nil)
+        // The laptop's rename lands (its answer lost, say); the phone, having seen it, renames further.
+        let landed = try s.remote.putItem(directory("d1", name: "R"), ifMatch: created.version, change: laptop)
+        let phone = WireChangeID(id: "change-9", device: "phone")
+        let further = try s.remote.putItem(directory("d1", name: "P"), ifMatch: landed.version, change: phone)
+        // The laptop writes again from the version it knew: the 412 names the version its own change made.
+        let own = WireLastChange(change: laptop.id, version: landed.version)
+        let next = WireChangeID(id: "change-2", device: "laptop")
+        let put = failure { try s.remote.putItem(directory("d1", name: "S"), ifMatch: created.version, change: next) }
+        guard case .preconditionFailed(let current, let yours)? = put else { Issue.record("got \(String(describing: put))"); return }
+        #expect(current == further)
+        #expect(yours == own)
+        let delete = failure { try s.remote.deleteItem("d1", ifMatch: created.version, change: next) }
+        guard case .preconditionFailed(_, let yoursToo)? = delete else { Issue.record("got \(String(describing: delete))"); return }
+        #expect(yoursToo == own, "a delete's refusal names it too")
+        // A device with no change applied there, and a write without a change id, learn of none.
+        let tablet = WireChangeID(id: "change-1", device: "tablet")
+        guard case .preconditionFailed(_, let none)? = failure({ try s.remote.deleteItem("d1", ifMatch: created.version, change: tablet) }),
+              case .preconditionFailed(_, let anonymous)? = failure({ try s.remote.deleteItem("d1", ifMatch: created.version) })
+        else { Issue.record("stale writes are refused"); return }
+        #expect(none == nil && anonymous == nil)
     }
 
     @Test(arguments: Backend.all) func aBadChangeIDIsRefused(backend: Backend) throws {

@@ -83,7 +83,7 @@ func failure<T>(_ body: () throws -> T) -> RemoteError? {
         let made = try s.remote.putItem(directory("d1"), ifMatch: nil)
         #expect(made.version > 0 && !made.deleted && made.parent == WireRules.documentsID && made.name == "d1")
         #expect(try s.remote.item("d1") == made)
-        guard case .preconditionFailed(let current)? = failure({ try s.remote.putItem(directory("d1"), ifMatch: nil) })
+        guard case .preconditionFailed(let current, _)? = failure({ try s.remote.putItem(directory("d1"), ifMatch: nil) })
         else { Issue.record("a second create must be refused with 412"); return }
         #expect(current == made)
     }
@@ -95,7 +95,7 @@ func failure<T>(_ body: () throws -> T) -> RemoteError? {
         let v2 = try s.remote.putItem(renamed, ifMatch: v1.version)
         #expect(v2.version > v1.version && v2.name == "renamed")
         renamed.name = "stale"
-        guard case .preconditionFailed(let current)? = failure({ try s.remote.putItem(renamed, ifMatch: v1.version) })
+        guard case .preconditionFailed(let current, _)? = failure({ try s.remote.putItem(renamed, ifMatch: v1.version) })
         else { Issue.record("a write on an old version must be refused with 412"); return }
         #expect(current == v2, "the refusal carries the current item")
         #expect(try s.remote.item("d1") == v2, "a refused write changes nothing")
@@ -106,7 +106,7 @@ func failure<T>(_ body: () throws -> T) -> RemoteError? {
         let s = try backend.make(nil)
         let v1 = try s.remote.putItem(directory("d1"), ifMatch: nil)
         let v2 = try s.remote.putItem(directory("d1", name: "e"), ifMatch: v1.version)
-        guard case .preconditionFailed(let current)? = failure({ try s.remote.deleteItem("d1", ifMatch: v1.version) })
+        guard case .preconditionFailed(let current, _)? = failure({ try s.remote.deleteItem("d1", ifMatch: v1.version) })
         else { Issue.record("a delete of an old version must be refused with 412"); return }
         #expect(current == v2)
         let tomb = try s.remote.deleteItem("d1", ifMatch: v2.version)
@@ -126,7 +126,7 @@ func failure<T>(_ body: () throws -> T) -> RemoteError? {
         let tomb = try s.remote.deleteItem("d1", ifMatch: v1.version)
         let back = try s.remote.putItem(directory("d1"), ifMatch: tomb.version)
         #expect(!back.deleted && back.version > tomb.version)
-        guard case .preconditionFailed(let current)? = failure({ try s.remote.putItem(directory("d1"), ifMatch: nil) })
+        guard case .preconditionFailed(let current, _)? = failure({ try s.remote.putItem(directory("d1"), ifMatch: nil) })
         else { Issue.record("a create over a tombstone must be refused with 412"); return }
         #expect(current == back)
     }
