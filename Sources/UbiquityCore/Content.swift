@@ -77,10 +77,12 @@ extension Container {
     }
 
     /// Records a write through a handle (called by `write` before each one): the content is now dirty, made
-    /// durable before the write is acknowledged, so a crash never forgets that the file must be uploaded.
+    /// durable before the write is acknowledged, so a crash never forgets that the file must be uploaded. Not
+    /// for an item without local content: that handle writes the copy a delete moved aside, and the item, of
+    /// the same id, came back by an edit elsewhere (its content is not this handle's).
     public func willWrite(_ id: String) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
-            guard var item = s.items[id], !item.deleted else { return }
+            guard var item = s.items[id], !item.deleted, item.hasLocal else { return }
             s.contentGeneration[id, default: 0] += 1
             if item.dirty { return }
             item.dirty = true

@@ -10,7 +10,7 @@ extension World {
         for dev in devices { dev.link.partitioned = false; dev.link.calm = true }
         stepIndex = plan.steps.count
         for dev in devices {
-            for id in dev.openWrites.sorted() {
+            for id in dev.openWrites.keys.sorted() {
                 do { note("\(dev.name) endWrite: " + (try finishWrite(dev, id))) } catch { note("\(dev.name) endWrite: \(error)") }
             }
             for id in dev.openReads.keys.sorted() {

@@ -4,8 +4,9 @@
 //
 // What must hold: a step changes a device only through the Container's public calls, in the adapter's order
 // (an open counts a handle until `closed`; `willWrite` before bytes reach a content file, as `Container.write`
-// does for the adapter but outside the file's gate, safe here with one thread and no snapshots; `flushed`
-// after), or writes a content file directly where a program holding a descriptor would. Every choice is drawn
+// does for the adapter, and for a file held open across steps `Container.write` itself, since a snapshot may
+// come between its writes; `flushed` after), or writes a content file directly where a program holding a
+// descriptor would. Every choice is drawn
 // from `World.rng`, and the model is told of each deliberate change (`recordContent`, `recordDelete`) as it is
 // made, so the checks compare devices with what was really done.
 import Foundation
@@ -152,20 +153,31 @@ extension World {
     /// Ends a write left open by `beginWrite`: a last append, then close.
     func finishWrite(_ dev: SimDevice, _ id: String) throws -> String {
         let c = dev.container!
-        dev.openWrites.remove(id)
+        guard let fd = dev.openWrites.removeValue(forKey: id) else { throw Skip(why: "not open") }
         dev.openReads[id]?.changedHere = true
-        defer { c.closed(id, writable: true) }
-        guard let item = c.item(id) else { return "item gone; handle closed" }
-        supersede(dev, item, conflicts: false)
+        defer { fd.close(); c.closed(id, writable: true) }
         let bytes = newBytes(dev)
-        let path = dev.container.contentPath(id)
-        let fd = try FileDescriptor.open(path, O_WRONLY | O_APPEND)
-        try fd.writeAll(bytes)
-        fd.close()
-        stamp(path)
+        guard let item = c.item(id), try writesTheItem(fd, c, id) else {
+            try writeThroughTheGate(c, id, fd, bytes, at: nil)
+            return "the file it opened is deleted: +\(bytes.count) bytes there, closed"
+        }
+        supersede(dev, item, conflicts: false)
+        // A new edit: a snapshot may have taken the file's earlier writes up, and another device seen them.
+        deliberate(dev, id)
+        try writeThroughTheGate(c, id, fd, bytes, at: nil)
+        stamp(c.contentPath(id))
         try c.flushed(id)
         recordContent(dev, id, "endWrite")
         return "\(c.path(of: id)) +\(bytes.count) bytes, closed"
+    }
+
+    /// True while the descriptor is on the item's content file (not on the copy a delete moved aside, which the
+    /// item, revived by an edit elsewhere, no longer has).
+    func writesTheItem(_ fd: FileDescriptor, _ c: Container, _ id: String) throws -> Bool {
+        var st = stat()
+        guard stat(c.contentPath(id), &st) == 0 else { return false }
+        let held = try fd.stat()
+        return held.st_ino == st.st_ino && held.st_dev == st.st_dev
     }
 
     func perform(_ kind: StepKind, _ dev: SimDevice) throws -> String {
@@ -193,6 +205,8 @@ extension World {
         case .holdRead: return try holdRead(dev, c)
         case .endRead: return try endRead(dev)
         case .exchange: return try exchangeItems(dev, c)
+        case .fsync: return try fsyncWrite(dev)
+        case .moveInto: return try moveIntoMovedFolder(dev, c)
         case .partition:
             dev.link.partitioned = true
             return "link down"
@@ -209,7 +223,8 @@ extension World {
     /// A crash of the daemon: nothing may hold the old container (its store lock goes with it, as with a dead
     /// process), and the device opens again from its store.
     func restart(_ dev: SimDevice) throws -> String {
-        dev.openWrites = []
+        for fd in dev.openWrites.values { fd.close() }
+        dev.openWrites = [:]
         for held in dev.openReads.values { held.fd.close() }
         dev.openReads = [:]
         dev.container = nil
@@ -266,22 +281,67 @@ extension World {
     /// A program starts writing and keeps the file open across steps (`endWrite` closes it).
     func beginWrite(_ dev: SimDevice, _ c: Container) throws -> String {
         let f = try pickFile(dev)
-        if dev.openWrites.contains(f.id) { throw Skip(why: "already open") }
+        if dev.openWrites[f.id] != nil { throw Skip(why: "already open") }
         let fd = try openFile(dev, f.id, writable: true)
         supersede(dev, f, conflicts: false)
         deliberate(dev, f.id)
-        dev.openWrites.insert(f.id)
-        try c.willWrite(f.id)
+        dev.openWrites[f.id] = fd
         let bytes = newBytes(dev)
         let offset = Int64(rng.int(Int(c.currentSize(c.item(f.id) ?? f)) + 1))
-        try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: offset)
-        fd.close()
+        try writeThroughTheGate(c, f.id, fd, bytes, at: offset)
         stamp(dev.container.contentPath(f.id))
         return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes at \(offset), left open"
     }
 
+    /// One write(2) of a program into a file it holds open, as the adapter makes it (`Container.write`: dirty,
+    /// a new content generation, never halfway through a snapshot); at `offset`, or appended when nil.
+    func writeThroughTheGate(_ c: Container, _ id: String, _ fd: FileDescriptor, _ bytes: [UInt8],
+                             at offset: Int64?) throws {
+        try c.write(id) {
+            Result {
+                let at = try offset ?? Int64(fd.stat().st_size)
+                try bytes.withUnsafeBytes { try fd.writeAll($0, at: at) }
+            }
+        }.get()
+    }
+
+    /// A program writes more into a file it holds open and calls fsync(2): a snapshot of what it holds now is
+    /// due, and that content must reach the remote unless this device replaces it later (its next write).
+    func fsyncWrite(_ dev: SimDevice) throws -> String {
+        let c = dev.container!
+        guard let id = rng.pick(dev.openWrites.keys.sorted()), let fd = dev.openWrites[id] else { throw Skip(why: "nothing open") }
+        guard let item = c.item(id), try writesTheItem(fd, c, id) else { throw Skip(why: "the file it opened is deleted") }
+        supersede(dev, item, conflicts: false)
+        deliberate(dev, id)
+        let bytes = newBytes(dev)
+        let offset = Int64(rng.int(Int(c.currentSize(item)) + 1))
+        try writeThroughTheGate(c, id, fd, bytes, at: offset)
+        stamp(c.contentPath(id))
+        try c.synced(id)
+        recordContent(dev, id, "fsync")
+        return "\(c.path(of: id)) [\(short(id))] \(bytes.count) bytes at \(offset), fsynced"
+    }
+
+    /// A rename into a folder that this device moved and has not pushed yet (another device may move it too,
+    /// or delete it, meanwhile).
+    func moveIntoMovedFolder(_ dev: SimDevice, _ c: Container) throws -> String {
+        let all = live(dev)
+        guard let folder = rng.pick(all.filter { $0.isDirectory && $0.isPending && $0.remoteVersion > 0 }) else {
+            throw Skip(why: "no folder moved here")
+        }
+        var above: Set<String> = []
+        var cur: String? = folder.id
+        while let id = cur { above.insert(id); cur = c.item(id)?.parent }
+        let movable = all.filter { !above.contains($0.id) && $0.parent != folder.id }
+        guard let item = rng.pick(movable) else { throw Skip(why: "nothing to move") }
+        let from = c.path(of: item.id)
+        try c.rename(parent: item.parent!, name: item.name, newParent: folder.id, newName: item.name, noReplace: true)
+        deliberate(dev, item.id)
+        return "\(from) -> \(c.path(of: item.id)) [\(short(item.id))]"
+    }
+
     func endWrite(_ dev: SimDevice) throws -> String {
-        guard let id = rng.pick(dev.openWrites.sorted()) else { throw Skip(why: "nothing open") }
+        guard let id = rng.pick(dev.openWrites.keys.sorted()) else { throw Skip(why: "nothing open") }
         return try finishWrite(dev, id)
     }
 

@@ -24,7 +24,7 @@ public enum StepKind: String, CaseIterable, Sendable {
     case create, mkdir, write, append, truncate, beginWrite, endWrite, rename, move, delete, rmdir, chmod
     case evict, pin, discard, promote, keepCurrent
     case pull, push, download, partition, heal, crash
-    case holdRead, endRead, exchange
+    case holdRead, endRead, exchange, fsync, moveInto
 
     var weight: Int {
         switch self {
@@ -33,7 +33,7 @@ public enum StepKind: String, CaseIterable, Sendable {
         case .download: return 6
         case .append, .rename, .move, .delete, .endWrite: return 4
         case .mkdir, .truncate, .beginWrite, .evict, .discard, .promote, .heal, .holdRead, .endRead: return 3
-        case .rmdir, .chmod, .pin, .keepCurrent, .partition, .crash, .exchange: return 2
+        case .rmdir, .chmod, .pin, .keepCurrent, .partition, .crash, .exchange, .fsync, .moveInto: return 2
         }
     }
 }
@@ -96,8 +96,9 @@ final class SimDevice {
     let link: SimLink
     let ids: IDSource
     var container: Container!
-    /// Items this device holds open for writing across steps (a program in the middle of writing).
-    var openWrites: Set<String> = []
+    /// Items this device holds open for writing across steps (a program in the middle of writing), with the
+    /// program's descriptor: its writes reach the file it opened, also once that file is deleted.
+    var openWrites: [String: FileDescriptor] = [:]
     /// Files a program holds open for reading across steps (`tail -f`, a viewer), by item: the descriptor, the
     /// hash of what it read at its open, and whether this device changed the file since (its own writes reach
     /// the same open file, as on any file system).
@@ -174,8 +175,8 @@ final class World {
         // A retry's wait only moves the virtual clock, and loses no jitter (the same plan, the same times).
         config.environment.sleep = { [clock] in clock.now += $0 }
         config.environment.randomUnit = { 0 }
-        // Writes left open go up at their close only, as the simulation's model expects.
-        config.snapshotQuietSeconds = nil
+        // Writes left open go up at their fsync points (`fsync`), once quiet this long, and at their close.
+        config.snapshotQuietSeconds = 20
         dev.container = try Container(store: try Store(directory: dev.dir), remote: dev.link, config: config)
     }
 

@@ -163,6 +163,37 @@ import UbiquityTesting
         #expect(dev.container.item(f.id)?.hasLocal == false)
     }
 
+    /// A program holds a file open for writing and deletes it; an edit elsewhere brings the file back (edit wins
+    /// over delete), not local here. The program's next write reaches the copy it holds, and leaves the file
+    /// that came back as the remote has it, with nothing to push. (It was marked dirty without content here, and
+    /// its push failed with ENOENT for ever: found by the simulation's held writers.)
+    @Test func aWriteOfAHandleOnADeletedFileLeavesTheRevivedOneAlone() throws {
+        let f = remote.seed(path: "Documents/w.txt", bytes: bytes("one"), device: "other", mtime: 5)
+        let dev = try Device(remote, name: "a")
+        #expect(dev.fetch(f.id).map { (try? $0.get()) != nil } == true)
+        guard case .opened(let fd) = try dev.container.open(f.id, writable: true, truncate: false) else {
+            Issue.record("current content must open"); return
+        }
+        defer { fd.close(); dev.container.closed(f.id, writable: true) }
+        try dev.container.remove(parent: dev.docs, name: "w.txt", directory: false)
+        #expect(eventually { (try? remote.item(f.id).deleted) == true })
+        let tomb = try remote.item(f.id)
+        var edit = tomb
+        edit.deleted = false
+        edit.sha256 = sha256Hex(bytes("two"))
+        edit.size = 3
+        edit.device = "other"
+        let results = try remote.batch([.put(edit, ifMatch: tomb.version, content: bytes("two"))])
+        guard case .success(let revived)? = results.first else { Issue.record("the edit must land: \(results)"); return }
+        #expect(eventually { dev.container.item(f.id)?.remoteVersion == revived.version })
+        try dev.container.write(f.id) { Result { try fd.writeAll(bytes(" more")) } }.get()
+        try dev.container.flushed(f.id)
+        let item = try #require(dev.container.item(f.id))
+        #expect(!item.dirty && !item.hasLocal, "the write was not the revived file's")
+        #expect(dev.pending == 0)
+        #expect(try remote.item(f.id).sha256 == edit.sha256)
+    }
+
     /// A file removed while open stays readable and writable through its descriptor, is shown with its own
     /// size, and leaves nothing behind at the last close.
     @Test func unlinkedOpenFileLivesUntilLastClose() throws {
