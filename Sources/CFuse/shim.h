@@ -51,6 +51,9 @@ static inline void ubq_conn_init(struct fuse_conn_info *conn, unsigned max_write
     // No writeback cache: with it the kernel keeps its own size and times of regular files and ignores the
     // sizes we report, so a file changed on another device would keep showing its old size here.
     conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+    // The kernel clears setuid and setgid itself at a chown, a truncation and a write by another user (a
+    // passthrough write never reaches us), sending the new mode as a setattr.
+    conn->want &= ~(unsigned)FUSE_CAP_HANDLE_KILLPRIV;
     conn->want &= ~(unsigned)FUSE_CAP_POSIX_LOCKS;
     conn->want &= ~(unsigned)FUSE_CAP_FLOCK_LOCKS;
 }

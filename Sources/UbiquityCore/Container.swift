@@ -46,7 +46,16 @@ public struct ContainerConfig: Sendable {
     public var minFreeBytes: Int64 = 0
     /// Clock, randomness and scheduling (Environment.swift); the defaults are the real ones.
     public var environment = CoreEnvironment()
+    /// The mounting user: on this device the owner of every item that has no owner of its own here, as every
+    /// item from another device has not (ownership is never synced).
+    public var owner = Owner(uid: getuid(), gid: getgid())
     public init(device: String) { self.device = device }
+
+    /// Who owns `item` on this device.
+    public func owner(of item: Item) -> Owner { item.owner ?? owner }
+
+    /// How `owner` is kept in an item: nil for the mounting user, so most items carry nothing.
+    func kept(_ owner: Owner) -> Owner? { owner == self.owner ? nil : owner }
 }
 
 /// A pending notification for the observer.
@@ -236,35 +245,41 @@ public final class Container: @unchecked Sendable {
 
     // MARK: local changes
 
-    public func makeDirectory(parent: String, name: String, mode: UInt32) throws(CoreError) -> Item {
-        try create(parent: parent, name: name, kind: .dir, mode: mode)
+    // A new item belongs to `owner`, the process that made it (nil: the mounting user); see `CoreState.own`.
+
+    public func makeDirectory(parent: String, name: String, mode: UInt32,
+                              owner: Owner? = nil) throws(CoreError) -> Item {
+        try create(parent: parent, name: name, kind: .dir, mode: mode, owner: owner)
     }
 
     /// Creates an empty file with local content.
-    public func createFile(parent: String, name: String, mode: UInt32) throws(CoreError) -> Item {
-        try create(parent: parent, name: name, kind: .file, mode: mode)
+    public func createFile(parent: String, name: String, mode: UInt32, owner: Owner? = nil) throws(CoreError) -> Item {
+        try create(parent: parent, name: name, kind: .file, mode: mode, owner: owner)
     }
 
     /// Creates a symbolic link to `target`, kept exactly as given (relative or absolute; it need not exist).
     /// Its target never changes: POSIX replaces a link by a new one.
-    public func createSymlink(parent: String, name: String, target: String) throws(CoreError) -> Item {
+    public func createSymlink(parent: String, name: String, target: String,
+                              owner: Owner? = nil) throws(CoreError) -> Item {
         if target.utf8.count > WireRules.maxTargetBytes { throw .nameTooLong }
         if !WireRules.isValidTarget(target) { throw .invalidArgument("bad link target") }
-        return try create(parent: parent, name: name, kind: .symlink, mode: 0o777, target: target)
+        return try create(parent: parent, name: name, kind: .symlink, mode: 0o777, target: target, owner: owner)
     }
 
     /// Creates a fifo or a socket: a local-only node (never uploaded) whose data the kernel carries.
-    public func createLocalNode(parent: String, name: String, kind: ItemKind, mode: UInt32) throws(CoreError) -> Item {
+    public func createLocalNode(parent: String, name: String, kind: ItemKind, mode: UInt32,
+                                owner: Owner? = nil) throws(CoreError) -> Item {
         precondition(kind == .fifo || kind == .socket, "only fifos and sockets are local nodes")
-        return try create(parent: parent, name: name, kind: kind, mode: mode)
+        return try create(parent: parent, name: name, kind: kind, mode: mode, owner: owner)
     }
 
     /// creat(2) as one operation: the file is created and opened for writing in one transaction (one commit,
     /// and no push can start between the two without the writer counted).
-    public func createAndOpen(parent: String, name: String, mode: UInt32) throws(CoreError) -> (Item, FileDescriptor) {
+    public func createAndOpen(parent: String, name: String, mode: UInt32,
+                              owner: Owner? = nil) throws(CoreError) -> (Item, FileDescriptor) {
         try CoreState.checkName(name)
         return try mutate { (s: inout CoreState) throws(CoreError) -> (Item, FileDescriptor) in
-            let item = try s.create(parent: parent, name: name, kind: .file, mode: mode, target: nil)
+            let item = try s.create(parent: parent, name: name, kind: .file, mode: mode, target: nil, owner: owner)
             guard case .opened(let fd) = try s.open(item.id, writable: true, truncate: false, staleOK: false,
                                                    noDownload: false) else {
                 throw CoreError.io("a new file has no local content")
@@ -274,11 +289,11 @@ public final class Container: @unchecked Sendable {
     }
 
     /// Creates a new item in a live directory; a file gets an empty content file.
-    private func create(parent: String, name: String, kind: ItemKind, mode: UInt32,
-                        target: String? = nil) throws(CoreError) -> Item {
+    private func create(parent: String, name: String, kind: ItemKind, mode: UInt32, target: String? = nil,
+                        owner: Owner?) throws(CoreError) -> Item {
         try CoreState.checkName(name)
         return try mutate { (s: inout CoreState) throws(CoreError) -> Item in
-            try s.create(parent: parent, name: name, kind: kind, mode: mode, target: target)
+            try s.create(parent: parent, name: name, kind: kind, mode: mode, target: target, owner: owner)
         }
     }
 
@@ -313,12 +328,14 @@ public final class Container: @unchecked Sendable {
         }
     }
 
-    /// Changes mode and times (metadata only; no content needed). Setting what is there already changes
+    /// Changes mode, times and owner (metadata only; no content needed). Setting what is there already changes
     /// nothing, not even the ctime, and queues no upload (rsync sets every file's time again). The access time
-    /// is this device's: a change of it alone is not pushed.
-    public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64? = nil) throws(CoreError) -> Item {
+    /// and the owner are this device's: a change of them alone is not pushed. (Who may change what, the
+    /// caller has checked: the kernel does, with default_permissions.)
+    public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64? = nil,
+                              owner: Owner? = nil) throws(CoreError) -> Item {
         try mutate { (s: inout CoreState) throws(CoreError) -> Item in
-            try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime)
+            try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime, owner: owner)
         }
     }
 }
@@ -423,10 +440,11 @@ extension CoreState {
 
     /// Creates a new item in a live directory (`name` checked by the caller); a file gets an empty content file.
     mutating func create(parent: String, name: String, kind: ItemKind, mode: UInt32,
-                         target: String?) throws(CoreError) -> Item {
-        _ = try liveDirectory(parent)
+                         target: String?, owner: Owner?) throws(CoreError) -> Item {
+        let dir = try liveDirectory(parent)
         if children[parent]?[name] != nil { throw .exists }
         var item = newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
+        own(&item, by: owner ?? config.owner, in: dir)
         item.localOnlyAbove = isLocalOnlyFolder(parent)
         if kind == .file {
             // Made before the item is saved: a failed save leaves an orphan, removed at the next start.
@@ -438,6 +456,20 @@ extension CoreState {
         try insertNew(item)
         return item
     }
+
+    /// Gives a new item in `dir` its owner, as ext4 does: `creator`'s uid and gid, but in a setgid folder the
+    /// folder's group, and a new folder there is setgid too. (The kernel has taken the setgid bit from a new
+    /// file's mode already where the creator may not have it.)
+    func own(_ item: inout Item, by creator: Owner, in dir: Item) {
+        var owner = creator
+        if dir.mode & CoreState.setGIDBit != 0 {
+            owner.gid = config.owner(of: dir).gid
+            if item.isDirectory { item.mode |= CoreState.setGIDBit }
+        }
+        item.owner = config.kept(owner)
+    }
+
+    static let setGIDBit: UInt32 = 0o2000
 
     func newItem(parent: String, name: String, kind: ItemKind, mode: UInt32, target: String?) -> Item {
         let now = self.now()
@@ -558,7 +590,8 @@ extension CoreState {
         if newParent != parent { try entriesChanged(in: newParent) }
     }
 
-    mutating func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64?) throws(CoreError) -> Item {
+    mutating func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64?,
+                                owner: Owner?) throws(CoreError) -> Item {
         let gone = items[id]?.deleted ?? true
         guard var item = gone ? unlinked[id] : items[id] else { throw .notFound }
         let unchanged = item
@@ -568,10 +601,11 @@ extension CoreState {
         // and cp -a set a folder's time after filling it).
         if let mtime, mtime != item.shownMTime { item.mtime = mtime; item.entriesMTime = 0 }
         if let atime, atime != item.shownATime { item.atime = atime }
+        if let owner { item.owner = config.kept(owner) }
         if item == unchanged { return item }
         item.ctime = now()
         if gone { unlinked[id] = item; return item }
-        // The root's times and every access time are this device's alone: kept, not pushed.
+        // The root's times, every access time and every owner are this device's alone: kept, not pushed.
         if id == rootID || (item.mode == unchanged.mode && item.mtime == unchanged.mtime) {
             do { try store.save(item) } catch { throw CoreError.from(error) }
             items[id] = item

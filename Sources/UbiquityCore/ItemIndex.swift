@@ -219,6 +219,7 @@ struct PackedItem {
         var conflicts: [WireConflict] = []
         var target: String?
         var atime: Int64?
+        var owner: Owner?
         var entriesMTime: Int64 = 0
         var localSHA: String?
         var remoteSHA: String?
@@ -240,7 +241,7 @@ struct PackedItem {
                                       (item.localOnlyAbove, .localOnlyAbove)]
         for (on, flag) in pairs where on { flags.insert(flag) }
         var extras = Extras(xattrs: item.xattrs, conflicts: item.conflicts, target: item.target, atime: item.atime,
-                            entriesMTime: item.entriesMTime)
+                            owner: item.owner, entriesMTime: item.entriesMTime)
         var digest = Digest()
         if let d = Digest(item.remoteSHA) { digest = d; flags.insert(.remoteDigest) } else if !item.remoteSHA.isEmpty {
             extras.remoteSHA = item.remoteSHA
@@ -250,7 +251,8 @@ struct PackedItem {
         }
         if item.remoteSize != item.size { extras.remoteSize = item.remoteSize }
         let rare = !extras.xattrs.isEmpty || !extras.conflicts.isEmpty || extras.target != nil || extras.atime != nil
-            || extras.entriesMTime != 0 || extras.localSHA != nil || extras.remoteSHA != nil || extras.remoteSize != nil
+            || extras.owner != nil || extras.entriesMTime != 0 || extras.localSHA != nil || extras.remoteSHA != nil
+            || extras.remoteSize != nil
         if rare { flags.insert(.extras) }
         let packed = PackedItem(code: ItemCode(item.id), parent: ItemCode(item.parent), name: item.name,
                                 mtime: item.mtime, ctime: item.ctime, size: item.size, remoteVersion: item.remoteVersion,
@@ -269,7 +271,8 @@ struct PackedItem {
                     hasLocal: flags.contains(.hasLocal), localSHA: flags.contains(.localIsRemote) ? remote : x.localSHA,
                     dirty: flags.contains(.dirty), metaDirty: flags.contains(.metaDirty),
                     deleted: flags.contains(.deleted), pinned: flags.contains(.pinned), xattrs: x.xattrs,
-                    conflicts: x.conflicts, target: x.target, atime: x.atime, entriesMTime: x.entriesMTime,
+                    conflicts: x.conflicts, target: x.target, atime: x.atime, owner: x.owner,
+                    entriesMTime: x.entriesMTime,
                     excluded: flags.contains(.excluded), localOnlyAbove: flags.contains(.localOnlyAbove))
     }
 

@@ -53,6 +53,9 @@ public struct Item: Equatable, Sendable {
     /// Access time (not synced: this device's, like ctime); nil until set here (utimens): it reads as mtime.
     /// Reads do not change it (the mount behaves as noatime).
     public var atime: Int64? = nil
+    /// Who owns the item on this device (not synced, like atime); nil: the mounting user
+    /// (`ContainerConfig.owner`), as every item that came from another device is.
+    public var owner: Owner? = nil
     /// For a directory: when an entry was last added, removed or renamed in it on this device, by a local or a
     /// remote change (not synced, so a folder's entries do not make it an upload).
     public var entriesMTime: Int64 = 0
@@ -129,6 +132,13 @@ public struct Item: Equatable, Sendable {
         if !hasContent || isCurrent { return .current }
         return hasLocal ? .downloaded : .notDownloaded
     }
+}
+
+/// An item's owner and group on this device.
+public struct Owner: Equatable, Sendable {
+    public var uid: UInt32
+    public var gid: UInt32
+    public init(uid: UInt32, gid: UInt32) { self.uid = uid; self.gid = gid }
 }
 
 /// Where an item is: its parent and its name there. Names compare byte for byte (`sameName`), not by

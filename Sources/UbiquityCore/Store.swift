@@ -191,12 +191,15 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Columns added since the first schema, with what an older row holds in them: a store made by an older
-    /// version opens, and its items read as they did (no link target, atime as mtime, no entry change seen).
+    /// version opens, and its items read as they did (no link target, atime as mtime, no entry change seen,
+    /// owned by the mounting user).
     private static let addedColumns = [
         ("target", "TEXT"),
         ("atime", "INTEGER"),
         ("entries_mtime", "INTEGER NOT NULL DEFAULT 0"),
         ("excluded", "INTEGER NOT NULL DEFAULT 0"),
+        ("uid", "INTEGER"),
+        ("gid", "INTEGER"),
     ]
 
     /// Removes every leftover of an interrupted download: nothing in staging is ever served.
@@ -311,7 +314,8 @@ public final class Store: @unchecked Sendable {
 
     private static let columns = """
         id, parent, name, kind, mode, mtime, ctime, size, remote_version, remote_sha, remote_size, device,
-        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, target, atime, entries_mtime, excluded
+        has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, target, atime, entries_mtime,
+        excluded, uid, gid
         """
 
     /// Every item in the store, each knowing whether a folder above it is local-only.
@@ -355,13 +359,22 @@ public final class Store: @unchecked Sendable {
             xattrs: try Store.decodeXattrs(row.text(18), of: id),
             conflicts: try Store.decodeConflicts(row.text(19), of: id),
             target: row.optionalText(20),
-            atime: row.isNull(21) ? nil : row.int(21), entriesMTime: row.int(22), excluded: row.int(23) != 0)
+            atime: row.isNull(21) ? nil : row.int(21), owner: Store.owner(row),
+            entriesMTime: row.int(22), excluded: row.int(23) != 0)
+    }
+
+    /// The owner kept in columns 24 and 25 (both set or both null).
+    private static func owner(_ row: Row) -> Owner? {
+        if row.isNull(24) { return nil }
+        return Owner(uid: UInt32(truncatingIfNeeded: row.int(24)), gid: UInt32(truncatingIfNeeded: row.int(25)))
     }
 
     /// The packed form of a row that has none of the rare fields (PackedItem.Extras), else nil.
     private static func packed(_ row: Row) -> PackedItem? {
         let empty = row.withText(18) { $0.elementsEqual("{}".utf8) } && row.withText(19) { $0.elementsEqual("[]".utf8) }
-        guard empty, row.isNull(20), row.isNull(21), row.int(22) == 0, row.int(10) == row.int(7) else { return nil }
+        guard empty, row.isNull(20), row.isNull(21), row.isNull(24), row.int(22) == 0, row.int(10) == row.int(7) else {
+            return nil
+        }
         var flags: PackedItem.Flags = [.live]
         let bits: [(Int32, PackedItem.Flags)] = [(12, .hasLocal), (14, .dirty), (15, .metaDirty), (16, .deleted),
                                                  (17, .pinned), (23, .excluded)]
@@ -393,7 +406,7 @@ public final class Store: @unchecked Sendable {
     }
 
     private func write(_ item: Item) throws {
-        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
             .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name), .text(item.kind.rawValue),
             .int(Int64(item.mode)), .int(item.mtime), .int(item.ctime), .int(item.size),
             .int(item.remoteVersion), .text(item.remoteSHA), .int(item.remoteSize), .text(item.device),
@@ -402,6 +415,7 @@ public final class Store: @unchecked Sendable {
             .text(Store.encodeXattrs(item.xattrs)), .text(Store.encodeConflicts(item.conflicts)),
             item.target.map { .text($0) } ?? .null,
             item.atime.map { .int($0) } ?? .null, .int(item.entriesMTime), .int(item.excluded ? 1 : 0),
+            item.owner.map { .int(Int64($0.uid)) } ?? .null, item.owner.map { .int(Int64($0.gid)) } ?? .null,
         ])
         if !item.isPending {
             try db.query("DELETE FROM pending WHERE id = ?", [.text(item.id)])

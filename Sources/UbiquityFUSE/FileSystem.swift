@@ -29,7 +29,6 @@ public final class FileSystem: @unchecked Sendable {
     private var mountedSession: OpaquePointer?
     /// How long the kernel may cache attributes and names; remote changes invalidate them explicitly.
     let cacheTimeout: Double = 10
-    let uid = getuid(), gid = getgid()
     /// The container's key-value store, shown as `.kvstore`; nil: none. Set before `mount`, never after.
     public var kv: KeyValueStore?
     /// Ask the kernel for FUSE passthrough of local content (Passthrough.swift). Set before `mount`, never after.
@@ -90,8 +89,9 @@ public final class FileSystem: @unchecked Sendable {
     func attributes(_ item: Item, ino: UInt64) -> stat {
         var st = stat()
         st.st_ino = UInt(ino)
-        st.st_uid = uid
-        st.st_gid = gid
+        let owner = core.config.owner(of: item)
+        st.st_uid = owner.uid
+        st.st_gid = owner.gid
         st.st_blksize = 4096
         st.st_mode = FileSystem.fileType(item.kind) | mode_t(item.mode)
         st.st_nlink = 1
@@ -222,15 +222,26 @@ public final class FileSystem: @unchecked Sendable {
         if toSet & FUSE_SET_ATTR_MODE != 0 { mode = UInt32(attr.st_mode & 0o7777) }
         let mtime = time(toSet, FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr.st_mtim)
         let atime = time(toSet, FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr.st_atim)
-        // Ownership is the mounting user's; chown is accepted and changes nothing, as on other cloud mounts.
+        let owner = try newOwner(id, attr, toSet)
         var item: Item
-        if mode != nil || mtime != nil || atime != nil {
-            item = try core.setAttributes(id, mode: mode, mtime: mtime, atime: atime)
+        if mode != nil || mtime != nil || atime != nil || owner != nil {
+            item = try core.setAttributes(id, mode: mode, mtime: mtime, atime: atime, owner: owner)
         } else {
             guard case .real(let cur)? = node(id) else { throw .notFound }
             item = cur
         }
         reply.attr(attributes(item, ino: ino), timeout: cacheTimeout)
+    }
+
+    /// The owner that setattr sets (chown, chgrp, or both), or nil. The kernel has checked that the caller may
+    /// (default_permissions); the setuid and setgid bits a chown clears come as a mode in the same request.
+    private func newOwner(_ id: String, _ attr: stat, _ toSet: Int32) throws(CoreError) -> Owner? {
+        guard toSet & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID) != 0 else { return nil }
+        guard case .real(let item)? = node(id) else { throw .notFound }
+        var owner = core.config.owner(of: item)
+        if toSet & FUSE_SET_ATTR_UID != 0 { owner.uid = attr.st_uid }
+        if toSet & FUSE_SET_ATTR_GID != 0 { owner.gid = attr.st_gid }
+        return owner
     }
 
     /// A time that setattr sets (`now` flag: the current time), or nil.
@@ -245,7 +256,8 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(dirID) { return reply.fail(.readOnly) }
         if isVersionsName(dirID, name) { return reply.fail(.exists) }
         do {
-            replyEntry(reply, try core.makeDirectory(parent: dirID, name: name, mode: UInt32(mode)))
+            let item = try core.makeDirectory(parent: dirID, name: name, mode: UInt32(mode), owner: reply.caller)
+            replyEntry(reply, item)
         } catch { reply.fail(error) }
     }
 
@@ -257,7 +269,7 @@ public final class FileSystem: @unchecked Sendable {
         if strlen(target) > WireRules.maxTargetBytes { return reply.fail(.nameTooLong) }
         guard let text = String(validatingCString: target) else { return reply.fail(.illegalByteSequence) }
         do {
-            replyEntry(reply, try core.createSymlink(parent: dirID, name: name, target: text))
+            replyEntry(reply, try core.createSymlink(parent: dirID, name: name, target: text, owner: reply.caller))
         } catch { reply.fail(error) }
     }
 
@@ -274,11 +286,14 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(dirID) { return reply.fail(.readOnly) }
         if isVersionsName(dirID, name) { return reply.fail(.exists) }
         do {
-            let perms = UInt32(mode & 0o7777)
+            let perms = UInt32(mode & 0o7777), owner = reply.caller
             switch mode & S_IFMT {
-            case S_IFIFO: replyEntry(reply, try core.createLocalNode(parent: dirID, name: name, kind: .fifo, mode: perms))
-            case S_IFSOCK: replyEntry(reply, try core.createLocalNode(parent: dirID, name: name, kind: .socket, mode: perms))
-            case S_IFREG, 0: replyEntry(reply, try core.createFile(parent: dirID, name: name, mode: perms))
+            case S_IFIFO, S_IFSOCK:
+                let kind: ItemKind = mode & S_IFMT == S_IFIFO ? .fifo : .socket
+                replyEntry(reply, try core.createLocalNode(parent: dirID, name: name, kind: kind, mode: perms,
+                                                           owner: owner))
+            case S_IFREG, 0:
+                replyEntry(reply, try core.createFile(parent: dirID, name: name, mode: perms, owner: owner))
             default: reply.fail(.notPermitted("device nodes are not supported"))
             }
         } catch { reply.fail(error) }
@@ -329,7 +344,7 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(dirID) { return reply.fail(.readOnly) }
         if isVersionsName(dirID, name) { return reply.fail(.exists) }
         do {
-            let (item, fd) = try core.createAndOpen(parent: dirID, name: name, mode: UInt32(mode))
+            let (item, fd) = try core.createAndOpen(parent: dirID, name: name, mode: UInt32(mode), owner: reply.caller)
             let file = OpenFile(id: item.id, fd: fd, writable: true)
             fi.pointee.fh = addHandle(file)
             _ = choosePassthrough(file, fi.pointee.fh)

@@ -94,6 +94,12 @@ final class Reply: @unchecked Sendable {
         return pid
     }
 
+    /// The user and group of the process that sent the request: the owner of what it creates.
+    var caller: Owner? {
+        guard let ctx = fuse_req_ctx(req)?.pointee else { return nil }
+        return Owner(uid: ctx.uid, gid: ctx.gid)
+    }
+
     // MARK: waiting
 
     /// Registers the interrupt callback: until `endWaiting`, an interrupt answers EINTR. False when the request

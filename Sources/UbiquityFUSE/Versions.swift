@@ -168,8 +168,8 @@ extension FileSystem {
         st.st_ino = UInt(ino)
         st.st_mode = mode
         st.st_nlink = mode & S_IFMT == S_IFDIR ? 2 : 1
-        st.st_uid = uid
-        st.st_gid = gid
+        st.st_uid = core.config.owner.uid // the mounting user's, as what it shows is not of this device alone
+        st.st_gid = core.config.owner.gid
         st.st_size = off_t(size)
         st.st_blksize = 4096
         st.st_mtim = timespec(tv_sec: Int(mtime / 1_000_000_000), tv_nsec: Int(mtime % 1_000_000_000))

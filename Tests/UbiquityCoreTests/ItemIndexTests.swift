@@ -43,6 +43,9 @@ struct ItemIndexTests {
         extras.conflicts = [WireConflict(id: "c1", sha256: Self.sha, size: 3, mtime: 4, device: "desktop")]
         extras.atime = 123; extras.device = "a device with a rather long name"
         items.append(extras)
+        var owned = file("f-owned")
+        owned.owner = Owner(uid: 65534, gid: .max)
+        items.append(owned)
         var link = file("l1", name: "link")
         link.kind = .symlink; link.target = "../a.txt"; link.remoteSHA = ""; link.localSHA = nil; link.size = 8
         link.remoteSize = 8

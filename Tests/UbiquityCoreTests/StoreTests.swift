@@ -119,8 +119,9 @@ import UbiquityTesting
         #expect(FileManager.default.fileExists(atPath: store.contentPath("kept")))
     }
 
-    /// A store made with the first schema (before links, atime and the entry change time): it opens, its items
-    /// read as before (no target, atime as mtime), and the new fields are kept from then on.
+    /// A store made with the first schema (before links, atime, the entry change time and owners): it opens, its
+    /// items read as before (no target, atime as mtime, the mounting user's), and the new fields are kept from
+    /// then on.
     @Test func storeWithTheFirstSchemaOpensAndKeepsTheNewFields() throws {
         try makeDirectories(path)
         do {
@@ -144,8 +145,9 @@ import UbiquityTesting
             var old = try #require(try store.loadItems().first)
             #expect(old.id == "old" && old.mtime == 7000 && old.atime == nil && old.entriesMTime == 0)
             #expect(old.shownATime == 7000)
-            #expect(old.target == nil)
+            #expect(old.target == nil && old.owner == nil)
             old.atime = 5000
+            old.owner = Owner(uid: 1234, gid: 5678)
             old.entriesMTime = 9000
             try store.save(old)
             var link = old
@@ -156,6 +158,8 @@ import UbiquityTesting
         let old = try #require(items.first { $0.id == "old" })
         #expect(old.atime == 5000 && old.shownATime == 5000)
         #expect(old.entriesMTime == 9000 && old.shownMTime == 9000)
+        #expect(old.owner == Owner(uid: 1234, gid: 5678))
+        #expect(items.first { $0.id == "l1" }?.owner == Owner(uid: 1234, gid: 5678))
         #expect(items.first { $0.id == "l1" }?.target == "../t")
     }
 
