@@ -23,17 +23,29 @@ static inline int ubq_fallocate(int fd, int mode, long long offset, long long le
 // Returns free heap memory to the system (malloc_trim(3)).
 static inline void ubq_trim_heap(void) { malloc_trim(0); }
 
-// Makes `dst` a copy of all of `src`: a reflink where the file system shares blocks (FICLONE), else an
-// in-kernel copy (copy_file_range(2)), so no byte passes through the process. Returns 0 or -errno.
+// Makes the empty file `dst` a copy of the first `length` bytes of `src`: a reflink where the file system
+// shares blocks (FICLONE), else an in-kernel copy (copy_file_range(2)) of each data segment, so no byte passes
+// through the process and holes stay holes (SEEK_DATA/SEEK_HOLE; a file system without them reports all data).
+// Returns 0 or -errno.
 static inline int ubq_copy_file(int dst, int src, long long length) {
     if (ioctl(dst, FICLONE, src) == 0) return 0;
-    off_t in = 0, out = 0;
-    while (in < length) {
-        ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)(length - in), 0);
-        if (n < 0) return -errno;
-        if (n == 0) break;
+    off_t data = 0;
+    while (data < length) {
+        data = lseek(src, data, SEEK_DATA);
+        if (data < 0) { if (errno == ENXIO) break; return -errno; } // only a hole is left
+        if (data >= length) break;
+        off_t hole = lseek(src, data, SEEK_HOLE);
+        if (hole < 0) return -errno;
+        if (hole > length) hole = length;
+        off_t in = data, out = data;
+        while (in < hole) {
+            ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)(hole - in), 0);
+            if (n < 0) return -errno;
+            if (n == 0) break; // the source ended early
+        }
+        data = hole;
     }
-    return 0;
+    return ftruncate(dst, length) == 0 ? 0 : -errno;
 }
 
 // Deallocates a range of a file, which then reads as zeros (fallocate(2) with PUNCH_HOLE, KEEP_SIZE).

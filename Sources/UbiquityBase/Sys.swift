@@ -32,6 +32,7 @@ public struct Errno: Error, Equatable, Hashable, CustomStringConvertible, Sendab
     public static let accessDenied = Errno(EACCES)
     public static let nameTooLong = Errno(ENAMETOOLONG)
     public static let noSpace = Errno(ENOSPC)
+    public static let quota = Errno(EDQUOT)
     public static let fileTooBig = Errno(EFBIG)
     public static let noData = Errno(ENODATA)
     public static let range = Errno(ERANGE)

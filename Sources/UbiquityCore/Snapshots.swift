@@ -84,24 +84,48 @@ extension Container {
         }
     }
 
-    /// What the pusher uploads for a dirty file: the content file itself while nobody writes it, else a copy
-    /// taken between two writes (in staging, removed by `done`). `generation` is the content's at that moment.
+    /// What the pusher hashes and uploads for a dirty file: a copy of its content taken between two writes (in
+    /// staging, removed by `done`), so that the bytes sent are the bytes hashed, whatever a program writes,
+    /// truncates or evicts meanwhile. `generation` is the content's at that moment. A copy made while a write
+    /// the gate does not see (FUSE passthrough) changed the file is taken again. When the store's disk has no
+    /// room for a copy and nobody writes the file, the content file itself goes (as before copies: a write
+    /// that comes meanwhile makes the remote refuse the bytes, and the upload is tried again).
     func contentForUpload(_ id: String) throws -> (path: String, generation: Int?, done: () -> Void) {
         let path = paths.content(id)
-        if read({ ($0.handles[id]?.writers ?? 0) == 0 }) { return (path, nil, {}) }
         let copy = paths.staging + "/snapshot-" + id
-        let generation = try gates.exclusive(id) { () throws -> Int in
-            let source = try FileDescriptor.open(path, O_RDONLY)
-            defer { source.close() }
-            let target = try FileDescriptor.open(copy, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
-            defer { target.close() }
-            try target.copyContent(of: source, length: Int64(try source.stat().st_size))
-            return mutate { (s: inout CoreState) -> Int in
-                s.fsyncedSinceSnapshot.remove(id)
-                return s.contentGeneration[id] ?? 0
-            } ?? 0
+        do {
+            for _ in 0..<3 {
+                if let generation = try gates.exclusive(id, { () throws -> Int? in try snapshot(id, path, to: copy) }) {
+                    return (copy, generation, { try? removeFile(copy) })
+                }
+            }
+        } catch let error as Errno where error == .noSpace || error == .quota {
+            try? removeFile(copy)
+            if read({ ($0.handles[id]?.writers ?? 0) == 0 }) { return (path, nil, {}) }
+            throw error
+        } catch {
+            try? removeFile(copy)
+            throw error
         }
-        return (copy, generation, { try? removeFile(copy) })
+        try? removeFile(copy)
+        throw RemoteError.localFile("\(self.path(of: id)) changed during each of 3 copies", cause: .busy)
+    }
+
+    /// Copies the content file to `copy` (the file's gate held); nil when the file changed under the copy.
+    private func snapshot(_ id: String, _ path: String, to copy: String) throws -> Int? {
+        let source = try FileDescriptor.open(path, O_RDONLY)
+        defer { source.close() }
+        let target = try FileDescriptor.open(copy, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+        defer { target.close() }
+        let before = try source.stat()
+        try target.copyContent(of: source, length: Int64(before.st_size))
+        let after = try source.stat()
+        guard after.st_size == before.st_size, after.st_mtim.tv_sec == before.st_mtim.tv_sec,
+              after.st_mtim.tv_nsec == before.st_mtim.tv_nsec else { return nil }
+        return mutate { (s: inout CoreState) -> Int in
+            s.fsyncedSinceSnapshot.remove(id)
+            return s.contentGeneration[id] ?? 0
+        } ?? 0
     }
 }
 
