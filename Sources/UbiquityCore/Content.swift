@@ -77,17 +77,15 @@ extension Container {
     }
 
     /// Records a write through a handle (called by `write` before each one): the content is now dirty, made
-    /// durable before the write is acknowledged, so a crash never forgets that the file must be uploaded. Not
-    /// for an item without local content: that handle writes the copy a delete moved aside, and the item, of
-    /// the same id, came back by an edit elsewhere (its content is not this handle's).
+    /// durable before the write is acknowledged, so a crash never forgets that the file must be uploaded.
+    /// While a copy that a delete moved aside is held open, a write may be that copy's: the item, of the same
+    /// id, came back by an edit elsewhere, and its content is not the old handle's. Such writes mark nothing
+    /// (an open for writing of the item that came back marked it at the open).
     public func willWrite(_ id: String) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
-            guard var item = s.items[id], !item.deleted, item.hasLocal else { return }
+            guard s.unlinked[id] == nil, var item = s.items[id], !item.deleted else { return }
             s.contentGeneration[id, default: 0] += 1
-            if item.dirty { return }
-            item.dirty = true
-            item.localSHA = nil
-            try s.saveLocalChange(item)
+            try s.markWritten(&item)
         }
     }
 
@@ -233,6 +231,12 @@ extension CoreState {
                     do { try fd.truncate(0) } catch { throw CoreError.from(error) }
                 }
             }
+            // A copy of this id that a delete moved aside is held open: writes are not told apart from that
+            // copy's (see `willWrite`), so this writer counts as writing from its open.
+            if writable && unlinked[id] != nil {
+                try markWritten(&item)
+                contentGeneration[id, default: 0] += 1
+            }
         } catch {
             fd.close()
             throw error
@@ -245,6 +249,14 @@ extension CoreState {
         touch(id)
         recountContent(id) // created or truncated here, or grown by a writer not closed yet
         return .opened(fd)
+    }
+
+    /// The item's content changes here: dirty (durably) until it is uploaded.
+    mutating func markWritten(_ item: inout Item) throws(CoreError) {
+        if item.dirty { return }
+        item.dirty = true
+        item.localSHA = nil
+        try saveLocalChange(item)
     }
 
     mutating func closed(_ id: String, writable: Bool) {

@@ -1584,6 +1584,35 @@ extension Regression {
                 Step(.download, on: 3, seed: 0x634ab48f09faabd7, after: 1593000000),
              ]))
 
+    /// c holds a file open for writing and deletes it; b's edit brings it back (edit wins), c overwrites it, and
+    /// a's write wins the conflict with c's. Then c's old handle (on the copy the delete moved aside) writes and
+    /// closes: that write marked the item that came back dirty, and c pushed its own content again over a's,
+    /// which was lost. (Seed 76001624, shrunk.)
+    static let anOldHandlesWriteIsNotTheRevivedFiles = Regression(
+        "anOldHandlesWriteIsNotTheRevivedFiles",
+        Plan(seed: 76001624, devices: 3, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.01, dropResponse: 0.07, duplicate: 0.02, staleFeed: 0.04,
+                               slowTransfer: 0.04, corrupt: 0.03),
+             steps: [
+                Step(.pull, on: 2, seed: 0x63b3ec605bbf28ee, after: 2240000000),
+                Step(.create, on: 2, seed: 0x89afa51fcf877ffb, after: 4820000000),
+                Step(.pull, on: 1, seed: 0x735184dc5e4a0102, after: 470000000),
+                Step(.push, on: 2, seed: 0x4e1d788f02880e19, after: 4604000000),
+                Step(.beginWrite, on: 2, seed: 0x237624226a525b4f, after: 3424000000),
+                Step(.pull, on: 1, seed: 0xdd9414141a8db117, after: 345000000),
+                Step(.append, on: 1, seed: 0xe733a636d02187c6, after: 3894000000),
+                Step(.push, on: 1, seed: 0x6402b460581ab812, after: 1129000000),
+                Step(.delete, on: 2, seed: 0x3fa0a9e557269b89, after: 0),
+                Step(.push, on: 2, seed: 0x5c6ef6902140f1a1, after: 3420000000),
+                Step(.write, on: 2, seed: 0xd14a4bde9fb5ff5e, after: 395000000),
+                Step(.pull, on: 0, seed: 0x313c395f9676cea0, after: 4015000000),
+                Step(.write, on: 0, seed: 0xde7ac7340f37d12d, after: 3316000000),
+                Step(.delete, on: 1, seed: 0xd91c9b71f0879666, after: 4435000000),
+                Step(.push, on: 0, seed: 0x69de7d817137895, after: 4058000000),
+                Step(.pull, on: 2, seed: 0x508f5052084127c1, after: 4328000000),
+                Step(.push, on: 2, seed: 0x2a76c136ee483e82, after: 354000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -1622,5 +1651,6 @@ extension Regression {
         landedChangeNamedByTheRefusal,
         aRemoteMoveWinsOverThePullersName,
         landedPutAmongManySentFromOneBase,
+        anOldHandlesWriteIsNotTheRevivedFiles,
     ]
 }
