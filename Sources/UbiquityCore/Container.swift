@@ -605,13 +605,17 @@ extension CoreState {
         if item == unchanged { return item }
         item.ctime = now()
         if gone { unlinked[id] = item; return item }
+        // A folder's time set over the time its entries gave it goes up even when it is the time it had: the
+        // other devices took those entries as they arrived, and show them until a new version of the folder.
+        let folderTimeSet = mtime != nil && item.isDirectory && item.shownMTime != unchanged.shownMTime
         // The root's times, every access time and every owner are this device's alone: kept, not pushed.
-        if id == rootID || (item.mode == unchanged.mode && item.mtime == unchanged.mtime) {
+        if id == rootID || (item.mode == unchanged.mode && item.mtime == unchanged.mtime && !folderTimeSet) {
             do { try store.save(item) } catch { throw CoreError.from(error) }
             items[id] = item
         } else {
             item.metaDirty = true
             try saveLocalChange(item)
+            if folderTimeSet && hasPendingEntry(id) { timedAfterEntries.insert(id) }
         }
         // The content file carries the time too: a flush after this (the release of a handle closed just
         // before the utimens, as cp -p and rsync do) takes the time from the file and must find this one.
@@ -619,6 +623,11 @@ extension CoreState {
             setFileTime(paths.content(id), item.mtime)
         }
         return item
+    }
+
+    /// True when an entry of directory `id` has a change still to go up.
+    func hasPendingEntry(_ id: String) -> Bool {
+        (children[id] ?? [:]).contains { items[$0.value]?.isPending == true }
     }
 
     /// True if `ancestor` is `id` or one of its ancestors.

@@ -98,8 +98,10 @@ public struct Item: Equatable, Sendable {
 
     /// Takes the remote's state of the item: place, metadata, and the newest remote content.
     public mutating func adopt(_ w: WireItem) {
-        // A time set elsewhere shows as set, as a time set here does (Container.setAttributes).
-        if w.mtime != mtime { entriesMTime = 0 }
+        // A time set elsewhere shows as set, as a time set here does (Container.setAttributes). A folder's
+        // new version also covers the entries that arrived before it: its device pushes a time set after
+        // filling it once more after them (CoreState.timedAfterEntries).
+        if w.mtime != mtime || kind == .dir { entriesMTime = 0 }
         parent = w.parent
         name = w.name
         mode = w.mode

@@ -102,6 +102,11 @@ struct CoreState {
     /// Items deleted here whose delete the remote acknowledged at the given version, until the change feed has
     /// passed it: a page of the feed fetched before the delete must not bring them back.
     var settledDeletes: [String: Int64] = [:]
+    /// Folders whose time was set explicitly while entries of theirs still waited to go up (tar x, cp -a and
+    /// rsync -a set a folder's time after filling it): each goes up once more after them, so that the devices
+    /// that take those entries first show the time set, not the time the entries arrived (Model.adopt). Kept
+    /// in memory only: after a restart the folder shows its entries' time elsewhere, nothing worse.
+    var timedAfterEntries: Set<String> = []
     /// Since when (wall clock, ns) the remote cannot be reached, as the change feed last found; nil while it
     /// answers. While set, an open takes what is local at once instead of waiting out the download timeout.
     var offlineSince: Int64?

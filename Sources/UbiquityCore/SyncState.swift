@@ -61,6 +61,27 @@ extension Container {
     /// parent's create must be answered first). The journal is read only up to the `limit`th pushable item (it
     /// may hold thousands, under the lock).
     func nextPushableBatch(limit: Int) throws -> [String] {
+        let batch = try pushableBatch(limit: limit)
+        if !batch.isEmpty || read({ $0.timedAfterEntries.isEmpty }) { return batch }
+        try pushTimesAfterEntries()
+        return try pushableBatch(limit: limit)
+    }
+
+    /// Once nothing else waits to go up, the folders timed after their entries go up once more, with the time
+    /// they have (see `timedAfterEntries`).
+    private func pushTimesAfterEntries() throws {
+        try mutateThrowing { s in
+            guard try s.store.pendingCount() == 0 else { return }
+            for id in s.timedAfterEntries {
+                guard var dir = s.items[id], dir.isDirectory, !dir.deleted, !dir.isLocalOnly else { continue }
+                dir.metaDirty = true
+                try s.saveLocalChange(dir)
+            }
+            s.timedAfterEntries = []
+        }
+    }
+
+    private func pushableBatch(limit: Int) throws -> [String] {
         try read { s in
             let pushable = s.isPushable
             var oldest: [String] = []

@@ -9,6 +9,7 @@ items atomically and the swap reaches the other devices.
 import ctypes
 import errno
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -260,3 +261,46 @@ def test_a_time_set_right_after_close_stays(stub, mount_factory):
     time.sleep(0.5)
     run(BIN, "sync", "--wait", "--timeout", "30", m.path)
     assert [f.stat().st_mtime_ns for f in files] == [1_600_000_000_000_000_000 + i for i in range(40)]
+
+
+SET = 1115269505  # 2005-05-05 05:05:05 UTC
+
+
+def fill_and_time(how, src, dest):
+    """Puts the tree `src` (folders timed SET) at `dest` in the mount the way a user would."""
+    if how == "touch":
+        run("mkdir", "-p", dest / "sub")
+        run("touch", dest / "sub" / "f", dest / "sub" / "g")
+        run("touch", "-d", f"@{SET}", dest / "sub", dest)
+    elif how == "cp -a":
+        run("cp", "-a", src, dest)
+    elif how == "tar x":
+        run("tar", "-cf", src.parent / "tree.tar", "-C", src.parent, src.name)
+        run("tar", "-xf", src.parent / "tree.tar", "-C", dest.parent)
+    elif how == "rsync -a":
+        run("rsync", "-a", f"{src}/", dest)
+    else:
+        shutil.copytree(src, dest)
+
+
+@pytest.mark.parametrize("how", ["touch", "cp -a", "tar x", "rsync -a", "copytree"])
+def test_a_folder_time_set_after_filling_it_shows_on_a_device_that_was_online(two, tmp_path, how):
+    """tar, cp -a, rsync -a and shutil.copytree set a folder's time after filling it; a device that takes the
+    entries as they arrive shows that time too, not the time they arrived (and after a remount)."""
+    stub, a, b = two
+    src = tmp_path / "d"
+    (src / "sub").mkdir(parents=True)
+    for name in ("f", "g"):
+        (src / "sub" / name).write_text(name + "\n")
+    for folder in (src / "sub", src):
+        os.utime(folder, (SET, SET))
+    fill_and_time(how, src, a / "Documents" / "d")
+    assert times(a / "Documents" / "d" / "sub")[1] == SET
+    sync(a)
+    bsub = b / "Documents" / "d" / "sub"
+    wait_until(lambda: (bsub / "g").exists(), what="the entries on the desktop")
+    wait_until(lambda: times(bsub)[1] == SET and times(bsub.parent)[1] == SET,
+               what=f"the times set by {how} on the desktop: {times(bsub)[1]} {times(bsub.parent)[1]}")
+    b.unmount()
+    b.mount()
+    assert times(bsub)[1] == SET and times(bsub.parent)[1] == SET
