@@ -78,12 +78,13 @@ extension Container {
 
     /// Records a write through a handle (called by `write` before each one): the content is now dirty, made
     /// durable before the write is acknowledged, so a crash never forgets that the file must be uploaded.
-    /// While a copy that a delete moved aside is held open, a write may be that copy's: the item, of the same
-    /// id, came back by an edit elsewhere, and its content is not the old handle's. Such writes mark nothing
-    /// (an open for writing of the item that came back marked it at the open).
-    public func willWrite(_ id: String) throws(CoreError) {
+    /// `fd` is the handle's descriptor: while a copy that a delete moved aside is held open, a write through
+    /// it reaches that copy, not the item of the same id that an edit elsewhere brought back, and marks nothing
+    /// (nor does a write to an item without local content: no handle of it can be on its content).
+    public func willWrite(_ id: String, through fd: FileDescriptor? = nil) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
-            guard s.unlinked[id] == nil, var item = s.items[id], !item.deleted else { return }
+            guard var item = s.items[id], !item.deleted, item.hasLocal else { return }
+            if s.unlinked[id] != nil, let fd, !s.isContentFile(fd, of: id) { return }
             s.contentGeneration[id, default: 0] += 1
             try s.markWritten(&item)
         }
@@ -231,12 +232,6 @@ extension CoreState {
                     do { try fd.truncate(0) } catch { throw CoreError.from(error) }
                 }
             }
-            // A copy of this id that a delete moved aside is held open: writes are not told apart from that
-            // copy's (see `willWrite`), so this writer counts as writing from its open.
-            if writable && unlinked[id] != nil {
-                try markWritten(&item)
-                contentGeneration[id, default: 0] += 1
-            }
         } catch {
             fd.close()
             throw error
@@ -249,6 +244,13 @@ extension CoreState {
         touch(id)
         recountContent(id) // created or truncated here, or grown by a writer not closed yet
         return .opened(fd)
+    }
+
+    /// True when `fd` is on the item's content file (not on a copy that a delete moved aside).
+    func isContentFile(_ fd: FileDescriptor, of id: String) -> Bool {
+        var st = stat()
+        guard stat(paths.content(id), &st) == 0, let held = try? fd.stat() else { return false }
+        return held.st_ino == st.st_ino && held.st_dev == st.st_dev
     }
 
     /// The item's content changes here: dirty (durably) until it is uploaded.

@@ -330,9 +330,7 @@ struct Pusher {
         case .conflict(_, let holder):
             return try nameTaken(by: holder, error: error, wire: wire, pushed: item, pushedFirst: &pushedFirst)
         case .misplaced(let why):
-            // Done for now: what must go first (a revived parent) is the next push's choice.
-            try giveWay(pushed: item, why: why)
-            return true
+            return try giveWay(pushed: item, why: why)
         default:
             throw error
         }
@@ -427,25 +425,33 @@ struct Pusher {
         try container.takeFreeName(id, ifStillAt: pushed.place)
     }
 
-    /// The remote refused the item's place. Either its parent is gone there (deleted elsewhere while this
-    /// device put the item in it): the parent's tombstone is applied here, which revives the parent since it
-    /// holds this item (edit wins over delete), and the parent's push goes first. Or the parent lies below
-    /// the item there (two devices each moved one folder into the other): the move that reached the remote
-    /// first wins, and this item goes back to where the remote has it (or, if that place is gone or below it
-    /// here too, to the top of the container). Then the remote changes the puller refused meanwhile follow.
-    private func giveWay(pushed: Item, why: String) throws {
-        guard let parentID = pushed.parent else { return }
+    /// The remote refused the item's place. Returns true when done, false to look again. Either its parent is
+    /// not there yet (a new folder here whose create waits in the journal, as when a program makes a folder
+    /// and moves a file into it while the file's upload is under way): the parent goes first. Or the parent is
+    /// gone there (deleted elsewhere while this device put the item in it): the parent's tombstone is applied
+    /// here, which revives the parent since it holds this item (edit wins over delete), and the parent's push
+    /// goes first. Or the parent lies below the item there (two devices each moved one folder into the
+    /// other): the move that reached the remote first wins, and this item goes back to where the remote has
+    /// it (or, if that place is gone or below it here too, to the top of the container). Then the remote
+    /// changes the puller refused meanwhile follow.
+    private func giveWay(pushed: Item, why: String) throws -> Bool {
+        guard let parentID = pushed.parent else { return true }
         let parent: WireItem?
         do { parent = try container.remote.item(parentID) } catch RemoteError.notFound { parent = nil }
+        if parent == nil, container.isUnpushedFolder(parentID), !waiting.contains(parentID), waiting.count < 32 {
+            try pushFirst(parentID)
+            return false
+        }
         if let parent, parent.deleted || parent.kind != .dir {
             log.info("\(container.path(of: id)): its folder was deleted elsewhere; the folder comes back")
             container.sync.applyFetched([parent])
-            return
+            return true
         }
         let current: WireItem?
         do { current = try container.remote.item(id) } catch RemoteError.notFound { current = nil }
         try container.moveBack(id, ifStillAt: pushed.place, toWhereRemoteHas: current, why: why)
         container.sync.refetchRefused()
+        return true
     }
 
     private func uploadBlob(sha: String, size: Int64, path: String) throws {

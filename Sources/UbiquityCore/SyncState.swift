@@ -141,6 +141,11 @@ extension Container {
         }
     }
 
+    /// True when the item is a live folder here whose create has not landed on the remote yet.
+    func isUnpushedFolder(_ id: String) -> Bool {
+        read { s in s.items[id].map { $0.isDirectory && !$0.deleted && !$0.isLocalOnly && $0.remoteVersion == 0 } ?? false }
+    }
+
     /// True when a child in the way of directory `parent`'s delete has a change here that takes it out.
     func isTakenOut(_ child: String, of parent: String) -> Bool {
         read { s in

@@ -451,7 +451,7 @@ public final class FileSystem: @unchecked Sendable {
         if isKVID(file.id) { return kvWrite(reply, bufv, offset, file) }
         let n: Int
         do {
-            n = try core.write(file.id) { ubq_write_buf_to_fd(bufv, file.fd.raw, offset) }
+            n = try core.write(file.id, through: file.fd) { ubq_write_buf_to_fd(bufv, file.fd.raw, offset) }
         } catch {
             return reply.fail(error)
         }
@@ -465,7 +465,7 @@ public final class FileSystem: @unchecked Sendable {
         guard let file = file(fh), file.writable else { return reply.fail(AdapterError.badHandle) }
         do {
             // Like a write: the item turns dirty first, and no snapshot sees the change half done.
-            try core.write(file.id) {
+            try core.write(file.id, through: file.fd) {
                 Result { try file.fd.allocate(mode: mode, offset: Int64(offset), length: Int64(length)) }
             }.get()
             file.wrote = true

@@ -187,7 +187,7 @@ extension FileSystem {
     /// write (dirty, a new content generation).
     private func wroteUnseen(_ file: OpenFile) throws(CoreError) {
         guard case .passthrough = file.mode, backings.changedSinceLastLook(file) else { return }
-        try core.write(file.id) { () }
+        try core.write(file.id, through: file.fd) { () }
     }
 
     /// Before a status of item `id` (of the whole mount: the root) is answered: what its passthrough writers

@@ -134,7 +134,7 @@ extension World {
             throw Skip(why: "not ready")
         }
         defer { c.closed(id, writable: true) }
-        try c.willWrite(id)
+        try c.willWrite(id, through: fd)
         try fd.writeAll(bytes)
         fd.close()
         stamp(dev.container.contentPath(id))
@@ -258,7 +258,7 @@ extension World {
         defer { fd.close(); c.closed(f.id, writable: true) }
         supersede(dev, f, conflicts: false)
         deliberate(dev, f.id)
-        try c.willWrite(f.id)
+        try c.willWrite(f.id, through: fd)
         let bytes = newBytes(dev)
         try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: Int64(try fd.stat().st_size))
         stamp(dev.container.contentPath(f.id))
@@ -297,7 +297,7 @@ extension World {
     /// a new content generation, never halfway through a snapshot); at `offset`, or appended when nil.
     func writeThroughTheGate(_ c: Container, _ id: String, _ fd: FileDescriptor, _ bytes: [UInt8],
                              at offset: Int64?) throws {
-        try c.write(id) {
+        try c.write(id, through: fd) {
             Result {
                 let at = try offset ?? Int64(fd.stat().st_size)
                 try bytes.withUnsafeBytes { try fd.writeAll($0, at: at) }

@@ -186,7 +186,7 @@ import UbiquityTesting
         let results = try remote.batch([.put(edit, ifMatch: tomb.version, content: bytes("two"))])
         guard case .success(let revived)? = results.first else { Issue.record("the edit must land: \(results)"); return }
         #expect(eventually { dev.container.item(f.id)?.remoteVersion == revived.version })
-        try dev.container.write(f.id) { Result { try fd.writeAll(bytes(" more")) } }.get()
+        try dev.container.write(f.id, through: fd) { Result { try fd.writeAll(bytes(" more")) } }.get()
         try dev.container.flushed(f.id)
         let item = try #require(dev.container.item(f.id))
         #expect(!item.dirty && !item.hasLocal, "the write was not the revived file's")

@@ -1613,6 +1613,43 @@ extension Regression {
                 Step(.push, on: 2, seed: 0x2a76c136ee483e82, after: 354000000),
              ]))
 
+    /// c holds a file open for reading and deletes it; a's rename brings it back (edit wins); c opens it again
+    /// for writing, writes, and pushes a snapshot. The writes c made after that push marked nothing (the rule
+    /// then took every write while a moved-aside copy was held open for that copy's), and c's last content was
+    /// lost. Now the handle's descriptor tells whose write it is. (Seed 77001986, shrunk.)
+    static let aNewWriterBesideAnOldReaderOfADeletedCopy = Regression(
+        "aNewWriterBesideAnOldReaderOfADeletedCopy",
+        Plan(seed: 77001986, devices: 3, feedPage: 4,
+             rates: FaultRates(dropRequest: 0.02, dropResponse: 0.08, duplicate: 0.08, staleFeed: 0.01,
+                               slowTransfer: 0.17, corrupt: 0.04),
+             steps: [
+                Step(.pull, on: 2, seed: 0x15173cda8ae63ecb, after: 4754000000),
+                Step(.create, on: 2, seed: 0xc444184d474fcbab, after: 4669000000),
+                Step(.push, on: 2, seed: 0x4ccc77c950db33f3, after: 4700000000),
+                Step(.pull, on: 0, seed: 0x4f719e29d8655442, after: 4898000000),
+                Step(.pull, on: 1, seed: 0xad212a824063b8ee, after: 401000000),
+                Step(.beginWrite, on: 0, seed: 0x329fa4e365fcaf86, after: 0),
+                Step(.holdRead, on: 2, seed: 0x5c170c3addd377c, after: 2015000000),
+                Step(.crash, on: 0, seed: 0x7821433e2b82bd5d, after: 2051000000),
+                Step(.create, on: 1, seed: 0x6974c9e18c032f79, after: 1219000000),
+                Step(.create, on: 0, seed: 0x7246c6476e90f462, after: 3277000000),
+                Step(.push, on: 1, seed: 0x26dbc82682c7dc91, after: 2881000000),
+                Step(.mkdir, on: 0, seed: 0xf1feeae83c5ad10a, after: 3546000000),
+                Step(.delete, on: 2, seed: 0x5cef176a9cc65d57, after: 4914000000),
+                Step(.pull, on: 0, seed: 0xc6f106a075d9563f, after: 56000000),
+                Step(.rename, on: 0, seed: 0x9a3a01c72e70063f, after: 4759000000),
+                Step(.push, on: 0, seed: 0x8909bb9898d5afe9, after: 0),
+                Step(.create, on: 2, seed: 0x7369f10a629e0a31, after: 2004000000),
+                Step(.push, on: 2, seed: 0x1618b13f5605e0f0, after: 2130000000),
+                Step(.create, on: 2, seed: 0x815238d88db823ef, after: 96000000),
+                Step(.beginWrite, on: 2, seed: 0x8c89c315519e06a3, after: 4991000000),
+                Step(.write, on: 2, seed: 0xe72ed44f61bd1960, after: 4025000000),
+                Step(.move, on: 1, seed: 0xf518386b31ba8a7e, after: 4237000000),
+                Step(.push, on: 2, seed: 0x4ac5aba73e060b3e, after: 4993000000),
+                Step(.endRead, on: 1, seed: 0xa6b5232e0bc2fe8f, after: 3859000000),
+                Step(.push, on: 2, seed: 0x9512c57c7737b6a6, after: 3477000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -1652,5 +1689,6 @@ extension Regression {
         aRemoteMoveWinsOverThePullersName,
         landedPutAmongManySentFromOneBase,
         anOldHandlesWriteIsNotTheRevivedFiles,
+        aNewWriterBesideAnOldReaderOfADeletedCopy,
     ]
 }
