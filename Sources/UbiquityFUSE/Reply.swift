@@ -193,6 +193,8 @@ final class Reply: @unchecked Sendable {
 
     func written(_ count: Int) { _ = answer("write") { fuse_reply_write(req, count) } }
 
+    func offset(_ offset: off_t) { _ = answer("lseek") { fuse_reply_lseek(req, offset) } }
+
     func bytes(_ buf: UnsafeRawBufferPointer) {
         _ = answer("buffer") { fuse_reply_buf(req, buf.baseAddress?.assumingMemoryBound(to: CChar.self), buf.count) }
     }

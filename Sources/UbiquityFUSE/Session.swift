@@ -66,6 +66,7 @@ private func makeOperations() -> fuse_lowlevel_ops {
     ops.release = { req, _, fi in fs(req).release(fi!.pointee.fh); reply(req).ok() }
     ops.fsync = { req, _, _, fi in fs(req).fsync(reply(req), fi!.pointee.fh) }
     ops.fallocate = { req, _, mode, off, len, fi in fs(req).fallocate(reply(req), mode, off, len, fi!.pointee.fh) }
+    ops.lseek = { req, _, off, whence, fi in fs(req).seek(reply(req), off, whence, fi!.pointee.fh) }
     ops.opendir = { req, ino, fi in fs(req).opendir(reply(req), ino, fi!) }
     ops.readdir = { req, ino, size, off, fi in fs(req).readdir(reply(req), ino, size, off, fi!.pointee.fh, plus: false) }
     ops.readdirplus = { req, ino, size, off, fi in fs(req).readdir(reply(req), ino, size, off, fi!.pointee.fh, plus: true) }
