@@ -106,16 +106,25 @@ final class Downloads: @unchecked Sendable {
         waiters[id]?[token] = nil
     }
 
-    /// Queues a background transfer of the item unless one is queued or runs already.
+    /// Queues a background transfer of the item unless one is queued or runs already. From now on it shows as
+    /// downloading, without the last try's error: `download --wait` waits for this try, not that one.
     func start(_ id: String) {
         if !container.config.environment.backgroundTransfers { return queue(id) }
         lock.lock()
         let fresh = running.insert(id).inserted
         lock.unlock()
-        if fresh { scheduler.submit(id) }
+        guard fresh else { return }
+        container.update { s in
+            s.updateTransfer(id) {
+                $0.isDownloading = true
+                $0.downloadError = nil
+            }
+        }
+        scheduler.submit(id)
     }
 
     func finish(_ id: String, _ result: Result<Void, CoreError>) {
+        container.update { s in s.updateTransfer(id) { $0.isDownloading = false } }
         lock.lock()
         running.remove(id)
         let list = waiters.removeValue(forKey: id) ?? [:]

@@ -81,3 +81,21 @@ def test_a_hung_remote_fails_the_next_opens_at_once_and_downloads_go_on_when_it_
     wait_until(lambda: attr(docs / "two.txt", "downloadingStatus") == "current", timeout=60,
                what="the download asked for while the remote hung, once it answers")
     assert attr(m.path, "isOffline") == "0"
+
+
+def test_download_wait_right_after_the_remote_is_back_waits_for_the_new_try(stub, mount_factory):
+    """`ubiquityfs download --wait` of a file whose last download failed (the remote was away) waits for the new
+    try: it does not take the last try's error, still shown until the new try starts, for its own."""
+    a = mount_factory(stub, "laptop")
+    b = mount_factory(stub, "desktop")
+    (a / "Documents" / "later.txt").write_text("fetched once the remote is back\n")
+    run(BIN, "sync", "--wait", "--timeout", "30", a.path)
+    wait_until(lambda: (b / "Documents" / "later.txt").exists(), what="later.txt listed on b")
+    stub.stop()
+    wait_until(lambda: attr(b.path, "isOffline") == "1", what="b to see the remote gone")
+    assert run("cat", b / "Documents" / "later.txt", check=False).returncode == 1
+    assert attr(b / "Documents" / "later.txt", "downloadingError")
+    stub.start()
+    p = run(BIN, "download", "--wait", b / "Documents" / "later.txt", check=False, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (b / "Documents" / "later.txt").read_text() == "fetched once the remote is back\n"
