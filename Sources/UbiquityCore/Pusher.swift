@@ -133,7 +133,8 @@ struct Pusher {
     }
 
     /// The remote has a newer version than the one deleted here. Returns true when done.
-    private func deleteMeetsNewerVersion(_ current: WireItem?, yours: WireLastChange?, deleted item: Item) throws -> Bool {
+    private func deleteMeetsNewerVersion(_ current: WireItem?, yours: WireLastChange?,
+                                         deleted item: Item) throws -> Bool {
         guard let current, !current.deleted else {
             try container.forgetDeleted(id, tombstone: current?.version)
             return true
@@ -372,7 +373,8 @@ struct Pusher {
     private func landed(_ yours: WireLastChange?, pushed item: Item) throws -> WireItem? {
         if let yours, yours.version > item.remoteVersion {
             let sent = try container.landedPut(id, change: yours.change)
-            log.debug("push \(id): this device's change \(yours.change.prefix(8)) landed at \(yours.version)\(sent == nil ? ", not among those kept" : "")")
+            let kept = sent == nil ? ", not among those kept" : ""
+            log.debug("push \(id): this device's change \(yours.change.prefix(8)) landed at \(yours.version)\(kept)")
             if let sent { return sent }
         }
         return item.remoteVersion == 0 ? try container.sentCreate(id) : nil
@@ -411,7 +413,9 @@ struct Pusher {
         if try !container.markSent([(aside, pushed.remoteVersion, change)]).isEmpty { return }
         let stored: WireItem
         do { stored = try container.remote.putItem(aside, ifMatch: pushed.remoteVersion, change: change) } catch {
-            if case RemoteError.alreadyApplied(let version, _) = error { return try container.rebasePush(id, version: version) }
+            if case RemoteError.alreadyApplied(let version, _) = error {
+                return try container.rebasePush(id, version: version)
+            }
             throw error
         }
         log.info("\(container.path(of: id)) steps aside on the remote for a move that takes its name")

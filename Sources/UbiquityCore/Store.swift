@@ -318,6 +318,9 @@ public final class Store: @unchecked Sendable {
         excluded, uid, gid
         """
 
+    private static let insertItem = "INSERT OR REPLACE INTO items(\(columns)) VALUES("
+        + Array(repeating: "?", count: 26).joined(separator: ",") + ")"
+
     /// Every item in the store, each knowing whether a folder above it is local-only.
     func loadItems() throws -> [Item] {
         var byID: [String: Item] = [:]
@@ -406,7 +409,7 @@ public final class Store: @unchecked Sendable {
     }
 
     private func write(_ item: Item) throws {
-        try db.query("INSERT OR REPLACE INTO items(\(Store.columns)) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        try db.query(Store.insertItem, [
             .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name), .text(item.kind.rawValue),
             .int(Int64(item.mode)), .int(item.mtime), .int(item.ctime), .int(item.size),
             .int(item.remoteVersion), .text(item.remoteSHA), .int(item.remoteSize), .text(item.device),

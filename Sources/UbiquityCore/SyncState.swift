@@ -143,7 +143,9 @@ extension Container {
 
     /// True when the item is a live folder here whose create has not landed on the remote yet.
     func isUnpushedFolder(_ id: String) -> Bool {
-        read { s in s.items[id].map { $0.isDirectory && !$0.deleted && !$0.isLocalOnly && $0.remoteVersion == 0 } ?? false }
+        read { s in
+            s.items[id].map { $0.isDirectory && !$0.deleted && !$0.isLocalOnly && $0.remoteVersion == 0 } ?? false
+        }
     }
 
     /// True when a child in the way of directory `parent`'s delete has a change here that takes it out.
@@ -300,12 +302,12 @@ extension Container {
             for put in puts {
                 let id = put.item.id
                 guard s.items[id] != nil else { gone.insert(id); continue }
-                if put.ifMatch == nil { try s.store.markCreateSent(id, String(decoding: try JSONEncoder().encode(put.item), as: UTF8.self)) }
+                if put.ifMatch == nil { try s.store.markCreateSent(id, try Self.json(put.item)) }
                 var kept = try Self.sentPuts(s.store, id)
                 if kept.last?.change == put.change.id { continue }
                 kept.append(SentPut(change: put.change.id, item: put.item))
                 if kept.count > SentPut.kept { kept.removeFirst(kept.count - SentPut.kept) }
-                try s.store.setSentPuts(id, String(decoding: try JSONEncoder().encode(kept), as: UTF8.self))
+                try s.store.setSentPuts(id, try Self.json(kept))
             }
             return gone
         }
@@ -314,6 +316,10 @@ extension Container {
     /// The item as this device sent it in the put whose change id is `change`, when it is among those kept.
     func landedPut(_ id: String, change: String) throws -> WireItem? {
         try read { s in try Self.sentPuts(s.store, id).last { $0.change == change }?.item }
+    }
+
+    private static func json(_ value: some Encodable) throws -> String {
+        String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
     }
 
     private static func sentPuts(_ store: Store, _ id: String) throws -> [SentPut] {

@@ -476,7 +476,7 @@ public final class FileSystem: @unchecked Sendable {
     /// SEEK_DATA and SEEK_HOLE (the kernel answers the other whences itself): where the handle's content file
     /// has data and holes, as the store's file system keeps them; ENXIO past the end, as on ext4.
     func seek(_ reply: Reply, _ offset: off_t, _ whence: Int32, _ fh: UInt64) {
-        // SEEK_DATA and SEEK_HOLE (Linux's values; Glibc's module leaves them out without _GNU_SOURCE).
+        // Linux's values: Glibc's module leaves them out without _GNU_SOURCE.
         let seekData: Int32 = 3, seekHole: Int32 = 4
         guard let file = file(fh) else { return reply.fail(AdapterError.badHandle) }
         guard whence == seekData || whence == seekHole else { return reply.fail(Errno.invalid) }

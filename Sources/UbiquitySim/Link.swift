@@ -100,7 +100,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
             }
             let stored = try remote.putItem(item, ifMatch: ifMatch, change: change)
             world.reached(device, stored)
-            simLog.debug("remote: \(device) put \(item.id.prefix(6)) '\(item.name)' over \(ifMatch ?? 0): \(stored.version)")
+            simLog.debug("remote: \(device) put \(item.id.prefix(6)) '\(item.name)' over \(ifMatch ?? 0): "
+                         + "\(stored.version)")
             return stored
         }
     }

@@ -309,8 +309,12 @@ extension World {
     /// due, and that content must reach the remote unless this device replaces it later (its next write).
     func fsyncWrite(_ dev: SimDevice) throws -> String {
         let c = dev.container!
-        guard let id = rng.pick(dev.openWrites.keys.sorted()), let fd = dev.openWrites[id] else { throw Skip(why: "nothing open") }
-        guard let item = c.item(id), try writesTheItem(fd, c, id) else { throw Skip(why: "the file it opened is deleted") }
+        guard let id = rng.pick(dev.openWrites.keys.sorted()), let fd = dev.openWrites[id] else {
+            throw Skip(why: "nothing open")
+        }
+        guard let item = c.item(id), try writesTheItem(fd, c, id) else {
+            throw Skip(why: "the file it opened is deleted")
+        }
         supersede(dev, item, conflicts: false)
         deliberate(dev, id)
         let bytes = newBytes(dev)

@@ -364,7 +364,8 @@ struct Reply {
     }
 
     /// The message also goes in `X-Error` (one line of printable ASCII), for HEAD, whose answer has no body.
-    static func error(_ status: Int, _ message: String, current: WireItem? = nil, yours: WireLastChange? = nil) -> Reply {
+    static func error(_ status: Int, _ message: String, current: WireItem? = nil,
+                      yours: WireLastChange? = nil) -> Reply {
         let line = String(String.UnicodeScalarView(message.unicodeScalars.map { $0.value >= 32 && $0.value < 127 ? $0 : "?" }).prefix(300))
         return json(status, WireError(error: message, current: current, yours: yours), headers: [("X-Error", line)])
     }

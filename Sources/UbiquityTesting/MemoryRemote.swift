@@ -254,7 +254,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     /// The 412 of a write whose condition no longer holds, with the asking device's last applied change.
     private func moved(_ current: WireItem, _ change: WireChangeID?) -> RemoteError {
         let last = change.flatMap { appliedChanges[current.id + "/" + $0.device] }
-        return .preconditionFailed(current: current, yours: last.map { WireLastChange(change: $0.change, version: $0.version) })
+        let yours = last.map { WireLastChange(change: $0.change, version: $0.version) }
+        return .preconditionFailed(current: current, yours: yours)
     }
 
     private func recordChange(_ id: String, _ change: WireChangeID?, digest: String, version: Int64) {
