@@ -3,7 +3,9 @@
 // What must hold: one event is one `write(2)` of one whole line, taken under `lock`, so lines of several threads
 // never interleave. The message is built (and the autoclosure run) before the lock is taken, never under it.
 // `configure` runs once at start, before other threads log: `level` is read without the lock. A log file that
-// cannot be opened leaves the output on stderr; logging never throws and never fails an operation.
+// cannot be opened leaves the output on stderr; logging never throws and never fails an operation. Lines that
+// a full disk refuses are counted, the last warnings and errors among them kept, and both written once it
+// takes lines again.
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -48,7 +50,33 @@ public final class Log: @unchecked Sendable {
                            tm.tm_hour, tm.tm_min, tm.tm_sec, Int((now / 1_000_000) % 1000))
         let line = "\(stamp) \(level.label) [\(subsystem)] \(message())\n"
         lock.lock(); defer { lock.unlock() }
-        _ = line.withCString { Glibc.write(fd, $0, strlen($0)) }
+        if lost > 0 {
+            guard append("\(stamp) WARN [log] \(lost) line(s) lost: the log's disk was full\n") else {
+                return keepLost(line, level)
+            }
+            for kept in lostWarnings { _ = append(kept) }
+            lost = 0
+            lostWarnings = []
+        }
+        if !append(line) { keepLost(line, level) }
+    }
+
+    /// Lines that could not be written (the log's disk is full), and the last warnings and errors among them,
+    /// written once there is room again.
+    private var lost = 0
+    private var lostWarnings: [String] = []
+    private static let lostWarningsKept = 20
+
+    private func keepLost(_ line: String, _ level: LogLevel) {
+        lost += 1
+        guard level >= .warning else { return }
+        lostWarnings.append(line)
+        if lostWarnings.count > Log.lostWarningsKept { lostWarnings.removeFirst() }
+    }
+
+    /// Writes one line whole; false when it could not (a full disk).
+    private func append(_ line: String) -> Bool {
+        line.withCString { Glibc.write(fd, $0, strlen($0)) == strlen($0) }
     }
 }
 

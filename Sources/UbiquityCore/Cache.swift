@@ -128,10 +128,31 @@ extension CoreState {
     mutating func scanContent() {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.content)) ?? []
         for name in names where !name.contains(".") { recount(name) }
+        dropRecordsOfEvictedCopies(present: Set(names))
         do { cache.lastUsed = try store.lastUsedTimes().filter { items[$0.key] != nil } } catch {
             log.error("cannot read when local copies were last used (eviction takes them in no order): \(error)")
         }
         cache.savedLastUsed = cache.lastUsed
+    }
+
+    /// A copy evicted on a full disk is removed before its record is written (`evictOnFullDisk`): a stop in
+    /// between leaves a clean, uploaded file that the store lists as local with no content file. It is not
+    /// local: it is fetched again when opened (at start, before any other thread).
+    private mutating func dropRecordsOfEvictedCopies(present: Set<String>) {
+        let lost = items.values(with: .hasLocal).filter { item in
+            guard item.kind == .file, item.hasLocal, !item.deleted, case .clean = item.localContent else { return false }
+            return item.remoteVersion != 0 && !item.isLocalOnly && !present.contains(item.id)
+        }
+        for item in lost {
+            var gone = item
+            gone.hasLocal = false
+            gone.localSHA = nil
+            items[gone.id] = gone
+            log.info("\(item.name) (\(item.id)) lost its local copy to a full disk; it is fetched again when opened")
+            do { try store.save(gone) } catch {
+                log.warning("cannot record that \(item.name) is not local (the next start tries again): \(error)")
+            }
+        }
     }
 
     /// Re-measures the content file of `name` (an item id, or an unlinked copy's file name) and wakes the
@@ -181,6 +202,51 @@ extension CoreState {
         onCommit { s in s.cache.recordEviction(Eviction(time: s.now(), bytes: bytes, path: path)) }
         log.info("evicted \(path) (\(bytes) bytes) for the local store limit")
         return bytes
+    }
+
+    /// On a disk too full to record an operation even without the store's reserve: evicts the least recently
+    /// used copy that may go, its file before its record, so that the operation can run again in the room it
+    /// gave back. False when no copy may go. (Outside any transaction, after the operation's rollback.)
+    mutating func evictCopyForRoom() -> Bool {
+        for id in CacheAccount.leastRecentlyUsed(cache.order) {
+            if evictOnFullDisk(id) > 0 { return true }
+        }
+        return false
+    }
+
+    /// Evicts one file with no room to record it: its copy (clean and on the remote) goes first; the item is
+    /// not local in memory at once, and in the store once `recordEvictedCopies` (after the next commit), its
+    /// next save or the next start (`dropRecordsOfEvictedCopies`) writes it. Returns the bytes given back, 0
+    /// when the file cannot go now.
+    private mutating func evictOnFullDisk(_ id: String) -> Int64 {
+        guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { return 0 }
+        let bytes = cache.size(id)
+        guard bytes > 0 else { return 0 }
+        try? removeFile(paths.content(id))
+        recountContent(id)
+        var gone = item
+        gone.hasLocal = false
+        gone.localSHA = nil
+        items[id] = gone
+        notice(.changed(id, content: true))
+        let path = path(of: id)
+        cache.recordEviction(Eviction(time: now(), bytes: bytes, path: path))
+        log.info("evicted \(path) (\(bytes) bytes) before its record, the store's disk being full")
+        unrecordedEvictions.insert(id)
+        return bytes
+    }
+
+    /// Writes the records of the copies evicted before them, in a transaction of their own; those that do not
+    /// fit yet wait for the next commit.
+    mutating func recordEvictedCopies() {
+        do {
+            try store.begin()
+            for id in unrecordedEvictions { if let item = items[id] { try store.save(item) } }
+            try store.commit()
+            unrecordedEvictions = []
+        } catch {
+            store.rollBack()
+        }
     }
 }
 
@@ -248,10 +314,14 @@ extension Container {
     func evictIfNeeded() {
         let free = freeBytes()
         let minFree = config.minFreeBytes
-        let short = minFree > 0 && free < minFree ? minFree + minFree / 10 - free : 0
+        let belowMinimum = minFree > 0 && free < minFree ? minFree + minFree / 10 - free : 0
         // Reserved bytes are the downloads' own business (`makeRoom`): an install counts its file before it lets
         // go of its reservation, and the evictor must not see that file twice.
         let over = read { $0.cache.used > config.cacheLimit }
+        // Without its reserve the store cannot record what frees room, nor take remote changes: make room for
+        // the reserve and as much again, whatever the limits say.
+        let roomless = read { !$0.store.hasRoom }
+        let short = max(belowMinimum, roomless ? 2 * Store.reserveBytes - free : 0)
         guard over || short > 0 else { return }
         let target = over ? lowWaterMark : config.cacheLimit
         evictLeastRecentlyUsed(until: { s, freed in s.cache.used <= target && freed >= short })

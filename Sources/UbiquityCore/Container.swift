@@ -117,10 +117,14 @@ public final class Container: @unchecked Sendable {
 
     /// Fetches the remote's current tree once (waiting for nothing), then starts the background loops.
     public func start(initialSync: Bool) throws {
-        if initialSync { try sync.pullUntilCaughtUp() }
+        if initialSync {
+            do { try sync.pullUntilCaughtUp() } catch where CoreError.from(error) == .noSpace {
+                Logger("sync").warning("the store's disk is full: remote changes wait until there is room")
+            }
+        }
         trimHeap() // give back what loading and the first sync left free
         sync.start()
-        if config.environment.backgroundTransfers && (config.cacheLimit != .max || config.minFreeBytes > 0) {
+        if config.environment.backgroundTransfers { // also without limits: a full disk needs it
             evictor = Evictor(container: self)
             evictor?.start()
             evictor?.wake()
@@ -177,9 +181,9 @@ public final class Container: @unchecked Sendable {
     }
 
     /// `mutate` for an operation that throws errors other than CoreError (the sync loops').
-    func mutateThrowing<T>(_ body: (inout CoreState) throws -> T) throws -> T {
+    func mutateThrowing<T>(usingReserve: Bool = true, _ body: (inout CoreState) throws -> T) throws -> T {
         let (result, effects) = state.withLock { s -> (Result<T, Error>, Effects) in
-            let result = Result { try s.transact(body) }
+            let result = Result { try s.transact(usingReserve: usingReserve, body) }
             defer { s.effects = Effects() }
             return (result, s.effects)
         }

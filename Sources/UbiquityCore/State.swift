@@ -110,6 +110,12 @@ struct CoreState {
     /// Since when (wall clock, ns) the remote cannot be reached, as the change feed last found; nil while it
     /// answers. While set, an open takes what is local at once instead of waiting out the download timeout.
     var offlineSince: Int64?
+    /// Since when remote changes wait for room on the store's disk; nil while they are applied.
+    var storeFullSince: Int64?
+    /// Copies evicted on a full disk before their record was written (`evictCopyForRoom`).
+    var unrecordedEvictions: Set<String> = []
+    /// How many copies one operation may evict to find room for its record.
+    static let evictionsForRoom = 4
     /// False until the remote's feed has been applied to the end once: the tree that arrives in a fresh store is
     /// the remote's as it is, not a change of its folders' entries (their mtimes stay the synced ones).
     var caughtUp = false
@@ -142,9 +148,13 @@ struct CoreState {
 
     /// Runs one operation as one transaction: its store writes commit together, or neither they nor its changes
     /// of the index happen. A full disk gives up the store's reserve and runs the operation once more (so that
-    /// a delete, which frees space, can still be recorded). Called by `Container.mutate` under the lock.
-    mutating func transact<T>(_ body: (inout CoreState) throws -> T) throws -> T {
+    /// a delete, an eviction or an upload's answer, which lead to free space, can still be recorded); when
+    /// the reserve is gone already, a copy that may go is evicted before its record (`evictCopyForRoom`), up
+    /// to `evictionsForRoom` times. Not when `usingReserve` is false: what only takes space, as remote changes
+    /// do, leaves both to those. Called by `Container.mutate` under the lock.
+    mutating func transact<T>(usingReserve: Bool = true, _ body: (inout CoreState) throws -> T) throws -> T {
         var retried = false
+        var evictions = 0
         while true {
             items.undo = []
             children.undo = []
@@ -159,6 +169,7 @@ struct CoreState {
                 let actions = commitActions
                 commitActions = []
                 for action in actions { action(&self) }
+                if !unrecordedEvictions.isEmpty { recordEvictedCopies() }
                 return result
             } catch {
                 store.rollBack()
@@ -166,7 +177,9 @@ struct CoreState {
                 children.rollBack()
                 commitActions = []
                 effects = before
-                if !retried && store.giveUpReserve(after: error) { retried = true; continue }
+                if usingReserve && !retried && store.giveUpReserve(after: error) { retried = true; continue }
+                if usingReserve && CoreError.from(error) == .noSpace && evictions < CoreState.evictionsForRoom
+                    && evictCopyForRoom() { evictions += 1; continue }
                 throw error
             }
         }

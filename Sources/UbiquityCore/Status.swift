@@ -151,15 +151,18 @@ extension Container {
     var offlineSince: Int64? { read { $0.offlineSince } }
 
     /// The attributes of the mount root alone, by name without the `user.ubiquity.` prefix, in listing order:
-    /// how many changes wait to upload, whether (and since when, in UTC) the remote is away, and the local
+    /// how many changes wait to upload, whether (and since when, in UTC) the remote is away, whether (and
+    /// since when) remote changes wait for room on the store's full disk, and the local
     /// store's usage, limit and latest evictions (read-only).
     public func rootAttributes() throws(CoreError) -> [(name: String, value: String)] {
-        let since = read { $0.offlineSince }
+        let (since, fullSince) = read { ($0.offlineSince, $0.storeFullSince) }
         let pending: Int
         do { pending = try pendingChanges } catch { throw CoreError.from(error) }
         var list = [(name: "pendingChanges", value: String(pending)),
                     (name: "isOffline", value: since == nil ? "0" : "1")]
         if let since { list.append((name: "offlineSince", value: iso8601(nanoseconds: since))) }
+        list.append((name: "isStoreFull", value: fullSince == nil ? "0" : "1"))
+        if let fullSince { list.append((name: "storeFullSince", value: iso8601(nanoseconds: fullSince))) }
         let cache = cacheStatus()
         list.append((name: "cacheUsed", value: String(cache.used)))
         list.append((name: "cacheLimit", value: cache.limit.map(String.init) ?? "none"))

@@ -23,7 +23,7 @@ extension Container {
     /// Fetches one page of the change feed without waiting and applies it. Returns true when more pages wait.
     public func pullOnce() throws -> Bool {
         let batch = try remote.changes(since: sync.feedToken, waitSeconds: 0)
-        sync.apply(batch)
+        try sync.apply(batch)
         return batch.more
     }
 

@@ -64,13 +64,23 @@ public final class Store: @unchecked Sendable {
     }
 
     private var reservePath: String { directory + "/reserve" }
+    /// The size of the reserve.
+    static let reserveBytes: Int64 = 1 << 20
     private var hasReserve = false
+
+    /// Whether the reserve is in place, making it again first if there is room for it: false while the disk is
+    /// too full for it. What only takes space (remote changes) waits for this, so that the reserve and what
+    /// eviction frees go to what leads to room: upload answers, evictions, deletes.
+    var hasRoom: Bool {
+        keepReserve()
+        return hasReserve
+    }
 
     /// Makes sure the reserve file exists (quietly does nothing when there is no room for it).
     private func keepReserve() {
         guard !hasReserve else { return }
         if let fd = try? FileDescriptor.open(reservePath, O_WRONLY | O_CREAT, mode: 0o600) {
-            hasReserve = posix_fallocate(fd.raw, 0, 1 << 20) == 0
+            hasReserve = posix_fallocate(fd.raw, 0, off_t(Store.reserveBytes)) == 0
             fd.close()
             if !hasReserve { try? removeFile(reservePath) }
         }

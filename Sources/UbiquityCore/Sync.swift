@@ -95,10 +95,15 @@ final class SyncLoops: @unchecked Sendable {
     func pullUntilCaughtUp() throws {
         while true {
             let batch = try container.remote.changes(since: feedToken, waitSeconds: 0)
-            apply(batch)
+            try apply(batch)
             if !batch.more { return }
         }
     }
+
+    /// True while remote changes wait for room on the store's disk (the pull loop's own).
+    private var waitingForRoom = false
+    /// How often the pull loop looks again for room on a full store disk.
+    static let roomPollNanoseconds: Int64 = 2_000_000_000
 
     private func pullLoop() {
         var backoff = Backoff.sync
@@ -112,8 +117,16 @@ final class SyncLoops: @unchecked Sendable {
                 if isStopping { return }
                 container.remoteAnswered()
                 failed = false
-                apply(batch)
+                try apply(batch)
+                if waitingForRoom { log.info("the store has room again: remote changes are applied") }
+                waitingForRoom = false
                 backoff.reset()
+            } catch where !(error is RemoteError) && CoreError.from(error) == .noSpace {
+                // The store's disk is full: the changes wait (the feed position stays) while the evictor and
+                // the pusher make room, and are fetched again once the reserve is back.
+                if !waitingForRoom { log.warning("the store's disk is full: remote changes wait until there is room") }
+                waitingForRoom = true
+                sleepUnlessStopping(SyncLoops.roomPollNanoseconds)
             } catch {
                 if isStopping { return } // the container may be going: touch nothing of it
                 log.warning("change feed: \(error)")
@@ -140,19 +153,21 @@ final class SyncLoops: @unchecked Sendable {
 
     /// Applies one batch of remote items and records the new feed position, in one store transaction; then
     /// the changes refused before, whose obstacle the batch may have moved.
-    func apply(_ batch: WireChanges) {
-        apply(batch.items, token: batch.token)
+    func apply(_ batch: WireChanges) throws {
+        try apply(batch.items, token: batch.token)
         if !batch.more { container.markCaughtUp() }
         refetchRefused()
     }
 
     /// Applies items fetched one by one (no feed position): the entry for the pusher, which takes a remote
     /// state it fetched as a pull would take it.
-    func applyFetched(_ items: [WireItem]) { apply(items, token: nil) }
+    func applyFetched(_ items: [WireItem]) {
+        do { try apply(items, token: nil) } catch { log.error("cannot apply remote changes: \(error)") }
+    }
 
     /// Applies remote items, and the feed position they bring (nil: items fetched one by one, no position).
-    private func apply(_ items: [WireItem], token: String?) {
-        container.applyRemote(items, token: token)
+    private func apply(_ items: [WireItem], token: String?) throws {
+        try container.applyRemote(items, token: token)
         if !items.isEmpty { wakePusher() }
     }
 
@@ -175,7 +190,7 @@ final class SyncLoops: @unchecked Sendable {
                 break
             }
         }
-        if !items.isEmpty { apply(items, token: nil) }
+        if !items.isEmpty { applyFetched(items) }
     }
 
     // MARK: push

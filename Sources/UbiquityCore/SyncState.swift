@@ -18,18 +18,26 @@ extension Container {
     var feedToken: String? { get throws { try read { s in try s.store.meta("token") } } }
 
     /// Applies remote items and the feed position they bring (nil: items fetched one by one), in one store
-    /// transaction; pinned files whose content changed start downloading after it.
-    func applyRemote(_ items: [WireItem], token: String?) {
+    /// transaction; pinned files whose content changed start downloading after it. On a full store disk they
+    /// wait (the caller tries again later) and leave the store's reserve alone: the evictor needs it to make
+    /// room, and the pusher to record the uploads that let it.
+    func applyRemote(_ items: [WireItem], token: String?) throws {
         do {
-            try mutateThrowing { s in
+            try mutateThrowing(usingReserve: false) { s in
+                guard s.store.hasRoom else { throw CoreError.noSpace }
                 for w in items { try s.applyRemoteItem(w) }
                 if let token { try s.store.setMeta("token", token) }
                 if token != nil, let newest = items.map(\.version).max() {
                     s.settledDeletes = s.settledDeletes.filter { $0.value > newest }
                 }
+                s.storeFullSince = nil
             }
         } catch {
-            pullLog.error("cannot apply remote changes: \(error)")
+            if CoreError.from(error) == .noSpace {
+                update { s in if s.storeFullSince == nil { s.storeFullSince = s.now() } }
+                evictor?.wake()
+            }
+            throw error
         }
     }
 

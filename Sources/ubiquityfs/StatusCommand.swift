@@ -42,9 +42,10 @@ enum StatusCommand {
         return String(decoding: buf[0..<n], as: UTF8.self)
     }
 
-    /// What only the mount root shows: changes waiting, whether the remote is away, and the local store's usage,
-    /// limit and recent evictions.
-    static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "cacheUsed", "cacheLimit", "recentlyEvicted"]
+    /// What only the mount root shows: changes waiting, whether the remote is away, whether the store's disk is
+    /// full, and the local store's usage, limit and recent evictions.
+    static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "isStoreFull", "storeFullSince",
+                            "cacheUsed", "cacheLimit", "recentlyEvicted"]
 
     /// A fifo or socket in a mount: the kernel lets no `user.*` attribute be read on one, so its status is told
     /// by its kind (always local-only, as the file system keeps it) once its folder shows it is in a mount.
@@ -70,7 +71,7 @@ enum StatusCommand {
     /// The names whose values are `0`/`1`, and those that are counts: `--json` gives them as JSON booleans and
     /// numbers, as the live query does (docs/QUERY.md); every other value stays a string.
     static let flagNames: Set = ["isUbiquitous", "isDownloading", "isUploaded", "isUploading", "hasUnresolvedConflicts",
-                                 "pinned", "isExcludedFromSync", "isOffline"]
+                                 "pinned", "isExcludedFromSync", "isOffline", "isStoreFull"]
     static let numberNames: Set = ["percentDownloaded", "percentUploaded", "size", "pendingChanges", "cacheUsed",
                                    "cacheLimit"]
 
@@ -168,6 +169,9 @@ enum StatusCommand {
         let used = humanSize(Int64(r["cacheUsed"] ?? "0") ?? 0)
         let limit = Int64(r["cacheLimit"] ?? "").map(humanSize) ?? "none"
         print("\nlocal store of \(r["path"] ?? ""): \(used) used, limit \(limit)")
+        if r["isStoreFull"] == "1" {
+            print("its disk is full since \(r["storeFullSince"] ?? "?"): changes from other devices wait for room")
+        }
         let lines = (r["recentlyEvicted"] ?? "").split(separator: "\n")
         guard let summary = lines.first else { return }
         print("evicted: \(summary)")

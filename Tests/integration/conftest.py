@@ -386,6 +386,22 @@ def small_disk_at(tmp_path, megabytes):
         run("umount", "-l", disk, check=False)
 
 
+@contextlib.contextmanager
+def small_ext4_at(tmp_path, megabytes):
+    """A loop-mounted ext4 file system of `megabytes` MiB for a store that a test fills (as a small disk or
+    partition would be; needs root); unmounted and removed after."""
+    image, disk = tmp_path / "small.ext4", tmp_path / "smallext4"
+    disk.mkdir()
+    run("truncate", "-s", f"{megabytes}M", image)
+    run("mkfs.ext4", "-q", "-F", image)
+    run("mount", "-o", "loop", image, disk)
+    try:
+        yield disk
+    finally:
+        run("umount", "-l", disk, check=False)
+        image.unlink()
+
+
 def mount_with_store_on(mount_factory, stub, disk, *extra):
     """A mount whose store lives on `disk`."""
     m = mount_factory(stub, extra=list(extra), mount=False)
