@@ -38,7 +38,7 @@ extension Container {
 
     /// Discards one conflict version, here and, once pushed, on every device.
     public func discardConflict(_ id: String, _ conflict: String) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in
+        try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
             guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard item.conflicts.contains(where: { $0.id == conflict }) else { throw .notFound }
             item.conflicts.removeAll { $0.id == conflict }

@@ -153,15 +153,17 @@ public final class Container: @unchecked Sendable {
 
     /// Runs one operation under the lock as one transaction (State.swift), then delivers what it queued for
     /// after the lock: notices to the observer, wake-ups of the pusher and the evictor, downloads to start.
-    func mutate<T>(_ body: (inout CoreState) throws(CoreError) -> T) throws(CoreError) -> T {
-        do { return try mutateThrowing(body) } catch { throw CoreError.from(error) }
+    /// `room` is what a full disk lets it use (FullDiskRoom).
+    func mutate<T>(room: FullDiskRoom = .freeSpace,
+                   _ body: (inout CoreState) throws(CoreError) -> T) throws(CoreError) -> T {
+        do { return try mutateThrowing(room: room, body) } catch { throw CoreError.from(error) }
     }
 
     /// `mutate` for an operation that cannot fail by itself: a failed commit is logged (what it changed in
     /// memory is rolled back with it).
     @discardableResult
-    func mutate<T>(_ body: (inout CoreState) -> T) -> T? {
-        do { return try mutateThrowing(body) } catch {
+    func mutate<T>(room: FullDiskRoom = .freeSpace, _ body: (inout CoreState) -> T) -> T? {
+        do { return try mutateThrowing(room: room, body) } catch {
             log.error("a change could not be saved: \(error)")
             return nil
         }
@@ -180,10 +182,11 @@ public final class Container: @unchecked Sendable {
         return result
     }
 
-    /// `mutate` for an operation that throws errors other than CoreError (the sync loops').
-    func mutateThrowing<T>(usingReserve: Bool = true, _ body: (inout CoreState) throws -> T) throws -> T {
+    /// `mutate` for an operation that throws errors other than CoreError: the sync loops', whose records lead
+    /// to free space (an upload acknowledged makes its copy evictable), hence their room.
+    func mutateThrowing<T>(room: FullDiskRoom = .evictions, _ body: (inout CoreState) throws -> T) throws -> T {
         let (result, effects) = state.withLock { s -> (Result<T, Error>, Effects) in
-            let result = Result { try s.transact(usingReserve: usingReserve, body) }
+            let result = Result { try s.transact(room: room, body) }
             defer { s.effects = Effects() }
             return (result, s.effects)
         }
@@ -282,7 +285,8 @@ public final class Container: @unchecked Sendable {
     public func createAndOpen(parent: String, name: String, mode: UInt32,
                               owner: Owner? = nil) throws(CoreError) -> (Item, FileDescriptor) {
         try CoreState.checkName(name)
-        return try mutate { (s: inout CoreState) throws(CoreError) -> (Item, FileDescriptor) in
+        return try mutate(room: .withReserveInPlace) {
+            (s: inout CoreState) throws(CoreError) -> (Item, FileDescriptor) in
             let item = try s.create(parent: parent, name: name, kind: .file, mode: mode, target: nil, owner: owner)
             guard case .opened(let fd) = try s.open(item.id, writable: true, truncate: false, staleOK: false,
                                                    noDownload: false) else {
@@ -296,14 +300,14 @@ public final class Container: @unchecked Sendable {
     private func create(parent: String, name: String, kind: ItemKind, mode: UInt32, target: String? = nil,
                         owner: Owner?) throws(CoreError) -> Item {
         try CoreState.checkName(name)
-        return try mutate { (s: inout CoreState) throws(CoreError) -> Item in
+        return try mutate(room: .withReserveInPlace) { (s: inout CoreState) throws(CoreError) -> Item in
             try s.create(parent: parent, name: name, kind: kind, mode: mode, target: target, owner: owner)
         }
     }
 
     /// Removes a file (`directory` false) or an empty directory (`directory` true).
     public func remove(parent: String, name: String, directory: Bool) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in
+        try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
             _ = try s.liveDirectory(parent)
             guard let id = s.children[parent]?[name], let item = s.items[id] else { throw .notFound }
             if directory && !item.isDirectory { throw .notDirectory }

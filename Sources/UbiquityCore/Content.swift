@@ -60,7 +60,10 @@ extension Container {
     /// - `noDownload`: a caller that may not download (an indexer): an older local copy, else `.wouldBlock`.
     public func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool = false,
                      noDownload: Bool = false) throws(CoreError) -> Opening {
-        try mutate { (s: inout CoreState) throws(CoreError) -> Opening in
+        // An O_TRUNC of content gives room back (`> big.log` on a full disk), so it may use the reserve.
+        let frees = truncate && read { s in s.items[id].map { $0.hasLocal && s.cache.size(id) > 0 } ?? false }
+        return try mutate(room: frees ? .evictions : .freeSpace) {
+            (s: inout CoreState) throws(CoreError) -> Opening in
             try s.open(id, writable: writable, truncate: truncate, staleOK: staleOK, noDownload: noDownload)
         }
     }
@@ -158,7 +161,9 @@ extension Container {
     /// The size the file has already changes nothing (and needs no content).
     public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
         try gates.shared(id) { () throws(CoreError) -> Item in
-            try mutate { (s: inout CoreState) throws(CoreError) -> Item in try s.truncate(id, to: size) }
+            try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) -> Item in
+                try s.truncate(id, to: size)
+            }
         }
     }
 
@@ -167,7 +172,8 @@ extension Container {
     /// directory every file that can go goes, and the refusal names how many could not.
     public func evict(_ id: String) throws(CoreError) {
         // The files that can go go (committed), then the refusal names those that could not.
-        let (refused, isFile) = try mutate { (s: inout CoreState) throws(CoreError) -> ([String], Bool) in
+        let (refused, isFile) = try mutate(room: .evictions) {
+            (s: inout CoreState) throws(CoreError) -> ([String], Bool) in
             guard s.items[id].map({ !$0.deleted }) ?? false else { throw .notFound }
             var refused: [String] = []
             for file in s.filesBelow(id) where file.hasLocal {

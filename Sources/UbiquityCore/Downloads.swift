@@ -185,10 +185,16 @@ final class Downloads: @unchecked Sendable {
                 // Installed: the next target() says done, or names a newer version that arrived meanwhile.
                 // Not installed (changed here meanwhile): what is local is what the user has.
                 if !installed { return .success(()) }
-            } catch where Downloads.isDiskFull(error) && !madeRoom {
-                // The disk filled during the download: make room, then try once more (resuming what landed).
+            } catch where Downloads.isDiskFull(error) && (!madeRoom || waitsForUploads(until: deadline)) {
+                // The disk filled during the download: make room, then try again (resuming what landed). When
+                // nothing could go, uploads in flight make copies evictable: wait for them, up to the deadline.
+                if madeRoom {
+                    record(id, error: "no space left in the store: waiting for uploads to make room")
+                    backoff.sleep(in: container.config.environment, limit: deadline - monotonicNanoseconds())
+                } else {
+                    log.warning("download of \(id) met a full disk; evicting to make room and retrying")
+                }
                 madeRoom = true
-                log.warning("download of \(id) met a full disk; evicting to make room and retrying")
                 container.makeRoomAfterNoSpace(for: id, bytes: size)
             } catch let error as RemoteError where error.isTransient {
                 let now = monotonicNanoseconds()
@@ -218,6 +224,12 @@ final class Downloads: @unchecked Sendable {
                 return .failure(e)
             }
         }
+    }
+
+    /// True while a download that found no room may wait: changes wait to go up (each one uploaded leaves a
+    /// copy that may be evicted; the remote answered this download) and the deadline has not passed.
+    private func waitsForUploads(until deadline: Int64) -> Bool {
+        monotonicNanoseconds() < deadline && ((try? container.pendingChanges) ?? 0) > 0
     }
 
     /// True for the failure of a download that met a full disk here.

@@ -147,12 +147,15 @@ struct CoreState {
     // MARK: one mutation
 
     /// Runs one operation as one transaction: its store writes commit together, or neither they nor its changes
-    /// of the index happen. A full disk gives up the store's reserve and runs the operation once more (so that
-    /// a delete, an eviction or an upload's answer, which lead to free space, can still be recorded); when
-    /// the reserve is gone already, a copy that may go is evicted before its record (`evictCopyForRoom`), up
-    /// to `evictionsForRoom` times. Not when `usingReserve` is false: what only takes space, as remote changes
-    /// do, leaves both to those. Called by `Container.mutate` under the lock.
-    mutating func transact<T>(usingReserve: Bool = true, _ body: (inout CoreState) throws -> T) throws -> T {
+    /// of the index happen. What a full disk lets it use is its `room` (FullDiskRoom): the free space with or
+    /// without the reserve in place, or the reserve (given up for one more try) and then copies that may go,
+    /// evicted before their records (`evictCopyForRoom`, up to `evictionsForRoom` times). Called by
+    /// `Container.mutate` under the lock.
+    mutating func transact<T>(room: FullDiskRoom, _ body: (inout CoreState) throws -> T) throws -> T {
+        if room == .withReserveInPlace && !store.hasRoom {
+            wakeEvictor()
+            throw CoreError.noSpace
+        }
         var retried = false
         var evictions = 0
         while true {
@@ -177,11 +180,28 @@ struct CoreState {
                 children.rollBack()
                 commitActions = []
                 effects = before
-                if usingReserve && !retried && store.giveUpReserve(after: error) { retried = true; continue }
-                if usingReserve && CoreError.from(error) == .noSpace && evictions < CoreState.evictionsForRoom
+                guard room == .evictions else { throw error }
+                if !retried && store.giveUpReserve(after: error) { retried = true; continue }
+                if CoreError.from(error) == .noSpace && evictions < CoreState.evictionsForRoom
                     && evictCopyForRoom() { evictions += 1; continue }
                 throw error
             }
         }
     }
+}
+
+/// What an operation may use when the store's disk is full. The reserve (Store.swift) is there so that what
+/// leads to free space can still be recorded; what a program does must not give it up, or the program's next
+/// writes would take the room (a program filling the disk took it so, 1 MiB a time).
+enum FullDiskRoom: Sendable {
+    /// What takes new space: a new item, a remote change. Runs only while the reserve is in place (made again
+    /// first if there is room), so that no room a delete freed goes to it; `.noSpace` otherwise, and the
+    /// evictor wakes.
+    case withReserveInPlace
+    /// A program's change of what exists (an open, a write's mark, a close's size, a rename, a mode): the free
+    /// space, and a full disk is its `.noSpace`.
+    case freeSpace
+    /// What leads to free space (a delete, an eviction, a truncation, the sync's own records, which make copies
+    /// evictable, a download's): gives up the reserve and runs once more, then evicts copies that may go.
+    case evictions
 }

@@ -6,8 +6,8 @@
 //          DIR/content/<id>   the local copy of a file (complete, or dirty local edits)
 //          DIR/staging/       downloads in flight; emptied at start
 //          DIR/lock           locked by the one daemon using the store (StoreLock, below)
-//          DIR/reserve        1 MiB kept free for the database: given up when the disk is full, so that deletes
-//                             (which free space) can still be recorded
+//          DIR/reserve        1 MiB kept free for the database: given up when the disk is full, so that what
+//                             frees space (deletes, evictions, uploads' answers) can still be recorded
 // The store does no locking of its own: the Container serialises every call.
 // Every database failure leaves it as a StoreError of its case, with SQLite's code and message; a stored value
 // that does not decode throws `badValue`, never reads as empty or absent (a later push would send that).
@@ -16,8 +16,8 @@
 // operation's transaction (`begin`/`commit`, never nested); a write outside one is a bug, stopped in a debug
 // build and logged in a release one. A local change moves the item to the end of the journal in the same write
 // as its row (`saveChanged`); a local-only item is only saved. Every write and delete of an item is told to the
-// live query's stream. On a full disk the reserve is given up for one more try of the whole operation, and
-// made again after the next commit. The database is never fsynced under the container's lock: `Checkpointer`
+// live query's stream. On a full disk the reserve is given up for one more try of an operation that frees
+// space (FullDiskRoom), and made again after the next commit. The database is never fsynced under the container's lock: `Checkpointer`
 // (below) does it on a connection of its own.
 import Foundation
 import UbiquityBase

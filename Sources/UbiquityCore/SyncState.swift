@@ -23,8 +23,7 @@ extension Container {
     /// room, and the pusher to record the uploads that let it.
     func applyRemote(_ items: [WireItem], token: String?) throws {
         do {
-            try mutateThrowing(usingReserve: false) { s in
-                guard s.store.hasRoom else { throw CoreError.noSpace }
+            try mutateThrowing(room: .withReserveInPlace) { s in
                 for w in items { try s.applyRemoteItem(w) }
                 if let token { try s.store.setMeta("token", token) }
                 if token != nil, let newest = items.map(\.version).max() {

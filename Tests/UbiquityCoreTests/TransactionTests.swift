@@ -74,4 +74,32 @@ final class SmallDisk {
         #expect(dev.content(a.id) == bytes("the file that moves"))
         #expect(try dev.container.checkStore(repair: false).isClean)
     }
+
+    @Test func aProgramFillingTheDiskLeavesTheReserveToDeletes() throws {
+        try #require(getuid() == 0, "mounting a small tmpfs needs root")
+        let disk = try SmallDisk(megabytes: 8)
+        let remote = Link(MemoryRemote())
+        let dev = try Device(remote, name: "a", storeDirectory: disk.path + "/store")
+        remote.offline = true // nothing can be uploaded, so no copy may be evicted for room
+        var names: [String] = []
+        var refusal: Error?
+        while refusal == nil && names.count < 1000 {
+            let name = "fill\(names.count)"
+            do { _ = try dev.createFile(name, [UInt8](repeating: 1, count: 64 * 1024)) } catch { refusal = error }
+            guard let made = dev.lookup(name) else { continue }
+            names.append(name)
+            if refusal != nil { dev.container.closed(made.id, writable: true) } // as the program's exit would
+        }
+        #expect(refusal != nil, "the disk filled")
+        // The program's creates and records took what was free, not the reserve kept for what frees space.
+        #expect(FileManager.default.fileExists(atPath: disk.path + "/store/reserve"))
+        for name in names {
+            try dev.container.remove(parent: dev.docs, name: name, directory: false)
+        }
+        #expect(dev.lookup(names[0]) == nil)
+        _ = try dev.createFile("after.txt", bytes("room again"))
+        #expect(dev.content(dev.lookup("after.txt")!.id) == bytes("room again"))
+        let report = try dev.container.checkStore(repair: false)
+        #expect(report.isClean, "\(report.problems)")
+    }
 }
