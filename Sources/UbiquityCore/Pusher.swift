@@ -434,8 +434,9 @@ struct Pusher {
     /// and moves a file into it while the file's upload is under way): the parent goes first. Or the parent is
     /// gone there (deleted elsewhere while this device put the item in it): the parent's tombstone is applied
     /// here, which revives the parent since it holds this item (edit wins over delete), and the parent's push
-    /// goes first. Or the parent lies below the item there (two devices each moved one folder into the
-    /// other): the move that reached the remote first wins, and this item goes back to where the remote has
+    /// goes first. Or the parent lies below the item there: when this device moved a folder between them out
+    /// from under the item, that move goes first (`moveOutFromBelow`); otherwise two devices each moved one
+    /// folder into the other, and the move that reached the remote first wins, and this item goes back to where the remote has
     /// it (or, if that place is gone or below it here too, to the top of the container). Then the remote
     /// changes the puller refused meanwhile follow.
     private func giveWay(pushed: Item, why: String) throws -> Bool {
@@ -451,11 +452,32 @@ struct Pusher {
             container.sync.applyFetched([parent])
             return true
         }
+        if let parent, let first = try moveOutFromBelow(parent), !waiting.contains(first), waiting.count < 32 {
+            try pushFirst(first)
+            return false
+        }
         let current: WireItem?
         do { current = try container.remote.item(id) } catch RemoteError.notFound { current = nil }
         try container.moveBack(id, ifStillAt: pushed.place, toWhereRemoteHas: current, why: why)
         container.sync.refetchRefused()
         return true
+    }
+
+    /// When the remote has the new folder below this item (the item would move below itself there) and this
+    /// device moved one of the folders between them out from under it, not pushed yet: the push that must go
+    /// first (a folder turned upside down: B moved out of A, then A into B, A's entry first). Nil otherwise.
+    private func moveOutFromBelow(_ parent: WireItem) throws -> String? {
+        var chain: [WireItem] = []
+        var cur = parent
+        while cur.id != id {
+            guard let up = cur.parent, chain.count < 256 else { return nil }
+            chain.append(cur)
+            do { cur = try container.remote.item(up) } catch RemoteError.notFound { return nil }
+        }
+        for folder in chain where container.hasMovedAway(folder) {
+            if let first = container.firstToPush(toFree: folder.id), first != id { return first }
+        }
+        return nil
     }
 
     private func uploadBlob(sha: String, size: Int64, path: String) throws {

@@ -1,0 +1,77 @@
+// Moves made on one device reach the remote in an order the remote accepts: a folder moved into one that the
+// remote still has below it waits for the move that takes that one out (fsstress undid such renames: "an item
+// cannot move below itself").
+import Foundation
+import Testing
+import UbiquityBase
+@testable import UbiquityCore
+import UbiquityTesting
+
+@Suite struct MoveOrderTests {
+    let remote = MemoryRemote()
+
+    /// Documents/A/B on every device; here B moves out to Documents, then A into B, then B changes again (so
+    /// that its journal entry comes after A's). Both moves stand, here and on the remote.
+    @Test func aFolderMovedIntoOneThatLeftItStaysMoved() throws {
+        let link = Link(remote)
+        let dev = try Device(link, name: "a")
+        let a = try dev.container.makeDirectory(parent: dev.docs, name: "A", mode: 0o755)
+        let b = try dev.container.makeDirectory(parent: a.id, name: "B", mode: 0o755)
+        #expect(eventually { dev.pending == 0 })
+        link.offline = true
+        try dev.container.rename(parent: a.id, name: "B", newParent: dev.docs, newName: "B", noReplace: false)
+        try dev.container.rename(parent: dev.docs, name: "A", newParent: b.id, newName: "A", noReplace: false)
+        _ = try dev.container.setAttributes(b.id, mode: 0o700, mtime: nil)
+        #expect(try dev.container.pendingIDs() == [a.id, b.id])
+        link.offline = false
+        dev.nudge()
+        #expect(eventually { dev.pending == 0 })
+        #expect(dev.container.item(a.id)?.parent == b.id)
+        #expect(dev.container.item(b.id)?.parent == dev.docs)
+        #expect(try remote.item(a.id).parent == b.id)
+        #expect(try remote.item(b.id).parent == dev.docs)
+        #expect(remote.lookup(path: "Documents/B/A")?.id == a.id)
+    }
+
+    /// A rotation through three levels: Documents/A/B/C; C moves to Documents, B into C, A into B, and C
+    /// changes last. Every move stands.
+    @Test func aChainOfFoldersTurnedUpsideDownStaysSo() throws {
+        let link = Link(remote)
+        let dev = try Device(link, name: "a")
+        let a = try dev.container.makeDirectory(parent: dev.docs, name: "A", mode: 0o755)
+        let b = try dev.container.makeDirectory(parent: a.id, name: "B", mode: 0o755)
+        let c = try dev.container.makeDirectory(parent: b.id, name: "C", mode: 0o755)
+        #expect(eventually { dev.pending == 0 })
+        link.offline = true
+        try dev.container.rename(parent: b.id, name: "C", newParent: dev.docs, newName: "C", noReplace: false)
+        try dev.container.rename(parent: a.id, name: "B", newParent: c.id, newName: "B", noReplace: false)
+        try dev.container.rename(parent: dev.docs, name: "A", newParent: b.id, newName: "A", noReplace: false)
+        _ = try dev.container.setAttributes(c.id, mode: 0o700, mtime: nil)
+        link.offline = false
+        dev.nudge()
+        #expect(eventually { dev.pending == 0 })
+        #expect(remote.lookup(path: "Documents/C/B/A")?.id == a.id)
+        #expect(dev.container.item(a.id)?.parent == b.id && dev.container.item(b.id)?.parent == c.id)
+    }
+
+    /// Documents/A/B; here B moves into a new folder N, then A into B, then B changes again. B's push waits
+    /// for N's create, so A's goes without it and meets B still below A on the remote.
+    @Test func aFolderMovedIntoOneThatLeftItForANewFolderStaysMoved() throws {
+        let link = Link(remote)
+        let dev = try Device(link, name: "a")
+        let a = try dev.container.makeDirectory(parent: dev.docs, name: "A", mode: 0o755)
+        let b = try dev.container.makeDirectory(parent: a.id, name: "B", mode: 0o755)
+        #expect(eventually { dev.pending == 0 })
+        link.offline = true
+        let n = try dev.container.makeDirectory(parent: dev.docs, name: "N", mode: 0o755)
+        try dev.container.rename(parent: a.id, name: "B", newParent: n.id, newName: "B", noReplace: false)
+        try dev.container.rename(parent: dev.docs, name: "A", newParent: b.id, newName: "A", noReplace: false)
+        _ = try dev.container.setAttributes(b.id, mode: 0o700, mtime: nil)
+        #expect(try dev.container.pendingIDs() == [n.id, a.id, b.id])
+        link.offline = false
+        dev.nudge()
+        #expect(eventually { dev.pending == 0 })
+        #expect(dev.container.item(a.id)?.parent == b.id)
+        #expect(remote.lookup(path: "Documents/N/B/A")?.id == a.id)
+    }
+}
