@@ -48,12 +48,15 @@ public func sha256Hex(_ bytes: [UInt8]) -> String {
 }
 
 /// SHA-256 and size of a file, read in large chunks without holding it in memory.
-public func sha256OfFile(_ path: String) throws -> (sha256: String, size: Int64) {
+/// `keepGoing` is asked before each MiB: false stops the read with ECANCELED (a file deleted meanwhile).
+public func sha256OfFile(_ path: String,
+                         while keepGoing: () -> Bool = { true }) throws -> (sha256: String, size: Int64) {
     let fd = try FileDescriptor.open(path, O_RDONLY)
     defer { fd.close() }
     var h = SHA256Hasher()
     var total: Int64 = 0
     try fd.forEachChunk { chunk in
+        if !keepGoing() { throw Errno(ECANCELED) }
         h.update(chunk)
         total += Int64(chunk.count)
     }

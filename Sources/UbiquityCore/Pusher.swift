@@ -250,7 +250,13 @@ struct Pusher {
     private func pushItem(_ snap: PushSnapshot, pushedFirst: inout Set<String>) throws -> Bool {
         var snap = snap
         var item = snap.item
-        if item.dirty { try uploadContent(of: &item, snap: &snap) }
+        if item.dirty {
+            let path = container.path(of: id) // before: a file deleted meanwhile has none
+            do { try uploadContent(of: &item, snap: &snap) } catch where Pusher.isStopped(error) {
+                log.info("upload of \(path) stopped: the file changed or was deleted meanwhile")
+                return false
+            }
+        }
         let wire = wireItem(item)
         let ifMatch = item.remoteVersion == 0 ? nil : item.remoteVersion
         let change = changeID(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: wire)
@@ -298,11 +304,19 @@ struct Pusher {
         let upload = try container.contentForUpload(id)
         defer { upload.done() }
         if let generation = upload.generation { snap.generation = generation }
-        let (sha, size) = try sha256OfFile(upload.path)
+        let generation = snap.generation
+        let wanted = { [container, id] in container.isStillToUpload(id, generation: generation) }
+        let (sha, size) = try sha256OfFile(upload.path, while: wanted)
         item.remoteSHA = sha
         item.remoteSize = size
         item.size = size
-        try uploadBlob(sha: sha, size: size, path: upload.path)
+        try uploadBlob(sha: sha, size: size, path: upload.path, while: wanted)
+    }
+
+    /// True for an upload stopped because its file was deleted or changed meanwhile.
+    private static func isStopped(_ error: Error) -> Bool {
+        if case RemoteError.cancelled = error { return true }
+        return (error as? Errno) == Errno(ECANCELED)
     }
 
     /// The remote's form of the item as this device pushes it.
@@ -480,13 +494,14 @@ struct Pusher {
         return nil
     }
 
-    private func uploadBlob(sha: String, size: Int64, path: String) throws {
+    /// Uploads the blob, unless the remote has it; stops (`.cancelled`) once `wanted` says no more.
+    private func uploadBlob(sha: String, size: Int64, path: String, while wanted: @escaping () -> Bool) throws {
         container.setUploadProgress(id, uploading: true, done: 0, total: size)
         defer { container.setUploadProgress(id, uploading: false, done: size, total: size) }
         if size > 0, try !container.remote.hasBlob(sha256: sha) {
             try container.remote.uploadBlob(sha256: sha, size: size, fromFile: path) { done in
                 container.setUploadProgress(id, uploading: true, done: done, total: size)
-                return true
+                return wanted()
             }
         }
     }

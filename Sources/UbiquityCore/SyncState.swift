@@ -123,6 +123,15 @@ extension Container {
         read { s in s.items[id].map { PushSnapshot(item: $0, generation: s.contentGeneration[id] ?? 0) } }
     }
 
+    /// True while the content of generation `generation` is still what the item waits to upload: not deleted
+    /// and not changed since (an upload in flight stops otherwise).
+    func isStillToUpload(_ id: String, generation: Int) -> Bool {
+        read { s in
+            guard let item = s.items[id], !item.deleted, item.dirty else { return false }
+            return (s.contentGeneration[id] ?? 0) == generation
+        }
+    }
+
     /// True when `id` is one of `ids` or lies below one of them here.
     func liesBelow(_ id: String, anyOf ids: Set<String>) -> Bool {
         read { s in ids.contains { s.isAncestor($0, of: id) } }

@@ -2,8 +2,11 @@
 the data is, as ext4 does, not one data segment for the whole file (cp --sparse, tar -S and rsync -S use them)."""
 import errno
 import os
+import time
 
 import pytest
+
+from conftest import run, sync, wait_until
 
 MiB = 1 << 20
 
@@ -30,3 +33,29 @@ def test_seek_data_and_seek_hole_find_the_data_of_a_sparse_file(stub, mount_fact
         assert os.lseek(fd, 0, os.SEEK_DATA) == 32 * MiB
     finally:
         os.close(fd)
+
+
+def test_an_upload_in_flight_stops_when_its_file_changes_or_goes(stub, mount_factory):
+    """`truncate -s 1T` is accepted, as ext4 accepts it, and its upload starts (a terabyte of zeros to read and
+    hash); changing the file stops it, and the new content goes up at once; deleting a file stops its upload
+    too. Before, the daemon read on through the terabyte and every later change waited behind it."""
+    a = mount_factory(stub, "laptop")
+    b = mount_factory(stub, "desktop")
+    docs = a / "Documents"
+    run("truncate", "-s", "1T", docs / "huge.img")
+    time.sleep(4)  # past the quiet period: its upload is under way
+    run("truncate", "-s", "4096", docs / "huge.img")
+    (docs / "after.txt").write_text("after\n")
+    sync(a, timeout=60)
+    wait_until(lambda: (b / "Documents" / "after.txt").exists() and
+               os.stat(b / "Documents" / "huge.img").st_size == 4096, timeout=30, what="both files on b")
+    assert (b / "Documents" / "huge.img").read_bytes() == bytes(4096)
+    assert "upload of Documents/huge.img stopped" in (a.store / "ubiquityfs.log").read_text(errors="replace")
+    # A delete stops the upload in flight just the same.
+    run("truncate", "-s", "1T", docs / "gone.img")
+    time.sleep(4)
+    run("rm", docs / "gone.img")
+    (docs / "later.txt").write_text("later\n")
+    sync(a, timeout=60)
+    wait_until(lambda: (b / "Documents" / "later.txt").exists(), timeout=30, what="later.txt on b")
+    assert not (b / "Documents" / "gone.img").exists()
