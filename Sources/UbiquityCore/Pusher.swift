@@ -450,9 +450,9 @@ struct Pusher {
     /// here, which revives the parent since it holds this item (edit wins over delete), and the parent's push
     /// goes first. Or the parent lies below the item there: when this device moved a folder between them out
     /// from under the item, that move goes first (`moveOutFromBelow`); otherwise two devices each moved one
-    /// folder into the other, and the move that reached the remote first wins, and this item goes back to where the remote has
-    /// it (or, if that place is gone or below it here too, to the top of the container). Then the remote
-    /// changes the puller refused meanwhile follow.
+    /// folder into the other: the move that reached the remote first wins, and this item goes back to where
+    /// the remote has it (or, if that place is gone or below it here too, to the top of the container). Then
+    /// the remote changes the puller refused meanwhile follow.
     private func giveWay(pushed: Item, why: String) throws -> Bool {
         guard let parentID = pushed.parent else { return true }
         let parent: WireItem?
