@@ -10,15 +10,26 @@ import UbiquityTesting
 @Suite struct MoveOrderTests {
     let remote = MemoryRemote()
 
+    /// Folders nested in Documents in the order named (A/B/...), synced, then the link down: the moves that
+    /// follow wait together.
+    private func syncedChain(_ names: String...) throws -> (Link, Device, [Item]) {
+        let link = Link(remote)
+        let dev = try Device(link, name: "a")
+        var folders: [Item] = []
+        for name in names {
+            folders.append(try dev.container.makeDirectory(parent: folders.last?.id ?? dev.docs, name: name,
+                                                           mode: 0o755))
+        }
+        #expect(eventually { dev.pending == 0 })
+        link.offline = true
+        return (link, dev, folders)
+    }
+
     /// Documents/A/B on every device; here B moves out to Documents, then A into B, then B changes again (so
     /// that its journal entry comes after A's). Both moves stand, here and on the remote.
     @Test func aFolderMovedIntoOneThatLeftItStaysMoved() throws {
-        let link = Link(remote)
-        let dev = try Device(link, name: "a")
-        let a = try dev.container.makeDirectory(parent: dev.docs, name: "A", mode: 0o755)
-        let b = try dev.container.makeDirectory(parent: a.id, name: "B", mode: 0o755)
-        #expect(eventually { dev.pending == 0 })
-        link.offline = true
+        let (link, dev, folders) = try syncedChain("A", "B")
+        let (a, b) = (folders[0], folders[1])
         try dev.container.rename(parent: a.id, name: "B", newParent: dev.docs, newName: "B", noReplace: false)
         try dev.container.rename(parent: dev.docs, name: "A", newParent: b.id, newName: "A", noReplace: false)
         _ = try dev.container.setAttributes(b.id, mode: 0o700, mtime: nil)
@@ -36,13 +47,8 @@ import UbiquityTesting
     /// A rotation through three levels: Documents/A/B/C; C moves to Documents, B into C, A into B, and C
     /// changes last. Every move stands.
     @Test func aChainOfFoldersTurnedUpsideDownStaysSo() throws {
-        let link = Link(remote)
-        let dev = try Device(link, name: "a")
-        let a = try dev.container.makeDirectory(parent: dev.docs, name: "A", mode: 0o755)
-        let b = try dev.container.makeDirectory(parent: a.id, name: "B", mode: 0o755)
-        let c = try dev.container.makeDirectory(parent: b.id, name: "C", mode: 0o755)
-        #expect(eventually { dev.pending == 0 })
-        link.offline = true
+        let (link, dev, folders) = try syncedChain("A", "B", "C")
+        let (a, b, c) = (folders[0], folders[1], folders[2])
         try dev.container.rename(parent: b.id, name: "C", newParent: dev.docs, newName: "C", noReplace: false)
         try dev.container.rename(parent: a.id, name: "B", newParent: c.id, newName: "B", noReplace: false)
         try dev.container.rename(parent: dev.docs, name: "A", newParent: b.id, newName: "A", noReplace: false)
@@ -57,12 +63,8 @@ import UbiquityTesting
     /// Documents/A/B; here B moves into a new folder N, then A into B, then B changes again. B's push waits
     /// for N's create, so A's goes without it and meets B still below A on the remote.
     @Test func aFolderMovedIntoOneThatLeftItForANewFolderStaysMoved() throws {
-        let link = Link(remote)
-        let dev = try Device(link, name: "a")
-        let a = try dev.container.makeDirectory(parent: dev.docs, name: "A", mode: 0o755)
-        let b = try dev.container.makeDirectory(parent: a.id, name: "B", mode: 0o755)
-        #expect(eventually { dev.pending == 0 })
-        link.offline = true
+        let (link, dev, folders) = try syncedChain("A", "B")
+        let (a, b) = (folders[0], folders[1])
         let n = try dev.container.makeDirectory(parent: dev.docs, name: "N", mode: 0o755)
         try dev.container.rename(parent: a.id, name: "B", newParent: n.id, newName: "B", noReplace: false)
         try dev.container.rename(parent: dev.docs, name: "A", newParent: b.id, newName: "A", noReplace: false)
