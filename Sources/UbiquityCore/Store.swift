@@ -17,8 +17,8 @@
 // build and logged in a release one. A local change moves the item to the end of the journal in the same write
 // as its row (`saveChanged`); a local-only item is only saved. Every write and delete of an item is told to the
 // live query's stream. On a full disk the reserve is given up for one more try of an operation that frees
-// space (FullDiskRoom), and made again after the next commit. The database is never fsynced under the container's lock: `Checkpointer`
-// (below) does it on a connection of its own.
+// space (FullDiskRoom), and made again after the next commit. The database is never fsynced under the
+// container's lock: `Checkpointer` (below) does it on a connection of its own.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
