@@ -4,7 +4,7 @@ folder's create, the remote refused the place (its parent is not a live director
 where the remote had it, or for a new file to the top of Documents."""
 import os
 
-from conftest import attr, sync, wait_until
+from conftest import attr, run, sync, wait_until
 
 MiB = 1 << 20
 
@@ -36,3 +36,27 @@ def test_a_file_moved_into_a_new_folder_during_an_upload_stays_there(stub_factor
         wait_until(lambda: (b / "Documents" / "new" / "deeper" / name).exists(), timeout=60,
                    what=f"{name} in its new folder on the desktop")
     assert sorted(os.listdir(b / "Documents" / "new" / "deeper")) == left
+
+
+def test_a_folder_turned_upside_down_with_mv_stays_so_on_every_device(stub, mount_factory):
+    """`mv A/B N/` into a new folder N, then `mv A N/B/`, then `chmod` of B, all while the remote is away: B's
+    push waits for N's create, so A's goes first and meets B still below A on the remote ("an item cannot move
+    below itself"). The move out of A goes first, and neither rename is undone."""
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    docs = a / "Documents"
+    (docs / "A" / "B").mkdir(parents=True)
+    (docs / "A" / "B" / "f.txt").write_text("inside\n")
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "A" / "B" / "f.txt").exists(), what="A/B on desktop")
+    stub.stop()
+    (docs / "N").mkdir()
+    run("mv", docs / "A" / "B", docs / "N" / "")
+    run("mv", docs / "A", docs / "N" / "B" / "")
+    run("chmod", "700", docs / "N" / "B")
+    stub.start()
+    sync(a)
+    assert (docs / "N" / "B" / "A").is_dir() and not (docs / "A").exists()
+    wait_until(lambda: (b / "Documents" / "N" / "B" / "A").is_dir() and not (b / "Documents" / "A").exists(),
+               what="N/B/A on desktop")
+    assert (b / "Documents" / "N" / "B" / "f.txt").read_text() == "inside\n"
+    assert "goes back" not in (a.store / "ubiquityfs.log").read_text(errors="replace")
