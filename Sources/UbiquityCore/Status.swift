@@ -18,8 +18,8 @@ extension Container {
             let t = s.transfers[id] ?? TransferState()
             let current = item.downloadingStatus == .current
             // The root is never pushed itself: it reads as uploaded once no change of the container waits.
-            let uploaded = id == s.rootID ? (try? s.store.pendingCount()) == 0
-                : !item.isPending && item.remoteVersion > 0
+            let uploaded = id == s.rootID ? (try? s.changesToPush()) == 0
+                : !item.isPending && item.remoteVersion > 0 && !s.owesTimeAfterEntries(id)
             return ItemStatus(
                 downloadingStatus: item.downloadingStatus,
                 isDownloading: t.isDownloading,

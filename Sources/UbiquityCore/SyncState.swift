@@ -79,8 +79,8 @@ extension Container {
     private func pushTimesAfterEntries() throws {
         try mutateThrowing { s in
             guard try s.store.pendingCount() == 0 else { return }
-            for id in s.timedAfterEntries {
-                guard var dir = s.items[id], dir.isDirectory, !dir.deleted, !dir.isLocalOnly else { continue }
+            for id in s.timedAfterEntries where s.owesTimeAfterEntries(id) {
+                guard var dir = s.items[id] else { continue }
                 dir.metaDirty = true
                 try s.saveLocalChange(dir)
             }
@@ -112,7 +112,7 @@ extension Container {
     }
 
     /// Number of items with changes not yet on the remote.
-    var pendingPushCount: Int { get throws { try read { s in try s.store.pendingCount() } } }
+    var pendingPushCount: Int { get throws { try read { s in try s.changesToPush() } } }
 }
 
 // MARK: the pusher: reads
@@ -541,6 +541,19 @@ extension Container {
 
 /// The rules the puller and the pusher share, and which item may go up now: steps inside one operation.
 extension CoreState {
+    /// The items with changes not yet on the remote: the journal, and the folders that owe one more push
+    /// after their entries (`timedAfterEntries`) while they are out of it.
+    func changesToPush() throws -> Int {
+        let owed = timedAfterEntries.filter { owesTimeAfterEntries($0) && items[$0]?.isPending == false }
+        return try store.pendingCount() + owed.count
+    }
+
+    /// True when folder `id` still owes the push of the time set after its entries.
+    func owesTimeAfterEntries(_ id: String) -> Bool {
+        guard timedAfterEntries.contains(id), let dir = items[id] else { return false }
+        return dir.isDirectory && !dir.deleted && !dir.isLocalOnly
+    }
+
     /// See `Container.acknowledgePush`.
     mutating func acknowledgePushLocked(_ id: String, stored: WireItem, snap: PushSnapshot, pushed: Item) throws {
         guard var cur = items[id] else { return }
