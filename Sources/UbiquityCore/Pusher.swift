@@ -464,6 +464,13 @@ struct Pusher {
         if let parent, parent.deleted || parent.kind != .dir {
             log.info("\(container.path(of: id)): its folder was deleted elsewhere; the folder comes back")
             container.sync.applyFetched([parent])
+            // Revived, or pending already (its own push then meets the tombstone): that push goes first. Left
+            // to the push loop, a delete that waits for this item (`deleteMeetsChild`) would never let it run.
+            if container.pushSnapshot(parentID)?.item.isPending == true, !waiting.contains(parentID),
+               waiting.count < 32 {
+                try pushFirst(parentID)
+                return false
+            }
             return true
         }
         if let parent, let first = try moveOutFromBelow(parent), !waiting.contains(first), waiting.count < 32 {
