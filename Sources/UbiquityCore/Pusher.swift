@@ -345,7 +345,7 @@ struct Pusher {
         case .conflict(_, let holder):
             return try nameTaken(by: holder, error: error, wire: wire, pushed: item, pushedFirst: &pushedFirst)
         case .misplaced(let why):
-            return try giveWay(pushed: item, why: why)
+            return try giveWay(wire, pushed: item, why: why)
         default:
             throw error
         }
@@ -417,12 +417,13 @@ struct Pusher {
         return false
     }
 
-    /// Puts the item on the remote under a name of its own in the folder it goes to, to free the name it holds
-    /// there; it stays pending here, where it already has its new place. Other devices may see that name until
-    /// the item's next push lands.
-    private func stepAside(_ wire: WireItem, pushed: Item) throws {
+    /// Puts the item on the remote under a name of its own in the folder it goes to (or in `folder`: where the
+    /// remote has it), to free the name it holds there; it stays pending here, where it already has its new
+    /// place. Other devices may see that name until the item's next push lands.
+    private func stepAside(_ wire: WireItem, pushed: Item, in folder: String? = nil) throws {
         var aside = wire
         aside.name = Pusher.asideName(id)
+        if let folder { aside.parent = folder }
         let change = changeID(condition: "aside If-Match: \(pushed.remoteVersion)", item: aside)
         if try !container.markSent([(aside, pushed.remoteVersion, change)]).isEmpty { return }
         let stored: WireItem
@@ -449,11 +450,12 @@ struct Pusher {
     /// gone there (deleted elsewhere while this device put the item in it): the parent's tombstone is applied
     /// here, which revives the parent since it holds this item (edit wins over delete), and the parent's push
     /// goes first. Or the parent lies below the item there: when this device moved a folder between them out
-    /// from under the item, that move goes first (`moveOutFromBelow`); otherwise two devices each moved one
+    /// from under the item, that move goes first (`moveOutFromBelow`), or, when that move waits for this one
+    /// (for its name), this item steps aside where the remote has it; otherwise two devices each moved one
     /// folder into the other: the move that reached the remote first wins, and this item goes back to where
     /// the remote has it (or, if that place is gone or below it here too, to the top of the container). Then
     /// the remote changes the puller refused meanwhile follow.
-    private func giveWay(pushed: Item, why: String) throws -> Bool {
+    private func giveWay(_ wire: WireItem, pushed: Item, why: String) throws -> Bool {
         guard let parentID = pushed.parent else { return true }
         let parent: WireItem?
         do { parent = try container.remote.item(parentID) } catch RemoteError.notFound { parent = nil }
@@ -473,12 +475,19 @@ struct Pusher {
             }
             return true
         }
-        if let parent, let first = try moveOutFromBelow(parent), !waiting.contains(first), waiting.count < 32 {
+        let first = try parent.flatMap(moveOutFromBelow)
+        if let first, !waiting.contains(first), waiting.count < 32 {
             try pushFirst(first)
             return false
         }
         let current: WireItem?
         do { current = try container.remote.item(id) } catch RemoteError.notFound { current = nil }
+        // That move waits for this push (for the name this item holds there): this item steps aside where the
+        // remote has it, which frees the name; its own move goes at its next push, once nothing is below it.
+        if let first, waiting.contains(first), let current, !current.deleted, current.version == pushed.remoteVersion {
+            try stepAside(wire, pushed: pushed, in: current.parent)
+            return true
+        }
         try container.moveBack(id, ifStillAt: pushed.place, toWhereRemoteHas: current, why: why)
         container.sync.refetchRefused()
         return true

@@ -76,4 +76,24 @@ import UbiquityTesting
         #expect(dev.container.item(a.id)?.parent == b.id)
         #expect(remote.lookup(path: "Documents/N/B/A")?.id == a.id)
     }
+
+    /// Documents/A/B; here B moves out to Documents as R, A into R, then R takes A's old name (so B's push
+    /// waits for A's name, and A's for B to leave from above it), and A changes last. A steps aside on the
+    /// remote where it is, B takes the name, A goes into B: every move stands (none went back, nothing was
+    /// renamed to a free name).
+    @Test func twoFoldersThatWaitForEachOtherBothStayMoved() throws {
+        let (link, dev, folders) = try syncedChain("A", "B")
+        let (a, b) = (folders[0], folders[1])
+        try dev.container.rename(parent: a.id, name: "B", newParent: dev.docs, newName: "R", noReplace: false)
+        try dev.container.rename(parent: dev.docs, name: "A", newParent: b.id, newName: "A", noReplace: false)
+        try dev.container.rename(parent: dev.docs, name: "R", newParent: dev.docs, newName: "A", noReplace: false)
+        _ = try dev.container.setAttributes(a.id, mode: 0o700, mtime: nil)
+        #expect(try dev.container.pendingIDs() == [b.id, a.id])
+        link.offline = false
+        dev.nudge()
+        #expect(eventually { dev.pending == 0 })
+        #expect(dev.container.item(b.id)?.parent == dev.docs && dev.container.item(b.id)?.name == "A")
+        #expect(dev.container.item(a.id)?.parent == b.id && dev.container.item(a.id)?.name == "A")
+        #expect(remote.lookup(path: "Documents/A")?.id == b.id && remote.lookup(path: "Documents/A/A")?.id == a.id)
+    }
 }

@@ -60,3 +60,28 @@ def test_a_folder_turned_upside_down_with_mv_stays_so_on_every_device(stub, moun
                what="N/B/A on desktop")
     assert (b / "Documents" / "N" / "B" / "f.txt").read_text() == "inside\n"
     assert "goes back" not in (a.store / "ubiquityfs.log").read_text(errors="replace")
+
+
+def test_two_folders_that_wait_for_each_other_with_mv_stay_so_on_every_device(stub, mount_factory):
+    """`mv A/B R`, `mv A R/`, `mv R A`, then `chmod` of the inner A, all while the remote is away: B's push
+    waits for the name A holds, and A's push for B to leave from above it. A steps aside on the remote, and
+    neither rename is undone."""
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    docs = a / "Documents"
+    (docs / "A" / "B").mkdir(parents=True)
+    (docs / "A" / "B" / "f.txt").write_text("inside\n")
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "A" / "B" / "f.txt").exists(), what="A/B on desktop")
+    stub.stop()
+    run("mv", docs / "A" / "B", docs / "R")
+    run("mv", docs / "A", docs / "R" / "")
+    run("mv", docs / "R", docs / "A")
+    run("chmod", "700", docs / "A" / "A")
+    stub.start()
+    sync(a)
+    assert sorted(os.listdir(docs)) == ["A"] and sorted(os.listdir(docs / "A")) == ["A", "f.txt"]
+    wait_until(lambda: (b / "Documents" / "A" / "A").is_dir() and (b / "Documents" / "A" / "f.txt").exists(),
+               what="A/A and A/f.txt on desktop")
+    assert sorted(os.listdir(b / "Documents")) == ["A"]
+    assert (b / "Documents" / "A" / "f.txt").read_text() == "inside\n"
+    assert "goes back" not in (a.store / "ubiquityfs.log").read_text(errors="replace")
