@@ -183,8 +183,20 @@ struct Pusher {
     /// The name an item takes on the remote while it steps aside.
     static func asideName(_ id: String) -> String { ".\(id).moving" }
 
-    /// Brings back an item deleted here that the remote kept, as the remote has it.
+    /// Brings back an item deleted here that the remote kept, as the remote has it. The folders the remote has
+    /// it below are taken first where they still lie below it here (a stale state: their moves out are yet
+    /// to come in the feed), so that it does not come back below itself.
     private func restore(_ w: WireItem) throws {
+        if let p = w.parent, container.liesBelow(p, anyOf: [id]) {
+            var chain: [WireItem] = []
+            var next: String? = p
+            while let q = next, q != container.rootID, chain.count < 256 {
+                let up = try container.remote.item(q)
+                chain.append(up)
+                next = up.parent
+            }
+            container.sync.applyFetched(chain.reversed())
+        }
         try container.restoreDeleted(id, as: w)
         log.info("\(container.path(of: id)) was changed elsewhere while deleted here: kept")
     }

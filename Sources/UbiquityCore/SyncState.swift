@@ -230,7 +230,10 @@ extension Container {
         }
     }
 
-    /// Brings back an item deleted here that the remote kept, as the remote has it.
+    /// Brings back an item deleted here that the remote kept, as the remote has it. Where the remote has it
+    /// below an item that lies below it here (moved by this device, not pushed yet), taking that place would
+    /// make a cycle: it comes back where it was, at a version before the remote's, and the remote's state is
+    /// fetched again once the other has moved (`refetchRefused`).
     func restoreDeleted(_ id: String, as w: WireItem) throws {
         try mutateThrowing { s in
             guard var item = s.items[id] else { return }
@@ -239,13 +242,18 @@ extension Container {
             item.metaDirty = false
             item.hasLocal = !item.hasContent
             item.localSHA = nil
-            item.adopt(w)
-            // Conflict versions resolved here before the delete stay resolved on the item that came back.
-            let kept = w.conflicts.filter { !s.discardedConflicts.contains($0.id) }
-            if kept != w.conflicts {
-                s.pruneConflictFiles(id, old: item.conflicts, new: kept)
-                item.conflicts = kept
-                item.metaDirty = true
+            if let p = w.parent, p != item.parent, s.isAncestor(id, of: p) {
+                item.remoteVersion = min(item.remoteVersion, w.version - 1)
+                try s.store.markRefused(id)
+            } else {
+                item.adopt(w)
+                // Conflict versions resolved here before the delete stay resolved on the item that came back.
+                let kept = w.conflicts.filter { !s.discardedConflicts.contains($0.id) }
+                if kept != w.conflicts {
+                    s.pruneConflictFiles(id, old: item.conflicts, new: kept)
+                    item.conflicts = kept
+                    item.metaDirty = true
+                }
             }
             // It takes back the remote's name; a local item made since under that name moves to a free one
             // (renaming the item that came back instead would be a change of this device, newer than the

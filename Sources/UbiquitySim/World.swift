@@ -212,6 +212,25 @@ final class World {
             } catch {
                 note("\(dev.name) \(step.kind.rawValue): \(error)")
             }
+            // A folder below itself would hang or crash every later walk up the tree: the run stops there.
+            if let cycle = dev.container.flatMap(World.cycle) {
+                runViolations.append("\(dev.name) at #\(i) (\(step.kind.rawValue)): \(cycle) lies below itself")
+                return
+            }
         }
+    }
+
+    /// An item of the container's index that lies below itself, if any.
+    static func cycle(_ container: Container) -> String? {
+        let items = Dictionary(container.indexSnapshot().map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        for start in items.keys {
+            var seen: Set<String> = [start]
+            var cursor = items[start]?.parent
+            while let p = cursor {
+                if !seen.insert(p).inserted { return String(p.prefix(6)) }
+                cursor = items[p]?.parent
+            }
+        }
+        return nil
     }
 }

@@ -1748,6 +1748,33 @@ extension Regression {
                 Step(.push, on: 0, seed: 0x6efdd81e087cecce, after: 2816000000),
              ]))
 
+    /// c deletes folder x; a moves x/z out to Documents and x into z; c, still showing z inside x, meets its
+    /// delete refused (x changed elsewhere) and brought x back into z: below itself. The next start of c
+    /// overflowed the stack walking up the tree (and a push loop walking up spun for ever, seed 89000252).
+    /// Now the folders above x on the remote are taken first. (Steps of seed 88006705's generated plan.)
+    static let restoredFolderDoesNotComeBackBelowItself = Regression(
+        "restoredFolderDoesNotComeBackBelowItself",
+        Plan(seed: 88006705, devices: 4, feedPage: 1,
+             rates: FaultRates(dropRequest: 0.03, dropResponse: 0.02, duplicate: 0.06, staleFeed: 0.0,
+                               slowTransfer: 0.02, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 2, seed: 0x614ec4bf1f471511, after: 3183000000),
+                Step(.mkdir, on: 2, seed: 0x5c5ad886364728f1, after: 3537000000),
+                Step(.push, on: 2, seed: 0x603be50b1ca555cd, after: 3785000000),
+                Step(.pull, on: 1, seed: 0xace3b9b2235bd41d, after: 1380000000),
+                Step(.pull, on: 0, seed: 0x46ea6961e5c5e708, after: 1477000000),
+                Step(.mkdir, on: 0, seed: 0x6b2cd5881f38775b, after: 1489000000),
+                Step(.push, on: 0, seed: 0x6b6ee07b8943f8c2, after: 3770000000),
+                Step(.create, on: 1, seed: 0xf4278356c77908b7, after: 1927000000),
+                Step(.move, on: 0, seed: 0x7aa7869586bd28b0, after: 3717000000),
+                Step(.rmdir, on: 2, seed: 0x323fc4dcf17d5e39, after: 995000000),
+                Step(.pull, on: 2, seed: 0x1b790dedfd7cdcc1, after: 2070000000),
+                Step(.push, on: 1, seed: 0x94a719e96d16027a, after: 3497000000),
+                Step(.moveInto, on: 0, seed: 0xa8c9368bfb5d50e1, after: 4291000000),
+                Step(.push, on: 0, seed: 0x942000fa865d44a0, after: 1777000000),
+                Step(.push, on: 2, seed: 0x6be74e8093d11669, after: 2862000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -1789,5 +1816,6 @@ extension Regression {
         anOldHandlesWriteIsNotTheRevivedFiles,
         aNewWriterBesideAnOldReaderOfADeletedCopy,
         deleteWaitsForAChildWhoseFolderComesBack,
+        restoredFolderDoesNotComeBackBelowItself,
     ]
 }
