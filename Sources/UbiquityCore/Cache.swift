@@ -193,6 +193,16 @@ extension CoreState {
         return nil
     }
 
+    /// The bytes the evictor could give back now: every local copy that may go.
+    mutating func evictableBytes() -> Int64 {
+        var total: Int64 = 0
+        for (id, bytes) in cache.order.sizes where !id.contains(".") {
+            guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { continue }
+            total += bytes
+        }
+        return total
+    }
+
     /// Evicts one file if it can go now; returns the bytes given back.
     mutating func autoEvict(_ id: String) throws(CoreError) -> Int64 {
         guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { return 0 }
@@ -321,8 +331,13 @@ extension Container {
         // Without its reserve the store cannot record what frees room, nor take remote changes: make room for
         // the reserve and as much again, whatever the limits say.
         let roomless = read { !$0.store.hasRoom }
-        let short = max(belowMinimum, roomless ? 2 * Store.reserveBytes - free : 0)
+        let forReserve = roomless ? 2 * Store.reserveBytes - free : 0
+        let short = max(belowMinimum, forReserve)
         guard over || short > 0 else { return }
+        // For the reserve alone, evicting is in vain when all that may go cannot make it (a disk that another
+        // program filled): the copies stay, readable, and the operations that need room wait for it.
+        let evictable = mutate { (s: inout CoreState) -> Int64 in s.evictableBytes() } ?? .max
+        if !over && belowMinimum == 0 && evictable < forReserve { return }
         let target = over ? lowWaterMark : config.cacheLimit
         evictLeastRecentlyUsed(until: { s, freed in s.cache.used <= target && freed >= short })
     }

@@ -72,6 +72,7 @@ public final class Store: @unchecked Sendable {
     /// too full for it. What only takes space (remote changes) waits for this, so that the reserve and what
     /// eviction frees go to what leads to room: upload answers, evictions, deletes.
     var hasRoom: Bool {
+        if hasReserve && access(reservePath, F_OK) != 0 { hasReserve = false } // removed by someone else
         keepReserve()
         return hasReserve
     }

@@ -102,4 +102,32 @@ final class SmallDisk {
         let report = try dev.container.checkStore(repair: false)
         #expect(report.isClean, "\(report.problems)")
     }
+
+    /// On a disk another program filled, evicting the copies that may go to make the store's reserve again
+    /// is in vain when they cannot make it: they stay, readable (they were evicted, and then read EIO while
+    /// the disk stayed full). Copies that can make it still go.
+    @Test func copiesStayWhenEvictingThemCannotMakeRoomForTheReserve() throws {
+        try #require(getuid() == 0, "mounting a small tmpfs needs root")
+        let disk = try SmallDisk(megabytes: 8)
+        let dev = try Device(MemoryRemote(), name: "a", storeDirectory: disk.path + "/store")
+        let small = try dev.createFile("small.txt", bytes("a copy that is on the remote"))
+        #expect(eventually { dev.pending == 0 })
+        disk.fill("filler")
+        try? removeFile(disk.path + "/store/reserve")
+        disk.fill("filler2")
+        dev.container.evictIfNeeded()
+        #expect(dev.container.item(small.id)?.hasLocal == true)
+        #expect(dev.content(small.id) == bytes("a copy that is on the remote"))
+
+        try removeFile(disk.path + "/filler")
+        try removeFile(disk.path + "/filler2")
+        let big = try dev.createFile("big.bin", [UInt8](repeating: 9, count: 3 << 20))
+        #expect(eventually { dev.pending == 0 })
+        disk.fill("filler")
+        try? removeFile(disk.path + "/store/reserve")
+        disk.fill("filler2")
+        dev.container.evictIfNeeded()
+        #expect(dev.container.item(big.id)?.hasLocal == false)
+        #expect(dev.container.read { $0.store.hasRoom }, "the reserve is back")
+    }
 }
