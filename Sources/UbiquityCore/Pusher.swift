@@ -539,6 +539,7 @@ struct Pusher {
     /// The remote moved on since this device last saw the item: merge, or keep both contents.
     private func resolve(_ current: WireItem?, snap: PushSnapshot, pushed: Item) throws {
         guard let current else { return try container.rebasePush(id, version: 0) }
+        try container.takePlaceIfDetached(id, from: current)
         if current.deleted, try acceptDelete(current, snap: snap, pushed: pushed) { return }
         if !contentsConflict(current, snap: snap, pushed: pushed) {
             // Edit against delete (the edit revives it), a change on one side only, or the same content on both

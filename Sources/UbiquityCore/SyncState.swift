@@ -464,6 +464,17 @@ extension Container {
 // MARK: the pusher: conflicts
 
 extension Container {
+    /// An item that lost its name here to another item (`isDetached`) takes the remote's place before its
+    /// change is resolved against `current`: that name is no change of this device to push.
+    func takePlaceIfDetached(_ id: String, from current: WireItem) throws {
+        try mutateThrowing { s in
+            guard !current.deleted, var cur = s.items[id], !cur.deleted, s.isDetached(cur) else { return }
+            try s.takeRemotePlace(&cur, from: current)
+            try s.store.save(cur)
+            s.items[id] = cur
+        }
+    }
+
     /// This device's change goes on top of the remote's version `current` (or revives its tombstone), keeping
     /// what the remote changed: its content, unless changed here; its metadata, unless changed here.
     func mergePush(_ id: String, onto current: WireItem, snap: PushSnapshot, pushed: Item) throws {
@@ -740,11 +751,24 @@ extension CoreState {
         return current.conflicts.contains { $0.isSameWrite(as: write) && !discardedConflicts.contains($0.id) }
     }
 
-    /// Only the content changed here: the item takes the remote's name, place, mode and attributes. Not below
-    /// itself here (another item's move not yet pushed): its place here goes up as a move instead, and gives
-    /// way if the remote refuses it.
+    /// Only the content changed here: the item takes the remote's name, place, mode and attributes.
     mutating func takeRemoteMetadata(_ cur: inout Item, from current: WireItem) throws {
-        let moved = cur.place != current.place
+        try takeRemotePlace(&cur, from: current)
+        cur.mode = current.mode
+        cur.xattrs = Xattrs.fromWire(current.xattrs)
+        notice(.changed(cur.id, content: false))
+    }
+
+    /// True when the item lost its name here to another item (`place`): its name is no choice of this device,
+    /// and its newer state, yet to come in the feed, has its place.
+    func isDetached(_ item: Item) -> Bool {
+        item.parent.map { children[$0]?[item.name] != item.id } ?? false
+    }
+
+    /// The item takes the remote's name and place. Not below itself here (another item's move not yet pushed):
+    /// its place here goes up as a move instead, and gives way if the remote refuses it.
+    mutating func takeRemotePlace(_ cur: inout Item, from current: WireItem) throws {
+        let moved = cur.place != current.place || isDetached(cur)
         if moved, let p = current.parent, items[p] == nil || isAncestor(cur.id, of: p) {
             cur.metaDirty = true
         } else if moved {
@@ -753,9 +777,6 @@ extension CoreState {
             cur.name = current.name
             try place(&cur)
         }
-        cur.mode = current.mode
-        cur.xattrs = Xattrs.fromWire(current.xattrs)
-        notice(.changed(cur.id, content: false))
     }
 
     /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it

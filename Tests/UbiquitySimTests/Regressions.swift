@@ -1775,6 +1775,42 @@ extension Regression {
                 Step(.push, on: 2, seed: 0x6be74e8093d11669, after: 2862000000),
              ]))
 
+    /// c exchanges c.md and b.txt while d writes b.txt; d's push of c.md takes the name b.txt here and leaves
+    /// b.txt's item without its name (its new one yet to come in the feed); d's close of b.txt then met a newer
+    /// version as a conflict, and pushed the name it had lost: the item was never listed again on d.
+    /// (Steps of seed 91004794's generated plan.)
+    static let anItemThatLostItsNameTakesTheRemotesAtItsConflict = Regression(
+        "anItemThatLostItsNameTakesTheRemotesAtItsConflict",
+        Plan(seed: 91004794, devices: 4, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.1, dropResponse: 0.01, duplicate: 0.03, staleFeed: 0.0,
+                               slowTransfer: 0.01, corrupt: 0.02),
+             steps: [
+                Step(.pull, on: 2, seed: 0xf3f3248282aacfa6, after: 4072000000),
+                Step(.pull, on: 1, seed: 0x8f3d8801f6be11c1, after: 207000000),
+                Step(.create, on: 1, seed: 0xbe5eb6c11cf89987, after: 0),
+                Step(.pull, on: 0, seed: 0x1c578ef9678e42d1, after: 4132000000),
+                Step(.push, on: 1, seed: 0xab2707887d1fe046, after: 3212000000),
+                Step(.create, on: 0, seed: 0x699d84df6d8836af, after: 1546000000),
+                Step(.pull, on: 0, seed: 0x3c7e78a3658df44d, after: 3731000000),
+                Step(.create, on: 0, seed: 0x53e0690fdf3d1398, after: 961000000),
+                Step(.rename, on: 0, seed: 0x15ed66c6a9430ea0, after: 4909000000),
+                Step(.create, on: 0, seed: 0x15cd4f3927c469a5, after: 2852000000),
+                Step(.push, on: 0, seed: 0x1690f81dfd840020, after: 0),
+                Step(.pull, on: 3, seed: 0xe612374d4fe34c7e, after: 0),
+                Step(.beginWrite, on: 3, seed: 0x911ee51cb2f0d365, after: 0),
+                Step(.write, on: 0, seed: 0x35c55dddf1ab8471, after: 4542000000),
+                Step(.write, on: 0, seed: 0x29790b54d3e41209, after: 2800000000),
+                Step(.push, on: 2, seed: 0x5507975235e695e3, after: 3819000000),
+                Step(.delete, on: 2, seed: 0x2cb9266a21b031af, after: 2792000000),
+                Step(.create, on: 2, seed: 0xeb9e4681b3b39a0b, after: 3839000000),
+                Step(.push, on: 3, seed: 0xb442d680b2beef57, after: 3319000000),
+                Step(.pull, on: 2, seed: 0xe229aa0366343b7d, after: 0),
+                Step(.exchange, on: 2, seed: 0x36a1eb3a83e748fa, after: 3731000000),
+                Step(.append, on: 3, seed: 0x6318363da5cb11ee, after: 963000000),
+                Step(.push, on: 2, seed: 0xaaa56729b79e8781, after: 1198000000),
+                Step(.push, on: 3, seed: 0xa6550641b8f1e626, after: 1345000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -1817,5 +1853,6 @@ extension Regression {
         aNewWriterBesideAnOldReaderOfADeletedCopy,
         deleteWaitsForAChildWhoseFolderComesBack,
         restoredFolderDoesNotComeBackBelowItself,
+        anItemThatLostItsNameTakesTheRemotesAtItsConflict,
     ]
 }
