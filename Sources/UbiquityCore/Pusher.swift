@@ -187,18 +187,21 @@ struct Pusher {
     /// it below are taken first where they still lie below it here (a stale state: their moves out are yet
     /// to come in the feed), so that it does not come back below itself.
     private func restore(_ w: WireItem) throws {
-        if let p = w.parent, container.liesBelow(p, anyOf: [id]) {
-            var chain: [WireItem] = []
-            var next: String? = p
-            while let q = next, q != container.rootID, chain.count < 256 {
-                let up = try container.remote.item(q)
-                chain.append(up)
-                next = up.parent
-            }
-            container.sync.applyFetched(chain.reversed())
-        }
+        if let p = w.parent, container.liesBelow(p, anyOf: [id]) { try takeRemoteFolders(from: p) }
         try container.restoreDeleted(id, as: w)
         log.info("\(container.path(of: id)) was changed elsewhere while deleted here: kept")
+    }
+
+    /// Fetches folder `first` and those above it on the remote, and takes them as a pull would, top first.
+    private func takeRemoteFolders(from first: String) throws {
+        var chain: [WireItem] = []
+        var next: String? = first
+        while let q = next, q != container.rootID, chain.count < 256 {
+            let up = try container.remote.item(q)
+            chain.append(up)
+            next = up.parent
+        }
+        container.sync.applyFetched(chain.reversed())
     }
 
     // MARK: a local-only item's remote copy
