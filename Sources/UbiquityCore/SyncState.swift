@@ -523,6 +523,8 @@ extension Container {
             }
             s.pruneConflictFiles(id, old: cur.conflicts, new: conflicts)
             cur.conflicts = conflicts
+            // A rename or move made elsewhere stands when this device changed only the content, as in a merge.
+            if !cur.metaDirty { try s.takeRemoteMetadata(&cur, from: current) }
             cur.metaDirty = true
             if theirsWins {
                 if (s.contentGeneration[id] ?? 0) == snap.generation {
