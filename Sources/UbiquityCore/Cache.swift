@@ -193,19 +193,22 @@ extension CoreState {
         return nil
     }
 
+    /// The item whose local copy the evictor may drop now, or nil.
+    mutating func evictableCopy(_ id: String) -> Item? {
+        guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { return nil }
+        return item
+    }
+
     /// The bytes the evictor could give back now: every local copy that may go.
     mutating func evictableBytes() -> Int64 {
         var total: Int64 = 0
-        for (id, bytes) in cache.order.sizes where !id.contains(".") {
-            guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { continue }
-            total += bytes
-        }
+        for (id, bytes) in cache.order.sizes where !id.contains(".") && evictableCopy(id) != nil { total += bytes }
         return total
     }
 
     /// Evicts one file if it can go now; returns the bytes given back.
     mutating func autoEvict(_ id: String) throws(CoreError) -> Int64 {
-        guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { return 0 }
+        guard let item = evictableCopy(id) else { return 0 }
         let bytes = cache.size(id)
         try dropContent(item)
         let path = path(of: id)
@@ -229,7 +232,7 @@ extension CoreState {
     /// next save or the next start (`dropRecordsOfEvictedCopies`) writes it. Returns the bytes given back, 0
     /// when the file cannot go now.
     private mutating func evictOnFullDisk(_ id: String) -> Int64 {
-        guard let item = items[id], !item.deleted, item.hasLocal, autoEvictionRefusal(item) == nil else { return 0 }
+        guard let item = evictableCopy(id) else { return 0 }
         let bytes = cache.size(id)
         guard bytes > 0 else { return 0 }
         try? removeFile(paths.content(id))

@@ -38,10 +38,8 @@ def test_a_file_moved_into_a_new_folder_during_an_upload_stays_there(stub_factor
     assert sorted(os.listdir(b / "Documents" / "new" / "deeper")) == left
 
 
-def test_a_folder_turned_upside_down_with_mv_stays_so_on_every_device(stub, mount_factory):
-    """`mv A/B N/` into a new folder N, then `mv A N/B/`, then `chmod` of B, all while the remote is away: B's
-    push waits for N's create, so A's goes first and meets B still below A on the remote ("an item cannot move
-    below itself"). The move out of A goes first, and neither rename is undone."""
+def synced_a_b_then_the_remote_away(stub, mount_factory):
+    """Documents/A/B/f.txt on a laptop and a desktop, then the remote stopped: (laptop, desktop, its Documents)."""
     a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
     docs = a / "Documents"
     (docs / "A" / "B").mkdir(parents=True)
@@ -49,6 +47,14 @@ def test_a_folder_turned_upside_down_with_mv_stays_so_on_every_device(stub, moun
     sync(a)
     wait_until(lambda: (b / "Documents" / "A" / "B" / "f.txt").exists(), what="A/B on desktop")
     stub.stop()
+    return a, b, docs
+
+
+def test_a_folder_turned_upside_down_with_mv_stays_so_on_every_device(stub, mount_factory):
+    """`mv A/B N/` into a new folder N, then `mv A N/B/`, then `chmod` of B, all while the remote is away: B's
+    push waits for N's create, so A's goes first and meets B still below A on the remote ("an item cannot move
+    below itself"). The move out of A goes first, and neither rename is undone."""
+    a, b, docs = synced_a_b_then_the_remote_away(stub, mount_factory)
     (docs / "N").mkdir()
     run("mv", docs / "A" / "B", docs / "N" / "")
     run("mv", docs / "A", docs / "N" / "B" / "")
@@ -66,13 +72,7 @@ def test_two_folders_that_wait_for_each_other_with_mv_stay_so_on_every_device(st
     """`mv A/B R`, `mv A R/`, `mv R A`, then `chmod` of the inner A, all while the remote is away: B's push
     waits for the name A holds, and A's push for B to leave from above it. A steps aside on the remote, and
     neither rename is undone."""
-    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
-    docs = a / "Documents"
-    (docs / "A" / "B").mkdir(parents=True)
-    (docs / "A" / "B" / "f.txt").write_text("inside\n")
-    sync(a)
-    wait_until(lambda: (b / "Documents" / "A" / "B" / "f.txt").exists(), what="A/B on desktop")
-    stub.stop()
+    a, b, docs = synced_a_b_then_the_remote_away(stub, mount_factory)
     run("mv", docs / "A" / "B", docs / "R")
     run("mv", docs / "A", docs / "R" / "")
     run("mv", docs / "R", docs / "A")
