@@ -380,10 +380,11 @@ struct Pusher {
         // new folder it waits for). Not while a program writes it: this push waits (the push loop tries again
         // later).
         let first = container.firstToPush(toFree: holder.id)
-        if waiting.contains(holder.id) || first.map({ $0 == id || waiting.contains($0) }) == true {
-            // A cycle of moves (an exchange, a rotation, or one through a new folder): this item steps aside
-            // on the remote, so that the one waiting for its name can take it; its own place goes at its next
-            // push.
+        let cycle = waiting.contains(holder.id) || first.map({ $0 == id || waiting.contains($0) }) == true
+        if try cycle || holdsOnRemote(holder, pushed: item) {
+            // A cycle of moves (an exchange, a rotation, or one through a new folder), or a folder deleted
+            // here that the remote has this item in: this item steps aside on the remote, so that the one
+            // waiting for its name can take it (or the delete can land); its own place goes at its next push.
             guard item.remoteVersion != 0 else { try takeFreeName(pushed: item); return false }
             try stepAside(wire, pushed: item)
             return true
@@ -393,6 +394,21 @@ struct Pusher {
         if waiting.count >= 32 { throw error }
         pushedFirst.insert(holder.id)
         try pushFirst(first)
+        return false
+    }
+
+    /// True when the holder of the name is a folder deleted here that the remote still has this item in (at
+    /// any depth): its delete waits for this item to leave it, as this item waits for its name.
+    private func holdsOnRemote(_ holder: WireItem, pushed item: Item) throws -> Bool {
+        guard item.remoteVersion != 0, holder.kind == .dir,
+              container.pushSnapshot(holder.id)?.item.deleted == true else { return false }
+        var next = try container.remote.item(id).parent
+        var depth = 0
+        while let p = next, p != container.rootID, depth < 256 {
+            if p == holder.id { return true }
+            next = try container.remote.item(p).parent
+            depth += 1
+        }
         return false
     }
 

@@ -1915,6 +1915,36 @@ extension Regression {
                 Step(.push, on: 3, seed: 0xe651cb61d2c4032b, after: 3579000000),
              ]))
 
+    /// c moved folder z into folder y; d, offline, exchanged names until z took y's and deleted y. z's move
+    /// needs y's name, and y's delete needs z out of y on the remote: z steps aside there first. (The 19 steps
+    /// the shrinker kept of seed 95008679's generated plan.)
+    static let aFolderDeletedHereThatHoldsTheMovedItemsNewName = Regression(
+        "aFolderDeletedHereThatHoldsTheMovedItemsNewName",
+        Plan(seed: 95008679, devices: 4, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.05, dropResponse: 0.09, duplicate: 0.08, staleFeed: 0.05,
+                               slowTransfer: 0.03, corrupt: 0.0),
+             steps: [
+                Step(.pull, on: 0, seed: 0x62aec156d3b1133a, after: 601000000),
+                Step(.pull, on: 3, seed: 0x6b91f1498adbdd06, after: 920000000),
+                Step(.pull, on: 2, seed: 0xa45ad66df25540d6, after: 4267000000),
+                Step(.mkdir, on: 3, seed: 0xadd064e16537734, after: 3060000000),
+                Step(.create, on: 0, seed: 0xc03adff203e4f4ad, after: 4806000000),
+                Step(.push, on: 3, seed: 0x639d7cfd1584ec42, after: 2881000000),
+                Step(.mkdir, on: 2, seed: 0xd68bacb1c091c7fc, after: 0),
+                Step(.pull, on: 2, seed: 0xb2354f1d9b61e94c, after: 3585000000),
+                Step(.push, on: 0, seed: 0xd0138c744c5ce635, after: 4255000000),
+                Step(.push, on: 2, seed: 0xe8ff2db73948158d, after: 3065000000),
+                Step(.pull, on: 3, seed: 0xc6568b40bba4649a, after: 3110000000),
+                Step(.exchange, on: 3, seed: 0x362798405d7014d, after: 2369000000),
+                Step(.mkdir, on: 3, seed: 0x19396f3e98e8463, after: 2683000000),
+                Step(.move, on: 2, seed: 0x4f792a07859c3ce6, after: 1331000000),
+                Step(.exchange, on: 3, seed: 0x2ab53f74130f059c, after: 703000000),
+                Step(.exchange, on: 3, seed: 0x3bc474fa408d71d0, after: 448000000),
+                Step(.move, on: 3, seed: 0xafa7153c36b1e186, after: 2275000000),
+                Step(.exchange, on: 3, seed: 0x4755c914ce6d7cb9, after: 4316000000),
+                Step(.rmdir, on: 3, seed: 0xf61ac215d76ab7e2, after: 4495000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -1959,5 +1989,6 @@ extension Regression {
         restoredFolderDoesNotComeBackBelowItself,
         anItemThatLostItsNameTakesTheRemotesAtItsConflict,
         aConflictKeepsAMoveMadeElsewhere,
+        aFolderDeletedHereThatHoldsTheMovedItemsNewName,
     ]
 }
