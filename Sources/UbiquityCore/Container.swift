@@ -369,13 +369,19 @@ extension CoreState {
         let index = items
         index.forEachPlaced { parent, size, code, name, isDirectory in
             // Two items may claim one name after a restart: `place` unlists a stale clean item without moving
-            // it in the store (its newer state follows from the remote). The pending one keeps the name, else
-            // the one the remote gave it later.
+            // it in the store (its newer state follows from the remote). The one whose place is this device's
+            // choice (new, or moved here) keeps the name, else the one the remote gave it later: remote
+            // versions count up across the container, and the unlisted one may have been written since.
             children.listLoaded(code, in: parent, size: size, as: name, isDirectory: isDirectory) { old in
                 guard let other = index[code: old], let item = index[code: code] else { return false }
-                return (other.isPending ? 1 : 0, other.remoteVersion, other.id) > (item.isPending ? 1 : 0, item.remoteVersion, item.id)
+                return CoreState.claim(other) > CoreState.claim(item)
             }
         }
+    }
+
+    /// How strongly a loaded item claims its name against another one (see `load`).
+    private static func claim(_ item: Item) -> (Int, Int64, String) {
+        (item.remoteVersion == 0 || item.metaDirty ? 1 : 0, item.remoteVersion, item.id)
     }
 
     /// Removes content files no item owns: a file deleted while open keeps its content until the last close,

@@ -1945,6 +1945,80 @@ extension Regression {
                 Step(.rmdir, on: 3, seed: 0xf61ac215d76ab7e2, after: 4495000000),
              ]))
 
+    /// b takes back a file it had deleted, under the name a rename elsewhere gave it, and so unlists a clean
+    /// file that still held that name here (its move away was yet to come); a write held open then made that
+    /// one pending, and after a restart the pending one kept the name: the file taken back was listed nowhere.
+    /// After a restart the name now goes to the item whose place is this device's choice, else to the later
+    /// remote version. (The 61 steps the shrinker kept of seed 95007056's generated plan.)
+    static let aRestartKeepsTheNameForTheItemTheRemoteGaveItLater = Regression(
+        "aRestartKeepsTheNameForTheItemTheRemoteGaveItLater",
+        Plan(seed: 95007056, devices: 3, feedPage: 4,
+             rates: FaultRates(dropRequest: 0.0, dropResponse: 0.06, duplicate: 0.06, staleFeed: 0.06,
+                               slowTransfer: 0.19, corrupt: 0.01),
+             steps: [
+                Step(.pull, on: 2, seed: 0xc10e9ec7dc3ac6cd, after: 4394000000),
+                Step(.pull, on: 1, seed: 0x34b74dab0cae0d29, after: 0),
+                Step(.create, on: 1, seed: 0xdacc2feca7a4bd07, after: 1404000000),
+                Step(.push, on: 1, seed: 0xdd21ef7e63077abe, after: 0),
+                Step(.create, on: 2, seed: 0x347556aea75f8edb, after: 0),
+                Step(.delete, on: 1, seed: 0xffb262369ec10a9f, after: 80000000),
+                Step(.pull, on: 2, seed: 0x6285df4568b6b004, after: 4468000000),
+                Step(.push, on: 1, seed: 0xf6dc8aa74bd48c26, after: 2051000000),
+                Step(.create, on: 1, seed: 0x112796ea64bc18fe, after: 4820000000),
+                Step(.push, on: 0, seed: 0xec0fbeeb7eb5fb0b, after: 2157000000),
+                Step(.create, on: 1, seed: 0x1df10d77dd053e4f, after: 0),
+                Step(.heal, on: 1, seed: 0x24c744931f569e85, after: 3119000000),
+                Step(.rename, on: 0, seed: 0x2c2a5f62950114ee, after: 261000000),
+                Step(.endWrite, on: 1, seed: 0xec6df1d3cf4e3f50, after: 392000000),
+                Step(.create, on: 1, seed: 0xd1104e98970717bf, after: 3767000000),
+                Step(.delete, on: 2, seed: 0x7847759e07bd8e6c, after: 1684000000),
+                Step(.write, on: 2, seed: 0xc3e4d6a74b11d579, after: 4090000000),
+                Step(.push, on: 2, seed: 0xbac3139be83a3eb7, after: 1602000000),
+                Step(.heal, on: 0, seed: 0xa9e4eaa6234ba220, after: 3327000000),
+                Step(.move, on: 1, seed: 0x3feb672e51c48ac, after: 3608000000),
+                Step(.create, on: 2, seed: 0x7d21b9071de3f8ad, after: 1743000000),
+                Step(.truncate, on: 1, seed: 0x9f124f7b4d8fba12, after: 0),
+                Step(.rename, on: 2, seed: 0xb1bf65869712fcc8, after: 1326000000),
+                Step(.push, on: 2, seed: 0x98d549ce47288ce2, after: 4800000000),
+                Step(.mkdir, on: 2, seed: 0xa36b6e189c5afa2f, after: 1513000000),
+                Step(.push, on: 1, seed: 0x44c3b0e9e0b24ef5, after: 1665000000),
+                Step(.pull, on: 0, seed: 0x5ee79c5dd495d796, after: 3753000000),
+                Step(.holdRead, on: 0, seed: 0x8f6ce94c55bd397b, after: 834000000),
+                Step(.push, on: 2, seed: 0xede5c5088fab9a04, after: 2412000000),
+                Step(.holdRead, on: 1, seed: 0xcf4812b9dd18e6b5, after: 0),
+                Step(.pull, on: 1, seed: 0xe33fe88a53bd9a8e, after: 1345000000),
+                Step(.pull, on: 2, seed: 0x4e0778583cf98d99, after: 2463000000),
+                Step(.beginWrite, on: 1, seed: 0x6e5ec3181d63a295, after: 1368000000),
+                Step(.download, on: 2, seed: 0x9da42de964b3ee98, after: 2657000000),
+                Step(.beginWrite, on: 1, seed: 0x7e2725694959e76e, after: 2775000000),
+                Step(.partition, on: 2, seed: 0x47f28223cfac5811, after: 3383000000),
+                Step(.push, on: 2, seed: 0xeec1f731ba4e1659, after: 0),
+                Step(.push, on: 1, seed: 0x82fbf487445708d9, after: 2693000000),
+                Step(.write, on: 0, seed: 0x20a77d022e5077ae, after: 3506000000),
+                Step(.delete, on: 1, seed: 0xe05061526d507f87, after: 3284000000),
+                Step(.pull, on: 1, seed: 0xbe71e1e9089a9426, after: 891000000),
+                Step(.push, on: 1, seed: 0x7d6463629e83cd2f, after: 3754000000),
+                Step(.pull, on: 2, seed: 0x897700962f47020b, after: 4421000000),
+                Step(.crash, on: 0, seed: 0xfc8552ae12d0af38, after: 982000000),
+                Step(.move, on: 1, seed: 0xfecb627e6f68f983, after: 2800000000),
+                Step(.fsync, on: 2, seed: 0x1831d41afc65f01a, after: 166000000),
+                Step(.create, on: 0, seed: 0xb0b93af990a3a0da, after: 3958000000),
+                Step(.rename, on: 0, seed: 0xae144e07387f7b93, after: 1175000000),
+                Step(.push, on: 0, seed: 0xfa1347fea6e41d29, after: 2575000000),
+                Step(.append, on: 2, seed: 0x8bcfeca06ef5c188, after: 3439000000),
+                Step(.exchange, on: 0, seed: 0x3e288a057d0216d0, after: 4287000000),
+                Step(.pull, on: 1, seed: 0xe484d29ef3e5ec57, after: 4715000000),
+                Step(.endWrite, on: 2, seed: 0xb5b6528e1638cb64, after: 3750000000),
+                Step(.push, on: 0, seed: 0xc9733ddc51d6968, after: 590000000),
+                Step(.discard, on: 1, seed: 0x4105276ca23eb538, after: 1478000000),
+                Step(.delete, on: 1, seed: 0xa10a00253f8cd697, after: 2974000000),
+                Step(.push, on: 1, seed: 0x672b684eb42aa449, after: 1332000000),
+                Step(.create, on: 1, seed: 0x91fe31af2ac24dc2, after: 1732000000),
+                Step(.fsync, on: 1, seed: 0xb13dc8c946d2f774, after: 3441000000),
+                Step(.crash, on: 1, seed: 0xdce3aa2615921ae4, after: 831000000),
+                Step(.delete, on: 1, seed: 0x4e4fb23dbcbe70c9, after: 667000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -1990,5 +2064,6 @@ extension Regression {
         anItemThatLostItsNameTakesTheRemotesAtItsConflict,
         aConflictKeepsAMoveMadeElsewhere,
         aFolderDeletedHereThatHoldsTheMovedItemsNewName,
+        aRestartKeepsTheNameForTheItemTheRemoteGaveItLater,
     ]
 }
