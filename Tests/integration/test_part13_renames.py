@@ -85,3 +85,32 @@ def test_two_folders_that_wait_for_each_other_with_mv_stay_so_on_every_device(st
     assert sorted(os.listdir(b / "Documents")) == ["A"]
     assert (b / "Documents" / "A" / "f.txt").read_text() == "inside\n"
     assert "goes back" not in (a.store / "ubiquityfs.log").read_text(errors="replace")
+
+
+def test_a_folder_that_takes_the_name_of_a_folder_removed_here_while_moved_into_it_elsewhere(stub, mount_factory):
+    """The laptop, with the remote away, moves y into z, names z y and removes the old y; the desktop moves z
+    into y. Once the desktop's move is up, the laptop's z goes first and needs y's name on the remote, and y's
+    delete needs z out of y there: z steps aside first, and both devices end with the laptop's y (the old z)
+    alone."""
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    docs = a / "Documents"
+    (docs / "y").mkdir()
+    (docs / "z").mkdir()
+    (docs / "z" / "f.txt").write_text("in z\n")
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "z" / "f.txt").exists(), what="z/f.txt on desktop")
+    stub.stop()
+    run("mv", docs / "y", docs / "z" / "old")
+    run("mv", docs / "z", docs / "y")
+    run("rmdir", docs / "y" / "old")
+    run("mv", b / "Documents" / "z", b / "Documents" / "y" / "")
+    a.unmount()
+    stub.start()
+    sync(b)
+    a.mount()
+    sync(a)
+    assert sorted(os.listdir(docs)) == ["y"] and sorted(os.listdir(docs / "y")) == ["f.txt"]
+    wait_until(lambda: sorted(os.listdir(b / "Documents")) == ["y"]
+               and sorted(os.listdir(b / "Documents" / "y")) == ["f.txt"], what="y/f.txt alone on desktop")
+    assert (b / "Documents" / "y" / "f.txt").read_text() == "in z\n"
+    assert attr(a.path, "pendingChanges") == "0" and attr(b.path, "pendingChanges") == "0"
