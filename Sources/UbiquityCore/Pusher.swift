@@ -194,14 +194,19 @@ struct Pusher {
 
     /// Fetches folder `first` and those above it on the remote, and takes them as a pull would, top first.
     private func takeRemoteFolders(from first: String) throws {
+        container.sync.applyFetched(try remoteFolders(from: first).reversed())
+    }
+
+    /// Folder `first` and those above it as the remote has them now, below the root, nearest first.
+    private func remoteFolders(from first: String?) throws -> [WireItem] {
         var chain: [WireItem] = []
-        var next: String? = first
+        var next = first
         while let q = next, q != container.rootID, chain.count < 256 {
             let up = try container.remote.item(q)
             chain.append(up)
             next = up.parent
         }
-        container.sync.applyFetched(chain.reversed())
+        return chain
     }
 
     // MARK: a local-only item's remote copy
@@ -402,14 +407,7 @@ struct Pusher {
     private func holdsOnRemote(_ holder: WireItem, pushed item: Item) throws -> Bool {
         guard item.remoteVersion != 0, holder.kind == .dir,
               container.pushSnapshot(holder.id)?.item.deleted == true else { return false }
-        var next = try container.remote.item(id).parent
-        var depth = 0
-        while let p = next, p != container.rootID, depth < 256 {
-            if p == holder.id { return true }
-            next = try container.remote.item(p).parent
-            depth += 1
-        }
-        return false
+        return try remoteFolders(from: container.remote.item(id).parent).contains { $0.id == holder.id }
     }
 
     /// The put of this device that landed without an answer, the remote having moved on from the version this
