@@ -58,6 +58,8 @@ enum AdapterError: Error, Equatable {
     case unknownAttribute
     /// A system call on a descriptor the adapter holds failed: its errno is passed on as it is.
     case system(Errno)
+    /// A request the adapter let go without an answer (a programming error): EIO, so its caller does not hang.
+    case unanswered
 
     var errno: Int32 {
         switch self {
@@ -65,6 +67,7 @@ enum AdapterError: Error, Equatable {
         case .bufferTooSmall: return ERANGE
         case .unknownAttribute: return ENOTSUP
         case .system(let e): return e.rawValue
+        case .unanswered: return EIO
         }
     }
 }

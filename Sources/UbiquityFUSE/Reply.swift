@@ -1,7 +1,8 @@
 // The one way to answer the kernel: a Reply wraps a request and answers it exactly once.
 // What must hold here:
 // - every fuse_reply_* call of the adapter is in this file, and each request gets exactly one of them; a second
-//   answer is a programming error (an assertion in debug builds, logged and dropped in release builds);
+//   answer is a programming error (an assertion in debug builds, logged and dropped in release builds), and so
+//   is a Reply dropped unanswered: its deinit answers EIO, so the calling process never hangs;
 // - every errno comes from Errors.swift (`fail` takes only errors, never a number);
 // - while a request waits for content, a FUSE interrupt answers it EINTR; before any other answer the interrupt
 //   callback is deregistered, which (libfuse takes the request's lock to do it) also waits for a callback that
@@ -46,6 +47,14 @@ struct AnswerState: Equatable {
         }
     }
 
+    /// The Reply goes away: true when nothing answered it (a programming error), so it must answer now. A waiting
+    /// request cannot go away: its interrupt registration holds the Reply.
+    mutating func drop() -> Bool {
+        guard phase == .open else { return false }
+        phase = .answered
+        return true
+    }
+
     /// Starts a wait: an interrupt may answer from now on.
     mutating func beginWaiting() {
         assert(phase == .open, "a wait begins on a request that is not open: \(phase)")
@@ -82,10 +91,10 @@ final class Reply: @unchecked Sendable {
     init(_ req: fuse_req_t) { self.req = req }
 
     deinit {
-        if state.phase == .open {
-            Reply.log.error("a request was dropped without an answer")
-            assertionFailure("a request was dropped without an answer")
-        }
+        guard state.drop() else { return }
+        Reply.log.error("a request was dropped without an answer; it is answered EIO")
+        fuse_reply_err(req, AdapterError.unanswered.errno)
+        assertionFailure("a request was dropped without an answer")
     }
 
     /// The process that sent the request (nil when the kernel does not say).

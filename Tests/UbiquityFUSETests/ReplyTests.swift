@@ -45,6 +45,19 @@ import Testing
         #expect(s.interrupt() == true)
     }
 
+    @Test func aRequestDroppedUnansweredIsAnsweredThenAndOnlyThen() {
+        var s = AnswerState()
+        #expect(s.drop() == true) // nothing answered it: the Reply's deinit answers EIO
+        #expect(s.answer() == .refuse)
+        var answered = AnswerState()
+        #expect(answered.answer() == .send)
+        #expect(answered.drop() == false)
+        var interrupted = AnswerState()
+        interrupted.beginWaiting()
+        #expect(interrupted.interrupt() == true)
+        #expect(interrupted.drop() == false) // its EINTR is the answer
+    }
+
     @Test func anInterruptOfARequestThatIsNotWaitingDoesNothing() {
         var s = AnswerState()
         #expect(s.interrupt() == false)
@@ -58,6 +71,7 @@ import Testing
         #expect(AdapterError.bufferTooSmall.errno == 34)  // ERANGE
         #expect(AdapterError.unknownAttribute.errno == 95) // ENOTSUP
         #expect(AdapterError.system(.noSpace).errno == 28) // passed on as it is
+        #expect(AdapterError.unanswered.errno == 5)        // EIO
         #expect(errnoOf(AdapterError.unknownAttribute) == 95)
     }
 }
