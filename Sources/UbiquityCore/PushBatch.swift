@@ -48,6 +48,7 @@ struct BatchPusher {
         // does not hold back the others: they go on, all but those below it (whose place needs it), and the
         // first failure is thrown once the rest are done. The remote gone ends the pass at once.
         var failures: [BatchPushFailure] = []
+        var stopped: String?
         for id in ids {
             if !failures.isEmpty && container.liesBelow(id, anyOf: Set(failures.map(\.id))) { continue }
             do {
@@ -61,11 +62,14 @@ struct BatchPusher {
                 }
             } catch let error as RemoteError where error.isTransient {
                 throw BatchPushFailure(id: id, error: error)
+            } catch is UploadStopped {
+                stopped = stopped ?? id
             } catch {
                 failures.append(BatchPushFailure(id: id, error: error))
             }
         }
         if let first = failures.first { throw first }
+        if let stopped { throw BatchPushFailure(id: stopped, error: UploadStopped()) }
     }
 
     /// True when the refusal is about the item's own state on the remote, which no other entry changes.

@@ -18,6 +18,12 @@ struct PushSnapshot {
     var generation: Int
 }
 
+/// An upload stopped because its file changed or was deleted meanwhile. No failure: the change that stopped it
+/// is pending itself, and the push loop takes it once the writes pause (a retry at once would stop again).
+struct UploadStopped: Error, CustomStringConvertible {
+    var description: String { "the file changed or was deleted during its upload" }
+}
+
 struct Pusher {
     let container: Container
     let id: String
@@ -274,7 +280,7 @@ struct Pusher {
             let path = container.path(of: id) // before: a file deleted meanwhile has none
             do { try uploadContent(of: &item, snap: &snap) } catch where Pusher.isStopped(error) {
                 log.info("upload of \(path) stopped: the file changed or was deleted meanwhile")
-                return false
+                throw UploadStopped()
             }
         }
         let wire = wireItem(item)

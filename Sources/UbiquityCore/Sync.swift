@@ -205,6 +205,8 @@ final class SyncLoops: @unchecked Sendable {
             case .idle:
                 backoff.reset()
                 pause(min(60_000_000_000, container.nextSnapshotDue() ?? .max))
+            case .stopped:
+                continue // the next burst gathered: the writes that stopped an upload pause first
             case .failed, .storeFailed:
                 // On the wake condition, not the environment's sleep: a nudge (the network is back, a new
                 // change) must cut the wait short.
@@ -214,7 +216,8 @@ final class SyncLoops: @unchecked Sendable {
     }
 
     /// `storeFailed`: the journal could not be read; the pusher backs off and tries again, as for a failed push.
-    enum PushOutcome { case idle, failed, storeFailed }
+    /// `stopped`: an upload stopped because its file changed meanwhile; the pass ends without a failure.
+    enum PushOutcome { case idle, stopped, failed, storeFailed }
 
     /// Pushes every pending item that can go now, oldest first, many at a time in one batch request. A failure
     /// to read the journal is logged and shown on the mount root (`uploadingError`) until a pass reads it again.
@@ -228,7 +231,9 @@ final class SyncLoops: @unchecked Sendable {
             }
             container.clearUploadFailure(container.rootID)
             if next.isEmpty { return .idle }
-            do { try push(next) } catch let failure as BatchPushFailure {
+            do { try push(next) } catch let failure as BatchPushFailure where failure.error is UploadStopped {
+                return .stopped
+            } catch let failure as BatchPushFailure {
                 log.warning("upload of \(container.path(of: failure.id)) failed: \(failure.error)")
                 container.recordUploadFailure(failure.id, failure.error)
                 return .failed
