@@ -373,43 +373,26 @@ extension Container {
     }
 }
 
-/// The background thread that keeps the local store under its limit: it sleeps until woken (usage passed the
+/// The background loop that keeps the local store under its limit: it sleeps until woken (usage passed the
 /// limit) or a few seconds passed (free space is checked then), and runs the container's `evictIfNeeded`.
-final class Evictor: @unchecked Sendable {
-    private weak var container: Container?
-    private let wakeup = NSCondition()
-    private var woken = false
-    private var stopping = false
-    private let running = DispatchGroup()
+final class Evictor: Sendable {
+    private let loop = Loop(name: "evict")
     static let tickSeconds = 5.0
 
-    init(container: Container) { self.container = container }
-
-    func start() {
-        running.enter()
-        let t = Thread { [self] in
-            while let owner = nextPass() { owner.evictIfNeeded() }
-            running.leave()
+    /// Starts the loop; it holds the container only for a pass, and ends once the container is gone.
+    func start(for container: Container) {
+        loop.start { [loop, weak container] in
+            while true {
+                loop.pause(nanoseconds: Int64(Evictor.tickSeconds * 1e9))
+                guard !loop.isStopping, let owner = container else { return }
+                owner.evictIfNeeded()
+            }
         }
-        t.name = "evict"
-        t.start()
     }
 
-    /// Waits for a wake-up or the tick; nil once stopping (or the container is gone).
-    private func nextPass() -> Container? {
-        wakeup.lock(); defer { wakeup.unlock() }
-        if !woken && !stopping { _ = wakeup.wait(until: Date(timeIntervalSinceNow: Evictor.tickSeconds)) }
-        woken = false
-        return stopping ? nil : container
-    }
+    /// Asks for a pass now. Safe under the container's lock (the loop's lock is a leaf).
+    func wake() { loop.wake() }
 
-    /// Asks for a pass now. Safe under the container's lock (the evictor never waits on its own lock holding it).
-    func wake() {
-        wakeup.lock(); woken = true; wakeup.broadcast(); wakeup.unlock()
-    }
-
-    func stop() {
-        wakeup.lock(); stopping = true; wakeup.broadcast(); wakeup.unlock()
-        _ = running.wait(timeout: .now() + 5)
-    }
+    /// Stops the loop and waits a few seconds at most for a pass to end.
+    func stop() { loop.stopAndJoin(timeout: 5) }
 }

@@ -66,8 +66,8 @@ enum Notice {
 }
 
 public final class Container: @unchecked Sendable {
-    // @unchecked: the mutable state is in `state` (a Locked), the loops and the evictor are set once in init
-    // and start; `observer` and `querySocket` are set before the mount serves requests.
+    // @unchecked: the mutable state is in `state` (a Locked); `downloads` and `sync` are set once in init;
+    // `observer` and `querySocket` are set before the mount serves requests.
     public let remote: RemoteClient
     public let config: ContainerConfig
     public weak var observer: ContainerObserver?
@@ -88,7 +88,7 @@ public final class Container: @unchecked Sendable {
     var downloads: Downloads!
     var sync: SyncLoops!
     /// Keeps the store under its limit, when it has one and transfers run in the background.
-    var evictor: Evictor?
+    let evictor = Evictor()
 
     public var rootID: String { WireRules.rootID }
 
@@ -125,9 +125,8 @@ public final class Container: @unchecked Sendable {
         trimHeap() // give back what loading and the first sync left free
         sync.start()
         if config.environment.backgroundTransfers { // also without limits: a full disk needs it
-            evictor = Evictor(container: self)
-            evictor?.start()
-            evictor?.wake()
+            evictor.start(for: self)
+            evictor.wake()
         }
         let pinnedStale = read { s in s.items.values(with: .pinned).filter { $0.kind == .file && !$0.isCurrent }.map(\.id) }
         for id in pinnedStale { downloads.start(id) }
@@ -139,7 +138,8 @@ public final class Container: @unchecked Sendable {
     /// Stops the background loops; in-flight transfers are abandoned (their staging files are removed at the next start).
     public func stop() {
         sync.stop()
-        evictor?.stop()
+        evictor.stop()
+        downloads.stop()
         saveLastUses()
     }
 
@@ -196,7 +196,7 @@ public final class Container: @unchecked Sendable {
 
     private func deliver(_ effects: Effects) {
         if effects.wakePusher { sync.wakePusher() }
-        if effects.wakeEvictor { evictor?.wake() }
+        if effects.wakeEvictor { evictor.wake() }
         for id in effects.downloads { downloads.start(id) }
         guard let observer, !effects.notices.isEmpty else { return }
         for n in effects.notices {

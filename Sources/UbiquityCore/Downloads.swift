@@ -43,9 +43,24 @@ final class Downloads: @unchecked Sendable {
     init(container: Container) {
         self.container = container
         scheduler = TransferScheduler(width: container.config.maxConcurrentDownloads, name: "download") {
-            [weak self] id in
-            guard let self else { return }
-            finish(id, run(id))
+            [weak self, weak container] id in
+            // The container is held for the transfer: `stop` waits for it, or it ends after the container's owner
+            // let go of it, never with the container freed under it.
+            guard let self, let container else { return }
+            withExtendedLifetime(container) { finish(id, run(id)) }
+        }
+    }
+
+    /// Starts no more transfers, waits a few seconds at most for those running, and fails every open still
+    /// waiting for content.
+    func stop() {
+        scheduler.stop(timeout: 5)
+        lock.lock()
+        let left = waiters
+        waiters = [:]
+        lock.unlock()
+        for (_, list) in left {
+            for (_, done) in list.sorted(by: { $0.key < $1.key }) { done(.failure(.io("the container stopped"))) }
         }
     }
 

@@ -6,7 +6,7 @@
 // Changes that came from elsewhere are kept as a bounded list of change records (Apple's reasons), for
 // `ubiquityfs kv watch`.
 //
-// What must hold: `cond` guards the connection and every field, and no lock but the log's is taken under it; no
+// What must hold: `lock` guards the connection and every field, and no lock but the log's is taken under it; no
 // network call runs under it (`putKV` and `kvChanges` run between two holds). `set` checks `KVLimits` and writes
 // before it returns. A merge (`apply`) keeps the winner by `wins(over:)` alone; a local pending write that loses
 // is dropped. The feed position (`seq`) moves in the same transaction as the entries it covers, and an answer
@@ -31,13 +31,14 @@ public struct KVChange: Codable, Equatable, Sendable {
 }
 
 public final class KeyValueStore: @unchecked Sendable {
-    /// Guards the database and every field below; the pusher waits on it for work.
-    private let cond = NSCondition()
+    /// Guards the database and every field below.
+    private let lock = NSLock()
     private let db: Database
     private let device: String
     private let remote: KeyValueRemote?
     private let log = Logger("kv")
-    private var stopped = false
+    private let pusher = Loop(name: "kv-push")
+    private let feeder = Loop(name: "kv-feed")
     private var changes: [KVChange] = []
     private var nextChange: Int64 = 1
     static let keptChanges = 1000
@@ -61,19 +62,19 @@ public final class KeyValueStore: @unchecked Sendable {
 
     /// The value of a key, nil when there is none.
     public func value(_ key: String) -> KVValue? {
-        cond.withLock { (try? row(key)).flatMap { $0 }.flatMap { $0.deleted ? nil : $0.value } }
+        lock.withLock { (try? row(key)).flatMap { $0 }.flatMap { $0.deleted ? nil : $0.value } }
     }
 
     /// The live keys, sorted.
     public func keys() -> [String] {
-        cond.withLock { (try? liveSizes().keys.sorted()) ?? [] }
+        lock.withLock { (try? liveSizes().keys.sorted()) ?? [] }
     }
 
     /// Sets (or with nil deletes) a key; durable and queued when it returns. Over a limit: nothing is stored.
     public func set(_ key: String, _ value: KVValue?) throws(CoreError) {
         guard !key.isEmpty, !key.utf8.contains(0x2f), !key.utf8.contains(0) else { throw .invalidName }
         do {
-            try cond.withLock {
+            try lock.withLock {
                 if let v = KVLimits.violation(key: key, value: value, live: try liveSizes()) { throw Self.coreError(v) }
                 let old = try row(key)
                 if value == nil && (old == nil || old!.deleted) { throw CoreError.notFound }
@@ -81,8 +82,8 @@ public final class KeyValueStore: @unchecked Sendable {
                 let mtime = max(nowNanoseconds(), (old?.mtime ?? 0) + 1)
                 try write(WireKVEntry(key: key, value: value, mtime: mtime, device: device, deleted: value == nil),
                           pending: true)
-                cond.broadcast()
             }
+            pusher.wake()
         } catch let e as CoreError {
             throw e
         } catch {
@@ -99,40 +100,40 @@ public final class KeyValueStore: @unchecked Sendable {
     }
 
     /// The change records kept, oldest first.
-    public func changeRecords() -> [KVChange] { cond.withLock { changes } }
+    public func changeRecords() -> [KVChange] { lock.withLock { changes } }
 
     // MARK: threads
 
     /// Starts the pusher and the feed (no-op without a remote).
     public func start() {
         guard remote != nil else { return }
-        Thread.detachNewThread { [self] in pushLoop() }
-        Thread.detachNewThread { [self] in feedLoop() }
+        pusher.start { [self] in pushLoop() }
+        feeder.start { [self] in feedLoop() }
     }
 
+    /// Stops both loops, waiting a few seconds at most for a write in flight (the feed's long poll is left).
     public func stop() {
-        cond.withLock { stopped = true; cond.broadcast() }
+        pusher.stop()
+        feeder.stop()
+        pusher.join(timeout: 5)
+        feeder.join(timeout: 5)
     }
-
-    private var isStopped: Bool { cond.withLock { stopped } }
 
     private func pushLoop() {
-        while true {
-            let work: [WireKVEntry] = cond.withLock {
-                // A journal that cannot be read is logged and read again after the wait, never taken as empty.
-                while !stopped {
-                    do {
-                        let work = try pending()
-                        if !work.isEmpty { return work }
-                    } catch { log.error("kv: cannot read the writes waiting to upload: \(error)") }
-                    _ = cond.wait(until: Date(timeIntervalSinceNow: 5))
-                }
-                return []
+        while !pusher.isStopping {
+            // A journal that cannot be read is logged and read again after the pause, never taken as empty.
+            let work: [WireKVEntry]
+            do { work = try lock.withLock { try pending() } } catch {
+                log.error("kv: cannot read the writes waiting to upload: \(error)")
+                work = []
             }
-            if isStopped { return }
+            if work.isEmpty {
+                pusher.pause(nanoseconds: 5_000_000_000)
+                continue
+            }
             var failed = false
-            for entry in work where !failed { failed = !push(entry) }
-            if failed { pause(seconds: 1) }
+            for entry in work where !failed && !pusher.isStopping { failed = !push(entry) }
+            if failed { pusher.pause(nanoseconds: 1_000_000_000) }
         }
     }
 
@@ -141,7 +142,7 @@ public final class KeyValueStore: @unchecked Sendable {
         guard let remote else { return false }
         do {
             let winner = try remote.putKV(entry)
-            cond.withLock {
+            lock.withLock {
                 do {
                     if winner.sameWrite(as: entry) {
                         try db.query("UPDATE kv_local SET pending = 0 WHERE key = ? AND mtime = ? AND device = ?",
@@ -165,7 +166,7 @@ public final class KeyValueStore: @unchecked Sendable {
     /// back with the feed read again from the start.
     private func refused(_ entry: WireKVEntry, _ error: RemoteError) {
         log.warning("kv: the remote refused \(entry.key): \(error)")
-        cond.withLock {
+        lock.withLock {
             do {
                 try db.query("DELETE FROM kv_local WHERE key = ? AND mtime = ? AND device = ?",
                              [.text(entry.key), .int(entry.mtime), .text(entry.device)])
@@ -176,16 +177,17 @@ public final class KeyValueStore: @unchecked Sendable {
     }
 
     private func feedLoop() {
-        while !isStopped {
-            guard let remote else { return }
+        guard let remote else { return }
+        while !feeder.isStopping {
             // The initial sync answers at once, even with nothing on the remote; later reads long-poll.
             do {
-                let (since, synced) = try cond.withLock { (Int64(try meta("seq") ?? "0") ?? 0, try meta("synced") != nil) }
-                let answer = try remote.kvChanges(since: since, waitSeconds: synced ? 20 : 0)
-                cond.withLock { take(answer, since: since) }
+                let (since, synced) = try lock.withLock { (Int64(try meta("seq") ?? "0") ?? 0, try meta("synced") != nil) }
+                guard let answer = try feeder.away({ try remote.kvChanges(since: since, waitSeconds: synced ? 20 : 0) })
+                else { return }
+                lock.withLock { take(answer, since: since) }
             } catch {
                 if !(error is RemoteError) { log.error("kv: cannot read the feed position: \(error)") }
-                pause(seconds: 1)
+                feeder.pause(nanoseconds: 1_000_000_000)
             }
         }
     }
@@ -206,10 +208,6 @@ public final class KeyValueStore: @unchecked Sendable {
                 record(.serverChange, changed)
             }
         } catch { log.error("kv: cannot apply the feed: \(error)") }
-    }
-
-    private func pause(seconds: Double) {
-        cond.withLock { if !stopped { _ = cond.wait(until: Date(timeIntervalSinceNow: seconds)) } }
     }
 
     // MARK: merging (under the lock)
@@ -303,7 +301,7 @@ public final class KeyValueStore: @unchecked Sendable {
 
     /// Binds the store to `account`; a store bound to another drops its values and syncs afresh.
     private func bind(_ account: String) throws {
-        try cond.withLock {
+        try lock.withLock {
             let old = try meta("account")
             if old == account { return }
             if old != nil {

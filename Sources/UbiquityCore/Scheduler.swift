@@ -5,19 +5,27 @@
 //   and ends when it finds the queue empty, so an idle container holds no transfer thread.
 // - Every key submitted is run exactly once, in the order submitted. The scheduler does not merge repeated
 //   keys: its owner (Downloads) submits a key only when no transfer of it is queued or running.
-// - The lock guards the queue and the counts only; the work runs outside it.
+// - The lock guards the queue and the counts only; the work runs outside it. After `stop`, no key is taken.
 import Foundation
+import UbiquityBase
 
-final class TransferScheduler: @unchecked Sendable {
+final class TransferScheduler: Sendable {
+    private struct Queue {
+        /// Keys not yet taken, from `head` on (the taken ones before it are dropped in batches).
+        var keys: [String] = []
+        var head = 0
+        var live = 0
+        var peak = 0
+        var stopped = false
+        /// The workers started, by number; each takes itself out when it ends.
+        var workers: [Int: Loop] = [:]
+        var nextWorker = 0
+    }
+
     let width: Int
     private let name: String
     private let work: @Sendable (String) -> Void
-    private let lock = NSLock()
-    /// Keys not yet taken, from `head` on (the taken ones before it are dropped in batches).
-    private var queue: [String] = []
-    private var head = 0
-    private var live = 0
-    private var peak = 0
+    private let queue = Locked(Queue())
 
     /// `work` runs on the workers, once per key submitted.
     init(width: Int, name: String, work: @escaping @Sendable (String) -> Void) {
@@ -28,48 +36,57 @@ final class TransferScheduler: @unchecked Sendable {
     }
 
     /// Worker threads running now.
-    var liveWorkers: Int { lock.withLock { live } }
+    var liveWorkers: Int { queue.withLock { $0.live } }
     /// The most worker threads that ever ran at once.
-    var peakWorkers: Int { lock.withLock { peak } }
+    var peakWorkers: Int { queue.withLock { $0.peak } }
     /// Keys waiting for a worker.
-    var waiting: Int { lock.withLock { queue.count - head } }
+    var waiting: Int { queue.withLock { $0.keys.count - $0.head } }
 
-    /// Queues a key; starts a worker if fewer than `width` run.
+    /// Queues a key; starts a worker if fewer than `width` run. Ignored once stopped.
     func submit(_ key: String) {
-        let spawn: Bool = lock.withLock {
-            queue.append(key)
-            guard live < width else { return false }
-            live += 1
-            peak = max(peak, live)
-            return true
+        let worker: (Int, Loop)? = queue.withLock { q in
+            guard !q.stopped else { return nil }
+            q.keys.append(key)
+            guard q.live < width else { return nil }
+            q.live += 1
+            q.peak = max(q.peak, q.live)
+            q.nextWorker += 1
+            let loop = Loop(name: name)
+            q.workers[q.nextWorker] = loop
+            return (q.nextWorker, loop)
         }
-        if spawn { startWorker() }
+        guard let (number, loop) = worker else { return }
+        loop.start(stackSize: 512 << 10) { [self] in
+            while let key = take(worker: number) { work(key) }
+        }
     }
 
-    private func startWorker() {
-        let thread = Thread { [self] in
-            while let key = take() { work(key) }
+    /// Takes no more keys and waits up to `seconds` in all for the transfers running to end.
+    func stop(timeout seconds: Double) {
+        let workers = queue.withLock { q in
+            q.stopped = true
+            return Array(q.workers.values)
         }
-        thread.name = name
-        thread.stackSize = 512 << 10
-        thread.start()
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        for w in workers { w.stopAndJoin(timeout: max(0, deadline.timeIntervalSinceNow)) }
     }
 
-    /// The oldest waiting key, or nil when none waits: the worker then ends (counted out in the same step, so a
-    /// key submitted just after is never left without a worker).
-    private func take() -> String? {
-        lock.withLock {
-            guard head < queue.count else {
-                queue.removeAll()
-                head = 0
-                live -= 1
+    /// The oldest waiting key, or nil when none waits or the scheduler stopped: the worker then ends (counted
+    /// out in the same step, so a key submitted just after is never left without a worker).
+    private func take(worker: Int) -> String? {
+        queue.withLock { q in
+            guard q.head < q.keys.count, !q.stopped else {
+                q.keys.removeAll()
+                q.head = 0
+                q.live -= 1
+                q.workers[worker] = nil
                 return nil
             }
-            let key = queue[head]
-            head += 1
-            if head >= 1024 && head * 2 >= queue.count {
-                queue.removeFirst(head)
-                head = 0
+            let key = q.keys[q.head]
+            q.head += 1
+            if q.head >= 1024 && q.head * 2 >= q.keys.count {
+                q.keys.removeFirst(q.head)
+                q.head = 0
             }
             return key
         }

@@ -13,49 +13,53 @@ import Glibc
 #endif
 
 final class SyncLoops: @unchecked Sendable {
+    // @unchecked: `container` is unowned, touched by a loop only while the loop holds it (`owner`); the rest is
+    // immutable or a Loop or a Locked.
+    /// The container's own calls (pullUntilCaughtUp, applyFetched, ...) run while it is alive.
     private unowned let container: Container
+    /// What the loops hold: they take it strongly for one pass at a time, never across a pause or a long poll,
+    /// so a container let go of after `stop` is freed at once (its store closed and unlocked).
+    private weak var owner: Container?
+    private let environment: CoreEnvironment
     private let log = Logger("sync")
-    private let wake = NSCondition()
-    private var pushRequested = false
-    /// When the pusher was last woken (the environment's clock), under `wake`: how a burst is seen to go on.
-    private var lastWake: Int64 = 0
-    private var stopping = false
-    private var threads: [Thread] = []
-    /// Left when the push loop has ended: `stop` waits for it, so the container is let go of promptly.
-    private let pushRunning = DispatchGroup()
+    private let puller = Loop(name: "pull")
+    private let pusher = Loop(name: "push")
+    /// When the pusher was last woken (the environment's clock): how a burst is seen to go on.
+    private let lastWake = Locked<Int64>(0)
 
-    init(container: Container) { self.container = container }
+    init(container: Container) {
+        self.container = container
+        self.owner = container
+        self.environment = container.config.environment
+    }
 
     func start() {
-        // The push loop keeps the container alive until it has seen `stop` (which waits for that): an owner
-        // that lets go of it right after stopping must not pull it from under the loop between two of its looks
-        // at `stopping`.
-        // (Held weakly by the thread itself, which its Thread object keeps for as long as the loops exist.)
-        pushRunning.enter()
-        for name in ["pull", "push"] {
-            let t = Thread { [self, weak owner = container] in
-                if name == "pull" { return pullLoop() }
-                if let owner { withExtendedLifetime(owner) { pushLoop() } }
-                pushRunning.leave()
-            }
-            t.name = name
-            t.start()
-            threads.append(t)
-        }
+        puller.start { [self] in pullLoop() }
+        pusher.start { [self] in pushLoop() }
         wakePusher()
     }
 
-    /// Stops both loops; waits a few seconds at most for the push loop (an upload in flight may hold it).
+    /// Stops both loops and waits a few seconds at most for each to let go of the container (an upload in
+    /// flight may hold the push loop; a long poll holds nothing of it).
     func stop() {
-        wake.lock(); stopping = true; wake.broadcast(); wake.unlock()
-        _ = pushRunning.wait(timeout: .now() + 5)
+        puller.stop()
+        pusher.stop()
+        if !puller.join(timeout: 5) { log.warning("the pull loop did not stop within 5 s") }
+        if !pusher.join(timeout: 5) { log.warning("the push loop did not stop within 5 s (an upload in flight)") }
     }
 
-    private var isStopping: Bool { wake.lock(); defer { wake.unlock() }; return stopping }
+    private var isStopping: Bool { puller.isStopping }
 
     func wakePusher() {
-        let now = container.config.environment.clock()
-        wake.lock(); pushRequested = true; lastWake = now; wake.broadcast(); wake.unlock()
+        let now = environment.clock()
+        lastWake.withLock { $0 = now }
+        pusher.wake()
+    }
+
+    /// Runs one pass of a loop holding the container; nil once it is gone or the loop is stopping.
+    private func withOwner<T>(_ body: () -> T) -> T? {
+        guard !isStopping, let owner else { return nil }
+        return withExtendedLifetime(owner) { body() }
     }
 
     /// A burst of changes is gathered until it pauses this long...
@@ -67,23 +71,13 @@ final class SyncLoops: @unchecked Sendable {
     /// seconds, so that it goes up in full batches and the uploads compete with it for the machine as little as
     /// they can.
     private func gatherBurst() {
-        let env = container.config.environment
-        let start = env.clock()
+        let start = environment.clock()
         repeat {
-            env.sleep(100_000_000)
-            wake.lock(); let last = lastWake; wake.unlock()
-            let now = env.clock()
+            environment.sleep(100_000_000)
+            let last = lastWake.withLock { $0 }
+            let now = environment.clock()
             if now - last >= SyncLoops.burstQuietNanoseconds || now - start >= SyncLoops.burstHoldNanoseconds { return }
         } while !isStopping
-    }
-
-    /// Sleeps up to `nanoseconds`, returning early when woken or stopping.
-    private func pause(_ nanoseconds: Int64) {
-        wake.lock()
-        if !pushRequested && !stopping {
-            _ = wake.wait(until: Date(timeIntervalSinceNow: Double(nanoseconds) / 1e9))
-        }
-        wake.unlock()
     }
 
     // MARK: pull
@@ -105,39 +99,51 @@ final class SyncLoops: @unchecked Sendable {
     /// How often the pull loop looks again for room on a full store disk.
     static let roomPollNanoseconds: Int64 = 2_000_000_000
 
+    /// Long-polls the change feed and applies what it brings. The poll holds nothing of the container (`away`),
+    /// so a stop does not wait for it.
     private func pullLoop() {
         var backoff = Backoff.sync
         var failed = false
-        while !isStopping {
-            do {
-                // After a failure the first look is a quick one (no long poll), so a remote that is back is
-                // noticed at once rather than when the long poll ends.
-                let batch = try container.remote.changes(since: feedToken,
-                                                         waitSeconds: failed ? 0 : container.config.pollWaitSeconds)
-                if isStopping { return }
-                container.remoteAnswered()
-                failed = false
-                try apply(batch)
-                if waitingForRoom { log.info("the store has room again: remote changes are applied") }
-                waitingForRoom = false
-                backoff.reset()
-            } catch where !(error is RemoteError) && CoreError.from(error) == .noSpace {
-                // The store's disk is full: the changes wait (the feed position stays) while the evictor and
-                // the pusher make room, and are fetched again once the reserve is back.
-                if !waitingForRoom { log.warning("the store's disk is full: remote changes wait until there is room") }
-                waitingForRoom = true
-                sleepUnlessStopping(SyncLoops.roomPollNanoseconds)
-            } catch {
-                if isStopping { return } // the container may be going: touch nothing of it
-                log.warning("change feed: \(error)")
-                failed = true
-                let down: Bool
-                if case RemoteError.unreachable = error { down = true } else { down = false }
-                if down { container.remoteUnreachable() } else { container.remoteAnswered() }
-                // While the remote is away, look again often enough that opens wait for it only briefly.
-                let wait = backoff.delay(in: container.config.environment)
-                sleepUnlessStopping(down ? min(wait, 2_000_000_000) : wait)
-            }
+        while true {
+            // After a failure the first look is a quick one (no long poll), so a remote that is back is
+            // noticed at once rather than when the long poll ends.
+            guard let ask = withOwner({ () -> (RemoteClient, Result<String?, Error>, Int) in
+                (container.remote, Result { try feedToken }, failed ? 0 : container.config.pollWaitSeconds)
+            }) else { return }
+            let (remote, token, wait) = ask
+            guard let answer = puller.away({ Result { try remote.changes(since: try token.get(), waitSeconds: wait) } })
+            else { return }
+            guard let pause = withOwner({ take(answer, failed: &failed, backoff: &backoff) }) else { return }
+            sleepUnlessStopping(pause)
+        }
+    }
+
+    /// Applies a feed answer, or notes its failure; answers how long to wait before the next look.
+    private func take(_ answer: Result<WireChanges, Error>, failed: inout Bool, backoff: inout Backoff) -> Int64 {
+        do {
+            let batch = try answer.get()
+            container.remoteAnswered()
+            failed = false
+            try apply(batch)
+            if waitingForRoom { log.info("the store has room again: remote changes are applied") }
+            waitingForRoom = false
+            backoff.reset()
+            return 0
+        } catch where !(error is RemoteError) && CoreError.from(error) == .noSpace {
+            // The store's disk is full: the changes wait (the feed position stays) while the evictor and
+            // the pusher make room, and are fetched again once the reserve is back.
+            if !waitingForRoom { log.warning("the store's disk is full: remote changes wait until there is room") }
+            waitingForRoom = true
+            return SyncLoops.roomPollNanoseconds
+        } catch {
+            log.warning("change feed: \(error)")
+            failed = true
+            let down: Bool
+            if case RemoteError.unreachable = error { down = true } else { down = false }
+            if down { container.remoteUnreachable() } else { container.remoteAnswered() }
+            // While the remote is away, look again often enough that opens wait for it only briefly.
+            let wait = backoff.delay(in: environment)
+            return down ? min(wait, 2_000_000_000) : wait
         }
     }
 
@@ -146,7 +152,7 @@ final class SyncLoops: @unchecked Sendable {
         var left = nanoseconds
         while !isStopping && left > 0 {
             let step = min(left, 100_000_000)
-            container.config.environment.sleep(step)
+            environment.sleep(step)
             left -= step
         }
     }
@@ -197,21 +203,23 @@ final class SyncLoops: @unchecked Sendable {
 
     private func pushLoop() {
         var backoff = Backoff.sync
-        while !isStopping {
-            gatherBurst()
-            wake.lock(); pushRequested = false; wake.unlock()
-            let outcome = pushAll()
-            switch outcome {
-            case .idle:
-                backoff.reset()
-                pause(min(60_000_000_000, container.nextSnapshotDue() ?? .max))
-            case .stopped:
-                continue // the next burst gathered: the writes that stopped an upload pause first
-            case .failed, .storeFailed:
-                // On the wake condition, not the environment's sleep: a nudge (the network is back, a new
-                // change) must cut the wait short.
-                pause(backoff.delay(in: container.config.environment))
-            }
+        while true {
+            guard let pause = withOwner({ () -> Int64 in
+                gatherBurst()
+                _ = pusher.takeWake()
+                switch pushAll() {
+                case .idle:
+                    backoff.reset()
+                    return min(60_000_000_000, container.nextSnapshotDue() ?? .max)
+                case .stopped:
+                    return 0 // the next burst gathered: the writes that stopped an upload pause first
+                case .failed, .storeFailed:
+                    return backoff.delay(in: environment)
+                }
+            }) else { return }
+            // On the loop's wake, not the environment's sleep: a nudge (the network is back, a new change)
+            // must cut the wait short.
+            if pause > 0 { pusher.pause(nanoseconds: pause) }
         }
     }
 

@@ -34,7 +34,7 @@ extension Container {
         } catch {
             if CoreError.from(error) == .noSpace {
                 update { s in if s.storeFullSince == nil { s.storeFullSince = s.now() } }
-                evictor?.wake()
+                evictor.wake()
             }
             throw error
         }

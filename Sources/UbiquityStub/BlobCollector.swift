@@ -9,14 +9,12 @@
 import Foundation
 import UbiquityBase
 
-final class BlobCollector: @unchecked Sendable {
+final class BlobCollector: Sendable {
     let store: StubStore
     /// Nanoseconds a blob is kept after it was stored or last used, referenced or not.
     let grace: Int64
     private let used = Locked<[String: Int64]>([:])
-    private let wake = NSCondition()
-    private var running = false
-    private var thread: Thread?
+    private let loop = Loop(name: "blob-collector")
     private let log = Logger("stub")
 
     init(store: StubStore, graceSeconds: Int) {
@@ -50,30 +48,18 @@ final class BlobCollector: @unchecked Sendable {
         return removed
     }
 
-    /// Collects every `seconds` in a background thread until `stop`.
+    /// Collects every `seconds` in a background loop until `stop` (once; no loop for 0).
     func start(every seconds: Int) {
-        wake.lock(); defer { wake.unlock() }
-        guard !running, seconds > 0 else { return }
-        running = true
-        let t = Thread { [self] in loop(every: seconds) }
-        t.name = "blob-collector"
-        thread = t
-        t.start()
-    }
-
-    func stop() {
-        wake.lock(); running = false; wake.broadcast(); wake.unlock()
-    }
-
-    private func loop(every seconds: Int) {
-        while true {
-            wake.lock()
-            let deadline = Date(timeIntervalSinceNow: TimeInterval(seconds))
-            while running && wake.wait(until: deadline) {}
-            let go = running
-            wake.unlock()
-            guard go else { return }
-            do { try collect() } catch { log.warning("blob collection: \(error)") }
+        guard seconds > 0 else { return }
+        loop.start { [self] in
+            while true {
+                loop.pause(nanoseconds: Int64(seconds) * 1_000_000_000)
+                if loop.isStopping { return }
+                do { try collect() } catch { log.warning("blob collection: \(error)") }
+            }
         }
     }
+
+    /// Stops the loop, waiting a few seconds at most for a pass to end.
+    func stop() { loop.stopAndJoin(timeout: 5) }
 }

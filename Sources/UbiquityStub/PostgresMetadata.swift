@@ -332,16 +332,14 @@ private final class PostgresTransaction: MetadataTransaction {
 
 /// LISTEN on a dedicated connection in a thread of its own; each notification, and each reconnection (which
 /// may have missed some), wakes this process's waiters. Local commits wake them at once as well.
-final class PostgresNotifier: ChangeNotifier, @unchecked Sendable {
+final class PostgresNotifier: ChangeNotifier, Sendable {
     private let local = LocalNotifier()
     private let url: String
-    private let closed = Locked(false)
+    private let loop = Loop(name: "pg-listen")
 
     init(url: String) {
         self.url = url
-        let thread = Thread { [self] in listen() }
-        thread.name = "pg-listen"
-        thread.start()
+        loop.start { [self] in listen() }
     }
 
     var generation: UInt64 { local.generation }
@@ -349,18 +347,19 @@ final class PostgresNotifier: ChangeNotifier, @unchecked Sendable {
     func committed(_ cid: String) { local.bump() }
     var isStopping: Bool { local.isStopping }
     func setStopping(_ value: Bool) { local.setStopping(value) }
-    func close() { closed.withLock { $0 = true } }
+    /// Stops listening, waiting for the loop's current poll (a quarter second) to end.
+    func close() { loop.stopAndJoin(timeout: 5) }
 
     private func listen() {
         var conn: PGConnection?
-        while !closed.withLock({ $0 }) {
+        while !loop.isStopping {
             if conn == nil {
                 conn = try? PGConnection(url: url)
                 if let c = conn, (try? c.exec("LISTEN \(PostgresMetadata.channel)")) != nil {
                     local.bump()
                 } else {
                     conn = nil
-                    usleep(250_000)
+                    loop.pause(nanoseconds: 250_000_000)
                     continue
                 }
             }

@@ -87,9 +87,7 @@ final class QueryServer: @unchecked Sendable {
     /// The last path of each directory shown to anyone: a directory whose path changed takes its descendants
     /// along into the batch (their paths changed too).
     private var directoryPaths: [String: String] = [:]
-    private let stopLock = NSLock()
-    private var stopping = false
-    private var thread: Thread?
+    private let loop = Loop(name: "query")
     private let dates: ISO8601DateFormatter = {
         let f = ISO8601DateFormatter()
         f.timeZone = TimeZone(identifier: "UTC")
@@ -126,19 +124,16 @@ final class QueryServer: @unchecked Sendable {
             throw MountFailure("cannot serve the query socket \(path): \(why)")
         }
         listenFD = fd
-        let t = Thread { [self] in serve() }
-        t.name = "query"
-        thread = t
-        t.start()
+        loop.start { [self] in serve() }
     }
 
+    /// Stops serving: the loop closes every client and the socket within one poll (a quarter second).
     func stop() {
-        stopLock.withLock { stopping = true }
-        while thread?.isFinished == false { usleep(10_000) }
+        if !loop.stopAndJoin(timeout: 5) { log.warning("the query loop did not stop within 5 s") }
         unlink(path)
     }
 
-    private var isStopping: Bool { stopLock.withLock { stopping } }
+    private var isStopping: Bool { loop.isStopping }
 
     private func serve() {
         var nextBatch = monotonicNanoseconds() + Self.interval

@@ -1,0 +1,113 @@
+// One background loop on a thread of its own, run the same way everywhere: a name (seen in `top -H`, gdb and
+// the logs), a wake that cuts its pause short, a stop it sees at its next look, and a join that waits for it.
+//
+// What must hold: `flags` are read and written only while holding `cond` (that is what makes the
+// `@unchecked Sendable` true); `cond` is a leaf lock: no code runs under it but the flag updates here. Once
+// `join` has returned true, the body touches nothing of its owner again: it has ended, or it is inside `away`
+// (a wait that holds nothing of the owner, such as a long poll) and returns from it with nil.
+import Foundation
+
+public final class Loop: @unchecked Sendable {
+    private struct Flags {
+        var started = false
+        var woken = false
+        var stopping = false
+        var running = false
+        var away = false
+    }
+
+    public let name: String
+    private let cond = NSCondition()
+    private var flags = Flags()
+
+    public init(name: String) { self.name = name }
+
+    /// Starts `body` on a new thread named after the loop; a loop starts once (a second start is ignored). The
+    /// body runs until it sees `isStopping` (or `away` answers nil) and returns.
+    public func start(stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) {
+        let first: Bool = locked { f in
+            defer { f.started = true; f.running = true }
+            return !f.started
+        }
+        guard first else { return }
+        let thread = Thread { [self] in
+            body()
+            locked { $0.running = false; $0.away = false }
+        }
+        thread.name = name
+        if let stackSize { thread.stackSize = stackSize }
+        thread.start()
+    }
+
+    /// True once `stop` was called.
+    public var isStopping: Bool { locked { $0.stopping } }
+
+    /// True while the body runs (started and not yet returned).
+    public var isRunning: Bool { locked { $0.running } }
+
+    /// Cuts the loop's current or next `pause` short.
+    public func wake() { locked { $0.woken = true } }
+
+    /// Takes a wake that came since the last one was taken: true if there was one.
+    public func takeWake() -> Bool {
+        locked { f in
+            defer { f.woken = false }
+            return f.woken
+        }
+    }
+
+    /// Sleeps until woken, stopped or `nanoseconds` have passed (a wake that came before the call counts), and
+    /// takes the wake: true if woken.
+    @discardableResult
+    public func pause(nanoseconds: Int64) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: Double(max(nanoseconds, 0)) / 1e9)
+        cond.lock()
+        defer { cond.unlock() }
+        while !flags.woken && !flags.stopping && cond.wait(until: deadline) {}
+        defer { flags.woken = false }
+        return flags.woken
+    }
+
+    /// Runs a wait that holds and touches nothing of the loop's owner (a long poll on the network): a `join`
+    /// does not wait for it to end. Answers nil when the loop was stopped meanwhile: the caller then returns at
+    /// once, touching nothing of its owner, and the body's result is dropped.
+    public func away<T>(_ body: () throws -> T) rethrows -> T? {
+        locked { $0.away = true }
+        let result = try body()
+        let stopped = locked { f in
+            f.away = false
+            return f.stopping
+        }
+        return stopped ? nil : result
+    }
+
+    /// Asks the loop to end: its pause returns at once, and `isStopping` is true from now on.
+    public func stop() { locked { $0.stopping = true } }
+
+    /// Waits up to `seconds` for the body to have returned, or to be inside `away`; true if it did (or the loop
+    /// never started). A loop that did not end in time goes on until it sees the stop.
+    @discardableResult
+    public func join(timeout seconds: Double) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        cond.lock()
+        defer { cond.unlock() }
+        while flags.running && !flags.away {
+            if !cond.wait(until: deadline) { return !flags.running || flags.away }
+        }
+        return true
+    }
+
+    /// Stops the loop and waits for it, as `stop` and `join` do.
+    @discardableResult
+    public func stopAndJoin(timeout seconds: Double) -> Bool {
+        stop()
+        return join(timeout: seconds)
+    }
+
+    /// Changes or reads the flags under `cond`, and wakes every thread waiting on it.
+    private func locked<T>(_ body: (inout Flags) -> T) -> T {
+        cond.lock()
+        defer { cond.broadcast(); cond.unlock() }
+        return body(&flags)
+    }
+}
