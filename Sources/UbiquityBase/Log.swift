@@ -2,11 +2,12 @@
 //
 // What must hold: one event is one `write(2)` of one whole line, taken under `lock`, so lines of several threads
 // never interleave. The message is built (and the autoclosure run) before the lock is taken, never under it.
-// `configure` runs once at start, before other threads log: `level` is read without the lock. A log file that
+// `level` is an atomic, read without the lock; the output's lock is a leaf (lock order: last). A log file that
 // cannot be opened leaves the output on stderr; logging never throws and never fails an operation. Lines that
 // a full disk refuses are counted, the last warnings and errors among them kept, and both written once it
 // takes lines again.
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,19 +27,18 @@ public enum LogLevel: Int, Comparable, Sendable {
     }
 }
 
-public final class Log: @unchecked Sendable {
+public final class Log: Sendable {
     public static let shared = Log()
-    private let lock = NSLock()
-    private var fd: Int32 = 2
-    public private(set) var level: LogLevel = .info
+    private let output = Locked(Output())
+    private let levelValue = Atomic<Int>(LogLevel.info.rawValue)
+
+    public var level: LogLevel { LogLevel(rawValue: levelValue.load(ordering: .relaxed)) ?? .info }
 
     public func configure(level: LogLevel, path: String?) {
-        lock.lock(); defer { lock.unlock() }
-        self.level = level
-        if let path {
-            let f = Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-            if f >= 0 { fd = f }
-        }
+        levelValue.store(level.rawValue, ordering: .relaxed)
+        guard let path else { return }
+        let f = Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        if f >= 0 { output.withLock { $0.fd = f } }
     }
 
     public func write(_ level: LogLevel, _ subsystem: String, _ message: @autoclosure () -> String) {
@@ -49,34 +49,41 @@ public final class Log: @unchecked Sendable {
         let stamp = String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                            tm.tm_hour, tm.tm_min, tm.tm_sec, Int((now / 1_000_000) % 1000))
         let line = "\(stamp) \(level.label) [\(subsystem)] \(message())\n"
-        lock.lock(); defer { lock.unlock() }
-        if lost > 0 {
-            guard append("\(stamp) WARN [log] \(lost) line(s) lost: the log's disk was full\n") else {
-                return keepLost(line, level)
+        output.withLock { $0.write(line, level, stamp: stamp) }
+    }
+
+    /// Where lines go, and the lines a full disk refused.
+    private struct Output {
+        var fd: Int32 = 2
+        /// Lines that could not be written (the log's disk is full), and the last warnings and errors among
+        /// them, written once there is room again.
+        var lost = 0
+        var lostWarnings: [String] = []
+        static let lostWarningsKept = 20
+
+        mutating func write(_ line: String, _ level: LogLevel, stamp: String) {
+            if lost > 0 {
+                guard append("\(stamp) WARN [log] \(lost) line(s) lost: the log's disk was full\n") else {
+                    return keepLost(line, level)
+                }
+                for kept in lostWarnings { _ = append(kept) }
+                lost = 0
+                lostWarnings = []
             }
-            for kept in lostWarnings { _ = append(kept) }
-            lost = 0
-            lostWarnings = []
+            if !append(line) { keepLost(line, level) }
         }
-        if !append(line) { keepLost(line, level) }
-    }
 
-    /// Lines that could not be written (the log's disk is full), and the last warnings and errors among them,
-    /// written once there is room again.
-    private var lost = 0
-    private var lostWarnings: [String] = []
-    private static let lostWarningsKept = 20
+        private mutating func keepLost(_ line: String, _ level: LogLevel) {
+            lost += 1
+            guard level >= .warning else { return }
+            lostWarnings.append(line)
+            if lostWarnings.count > Output.lostWarningsKept { lostWarnings.removeFirst() }
+        }
 
-    private func keepLost(_ line: String, _ level: LogLevel) {
-        lost += 1
-        guard level >= .warning else { return }
-        lostWarnings.append(line)
-        if lostWarnings.count > Log.lostWarningsKept { lostWarnings.removeFirst() }
-    }
-
-    /// Writes one line whole; false when it could not (a full disk).
-    private func append(_ line: String) -> Bool {
-        line.withCString { Glibc.write(fd, $0, strlen($0)) == strlen($0) }
+        /// Writes one line whole; false when it could not (a full disk).
+        private func append(_ line: String) -> Bool {
+            line.withCString { Glibc.write(fd, $0, strlen($0)) == strlen($0) }
+        }
     }
 }
 

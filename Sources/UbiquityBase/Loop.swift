@@ -5,6 +5,8 @@
 // `@unchecked Sendable` true); `cond` is a leaf lock: no code runs under it but the flag updates here. Once
 // `join` has returned true, the body touches nothing of its owner again: it has ended, or it is inside `away`
 // (a wait that holds nothing of the owner, such as a long poll) and returns from it with nil.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a loop's lock is a leaf.
 import Foundation
 
 public final class Loop: @unchecked Sendable {

@@ -46,7 +46,7 @@ public enum SQLValue: Equatable, Sendable {
     case blob([UInt8])
 }
 
-public final class Database: @unchecked Sendable {
+public final class Database {
     private var handle: OpaquePointer?
     public let path: String
     /// Prepared statements by their SQL, reset between uses.

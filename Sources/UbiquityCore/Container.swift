@@ -13,6 +13,9 @@
 // orphan left by a failed save is removed at the next start, `removeOrphanContent`). A delete drops an item the
 // remote never saw (and no create of it was sent), else keeps a tombstone to push; its staging and conflict
 // copies go only after the commit (`onCommit`). Notices, wake-ups and downloads are delivered after the lock.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a content gate, then `Backings`, then `state`,
+// then the leaves.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -66,8 +69,8 @@ enum Notice {
 }
 
 public final class Container: @unchecked Sendable {
-    // @unchecked: the mutable state is in `state` (a Locked); `downloads` and `sync` are set once in init;
-    // `observer` and `querySocket` are set before the mount serves requests.
+    // @unchecked: the mutable state is in `state` (a Locked); `downloads` and `sync` are set once in init (they
+    // need `self`, so they cannot be `let`); `observer` and `querySocket` are set before the mount serves requests.
     public let remote: RemoteClient
     public let config: ContainerConfig
     public weak var observer: ContainerObserver?

@@ -9,56 +9,68 @@
 // queued on the bounded scheduler (Scheduler.swift): at most `maxConcurrentDownloads` threads, whatever the
 // number of items waiting; a request for an item queued or running joins its transfer.
 //
-// What must hold: `lock` guards `waiters`, `running` and `requested` and is a leaf: the scheduler is called
-// and waiters are told only after it is let go, in the order they registered, and each once (`finish` takes
-// them out first). No network call runs under the container's lock: `target` looks at the state, the transfer
-// runs outside it, and the install checks again under the lock that the item did not change here meanwhile
-// (`installDownload`, Content.swift). A staging file is verified and fsynced before its rename; one that fails
-// verification is removed, a partial one of the same version is kept only to resume.
+// What must hold: `book`'s lock guards the waiters, what runs and what was asked for, and is a leaf: the scheduler is
+// called and waiters are told only after it is let go, in the order they registered, and each once (`finish` takes them
+// out first). No network call runs under the container's lock: `target` looks at the state, the transfer runs outside
+// it, and the install checks again under the lock that the item did not change here meanwhile (`installDownload`,
+// Content.swift). A staging file is verified and fsynced before its rename; one that fails verification is removed, a
+// partial one of the same version is kept only to resume.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `book` is a leaf, taken with or without the
+// container's.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
 import Glibc
 #endif
 
-final class Downloads: @unchecked Sendable {
+final class Downloads: Sendable {
+    typealias Waiter = @Sendable (Result<Void, CoreError>) -> Void
+
+    /// The bookkeeping of transfers, under one lock.
+    struct Book {
+        /// Waiters per item id, by token.
+        var waiters: [String: [Int: Waiter]] = [:]
+        /// Items whose transfer is queued on the scheduler or running.
+        var running: Set<String> = []
+        var nextToken = 1
+        /// Without background transfers: keys asked for, oldest first, until `downloadOnce` fetches them.
+        var requested: [String] = []
+        /// Items whose transfer failed because the remote could not be reached: started again once it answers.
+        var retryWhenBack: Set<String> = []
+        /// A transfer tried until its deadline and the remote never answered (a remote that hangs): until it
+        /// answers again, transfers fail at once rather than each wait out the deadline.
+        var remoteHangs = false
+    }
+
     private unowned let container: Container
     private let log = Logger("download")
-    let lock = NSLock()
-    /// Waiters per item id, by token.
-    private var waiters: [String: [Int: @Sendable (Result<Void, CoreError>) -> Void]] = [:]
-    /// Items whose transfer is queued on the scheduler or running.
-    private var running: Set<String> = []
-    private var nextToken = 1
-    /// Without background transfers: keys asked for, oldest first, until `downloadOnce` fetches them.
-    var requested: [String] = []
-    /// Items whose transfer failed because the remote could not be reached: started again once it answers.
-    private var retryWhenBack: Set<String> = []
-    /// A transfer tried until its deadline and the remote never answered (a remote that hangs): until it
-    /// answers again, transfers fail at once rather than each wait out the deadline.
-    private var remoteHangs = false
-    /// The workers that run background transfers (set once, in init).
-    private(set) var scheduler: TransferScheduler!
+    let book = Locked(Book())
+    /// The workers that run background transfers.
+    let scheduler: TransferScheduler
 
     init(container: Container) {
         self.container = container
         scheduler = TransferScheduler(width: container.config.maxConcurrentDownloads, name: "download") {
-            [weak self, weak container] id in
+            [weak container] id in
             // The container is held for the transfer: `stop` waits for it, or it ends after the container's owner
             // let go of it, never with the container freed under it.
-            guard let self, let container else { return }
-            withExtendedLifetime(container) { finish(id, run(id)) }
+            guard let container else { return }
+            withExtendedLifetime(container) { container.downloads.runInBackground(id) }
         }
     }
+
+    /// A background transfer, on a worker of the scheduler; waiters are told the outcome.
+    private func runInBackground(_ id: String) { finish(id, run(id)) }
 
     /// Starts no more transfers, waits a few seconds at most for those running, and fails every open still
     /// waiting for content.
     func stop() {
         scheduler.stop(timeout: 5)
-        lock.lock()
-        let left = waiters
-        waiters = [:]
-        lock.unlock()
+        let left = book.withLock { b in
+            defer { b.waiters = [:] }
+            return b.waiters
+        }
         for (_, list) in left {
             for (_, done) in list.sorted(by: { $0.key < $1.key }) { done(.failure(.io("the container stopped"))) }
         }
@@ -66,24 +78,23 @@ final class Downloads: @unchecked Sendable {
 
     /// Registers a waiter for the item's content and starts the transfer if none runs.
     func wait(for id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) -> Int {
-        lock.lock()
-        let token = nextToken
-        nextToken += 1
-        waiters[id, default: [:]][token] = done
-        lock.unlock()
+        let token = book.withLock { b in
+            defer { b.nextToken += 1 }
+            b.waiters[id, default: [:]][b.nextToken] = done
+            return b.nextToken
+        }
         start(id)
         return token
     }
 
     /// Without background transfers: remembers the key for the owner's next `downloadOnce`.
     private func queue(_ key: String) {
-        lock.lock(); defer { lock.unlock() }
-        if !requested.contains(key) { requested.append(key) }
+        book.withLock { b in if !b.requested.contains(key) { b.requested.append(key) } }
     }
 
     /// One attempt at a transfer, on the calling thread, without retries; waiters are told the outcome.
     func runOnce(_ key: String) -> Result<Void, CoreError> {
-        lock.lock(); requested.removeAll { $0 == key }; lock.unlock()
+        book.withLock { $0.requested.removeAll { $0 == key } }
         let result: Result<Void, CoreError>
         switch target(key) {
         case .done: removeStaleStaging(key); result = .success(())
@@ -103,31 +114,27 @@ final class Downloads: @unchecked Sendable {
     }
 
     private func retryLater(_ id: String) {
-        lock.lock(); retryWhenBack.insert(id); lock.unlock()
+        book.withLock { _ = $0.retryWhenBack.insert(id) }
     }
 
     /// The remote answers again: the transfers it failed start again (those no longer needed end at once).
     func remoteIsBack() {
-        lock.lock()
-        let ids = retryWhenBack.sorted()
-        retryWhenBack = []
-        remoteHangs = false
-        lock.unlock()
+        let ids = book.withLock { b in
+            defer { b.retryWhenBack = []; b.remoteHangs = false }
+            return b.retryWhenBack.sorted()
+        }
         for id in ids { start(id) }
     }
 
     func cancelWait(for id: String, token: Int) {
-        lock.lock(); defer { lock.unlock() }
-        waiters[id]?[token] = nil
+        book.withLock { $0.waiters[id]?[token] = nil }
     }
 
     /// Queues a background transfer of the item unless one is queued or runs already. From now on it shows as
     /// downloading, without the last try's error: `download --wait` waits for this try, not that one.
     func start(_ id: String) {
         if !container.config.environment.backgroundTransfers { return queue(id) }
-        lock.lock()
-        let fresh = running.insert(id).inserted
-        lock.unlock()
+        let fresh = book.withLock { $0.running.insert(id).inserted }
         guard fresh else { return }
         container.update { s in
             s.updateTransfer(id) {
@@ -140,10 +147,10 @@ final class Downloads: @unchecked Sendable {
 
     func finish(_ id: String, _ result: Result<Void, CoreError>) {
         container.update { s in s.updateTransfer(id) { $0.isDownloading = false } }
-        lock.lock()
-        running.remove(id)
-        let list = waiters.removeValue(forKey: id) ?? [:]
-        lock.unlock()
+        let list = book.withLock { b in
+            b.running.remove(id)
+            return b.waiters.removeValue(forKey: id) ?? [:]
+        }
         for (_, done) in list.sorted(by: { $0.key < $1.key }) { done(result) }
     }
 
@@ -183,16 +190,7 @@ final class Downloads: @unchecked Sendable {
             case .failed(let e): removeStaleStaging(id); record(id, error: e.description); return .failure(e)
             case .fetch(let s, let n): sha = s; size = n
             }
-            // The remote hangs (a transfer found it unreachable until its deadline): no request that would
-            // wait out the whole timeout again, and no room made for a download that cannot happen; it runs
-            // once the remote answers.
-            if lock.withLock({ remoteHangs }) {
-                let since = container.offlineSince.map { " since \(iso8601(nanoseconds: $0))" } ?? ""
-                let error = RemoteError.unreachable("the remote is away (no answer\(since))")
-                record(id, error: error.description)
-                retryLater(id)
-                return .failure(.remote(error))
-            }
+            if let failure = failureWhileRemoteHangs(id) { return failure }
             do {
                 let installed = try transfer(id, sha: sha, size: size)
                 container.remoteAnswered()
@@ -212,21 +210,7 @@ final class Downloads: @unchecked Sendable {
                 madeRoom = true
                 container.makeRoomAfterNoSpace(for: id, bytes: size)
             } catch let error as RemoteError where error.isTransient {
-                let now = monotonicNanoseconds()
-                record(id, error: error.description)
-                // Offline (the change feed knows the remote is away): one try, no waiting out the deadline;
-                // the open serves what is local.
-                if now >= deadline || container.isOffline {
-                    retryLater(id)
-                    // Unreachable until the deadline: the remote counts as away until it answers again.
-                    if case .unreachable = error, now >= deadline {
-                        lock.withLock { remoteHangs = true }
-                        container.remoteUnreachable()
-                    }
-                    return .failure(.remote(error))
-                }
-                log.warning("download of \(id) failed: \(error); retrying")
-                backoff.sleep(in: container.config.environment, limit: deadline - now)
+                if let failure = retryAfter(error, id, deadline: deadline, backoff: &backoff) { return failure }
             } catch let error as RemoteError {
                 // Not worth resuming (refused, gone, or the store is full): free what the partial copy holds.
                 try? removeFile(stagingPath(id, sha))
@@ -239,6 +223,40 @@ final class Downloads: @unchecked Sendable {
                 return .failure(e)
             }
         }
+    }
+
+    /// While the remote hangs (a transfer found it unreachable until its deadline): no request that would wait
+    /// out the whole timeout again, and no room made for a download that cannot happen; the transfer runs once
+    /// the remote answers. Nil when it does not hang.
+    private func failureWhileRemoteHangs(_ id: String) -> Result<Void, CoreError>? {
+        guard book.withLock({ $0.remoteHangs }) else { return nil }
+        let since = container.offlineSince.map { " since \(iso8601(nanoseconds: $0))" } ?? ""
+        let error = RemoteError.unreachable("the remote is away (no answer\(since))")
+        record(id, error: error.description)
+        retryLater(id)
+        return .failure(.remote(error))
+    }
+
+    /// After a transient failure: sleeps as `backoff` says and answers nil (try again), or answers the failure
+    /// once the deadline passed or the remote is known to be away.
+    private func retryAfter(_ error: RemoteError, _ id: String, deadline: Int64,
+                            backoff: inout Backoff) -> Result<Void, CoreError>? {
+        let now = monotonicNanoseconds()
+        record(id, error: error.description)
+        // Offline (the change feed knows the remote is away): one try, no waiting out the deadline; the open
+        // serves what is local.
+        if now >= deadline || container.isOffline {
+            retryLater(id)
+            // Unreachable until the deadline: the remote counts as away until it answers again.
+            if case .unreachable = error, now >= deadline {
+                book.withLock { $0.remoteHangs = true }
+                container.remoteUnreachable()
+            }
+            return .failure(.remote(error))
+        }
+        log.warning("download of \(id) failed: \(error); retrying")
+        backoff.sleep(in: container.config.environment, limit: deadline - now)
+        return nil
     }
 
     /// True while a download that found no room may wait: changes wait to go up (each one uploaded leaves a

@@ -13,6 +13,8 @@
 // - The hash table holds slot + 1 of every live slot (0: empty), at most half full; removal shifts the probe
 //   chain back, so a lookup stops at the first empty bucket. A free slot is in `free` and not live.
 // - While a mutation runs, every write records what it overwrote (`undo`), for `rollBack`.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `IDTable`'s is a leaf.
 import Foundation
 import UbiquityBase
 
@@ -49,46 +51,45 @@ struct ItemCode: Hashable {
 }
 
 /// Strings given numbers, for ids that do not pack and for device names. Numbers are never reused.
-/// @unchecked Sendable: all state behind `lock`.
-final class IDTable: @unchecked Sendable {
+final class IDTable: Sendable {
     static let shared = IDTable()
     static let devices = IDTable()
-    private let lock = NSLock()
-    private var strings: [String] = []
-    /// By bytes: two canonically equivalent spellings are two ids.
-    private var numbers: [[UInt8]: UInt64] = [:]
+
+    private struct Table {
+        var strings: [String] = []
+        /// By bytes: two canonically equivalent spellings are two ids.
+        var numbers: [[UInt8]: UInt64] = [:]
+        /// The bytes last asked for by `number(of: bytes)`, and their number.
+        var last: (bytes: [UInt8], number: UInt64)?
+
+        mutating func number(of key: [UInt8], _ s: @autoclosure () -> String) -> UInt64 {
+            if let n = numbers[key] { return n }
+            let n = UInt64(strings.count)
+            strings.append(s())
+            numbers[key] = n
+            return n
+        }
+    }
+    private let table = Locked(Table())
 
     func number(of s: String) -> UInt64 {
         let key = Array(s.utf8)
-        lock.lock(); defer { lock.unlock() }
-        if let n = numbers[key] { return n }
-        let n = UInt64(strings.count)
-        strings.append(s)
-        numbers[key] = n
-        return n
+        return table.withLock { $0.number(of: key, s) }
     }
-
-    private var last: (bytes: [UInt8], number: UInt64)?
 
     /// The number of the string spelled by these UTF-8 bytes (the load of the store; the last one is kept, as
     /// most rows name the same device as the one before).
     func number(of bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
-        lock.lock()
-        if let last, last.bytes.elementsEqual(bytes) {
-            lock.unlock()
-            return last.number
+        table.withLock { t in
+            if let last = t.last, last.bytes.elementsEqual(bytes) { return last.number }
+            let key = Array(bytes)
+            let n = t.number(of: key, String(decoding: bytes, as: UTF8.self))
+            t.last = (key, n)
+            return n
         }
-        lock.unlock()
-        let n = number(of: String(decoding: bytes, as: UTF8.self))
-        lock.lock(); defer { lock.unlock() }
-        last = (Array(bytes), n)
-        return n
     }
 
-    func string(_ n: UInt64) -> String {
-        lock.lock(); defer { lock.unlock() }
-        return strings[Int(n)]
-    }
+    func string(_ n: UInt64) -> String { table.withLock { $0.strings[Int(n)] } }
 }
 
 /// Lowercase hex digits to and from 64-bit words.

@@ -6,12 +6,14 @@
 // Changes that came from elsewhere are kept as a bounded list of change records (Apple's reasons), for
 // `ubiquityfs kv watch`.
 //
-// What must hold: `lock` guards the connection and every field, and no lock but the log's is taken under it; no
+// What must hold: `tables` (a Locked) holds the connection and the change records, and no lock but the log's is
+// taken under it (lock order: a leaf but for the log); no
 // network call runs under it (`putKV` and `kvChanges` run between two holds). `set` checks `KVLimits` and writes
 // before it returns. A merge (`apply`) keeps the winner by `wins(over:)` alone; a local pending write that loses
 // is dropped. The feed position (`seq`) moves in the same transaction as the entries it covers, and an answer
 // read against a position reset meanwhile is dropped. A write the remote refuses for good is dropped here and
-// the feed read again from 0. Not yet so: `value` and `keys` answer nil and none on a database error.
+// the feed read again from 0. A database error in `value` or `keys` is logged as an error and read as no value
+// (the adapter's lookups, which call them, cannot fail yet).
 import Foundation
 import UbiquityBase
 
@@ -30,17 +32,13 @@ public struct KVChange: Codable, Equatable, Sendable {
     public var keys: [String]
 }
 
-public final class KeyValueStore: @unchecked Sendable {
-    /// Guards the database and every field below.
-    private let lock = NSLock()
-    private let db: Database
+public final class KeyValueStore: Sendable {
+    private let tables: Locked<Tables>
     private let device: String
     private let remote: KeyValueRemote?
     private let log = Logger("kv")
     private let pusher = Loop(name: "kv-push")
     private let feeder = Loop(name: "kv-feed")
-    private var changes: [KVChange] = []
-    private var nextChange: Int64 = 1
     static let keptChanges = 1000
 
     /// Opens the store's tables in `directory`'s database. `account` names the remote account and container
@@ -48,40 +46,49 @@ public final class KeyValueStore: @unchecked Sendable {
     public init(directory: String, device: String, account: String, remote: KeyValueRemote?) throws {
         self.device = device
         self.remote = remote
-        db = try Database(path: directory + "/state.sqlite")
+        let db = try Database(path: directory + "/state.sqlite")
         try db.exec("""
             PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
             CREATE TABLE IF NOT EXISTS kv_local(key TEXT PRIMARY KEY, value TEXT, mtime INTEGER NOT NULL,
               device TEXT NOT NULL, deleted INTEGER NOT NULL, pending INTEGER NOT NULL);
             CREATE TABLE IF NOT EXISTS kv_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
             """)
-        try bind(account)
+        tables = Locked(Tables(db: db))
+        try tables.withLock { try $0.bind(account) }
     }
 
     // MARK: the program's side
 
     /// The value of a key, nil when there is none.
     public func value(_ key: String) -> KVValue? {
-        lock.withLock { (try? row(key)).flatMap { $0 }.flatMap { $0.deleted ? nil : $0.value } }
+        do { return try tables.withLock { try $0.row(key) }.flatMap { $0.deleted ? nil : $0.value } } catch {
+            log.error("kv: cannot read \(key): \(error)")
+            return nil
+        }
     }
 
     /// The live keys, sorted.
     public func keys() -> [String] {
-        lock.withLock { (try? liveSizes().keys.sorted()) ?? [] }
+        do { return try tables.withLock { try $0.liveSizes() }.keys.sorted() } catch {
+            log.error("kv: cannot list the keys: \(error)")
+            return []
+        }
     }
 
     /// Sets (or with nil deletes) a key; durable and queued when it returns. Over a limit: nothing is stored.
     public func set(_ key: String, _ value: KVValue?) throws(CoreError) {
         guard !key.isEmpty, !key.utf8.contains(0x2f), !key.utf8.contains(0) else { throw .invalidName }
         do {
-            try lock.withLock {
-                if let v = KVLimits.violation(key: key, value: value, live: try liveSizes()) { throw Self.coreError(v) }
-                let old = try row(key)
+            try tables.withLock { t in
+                if let v = KVLimits.violation(key: key, value: value, live: try t.liveSizes()) {
+                    throw Self.coreError(v)
+                }
+                let old = try t.row(key)
                 if value == nil && (old == nil || old!.deleted) { throw CoreError.notFound }
                 // Later than what this device has seen for the key, so a write made after another stays later.
                 let mtime = max(nowNanoseconds(), (old?.mtime ?? 0) + 1)
-                try write(WireKVEntry(key: key, value: value, mtime: mtime, device: device, deleted: value == nil),
-                          pending: true)
+                try t.write(WireKVEntry(key: key, value: value, mtime: mtime, device: device, deleted: value == nil),
+                            pending: true)
             }
             pusher.wake()
         } catch let e as CoreError {
@@ -100,7 +107,7 @@ public final class KeyValueStore: @unchecked Sendable {
     }
 
     /// The change records kept, oldest first.
-    public func changeRecords() -> [KVChange] { lock.withLock { changes } }
+    public func changeRecords() -> [KVChange] { tables.withLock { $0.changes } }
 
     // MARK: threads
 
@@ -123,7 +130,7 @@ public final class KeyValueStore: @unchecked Sendable {
         while !pusher.isStopping {
             // A journal that cannot be read is logged and read again after the pause, never taken as empty.
             let work: [WireKVEntry]
-            do { work = try lock.withLock { try pending() } } catch {
+            do { work = try tables.withLock { try $0.pending() } } catch {
                 log.error("kv: cannot read the writes waiting to upload: \(error)")
                 work = []
             }
@@ -142,13 +149,13 @@ public final class KeyValueStore: @unchecked Sendable {
         guard let remote else { return false }
         do {
             let winner = try remote.putKV(entry)
-            lock.withLock {
+            tables.withLock { t in
                 do {
                     if winner.sameWrite(as: entry) {
-                        try db.query("UPDATE kv_local SET pending = 0 WHERE key = ? AND mtime = ? AND device = ?",
-                                     [.text(entry.key), .int(entry.mtime), .text(entry.device)])
-                    } else if try apply(winner) {
-                        record(.serverChange, [entry.key])
+                        try t.db.query("UPDATE kv_local SET pending = 0 WHERE key = ? AND mtime = ? AND device = ?",
+                                       [.text(entry.key), .int(entry.mtime), .text(entry.device)])
+                    } else if try t.apply(winner) {
+                        t.record(.serverChange, [entry.key])
                     }
                 } catch { log.error("kv: cannot record the answer for \(entry.key): \(error)") }
             }
@@ -166,13 +173,13 @@ public final class KeyValueStore: @unchecked Sendable {
     /// back with the feed read again from the start.
     private func refused(_ entry: WireKVEntry, _ error: RemoteError) {
         log.warning("kv: the remote refused \(entry.key): \(error)")
-        lock.withLock {
+        tables.withLock { t in
             do {
-                try db.query("DELETE FROM kv_local WHERE key = ? AND mtime = ? AND device = ?",
-                             [.text(entry.key), .int(entry.mtime), .text(entry.device)])
-                try setMeta("seq", "0")
+                try t.db.query("DELETE FROM kv_local WHERE key = ? AND mtime = ? AND device = ?",
+                               [.text(entry.key), .int(entry.mtime), .text(entry.device)])
+                try t.setMeta("seq", "0")
             } catch { log.error("kv: cannot drop the refused \(entry.key): \(error)") }
-            if case .rejected(413, _) = error { record(.quotaViolationChange, [entry.key]) }
+            if case .rejected(413, _) = error { t.record(.quotaViolationChange, [entry.key]) }
         }
     }
 
@@ -181,36 +188,48 @@ public final class KeyValueStore: @unchecked Sendable {
         while !feeder.isStopping {
             // The initial sync answers at once, even with nothing on the remote; later reads long-poll.
             do {
-                let (since, synced) = try lock.withLock { (Int64(try meta("seq") ?? "0") ?? 0, try meta("synced") != nil) }
+                let (since, synced) = try tables.withLock { t in
+                    (Int64(try t.meta("seq") ?? "0") ?? 0, try t.meta("synced") != nil)
+                }
                 guard let answer = try feeder.away({ try remote.kvChanges(since: since, waitSeconds: synced ? 20 : 0) })
                 else { return }
-                lock.withLock { take(answer, since: since) }
+                tables.withLock { t in
+                    do { try t.take(answer, since: since) } catch { log.error("kv: cannot apply the feed: \(error)") }
+                }
             } catch {
                 if !(error is RemoteError) { log.error("kv: cannot read the feed position: \(error)") }
                 feeder.pause(nanoseconds: 1_000_000_000)
             }
         }
     }
+}
+
+/// The store's tables and its change records: what `KeyValueStore.tables` guards.
+private struct Tables {
+    let db: Database
+    var changes: [KVChange] = []
+    var nextChange: Int64 = 1
+    private let log = Logger("kv")
+
+    init(db: Database) { self.db = db }
 
     /// Applies a feed answer; the first one of a fresh store is the initial sync.
-    private func take(_ answer: WireKVChanges, since: Int64) {
-        do {
-            guard Int64(try meta("seq") ?? "0") ?? 0 == since else { return } // reset meanwhile: read again
-            var changed: [String] = []
-            try db.transaction {
-                for e in answer.entries where try apply(e) { changed.append(e.key) }
-                try setMeta("seq", String(answer.seq))
-            }
-            if try meta("synced") == nil {
-                try setMeta("synced", "1")
-                record(.initialSyncChange, changed)
-            } else if !changed.isEmpty {
-                record(.serverChange, changed)
-            }
-        } catch { log.error("kv: cannot apply the feed: \(error)") }
+    mutating func take(_ answer: WireKVChanges, since: Int64) throws {
+        guard Int64(try meta("seq") ?? "0") ?? 0 == since else { return } // reset meanwhile: read again
+        var changed: [String] = []
+        try db.transaction {
+            for e in answer.entries where try apply(e) { changed.append(e.key) }
+            try setMeta("seq", String(answer.seq))
+        }
+        if try meta("synced") == nil {
+            try setMeta("synced", "1")
+            record(.initialSyncChange, changed)
+        } else if !changed.isEmpty {
+            record(.serverChange, changed)
+        }
     }
 
-    // MARK: merging (under the lock)
+    // MARK: merging
 
     /// Applies a write from elsewhere by last-writer-wins; true when the key's visible value changed. A local
     /// pending write that loses is dropped.
@@ -226,16 +245,16 @@ public final class KeyValueStore: @unchecked Sendable {
         return before != (e.deleted ? nil : e.value)
     }
 
-    private func record(_ reason: KVChangeReason, _ keys: [String]) {
+    mutating func record(_ reason: KVChangeReason, _ keys: [String]) {
         changes.append(KVChange(seq: nextChange, reason: reason, keys: keys))
         nextChange += 1
-        if changes.count > Self.keptChanges { changes.removeFirst(changes.count - Self.keptChanges) }
+        if changes.count > KeyValueStore.keptChanges { changes.removeFirst(changes.count - KeyValueStore.keptChanges) }
         log.info("kv: \(reason.rawValue) \(keys.joined(separator: " "))")
     }
 
-    // MARK: tables (under the lock)
+    // MARK: tables
 
-    private struct Row {
+    struct Row {
         var entry: WireKVEntry
         var pending: Bool
         var deleted: Bool { entry.deleted }
@@ -251,7 +270,7 @@ public final class KeyValueStore: @unchecked Sendable {
         }
     }
 
-    private func row(_ key: String) throws -> Row? {
+    func row(_ key: String) throws -> Row? {
         var found: Row?
         try db.forEach("SELECT value, mtime, device, deleted, pending FROM kv_local WHERE key = ?", [.text(key)]) { r in
             found = Row(entry: WireKVEntry(key: key, value: try Self.decode(r.optionalText(0), of: key), mtime: r.int(1),
@@ -260,7 +279,7 @@ public final class KeyValueStore: @unchecked Sendable {
         return found
     }
 
-    private func pending() throws -> [WireKVEntry] {
+    func pending() throws -> [WireKVEntry] {
         var out: [WireKVEntry] = []
         try db.forEach("SELECT key, value, mtime, device, deleted FROM kv_local WHERE pending = 1") { r in
             out.append(WireKVEntry(key: r.text(0), value: try Self.decode(r.optionalText(1), of: r.text(0)), mtime: r.int(2),
@@ -270,7 +289,7 @@ public final class KeyValueStore: @unchecked Sendable {
     }
 
     /// Live key -> byte size of its value.
-    private func liveSizes() throws -> [String: Int] {
+    func liveSizes() throws -> [String: Int] {
         var out: [String: Int] = [:]
         try db.forEach("SELECT key, value FROM kv_local WHERE deleted = 0") { r in
             out[r.text(0)] = try Self.decode(r.optionalText(1), of: r.text(0))?.byteSize ?? 0
@@ -278,7 +297,7 @@ public final class KeyValueStore: @unchecked Sendable {
         return out
     }
 
-    private func write(_ e: WireKVEntry, pending: Bool) throws {
+    func write(_ e: WireKVEntry, pending: Bool) throws {
         let json = try e.value.map { String(decoding: try JSONEncoder.wire.encode($0), as: UTF8.self) }
         try db.query("""
             INSERT INTO kv_local(key, value, mtime, device, deleted, pending) VALUES(?, ?, ?, ?, ?, ?)
@@ -288,30 +307,28 @@ public final class KeyValueStore: @unchecked Sendable {
                   .int(e.deleted ? 1 : 0), .int(pending ? 1 : 0)])
     }
 
-    private func meta(_ key: String) throws -> String? {
+    func meta(_ key: String) throws -> String? {
         var found: String?
         try db.forEach("SELECT value FROM kv_meta WHERE key = ?", [.text(key)]) { found = $0.text(0) }
         return found
     }
 
-    private func setMeta(_ key: String, _ value: String) throws {
+    func setMeta(_ key: String, _ value: String) throws {
         try db.query("INSERT INTO kv_meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                      [.text(key), .text(value)])
     }
 
     /// Binds the store to `account`; a store bound to another drops its values and syncs afresh.
-    private func bind(_ account: String) throws {
-        try lock.withLock {
-            let old = try meta("account")
-            if old == account { return }
-            if old != nil {
-                let keys = try liveSizes().keys.sorted()
-                try db.transaction {
-                    try db.exec("DELETE FROM kv_local; DELETE FROM kv_meta;")
-                }
-                record(.accountChange, keys)
+    mutating func bind(_ account: String) throws {
+        let old = try meta("account")
+        if old == account { return }
+        if old != nil {
+            let keys = try liveSizes().keys.sorted()
+            try db.transaction {
+                try db.exec("DELETE FROM kv_local; DELETE FROM kv_meta;")
             }
-            try setMeta("account", account)
+            record(.accountChange, keys)
         }
+        try setMeta("account", account)
     }
 }

@@ -6,6 +6,8 @@
 // - Every key submitted is run exactly once, in the order submitted. The scheduler does not merge repeated
 //   keys: its owner (Downloads) submits a key only when no transfer of it is queued or running.
 // - The lock guards the queue and the counts only; the work runs outside it. After `stop`, no key is taken.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the queue's is a leaf.
 import Foundation
 import UbiquityBase
 

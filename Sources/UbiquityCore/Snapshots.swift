@@ -19,6 +19,8 @@ import Glibc
 /// (not one per item) so that they need no lifetime of their own; two files in one stripe only wait for each
 /// other's snapshots.
 final class ContentGates: @unchecked Sendable {
+    // @unchecked: `locks` is a fixed array of pthread reader-writer locks, made in init and destroyed in deinit;
+    // the locks themselves are what makes it safe to share (Locked has no shared mode).
     private let locks: UnsafeMutablePointer<pthread_rwlock_t>
     private let count = 64
 

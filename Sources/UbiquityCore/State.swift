@@ -15,6 +15,9 @@
 //   and run after the commit, still under the lock; notices to the observer and wake-ups of the loops are
 //   delivered after the lock is let go.
 // - No network call and no wait for another thread ever happens inside `withLock`.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): this is the container's lock: after a content
+// gate and `Backings`, before the leaves.
 import Foundation
 import UbiquityBase
 

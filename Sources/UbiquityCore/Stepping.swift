@@ -7,6 +7,8 @@
 // step is recorded as the item's upload error and leaves it in the journal (a journal that cannot be read is
 // recorded on the root). The paths handed out here are for a driver that damages files on purpose (the
 // simulation); nothing else may write through them.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the container's lock, as the loops take it.
 import UbiquityBase
 
 extension Container {
@@ -49,7 +51,7 @@ extension Container {
     public func downloadOnce(_ key: String) -> Result<Void, CoreError> { downloads.runOnce(key) }
 
     /// Without background transfers: the downloads asked for (pins, requests) and not yet fetched.
-    public var requestedDownloads: [String] { downloads.lock.withLock { downloads.requested } }
+    public var requestedDownloads: [String] { downloads.book.withLock { $0.requested } }
 
     /// Every item of the in-memory index, tombstones waiting to be pushed included, by id.
     public func indexSnapshot() -> [Item] { read { s in s.items.values.sorted { $0.id < $1.id } } }

@@ -19,13 +19,16 @@
 // live query's stream. On a full disk the reserve is given up for one more try of an operation that frees
 // space (FullDiskRoom), and made again after the next commit. The database is never fsynced under the
 // container's lock: `Checkpointer` (below) does it on a connection of its own.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): runs under the container's lock;
+// `StoreLock.held` and the `Checkpointer` are leaves.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
 import Glibc
 #endif
 
-public final class Store: @unchecked Sendable {
+public final class Store {
     public let directory: String
     let db: Database
     private let lock: StoreLock
@@ -637,8 +640,7 @@ struct StorePaths: Sendable {
 /// record lock belongs to the process and is never inherited. Record locks do not exclude within one process,
 /// so the directories locked here are also kept in a process-wide set, checked before the file is opened:
 /// closing any descriptor of the lock file would drop the process's lock, so a second opener must never open it.
-final class StoreLock: @unchecked Sendable {
-    // @unchecked: `fd` and `key` are immutable.
+final class StoreLock: Sendable {
     private static let held = Locked<Set<String>>([])
     private let fd: Int32
     private let key: String
@@ -673,17 +675,17 @@ final class StoreLock: @unchecked Sendable {
 /// Makes committed changes durable (they are otherwise durable at the next checkpoint: WAL mode with
 /// synchronous=NORMAL): a checkpoint syncs the log first. It runs on a database connection of its own, so an
 /// fsync waits for the disk without holding the container's lock; a passive checkpoint never blocks a writer.
-final class Checkpointer: @unchecked Sendable {
-    // @unchecked: `db` is only used under `lock`.
-    private let lock = NSLock()
+final class Checkpointer: Sendable {
     private let path: String
-    private var db: Database?
+    /// Opened at the first checkpoint.
+    private let db = Locked<Database?>(nil)
 
     init(path: String) { self.path = path }
 
     func run() throws {
-        lock.lock(); defer { lock.unlock() }
-        if db == nil { db = try Database(path: path) }
-        try db!.exec("PRAGMA wal_checkpoint(PASSIVE)")
+        try db.withLock { db in
+            if db == nil { db = try Database(path: path) }
+            try db!.exec("PRAGMA wal_checkpoint(PASSIVE)")
+        }
     }
 }

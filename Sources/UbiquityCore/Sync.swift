@@ -6,20 +6,23 @@
 // What must hold here: the loops hold no container lock across a network call or a wait; every read or write
 // of the container's state is one named step of SyncState.swift (where the rules of applying a remote state
 // live, shared with the pusher).
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the container's lock only inside one step of
+// SyncState.swift; `lastWake` is a leaf.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
 import Glibc
 #endif
 
-final class SyncLoops: @unchecked Sendable {
+final class SyncLoops: Sendable {
     // @unchecked: `container` is unowned, touched by a loop only while the loop holds it (`owner`); the rest is
     // immutable or a Loop or a Locked.
     /// The container's own calls (pullUntilCaughtUp, applyFetched, ...) run while it is alive.
     private unowned let container: Container
     /// What the loops hold: they take it strongly for one pass at a time, never across a pause or a long poll,
     /// so a container let go of after `stop` is freed at once (its store closed and unlocked).
-    private weak var owner: Container?
+    private weak let owner: Container?
     private let environment: CoreEnvironment
     private let log = Logger("sync")
     private let puller = Loop(name: "pull")
@@ -94,55 +97,60 @@ final class SyncLoops: @unchecked Sendable {
         }
     }
 
-    /// True while remote changes wait for room on the store's disk (the pull loop's own).
-    private var waitingForRoom = false
+    /// What the pull loop carries from one look at the feed to the next.
+    private struct PullState {
+        var backoff = Backoff.sync
+        /// The last look failed: the next one is a quick one.
+        var failed = false
+        /// Remote changes wait for room on the store's disk.
+        var waitingForRoom = false
+    }
     /// How often the pull loop looks again for room on a full store disk.
     static let roomPollNanoseconds: Int64 = 2_000_000_000
 
     /// Long-polls the change feed and applies what it brings. The poll holds nothing of the container (`away`),
     /// so a stop does not wait for it.
     private func pullLoop() {
-        var backoff = Backoff.sync
-        var failed = false
+        var pull = PullState()
         while true {
             // After a failure the first look is a quick one (no long poll), so a remote that is back is
             // noticed at once rather than when the long poll ends.
             guard let ask = withOwner({ () -> (RemoteClient, Result<String?, Error>, Int) in
-                (container.remote, Result { try feedToken }, failed ? 0 : container.config.pollWaitSeconds)
+                (container.remote, Result { try feedToken }, pull.failed ? 0 : container.config.pollWaitSeconds)
             }) else { return }
             let (remote, token, wait) = ask
             guard let answer = puller.away({ Result { try remote.changes(since: try token.get(), waitSeconds: wait) } })
             else { return }
-            guard let pause = withOwner({ take(answer, failed: &failed, backoff: &backoff) }) else { return }
+            guard let pause = withOwner({ take(answer, &pull) }) else { return }
             sleepUnlessStopping(pause)
         }
     }
 
     /// Applies a feed answer, or notes its failure; answers how long to wait before the next look.
-    private func take(_ answer: Result<WireChanges, Error>, failed: inout Bool, backoff: inout Backoff) -> Int64 {
+    private func take(_ answer: Result<WireChanges, Error>, _ pull: inout PullState) -> Int64 {
         do {
             let batch = try answer.get()
             container.remoteAnswered()
-            failed = false
+            pull.failed = false
             try apply(batch)
-            if waitingForRoom { log.info("the store has room again: remote changes are applied") }
-            waitingForRoom = false
-            backoff.reset()
+            if pull.waitingForRoom { log.info("the store has room again: remote changes are applied") }
+            pull.waitingForRoom = false
+            pull.backoff.reset()
             return 0
         } catch where !(error is RemoteError) && CoreError.from(error) == .noSpace {
             // The store's disk is full: the changes wait (the feed position stays) while the evictor and
             // the pusher make room, and are fetched again once the reserve is back.
-            if !waitingForRoom { log.warning("the store's disk is full: remote changes wait until there is room") }
-            waitingForRoom = true
+            if !pull.waitingForRoom { log.warning("the store's disk is full: remote changes wait until there is room") }
+            pull.waitingForRoom = true
             return SyncLoops.roomPollNanoseconds
         } catch {
             log.warning("change feed: \(error)")
-            failed = true
+            pull.failed = true
             let down: Bool
             if case RemoteError.unreachable = error { down = true } else { down = false }
             if down { container.remoteUnreachable() } else { container.remoteAnswered() }
             // While the remote is away, look again often enough that opens wait for it only briefly.
-            let wait = backoff.delay(in: environment)
+            let wait = pull.backoff.delay(in: environment)
             return down ? min(wait, 2_000_000_000) : wait
         }
     }

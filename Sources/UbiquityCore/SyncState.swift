@@ -5,6 +5,9 @@
 // `withLock`, or `mutate` when they queue notices) and hold it across no network call; those with `Locked`
 // expect it held. The pusher and the puller decide (Pusher.swift, Sync.swift); what they decide is recorded
 // here, against the item as it is now, which may have changed since the push or the fetch began.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the container's lock (after a content gate,
+// before the leaves).
 import Foundation
 import UbiquityBase
 

@@ -10,6 +10,9 @@
 // are leaves, never held over a core call. Kernel cache notices go through the `notifier` queue, never on a
 // request's own thread (libfuse: a notice there can deadlock with the request). `.versions` and `.kvstore` in
 // the root are never an item's name (`isVersionsName`).
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the handles' and the session's are leaves,
+// never held over a core call.
 import CFuse
 import Foundation
 import Glibc
@@ -25,8 +28,7 @@ public final class FileSystem: @unchecked Sendable {
     /// Which processes may not download (indexers).
     let downloadPolicy: DownloadPolicy
     let log = Logger("fuse")
-    private let sessionLock = NSLock()
-    private var mountedSession: OpaquePointer?
+    private let mountedSession = Locked<OpaquePointer?>(nil)
     /// How long the kernel may cache attributes and names; remote changes invalidate them explicitly.
     let cacheTimeout: Double = 10
     /// The container's key-value store, shown as `.kvstore`; nil: none. Set before `mount`, never after.
@@ -40,14 +42,22 @@ public final class FileSystem: @unchecked Sendable {
     /// The FUSE session while mounted: set by `mount`, cleared by `run` after the loop, read by the notifier queue
     /// (`run` drains that queue before it destroys the session).
     var session: OpaquePointer? {
-        get { sessionLock.withLock { mountedSession } }
-        set { sessionLock.withLock { mountedSession = newValue } }
+        get { mountedSession.withLock { $0 } }
+        set { mountedSession.withLock { $0 = newValue } }
     }
 
-    private let handleLock = NSLock()
-    private var files: [UInt64: OpenFile] = [:]
-    private var dirs: [UInt64: [DirEntry]] = [:]
-    private var nextHandle: UInt64 = 1
+    /// The open file and directory handles, by number.
+    private struct Handles {
+        var files: [UInt64: OpenFile] = [:]
+        var dirs: [UInt64: [DirEntry]] = [:]
+        var next: UInt64 = 1
+
+        mutating func take() -> UInt64 {
+            defer { next += 1 }
+            return next
+        }
+    }
+    private let handles = Locked(Handles())
     let notifier = DispatchQueue(label: "ubiquityfs.notify")
 
     /// One open file: the content file's descriptor and what was done through it.
@@ -378,7 +388,7 @@ public final class FileSystem: @unchecked Sendable {
     /// (which their reads of the old bytes fill). So the inode is retired: the holders keep it, with what they
     /// opened, as with a file replaced by rename on ext4, and the next lookup of the item gives a new one.
     private func inodeHoldsAnotherContent(_ ino: UInt64, _ id: String) -> Bool {
-        let held = handleLock.withLock { files.values.filter { $0.ino == ino } }
+        let held = handles.withLock { $0.files.values.filter { $0.ino == ino } }
         guard !held.isEmpty else { return false }
         var now = stat()
         let current = stat(core.contentPath(id), &now) == 0 ? (now.st_dev, now.st_ino) : nil
@@ -424,21 +434,19 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     func addHandle(_ file: OpenFile) -> UInt64 {
-        handleLock.lock(); defer { handleLock.unlock() }
-        let fh = nextHandle
-        nextHandle += 1
-        files[fh] = file
-        return fh
+        handles.withLock { h in
+            let fh = h.take()
+            h.files[fh] = file
+            return fh
+        }
     }
 
     func openFiles() -> [OpenFile] {
-        handleLock.lock(); defer { handleLock.unlock() }
-        return Array(files.values)
+        handles.withLock { Array($0.files.values) }
     }
 
     func file(_ fh: UInt64) -> OpenFile? {
-        handleLock.lock(); defer { handleLock.unlock() }
-        return files[fh]
+        handles.withLock { $0.files[fh] }
     }
 
     func read(_ reply: Reply, _ size: Int, _ offset: off_t, _ fh: UInt64) {
@@ -508,9 +516,7 @@ public final class FileSystem: @unchecked Sendable {
 
     /// Drops a handle: records the last flush and tells the core.
     func release(_ fh: UInt64) {
-        handleLock.lock()
-        let file = files.removeValue(forKey: fh)
-        handleLock.unlock()
+        let file = handles.withLock { $0.files.removeValue(forKey: fh) }
         guard let file else { return }
         if isKVID(file.id) {
             do { try kvCommit(file, releasing: true) } catch { log.error("release of \(file.id): the value is not stored: \(error)") }
@@ -568,24 +574,22 @@ public final class FileSystem: @unchecked Sendable {
                 let type = child.kind.map(FileSystem.fileType) ?? node(child.id)?.fileType ?? S_IFREG
                 list.append(DirEntry(name: child.name, id: child.id, type: type))
             }
-            handleLock.lock()
-            let fh = nextHandle
-            nextHandle += 1
-            dirs[fh] = list
-            handleLock.unlock()
+            let fh = handles.withLock { h in
+                let fh = h.take()
+                h.dirs[fh] = list
+                return fh
+            }
             fi.pointee.fh = fh
             if !reply.open(fi.pointee) { releasedir(fh) }
         } catch { reply.fail(error) }
     }
 
     func releasedir(_ fh: UInt64) {
-        handleLock.lock(); dirs[fh] = nil; handleLock.unlock()
+        handles.withLock { $0.dirs[fh] = nil }
     }
 
     func readdir(_ reply: Reply, _ ino: UInt64, _ size: Int, _ offset: off_t, _ fh: UInt64, plus: Bool) {
-        handleLock.lock()
-        let list = dirs[fh] ?? []
-        handleLock.unlock()
+        let list = handles.withLock { $0.dirs[fh] ?? [] }
         let page: DirectoryPage
         if plus {
             page = DirectoryPacking.plus(list, from: Int(offset), size: size, param: { [self] e in

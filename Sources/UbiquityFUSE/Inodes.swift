@@ -3,78 +3,82 @@
 // An inode number is never given out twice (an item forgotten and met again gets a new one), so entry replies
 // keep generation 0.
 //
-// What must hold: all state is read and changed under `lock`, a leaf (nothing is called while it is held).
+// What must hold: all state is read and changed under `table`'s lock, a leaf (nothing is called while it is held).
 // `remember` counts each entry reply (given back with `forget` when the reply does not reach the kernel) and
 // `forget` takes the kernel's counts, so the counts are the kernel's; an underflow is a bug (asserted in a debug
 // build, clamped in a release one). Numbers only grow (`next`), and both maps drop an inode together, but for a
 // retired inode (`retire`), which `byID` has already let go while the kernel still holds it.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a leaf.
 import Foundation
+import UbiquityBase
 
-/// @unchecked Sendable: every loop thread uses it; all its state is behind `lock`.
-final class InodeTable: @unchecked Sendable {
+/// Every loop thread uses it; all its state is in `table`.
+final class InodeTable: Sendable {
     static let rootIno: UInt64 = 1
-    private let lock = NSLock()
-    private var byID: [String: UInt64] = [:]
-    private var byIno: [UInt64: (id: String, lookups: UInt64)] = [:]
-    private var next: UInt64 = 2
+    private let table: Locked<Table>
 
-    init(rootID: String) {
-        byID[rootID] = InodeTable.rootIno
-        byIno[InodeTable.rootIno] = (rootID, 1)
-    }
+    init(rootID: String) { table = Locked(Table(rootID: rootID)) }
 
     /// The item id of an inode the kernel holds.
-    func id(_ ino: UInt64) -> String? {
-        lock.lock(); defer { lock.unlock() }
-        return byIno[ino]?.id
-    }
+    func id(_ ino: UInt64) -> String? { table.withLock { $0.byIno[ino]?.id } }
 
     /// The inode of an item if the kernel knows it.
-    func known(_ id: String) -> UInt64? {
-        lock.lock(); defer { lock.unlock() }
-        return byID[id]
-    }
+    func known(_ id: String) -> UInt64? { table.withLock { $0.byID[id] } }
 
     /// The inode for an item, counting one more lookup by the kernel (call once per entry reply).
-    func remember(_ id: String) -> UInt64 {
-        lock.lock(); defer { lock.unlock() }
-        if let ino = byID[id] {
-            byIno[ino]!.lookups += 1
-            return ino
-        }
-        let ino = next
-        next += 1
-        byID[id] = ino
-        byIno[ino] = (id, 1)
-        return ino
-    }
+    func remember(_ id: String) -> UInt64 { table.withLock { $0.remember(id) } }
 
     /// Gives the item of `ino` a new inode at its next lookup; `ino` stays the item's for the kernel's handles
     /// and lookups on it until they are forgotten (FileSystem.inodeHoldsAnotherContent says why).
     func retire(_ ino: UInt64) {
         guard ino != InodeTable.rootIno else { return }
-        lock.lock(); defer { lock.unlock() }
-        if let id = byIno[ino]?.id, byID[id] == ino { byID[id] = nil }
+        table.withLock { t in
+            if let id = t.byIno[ino]?.id, t.byID[id] == ino { t.byID[id] = nil }
+        }
     }
 
     /// The kernel dropped `count` lookups of an inode.
     func forget(_ ino: UInt64, _ count: UInt64) {
         guard ino != InodeTable.rootIno else { return }
-        lock.lock(); defer { lock.unlock() }
-        guard var entry = byIno[ino] else { return }
-        assert(entry.lookups >= count, "lookup count underflow on inode \(ino)")
-        entry.lookups -= min(count, entry.lookups)
-        if entry.lookups == 0 {
-            byIno[ino] = nil
-            if byID[entry.id] == ino { byID[entry.id] = nil } // not the newer inode of a retired one
-        } else {
-            byIno[ino] = entry
-        }
+        table.withLock { $0.forget(ino, count) }
     }
 
     /// Number of inodes the kernel holds (for tests and the status of the daemon).
-    var count: Int {
-        lock.lock(); defer { lock.unlock() }
-        return byIno.count
+    var count: Int { table.withLock { $0.byIno.count } }
+
+    private struct Table {
+        var byID: [String: UInt64] = [:]
+        var byIno: [UInt64: (id: String, lookups: UInt64)] = [:]
+        var next: UInt64 = 2
+
+        init(rootID: String) {
+            byID[rootID] = InodeTable.rootIno
+            byIno[InodeTable.rootIno] = (rootID, 1)
+        }
+
+        mutating func remember(_ id: String) -> UInt64 {
+            if let ino = byID[id] {
+                byIno[ino]!.lookups += 1
+                return ino
+            }
+            let ino = next
+            next += 1
+            byID[id] = ino
+            byIno[ino] = (id, 1)
+            return ino
+        }
+
+        mutating func forget(_ ino: UInt64, _ count: UInt64) {
+            guard var entry = byIno[ino] else { return }
+            assert(entry.lookups >= count, "lookup count underflow on inode \(ino)")
+            entry.lookups -= min(count, entry.lookups)
+            if entry.lookups == 0 {
+                byIno[ino] = nil
+                if byID[entry.id] == ino { byID[entry.id] = nil } // not the newer inode of a retired one
+            } else {
+                byIno[ino] = entry
+            }
+        }
     }
 }

@@ -11,6 +11,9 @@
 // found is recorded as one write (dirty again: a push may have begun and ended unaware of it), then the size and
 // time are taken from the content file, as after ordinary writes. A flush alone is no write: every close of a
 // copy of the descriptor (a child of the writer) sends one.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `Backings` after a content gate, before the
+// container's lock.
 import CFuse
 import CPassthrough
 import Foundation
@@ -37,51 +40,55 @@ enum OpenMode: Equatable { case uncounted, ordinary, passthrough(Int32) }
 /// The open handles of each item by mode, and the backing ids of items opened with passthrough: one per content
 /// file (device and inode), since a content file replaced (evicted and fetched again, or a newer version) while
 /// the kernel's release of an older open is still on its way must not get the older file's id.
-final class Backings: @unchecked Sendable {
+final class Backings: Sendable {
     private struct Backing { let file: (UInt64, UInt64); let id: Int32; var opens: Int }
-    private let lock = NSLock()
-    private var ordinary: [String: Int] = [:]
-    private var backing: [String: [Backing]] = [:]
     /// An open passthrough writer: its content file's stamp at the open and at the last look, and the token
     /// to undo its open's mark if it writes nothing (`Container.openedForUnseenWrites`).
     private struct Writer { let file: FileSystem.OpenFile; let opened: ContentStamp?; var stamp: ContentStamp?; let undo: Int? }
-    private var writers: [ObjectIdentifier: Writer] = [:]
+    private struct Table {
+        var ordinary: [String: Int] = [:]
+        var backing: [String: [Backing]] = [:]
+        var writers: [ObjectIdentifier: Writer] = [:]
+    }
+    private let table = Locked(Table())
 
     /// Chooses the mode of a new handle `fh` on `fd`: passthrough when the item has no ordinary handle and a
     /// backing id can be had and marked on the reply; then `prepare` runs (still under the lock, so no other
     /// open of the item sees the choice before it is complete) and may refuse by throwing.
     func choose(_ id: String, fd: Int32, fh: UInt64, prepare: () throws -> Void) -> OpenMode {
-        lock.lock(); defer { lock.unlock() }
-        var st = stat()
-        if ordinary[id] == nil, fstat(fd, &st) == 0 {
-            let file = (UInt64(st.st_dev), UInt64(st.st_ino))
-            var list = backing[id] ?? []
-            let known = list.firstIndex { $0.file == file }
-            let bid = known.map { list[$0].id } ?? ubq_pt_backing_open(fd)
-            if bid > 0, ubq_pt_mark(fh, bid) == 0, (try? prepare()) != nil {
-                if let known { list[known].opens += 1 } else { list.append(Backing(file: file, id: bid, opens: 1)) }
-                backing[id] = list
-                return .passthrough(bid)
+        table.withLock { t in
+            var st = stat()
+            if t.ordinary[id] == nil, fstat(fd, &st) == 0 {
+                let file = (UInt64(st.st_dev), UInt64(st.st_ino))
+                var list = t.backing[id] ?? []
+                let known = list.firstIndex { $0.file == file }
+                let bid = known.map { list[$0].id } ?? ubq_pt_backing_open(fd)
+                if bid > 0, ubq_pt_mark(fh, bid) == 0, (try? prepare()) != nil {
+                    if let known { list[known].opens += 1 } else { list.append(Backing(file: file, id: bid, opens: 1)) }
+                    t.backing[id] = list
+                    return .passthrough(bid)
+                }
+                if bid > 0 { _ = ubq_pt_unmark(fh) }
+                if bid > 0 && known == nil { _ = ubq_pt_backing_close(bid) }
             }
-            if bid > 0 { _ = ubq_pt_unmark(fh) }
-            if bid > 0 && known == nil { _ = ubq_pt_backing_close(bid) }
+            t.ordinary[id, default: 0] += 1
+            return .ordinary
         }
-        ordinary[id, default: 0] += 1
-        return .ordinary
     }
 
     /// Records a passthrough writer, with its content file as it is before any write of it.
     func addWriter(_ file: FileSystem.OpenFile, undo: Int?) {
         let stamp = ContentStamp(file.fd.raw)
-        lock.withLock { writers[ObjectIdentifier(file)] = Writer(file: file, opened: stamp, stamp: stamp, undo: undo) }
+        let writer = Writer(file: file, opened: stamp, stamp: stamp, undo: undo)
+        table.withLock { $0.writers[ObjectIdentifier(file)] = writer }
     }
 
     /// For a writer being released: the token to undo its open's mark when the content file is as it was at
     /// its open (nothing wrote it since), else nil.
     func untouched(_ file: FileSystem.OpenFile) -> Int? {
         let stamp = ContentStamp(file.fd.raw)
-        return lock.withLock {
-            guard let w = writers[ObjectIdentifier(file)], stamp != nil, stamp == w.opened else { return nil }
+        return table.withLock { t in
+            guard let w = t.writers[ObjectIdentifier(file)], stamp != nil, stamp == w.opened else { return nil }
             return w.undo
         }
     }
@@ -89,34 +96,35 @@ final class Backings: @unchecked Sendable {
     /// Whether the writer's content file changed since the last look (which this one now is).
     func changedSinceLastLook(_ file: FileSystem.OpenFile) -> Bool {
         let stamp = ContentStamp(file.fd.raw)
-        return lock.withLock {
-            guard let w = writers[ObjectIdentifier(file)] else { return false }
+        return table.withLock { t in
+            guard let w = t.writers[ObjectIdentifier(file)] else { return false }
             if stamp == w.stamp && stamp != nil { return false }
-            writers[ObjectIdentifier(file)]?.stamp = stamp
+            t.writers[ObjectIdentifier(file)]?.stamp = stamp
             return true
         }
     }
 
     /// The open passthrough writers of item `id` (of every item: nil).
     func writers(of id: String?) -> [FileSystem.OpenFile] {
-        lock.withLock { writers.values.map(\.file).filter { id == nil || $0.id == id } }
+        table.withLock { $0.writers.values.map(\.file).filter { id == nil || $0.id == id } }
     }
 
     /// Forgets a released handle; the last handle on a backing id drops it.
     func released(_ file: FileSystem.OpenFile) {
-        lock.lock(); defer { lock.unlock() }
-        writers[ObjectIdentifier(file)] = nil
-        let id = file.id
-        switch file.mode {
-        case .uncounted: return
-        case .ordinary:
-            let n = (ordinary[id] ?? 1) - 1
-            ordinary[id] = n > 0 ? n : nil
-        case .passthrough(let bid):
-            guard var list = backing[id], let i = list.firstIndex(where: { $0.id == bid }) else { return }
-            list[i].opens -= 1
-            if list[i].opens == 0 { list.remove(at: i); _ = ubq_pt_backing_close(bid) }
-            backing[id] = list.isEmpty ? nil : list
+        table.withLock { t in
+            t.writers[ObjectIdentifier(file)] = nil
+            let id = file.id
+            switch file.mode {
+            case .uncounted: return
+            case .ordinary:
+                let n = (t.ordinary[id] ?? 1) - 1
+                t.ordinary[id] = n > 0 ? n : nil
+            case .passthrough(let bid):
+                guard var list = t.backing[id], let i = list.firstIndex(where: { $0.id == bid }) else { return }
+                list[i].opens -= 1
+                if list[i].opens == 0 { list.remove(at: i); _ = ubq_pt_backing_close(bid) }
+                t.backing[id] = list.isEmpty ? nil : list
+            }
         }
     }
 }

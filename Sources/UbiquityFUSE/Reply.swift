@@ -8,7 +8,8 @@
 //   callback is deregistered, which (libfuse takes the request's lock to do it) also waits for a callback that
 //   is running, so once answered nothing calls back with this Reply any more;
 // - the interrupt callback runs under libfuse's request lock, so it never calls into libfuse itself: its EINTR
-//   goes from another thread. Lock order: libfuse's request lock, then `lock`; nothing calls libfuse holding `lock`.
+//   goes from another thread. Lock order: libfuse's request lock, then `state`'s; nothing calls libfuse
+//   holding `state`'s.
 import CFuse
 import Dispatch
 import Foundation
@@ -81,17 +82,16 @@ struct AnswerState: Equatable {
 /// (false: the request was gone, so what the answer handed over, a handle or a lookup, must be taken back).
 ///
 /// @unchecked Sendable: libfuse lets any thread answer a request (the answer of an open comes from the thread
-/// that finished its download); `state`, the only mutable field, is guarded by `lock`.
+/// that finished its download); the request pointer is immutable and answered once, as `state` (a Locked) says.
 final class Reply: @unchecked Sendable {
     private let req: fuse_req_t
-    private let lock = NSLock()
-    private var state = AnswerState()
+    private let state = Locked(AnswerState())
     private static let log = Logger("fuse")
 
     init(_ req: fuse_req_t) { self.req = req }
 
     deinit {
-        guard state.drop() else { return }
+        guard state.withLock({ $0.drop() }) else { return }
         Reply.log.error("a request was dropped without an answer; it is answered EIO")
         fuse_reply_err(req, AdapterError.unanswered.errno)
         assertionFailure("a request was dropped without an answer")
@@ -114,25 +114,25 @@ final class Reply: @unchecked Sendable {
     /// Registers the interrupt callback: until `endWaiting`, an interrupt answers EINTR. False when the request
     /// was interrupted already (EINTR is then answered, and nothing else may be).
     func beginWaiting() -> Bool {
-        lock.withLock { state.beginWaiting() }
+        state.withLock { $0.beginWaiting() }
         // The registration holds one reference, given back at deregistration.
         fuse_req_interrupt_func(req, { _, data in
             guard let data else { return }
             Unmanaged<Reply>.fromOpaque(data).takeUnretainedValue().interrupted()
         }, Unmanaged.passRetained(self).toOpaque())
-        return lock.withLock { state.phase == .waiting }
+        return state.withLock { $0.phase == .waiting }
     }
 
     /// Ends the wait before answering; false when an interrupt answered (the caller then answers nothing).
     func endWaiting() -> Bool {
-        guard lock.withLock({ state.endWaiting() }) else { return false }
+        guard state.withLock({ $0.endWaiting() }) else { return false }
         deregister()
         return true
     }
 
     /// The interrupt callback: libfuse holds the request's lock, so EINTR goes from another thread.
     private func interrupted() {
-        guard lock.withLock({ state.interrupt() }) else { return }
+        guard state.withLock({ $0.interrupt() }) else { return }
         DispatchQueue.global().async { [self] in
             deregister()
             fuse_reply_err(req, CoreError.interrupted.errno)
@@ -148,7 +148,7 @@ final class Reply: @unchecked Sendable {
 
     /// Sends one answer through `send` (a fuse_reply_* call returning 0 on success), if none went before.
     private func answer(_ what: StaticString, _ send: () -> Int32) -> Bool {
-        switch lock.withLock({ state.answer() }) {
+        switch state.withLock({ $0.answer() }) {
         case .send: break
         case .deregisterAndSend: deregister()
         case .refuse:

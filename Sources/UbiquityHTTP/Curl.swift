@@ -3,11 +3,13 @@
 // capped) or straight to a file descriptor (blob downloads); request bodies come from memory or a file
 // descriptor (blob uploads), so big transfers keep memory bounded by libcurl's own buffers.
 //
-// What must hold: an easy handle serves one request at a time: taken from the pool (reset when reused) and given
-// back after it; the pool's `lock` guards only the idle list. A `CurlRequest` is touched only by the thread that
-// runs its transfer (the callbacks run inside its `curl_easy_perform`). Download bytes go to the file only for an
-// answer that starts where asked (200 from 0, 206 from the offset); a body kept in memory never passes its cap.
-// A failure on this side (disk full, a file that cannot be read) is kept as its own case, never as the network's.
+// What must hold: an easy handle serves one request at a time: taken from the pool (reset when reused) and given back
+// after it; the pool's lock guards only the idle list (a leaf). A `CurlRequest` is touched only by the thread that runs
+// its transfer (the callbacks run inside its `curl_easy_perform`). Download bytes go to the file only for an answer
+// that starts where asked (200 from 0, 206 from the offset); a body kept in memory never passes its cap. A failure on
+// this side (disk full, a file that cannot be read) is kept as its own case, never as the network's.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the pool's is a leaf.
 import Foundation
 import CCurl
 import UbiquityBase
@@ -20,9 +22,9 @@ import Glibc
 private let curlGlobalInit: CURLcode = ubq_curl_global_init()
 
 /// Easy handles kept for reuse, so connections stay alive across calls from any thread.
-final class CurlHandlePool: @unchecked Sendable {
-    private let lock = NSLock()
-    private var idle: [UnsafeMutableRawPointer] = []
+final class CurlHandlePool: Sendable {
+    /// Idle easy handles (C pointers: only ever used by one thread at a time, taken out of here first).
+    private let idle = Locked<[UnsafeMutableRawPointer]>([])
     private let maxIdle: Int
 
     init(maxIdle: Int = 16) {
@@ -31,15 +33,12 @@ final class CurlHandlePool: @unchecked Sendable {
     }
 
     deinit {
-        for h in idle { curl_easy_cleanup(h) }
+        for h in idle.withLock({ $0 }) { curl_easy_cleanup(h) }
     }
 
     /// A reset handle (a fresh one when none is idle), or nil if libcurl cannot make one.
     func acquire() -> UnsafeMutableRawPointer? {
-        lock.lock()
-        let h = idle.popLast()
-        lock.unlock()
-        if let h {
+        if let h = idle.withLock({ $0.popLast() }) {
             curl_easy_reset(h)
             return h
         }
@@ -47,14 +46,12 @@ final class CurlHandlePool: @unchecked Sendable {
     }
 
     func release(_ h: UnsafeMutableRawPointer) {
-        lock.lock()
-        if idle.count < maxIdle {
+        let kept = idle.withLock { idle in
+            guard idle.count < maxIdle else { return false }
             idle.append(h)
-            lock.unlock()
-        } else {
-            lock.unlock()
-            curl_easy_cleanup(h)
+            return true
         }
+        if !kept { curl_easy_cleanup(h) }
     }
 }
 

@@ -33,7 +33,7 @@ public struct HTTPTimeouts: Sendable {
     }
 }
 
-public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, @unchecked Sendable {
+public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     /// The server in use.
     public var baseURL: String { servers.current }
     /// Every server, in the order tried.

@@ -6,14 +6,17 @@
 // many requests failing together on one server move the client on once, not once each. Which failures mean
 // "stopped answering" is `meansGone`: no connection, no answer in time, a lost connection, or a 502, 503 or 504
 // (a server going away, or a proxy in front of one); any other answer is the store's, the same on every server.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a leaf.
 import Foundation
+import UbiquityBase
 import UbiquityCore
 
-final class ServerList: @unchecked Sendable {
+final class ServerList: Sendable {
     /// Base URLs without trailing slashes, in the order given.
     let urls: [String]
-    private let lock = NSLock()
-    private var index = 0
+    /// The index of the server in use.
+    private let index = Locked(0)
 
     /// `urls` must not be empty.
     init(_ urls: [String]) {
@@ -26,7 +29,7 @@ final class ServerList: @unchecked Sendable {
     }
 
     /// The base URL in use.
-    var current: String { lock.withLock { urls[index] } }
+    var current: String { urls[index.withLock { $0 }] }
 
     /// The server of a request URL built on one of the bases (nil for none).
     func server(of requestURL: String) -> Int? {
@@ -37,7 +40,7 @@ final class ServerList: @unchecked Sendable {
     /// that server is still the one in use. Returns the base URL now in use when this call moved on, else nil
     /// (a single server, or another request already moved on).
     func stoppedAnswering(_ failed: Int) -> String? {
-        lock.withLock {
+        index.withLock { index in
             guard urls.count > 1, failed == index else { return nil }
             index = (index + 1) % urls.count
             return urls[index]

@@ -37,6 +37,7 @@ public struct FaultRates: Sendable, CustomStringConvertible {
 }
 
 final class SimLink: RemoteClient, @unchecked Sendable {
+    // @unchecked: a run is one thread (Random.swift); the core only needs its remote to be Sendable.
     let remote: MemoryRemote
     let device: String
     unowned let world: World

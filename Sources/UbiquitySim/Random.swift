@@ -4,9 +4,12 @@
 // What must hold: every random draw of a run comes from these generators, seeded from the plan, never from the
 // system: the scheduler's (reseeded from each step's own seed, so a step draws the same whatever came before
 // it) and each device's `IDSource` for new ids. `SimClock` moves only by a step's `dt` and by the core's retry
-// sleeps. A run is one thread: these classes have no lock (`@unchecked Sendable` only lets the core's
-// `@Sendable` closures capture them).
+// sleeps. A run is one thread, so their locks (`Locked`, which lets the core's `@Sendable` closures capture
+// them) are never contended.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the clock's and the generators' are leaves.
 import Foundation
+import UbiquityBase
 
 public struct SimRNG: RandomNumberGenerator, Sendable {
     private var state: UInt64
@@ -27,17 +30,21 @@ public struct SimRNG: RandomNumberGenerator, Sendable {
 }
 
 /// The simulation's wall clock: moved only by the scheduler.
-final class SimClock: @unchecked Sendable {
-    var now: Int64 = 1_800_000_000 * 1_000_000_000
+final class SimClock: Sendable {
+    private let nanoseconds = Locked<Int64>(1_800_000_000 * 1_000_000_000)
+    var now: Int64 { nanoseconds.withLock { $0 } }
+    func advance(_ dt: Int64) { nanoseconds.withLock { $0 += dt } }
 }
 
 /// Per-device generator of item and conflict ids.
-final class IDSource: @unchecked Sendable {
-    private var rng: SimRNG
-    init(seed: UInt64) { rng = SimRNG(seed: seed) }
+final class IDSource: Sendable {
+    private let rng: Locked<SimRNG>
+    init(seed: UInt64) { rng = Locked(SimRNG(seed: seed)) }
     func hex(_ bytes: Int) -> String {
-        var s = ""
-        for _ in 0..<bytes { s += String(format: "%02x", Int(rng.next() & 0xff)) }
-        return s
+        rng.withLock { rng in
+            var s = ""
+            for _ in 0..<bytes { s += String(format: "%02x", Int(rng.next() & 0xff)) }
+            return s
+        }
     }
 }

@@ -173,7 +173,7 @@ final class World {
         config.environment.randomHex = { [ids = dev.ids] in ids.hex($0) }
         config.environment.backgroundTransfers = false
         // A retry's wait only moves the virtual clock, and loses no jitter (the same plan, the same times).
-        config.environment.sleep = { [clock] in clock.now += $0 }
+        config.environment.sleep = { [clock] in clock.advance($0) }
         config.environment.randomUnit = { 0 }
         // Writes left open go up at their fsync points (`fsync`), once quiet this long, and at their close.
         config.snapshotQuietSeconds = 20
@@ -195,7 +195,7 @@ final class World {
     func run(_ steps: [Step]) {
         for (i, step) in steps.enumerated() {
             stepIndex = i
-            clock.now += step.dt
+            clock.advance(step.dt)
             rng = SimRNG(seed: step.seed)
             let dev = devices[step.device]
             count("step " + step.kind.rawValue)

@@ -6,6 +6,9 @@
 // or conflict version names it, checked under the store's lock in the same step as the removal, so an item
 // write either sees the blob or is refused for its absence, never names a removed blob. (1) and (2) cover a
 // client that uploads (or finds) a blob and then writes the item that names it: it has `grace` to do so.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `used` and the loop's are leaves; a pass takes
+// the store's locks.
 import Foundation
 import UbiquityBase
 

@@ -37,7 +37,7 @@ protocol BlobStore: AnyObject, Sendable {
 
 /// The embedded default: one file per blob under `--data`/blobs/CONTAINER/SHA256, renamed into place only after
 /// it was verified, so a blob exists exactly when its file does.
-final class FileBlobStore: BlobStore, @unchecked Sendable {
+final class FileBlobStore: BlobStore, Sendable {
     let dir: String
 
     init(dir: String) throws {

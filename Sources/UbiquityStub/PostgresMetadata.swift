@@ -8,6 +8,8 @@
 // connection that fails is dropped; a transaction that failed before its COMMIT was sent is run again once on a
 // fresh connection, otherwise the request fails as MetadataUnavailable (503) and the client retries. The
 // listener has its own connection and reconnects on its own; after any gap it wakes every waiter once.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the idle pool's is a leaf.
 import CPostgres
 import Foundation
 import UbiquityBase
@@ -81,11 +83,11 @@ final class PGRows {
     func bool(_ row: Int, _ col: Int) -> Bool { text(row, col) == "t" }
 }
 
-final class PostgresMetadata: StubMetadata, @unchecked Sendable {
+final class PostgresMetadata: StubMetadata, Sendable {
     static let channel = "ubiquity_changes"
     private let url: String
-    private let lock = NSLock()
-    private var idle: [PGConnection] = []
+    /// Connections kept for reuse.
+    private let idle: Locked<[PGConnection]>
     private let listener: PostgresNotifier
     var notifier: any ChangeNotifier { listener }
 
@@ -93,7 +95,7 @@ final class PostgresMetadata: StubMetadata, @unchecked Sendable {
         self.url = url
         let conn = try PGConnection(url: url)
         try Self.createSchema(conn)
-        idle.append(conn)
+        idle = Locked([conn])
         listener = PostgresNotifier(url: url)
     }
 
@@ -159,7 +161,7 @@ final class PostgresMetadata: StubMetadata, @unchecked Sendable {
                     give(conn)
                 }
                 if error is MetadataUnavailable {
-                    lock.withLock { idle.removeAll() } // after a restart every pooled connection is stale
+                    idle.withLock { $0.removeAll() } // after a restart every pooled connection is stale
                     if !committing && attempt < 2 { continue }
                 }
                 throw error
@@ -168,17 +170,17 @@ final class PostgresMetadata: StubMetadata, @unchecked Sendable {
     }
 
     private func take() throws -> PGConnection {
-        if let c = lock.withLock({ idle.popLast() }), c.isHealthy { return c }
+        if let c = idle.withLock({ $0.popLast() }), c.isHealthy { return c }
         return try PGConnection(url: url)
     }
 
     private func give(_ c: PGConnection) {
-        lock.withLock { if idle.count < 16 { idle.append(c) } }
+        idle.withLock { if $0.count < 16 { $0.append(c) } }
     }
 
     func close() {
         listener.close()
-        lock.withLock { idle.removeAll() }
+        idle.withLock { $0.removeAll() }
     }
 }
 

@@ -8,6 +8,8 @@
 // `open` hands out a cached copy whose SHA-256 and size were checked when it was fetched whole. Two downloads of
 // one uncached blob fetch it once (`fetching`). The cache stays under its byte limit by dropping the copies used
 // least recently; a copy being served stays readable through its open descriptor.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `lookups` is a leaf.
 import CCrypto
 import Foundation
 import UbiquityBase
@@ -15,14 +17,17 @@ import UbiquityBase
 import Glibc
 #endif
 
-final class S3BlobStore: BlobStore, @unchecked Sendable {
+final class S3BlobStore: BlobStore, Sendable {
     let client: S3Client
     let cacheDir: String
     let cacheLimit: Int64
-    private let cond = NSCondition()
-    /// Objects known to be in the bucket, by key, with their sizes.
-    private var known: [String: Int64] = [:]
-    private var fetching: Set<String> = []
+    private struct Lookups {
+        /// Objects known to be in the bucket, by key, with their sizes.
+        var known: [String: Int64] = [:]
+        /// Objects being fetched into the cache now.
+        var fetching: Set<String> = []
+    }
+    private let lookups = Locked(Lookups())
 
     /// Checks the bucket (creating it when missing) and empties the cache's leftovers of cut-short fetches.
     init(location: S3Location, cacheDir: String, cacheLimit: Int64 = 1 << 30) throws {
@@ -60,8 +65,7 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
     private func cachePath(_ cid: String, _ sha256: String) -> String { cacheDir + "/" + cid + "/" + sha256 }
 
     private func remember(_ key: String, _ size: Int64?) {
-        cond.lock(); defer { cond.unlock() }
-        known[key] = size
+        lookups.withLock { $0.known[key] = size }
     }
 
     /// Nothing to do: a bucket has no directories.
@@ -70,9 +74,7 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
     func size(_ cid: String, _ sha256: String) throws -> Int64? {
         if sha256 == emptySHA256 { return 0 }
         let key = self.key(cid, sha256)
-        cond.lock()
-        let cached = known[key]
-        cond.unlock()
+        let cached = lookups.withLock { $0.known[key] }
         if let cached { return cached }
         let (a, _) = try client.perform("HEAD", key)
         switch a.status {
@@ -139,12 +141,13 @@ final class S3BlobStore: BlobStore, @unchecked Sendable {
     func open(_ cid: String, _ sha256: String, size: Int64) throws -> FileDescriptor {
         let path = cachePath(cid, sha256), key = self.key(cid, sha256)
         if let fd = try? FileDescriptor.open(path, O_RDONLY) { futimens(fd.raw, nil); return fd }
-        cond.lock()
-        while fetching.contains(key) { cond.wait() }
-        if let fd = try? FileDescriptor.open(path, O_RDONLY) { cond.unlock(); return fd }
-        fetching.insert(key)
-        cond.unlock()
-        defer { cond.lock(); fetching.remove(key); cond.broadcast(); cond.unlock() }
+        let cached = lookups.wait(until: nil, for: { !$0.fetching.contains(key) }) { l -> FileDescriptor? in
+            if let fd = try? FileDescriptor.open(path, O_RDONLY) { return fd } // another thread fetched it
+            l.fetching.insert(key)
+            return nil
+        }
+        if let cached { return cached }
+        defer { lookups.withLock(notifying: true) { _ = $0.fetching.remove(key) } }
         try fetch(cid, sha256, size: size, into: path)
         evict(keeping: path)
         return try FileDescriptor.open(path, O_RDONLY)

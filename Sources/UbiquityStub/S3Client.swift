@@ -142,11 +142,11 @@ private final class S3Transfer {
     }
 }
 
-final class S3Client: @unchecked Sendable {
+final class S3Client: Sendable {
     let location: S3Location
     /// Seconds to connect, and seconds a transfer may move nothing before it is given up.
-    var connectSeconds = 5
-    var stallSeconds = 30
+    let connectSeconds = 5
+    let stallSeconds = 30
 
     init(_ location: S3Location) {
         _ = curlGlobalInit

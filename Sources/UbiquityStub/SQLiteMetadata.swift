@@ -1,17 +1,20 @@
 // The embedded metadata storage: one SQLite file, `DATA/stub.sqlite`, in the schema the stub has always used
 // (an existing data directory opens unchanged). One process owns the file; its lock serialises every
 // transaction, so a transaction sees and makes one whole state, and commits wake the in-process notifier.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the connection's, then the notifier's (a commit
+// wakes it).
 import Foundation
 import UbiquityBase
 
-final class SQLiteMetadata: StubMetadata, @unchecked Sendable {
-    private let db: Database
-    private let lock = NSLock()
+final class SQLiteMetadata: StubMetadata, Sendable {
+    /// The connection, one transaction at a time.
+    private let connection: Locked<Database>
     private let local = LocalNotifier()
     var notifier: any ChangeNotifier { local }
 
     init(path: String) throws {
-        db = try Database(path: path)
+        let db = try Database(path: path)
         try db.exec("PRAGMA journal_mode=WAL")
         try db.exec("PRAGMA synchronous=NORMAL")
         try db.exec("""
@@ -38,14 +41,15 @@ final class SQLiteMetadata: StubMetadata, @unchecked Sendable {
                 device TEXT NOT NULL, change TEXT NOT NULL, digest TEXT NOT NULL, version INTEGER NOT NULL,
                 PRIMARY KEY (container, item, device));
             """)
+        connection = Locked(db)
     }
 
     func write<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
-        try lock.withLock { try db.transaction { try body(SQLiteTransaction(db: db)) } }
+        try connection.withLock { db in try db.transaction { try body(SQLiteTransaction(db: db)) } }
     }
 
     func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
-        try lock.withLock { try body(SQLiteTransaction(db: db)) }
+        try connection.withLock { db in try body(SQLiteTransaction(db: db)) }
     }
 
     func close() {}

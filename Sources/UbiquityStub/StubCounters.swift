@@ -5,7 +5,10 @@
 // many requests. Bookkeeping routes (stats, faults) neither count nor take a fault. Faults are test-only and
 // change no stored state: a failure answers before the request touches the store (but `loseAnswerNext`, which
 // replaces the answer of a write already applied, the way a lost answer leaves it).
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a leaf.
 import Foundation
+import UbiquityBase
 
 struct WireStats: Codable, Equatable, Sendable {
     var requests = 0
@@ -32,21 +35,23 @@ struct WireFaults: Codable, Equatable, Sendable {
     var loseAnswerNext: Int?
 }
 
-final class StubCounters: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stats = WireStats()
-    private var failNext = 0
-    private var failStatus = 503
-    private var dropAfterBytes: Int64 = 0
-    private var dropCount = 0
-    private var corruptNext = 0
-    private var loseAnswerNext = 0
+final class StubCounters: Sendable {
+    private struct Armed {
+        var stats = WireStats()
+        var failNext = 0
+        var failStatus = 503
+        var dropAfterBytes: Int64 = 0
+        var dropCount = 0
+        var corruptNext = 0
+        var loseAnswerNext = 0
+    }
+    private let armed = Locked(Armed())
 
     func update(_ body: (inout WireStats) -> Void) {
-        lock.withLock { body(&stats) }
+        armed.withLock { body(&$0.stats) }
     }
 
-    var snapshot: WireStats { lock.withLock { stats } }
+    var snapshot: WireStats { armed.withLock { $0.stats } }
 
     /// Applies a faults request: the fields given set their faults; an empty body clears them all.
     func arm(_ f: WireFaults) throws -> WireFaults {
@@ -55,45 +60,42 @@ final class StubCounters: @unchecked Sendable {
             || (f.loseAnswerNext ?? 0) < 0 {
             throw StubFailure(400, "fault counts must not be negative")
         }
-        return lock.withLock {
-            if f == WireFaults() {
-                failNext = 0; failStatus = 503; dropAfterBytes = 0; dropCount = 0; corruptNext = 0
-                loseAnswerNext = 0
-            }
-            if let n = f.failNext { failNext = n; failStatus = f.status ?? 503 }
-            if let b = f.dropAfterBytes { dropAfterBytes = b; dropCount = f.count ?? 1 }
-            if let n = f.corruptNext { corruptNext = n }
-            if let n = f.loseAnswerNext { loseAnswerNext = n }
-            return WireFaults(failNext: failNext, status: failStatus, dropAfterBytes: dropAfterBytes, count: dropCount,
-                              corruptNext: corruptNext, loseAnswerNext: loseAnswerNext)
+        return armed.withLock { a in
+            if f == WireFaults() { a = Armed(stats: a.stats) }
+            if let n = f.failNext { a.failNext = n; a.failStatus = f.status ?? 503 }
+            if let b = f.dropAfterBytes { a.dropAfterBytes = b; a.dropCount = f.count ?? 1 }
+            if let n = f.corruptNext { a.corruptNext = n }
+            if let n = f.loseAnswerNext { a.loseAnswerNext = n }
+            return WireFaults(failNext: a.failNext, status: a.failStatus, dropAfterBytes: a.dropAfterBytes,
+                              count: a.dropCount, corruptNext: a.corruptNext, loseAnswerNext: a.loseAnswerNext)
         }
     }
 
     /// The status to fail this request with, if a failNext fault is armed (and uses it up).
     func takeFailure() -> Int? {
-        lock.withLock {
-            guard failNext > 0 else { return nil }
-            failNext -= 1
-            return failStatus
+        armed.withLock { a in
+            guard a.failNext > 0 else { return nil }
+            a.failNext -= 1
+            return a.failStatus
         }
     }
 
     /// True when the answer of this applied item write is to be lost (uses one loseAnswerNext fault up).
     func takeLostAnswer() -> Bool {
-        lock.withLock {
-            guard loseAnswerNext > 0 else { return false }
-            loseAnswerNext -= 1
+        armed.withLock { a in
+            guard a.loseAnswerNext > 0 else { return false }
+            a.loseAnswerNext -= 1
             return true
         }
     }
 
     /// The faults for one blob download of `length` bytes: where to cut it, and whether to flip a byte.
     func takeDownloadFaults(length: Int64) -> (dropAfter: Int64?, corrupt: Bool) {
-        lock.withLock {
+        armed.withLock { a in
             var drop: Int64?
-            if dropCount > 0 { dropCount -= 1; drop = dropAfterBytes }
+            if a.dropCount > 0 { a.dropCount -= 1; drop = a.dropAfterBytes }
             var corrupt = false
-            if corruptNext > 0 && length > 0 { corruptNext -= 1; corrupt = true }
+            if a.corruptNext > 0 && length > 0 { a.corruptNext -= 1; corrupt = true }
             return (drop, corrupt)
         }
     }

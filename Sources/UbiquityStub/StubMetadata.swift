@@ -7,6 +7,8 @@
 // feed entry before an earlier one. A `read` transaction sees one snapshot. A body that throws rolls back.
 // `ChangeNotifier.committed` is called after each write commits; a notification that never arrives only
 // delays a waiter until its next re-check, never loses a change.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the notifier's is a leaf.
 import Foundation
 import UbiquityBase
 
@@ -80,33 +82,28 @@ protocol ChangeNotifier: AnyObject, Sendable {
     func setStopping(_ value: Bool)
 }
 
-/// The in-process notifier: one condition every local commit broadcasts.
-final class LocalNotifier: ChangeNotifier, @unchecked Sendable {
-    private let cond = NSCondition()
-    private var gen: UInt64 = 0
-    private var stopping = false
+/// The in-process notifier: a generation every local commit counts up, waking every waiter.
+final class LocalNotifier: ChangeNotifier, Sendable {
+    private struct Flags {
+        var generation: UInt64 = 0
+        var stopping = false
+    }
+    private let flags = Locked(Flags())
 
-    var generation: UInt64 { cond.lock(); defer { cond.unlock() }; return gen }
+    var generation: UInt64 { flags.withLock { $0.generation } }
 
     func wait(after seen: UInt64, until deadline: Date) {
-        cond.lock(); defer { cond.unlock() }
-        while gen <= seen && !stopping {
-            if !cond.wait(until: deadline) { return }
-        }
+        flags.wait(until: deadline, for: { $0.generation > seen || $0.stopping }, then: { _ in })
     }
 
     func committed(_ cid: String) { bump() }
 
     /// Counts one change and wakes every waiter.
-    func bump() {
-        cond.lock(); gen &+= 1; cond.broadcast(); cond.unlock()
-    }
+    func bump() { flags.withLock(notifying: true) { $0.generation &+= 1 } }
 
-    var isStopping: Bool { cond.lock(); defer { cond.unlock() }; return stopping }
+    var isStopping: Bool { flags.withLock { $0.stopping } }
 
-    func setStopping(_ value: Bool) {
-        cond.lock(); stopping = value; cond.broadcast(); cond.unlock()
-    }
+    func setStopping(_ value: Bool) { flags.withLock(notifying: true) { $0.stopping = value } }
 }
 
 /// Items and key-value entries as JSON columns, the same on every engine.

@@ -11,6 +11,9 @@
 // Plain HTTP is served only on loopback: a config that listens beyond it without a certificate and key is
 // refused before anything is created. The token file is created whole (written aside, then linked into place),
 // so servers starting together on one file all read the same token.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `lock` (the daemon handle) is a leaf; the
+// store's come inside a handler, never under it.
 import CMicroHTTPD
 import Foundation
 import UbiquityBase
@@ -89,6 +92,9 @@ public struct StubError: Error, CustomStringConvertible, Sendable {
 }
 
 public final class StubServer: @unchecked Sendable {
+    // @unchecked: `daemon` and `boundPort` are read and written only under `lock` (libmicrohttpd's handle is a C
+    // pointer, which no Locked can hold as Sendable either); the PEM copies are made once, before the daemon
+    // starts, and only freed in deinit.
     public let config: StubConfig
     /// The bearer token every request but health must carry.
     public let token: String

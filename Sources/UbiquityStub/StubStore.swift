@@ -60,7 +60,7 @@ struct StubBatchEntry {
     var refusal: StubFailure?
 }
 
-final class StubStore: @unchecked Sendable {
+final class StubStore: Sendable {
     private let meta: any StubMetadata
     let blobs: BlobStore
     let tmpDir: String

@@ -7,12 +7,16 @@
 //
 // Test hooks: `offline` (every call fails as unreachable), `corruptDownloads` (flips a byte of every blob
 // served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the `blobDownloads` counters.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `cond` is a leaf.
 import Foundation
 import UbiquityBase
 import UbiquityCore
 
 public final class MemoryRemote: RemoteClient, @unchecked Sendable {
-    /// Guards every field below and signals changes of the feed to long polls.
+    // @unchecked: every field below is read and written only inside `locked` (under `cond`).
+    /// Guards every field below and signals changes of the feed to long polls. An NSCondition, not a Locked:
+    /// a test double whose every call reads and writes several fields, and whose long polls wait on the feed.
     private let cond = NSCondition()
     private var items: [String: WireItem] = [:]
     private var blobs: [String: [UInt8]] = [:]

