@@ -3,7 +3,7 @@
 // What must hold: every descriptor this file opens has O_CLOEXEC, so no child process inherits it. A wrapper
 // that goes through `valueOrErrno` retries EINTR and throws the call's `Errno`; a short read or write is the
 // caller's business except in `writeAll`, which loops until every byte is written. Exceptions, on purpose:
-// `syncDirectory` swallows a failure (best effort), `removeFile` takes a missing file as done, `makeDirectories`
+// `removeFile` takes a missing file as done, `makeDirectories`
 // throws Foundation's error. This file knows no item, store or remote.
 import CSys
 import Foundation
@@ -138,8 +138,10 @@ public struct FileDescriptor: Sendable, Hashable {
 }
 
 /// fsync of a directory, so that a rename or create in it is durable.
-public func syncDirectory(_ path: String) {
-    if let fd = try? FileDescriptor.open(path, O_RDONLY | O_DIRECTORY) { try? fd.sync(); fd.close() }
+public func syncDirectory(_ path: String) throws {
+    let fd = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY)
+    defer { fd.close() }
+    try fd.sync()
 }
 
 /// rename(2).

@@ -390,12 +390,11 @@ public final class FileSystem: @unchecked Sendable {
     private func inodeHoldsAnotherContent(_ ino: UInt64, _ id: String) -> Bool {
         let held = handles.withLock { $0.files.values.filter { $0.ino == ino } }
         guard !held.isEmpty else { return false }
-        var now = stat()
-        let current = stat(core.contentPath(id), &now) == 0 ? (now.st_dev, now.st_ino) : nil
+        let current = core.contentFileIdentity(id)
         return held.contains { file in
             var st = stat()
             guard fstat(file.fd.raw, &st) == 0, let current else { return true }
-            return (st.st_dev, st.st_ino) != current
+            return UInt64(st.st_dev) != current.device || UInt64(st.st_ino) != current.inode
         }
     }
 

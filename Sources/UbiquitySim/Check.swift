@@ -2,7 +2,7 @@
 // fetch every content, then check the invariants (rules of the model in Model.swift).
 import Foundation
 import UbiquityBase
-import UbiquityCore
+@_spi(Simulation) import UbiquityCore
 
 extension World {
     /// Drives every device until the remote and all journals are still. Returns a violation when it cannot.

@@ -13,7 +13,7 @@
 // retry after a dropped answer, is answered as already applied when the core sends its change's id).
 import Foundation
 import UbiquityBase
-import UbiquityCore
+@_spi(Simulation) import UbiquityCore
 import UbiquityTesting
 
 public struct FaultRates: Sendable, CustomStringConvertible {

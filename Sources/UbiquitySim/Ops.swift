@@ -11,7 +11,7 @@
 // made, so the checks compare devices with what was really done.
 import Foundation
 import UbiquityBase
-import UbiquityCore
+@_spi(Simulation) import UbiquityCore
 #if canImport(Glibc)
 import Glibc
 #endif

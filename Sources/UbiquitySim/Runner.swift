@@ -1,7 +1,7 @@
 // Runs of the simulation: one plan executed and checked, shrinking of a failing plan, and the totals.
 import Foundation
 import UbiquityBase
-import UbiquityCore
+@_spi(Simulation) import UbiquityCore
 
 public struct RunResult: Sendable {
     public var seed: UInt64

@@ -14,7 +14,7 @@
 // opens again. A step that cannot find a target is a `Skip`, an ordinary outcome, not a violation.
 import Foundation
 import UbiquityBase
-import UbiquityCore
+@_spi(Simulation) import UbiquityCore
 import UbiquityTesting
 #if canImport(Glibc)
 import Glibc

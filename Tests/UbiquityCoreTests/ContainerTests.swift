@@ -2,7 +2,7 @@
 import Foundation
 import Testing
 import UbiquityBase
-@testable import UbiquityCore
+@_spi(Simulation) @testable import UbiquityCore
 import UbiquityTesting
 
 @Suite struct ContainerTests {

@@ -4,7 +4,7 @@
 import Foundation
 import Testing
 import UbiquityBase
-@testable import UbiquityCore
+@_spi(Simulation) @testable import UbiquityCore
 import UbiquityTesting
 
 @Suite struct MoveOrderTests {

@@ -2,7 +2,7 @@
 import Foundation
 import Testing
 @testable import UbiquityBase
-@testable import UbiquityCore
+@_spi(Simulation) @testable import UbiquityCore
 import UbiquityTesting
 #if canImport(Glibc)
 import Glibc

@@ -3,7 +3,7 @@
 import Foundation
 import Testing
 @testable import UbiquityBase
-@testable import UbiquityCore
+@_spi(Simulation) @testable import UbiquityCore
 import UbiquityTesting
 #if canImport(Glibc)
 import Glibc

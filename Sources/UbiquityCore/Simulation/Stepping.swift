@@ -6,14 +6,15 @@
 // `mutate`, as the threads do, so what a driver sees is what the threads would do in that order. A failed push
 // step is recorded as the item's upload error and leaves it in the journal (a journal that cannot be read is
 // recorded on the root). The paths handed out here are for a driver that damages files on purpose (the
-// simulation); nothing else may write through them.
+// simulation); nothing else may write through them. All of it is `@_spi(Simulation)`: only code that imports
+// the core with `@_spi(Simulation) import UbiquityCore` (the simulator, the tests) sees it.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the container's lock, as the loops take it.
 import UbiquityBase
 
 extension Container {
     /// What one push step did.
-    public enum PushStep: Equatable, Sendable {
+    @_spi(Simulation) public enum PushStep: Equatable, Sendable {
         /// Nothing can be pushed now.
         case idle
         /// One item was pushed (or its conflict resolved and settled).
@@ -23,14 +24,14 @@ extension Container {
     }
 
     /// Fetches one page of the change feed without waiting and applies it. Returns true when more pages wait.
-    public func pullOnce() throws -> Bool {
+    @_spi(Simulation) public func pullOnce() throws -> Bool {
         let batch = try remote.changes(since: sync.feedToken, waitSeconds: 0)
         try sync.apply(batch)
         return batch.more
     }
 
     /// Pushes the oldest pushable pending items, as the push loop does: one, or many in one batch.
-    public func pushOnce() -> PushStep {
+    @_spi(Simulation) public func pushOnce() -> PushStep {
         let next: [String]
         do { next = try nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
             recordUploadFailure(rootID, error)
@@ -48,32 +49,32 @@ extension Container {
     }
 
     /// One attempt to fetch an item's current content (`ID`) or a conflict version (`ID.CONFLICT`).
-    public func downloadOnce(_ key: String) -> Result<Void, CoreError> { downloads.runOnce(key) }
+    @_spi(Simulation) public func downloadOnce(_ key: String) -> Result<Void, CoreError> { downloads.runOnce(key) }
 
     /// Without background transfers: the downloads asked for (pins, requests) and not yet fetched.
-    public var requestedDownloads: [String] { downloads.book.withLock { $0.requested } }
+    @_spi(Simulation) public var requestedDownloads: [String] { downloads.book.withLock { $0.requested } }
 
     /// Every item of the in-memory index, tombstones waiting to be pushed included, by id.
-    public func indexSnapshot() -> [Item] { read { s in s.items.values.sorted { $0.id < $1.id } } }
+    @_spi(Simulation) public func indexSnapshot() -> [Item] { read { s in s.items.values.sorted { $0.id < $1.id } } }
 
     /// Ids in the pending journal, oldest first.
-    public func pendingIDs() throws -> [String] { try read { s in try s.store.pendingIDs() } }
+    @_spi(Simulation) public func pendingIDs() throws -> [String] { try read { s in try s.store.pendingIDs() } }
 
     /// Every item as the store holds it (the simulation checks the index against it).
-    public func storedItems() throws -> [Item] { try read { s in try s.store.loadItems() } }
+    @_spi(Simulation) public func storedItems() throws -> [Item] { try read { s in try s.store.loadItems() } }
 
     /// Where the store keeps an item's content, a conflict version's copy, all content, and downloads in flight
     /// (the simulation reads and damages these files as a crash or another program would).
-    public func contentPath(_ id: String) -> String { paths.content(id) }
-    public func conflictPath(_ id: String, _ conflict: String) -> String { paths.conflict(id, conflict) }
-    public var contentDirectory: String { paths.content }
-    public var stagingDirectory: String { paths.staging }
+    @_spi(Simulation) public func contentPath(_ id: String) -> String { paths.content(id) }
+    @_spi(Simulation) public func conflictPath(_ id: String, _ conflict: String) -> String { paths.conflict(id, conflict) }
+    @_spi(Simulation) public var contentDirectory: String { paths.content }
+    @_spi(Simulation) public var stagingDirectory: String { paths.staging }
 
     /// Checks the store as `ubiquityfs check` does, under the lock (tests of a live container).
-    public func checkStore(repair: Bool) throws -> CheckReport {
+    @_spi(Simulation) public func checkStore(repair: Bool) throws -> CheckReport {
         try mutateThrowing { s in try s.store.check(repair: repair) }
     }
 
     /// The feed position last applied.
-    public var feedPosition: String? { get throws { try sync.feedToken } }
+    @_spi(Simulation) public var feedPosition: String? { get throws { try sync.feedToken } }
 }

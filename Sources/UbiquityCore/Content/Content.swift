@@ -198,8 +198,16 @@ extension Container {
         // durable (the staged bytes were synced before it). The record is not synced at its commit either (WAL,
         // synchronous=NORMAL), only at the store's next checkpoint, which this sync precedes unless the commit
         // itself started one (and on ext4 that checkpoint's fsync commits the journal holding the rename).
-        if installed { syncDirectory(paths.content) }
+        if installed { syncContentDirectory() }
         return installed
+    }
+
+    /// Makes the renames into the content folder durable. A failure is logged, not thrown: the content is in
+    /// place and served; only a power cut before the next sync of the folder could lose the rename.
+    func syncContentDirectory() {
+        do { try syncDirectory(paths.content) } catch {
+            log.warning("cannot sync the content folder \(paths.content) (a power cut could undo a rename): \(error)")
+        }
     }
 }
 
@@ -308,7 +316,13 @@ extension CoreState {
         unlinked[id] = gone
         let moveAside = item.hasLocal
         onCommit { s in
-            if moveAside { try? renameFile(s.paths.content(id), s.paths.unlinked(id)) }
+            // A failed move leaves the content where it was, for the descriptors open on it: it is removed at
+            // the next start (`removeOrphanContent`), and until then a stat of the open file fails.
+            if moveAside {
+                do { try renameFile(s.paths.content(id), s.paths.unlinked(id)) } catch {
+                    s.log.error("cannot move aside the content of \(id), deleted while open: \(error)")
+                }
+            }
             s.recountContent(id)
         }
     }

@@ -44,23 +44,25 @@ final class TransferScheduler: Sendable {
     /// Keys waiting for a worker.
     var waiting: Int { queue.withLock { $0.keys.count - $0.head } }
 
-    /// Queues a key; starts a worker if fewer than `width` run. Ignored once stopped.
-    func submit(_ key: String) {
-        let worker: (Int, Loop)? = queue.withLock { q in
-            guard !q.stopped else { return nil }
+    /// Queues a key; starts a worker if fewer than `width` run. False (nothing queued) once stopped.
+    @discardableResult
+    func submit(_ key: String) -> Bool {
+        let (accepted, worker): (Bool, (Int, Loop)?) = queue.withLock { q in
+            guard !q.stopped else { return (false, nil) }
             q.keys.append(key)
-            guard q.live < width else { return nil }
+            guard q.live < width else { return (true, nil) }
             q.live += 1
             q.peak = max(q.peak, q.live)
             q.nextWorker += 1
             let loop = Loop(name: name)
             q.workers[q.nextWorker] = loop
-            return (q.nextWorker, loop)
+            return (true, (q.nextWorker, loop))
         }
-        guard let (number, loop) = worker else { return }
+        guard let (number, loop) = worker else { return accepted }
         loop.start(stackSize: 512 << 10) { [self] in
             while let key = take(worker: number) { work(key) }
         }
+        return true
     }
 
     /// Takes no more keys and waits up to `seconds` in all for the transfers running to end.

@@ -4,11 +4,11 @@
 // the greater device name, the loser kept as a conflict version; edit wins over delete.
 //
 // What must hold here: the loops hold no container lock across a network call or a wait; every read or write
-// of the container's state is one named step of SyncState.swift (where the rules of applying a remote state
-// live, shared with the pusher).
+// of the container's state is one named step of PullState.swift or PushState.swift (the rules of applying a
+// remote state, shared with the pusher, are in RemoteRules.swift).
 //
-// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the container's lock only inside one step of
-// SyncState.swift; `lastWake` is a leaf.
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the container's lock only inside one step
+// of PullState.swift or PushState.swift; `lastWake` is a leaf.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)

@@ -125,8 +125,8 @@ struct CacheAccount {
 
 extension CoreState {
     /// Measures every content file of an item (at start, before any other thread).
-    mutating func scanContent() {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.content)) ?? []
+    mutating func scanContent() throws {
+        let names = try FileManager.default.contentsOfDirectory(atPath: paths.content)
         for name in names where !name.contains(".") { recount(name) }
         dropRecordsOfEvictedCopies(present: Set(names))
         do { cache.lastUsed = try store.lastUsedTimes().filter { items[$0.key] != nil } } catch {
@@ -268,7 +268,12 @@ extension Container {
     func saveLastUses() {
         mutate { (s: inout CoreState) in
             let unsaved = s.cache.unsavedLastUses(step: 0)
-            if !unsaved.isEmpty, (try? s.store.saveLastUsed(unsaved)) != nil { s.cache.savedLastUsed.merge(unsaved) { $1 } }
+            guard !unsaved.isEmpty else { return }
+            do { try s.store.saveLastUsed(unsaved) } catch {
+                // Only the order of eviction after the remount depends on it.
+                return s.log.warning("cannot save when \(unsaved.count) local copies were last used: \(error)")
+            }
+            s.cache.savedLastUsed.merge(unsaved) { $1 }
         }
     }
 

@@ -107,8 +107,12 @@ public final class Container: @unchecked Sendable {
         store.changes = changes
         var s = CoreState(store: store, config: config)
         try s.load()
-        s.removeOrphanContent()
-        s.scanContent()
+        do {
+            try s.removeOrphanContent()
+            try s.scanContent()
+        } catch {
+            throw StoreError.unusable(directory: store.directory, cause: "cannot list its content folder: \(error)")
+        }
         store.writesNeedTransaction = true
         state = Locked(s)
         downloads = Downloads(container: self)
@@ -389,9 +393,10 @@ extension CoreState {
 
     /// Removes content files no item owns: a file deleted while open keeps its content until the last close,
     /// and a daemon that stops before that close would otherwise leave it in the store for ever. Likewise the
-    /// local copy of a conflict version no longer listed.
-    func removeOrphanContent() {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.content)) ?? []
+    /// local copy of a conflict version no longer listed. An orphan that cannot be removed only takes space
+    /// (nothing serves it) and is tried again at the next start: its failure is not an error.
+    func removeOrphanContent() throws {
+        let names = try FileManager.default.contentsOfDirectory(atPath: paths.content)
         for name in names {
             guard let key = ContentKey(parsing: name), let item = items[key.item], !item.deleted else {
                 try? removeFile(paths.content + "/" + name)

@@ -15,6 +15,14 @@ extension Container {
         return vfs
     }
 
+    /// The device and inode of the item's current content file, or nil when it has none: an open held on
+    /// another file holds older content (evicted, or replaced by a newer version).
+    public func contentFileIdentity(_ id: String) -> (device: UInt64, inode: UInt64)? {
+        var st = stat()
+        guard stat(paths.content(id), &st) == 0 else { return nil }
+        return (UInt64(st.st_dev), UInt64(st.st_ino))
+    }
+
     /// Opens the local copy of a conflict version read-only.
     public func openConflictVersion(item id: String, conflict: String) throws(CoreError) -> FileDescriptor {
         do { return try FileDescriptor.open(paths.conflict(id, conflict), O_RDONLY) } catch {

@@ -76,7 +76,7 @@ extension Container {
             s.notice(.changed(id, content: true))
         }
         // Durable after the lock, as a download's install (see Container.installDownload).
-        syncDirectory(paths.content)
+        syncContentDirectory()
     }
 }
 

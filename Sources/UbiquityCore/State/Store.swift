@@ -62,7 +62,9 @@ public final class Store {
             throw StoreError.unusable(directory: directory, cause: "\(error)")
         }
         nextSeq = (try values("SELECT coalesce(max(seq), 0) FROM pending") { $0.int(0) }.first ?? 0) + 1
-        clearStaging()
+        do { try clearStaging() } catch {
+            throw StoreError.unusable(directory: directory, cause: "cannot list its staging folder: \(error)")
+        }
         keepReserve()
     }
 
@@ -217,9 +219,13 @@ public final class Store {
     ]
 
     /// Removes every leftover of an interrupted download: nothing in staging is ever served.
-    private func clearStaging() {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: stagingDirectory)) ?? []
-        for name in names { try? removeFile(stagingDirectory + "/" + name) }
+    private func clearStaging() throws {
+        for name in try FileManager.default.contentsOfDirectory(atPath: stagingDirectory) {
+            // One left behind is never served, only in the way of nothing: logged, not fatal.
+            do { try removeFile(stagingDirectory + "/" + name) } catch {
+                Logger("store").warning("cannot remove \(stagingDirectory)/\(name): \(error)")
+            }
+        }
     }
 
     /// Runs a query and reads each row inside the callback: a Row is only valid there (the rows

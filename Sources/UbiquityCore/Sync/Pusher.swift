@@ -4,7 +4,7 @@
 // computing from the same two versions, reaches the same result.
 //
 // What must hold here: this file decides, the container records. Every read or write of the container's
-// state is one locked step of SyncState.swift, named by what it does; the pusher holds no lock across a
+// state is one locked step of PushState.swift, named by what it does; the pusher holds no lock across a
 // network call, and reaches the puller only through its entries (`applyFetched`, `refetchRefused`).
 // Each put and delete carries its change's id (`changeID`), a function of what is sent and its condition, so a
 // retry of the same change (after a lost answer, a restart included) sends the same id and a new change a new

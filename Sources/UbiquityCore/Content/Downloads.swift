@@ -142,7 +142,8 @@ final class Downloads: Sendable {
                 $0.downloadError = nil
             }
         }
-        scheduler.submit(id)
+        // After `stop` no transfer starts: its waiters are told at once rather than left waiting.
+        if !scheduler.submit(id) { finish(id, .failure(.io("the container stopped"))) }
     }
 
     func finish(_ id: String, _ result: Result<Void, CoreError>) {
@@ -351,7 +352,7 @@ final class Downloads: Sendable {
     private func install(_ key: String, sha: String, staging: String) throws -> Bool {
         if let parsed = ContentKey(parsing: key), let conflict = parsed.conflict {
             try renameFile(staging, container.paths.conflict(parsed.item, conflict))
-            syncDirectory(container.paths.content)
+            container.syncContentDirectory()
             return true
         }
         return try container.installDownload(key, sha: sha, staging: staging)

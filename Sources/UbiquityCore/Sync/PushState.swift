@@ -1,60 +1,17 @@
-// The container's side of sync: every read and write of the container's state that the puller, the push loop
-// and the pusher make, each method one whole locked step named by what it does.
+// The push side's steps on the container's state: what the push loop and the pusher (Pusher.swift,
+// PushBatch.swift) read and record, each method one whole locked step named by what it does.
 //
 // What must hold here: the methods without `Locked` in their name take the container lock themselves (through
 // `withLock`, or `mutate` when they queue notices) and hold it across no network call; those with `Locked`
-// expect it held. The pusher and the puller decide (Pusher.swift, Sync.swift); what they decide is recorded
-// here, against the item as it is now, which may have changed since the push or the fetch began.
+// expect it held. The pusher decides; what it decides is recorded here, against the item as it is now, which may
+// have changed since the push began.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the container's lock (after a content gate,
 // before the leaves).
 import Foundation
 import UbiquityBase
 
-private let pullLog = Logger("sync")
 private let pushLog = Logger("push")
-
-// MARK: the puller
-
-extension Container {
-    /// The feed position last applied.
-    var feedToken: String? { get throws { try read { s in try s.store.meta("token") } } }
-
-    /// Applies remote items and the feed position they bring (nil: items fetched one by one), in one store
-    /// transaction; pinned files whose content changed start downloading after it. On a full store disk they
-    /// wait (the caller tries again later) and leave the store's reserve alone: the evictor needs it to make
-    /// room, and the pusher to record the uploads that let it.
-    func applyRemote(_ items: [WireItem], token: String?) throws {
-        do {
-            try mutateThrowing(room: .withReserveInPlace) { s in
-                for w in items { try s.applyRemoteItem(w) }
-                if let token { try s.store.setMeta("token", token) }
-                if token != nil, let newest = items.map(\.version).max() {
-                    s.settledDeletes = s.settledDeletes.filter { $0.value > newest }
-                }
-                s.storeFullSince = nil
-            }
-        } catch {
-            if CoreError.from(error) == .noSpace {
-                update { s in if s.storeFullSince == nil { s.storeFullSince = s.now() } }
-                evictor.wake()
-            }
-            throw error
-        }
-    }
-
-    /// The feed has nothing newer than what was applied.
-    func markCaughtUp() { mutate { (s: inout CoreState) in s.caughtUp = true } }
-
-    /// Takes the ids of the remote changes the puller refused (see SyncLoops.refetchRefused).
-    func takeRefused() throws -> [String] { try mutateThrowing { s in try s.store.takeRefused() } }
-
-    /// Marks again refused changes that could not be fetched.
-    func markRefused(_ ids: ArraySlice<String>) throws {
-        try mutateThrowing { s in for id in ids { try s.store.markRefused(id) } }
-    }
-
-}
 
 // MARK: the push loop
 
@@ -564,7 +521,7 @@ extension Container {
     }
 }
 
-/// The rules the puller and the pusher share, and which item may go up now: steps inside one operation.
+/// Which item may go up now, and what its acknowledgement records: steps inside one operation.
 extension CoreState {
     /// The items with changes not yet on the remote: the journal, and the folders that owe one more push
     /// after their entries (`timedAfterEntries`) while they are out of it.
@@ -603,130 +560,6 @@ extension CoreState {
         updateTransfer(id) { $0.uploadError = nil }
     }
 
-    /// Applies the remote's newest state of one item. The rule the puller and the pusher share: the pusher
-    /// takes a remote state through it as a pull would.
-    mutating func applyRemoteItem(_ w: WireItem) throws {
-        if w.id == rootID || w.parent == nil { return }
-        guard var item = items[w.id] else { return try addRemoteItem(w) }
-        // A local-only item's remote copy is not this device's concern any more (its delete may be on the way).
-        if item.isLocalOnly { return }
-        if w.version <= item.remoteVersion { return }
-        pullLog.debug("apply \(w.id) version \(w.version) sha \(w.sha256.prefix(8)) (here: base \(item.remoteVersion)\(item.isPending ? ", pending" : ""))")
-        if item.isPending {
-            // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet.
-            if item.deleted && w.deleted { try store.delete(item.id); items[item.id] = nil }
-            return
-        }
-        if w.deleted { return try removeRemotelyDeleted(item, tombstone: w) }
-        let contentChanged = w.sha256 != item.remoteSHA
-        if isKeptOut(w) {
-            pullLog.info("\(item.name): the remote moved or renamed it where it would be local-only here; it stays")
-            return
-        }
-        // The remote moved the item below a directory that is below the item here (moved by a change not yet
-        // pushed): taking it would make a cycle, and every walk up the tree would spin. The item stays where
-        // it is for now; the remote refuses the pending move, which then gives way (Pusher.giveWay), and the
-        // refused change is fetched again (SyncLoops.refetchRefused).
-        if item.parent != w.parent, let p = w.parent, isAncestor(item.id, of: p) {
-            pullLog.info("\(item.name): the remote's move would make a cycle here; taken once the local move gives way")
-            try store.markRefused(item.id)
-            return
-        }
-        // Also "moved" when detached here (`place`): it takes its name back.
-        let moved = item.place != w.place || children[w.parent!]?[w.name] != item.id
-        if moved { try unlink(item) }
-        let oldConflicts = item.conflicts
-        item.adopt(w)
-        let resolvedAgain = keepResolutions(&item)
-        pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
-        if moved { try place(&item) }
-        if resolvedAgain { try store.saveChanged(item) } else { try store.save(item) }
-        items[item.id] = item
-        notice(.changed(item.id, content: contentChanged))
-        if contentChanged && item.kind == .file && isPinned(item.id) {
-            startDownload(item.id)
-        }
-    }
-
-    /// Takes an item this device does not have.
-    mutating func addRemoteItem(_ w: WireItem) throws {
-        if w.deleted || (settledDeletes[w.id].map { w.version <= $0 } ?? false) { return }
-        if isKeptOut(w) {
-            pullLog.info("\(w.name): not taken, it would be local-only here")
-            return
-        }
-        // Stale items may still name it as their parent here (a deleted folder that comes back): not below
-        // one of them. Taken once their newer state has moved them (refetchRefused).
-        if let p = w.parent, isAncestor(w.id, of: p) {
-            try store.markRefused(w.id)
-            return
-        }
-        var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
-                        ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
-                        device: "", hasLocal: w.kind != .file, localSHA: nil, dirty: false, metaDirty: false,
-                        deleted: false, pinned: false, xattrs: [:], conflicts: [])
-        item.adopt(w)
-        try place(&item)
-        if item.kind == .file && isPinned(item.parent!) { startDownload(item.id) }
-        if keepResolutions(&item) { try store.saveChanged(item) } else { try store.save(item) }
-        items[item.id] = item
-    }
-
-    /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and
-    /// revived on the remote by the pusher, written over the tombstone. Clean items still below it here are
-    /// stale (the remote deletes only empty directories): their newer state follows in the feed.
-    mutating func removeRemotelyDeleted(_ item: Item, tombstone: WireItem) throws {
-        if item.isDirectory && hasLocalChanges(below: item.id) {
-            return try reviveDeletedFolder(item, tombstone: tombstone)
-        }
-        try store.delete(item.id)
-        items[item.id] = nil
-        try unlink(item)
-        releaseContent(of: item)
-        let id = item.id
-        let conflicts = item.conflicts.map(\.id)
-        onCommit { s in
-            s.removeStaleStaging(id)
-            for c in conflicts { s.evictConflict(id, c) }
-        }
-    }
-
-    /// Keeps a folder deleted elsewhere that holds local changes: it goes back up over the tombstone.
-    ///
-    mutating func reviveDeletedFolder(_ item: Item, tombstone: WireItem) throws {
-        var revived = item
-        revived.metaDirty = true
-        revived.remoteVersion = tombstone.version
-        // It comes back where the remote last had it, under a free name: its place here may have gone to
-        // another item meanwhile (see `place`).
-        if let p = tombstone.parent, let dir = items[p], dir.isDirectory, !dir.deleted, !isAncestor(item.id, of: p) {
-            try unlink(revived)
-            revived.parent = p
-            revived.name = tombstone.name
-        }
-        revived.localOnlyAbove = isLocalOnlyFolder(revived.parent)
-        if children[revived.parent!]?[revived.name] != revived.id {
-            if children[revived.parent!]?[revived.name] != nil {
-                revived.name = freeName(revived.name, in: revived.parent!)
-            }
-            children.list(revived.id, in: revived.parent!, as: revived.name)
-            notice(.added(parent: revived.parent!, name: revived.name))
-        }
-        try store.saveChanged(revived)
-        items[item.id] = revived
-    }
-
-    /// True when a live item below the directory has changes not yet pushed, or lives here only (a fifo kept
-    /// in a folder deleted elsewhere keeps the folder, as an edit would).
-    func hasLocalChanges(below id: String) -> Bool {
-        for child in (children[id] ?? [:]).values {
-            guard let item = items[child] else { continue }
-            if (item.isPending && !item.deleted) || item.isLocalOnly { return true }
-            if item.isDirectory && hasLocalChanges(below: child) { return true }
-        }
-        return false
-    }
-
     /// True when the item can go now: no program is writing it (or a snapshot of it is due), and its parent is
     /// on the remote (a delete goes by id: where the item was does not matter, its folder may be gone already).
     ///
@@ -754,48 +587,6 @@ extension CoreState {
         let write = WireConflict(id: "", sha256: pushed.remoteSHA, size: pushed.remoteSize, mtime: pushed.mtime,
                                  device: config.device)
         return current.conflicts.contains { $0.isSameWrite(as: write) && !discardedConflicts.contains($0.id) }
-    }
-
-    /// Only the content changed here: the item takes the remote's name, place, mode and attributes.
-    mutating func takeRemoteMetadata(_ cur: inout Item, from current: WireItem) throws {
-        try takeRemotePlace(&cur, from: current)
-        cur.mode = current.mode
-        cur.xattrs = Xattrs.fromWire(current.xattrs)
-        notice(.changed(cur.id, content: false))
-    }
-
-    /// True when the item lost its name here to another item (`place`): its name is no choice of this device,
-    /// and its newer state, yet to come in the feed, has its place.
-    func isDetached(_ item: Item) -> Bool {
-        item.parent.map { children[$0]?[item.name] != item.id } ?? false
-    }
-
-    /// The item takes the remote's name and place. Not below itself here (another item's move not yet pushed):
-    /// its place here goes up as a move instead, and gives way if the remote refuses it.
-    mutating func takeRemotePlace(_ cur: inout Item, from current: WireItem) throws {
-        let moved = cur.place != current.place || isDetached(cur)
-        if moved, let p = current.parent, items[p] == nil || isAncestor(cur.id, of: p) {
-            cur.metaDirty = true
-        } else if moved {
-            try unlink(cur)
-            cur.parent = current.parent
-            cur.name = current.name
-            try place(&cur)
-        }
-    }
-
-    /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it
-    /// already (this device's write landed and its answer was lost, or the same change was made there). Writing
-    /// it again would make a newer version that overrides what other devices did to the item since (a delete).
-    ///
-    mutating func settleIfSame(_ cur: inout Item, as current: WireItem, snap: PushSnapshot, pushed: Item) {
-        if cur.dirty && cur.kind == .file && pushed.remoteSHA == current.sha256 && cur.mtime == current.mtime
-            && (contentGeneration[cur.id] ?? 0) == snap.generation {
-            cur.dirty = false
-            cur.localSHA = current.sha256
-            cur.takeContent(of: current)
-        }
-        if cur.metaDirty && cur.metadata == current.metadata { cur.metaDirty = false }
     }
 }
 

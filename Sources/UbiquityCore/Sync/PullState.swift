@@ -1,0 +1,171 @@
+// The pull side's steps on the container's state: applying a page of the remote's change feed (SyncLoops.swift's
+// pull loop) and the remote changes refused for now, each method one whole locked step.
+//
+// What must hold here: the methods of `Container` take the container lock themselves and hold it across no
+// network call; those of `CoreState` run inside one operation. A remote state is applied against the item as it
+// is now (`applyRemoteItem`), which is also how the pusher takes a remote state it fetched.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the container's lock (after a content gate,
+// before the leaves).
+import Foundation
+import UbiquityBase
+
+private let pullLog = Logger("sync")
+
+// MARK: the puller
+
+extension Container {
+    /// The feed position last applied.
+    var feedToken: String? { get throws { try read { s in try s.store.meta("token") } } }
+
+    /// Applies remote items and the feed position they bring (nil: items fetched one by one), in one store
+    /// transaction; pinned files whose content changed start downloading after it. On a full store disk they
+    /// wait (the caller tries again later) and leave the store's reserve alone: the evictor needs it to make
+    /// room, and the pusher to record the uploads that let it.
+    func applyRemote(_ items: [WireItem], token: String?) throws {
+        do {
+            try mutateThrowing(room: .withReserveInPlace) { s in
+                for w in items { try s.applyRemoteItem(w) }
+                if let token { try s.store.setMeta("token", token) }
+                if token != nil, let newest = items.map(\.version).max() {
+                    s.settledDeletes = s.settledDeletes.filter { $0.value > newest }
+                }
+                s.storeFullSince = nil
+            }
+        } catch {
+            if CoreError.from(error) == .noSpace {
+                update { s in if s.storeFullSince == nil { s.storeFullSince = s.now() } }
+                evictor.wake()
+            }
+            throw error
+        }
+    }
+
+    /// The feed has nothing newer than what was applied.
+    func markCaughtUp() { mutate { (s: inout CoreState) in s.caughtUp = true } }
+
+    /// Takes the ids of the remote changes the puller refused (see SyncLoops.refetchRefused).
+    func takeRefused() throws -> [String] { try mutateThrowing { s in try s.store.takeRefused() } }
+
+    /// Marks again refused changes that could not be fetched.
+    func markRefused(_ ids: ArraySlice<String>) throws {
+        try mutateThrowing { s in for id in ids { try s.store.markRefused(id) } }
+    }
+
+}
+
+/// Applying a remote state: steps inside one operation.
+extension CoreState {
+    /// Applies the remote's newest state of one item. The rule the puller and the pusher share: the pusher
+    /// takes a remote state through it as a pull would.
+    mutating func applyRemoteItem(_ w: WireItem) throws {
+        if w.id == rootID || w.parent == nil { return }
+        guard var item = items[w.id] else { return try addRemoteItem(w) }
+        // A local-only item's remote copy is not this device's concern any more (its delete may be on the way).
+        if item.isLocalOnly { return }
+        if w.version <= item.remoteVersion { return }
+        pullLog.debug("apply \(w.id) version \(w.version) sha \(w.sha256.prefix(8)) (here: base \(item.remoteVersion)\(item.isPending ? ", pending" : ""))")
+        if item.isPending {
+            // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet.
+            if item.deleted && w.deleted { try store.delete(item.id); items[item.id] = nil }
+            return
+        }
+        if w.deleted { return try removeRemotelyDeleted(item, tombstone: w) }
+        let contentChanged = w.sha256 != item.remoteSHA
+        if isKeptOut(w) {
+            pullLog.info("\(item.name): the remote moved or renamed it where it would be local-only here; it stays")
+            return
+        }
+        // The remote moved the item below a directory that is below the item here (moved by a change not yet
+        // pushed): taking it would make a cycle, and every walk up the tree would spin. The item stays where
+        // it is for now; the remote refuses the pending move, which then gives way (Pusher.giveWay), and the
+        // refused change is fetched again (SyncLoops.refetchRefused).
+        if item.parent != w.parent, let p = w.parent, isAncestor(item.id, of: p) {
+            pullLog.info("\(item.name): the remote's move would make a cycle here; taken once the local move gives way")
+            try store.markRefused(item.id)
+            return
+        }
+        // Also "moved" when detached here (`place`): it takes its name back.
+        let moved = item.place != w.place || children[w.parent!]?[w.name] != item.id
+        if moved { try unlink(item) }
+        let oldConflicts = item.conflicts
+        item.adopt(w)
+        let resolvedAgain = keepResolutions(&item)
+        pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
+        if moved { try place(&item) }
+        if resolvedAgain { try store.saveChanged(item) } else { try store.save(item) }
+        items[item.id] = item
+        notice(.changed(item.id, content: contentChanged))
+        if contentChanged && item.kind == .file && isPinned(item.id) {
+            startDownload(item.id)
+        }
+    }
+
+    /// Takes an item this device does not have.
+    mutating func addRemoteItem(_ w: WireItem) throws {
+        if w.deleted || (settledDeletes[w.id].map { w.version <= $0 } ?? false) { return }
+        if isKeptOut(w) {
+            pullLog.info("\(w.name): not taken, it would be local-only here")
+            return
+        }
+        // Stale items may still name it as their parent here (a deleted folder that comes back): not below
+        // one of them. Taken once their newer state has moved them (refetchRefused).
+        if let p = w.parent, isAncestor(w.id, of: p) {
+            try store.markRefused(w.id)
+            return
+        }
+        var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
+                        ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
+                        device: "", hasLocal: w.kind != .file, localSHA: nil, dirty: false, metaDirty: false,
+                        deleted: false, pinned: false, xattrs: [:], conflicts: [])
+        item.adopt(w)
+        try place(&item)
+        if item.kind == .file && isPinned(item.parent!) { startDownload(item.id) }
+        if keepResolutions(&item) { try store.saveChanged(item) } else { try store.save(item) }
+        items[item.id] = item
+    }
+
+    /// Removes an item the remote deleted; a directory holding local changes below is kept (edit wins) and
+    /// revived on the remote by the pusher, written over the tombstone. Clean items still below it here are
+    /// stale (the remote deletes only empty directories): their newer state follows in the feed.
+    mutating func removeRemotelyDeleted(_ item: Item, tombstone: WireItem) throws {
+        if item.isDirectory && hasLocalChanges(below: item.id) {
+            return try reviveDeletedFolder(item, tombstone: tombstone)
+        }
+        try store.delete(item.id)
+        items[item.id] = nil
+        try unlink(item)
+        releaseContent(of: item)
+        let id = item.id
+        let conflicts = item.conflicts.map(\.id)
+        onCommit { s in
+            s.removeStaleStaging(id)
+            for c in conflicts { s.evictConflict(id, c) }
+        }
+    }
+
+    /// Keeps a folder deleted elsewhere that holds local changes: it goes back up over the tombstone.
+    ///
+    mutating func reviveDeletedFolder(_ item: Item, tombstone: WireItem) throws {
+        var revived = item
+        revived.metaDirty = true
+        revived.remoteVersion = tombstone.version
+        // It comes back where the remote last had it, under a free name: its place here may have gone to
+        // another item meanwhile (see `place`).
+        if let p = tombstone.parent, let dir = items[p], dir.isDirectory, !dir.deleted, !isAncestor(item.id, of: p) {
+            try unlink(revived)
+            revived.parent = p
+            revived.name = tombstone.name
+        }
+        revived.localOnlyAbove = isLocalOnlyFolder(revived.parent)
+        if children[revived.parent!]?[revived.name] != revived.id {
+            if children[revived.parent!]?[revived.name] != nil {
+                revived.name = freeName(revived.name, in: revived.parent!)
+            }
+            children.list(revived.id, in: revived.parent!, as: revived.name)
+            notice(.added(parent: revived.parent!, name: revived.name))
+        }
+        try store.saveChanged(revived)
+        items[item.id] = revived
+    }
+}

@@ -1,0 +1,62 @@
+// The rules of a remote state that the puller and the pusher share: how an item takes the remote's metadata and
+// place, when it is detached here, and when a push and the remote agree. Steps inside one operation.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): run under the container's lock.
+import Foundation
+import UbiquityBase
+
+/// The rules the puller and the pusher share: steps inside one operation.
+extension CoreState {
+    /// True when a live item below the directory has changes not yet pushed, or lives here only (a fifo kept
+    /// in a folder deleted elsewhere keeps the folder, as an edit would).
+    func hasLocalChanges(below id: String) -> Bool {
+        for child in (children[id] ?? [:]).values {
+            guard let item = items[child] else { continue }
+            if (item.isPending && !item.deleted) || item.isLocalOnly { return true }
+            if item.isDirectory && hasLocalChanges(below: child) { return true }
+        }
+        return false
+    }
+
+    /// Only the content changed here: the item takes the remote's name, place, mode and attributes.
+    mutating func takeRemoteMetadata(_ cur: inout Item, from current: WireItem) throws {
+        try takeRemotePlace(&cur, from: current)
+        cur.mode = current.mode
+        cur.xattrs = Xattrs.fromWire(current.xattrs)
+        notice(.changed(cur.id, content: false))
+    }
+
+    /// True when the item lost its name here to another item (`place`): its name is no choice of this device,
+    /// and its newer state, yet to come in the feed, has its place.
+    func isDetached(_ item: Item) -> Bool {
+        item.parent.map { children[$0]?[item.name] != item.id } ?? false
+    }
+
+    /// The item takes the remote's name and place. Not below itself here (another item's move not yet pushed):
+    /// its place here goes up as a move instead, and gives way if the remote refuses it.
+    mutating func takeRemotePlace(_ cur: inout Item, from current: WireItem) throws {
+        let moved = cur.place != current.place || isDetached(cur)
+        if moved, let p = current.parent, items[p] == nil || isAncestor(cur.id, of: p) {
+            cur.metaDirty = true
+        } else if moved {
+            try unlink(cur)
+            cur.parent = current.parent
+            cur.name = current.name
+            try place(&cur)
+        }
+    }
+
+    /// What is left to push of an item equal to the remote's live version is not pushed: the remote has it
+    /// already (this device's write landed and its answer was lost, or the same change was made there). Writing
+    /// it again would make a newer version that overrides what other devices did to the item since (a delete).
+    ///
+    mutating func settleIfSame(_ cur: inout Item, as current: WireItem, snap: PushSnapshot, pushed: Item) {
+        if cur.dirty && cur.kind == .file && pushed.remoteSHA == current.sha256 && cur.mtime == current.mtime
+            && (contentGeneration[cur.id] ?? 0) == snap.generation {
+            cur.dirty = false
+            cur.localSHA = current.sha256
+            cur.takeContent(of: current)
+        }
+        if cur.metaDirty && cur.metadata == current.metadata { cur.metaDirty = false }
+    }
+}
