@@ -8,151 +8,19 @@ its test.
 """
 import contextlib
 import shutil
+import sys
 import tempfile
-import hashlib
-import json
 import os
-import select
 import re
-import signal
-import subprocess
-import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = os.environ.get("UBIQUITYFS_BIN") or str(ROOT / ".build" / "release" / "ubiquityfs")
-CONTAINER = "iCloud.com.example.tests"
-
-
-def run(*args, check=True, timeout=60, **kw):
-    """Runs a command, returning the CompletedProcess with text output."""
-    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
-    return proc
-
-
-def wait_until(predicate, timeout=15.0, interval=0.1, what="condition"):
-    """Polls `predicate` until it returns a truthy value; fails the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except (OSError, AssertionError) as e:
-            last = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
-def wait_for_line(proc, stream, prefix, timeout=20.0):
-    """Reads `stream` (a pipe of `proc`, opened in text mode) until a line starting with `prefix`: a background
-    process's readiness signal. Fails on a timeout or when the process ends first."""
-    deadline = time.monotonic() + timeout
-    seen = []
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([stream], [], [], left)[0]:
-            raise AssertionError(f"no line '{prefix}...' from {proc.args} within {timeout}s (read: {seen})")
-        line = stream.readline()
-        if not line:
-            raise AssertionError(f"{proc.args} ended (status {proc.wait(10)}) before '{prefix}...' (read: {seen})")
-        if line.startswith(prefix):
-            return line
-        seen.append(line)
-
-
-class Stub:
-    """One remote stub process with its data directory."""
-
-    def __init__(self, data: Path, bandwidth=0, latency_ms=0, port=0, metadata=None, tag="", extra=()):
-        self.data = data
-        self.bandwidth = bandwidth
-        self.latency_ms = latency_ms
-        self.port = port
-        self.metadata = metadata  # a postgresql:// URL, or None for DATA/stub.sqlite
-        self.tag = tag  # tells apart the files of servers sharing one data directory
-        self.extra = [str(a) for a in extra]
-        self.proc = None
-        self.url = None
-
-    @property
-    def token_file(self):
-        return self.data / "token"
-
-    def start(self):
-        endpoint = self.data / f"endpoint{self.tag}"
-        if endpoint.exists():
-            endpoint.unlink()
-        self.data.mkdir(parents=True, exist_ok=True)
-        log = open(self.data / f"stub{self.tag}.log", "ab")
-        metadata = ["--metadata", self.metadata] if self.metadata else []
-        self.proc = subprocess.Popen(
-            [BIN, "remote", "serve", "--data", self.data, "--listen", f"127.0.0.1:{self.port}",
-             "--endpoint-file", endpoint, "--bandwidth", str(self.bandwidth), "--latency-ms", str(self.latency_ms),
-             *metadata, *self.extra],
-            stdout=log, stderr=log)
-        wait_until(lambda: endpoint.exists() or self.proc.poll() is not None, timeout=20, what="stub endpoint")
-        assert self.proc.poll() is None, (self.data / f"stub{self.tag}.log").read_text()
-        self.url = endpoint.read_text().strip()
-        self.port = int(self.url.rsplit(":", 1)[1])
-        return self
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def request(self, method, path, body=None, auth=True):
-        req = urllib.request.Request(self.url + path, method=method,
-                                     data=None if body is None else json.dumps(body).encode())
-        if auth:
-            req.add_header("Authorization", "Bearer " + self.token_file.read_text().strip())
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read() or b"null")
-
-    def stats(self):
-        return self.request("GET", "/v1/stats")
-
-    def blob_gets(self, path=None):
-        """Blob downloads served: of all blobs, or of the content of local file `path`."""
-        stats = self.stats()
-        if path is None:
-            return stats["blobGets"]
-        sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        return stats["blobGetsBySha"].get(sha, 0)
-
-    def faults(self, **kw):
-        return self.request("POST", "/v1/faults", kw)
-
-    def seed(self, dest, source, device="iPhone", container=CONTAINER):
-        """Seeds files while the stub is stopped (restarting it after)."""
-        running = self.proc is not None
-        self.stop()
-        run(BIN, "remote", "seed", "--data", self.data, "--container", container, "--device", device,
-            f"{dest}={source}", *self.extra_seed_args())
-        if running:
-            self.start()
-
-
-    def extra_seed_args(self):
-        """`seed` takes no serving options, but needs the blob store's (--blobs, --s3-credentials)."""
-        out, words = [], iter(self.extra)
-        for w in words:
-            if w in ("--blobs", "--s3-credentials"):
-                out += [w, next(words)]
-        return out
+sys.path.insert(0, str(ROOT / "bench"))
+# The helpers the bench shares (bench/ubiquitybench/harness.py), named here for the tests that import them.
+from ubiquitybench.harness import BIN, TEST_CONTAINER as CONTAINER, Mount, Stub, run, wait_for_line, wait_until  # noqa: E402,F401
 
 
 class SeaweedFS:
@@ -186,60 +54,6 @@ class SeaweedFS:
     def stub_args(self, prefix):
         """`remote serve` options for blobs in the session's bucket under `prefix`."""
         return ["--blobs", f"s3://ubiquity-tests/{prefix}?endpoint={self.endpoint}", "--s3-credentials", self.credentials]
-
-
-class Mount:
-    """One device's mount of the test container."""
-
-    def __init__(self, root: Path, stub: Stub, device: str, extra=()):
-        self.root = root
-        self.path = root / "mnt"
-        self.store = root / "store"
-        self.stub = stub
-        self.device = device
-        self.extra = list(extra)
-        self.path.mkdir(parents=True, exist_ok=True)
-
-    def args(self):
-        return [BIN, "mount", self.path, "--remote", self.stub.url, "--token-file", self.stub.token_file,
-                "--container", CONTAINER, "--store", self.store, "--device", self.device,
-                "--log-level", "debug", *self.extra, *os.environ.get("UBIQUITYFS_MOUNT_EXTRA", "").split()]
-
-    def mount(self):
-        proc = run(*self.args(), check=False, timeout=90)
-        assert proc.returncode == 0, f"mount failed: {proc.stderr}\n{self.log()}"
-        assert self.is_mounted()
-        return proc
-
-    def is_mounted(self):
-        return any(line.split()[1] == str(self.path) and line.split()[2] == "fuse.ubiquityfs"
-                   for line in Path("/proc/mounts").read_text().splitlines())
-
-    def unmount(self):
-        if self.is_mounted():
-            proc = run(BIN, "unmount", "--force", self.path, check=False, timeout=60)
-            if proc.returncode != 0:
-                run("fusermount3", "-u", "-z", self.path, check=False)
-        self.kill_daemon(signal.SIGTERM)
-
-    def daemon_pids(self):
-        out = run("pgrep", "-f", f"mount {self.path} ", check=False).stdout.split()
-        return [int(p) for p in out]
-
-    def kill_daemon(self, sig=signal.SIGKILL):
-        for pid in self.daemon_pids():
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        wait_until(lambda: not self.daemon_pids(), timeout=20, what="daemon exit")
-
-    def log(self):
-        p = self.store / "ubiquityfs.log"
-        return p.read_text(errors="replace")[-4000:] if p.exists() else ""
-
-    def __truediv__(self, rel):
-        return self.path / rel
 
 
 fuse_missing = not os.path.exists("/dev/fuse")
@@ -352,7 +166,7 @@ def attr(path, name):
 
 def sync(m, timeout=60):
     """`ubiquityfs sync --wait` on a mount: every change of it is on the remote."""
-    run(BIN, "sync", "--wait", "--timeout", str(timeout), m.path, timeout=timeout + 30)
+    m.sync(timeout)
 
 
 def fails(errno_value, fn, *args):

@@ -45,7 +45,7 @@ def test_a_full_store_recovers_when_the_remote_returns_with_thousands_of_items(s
         stub.stop()
         written = fill(docs, 2 * MiB) + fill(docs, 64 * 1024) + fill(docs, 4096)
         assert written, "something was written before the disk filled"
-        stub.seed("Documents/from-elsewhere", src)  # 3,000 files and 30 folders, made elsewhere meanwhile
+        stub.seed(("Documents/from-elsewhere", src))  # 3,000 files and 30 folders, made elsewhere meanwhile
         stub.start()
         # Still full: an uploaded file reads (downloaded again if it was evicted), evicts and deletes, and so
         # does a file written while full, as on any disk.

@@ -26,7 +26,7 @@ def make_tree(base: Path, big_size=3 << 20):
 @pytest.fixture
 def seeded(stub, tmp_path):
     src = make_tree(tmp_path / "src")
-    stub.seed("Documents", src)
+    stub.seed(("Documents", src))
     return stub, src
 
 
@@ -70,7 +70,7 @@ def test_cat_downloads_verified_bytes_once(seeded, mount_factory):
 def test_ls_stays_responsive_during_throttled_download(stub_factory, mount_factory, tmp_path):
     stub = stub_factory(bandwidth=4_000_000)
     src = make_tree(tmp_path / "src", big_size=24 << 20)
-    stub.seed("Documents", src)
+    stub.seed(("Documents", src))
     m = mount_factory(stub)
     big = m / "Documents" / "big.bin"
     cat = subprocess.Popen(["cat", big], stdout=subprocess.DEVNULL)
@@ -94,7 +94,7 @@ def test_ls_stays_responsive_during_throttled_download(stub_factory, mount_facto
 def test_sigint_on_blocked_cat_returns_and_transfer_goes_on(stub_factory, mount_factory, tmp_path):
     stub = stub_factory(bandwidth=4_000_000)
     src = make_tree(tmp_path / "src", big_size=16 << 20)
-    stub.seed("Documents", src)
+    stub.seed(("Documents", src))
     m = mount_factory(stub)
     big = m / "Documents" / "big.bin"
     # Ctrl-C as in a terminal: cat's SIGINT is the default one even when the test runs where SIGINT is ignored

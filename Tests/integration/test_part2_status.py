@@ -35,7 +35,7 @@ def seeded(stub, tmp_path):
     (src / "dir" / "b.txt").write_text("bravo\n")
     (src / "dir" / "sub" / "c.txt").write_text("charlie\n")
     (src / "big.bin").write_bytes(os.urandom(2 << 20))
-    stub.seed("Documents", src)
+    stub.seed(("Documents", src))
     return stub, src
 
 
@@ -93,7 +93,7 @@ def test_progress_rises_during_throttled_download(stub_factory, mount_factory, t
     src = tmp_path / "src"
     src.mkdir()
     (src / "slow.bin").write_bytes(os.urandom(8 << 20))
-    stub.seed("Documents", src)
+    stub.seed(("Documents", src))
     m = mount_factory(stub)
     f = m / "Documents" / "slow.bin"
     run("setfattr", "-n", "user.ubiquity.download", f)  # returns at once

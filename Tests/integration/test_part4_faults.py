@@ -33,7 +33,7 @@ def big_remote(stub_factory, tmp_path):
     src.mkdir()
     (src / "big.bin").write_bytes(os.urandom(12 << 20))
     (src / "small.txt").write_text("small\n")
-    stub.seed("Documents", src)
+    stub.seed(("Documents", src))
     return stub, src
 
 

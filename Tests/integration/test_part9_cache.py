@@ -38,7 +38,7 @@ def seed_files(stub, tmp_path, count, size, folder="Documents/big"):
         name = f"f{i:04}.bin"
         (src / name).write_bytes(data)
         hashes[name] = hashlib.sha256(data).hexdigest()
-    stub.seed(folder, src)
+    stub.seed((folder, src))
     return hashes
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Small files and metadata, old binary against new, alternating in one run (Part 11, goal 3).
 
 Each round mounts a fresh store on a fresh embedded stub with each binary in turn (the order swaps every
@@ -11,83 +10,56 @@ With --drain the uploads of one workload finish (`ubiquityfs sync --wait`) befor
 timed alone; without it the pusher competes, as it does for a user.
 The median of each binary is quoted, and new/old (below 1: the new binary is faster).
 
-usage: bench/small-files.py --old BIN --new BIN [--rounds N] [--files N] [--drain] [--work DIR]
-       bench/small-files.py --perf OUT.data --new BIN [--files N]   (one mount, `perf record -g` on its daemon)
+usage: python3 -m ubiquitybench.small_files --old BIN --new BIN [--rounds N] [--files N] [--drain] [--work DIR]
+       python3 -m ubiquitybench.small_files --perf OUT.data --new BIN [--files N]   (one mount, `perf record -g` on its daemon)
 Run as root (drop_caches). Stdlib only.
 """
 import argparse
 import os
-import random
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
+
+from . import harness
+from .common import make_tarball
 
 CONTAINER = "iCloud.com.example.smallfiles"
 
 
-def run(*args, check=True, timeout=600, **kw):
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, **kw)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, args))} exited {p.returncode}: {p.stderr.strip()[-500:]}")
-    return p
+class Mount(harness.Mount):
+    """A mount of a fresh store on its own embedded stub, by one binary (a context manager).
 
-
-def make_tarball(work: Path, n: int) -> Path:
-    tarball = work / f"small-{n}.tar"
-    if tarball.exists():
-        return tarball
-    src = work / "tarsrc" / "t"
-    src.mkdir(parents=True, exist_ok=True)
-    rnd = random.Random(11)
-    for i in range(n):
-        (src / f"f{i:05}").write_bytes(rnd.randbytes(rnd.randint(1024, 4096)))
-    with tarfile.open(tarball, "w") as t:
-        t.add(src, arcname="t")
-    shutil.rmtree(work / "tarsrc")
-    return tarball
-
-
-class Mount:
-    """A mount of a fresh store on its own embedded stub (XDG_DATA_HOME keeps the stub's data apart)."""
+    The daemon stops the embedded stub it started, and `unmount` waits for the daemon. The store stays until the
+    run ends: ext4 without a journal (this machine's) skips inodes deleted in the last 5-30 s, reading each one's
+    table entry, so deleting thousands of files just before a round slows its creates."""
 
     def __init__(self, binary: str, root: Path):
-        self.bin = binary
-        self.root = root
-        self.mnt = root / "mnt"
-        self.env = dict(os.environ, XDG_DATA_HOME=str(root / "data"))
+        super().__init__(root, None, "smallfiles", log_level=None, container=CONTAINER, binary=binary)
+        self.mnt = self.path
 
     def __enter__(self):
-        self.mnt.mkdir(parents=True)
-        run(self.bin, "mount", self.mnt, "--container", CONTAINER, "--store", self.root / "store",
-            "--device", "smallfiles", env=self.env, timeout=120)
+        self.mount(timeout=120)
         return self
 
     def __exit__(self, *exc):
-        run(self.bin, "unmount", "--force", self.mnt, env=self.env, check=False, timeout=120)
-        if any(line.split()[1] == str(self.mnt) for line in Path("/proc/mounts").read_text().splitlines()):
-            run("fusermount3", "-u", "-z", self.mnt, check=False)
-        # The daemon stops the embedded stub it started, and `unmount` waits for the daemon. The store stays until
-        # the run ends: ext4 without a journal (this machine's) skips inodes deleted in the last 5-30 s, reading
-        # each one's table entry, so deleting thousands of files just before a round slows its creates.
+        self.unmount(timeout=120)
 
     def daemon_pid(self) -> int:
-        out = run("pgrep", "-f", f"mount {self.mnt} ", check=False).stdout.split()
-        return int(out[0])
+        return self.daemon_pids()[0]
 
     def drain(self):
-        run(self.bin, "sync", "--wait", self.mnt, env=self.env, timeout=900)
+        self.sync(timeout=900)
 
 
 def timed(cmd, cwd):
     t0 = time.perf_counter()
     p = subprocess.run(["sh", "-c", cmd], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=900)
     if p.returncode != 0:
-        raise RuntimeError(f"{cmd}: {p.stderr.decode()[-300:]}")
+        raise harness.CommandFailed(f"{cmd}: {p.stderr.decode()[-300:]}")
     return time.perf_counter() - t0
 
 
@@ -123,7 +95,7 @@ def fresh_work(path: str) -> Path:
 
 def compare(args):
     work = fresh_work(args.work)
-    tarball = make_tarball(work, args.files)
+    tarball = make_tarball(work, args.files, name="small", seed=11)
     bins = {"old": args.old, "new": args.new}
     times = {b: {"tar": [], "ls": [], "loop": []} for b in bins}
     for r in range(args.rounds):
@@ -145,7 +117,7 @@ def compare(args):
 
 def profile(args):
     work = fresh_work(args.work)
-    tarball = make_tarball(work, args.files)
+    tarball = make_tarball(work, args.files, name="small", seed=11)
     with Mount(args.new, work / "m-perf") as m:
         perf = subprocess.Popen(["perf", "record", "-g", "-F", str(args.freq), "-o", args.perf,
                                  "-p", str(m.daemon_pid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

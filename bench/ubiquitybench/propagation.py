@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Propagation of many changes between two devices, old binary against new, alternating in one run (Part 11,
 goal 4).
 
@@ -10,47 +9,21 @@ swaps every round) and times, from the end of the command on A to the moment B s
 own time on A, and the time from its start to B showing the result.
 The goal: both within 15 s for N = 20,000.
 
-usage: bench/propagation.py --new BIN [--old BIN] [--rounds N] [--files N] [--work DIR] [--timeout S]
+usage: python3 -m ubiquitybench.propagation --new BIN [--old BIN] [--rounds N] [--files N] [--work DIR] [--timeout S]
 Run as root (FUSE mounts). Stdlib only.
 """
 import argparse
 import os
-import random
 import shutil
 import statistics
-import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
+from .common import make_tarball, run
+from .harness import Mount, Stub
+
 CONTAINER = "iCloud.com.example.propagation"
-
-
-def run(*args, check=True, timeout=600, **kw):
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, **kw)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, args))} exited {p.returncode}: {p.stderr.strip()[-500:]}")
-    return p
-
-
-def make_tarball(work: Path, n: int) -> Path:
-    tarball = work / f"prop-{n}.tar"
-    if tarball.exists():
-        return tarball
-    src = work / "tarsrc" / "t"
-    src.mkdir(parents=True, exist_ok=True)
-    rnd = random.Random(7)
-    for i in range(n):
-        (src / f"f{i:05}").write_bytes(rnd.randbytes(rnd.randint(1024, 4096)))
-    with tarfile.open(tarball, "w") as t:
-        t.add(src, arcname="t")
-    shutil.rmtree(work / "tarsrc")
-    return tarball
-
-
-def mounted(path: Path) -> bool:
-    return any(line.split()[1] == str(path) for line in Path("/proc/mounts").read_text().splitlines())
 
 
 class Devices:
@@ -58,37 +31,21 @@ class Devices:
     --metadata and --blobs for a remote on PostgreSQL and S3)."""
 
     def __init__(self, binary: str, root: Path, serve_args=()):
-        self.bin, self.root = binary, root
-        self.serve_args = [str(a) for a in serve_args]
-        self.stub = None
-        self.a, self.b = root / "a" / "mnt", root / "b" / "mnt"
+        self.stub = Stub(root / "remote", extra=serve_args, container=CONTAINER, binary=binary)
+        self.mounts = [Mount(root / name, self.stub, "device" + name.upper(), log_level=None, container=CONTAINER,
+                             binary=binary) for name in ("a", "b")]
+        self.a, self.b = (m.path for m in self.mounts)
 
     def __enter__(self):
-        data = self.root / "remote"
-        data.mkdir(parents=True)
-        ep = data / "endpoint"
-        log = open(data / "stub.log", "ab")
-        self.stub = subprocess.Popen([self.bin, "remote", "serve", "--data", data, "--listen", "127.0.0.1:0",
-                                      "--endpoint-file", ep, *self.serve_args], stdout=log, stderr=log)
-        for _ in range(300):
-            if ep.exists() and ep.read_text().strip():
-                break
-            time.sleep(0.05)
-        url = ep.read_text().strip()
-        for name, mnt in (("A", self.a), ("B", self.b)):
-            mnt.mkdir(parents=True)
-            run(self.bin, "mount", mnt, "--remote", url, "--token-file", data / "token", "--container", CONTAINER,
-                "--store", mnt.parent / "store", "--device", "device" + name, timeout=120)
+        self.stub.start()
+        for m in self.mounts:
+            m.mount(timeout=120)
         return self
 
     def __exit__(self, *exc):
-        for mnt in (self.a, self.b):
-            if mounted(mnt):
-                if run(self.bin, "unmount", mnt, check=False, timeout=300).returncode != 0:
-                    run("fusermount3", "-u", "-z", mnt, check=False)
-        if self.stub:
-            self.stub.terminate()
-            self.stub.wait(30)
+        for m in self.mounts:
+            m.unmount(timeout=300)
+        self.stub.stop()
 
 
 def until(pred, timeout):
@@ -141,7 +98,7 @@ def main():
     for old in work.glob("m-*"):
         shutil.rmtree(old)
     work.mkdir(parents=True, exist_ok=True)
-    tarball = make_tarball(work, args.files)
+    tarball = make_tarball(work, args.files, name="prop", seed=7)
     bins = {"new": args.new} | ({"old": args.old} if args.old else {})
     times = {b: {} for b in bins}
     for r in range(args.rounds):

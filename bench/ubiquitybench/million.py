@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """A container of many items (Part 11, goal 5), old binary against new, alternating in one run.
 
 One stub is seeded once with N empty files (`ubiquityfs remote seed --items N`: 100,000 in one folder, the rest
@@ -11,95 +10,42 @@ in folders of 1,000), without pushing them. Each round, for each binary in turn 
            total; the kernel's caches dropped first
 The median of each binary is printed, and one JSON line (`RESULT {...}`) that scripts/bench --large reads.
 
-usage: bench/million.py --new BIN [--old BIN] [--items N] [--rounds N] [--work DIR]
+usage: python3 -m ubiquitybench.million --new BIN [--old BIN] [--items N] [--rounds N] [--work DIR]
 Run as root (drop_caches, FUSE mounts). Stdlib only.
 """
 import argparse
 import json
-import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from . import harness
+from .common import run, status_kb
+from .harness import drop_caches
+
 CONTAINER = "iCloud.com.example.million"
 
 
-def run(*args, check=True, timeout=3600, **kw):
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, **kw)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, args))} exited {p.returncode}: {p.stderr.strip()[-500:]}")
-    return p
+class Mount(harness.Mount):
+    """The million-item mount by one binary; `mount` answers the seconds it took (the whole first pull)."""
 
-
-def mounted(path: Path) -> bool:
-    return any(line.split()[1] == str(path) for line in Path("/proc/mounts").read_text().splitlines())
-
-
-def status_kb(pid: int) -> dict:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0])
-    return out
-
-
-class Stub:
-    def __init__(self, binary: str, data: Path):
-        self.bin, self.data, self.proc = binary, data, None
-
-    def start(self):
-        ep = self.data / "endpoint"
-        ep.unlink(missing_ok=True)
-        log = open(self.data / "stub.log", "ab")
-        self.proc = subprocess.Popen([self.bin, "remote", "serve", "--data", self.data, "--listen", "127.0.0.1:0",
-                                      "--endpoint-file", ep], stdout=log, stderr=log)
-        for _ in range(600):
-            if ep.exists() and ep.read_text().strip():
-                self.url = ep.read_text().strip()
-                return self
-            time.sleep(0.05)
-        raise RuntimeError("the stub did not start")
-
-    def stop(self):
-        if self.proc:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
-            self.proc = None
-
-
-class Mount:
-    def __init__(self, binary: str, root: Path, stub: Stub):
-        self.bin, self.root, self.stub = binary, root, stub
-        self.mnt = root / "mnt"
+    def __init__(self, binary: str, root: Path, stub: harness.Stub):
+        super().__init__(root, stub, "million", log_level=None, container=CONTAINER, binary=binary)
+        self.mnt = self.path
 
     def mount(self) -> float:
-        self.mnt.mkdir(parents=True, exist_ok=True)
         t = time.monotonic()
-        run(self.bin, "mount", self.mnt, "--remote", self.stub.url, "--token-file", self.stub.data / "token",
-            "--container", CONTAINER, "--store", self.root / "store", "--device", "million")
+        super().mount(timeout=3600)
         return time.monotonic() - t
 
     def pid(self) -> int:
-        return int(run("pgrep", "-f", f"mount {self.mnt} ").stdout.split()[0])
+        return self.daemon_pids()[0]
 
     def unmount(self):
-        run(self.bin, "unmount", self.mnt, check=False, timeout=600)
-        if mounted(self.mnt):
-            run("fusermount3", "-u", "-z", self.mnt, check=False)
-        for _ in range(600):
-            if run("pgrep", "-f", f"mount {self.mnt} ", check=False).returncode != 0:
-                return
-            time.sleep(0.1)
-
-
-def drop_caches():
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        super().unmount(timeout=600)
 
 
 def ls_gaps(folder: Path) -> tuple[float, float, int]:
@@ -117,7 +63,7 @@ def ls_gaps(folder: Path) -> tuple[float, float, int]:
     return longest, time.monotonic() - t0, n
 
 
-def one_round(binary: str, work: Path, stub: Stub, items: int) -> dict:
+def one_round(binary: str, work: Path, stub: harness.Stub, items: int) -> dict:
     root = work / "m"
     shutil.rmtree(root, ignore_errors=True)
     m = Mount(binary, root, stub)
@@ -140,7 +86,7 @@ def one_round(binary: str, work: Path, stub: Stub, items: int) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new", required=True)
     ap.add_argument("--old")
     ap.add_argument("--items", type=int, default=1_000_000)
@@ -153,10 +99,10 @@ def main():
         shutil.rmtree(data, ignore_errors=True)
         data.mkdir(parents=True)
         t = time.monotonic()
-        run(a.new, "remote", "seed", "--data", data, "--container", CONTAINER, "--items", a.items)
+        run(a.new, "remote", "seed", "--data", data, "--container", CONTAINER, "--items", a.items, timeout=3600)
         (data / "seeded").write_text("")
         print(f"seeded {a.items} items in {time.monotonic() - t:.1f} s", flush=True)
-    stub = Stub(a.new, data).start()
+    stub = harness.Stub(data, container=CONTAINER, binary=a.new).start()
     contenders = [("new", a.new)] + ([("old", a.old)] if a.old else [])
     results = {name: [] for name, _ in contenders}
     try:
