@@ -33,7 +33,7 @@ extension Container {
     /// Pushes the oldest pushable pending items, as the push loop does: one, or many in one batch.
     @_spi(Simulation) public func pushOnce() -> PushStep {
         let next: [String]
-        do { next = try nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
+        do { next = try pushSide.nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
             recordUploadFailure(rootID, error)
             return .failed(rootID, "\(error)")
         }

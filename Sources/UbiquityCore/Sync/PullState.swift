@@ -12,9 +12,19 @@ import UbiquityBase
 
 private let pullLog = Logger("sync")
 
-// MARK: the puller
+/// The pull loop's steps on the container's state (`Container.pullSide`).
+struct PullSide: SyncSide {
+    unowned let container: Container
+}
 
 extension Container {
+    /// The pull side's steps on this container's state.
+    var pullSide: PullSide { PullSide(container: self) }
+}
+
+// MARK: the puller
+
+extension PullSide {
     /// The feed position last applied.
     var feedToken: String? { get throws { try read { s in try s.store.meta("token") } } }
 
@@ -35,7 +45,7 @@ extension Container {
         } catch {
             if CoreError.from(error) == .noSpace {
                 update { s in if s.storeFullSince == nil { s.storeFullSince = s.now() } }
-                evictor.wake()
+                container.evictor.wake()
             }
             throw error
         }

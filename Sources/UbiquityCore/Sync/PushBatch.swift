@@ -22,6 +22,8 @@ struct BatchPushFailure: Error {
 
 struct BatchPusher {
     let container: Container
+    /// The steps of the push side on the container's state: all the pusher records.
+    private var push: PushSide { container.pushSide }
     private let log = Logger("push")
     /// The items, in the order they go (as `nextPushableBatch` gives them).
     let ids: [String]
@@ -50,12 +52,12 @@ struct BatchPusher {
         var failures: [BatchPushFailure] = []
         var stopped: String?
         for id in ids {
-            if !failures.isEmpty && container.liesBelow(id, anyOf: Set(failures.map(\.id))) { continue }
+            if !failures.isEmpty && push.liesBelow(id, anyOf: Set(failures.map(\.id))) { continue }
             do {
                 let pusher = Pusher(container: container, id: id)
                 // A refusal is settled as its answer only while the item is as the batch sent it: a push of
                 // another entry may have pushed it first (a name it waited for), and then its refusal is stale.
-                if let (p, error) = refused[id], Self.isOwnState(error), container.pushSnapshot(id)?.item == p.snap.item {
+                if let (p, error) = refused[id], Self.isOwnState(error), push.pushSnapshot(id)?.item == p.snap.item {
                     try pusher.runAfterRefusal(error, of: p.entry, snap: p.snap, pushed: p.pushed)
                 } else if !sent.contains(id) || refused[id] != nil {
                     try pusher.run()
@@ -86,7 +88,7 @@ struct BatchPusher {
         guard let first = all.first?.entry.id else { return ([], [:]) }
         let gone: Set<String>
         do {
-            gone = try container.markSent(all.compactMap { p in
+            gone = try push.markSent(all.compactMap { p in
                 guard let item = p.entry.item, let change = p.entry.changeID else { return nil }
                 return (item, p.entry.ifMatch, change)
             })
@@ -108,7 +110,7 @@ struct BatchPusher {
             case (_, .failure(let error)): refused[p.entry.id] = (p, error)
             }
         }
-        do { try container.acknowledgeBatch(puts: puts, deletes: deletes) } catch {
+        do { try push.acknowledgeBatch(puts: puts, deletes: deletes) } catch {
             throw BatchPushFailure(id: first, error: error)
         }
         return (Set(batch.map(\.entry.id)), refused)
@@ -117,7 +119,7 @@ struct BatchPusher {
     /// The entry for one item, or nil when it goes by the single path: a local-only item's remote copy, a
     /// delete of an item the remote never acknowledged, a file whose content is too large to go inline.
     private func prepare(_ id: String, inlineLeft: Int) throws -> Prepared? {
-        guard let snap = container.pushSnapshot(id), snap.item.isPending, !snap.item.isLocalOnly else { return nil }
+        guard let snap = push.pushSnapshot(id), snap.item.isPending, !snap.item.isLocalOnly else { return nil }
         var item = snap.item
         if item.deleted {
             guard item.remoteVersion != 0 else { return nil }

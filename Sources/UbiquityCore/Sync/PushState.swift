@@ -13,9 +13,20 @@ import UbiquityBase
 
 private let pushLog = Logger("push")
 
-// MARK: the push loop
+/// The push loop's and the pusher's steps on the container's state: what they may read and record, and
+/// nothing else of the container (`Container.pushSide`).
+struct PushSide: SyncSide {
+    unowned let container: Container
+}
 
 extension Container {
+    /// The push side's steps on this container's state.
+    var pushSide: PushSide { PushSide(container: self) }
+}
+
+// MARK: the push loop
+
+extension PushSide {
     /// What to push so that `id` can go: the item itself, or the new folder it waits for (the highest one not
     /// on the remote yet). Nil while a program writes it.
     func firstToPush(toFree id: String) -> String? { read { s in s.firstToPushNow(toFree: id) } }
@@ -77,7 +88,7 @@ extension Container {
 
 // MARK: the pusher: reads
 
-extension Container {
+extension PushSide {
     /// The item as it is now and its content generation, taken together.
     func pushSnapshot(_ id: String) -> PushSnapshot? {
         read { s in s.items[id].map { PushSnapshot(item: $0, generation: s.contentGeneration[id] ?? 0) } }
@@ -169,7 +180,7 @@ extension Container {
 
 // MARK: the pusher: deletes
 
-extension Container {
+extension PushSide {
     /// Takes an item out of the push journal when it has nothing left to push, or is gone.
     func dropFromJournal(_ id: String) throws {
         try mutateThrowing { s in
@@ -264,7 +275,7 @@ extension Container {
 
 // MARK: the pusher: writes
 
-extension Container {
+extension PushSide {
     /// Sets the version the next conditional write is made against.
     func rebasePush(_ id: String, version: Int64) throws {
         try mutateThrowing { s in
@@ -423,7 +434,7 @@ extension Container {
 
 // MARK: the pusher: conflicts
 
-extension Container {
+extension PushSide {
     /// An item that lost its name here to another item (`isDetached`) takes the remote's place before its
     /// change is resolved against `current`: that name is no change of this device to push.
     func takePlaceIfDetached(_ id: String, from current: WireItem) throws {

@@ -26,6 +26,8 @@ struct UploadStopped: Error, CustomStringConvertible {
 
 struct Pusher {
     let container: Container
+    /// The steps of the push side on the container's state: all the pusher records.
+    private var push: PushSide { container.pushSide }
     let id: String
     /// The items whose push waits for this one to leave a name it holds on the remote, in the order they met it.
     let waiting: [String]
@@ -62,7 +64,7 @@ struct Pusher {
 
     private func run(attempts start: Int, pushedFirst: inout Set<String>) throws {
         var attempts = start
-        while let snap = container.pushSnapshot(id), snap.item.isPending {
+        while let snap = push.pushSnapshot(id), snap.item.isPending {
             attempts += 1
             if attempts > 8 { throw RemoteError.server(status: 0, message: "conflict did not settle after 8 tries") }
             // A local-only item never goes up: only the delete of a copy the remote still holds.
@@ -77,7 +79,7 @@ struct Pusher {
             if try pushItem(snap, pushedFirst: &pushedFirst) { return }
         }
         // An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.
-        try container.dropFromJournal(id)
+        try push.dropFromJournal(id)
     }
 
     /// Pushes the item that must go first so that `other` can go (see SyncState `firstToPush`), as a push
@@ -94,7 +96,7 @@ struct Pusher {
         do {
             let change = changeID(condition: "delete \(item.remoteVersion)", item: nil)
             let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion, change: change)
-            try container.forgetDeleted(id, tombstone: tombstone.version)
+            try push.forgetDeleted(id, tombstone: tombstone.version)
         } catch let error as RemoteError {
             return try deleteRefused(error, deleted: item)
         }
@@ -106,10 +108,10 @@ struct Pusher {
         switch error {
         case .alreadyApplied(let version, let current):
             // This delete landed before, unanswered: done; what the remote did since is taken as pulled.
-            try container.forgetDeleted(id, tombstone: version)
+            try push.forgetDeleted(id, tombstone: version)
             if current.version > version { container.sync.applyFetched([current]) }
         case .notFound:
-            try container.forgetDeleted(id)
+            try push.forgetDeleted(id)
         case .preconditionFailed(let current, let yours):
             return try deleteMeetsNewerVersion(current, yours: yours, deleted: item)
         case .conflict(_, let child):
@@ -123,18 +125,18 @@ struct Pusher {
     /// A delete of an item the remote never acknowledged: if its create was sent and no answer came, whether
     /// it landed decides.
     private func deleteAfterUnansweredCreate(_ item: Item) throws -> Bool {
-        guard try container.createWasSent(id) else {
-            try container.forgetDeleted(id)
+        guard try push.createWasSent(id) else {
+            try push.forgetDeleted(id)
             return true
         }
         let current: WireItem
         do { current = try container.remote.item(id) } catch RemoteError.notFound {
-            try container.forgetDeleted(id); return true
+            try push.forgetDeleted(id); return true
         }
-        if current.deleted { try container.forgetDeleted(id); return true }
+        if current.deleted { try push.forgetDeleted(id); return true }
         if !isOwnWrite(current, deleted: item) { try restore(current); return true }
         // It landed and nobody changed it since: delete that version.
-        try container.rebasePush(id, version: current.version)
+        try push.rebasePush(id, version: current.version)
         return false
     }
 
@@ -142,13 +144,13 @@ struct Pusher {
     private func deleteMeetsNewerVersion(_ current: WireItem?, yours: WireLastChange?,
                                          deleted item: Item) throws -> Bool {
         guard let current, !current.deleted else {
-            try container.forgetDeleted(id, tombstone: current?.version)
+            try push.forgetDeleted(id, tombstone: current?.version)
             return true
         }
         // The remote says this device's own change made that version (its answer was lost), or it looks so.
         if yours?.version == current.version || isOwnWrite(current, deleted: item) {
             // The newer version is a write of this device whose answer was lost: the delete stands.
-            try container.rebasePush(id, version: current.version)
+            try push.rebasePush(id, version: current.version)
             return false
         }
         // Edit against delete: the edit wins; the item comes back here as the remote has it.
@@ -160,13 +162,13 @@ struct Pusher {
     /// it gained children elsewhere: it is kept, and its new children arrive by the feed. Returns true when done.
     private func deleteMeetsChild(_ child: WireItem?, error: RemoteError) throws -> Bool {
         guard let child, child.id != id else { throw error }
-        guard container.isTakenOut(child.id, of: id) else {
+        guard push.isTakenOut(child.id, of: id) else {
             try restore(try container.remote.item(id))
             return true
         }
         // Not while a program writes it, nor when that push waits for this one (a cycle, which the push of a
         // name in the way breaks): the delete waits (the push loop tries again later).
-        guard let first = container.firstToPush(toFree: child.id), first != id, !waiting.contains(first),
+        guard let first = push.firstToPush(toFree: child.id), first != id, !waiting.contains(first),
               waiting.count < 32 else {
             throw error
         }
@@ -183,7 +185,7 @@ struct Pusher {
         let name = current.name == Pusher.asideName(id) ? item.name : current.name
         let known = current.device == container.config.device
             || (current.sha256 == item.remoteSHA && current.metadata.named(name) == item.metadata)
-        return known && container.hasSeenConflicts(current.conflicts, listedBy: item)
+        return known && push.hasSeenConflicts(current.conflicts, listedBy: item)
     }
 
     /// The name an item takes on the remote while it steps aside.
@@ -193,8 +195,8 @@ struct Pusher {
     /// it below are taken first where they still lie below it here (a stale state: their moves out are yet
     /// to come in the feed), so that it does not come back below itself.
     private func restore(_ w: WireItem) throws {
-        if let p = w.parent, container.liesBelow(p, anyOf: [id]) { try takeRemoteFolders(from: p) }
-        try container.restoreDeleted(id, as: w)
+        if let p = w.parent, push.liesBelow(p, anyOf: [id]) { try takeRemoteFolders(from: p) }
+        try push.restoreDeleted(id, as: w)
         log.info("\(container.path(of: id)) was changed elsewhere while deleted here: kept")
     }
 
@@ -222,11 +224,11 @@ struct Pusher {
     private func pushRemoteCopyDelete(_ item: Item) throws -> Bool {
         do {
             let tombstone = try container.remote.deleteItem(id, ifMatch: item.remoteVersion)
-            try container.leftRemote(id, base: tombstone.version)
+            try push.leftRemote(id, base: tombstone.version)
         } catch let error as RemoteError {
             switch error {
             case .notFound:
-                try container.leftRemote(id, base: nil)
+                try push.leftRemote(id, base: nil)
             case .preconditionFailed(let current, _):
                 return try remoteCopyMeetsNewerVersion(current, localOnly: item)
             case .conflict(_, let child):
@@ -241,19 +243,19 @@ struct Pusher {
     /// The remote copy changed since this device last saw it. Returns true when done.
     private func remoteCopyMeetsNewerVersion(_ current: WireItem?, localOnly item: Item) throws -> Bool {
         guard let current, !current.deleted else {
-            try container.leftRemote(id, base: current?.version)
+            try push.leftRemote(id, base: current?.version)
             return true
         }
         // A write of this device whose answer was lost: the delete goes on top of it.
         if current.device == container.config.device {
-            try container.rebasePush(id, version: current.version)
+            try push.rebasePush(id, version: current.version)
             return false
         }
         // Changed elsewhere before the delete came: that edit stays on the remote (edit wins over delete),
         // apart from the copy kept here; made ubiquitous again, this one goes on top of the version it had, and
         // so meets that edit as a conflict.
         log.info("\(container.path(of: id)) was changed elsewhere: that version stays on the remote")
-        try container.leftRemote(id, base: item.remoteVersion)
+        try push.leftRemote(id, base: item.remoteVersion)
         return true
     }
 
@@ -261,12 +263,12 @@ struct Pusher {
     /// there by another device meanwhile keeps the folder on the remote for it. Returns true when done.
     private func remoteCopyMeetsChild(_ child: WireItem?, localOnly item: Item, error: RemoteError) throws -> Bool {
         guard let child, child.id != id else { throw error }
-        if container.hasRemoteCopyToDelete(child.id) {
+        if push.hasRemoteCopyToDelete(child.id) {
             try Pusher(container: container, id: child.id).run()
             return false
         }
         log.info("\(container.path(of: id)) holds items added elsewhere: it stays on the remote for them")
-        try container.leftRemote(id, base: item.remoteVersion)
+        try push.leftRemote(id, base: item.remoteVersion)
         return true
     }
 
@@ -288,7 +290,7 @@ struct Pusher {
         let change = changeID(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: wire)
         // From the mark on, a local delete leaves a tombstone (the create may land) instead of forgetting the
         // item; an item deleted since the snapshot is not sent at all.
-        if try !container.markSent([(wire, ifMatch, change)]).isEmpty { return true }
+        if try !push.markSent([(wire, ifMatch, change)]).isEmpty { return true }
         let stored: WireItem
         do {
             stored = try container.remote.putItem(wire, ifMatch: ifMatch, change: change)
@@ -301,7 +303,7 @@ struct Pusher {
             return try putRefused(error, wire: wire, snap: snap, pushed: item, pushedFirst: &pushedFirst)
         }
         log.debug("push \(id) (base \(item.remoteVersion), sha \(wire.sha256.prefix(8))): stored at \(stored.version)")
-        try container.acknowledgePush(id, stored: stored, snap: snap, pushed: item)
+        try push.acknowledgePush(id, stored: stored, snap: snap, pushed: item)
         return true
     }
 
@@ -320,7 +322,7 @@ struct Pusher {
                                     pushed: Item) throws {
         var stored = wire
         stored.version = version
-        try container.acknowledgePush(id, stored: stored, snap: snap, pushed: pushed)
+        try push.acknowledgePush(id, stored: stored, snap: snap, pushed: pushed)
         if current.version > version { container.sync.applyFetched([current]) }
     }
 
@@ -331,7 +333,7 @@ struct Pusher {
         defer { upload.done() }
         if let generation = upload.generation { snap.generation = generation }
         let generation = snap.generation
-        let wanted = { [container, id] in container.isStillToUpload(id, generation: generation) }
+        let wanted = { [container, id] in push.isStillToUpload(id, generation: generation) }
         let (sha, size) = try sha256OfFile(upload.path, while: wanted)
         item.remoteSHA = sha
         item.remoteSize = size
@@ -366,8 +368,8 @@ struct Pusher {
             try resolve(current, snap: snap, pushed: item)
         case .notFound:
             // The remote forgot the item: create it afresh.
-            try container.forgetCreateSent(id)
-            try container.rebasePush(id, version: 0)
+            try push.forgetCreateSent(id)
+            try push.rebasePush(id, version: 0)
         case .conflict(_, let holder):
             return try nameTaken(by: holder, error: error, wire: wire, pushed: item, pushedFirst: &pushedFirst)
         case .misplaced(let why):
@@ -383,14 +385,14 @@ struct Pusher {
                            pushedFirst: inout Set<String>) throws -> Bool {
         // Pushed first once and still in the way (its own push settled otherwise): this item takes a free
         // name, as against any other holder.
-        guard let holder, holder.id != id, container.hasMovedAway(holder), !pushedFirst.contains(holder.id) else {
+        guard let holder, holder.id != id, push.hasMovedAway(holder), !pushedFirst.contains(holder.id) else {
             try takeFreeName(pushed: item)
             return false
         }
         // The item in the way leaves that name here (moved or deleted, not pushed yet): it goes first (or the
         // new folder it waits for). Not while a program writes it: this push waits (the push loop tries again
         // later).
-        let first = container.firstToPush(toFree: holder.id)
+        let first = push.firstToPush(toFree: holder.id)
         let cycle = waiting.contains(holder.id) || first.map({ $0 == id || waiting.contains($0) }) == true
         if try cycle || holdsOnRemote(holder, pushed: item) {
             // A cycle of moves (an exchange, a rotation, or one through a new folder), or a folder deleted
@@ -412,7 +414,7 @@ struct Pusher {
     /// any depth): its delete waits for this item to leave it, as this item waits for its name.
     private func holdsOnRemote(_ holder: WireItem, pushed item: Item) throws -> Bool {
         guard item.remoteVersion != 0, holder.kind == .dir,
-              container.pushSnapshot(holder.id)?.item.deleted == true else { return false }
+              push.pushSnapshot(holder.id)?.item.deleted == true else { return false }
         return try remoteFolders(from: container.remote.item(id).parent).contains { $0.id == holder.id }
     }
 
@@ -421,12 +423,12 @@ struct Pusher {
     /// create (nobody else makes this id). Nil when none is known to have landed.
     private func landed(_ yours: WireLastChange?, pushed item: Item) throws -> WireItem? {
         if let yours, yours.version > item.remoteVersion {
-            let sent = try container.landedPut(id, change: yours.change)
+            let sent = try push.landedPut(id, change: yours.change)
             let kept = sent == nil ? ", not among those kept" : ""
             log.debug("push \(id): this device's change \(yours.change.prefix(8)) landed at \(yours.version)\(kept)")
             if let sent { return sent }
         }
-        return item.remoteVersion == 0 ? try container.sentCreate(id) : nil
+        return item.remoteVersion == 0 ? try push.sentCreate(id) : nil
     }
 
     /// A put of this device landed without an answer, and the remote may have moved on from it: another device
@@ -436,7 +438,7 @@ struct Pusher {
     /// against delete, only then). Returns true when done.
     private func resolveOverLanded(_ sent: WireItem, _ current: WireItem, snap: PushSnapshot,
                                    pushed: Item) throws -> Bool {
-        guard let metaChanged = try container.acknowledgeLandedPut(id, sent: sent, current: current,
+        guard let metaChanged = try push.acknowledgeLandedPut(id, sent: sent, current: current,
                                                                    snap: snap, pushed: pushed) else {
             return true
         }
@@ -460,23 +462,23 @@ struct Pusher {
         aside.name = Pusher.asideName(id)
         if let folder { aside.parent = folder }
         let change = changeID(condition: "aside If-Match: \(pushed.remoteVersion)", item: aside)
-        if try !container.markSent([(aside, pushed.remoteVersion, change)]).isEmpty { return }
+        if try !push.markSent([(aside, pushed.remoteVersion, change)]).isEmpty { return }
         let stored: WireItem
         do { stored = try container.remote.putItem(aside, ifMatch: pushed.remoteVersion, change: change) } catch {
             if case RemoteError.alreadyApplied(let version, _) = error {
-                return try container.rebasePush(id, version: version)
+                return try push.rebasePush(id, version: version)
             }
             throw error
         }
         log.info("\(container.path(of: id)) steps aside on the remote for a move that takes its name")
-        try container.rebasePush(id, version: stored.version)
+        try push.rebasePush(id, version: stored.version)
     }
 
     /// Another item holds the name on the remote: this one takes the next free name, here and there.
     /// If the item moved or was renamed here since the snapshot (the puller may have moved it out of the
     /// way already), that newer place is what the next try pushes: it is not renamed again.
     private func takeFreeName(pushed: Item) throws {
-        try container.takeFreeName(id, ifStillAt: pushed.place)
+        try push.takeFreeName(id, ifStillAt: pushed.place)
     }
 
     /// The remote refused the item's place. Returns true when done, false to look again. Either its parent is
@@ -494,7 +496,7 @@ struct Pusher {
         guard let parentID = pushed.parent else { return true }
         let parent: WireItem?
         do { parent = try container.remote.item(parentID) } catch RemoteError.notFound { parent = nil }
-        if parent == nil, container.isUnpushedFolder(parentID), !waiting.contains(parentID), waiting.count < 32 {
+        if parent == nil, push.isUnpushedFolder(parentID), !waiting.contains(parentID), waiting.count < 32 {
             try pushFirst(parentID)
             return false
         }
@@ -503,7 +505,7 @@ struct Pusher {
             container.sync.applyFetched([parent])
             // Revived, or pending already (its own push then meets the tombstone): that push goes first. Left
             // to the push loop, a delete that waits for this item (`deleteMeetsChild`) would never let it run.
-            if container.pushSnapshot(parentID)?.item.isPending == true, !waiting.contains(parentID),
+            if push.pushSnapshot(parentID)?.item.isPending == true, !waiting.contains(parentID),
                waiting.count < 32 {
                 try pushFirst(parentID)
                 return false
@@ -523,7 +525,7 @@ struct Pusher {
             try stepAside(wire, pushed: pushed, in: current.parent)
             return true
         }
-        try container.moveBack(id, ifStillAt: pushed.place, toWhereRemoteHas: current, why: why)
+        try push.moveBack(id, ifStillAt: pushed.place, toWhereRemoteHas: current, why: why)
         container.sync.refetchRefused()
         return true
     }
@@ -539,19 +541,19 @@ struct Pusher {
             chain.append(cur)
             do { cur = try container.remote.item(up) } catch RemoteError.notFound { return nil }
         }
-        for folder in chain where container.hasMovedAway(folder) {
-            if let first = container.firstToPush(toFree: folder.id), first != id { return first }
+        for folder in chain where push.hasMovedAway(folder) {
+            if let first = push.firstToPush(toFree: folder.id), first != id { return first }
         }
         return nil
     }
 
     /// Uploads the blob, unless the remote has it; stops (`.cancelled`) once `wanted` says no more.
     private func uploadBlob(sha: String, size: Int64, path: String, while wanted: @escaping () -> Bool) throws {
-        container.setUploadProgress(id, uploading: true, done: 0, total: size)
-        defer { container.setUploadProgress(id, uploading: false, done: size, total: size) }
+        push.setUploadProgress(id, uploading: true, done: 0, total: size)
+        defer { push.setUploadProgress(id, uploading: false, done: size, total: size) }
         if size > 0, try !container.remote.hasBlob(sha256: sha) {
             try container.remote.uploadBlob(sha256: sha, size: size, fromFile: path) { done in
-                container.setUploadProgress(id, uploading: true, done: done, total: size)
+                push.setUploadProgress(id, uploading: true, done: done, total: size)
                 return wanted()
             }
         }
@@ -561,13 +563,13 @@ struct Pusher {
 
     /// The remote moved on since this device last saw the item: merge, or keep both contents.
     private func resolve(_ current: WireItem?, snap: PushSnapshot, pushed: Item) throws {
-        guard let current else { return try container.rebasePush(id, version: 0) }
-        try container.takePlaceIfDetached(id, from: current)
+        guard let current else { return try push.rebasePush(id, version: 0) }
+        try push.takePlaceIfDetached(id, from: current)
         if current.deleted, try acceptDelete(current, snap: snap, pushed: pushed) { return }
         if !contentsConflict(current, snap: snap, pushed: pushed) {
             // Edit against delete (the edit revives it), a change on one side only, or the same content on both
             // sides: this device's change goes on top of the remote's version, keeping what the remote changed.
-            return try container.mergePush(id, onto: current, snap: snap, pushed: pushed)
+            return try push.mergePush(id, onto: current, snap: snap, pushed: pushed)
         }
         if try settleLanded(current, snap: snap, pushed: pushed) { return }
         try keepBothContents(current, snap: snap, pushed: pushed)
@@ -593,7 +595,7 @@ struct Pusher {
                                   mtime: current.mtime, device: current.device)
         let iWin = (mine.mtime, mine.device) > (theirs.mtime, theirs.device)
         log.info("conflict on \(container.path(of: id)): \(iWin ? "this device" : current.device) wins")
-        try container.recordConflict(id, against: current, loser: iWin ? theirs : mine, theirsWins: !iWin,
+        try push.recordConflict(id, against: current, loser: iWin ? theirs : mine, theirsWins: !iWin,
                                      snap: snap, pushed: pushed)
     }
 
@@ -605,13 +607,13 @@ struct Pusher {
     /// there, but the name (the puller may have moved this item out of the way of a new item that took its
     /// name meanwhile) and conflict versions discarded here (the delete takes every version with it).
     private func acceptDelete(_ current: WireItem, snap: PushSnapshot, pushed: Item) throws -> Bool {
-        let contentThere = !snap.item.dirty || pushed.kind == .dir || container.listsAsConflict(current, pushed: pushed)
+        let contentThere = !snap.item.dirty || pushed.kind == .dir || push.listsAsConflict(current, pushed: pushed)
             || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
         let conflictsThere = Set(pushed.conflicts.map(\.id)).isSubset(of: current.conflicts.map(\.id))
         let metaThere = !snap.item.metaDirty
             || (current.metadata.named(pushed.name) == pushed.metadata && conflictsThere)
         guard contentThere && metaThere else { return false }
-        return try container.removeIfUnchangedSincePush(id, tombstone: current, snap: snap, pushed: pushed)
+        return try push.removeIfUnchangedSincePush(id, tombstone: current, snap: snap, pushed: pushed)
     }
 
     /// This very write is listed there as this device's conflict version: it landed (the answer was lost) and
@@ -619,6 +621,6 @@ struct Pusher {
     /// remote's state is taken as the puller takes it: pushing again would add a second version of the same
     /// write and make a version newer than what that device did next (a delete).
     private func settleLanded(_ current: WireItem, snap: PushSnapshot, pushed: Item) throws -> Bool {
-        try container.settleLandedAsConflict(id, current: current, snap: snap, pushed: pushed)
+        try push.settleLandedAsConflict(id, current: current, snap: snap, pushed: pushed)
     }
 }

@@ -60,3 +60,24 @@ extension CoreState {
         if cur.metaDirty && cur.metadata == current.metadata { cur.metaDirty = false }
     }
 }
+
+/// A side of sync (PullSide, PushSide): its steps reach the container's state only as every operation does,
+/// through the container's `read`, `mutate` and `update` (State.swift).
+protocol SyncSide {
+    var container: Container { get }
+}
+
+extension SyncSide {
+    func read<T, E: Error>(_ body: (CoreState) throws(E) -> T) throws(E) -> T { try container.read(body) }
+
+    @discardableResult
+    func mutate<T>(room: FullDiskRoom = .freeSpace, _ body: (inout CoreState) -> T) -> T? {
+        container.mutate(room: room, body)
+    }
+
+    func update<T>(_ body: (inout CoreState) -> T) -> T { container.update(body) }
+
+    func mutateThrowing<T>(room: FullDiskRoom = .evictions, _ body: (inout CoreState) throws -> T) throws -> T {
+        try container.mutateThrowing(room: room, body)
+    }
+}

@@ -86,7 +86,7 @@ final class SyncLoops: Sendable {
     // MARK: pull
 
     /// The feed position last applied.
-    var feedToken: String? { get throws { try container.feedToken } }
+    var feedToken: String? { get throws { try container.pullSide.feedToken } }
 
     /// Applies the feed until the remote has nothing newer (used at start, without waiting).
     func pullUntilCaughtUp() throws {
@@ -169,7 +169,7 @@ final class SyncLoops: Sendable {
     /// the changes refused before, whose obstacle the batch may have moved.
     func apply(_ batch: WireChanges) throws {
         try apply(batch.items, token: batch.token)
-        if !batch.more { container.markCaughtUp() }
+        if !batch.more { container.pullSide.markCaughtUp() }
         refetchRefused()
     }
 
@@ -181,7 +181,7 @@ final class SyncLoops: Sendable {
 
     /// Applies remote items, and the feed position they bring (nil: items fetched one by one, no position).
     private func apply(_ items: [WireItem], token: String?) throws {
-        try container.applyRemote(items, token: token)
+        try container.pullSide.applyRemote(items, token: token)
         if !items.isEmpty { wakePusher() }
     }
 
@@ -190,7 +190,7 @@ final class SyncLoops: Sendable {
     /// still refused is marked again. A failure to reach the remote leaves the marks for the next time.
     func refetchRefused() {
         let ids: [String]
-        do { ids = try container.takeRefused() } catch {
+        do { ids = try container.pullSide.takeRefused() } catch {
             return log.error("cannot read the remote changes to fetch again: \(error)")
         }
         var items: [WireItem] = []
@@ -198,7 +198,7 @@ final class SyncLoops: Sendable {
             do { items.append(try container.remote.item(id)) } catch RemoteError.notFound {
                 continue
             } catch {
-                do { try container.markRefused(ids[i...]) } catch {
+                do { try container.pullSide.markRefused(ids[i...]) } catch {
                     log.error("cannot keep the remote changes to fetch again (\(ids[i...].count) lost): \(error)")
                 }
                 break
@@ -240,7 +240,7 @@ final class SyncLoops: Sendable {
     func pushAll() -> PushOutcome {
         while !isStopping {
             let next: [String]
-            do { next = try container.nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
+            do { next = try container.pushSide.nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
                 log.error("cannot read the changes waiting to upload: \(error)")
                 container.recordUploadFailure(container.rootID, error)
                 return .storeFailed
@@ -272,5 +272,5 @@ final class SyncLoops: Sendable {
     }
 
     /// Number of items with changes not yet on the remote.
-    var pendingCount: Int { get throws { try container.pendingPushCount } }
+    var pendingCount: Int { get throws { try container.pushSide.pendingPushCount } }
 }
