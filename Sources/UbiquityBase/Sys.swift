@@ -45,7 +45,7 @@ public struct Errno: Error, Equatable, Hashable, CustomStringConvertible, Sendab
 
 /// Calls `body` until it does not fail with EINTR; throws the errno of any other failure.
 @inline(__always)
-public func valueOrErrno<T: BinaryInteger>(_ body: () -> T) throws -> T {
+public func valueOrErrno<T: BinaryInteger>(_ body: () -> T) throws(Errno) -> T {
     while true {
         let r = body()
         if r >= 0 { return r }
@@ -60,24 +60,24 @@ public struct FileDescriptor: Sendable, Hashable {
     public init(raw: Int32) { self.raw = raw }
 
     /// open(2).
-    public static func open(_ path: String, _ flags: Int32, mode: mode_t = 0o644) throws -> FileDescriptor {
+    public static func open(_ path: String, _ flags: Int32, mode: mode_t = 0o644) throws(Errno) -> FileDescriptor {
         FileDescriptor(raw: try valueOrErrno { Glibc.open(path, flags | O_CLOEXEC, mode) })
     }
 
     public func close() { _ = Glibc.close(raw) }
 
     /// read(2) into `buffer`; returns the count, 0 at end of file.
-    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         try valueOrErrno { Glibc.read(raw, buffer.baseAddress, buffer.count) }
     }
 
     /// pread(2).
-    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(Errno) -> Int {
         try valueOrErrno { Glibc.pread(raw, buffer.baseAddress, buffer.count, off_t(offset)) }
     }
 
     /// Writes the whole buffer at `offset` (pwrite(2), repeated on short writes).
-    public func writeAll(_ buffer: UnsafeRawBufferPointer, at offset: Int64) throws {
+    public func writeAll(_ buffer: UnsafeRawBufferPointer, at offset: Int64) throws(Errno) {
         var done = 0
         while done < buffer.count {
             let n = try valueOrErrno {
@@ -88,7 +88,7 @@ public struct FileDescriptor: Sendable, Hashable {
     }
 
     /// Writes the whole buffer at the current position (write(2), repeated on short writes).
-    public func writeAll(_ buffer: UnsafeRawBufferPointer) throws {
+    public func writeAll(_ buffer: UnsafeRawBufferPointer) throws(Errno) {
         var done = 0
         while done < buffer.count {
             done += try valueOrErrno { Glibc.write(raw, buffer.baseAddress! + done, buffer.count - done) }
@@ -108,29 +108,29 @@ public struct FileDescriptor: Sendable, Hashable {
         }
     }
 
-    public func sync() throws { _ = try valueOrErrno { fsync(raw) } }
+    public func sync() throws(Errno) { _ = try valueOrErrno { fsync(raw) } }
     /// Starts writing a range to disk without waiting for it (a later `sync` then has less to do).
     public func startWriteback(from offset: Int64, length: Int64) { _ = ubq_start_writeback(raw, offset, length) }
-    public func dataSync() throws { _ = try valueOrErrno { fdatasync(raw) } }
-    public func truncate(_ size: Int64) throws { _ = try valueOrErrno { ftruncate(raw, off_t(size)) } }
+    public func dataSync() throws(Errno) { _ = try valueOrErrno { fdatasync(raw) } }
+    public func truncate(_ size: Int64) throws(Errno) { _ = try valueOrErrno { ftruncate(raw, off_t(size)) } }
     /// Frees the blocks of a range, which then reads as zeros (a hole), keeping the size.
-    public func punchHole(at offset: Int64, length: Int64) throws {
+    public func punchHole(at offset: Int64, length: Int64) throws(Errno) {
         _ = try valueOrErrno { ubq_punch_hole(raw, offset, length) }
     }
 
     /// Makes this (empty) file a copy of the first `length` bytes of `source`: a reflink where the file system
     /// allows it, else a copy inside the kernel (FICLONE, then copy_file_range(2)).
-    public func copyContent(of source: FileDescriptor, length: Int64) throws {
+    public func copyContent(of source: FileDescriptor, length: Int64) throws(Errno) {
         let rc = ubq_copy_file(raw, source.raw, length)
         if rc < 0 { throw Errno(-rc) }
     }
 
     /// fallocate(2): `mode` 0 allocates (and grows the file), else FALLOC_FL_* flags.
-    public func allocate(mode: Int32, offset: Int64, length: Int64) throws {
+    public func allocate(mode: Int32, offset: Int64, length: Int64) throws(Errno) {
         _ = try valueOrErrno { ubq_fallocate(raw, mode, offset, length) }
     }
 
-    public func stat() throws -> Glibc.stat {
+    public func stat() throws(Errno) -> Glibc.stat {
         var st = Glibc.stat()
         _ = try valueOrErrno { fstat(raw, &st) }
         return st

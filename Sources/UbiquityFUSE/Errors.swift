@@ -1,5 +1,6 @@
 // The one map from errors to errno: the core's errors, and the few refusals the adapter makes itself. Every
-// errno an answer carries comes from here (Reply.fail); no other file names an errno constant.
+// errno an answer carries comes from here; `Reply.fail` takes only these two typed errors, so an operation says
+// which failure it answers, and no other file names an errno constant.
 //
 // What must hold: the map is exhaustive over `CoreError` (no default), so a new case has to choose its errno
 // here. A failure of the store, of the remote, or of a system call on the store's own files is EIO, never the
@@ -70,11 +71,4 @@ enum AdapterError: Error, Equatable {
         case .unanswered: return EIO
         }
     }
-}
-
-/// The errno of any error met while answering: the adapter's and the core's by their maps, a system error as
-/// the core maps those (CoreError.from).
-func errnoOf(_ error: any Error) -> Int32 {
-    if let e = error as? AdapterError { return e.errno }
-    return CoreError.from(error).errno
 }

@@ -470,11 +470,14 @@ public final class FileSystem: @unchecked Sendable {
     /// fallocate(2) on the content file: allocating, punching or zeroing changes the content like a write.
     func fallocate(_ reply: Reply, _ mode: Int32, _ offset: off_t, _ length: off_t, _ fh: UInt64) {
         guard let file = file(fh), file.writable else { return reply.fail(AdapterError.badHandle) }
-        do {
+        do throws(CoreError) {
             // Like a write: the item turns dirty first, and no snapshot sees the change half done.
-            try core.write(file.id, through: file.fd) {
-                Result { try file.fd.allocate(mode: mode, offset: Int64(offset), length: Int64(length)) }
-            }.get()
+            let allocated = try core.write(file.id, through: file.fd) {
+                Result { () throws(Errno) in
+                    try file.fd.allocate(mode: mode, offset: Int64(offset), length: Int64(length))
+                }
+            }
+            if case .failure(let e) = allocated { return reply.fail(AdapterError.system(e)) }
             file.wrote = true
             reply.ok()
         } catch { reply.fail(error) }
@@ -486,7 +489,7 @@ public final class FileSystem: @unchecked Sendable {
         // Linux's values: Glibc's module leaves them out without _GNU_SOURCE.
         let seekData: Int32 = 3, seekHole: Int32 = 4
         guard let file = file(fh) else { return reply.fail(AdapterError.badHandle) }
-        guard whence == seekData || whence == seekHole else { return reply.fail(Errno.invalid) }
+        guard whence == seekData || whence == seekHole else { return reply.fail(AdapterError.system(.invalid)) }
         let found = Glibc.lseek(file.fd.raw, offset, whence)
         if found < 0 { return reply.fail(AdapterError.system(Errno.current)) }
         reply.offset(found)
@@ -504,8 +507,8 @@ public final class FileSystem: @unchecked Sendable {
     func fsync(_ reply: Reply, _ fh: UInt64) {
         guard let file = file(fh) else { return reply.ok() }
         if isKVID(file.id) { return reply.ok() } // a key's value is durable once committed at close
-        do {
-            try file.fd.dataSync()
+        do { try file.fd.dataSync() } catch { return reply.fail(AdapterError.system(error)) }
+        do throws(CoreError) {
             if file.wrote { try synced(file) }
             reply.ok()
         } catch {

@@ -119,7 +119,7 @@ extension FileSystem {
         if kv?.value(name) == nil, kvNewKeys().subtracting([name]).count + (kv?.keys().count ?? 0) >= KVLimits.maxKeys {
             return reply.fail(.quotaExceeded("over the quota (more than \(KVLimits.maxKeys) keys)"))
         }
-        do {
+        do throws(CoreError) {
             let file = try kvHandle(id, content: [], writable: true)
             file.wrote = true
             fi.pointee.fh = addHandle(file)
@@ -135,7 +135,7 @@ extension FileSystem {
     func kvOpen(_ reply: Reply, _ id: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         let writable = fi.pointee.flags & O_ACCMODE != O_RDONLY
         let truncate = fi.pointee.flags & O_TRUNC != 0
-        do {
+        do throws(CoreError) {
             let content: [UInt8]
             switch node(id) {
             case .kvChanges:
@@ -155,9 +155,12 @@ extension FileSystem {
     }
 
     /// A handle on a private unlinked file in the store's staging area, holding `content`.
-    private func kvHandle(_ id: String, content: [UInt8], writable: Bool) throws -> OpenFile {
+    private func kvHandle(_ id: String, content: [UInt8], writable: Bool) throws(CoreError) -> OpenFile {
         let fd = try core.makeStagingFile(prefix: "kv")
-        do { try fd.writeAll(content) } catch { fd.close(); throw error }
+        do { try fd.writeAll(content) } catch {
+            fd.close()
+            throw CoreError.from(error) // the store's own file: EIO, or ENOSPC
+        }
         return OpenFile(id: id, fd: fd, writable: writable)
     }
 
@@ -209,7 +212,7 @@ extension FileSystem {
         if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
             return reply.fail(.readOnly)
         }
-        do {
+        do throws(CoreError) {
             guard let kv else { throw CoreError.notFound }
             if name.utf8.count > KVLimits.maxKeyBytes { throw CoreError.nameTooLong }
             try kv.set(name, nil)

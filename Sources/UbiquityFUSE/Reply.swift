@@ -163,9 +163,6 @@ final class Reply: @unchecked Sendable {
 
     func fail(_ error: AdapterError) { _ = answer("error") { fuse_reply_err(req, error.errno) } }
 
-    /// Fails with any error, mapped by Errors.swift.
-    func fail(_ error: any Error) { _ = answer("error") { fuse_reply_err(req, errnoOf(error)) } }
-
     /// Success without data.
     func ok() { _ = answer("success") { fuse_reply_err(req, 0) } }
 

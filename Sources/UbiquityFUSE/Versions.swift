@@ -185,7 +185,7 @@ extension FileSystem {
         if fi.pointee.flags & O_ACCMODE != O_RDONLY { return reply.fail(.readOnly) }
         let info = fi.pointee
         let finish: @Sendable () -> Void = { [self] in
-            do {
+            do throws(CoreError) {
                 var fi = info
                 let fd = try core.openConflictVersion(item: item.id, conflict: c.id)
                 fi.fh = addHandle(OpenFile(id: FileSystem.versionID(item.id, c.id), fd: fd, writable: false))
@@ -200,7 +200,7 @@ extension FileSystem {
 
     /// `rm` of a version: discard it everywhere.
     func unlinkVersion(_ reply: Reply, _ parent: String, _ name: String) {
-        do {
+        do throws(CoreError) {
             guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
                 throw CoreError.notFound
             }
@@ -212,19 +212,19 @@ extension FileSystem {
     /// `mv` of a version onto its file's live path: make it current. Elsewhere in the mount: EXDEV, so that
     /// `mv` copies it instead (and then discards it).
     func renameVersion(_ reply: Reply, _ parent: String, _ name: String, _ newParent: String, _ newName: String) {
-        do {
+        do throws(CoreError) {
             guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
                 throw CoreError.notFound
             }
             guard newParent == item.parent, sameName(newName, item.name) else {
                 return reply.fail(.crossDevice("a version moves in place only onto its own file"))
             }
-            do {
+            do throws(CoreError) {
                 try core.promoteConflict(item.id, c.id)
                 reply.ok()
             } catch .wouldBlock {
                 waitFor(reply, start: { done in core.fetchConflict(item.id, c.id, done: done) }) { [self] in
-                    do {
+                    do throws(CoreError) {
                         try core.promoteConflict(item.id, c.id)
                         reply.ok()
                     } catch { reply.fail(error) }

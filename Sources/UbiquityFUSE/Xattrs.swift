@@ -123,10 +123,11 @@ extension FileSystem {
         guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
         if isVirtual(id) { return setVersionAttribute(reply, id, name) }
         let bytes = [UInt8](value)
-        do {
+        do throws(CoreError) {
             if name.hasPrefix(StatusAttribute.prefix) {
-                try setStatus(id, String(name.dropFirst(StatusAttribute.prefix.count)),
-                              String(decoding: bytes, as: UTF8.self))
+                let known = try setStatus(id, String(name.dropFirst(StatusAttribute.prefix.count)),
+                                          String(decoding: bytes, as: UTF8.self))
+                if !known { return reply.fail(AdapterError.unknownAttribute) }
             } else if name.hasPrefix("user.") {
                 try core.setUserXattr(id, name, bytes, create: flags & Int32(XATTR_CREATE) != 0,
                                       replace: flags & Int32(XATTR_REPLACE) != 0)
@@ -137,7 +138,8 @@ extension FileSystem {
         } catch { reply.fail(error) }
     }
 
-    private func setStatus(_ id: String, _ key: String, _ text: String) throws {
+    /// Sets a status attribute or runs an action; false when `key` names neither.
+    private func setStatus(_ id: String, _ key: String, _ text: String) throws(CoreError) -> Bool {
         if let action = ActionAttribute(rawValue: key) {
             switch action {
             case .evict: try core.evict(id)
@@ -146,12 +148,13 @@ extension FileSystem {
                 guard text == "keep-current" else { throw CoreError.invalidArgument("resolve takes keep-current") }
                 try core.resolveKeepingCurrent(id)
             }
-            return
+            return true
         }
-        guard let attr = StatusAttribute(rawValue: key) else { throw AdapterError.unknownAttribute }
+        guard let attr = StatusAttribute(rawValue: key) else { return false }
         guard attr.accepts(text) else { throw CoreError.invalidArgument("\(text) is not a value of \(key)") }
         if attr == .pinned { try core.setPinned(id, text == "1") }
         if attr == .isExcludedFromSync { try core.setExcludedFromSync(id, text == "1") }
+        return true
     }
 
     func removexattr(_ reply: Reply, _ ino: UInt64, _ name: String) {

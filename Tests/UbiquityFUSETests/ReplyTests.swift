@@ -72,6 +72,5 @@ import Testing
         #expect(AdapterError.unknownAttribute.errno == 95) // ENOTSUP
         #expect(AdapterError.system(.noSpace).errno == 28) // passed on as it is
         #expect(AdapterError.unanswered.errno == 5)        // EIO
-        #expect(errnoOf(AdapterError.unknownAttribute) == 95)
     }
 }

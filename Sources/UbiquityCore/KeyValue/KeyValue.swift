@@ -37,15 +37,20 @@ public final class KeyValueStore: Sendable {
     private let device: String
     private let remote: KeyValueRemote?
     private let log = Logger("kv")
+    /// The wall clock of its writes' times (the environment's, as the container's: a test or a simulation
+    /// may give its own).
+    private let clock: @Sendable () -> Int64
     private let pusher = Loop(name: "kv-push")
     private let feeder = Loop(name: "kv-feed")
     static let keptChanges = 1000
 
     /// Opens the store's tables in `directory`'s database. `account` names the remote account and container
     /// the store is bound to: when it differs from the one recorded, the old values are dropped (AccountChange).
-    public init(directory: String, device: String, account: String, remote: KeyValueRemote?) throws {
+    public init(directory: String, device: String, account: String, remote: KeyValueRemote?,
+                environment: CoreEnvironment = CoreEnvironment()) throws {
         self.device = device
         self.remote = remote
+        self.clock = environment.clock
         let db = try Database(path: directory + "/state.sqlite")
         try db.exec("""
             PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
@@ -86,7 +91,7 @@ public final class KeyValueStore: Sendable {
                 let old = try t.row(key)
                 if value == nil && (old == nil || old!.deleted) { throw CoreError.notFound }
                 // Later than what this device has seen for the key, so a write made after another stays later.
-                let mtime = max(nowNanoseconds(), (old?.mtime ?? 0) + 1)
+                let mtime = max(clock(), (old?.mtime ?? 0) + 1)
                 try t.write(WireKVEntry(key: key, value: value, mtime: mtime, device: device, deleted: value == nil),
                             pending: true)
             }
