@@ -55,14 +55,16 @@ final class Fixture: @unchecked Sendable {
             if !headers.contains(where: { $0.lowercased().hasPrefix("expect:") }) { args += ["-H", "Expect:"] }
         }
         args.append(base + path)
+        // The status goes to a file, not a pipe: a server another test starts meanwhile could inherit the pipe's
+        // end, and a read to the end would then wait for ever.
+        _ = FileManager.default.createFile(atPath: scratch + ".code", contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         p.arguments = args
-        let out = Pipe()
-        p.standardOutput = out
+        p.standardOutput = FileHandle(forWritingAtPath: scratch + ".code")
         try p.run()
-        let code = out.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()
+        let code = FileManager.default.contents(atPath: scratch + ".code") ?? Data()
         var headers: [String: String] = [:]
         if let raw = FileManager.default.contents(atPath: scratch + ".h") {
             for line in String(decoding: raw, as: UTF8.self).split(separator: "\r\n") {
@@ -72,7 +74,7 @@ final class Fixture: @unchecked Sendable {
             }
         }
         let bytes = FileManager.default.contents(atPath: scratch + ".b").map { Array($0) } ?? []
-        for ext in [".h", ".b", ".in"] { try? FileManager.default.removeItem(atPath: scratch + ext) }
+        for ext in [".h", ".b", ".in", ".code"] { try? FileManager.default.removeItem(atPath: scratch + ext) }
         return Answer(status: Int(String(decoding: code, as: UTF8.self)) ?? 0, headers: headers, body: bytes,
                       curlExit: p.terminationStatus)
     }
