@@ -1,15 +1,15 @@
 // One background loop on a thread of its own, run the same way everywhere: a name (seen in `top -H`, gdb and
 // the logs), a wake that cuts its pause short, a stop it sees at its next look, and a join that waits for it.
 //
-// What must hold: `flags` are read and written only while holding `cond` (that is what makes the
-// `@unchecked Sendable` true); `cond` is a leaf lock: no code runs under it but the flag updates here. Once
-// `join` has returned true, the body touches nothing of its owner again: it has ended, or it is inside `away`
-// (a wait that holds nothing of the owner, such as a long poll) and returns from it with nil.
+// What must hold: the flags are a `Locked` value, a leaf lock: no code runs under it but the flag updates here,
+// and every change of them wakes the threads waiting on them (a pause, a join). Once `join` has returned true,
+// the body touches nothing of its owner again: it has ended, or it is inside `away` (a wait that holds nothing
+// of the owner, such as a long poll) and returns from it with nil.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a loop's lock is a leaf.
 import Foundation
 
-public final class Loop: @unchecked Sendable {
+public final class Loop: Sendable {
     private struct Flags {
         var started = false
         var woken = false
@@ -19,22 +19,21 @@ public final class Loop: @unchecked Sendable {
     }
 
     public let name: String
-    private let cond = NSCondition()
-    private var flags = Flags()
+    private let flags = Locked(Flags())
 
     public init(name: String) { self.name = name }
 
     /// Starts `body` on a new thread named after the loop; a loop starts once (a second start is ignored). The
     /// body runs until it sees `isStopping` (or `away` answers nil) and returns.
     public func start(stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) {
-        let first: Bool = locked { f in
+        let first: Bool = change { f in
             defer { f.started = true; f.running = true }
             return !f.started
         }
         guard first else { return }
         let thread = Thread { [self] in
             body()
-            locked { $0.running = false; $0.away = false }
+            change { $0.running = false; $0.away = false }
         }
         thread.name = name
         if let stackSize { thread.stackSize = stackSize }
@@ -42,17 +41,17 @@ public final class Loop: @unchecked Sendable {
     }
 
     /// True once `stop` was called.
-    public var isStopping: Bool { locked { $0.stopping } }
+    public var isStopping: Bool { flags.withLock { $0.stopping } }
 
     /// True while the body runs (started and not yet returned).
-    public var isRunning: Bool { locked { $0.running } }
+    public var isRunning: Bool { flags.withLock { $0.running } }
 
     /// Cuts the loop's current or next `pause` short.
-    public func wake() { locked { $0.woken = true } }
+    public func wake() { change { $0.woken = true } }
 
     /// Takes a wake that came since the last one was taken: true if there was one.
     public func takeWake() -> Bool {
-        locked { f in
+        flags.withLock { f in
             defer { f.woken = false }
             return f.woken
         }
@@ -63,20 +62,19 @@ public final class Loop: @unchecked Sendable {
     @discardableResult
     public func pause(nanoseconds: Int64) -> Bool {
         let deadline = Date(timeIntervalSinceNow: Double(max(nanoseconds, 0)) / 1e9)
-        cond.lock()
-        defer { cond.unlock() }
-        while !flags.woken && !flags.stopping && cond.wait(until: deadline) {}
-        defer { flags.woken = false }
-        return flags.woken
+        return flags.wait(until: deadline, for: { $0.woken || $0.stopping }) { f in
+            defer { f.woken = false }
+            return f.woken
+        }
     }
 
     /// Runs a wait that holds and touches nothing of the loop's owner (a long poll on the network): a `join`
     /// does not wait for it to end. Answers nil when the loop was stopped meanwhile: the caller then returns at
     /// once, touching nothing of its owner, and the body's result is dropped.
     public func away<T>(_ body: () throws -> T) rethrows -> T? {
-        locked { $0.away = true }
+        change { $0.away = true }
         let result = try body()
-        let stopped = locked { f in
+        let stopped = change { f in
             f.away = false
             return f.stopping
         }
@@ -84,19 +82,14 @@ public final class Loop: @unchecked Sendable {
     }
 
     /// Asks the loop to end: its pause returns at once, and `isStopping` is true from now on.
-    public func stop() { locked { $0.stopping = true } }
+    public func stop() { change { $0.stopping = true } }
 
     /// Waits up to `seconds` for the body to have returned, or to be inside `away`; true if it did (or the loop
     /// never started). A loop that did not end in time goes on until it sees the stop.
     @discardableResult
     public func join(timeout seconds: Double) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: seconds)
-        cond.lock()
-        defer { cond.unlock() }
-        while flags.running && !flags.away {
-            if !cond.wait(until: deadline) { return !flags.running || flags.away }
-        }
-        return true
+        let done: (Flags) -> Bool = { !$0.running || $0.away }
+        return flags.wait(until: Date(timeIntervalSinceNow: seconds), for: done) { done($0) }
     }
 
     /// Stops the loop and waits for it, as `stop` and `join` do.
@@ -106,10 +99,6 @@ public final class Loop: @unchecked Sendable {
         return join(timeout: seconds)
     }
 
-    /// Changes or reads the flags under `cond`, and wakes every thread waiting on it.
-    private func locked<T>(_ body: (inout Flags) -> T) -> T {
-        cond.lock()
-        defer { cond.broadcast(); cond.unlock() }
-        return body(&flags)
-    }
+    /// Changes the flags and wakes every thread waiting on them.
+    private func change<T>(_ body: (inout Flags) -> T) -> T { flags.withLock(notifying: true, body) }
 }

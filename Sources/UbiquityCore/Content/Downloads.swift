@@ -71,13 +71,16 @@ final class Downloads: Sendable {
             defer { b.waiters = [:] }
             return b.waiters
         }
-        for (_, list) in left {
-            for (_, done) in list.sorted(by: { $0.key < $1.key }) { done(.failure(.io("the container stopped"))) }
-        }
+        for list in left.values { tell(list, .failure(.io("the container stopped"))) }
+    }
+
+    /// Tells waiters the outcome, each once, in the order they registered (the lock let go).
+    private func tell(_ waiters: [Int: Waiter], _ result: Result<Void, CoreError>) {
+        for (_, done) in waiters.sorted(by: { $0.key < $1.key }) { done(result) }
     }
 
     /// Registers a waiter for the item's content and starts the transfer if none runs.
-    func wait(for id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) -> Int {
+    func wait(for id: String, done: @escaping Waiter) -> Int {
         let token = book.withLock { b in
             defer { b.nextToken += 1 }
             b.waiters[id, default: [:]][b.nextToken] = done
@@ -152,7 +155,7 @@ final class Downloads: Sendable {
             b.running.remove(id)
             return b.waiters.removeValue(forKey: id) ?? [:]
         }
-        for (_, done) in list.sorted(by: { $0.key < $1.key }) { done(result) }
+        tell(list, result)
     }
 
     /// What to fetch for an item now, or why nothing is to be fetched.
