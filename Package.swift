@@ -45,7 +45,8 @@ let package = Package(
 
         .testTarget(name: "UbiquityCoreTests", dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .testTarget(name: "UbiquitySimTests", dependencies: ["UbiquitySim"]),
-        .testTarget(name: "UbiquityFUSETests", dependencies: ["UbiquityFUSE", "CFuse"]),
+        .testTarget(name: "UbiquityFUSETests",
+                    dependencies: ["UbiquityFUSE", "CFuse", "UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .testTarget(name: "UbiquityStubTests",
                     dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP", "UbiquityTesting"]),
         // One suite of the RemoteClient promises (docs/WIRE.md), run against every backend.

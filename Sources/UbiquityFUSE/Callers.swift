@@ -30,8 +30,8 @@ public struct DownloadPolicy: Sendable {
 
     /// True unless the request comes from a process that may not download. Reads /proc, which is local and
     /// fast; called only for opens that would download.
-    func mayDownload(_ reply: Reply) -> Bool {
-        guard !refused.isEmpty, let pid = reply.callerPID, let name = processName(pid) else { return true }
+    func mayDownload(_ pid: pid_t?) -> Bool {
+        guard !refused.isEmpty, let pid, let name = processName(pid) else { return true }
         return !refused.contains(name)
     }
 }

@@ -1,6 +1,6 @@
 // The one map from errors to errno: the core's errors, and the few refusals the adapter makes itself. Every
-// errno an answer carries comes from here; `Reply.fail` takes only these two typed errors, so an operation says
-// which failure it answers, and no other file names an errno constant.
+// errno an answer carries comes from here; `Reply.fail` takes only these two typed errors (`FileSystemError`),
+// so an operation says which failure it answers, and no other file names an errno constant.
 //
 // What must hold: the map is exhaustive over `CoreError` (no default), so a new case has to choose its errno
 // here. A failure of the store, of the remote, or of a system call on the store's own files is EIO, never the
@@ -10,7 +10,12 @@ import Glibc
 import UbiquityBase
 import UbiquityCore
 
-extension CoreError {
+/// An error an operation may answer: only the two below conform.
+protocol FileSystemError: Error {
+    var errno: Int32 { get }
+}
+
+extension CoreError: FileSystemError {
     var errno: Int32 {
         switch self {
         case .notFound: return ENOENT
@@ -49,8 +54,9 @@ extension CoreError {
     }
 }
 
-/// Refusals that belong to the FUSE adapter, not to the core.
-enum AdapterError: Error, Equatable {
+/// Refusals that belong to the FUSE adapter, not to the core; and the core's, for an operation that has both.
+enum AdapterError: FileSystemError, Equatable {
+    case core(CoreError)
     /// A file handle that is not open, or not open for writing.
     case badHandle
     /// An extended attribute value or list larger than the caller's buffer.
@@ -64,6 +70,7 @@ enum AdapterError: Error, Equatable {
 
     var errno: Int32 {
         switch self {
+        case .core(let e): return e.errno
         case .badHandle: return EBADF
         case .bufferTooSmall: return ERANGE
         case .unknownAttribute: return ENOTSUP
@@ -71,4 +78,9 @@ enum AdapterError: Error, Equatable {
         case .unanswered: return EIO
         }
     }
+}
+
+/// Runs core calls inside an operation that also makes refusals of its own.
+func adapting<T>(_ body: () throws(CoreError) -> T) throws(AdapterError) -> T {
+    do { return try body() } catch { throw .core(error) }
 }

@@ -16,7 +16,6 @@
 // `KeyValueStore.set`, so it is replaced whole or not at all; a handle refused at a write stays refused and its
 // close stores nothing. A handle's copy is an unlinked file in the store's staging (`makeStagingFile`), never
 // in the content folder. A key's node exists while the key has a value or a handle is open on it.
-import CFuse
 import Foundation
 import Glibc
 import UbiquityBase
@@ -108,50 +107,44 @@ extension FileSystem {
 
     // MARK: operations
 
-    func kvCreate(_ reply: Reply, _ dirID: String, _ name: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { return reply.fail(.readOnly) }
-        if name.utf8.count > KVLimits.maxKeyBytes { return reply.fail(.nameTooLong) }
+    func kvCreate(_ dirID: String, _ name: String) throws(CoreError) -> (Entry, Opened) {
+        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { throw .readOnly }
+        if name.utf8.count > KVLimits.maxKeyBytes { throw .nameTooLong }
         if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
-            return reply.fail(.exists)
+            throw .exists
         }
         let id = FileSystem.kvKeyID(name, typed: dirID == FileSystem.kvJSONDirID)
         // A new key past the count is refused here, not only at close, which shells do not check.
         if kv?.value(name) == nil, kvNewKeys().subtracting([name]).count + (kv?.keys().count ?? 0) >= KVLimits.maxKeys {
-            return reply.fail(.quotaExceeded("over the quota (more than \(KVLimits.maxKeys) keys)"))
+            throw .quotaExceeded("over the quota (more than \(KVLimits.maxKeys) keys)")
         }
-        do throws(CoreError) {
-            let file = try kvHandle(id, content: [], writable: true)
-            file.wrote = true
-            fi.pointee.fh = addHandle(file)
-            guard let node = node(id) else { throw CoreError.notFound }
-            let e = entry(id, node)
-            if !reply.create(e, fi.pointee) {
-                inodes.forget(e.ino, 1)
-                release(fi.pointee.fh)
-            }
-        } catch { reply.fail(error) }
+        let file = try kvHandle(id, content: [], writable: true)
+        file.wrote = true
+        let fh = addHandle(file)
+        // (The key's node exists from here on: a handle is open on it.)
+        guard let node = node(id) else {
+            release(fh)
+            throw .notFound
+        }
+        return (entry(id, node), Opened(fh: fh, directIO: true))
     }
 
-    func kvOpen(_ reply: Reply, _ id: String, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        let writable = fi.pointee.flags & O_ACCMODE != O_RDONLY
-        let truncate = fi.pointee.flags & O_TRUNC != 0
-        do throws(CoreError) {
-            let content: [UInt8]
-            switch node(id) {
-            case .kvChanges:
-                if writable { throw CoreError.readOnly }
-                content = kvChangeBytes()
-            case .kvKey(let key, let typed):
-                content = truncate ? [] : kvBytes(key, typed: typed)
-            default:
-                throw CoreError.notFound
-            }
-            let file = try kvHandle(id, content: content, writable: writable)
-            file.wrote = writable && truncate
-            fi.pointee.fh = addHandle(file)
-            ubq_fi_set_direct_io(fi, 1)
-            if !reply.open(fi.pointee) { release(fi.pointee.fh) }
-        } catch { reply.fail(error) }
+    func kvOpen(_ id: String, flags: Int32) throws(CoreError) -> Opened {
+        let writable = flags & O_ACCMODE != O_RDONLY
+        let truncate = flags & O_TRUNC != 0
+        let content: [UInt8]
+        switch node(id) {
+        case .kvChanges:
+            if writable { throw .readOnly }
+            content = kvChangeBytes()
+        case .kvKey(let key, let typed):
+            content = truncate ? [] : kvBytes(key, typed: typed)
+        default:
+            throw .notFound
+        }
+        let file = try kvHandle(id, content: content, writable: writable)
+        file.wrote = writable && truncate
+        return Opened(fh: addHandle(file), directIO: true)
     }
 
     /// A handle on a private unlinked file in the store's staging area, holding `content`.
@@ -164,17 +157,17 @@ extension FileSystem {
         return OpenFile(id: id, fd: fd, writable: writable)
     }
 
-    func kvWrite(_ reply: Reply, _ bufv: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t, _ file: OpenFile) {
+    func kvWrite(_ data: WriteData, _ offset: off_t, _ file: OpenFile) throws(AdapterError) -> Int {
         let limit = file.id.hasPrefix(FileSystem.kvJSONDirID) ? KVLimits.maxBodyBytes : KVLimits.maxTotalBytes
-        if Int(offset) + fuse_buf_size(bufv) > limit {
+        if Int(offset) + data.count > limit {
             file.refused = .fileTooBig
-            return reply.fail(.fileTooBig)
+            throw .core(.fileTooBig)
         }
-        let n = ubq_write_buf_to_fd(bufv, file.fd.raw, offset)
-        if n < 0 { return reply.fail(AdapterError.system(Errno(Int32(-n)))) }
+        let n = data.write(file.fd.raw, offset)
+        if n < 0 { throw .system(Errno(Int32(-n))) }
         file.wrote = true
         file.wroteData = true
-        reply.written(n)
+        return n
     }
 
     /// Makes a written handle's bytes the key's value. Over a limit: the error and nothing stored; the
@@ -194,29 +187,26 @@ extension FileSystem {
         try kv.set(key, try kvValue(bytes, typed: typed))
     }
 
-    func kvSetattr(_ reply: Reply, _ ino: UInt64, _ id: String, _ attr: stat, _ toSet: Int32, _ fh: UInt64?) {
-        guard let node = node(id), case .kvKey = node else { return reply.fail(.readOnly) }
-        if toSet & FUSE_SET_ATTR_SIZE != 0 {
-            guard let fh, let file = file(fh), file.writable else { return reply.fail(.readOnly) }
-            if Int(attr.st_size) > KVLimits.maxBodyBytes { return reply.fail(.fileTooBig) }
-            if ftruncate(file.fd.raw, attr.st_size) != 0 { return reply.fail(AdapterError.system(.current)) }
+    func kvSetattr(_ ino: UInt64, _ id: String, _ changes: AttributeChanges, _ fh: UInt64?) throws(AdapterError) -> Attributes {
+        guard let node = node(id), case .kvKey = node else { throw .core(.readOnly) }
+        if let size = changes.size {
+            guard let fh, let file = file(fh), file.writable else { throw .core(.readOnly) }
+            if Int(size) > KVLimits.maxBodyBytes { throw .core(.fileTooBig) }
+            if ftruncate(file.fd.raw, off_t(size)) != 0 { throw .system(.current) }
             file.refused = nil
             file.wrote = true
             file.wroteData = true
         }
-        reply.attr(attributes(node, ino: ino), timeout: 0)
+        return Attributes(stat: attributes(node, ino: ino), timeout: 0)
     }
 
-    func kvRemove(_ reply: Reply, _ dirID: String, _ name: String) {
-        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { return reply.fail(.readOnly) }
+    func kvRemove(_ dirID: String, _ name: String) throws(CoreError) {
+        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { throw .readOnly }
         if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
-            return reply.fail(.readOnly)
+            throw .readOnly
         }
-        do throws(CoreError) {
-            guard let kv else { throw CoreError.notFound }
-            if name.utf8.count > KVLimits.maxKeyBytes { throw CoreError.nameTooLong }
-            try kv.set(name, nil)
-            reply.ok()
-        } catch { reply.fail(error) }
+        guard let kv else { throw .notFound }
+        if name.utf8.count > KVLimits.maxKeyBytes { throw .nameTooLong }
+        try kv.set(name, nil)
     }
 }

@@ -14,7 +14,6 @@
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `Backings` after a content gate, before the
 // container's lock.
-import CFuse
 import CPassthrough
 import Foundation
 import UbiquityBase
@@ -169,46 +168,39 @@ extension FileSystem {
         return true
     }
 
-    /// At the release of a passthrough writer that changed nothing (an open for writing without a write, as
-    /// `touch` makes): the mark of its open is undone, so nothing is pushed for it.
-    func releasedUnwritten(_ file: OpenFile) throws(CoreError) {
-        guard case .passthrough = file.mode, let generation = backings.untouched(file) else { return }
-        try core.wroteNothing(file.id, generation: generation)
-    }
-
-    /// A flush or release of a written handle: its size and time are taken from the content file. A passthrough
-    /// writer is marked dirty again first: its writes reached the content file unseen, possibly after a push
-    /// that began at its open had already marked the item clean.
+    /// A flush of a written handle: its size and time are taken from the content file. A passthrough writer's
+    /// writes since the last look reached the content file unseen, possibly after a push that began at its open
+    /// had already marked the item clean: the core records them first.
     func flushed(_ file: OpenFile) throws(CoreError) {
-        try wroteUnseen(file)
-        try core.flushed(file.id)
+        try core.flushed(file.id, wroteUnseen: wroteUnseen(file), through: file.fd)
     }
 
-    /// An fsync of a written handle asks for a snapshot; a passthrough writer is marked dirty again first, as
-    /// at a flush (a snapshot pushed since its last fsync left the item clean, unaware of later writes).
+    /// An fsync of a written handle asks for a snapshot, after what a flush records.
     func synced(_ file: OpenFile) throws(CoreError) {
-        try wroteUnseen(file)
-        try core.synced(file.id)
+        try core.synced(file.id, wroteUnseen: wroteUnseen(file), through: file.fd)
     }
 
-    /// A passthrough writer's writes since the last look reached the content file unseen: recorded now as one
-    /// write (dirty, a new content generation).
-    private func wroteUnseen(_ file: OpenFile) throws(CoreError) {
-        guard case .passthrough = file.mode, backings.changedSinceLastLook(file) else { return }
-        try core.write(file.id, through: file.fd) { () }
+    /// The release of a file handle, in one core call: what a flush records for a written handle, and for a
+    /// passthrough writer that changed nothing (an open for writing without a write, as `touch` makes) the mark
+    /// of its open undone, so nothing is pushed for it.
+    func released(_ file: OpenFile) throws(CoreError) {
+        var release = Container.Release(writable: file.writable, wrote: file.wrote)
+        if file.wrote {
+            release.wroteUnseen = wroteUnseen(file)
+            if case .passthrough = file.mode { release.unchangedSince = backings.untouched(file) }
+        }
+        try core.release(file.id, through: file.fd, release)
+    }
+
+    /// Whether a passthrough writer's content file changed since the last look (which this one now is).
+    private func wroteUnseen(_ file: OpenFile) -> Bool {
+        guard case .passthrough = file.mode else { return false }
+        return backings.changedSinceLastLook(file)
     }
 
     /// Before a status of item `id` (of the whole mount: the root) is answered: what its passthrough writers
     /// wrote unseen is recorded, so `isUploaded` and `pendingChanges` are true to the bytes.
     func lookAtPassthroughWriters(_ id: String) throws(CoreError) {
-        for file in backings.writers(of: id == core.rootID ? nil : id) {
-            try wroteUnseen(file)
-            try core.flushed(file.id)
-        }
-    }
-
-    /// After the open (or create) reply was sent: the mark is no longer needed.
-    func sentOpen(_ file: OpenFile, _ fh: UInt64) {
-        if case .passthrough = file.mode { _ = ubq_pt_unmark(fh) }
+        for file in backings.writers(of: id == core.rootID ? nil : id) { try flushed(file) }
     }
 }

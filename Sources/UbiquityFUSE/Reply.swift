@@ -11,6 +11,7 @@
 //   goes from another thread. Lock order: libfuse's request lock, then `state`'s; nothing calls libfuse
 //   holding `state`'s.
 import CFuse
+import CPassthrough
 import Dispatch
 import Foundation
 import Glibc
@@ -83,7 +84,7 @@ struct AnswerState: Equatable {
 ///
 /// @unchecked Sendable: libfuse lets any thread answer a request (the answer of an open comes from the thread
 /// that finished its download); the request pointer is immutable and answered once, as `state` (a Locked) says.
-final class Reply: @unchecked Sendable {
+final class Reply: Waiter, @unchecked Sendable {
     private let req: fuse_req_t
     private let state = Locked(AnswerState())
     private static let log = Logger("fuse")
@@ -97,16 +98,10 @@ final class Reply: @unchecked Sendable {
         assertionFailure("a request was dropped without an answer")
     }
 
-    /// The process that sent the request (nil when the kernel does not say).
-    var callerPID: pid_t? {
-        guard let pid = fuse_req_ctx(req)?.pointee.pid, pid > 0 else { return nil }
-        return pid
-    }
-
-    /// The user and group of the process that sent the request: the owner of what it creates.
-    var caller: Owner? {
-        guard let ctx = fuse_req_ctx(req)?.pointee else { return nil }
-        return Owner(uid: ctx.uid, gid: ctx.gid)
+    /// The process that sent the request, and its user and group.
+    var caller: Caller {
+        guard let ctx = fuse_req_ctx(req)?.pointee else { return .unknown }
+        return Caller(pid: ctx.pid > 0 ? ctx.pid : nil, owner: Owner(uid: ctx.uid, gid: ctx.gid))
     }
 
     // MARK: waiting
@@ -170,24 +165,35 @@ final class Reply: @unchecked Sendable {
     func none() { _ = answer("none") { fuse_reply_none(req); return 0 } }
 
     @discardableResult
-    func entry(_ e: fuse_entry_param) -> Bool {
-        answer("entry") { withUnsafePointer(to: e) { fuse_reply_entry(req, $0) } }
+    func entry(_ e: Entry) -> Bool {
+        answer("entry") { withUnsafePointer(to: Reply.param(e)) { fuse_reply_entry(req, $0) } }
     }
 
+    /// The answer of a create: the new file's entry and its open handle, on the kernel's `base` file info.
     @discardableResult
-    func create(_ e: fuse_entry_param, _ fi: fuse_file_info) -> Bool {
-        answer("create") {
-            withUnsafePointer(to: e) { e in withUnsafePointer(to: fi) { fuse_reply_create(req, e, $0) } }
+    func create(_ e: Entry, _ o: Opened, _ base: fuse_file_info) -> Bool {
+        defer { sent(o) }
+        return answer("create") {
+            withUnsafePointer(to: Reply.param(e)) { e in
+                withUnsafePointer(to: Reply.info(o, base)) { fuse_reply_create(req, e, $0) }
+            }
         }
     }
 
-    func attr(_ st: stat, timeout: Double) {
-        _ = answer("attr") { withUnsafePointer(to: st) { fuse_reply_attr(req, $0, timeout) } }
+    func attr(_ a: Attributes) {
+        _ = answer("attr") { withUnsafePointer(to: a.stat) { fuse_reply_attr(req, $0, a.timeout) } }
     }
 
+    /// The answer of an open or opendir, on the kernel's `base` file info.
     @discardableResult
-    func open(_ fi: fuse_file_info) -> Bool {
-        answer("open") { withUnsafePointer(to: fi) { fuse_reply_open(req, $0) } }
+    func open(_ o: Opened, _ base: fuse_file_info) -> Bool {
+        defer { sent(o) }
+        return answer("open") { withUnsafePointer(to: Reply.info(o, base)) { fuse_reply_open(req, $0) } }
+    }
+
+    /// After an open answer: a passthrough mark is no longer needed (Passthrough.swift).
+    private func sent(_ o: Opened) {
+        if o.passthrough { _ = ubq_pt_unmark(o.fh) }
     }
 
     func readlink(_ target: String) { _ = answer("readlink") { fuse_reply_readlink(req, target) } }
@@ -201,14 +207,112 @@ final class Reply: @unchecked Sendable {
 
     func offset(_ offset: off_t) { _ = answer("lseek") { fuse_reply_lseek(req, offset) } }
 
-    func bytes(_ buf: UnsafeRawBufferPointer) {
-        _ = answer("buffer") { fuse_reply_buf(req, buf.baseAddress?.assumingMemoryBound(to: CChar.self), buf.count) }
+    /// A page of a directory listing (DirectoryPacking).
+    func directory(_ page: DirectoryPage) {
+        page.bytes.withUnsafeBytes { buf in
+            _ = answer("directory") {
+                fuse_reply_buf(req, buf.baseAddress?.assumingMemoryBound(to: CChar.self), buf.count)
+            }
+        }
     }
 
     func statfs(_ vfs: statvfs) {
         _ = answer("statfs") { withUnsafePointer(to: vfs) { fuse_reply_statfs(req, $0) } }
     }
 
-    /// The size an extended attribute value or list needs (the size probe, a request of size 0).
-    func xattrSize(_ count: Int) { _ = answer("xattr size") { fuse_reply_xattr(req, count) } }
+    /// An extended attribute value or list: its size for a probe (`size` 0), ERANGE when it does not fit in
+    /// `size` bytes, else the bytes.
+    func xattr(_ bytes: [UInt8], size: Int) {
+        if size == 0 { return _ = answer("xattr size") { fuse_reply_xattr(req, bytes.count) } }
+        if bytes.count > size { return fail(AdapterError.bufferTooSmall) }
+        bytes.withUnsafeBytes { buf in
+            _ = answer("xattr") { fuse_reply_buf(req, buf.baseAddress?.assumingMemoryBound(to: CChar.self), buf.count) }
+        }
+    }
+
+    // MARK: values to libfuse's structures
+
+    static func param(_ e: Entry) -> fuse_entry_param {
+        var p = fuse_entry_param()
+        p.ino = e.ino
+        p.attr = e.attributes
+        p.attr_timeout = e.ino == 0 ? 0 : e.timeout
+        p.entry_timeout = e.timeout
+        return p
+    }
+
+    static func info(_ o: Opened, _ base: fuse_file_info) -> fuse_file_info {
+        var fi = base
+        fi.fh = o.fh
+        if o.keepCache { ubq_fi_set_keep_cache(&fi, 1) }
+        if o.directIO { ubq_fi_set_direct_io(&fi, 1) }
+        return fi
+    }
+}
+
+// MARK: directory pages
+//
+// Packing a directory listing into readdir answers. What must hold here:
+// - a page never holds more than the kernel's `size` bytes, and holds whole entries only;
+// - entries go in listing order from the offset asked for, and each entry's offset is the index of the one after
+//   it, so the next readdir, given that offset, resumes exactly after the last entry the kernel took;
+// - an entry that does not fit is not packed and ends the page; in readdirplus its lookup is taken back
+//   (`unused`), since the kernel never saw it.
+
+/// One readdir answer's worth of a listing.
+struct DirectoryPage {
+    /// The packed records (libfuse's dirent or direntplus records), at most the size asked for.
+    var bytes: [CChar]
+    /// The index of the first entry not packed: the offset the next readdir gives.
+    var next: Int
+}
+
+enum DirectoryPacking {
+    /// Packs entries `start..<count` into at most `size` bytes, stopping at the first that does not fit.
+    /// `add(index, buffer, space, offset)` writes entry `index` with its offset when it fits in `space` bytes
+    /// and returns the bytes it needs either way (as fuse_add_direntry does).
+    static func pack(count: Int, from start: Int, size: Int,
+                     add: (_ index: Int, _ buffer: UnsafeMutablePointer<CChar>, _ space: Int, _ offset: off_t) -> Int)
+        -> DirectoryPage {
+        var buf = [CChar](repeating: 0, count: max(size, 0))
+        var used = 0
+        var index = max(start, 0)
+        buf.withUnsafeMutableBufferPointer { whole in
+            // An empty buffer has no address, and nothing fits in it.
+            guard let base = whole.baseAddress else { return }
+            while index < count {
+                let n = add(index, base + used, size - used, off_t(index + 1))
+                if n > size - used { break }
+                used += n
+                index += 1
+            }
+        }
+        return DirectoryPage(bytes: Array(buf.prefix(used)), next: index)
+    }
+
+    /// Plain readdir records: name, type and inode (`ino` of the entry).
+    static func plain(_ list: [FileSystem.DirEntry], from start: Int, size: Int,
+                      ino: (FileSystem.DirEntry) -> UInt64) -> DirectoryPage {
+        pack(count: list.count, from: start, size: size) { index, buffer, space, offset in
+            var st = stat()
+            st.st_mode = list[index].type
+            st.st_ino = UInt(ino(list[index]))
+            // libfuse does not use the request here.
+            return fuse_add_direntry(nil, buffer, space, list[index].name, &st, offset)
+        }
+    }
+
+    /// readdirplus records: `entry` gives each entry's node (counting a lookup when its inode is not 0),
+    /// `unused` takes back the one of an entry that did not fit.
+    static func plus(_ list: [FileSystem.DirEntry], from start: Int, size: Int,
+                     entry: (FileSystem.DirEntry) -> Entry,
+                     unused: (Entry) -> Void) -> DirectoryPage {
+        pack(count: list.count, from: start, size: size) { index, buffer, space, offset in
+            let e = entry(list[index])
+            var p = Reply.param(e)
+            let n = fuse_add_direntry_plus(nil, buffer, space, list[index].name, &p, offset)
+            if n > space { unused(e) }
+            return n
+        }
+    }
 }

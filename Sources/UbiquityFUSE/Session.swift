@@ -1,5 +1,6 @@
-// The low-level operations table and the session: mount, multi-threaded loop, clean unwind.
-// Each C callback finds the FileSystem through the session's user data and calls one method.
+// The low-level operations table and the session: mount, multi-threaded loop, clean unwind, and the kernel cache
+// notices. Each C callback finds the FileSystem through the session's user data, decodes the request into values
+// (Answers.swift), calls one operation and answers what it returns through one `Reply`.
 //
 // What must hold: each callback answers its request once, through one `Reply` (forget and forget_multi with
 // `none`; release and releasedir after the method returns). A name from the kernel that is not valid UTF-8 is
@@ -19,7 +20,8 @@ private func fs(_ req: fuse_req_t?) -> FileSystem {
     Unmanaged<FileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
 }
 
-/// The one answer to a request (Reply.swift).
+/// The one answer to a request (Reply.swift). Each path of a callback makes exactly one: one dropped unanswered
+/// answers EIO.
 @inline(__always)
 private func reply(_ req: fuse_req_t?) -> Reply { Reply(req!) }
 
@@ -32,62 +34,226 @@ private func named(_ req: fuse_req_t?, _ p: UnsafePointer<CChar>?, else refusal:
     body(name)
 }
 
+/// Answers an entry; one the kernel did not take (the request was gone) gives its lookup back.
+private func deliver(_ r: Reply, _ f: FileSystem, _ e: Entry) {
+    if !r.entry(e), e.ino != 0 { f.forget(e.ino, 1) }
+}
+
+/// The completion of an operation that may wait: its failure is answered, its value goes to `send`.
+private func answering<T>(_ r: Reply, _ send: @escaping @Sendable (T) -> Void) -> Completion<T> {
+    { result in
+        switch result {
+        case .success(let value): send(value)
+        case .failure(let error): r.fail(error)
+        }
+    }
+}
+
+/// What a setattr request changes.
+private func changes(_ attr: stat, _ toSet: Int32) -> AttributeChanges {
+    func time(_ flag: Int32, _ now: Int32, _ value: timespec) -> Int64? {
+        if toSet & now != 0 { return nowNanoseconds() }
+        if toSet & flag != 0 { return Int64(value.tv_sec) * 1_000_000_000 + Int64(value.tv_nsec) }
+        return nil
+    }
+    var c = AttributeChanges()
+    if toSet & FUSE_SET_ATTR_SIZE != 0 { c.size = Int64(attr.st_size) }
+    if toSet & FUSE_SET_ATTR_MODE != 0 { c.mode = UInt32(attr.st_mode & 0o7777) }
+    if toSet & FUSE_SET_ATTR_UID != 0 { c.uid = attr.st_uid }
+    if toSet & FUSE_SET_ATTR_GID != 0 { c.gid = attr.st_gid }
+    c.mtime = time(FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr.st_mtim)
+    c.atime = time(FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr.st_atim)
+    return c
+}
+
+private func bytes(_ p: UnsafeRawPointer?, _ count: Int) -> [UInt8] {
+    guard let p, count > 0 else { return [] }
+    return [UInt8](UnsafeRawBufferPointer(start: p, count: count))
+}
+
 private func makeOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
     ops.`init` = { userdata, conn in
         ubq_conn_init(conn, 1 << 20)
         Unmanaged<FileSystem>.fromOpaque(userdata!).takeUnretainedValue().sayIOPath()
     }
+    addNameOperations(&ops)
+    addFileOperations(&ops)
+    addDirectoryOperations(&ops)
+    addAttributeOperations(&ops)
+    return ops
+}
+
+private func addNameOperations(_ ops: inout fuse_lowlevel_ops) {
     // A name that is not valid UTF-8 cannot exist here: looking it up (or removing it) finds nothing.
-    ops.lookup = { req, parent, name in named(req, name, else: .notFound) { fs(req).lookup(reply(req), parent, $0) } }
+    ops.lookup = { req, parent, name in
+        named(req, name, else: .notFound) { n in
+            let r = reply(req), f = fs(req)
+            do throws(CoreError) { deliver(r, f, try f.lookup(parent, n)) } catch { r.fail(error) }
+        }
+    }
     ops.forget = { req, ino, n in fs(req).forget(ino, n); reply(req).none() }
     ops.forget_multi = { req, count, list in
         let f = fs(req)
         for i in 0..<count { f.forget(list![i].ino, list![i].nlookup) }
         reply(req).none()
     }
-    ops.getattr = { req, ino, _ in fs(req).getattr(reply(req), ino) }
-    ops.setattr = { req, ino, attr, toSet, fi in fs(req).setattr(reply(req), ino, attr!.pointee, toSet, fi?.pointee.fh) }
-    ops.mkdir = { req, parent, name, mode in named(req, name) { fs(req).mkdir(reply(req), parent, $0, mode) } }
+    ops.mkdir = { req, parent, name, mode in
+        named(req, name) { n in
+            let r = reply(req), f = fs(req)
+            do throws(CoreError) { deliver(r, f, try f.mkdir(parent, n, mode, r.caller)) } catch { r.fail(error) }
+        }
+    }
+    ops.mknod = { req, parent, name, mode, _ in
+        named(req, name) { n in
+            let r = reply(req), f = fs(req)
+            do throws(CoreError) { deliver(r, f, try f.mknod(parent, n, mode, r.caller)) } catch { r.fail(error) }
+        }
+    }
+    // A name that is not valid UTF-8 is refused first, whatever the operation.
+    ops.symlink = { req, target, parent, name in
+        named(req, name) { n in
+            let r = reply(req), f = fs(req)
+            let text = bytes(target, target.map { strlen($0) } ?? 0)
+            do throws(CoreError) { deliver(r, f, try f.symlink(parent, n, target: text, r.caller)) } catch { r.fail(error) }
+        }
+    }
+    ops.readlink = { req, ino in
+        let r = reply(req)
+        do throws(CoreError) { r.readlink(try fs(req).readlink(ino)) } catch { r.fail(error) }
+    }
     ops.unlink = { req, parent, name in
-        named(req, name, else: .notFound) { fs(req).remove(reply(req), parent, $0, directory: false) }
+        named(req, name, else: .notFound) { n in
+            let r = reply(req)
+            do throws(CoreError) { try fs(req).remove(parent, n, directory: false); r.ok() } catch { r.fail(error) }
+        }
     }
     ops.rmdir = { req, parent, name in
-        named(req, name, else: .notFound) { fs(req).remove(reply(req), parent, $0, directory: true) }
+        named(req, name, else: .notFound) { n in
+            let r = reply(req)
+            do throws(CoreError) { try fs(req).remove(parent, n, directory: true); r.ok() } catch { r.fail(error) }
+        }
     }
     ops.rename = { req, p, n, np, nn, flags in
-        named(req, n) { name in named(req, nn) { newName in fs(req).rename(reply(req), p, name, np, newName, flags) } }
+        named(req, n) { name in
+            named(req, nn) { newName in
+                let r = reply(req)
+                guard let mode = RenameMode(flags: flags) else {
+                    return r.fail(CoreError.invalidArgument("unsupported rename flags"))
+                }
+                fs(req).rename(p, name, np, newName, mode: mode, waiter: r, done: answering(r) { r.ok() })
+            }
+        }
     }
-    ops.create = { req, parent, name, mode, fi in named(req, name) { fs(req).create(reply(req), parent, $0, mode, fi!) } }
-    ops.open = { req, ino, fi in fs(req).open(reply(req), ino, fi!) }
-    ops.read = { req, _, size, off, fi in fs(req).read(reply(req), size, off, fi!.pointee.fh) }
-    ops.write_buf = { req, _, bufv, off, fi in fs(req).write(reply(req), bufv!, off, fi!.pointee.fh) }
-    ops.flush = { req, _, fi in fs(req).flush(reply(req), fi!.pointee.fh) }
+    // No hard links: an item has one place (its parent and name), as on iCloud Drive.
+    ops.link = { req, _, _, name in named(req, name) { _ in reply(req).fail(CoreError.notPermitted("no hard links")) } }
+}
+
+private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
+    ops.create = { req, parent, name, mode, fi in
+        named(req, name) { n in
+            let r = reply(req), f = fs(req)
+            do throws(CoreError) {
+                let (e, o) = try f.create(parent, n, mode, r.caller)
+                if !r.create(e, o, fi!.pointee) {
+                    f.forget(e.ino, 1)
+                    f.release(o.fh)
+                }
+            } catch { r.fail(error) }
+        }
+    }
+    ops.open = { req, ino, fi in
+        let r = reply(req), f = fs(req), base = fi!.pointee
+        f.open(ino, flags: base.flags, r.caller, waiter: r, done: answering(r) { o in
+            if !r.open(o, base) { f.release(o.fh) }
+        })
+    }
+    ops.read = { req, _, size, off, fi in
+        let r = reply(req)
+        do throws(CoreError) { r.data(fd: try fs(req).readable(fi!.pointee.fh).raw, size: size, offset: off) } catch { r.fail(error) }
+    }
+    ops.write_buf = { req, _, bufv, off, fi in
+        let r = reply(req)
+        let data = WriteData(count: fuse_buf_size(bufv!)) { fd, offset in ubq_write_buf_to_fd(bufv, fd, offset) }
+        do throws(AdapterError) { r.written(try fs(req).write(fi!.pointee.fh, data, at: off)) } catch { r.fail(error) }
+    }
+    ops.flush = { req, _, fi in
+        let r = reply(req)
+        do throws(CoreError) { try fs(req).flush(fi!.pointee.fh); r.ok() } catch { r.fail(error) }
+    }
     ops.release = { req, _, fi in fs(req).release(fi!.pointee.fh); reply(req).ok() }
-    ops.fsync = { req, _, _, fi in fs(req).fsync(reply(req), fi!.pointee.fh) }
-    ops.fallocate = { req, _, mode, off, len, fi in fs(req).fallocate(reply(req), mode, off, len, fi!.pointee.fh) }
-    ops.lseek = { req, _, off, whence, fi in fs(req).seek(reply(req), off, whence, fi!.pointee.fh) }
-    ops.opendir = { req, ino, fi in fs(req).opendir(reply(req), ino, fi!) }
-    ops.readdir = { req, ino, size, off, fi in fs(req).readdir(reply(req), ino, size, off, fi!.pointee.fh, plus: false) }
-    ops.readdirplus = { req, ino, size, off, fi in fs(req).readdir(reply(req), ino, size, off, fi!.pointee.fh, plus: true) }
+    ops.fsync = { req, _, _, fi in
+        let r = reply(req)
+        do throws(AdapterError) { try fs(req).fsync(fi!.pointee.fh); r.ok() } catch { r.fail(error) }
+    }
+    ops.fallocate = { req, _, mode, off, len, fi in
+        let r = reply(req)
+        do throws(AdapterError) { try fs(req).fallocate(fi!.pointee.fh, mode: mode, offset: off, length: len); r.ok() } catch { r.fail(error) }
+    }
+    ops.lseek = { req, _, off, whence, fi in
+        let r = reply(req)
+        do throws(AdapterError) { r.offset(try fs(req).seek(fi!.pointee.fh, off, whence: whence)) } catch { r.fail(error) }
+    }
+}
+
+private func addDirectoryOperations(_ ops: inout fuse_lowlevel_ops) {
+    ops.opendir = { req, ino, fi in
+        let r = reply(req), f = fs(req)
+        do throws(CoreError) {
+            let o = try f.opendir(ino)
+            if !r.open(o, fi!.pointee) { f.releasedir(o.fh) }
+        } catch { r.fail(error) }
+    }
+    ops.readdir = { req, _, size, off, fi in
+        let f = fs(req)
+        reply(req).directory(DirectoryPacking.plain(f.listing(fi!.pointee.fh), from: Int(off), size: size, ino: f.listedIno))
+    }
+    ops.readdirplus = { req, ino, size, off, fi in
+        let f = fs(req)
+        let page = DirectoryPacking.plus(f.listing(fi!.pointee.fh), from: Int(off), size: size,
+                                         entry: { f.listedEntry($0, in: ino) },
+                                         unused: { if $0.ino != 0 { f.forget($0.ino, 1) } })
+        reply(req).directory(page)
+    }
     ops.releasedir = { req, _, fi in fs(req).releasedir(fi!.pointee.fh); reply(req).ok() }
     ops.fsyncdir = { req, _, _, _ in reply(req).ok() }
-    ops.statfs = { req, _ in fs(req).statfs(reply(req)) }
-    // A name that is not valid UTF-8 is refused first, whatever the operation.
-    ops.symlink = { req, target, parent, name in named(req, name) { fs(req).symlink(reply(req), parent, $0, target!) } }
-    ops.readlink = { req, ino in fs(req).readlink(reply(req), ino) }
-    ops.mknod = { req, parent, name, mode, _ in named(req, name) { fs(req).mknod(reply(req), parent, $0, mode) } }
-    // No hard links: an item has one place (its parent and name), as on iCloud Drive.
-    ops.link = { req, _, _, name in named(req, name) { _ in reply(req).fail(.notPermitted("no hard links")) } }
+    ops.statfs = { req, _ in
+        let r = reply(req)
+        do throws(CoreError) { r.statfs(try fs(req).statfs()) } catch { r.fail(error) }
+    }
+}
+
+private func addAttributeOperations(_ ops: inout fuse_lowlevel_ops) {
+    ops.getattr = { req, ino, _ in
+        let r = reply(req)
+        do throws(CoreError) { r.attr(try fs(req).getattr(ino)) } catch { r.fail(error) }
+    }
+    ops.setattr = { req, ino, attr, toSet, fi in
+        let r = reply(req)
+        fs(req).setattr(ino, changes(attr!.pointee, toSet), fh: fi?.pointee.fh, waiter: r, done: answering(r) { r.attr($0) })
+    }
     ops.getxattr = { req, ino, name, size in
-        named(req, name, else: .noAttribute) { fs(req).getxattr(reply(req), ino, $0, size) }
+        named(req, name, else: .noAttribute) { n in
+            let r = reply(req)
+            do throws(CoreError) { r.xattr(try fs(req).getxattr(ino, n), size: size) } catch { r.fail(error) }
+        }
     }
-    ops.listxattr = { req, ino, size in fs(req).listxattr(reply(req), ino, size) }
+    ops.listxattr = { req, ino, size in
+        let r = reply(req)
+        do throws(CoreError) { r.xattr(try fs(req).listxattr(ino), size: size) } catch { r.fail(error) }
+    }
     ops.setxattr = { req, ino, name, value, size, flags in
-        named(req, name) { fs(req).setxattr(reply(req), ino, $0, UnsafeRawBufferPointer(start: value, count: size), flags) }
+        named(req, name) { n in
+            let r = reply(req)
+            do throws(AdapterError) { try fs(req).setxattr(ino, n, bytes(value, size), flags: flags); r.ok() } catch { r.fail(error) }
+        }
     }
-    ops.removexattr = { req, ino, name in named(req, name, else: .noAttribute) { fs(req).removexattr(reply(req), ino, $0) } }
-    return ops
+    ops.removexattr = { req, ino, name in
+        named(req, name, else: .noAttribute) { n in
+            let r = reply(req)
+            do throws(CoreError) { try fs(req).removexattr(ino, n); r.ok() } catch { r.fail(error) }
+        }
+    }
 }
 
 public struct MountError: Error, CustomStringConvertible {
@@ -135,3 +301,37 @@ extension FileSystem {
         fuse_session_destroy(se)
     }
 }
+
+// MARK: remote changes → kernel caches
+
+extension FileSystem: ContainerObserver {
+    public func itemChanged(_ id: String, contentChanged: Bool) {
+        guard let ino = inodes.known(id) else { return }
+        notifier.async { [self] in
+            guard let se = session else { return }
+            fuse_lowlevel_notify_inval_inode(se, ino, contentChanged ? 0 : -1, 0)
+        }
+    }
+
+    public func entryRemoved(parent: String, name: String, id: String) {
+        guard let parentIno = inodes.known(parent) else { return }
+        let child = inodes.known(id)
+        notifier.async { [self] in
+            guard let se = session else { return }
+            if let child {
+                fuse_lowlevel_notify_delete(se, parentIno, child, name, name.utf8.count)
+            } else {
+                fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
+            }
+        }
+    }
+
+    public func entryAdded(parent: String, name: String) {
+        guard let parentIno = inodes.known(parent) else { return }
+        notifier.async { [self] in
+            guard let se = session else { return }
+            fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
+        }
+    }
+}
+

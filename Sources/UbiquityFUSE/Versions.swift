@@ -11,7 +11,6 @@
 // read-only, fetched first when its copy is not here, under the same download policy as an open (Callers.swift).
 // Nothing here changes the core except `discardConflict` (rm) and `promoteConflict` (mv onto its own file only;
 // elsewhere in the mount EXDEV, so that mv copies).
-import CFuse
 import Foundation
 import Glibc
 import UbiquityBase
@@ -181,56 +180,51 @@ extension FileSystem {
     // MARK: operations on versions
 
     /// Opens a version read-only, fetching its content first if needed.
-    func openVersion(_ reply: Reply, _ item: Item, _ c: WireConflict, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        if fi.pointee.flags & O_ACCMODE != O_RDONLY { return reply.fail(.readOnly) }
-        let info = fi.pointee
+    func openVersion(_ item: Item, _ c: WireConflict, flags: Int32, _ caller: Caller, waiter: Waiter,
+                     done: @escaping Completion<Opened>) {
+        if flags & O_ACCMODE != O_RDONLY { return done(.failure(.core(.readOnly))) }
         let finish: @Sendable () -> Void = { [self] in
-            do throws(CoreError) {
-                var fi = info
-                let fd = try core.openConflictVersion(item: item.id, conflict: c.id)
-                fi.fh = addHandle(OpenFile(id: FileSystem.versionID(item.id, c.id), fd: fd, writable: false))
-                ubq_fi_set_keep_cache(&fi, 1)
-                if !reply.open(fi) { release(fi.fh) }
-            } catch { reply.fail(error) }
+            done(Result { () throws(AdapterError) in
+                let fd = try adapting { () throws(CoreError) in try core.openConflictVersion(item: item.id, conflict: c.id) }
+                let fh = addHandle(OpenFile(id: FileSystem.versionID(item.id, c.id), fd: fd, writable: false))
+                return Opened(fh: fh, keepCache: true)
+            })
         }
         if core.hasLocalConflict(item.id, c.id) { return finish() }
-        if !downloadPolicy.mayDownload(reply) { return reply.fail(.wouldBlock) }
-        waitFor(reply, start: { done in core.fetchConflict(item.id, c.id, done: done) }, then: finish)
+        if !downloadPolicy.mayDownload(caller.pid) { return done(.failure(.core(.wouldBlock))) }
+        waitFor(waiter, start: { done in core.fetchConflict(item.id, c.id, done: done) },
+                failed: { done(.failure($0)) }, then: finish)
     }
 
     /// `rm` of a version: discard it everywhere.
-    func unlinkVersion(_ reply: Reply, _ parent: String, _ name: String) {
-        do throws(CoreError) {
-            guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
-                throw CoreError.notFound
-            }
-            try core.discardConflict(item.id, c.id)
-            reply.ok()
-        } catch { reply.fail(error) }
+    func unlinkVersion(_ parent: String, _ name: String) throws(CoreError) {
+        guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else { throw .notFound }
+        try core.discardConflict(item.id, c.id)
     }
 
-    /// `mv` of a version onto its file's live path: make it current. Elsewhere in the mount: EXDEV, so that
-    /// `mv` copies it instead (and then discards it).
-    func renameVersion(_ reply: Reply, _ parent: String, _ name: String, _ newParent: String, _ newName: String) {
+    /// `mv` of a version onto its file's live path: make it current (fetching it first when it is not here).
+    /// Elsewhere in the mount: EXDEV, so that `mv` copies it instead (and then discards it).
+    func renameVersion(_ parent: String, _ name: String, _ newParent: String, _ newName: String, waiter: Waiter,
+                       done: @escaping Completion<Void>) {
         do throws(CoreError) {
             guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
                 throw CoreError.notFound
             }
             guard newParent == item.parent, sameName(newName, item.name) else {
-                return reply.fail(.crossDevice("a version moves in place only onto its own file"))
+                throw CoreError.crossDevice("a version moves in place only onto its own file")
             }
             do throws(CoreError) {
                 try core.promoteConflict(item.id, c.id)
-                reply.ok()
+                done(.success(()))
             } catch .wouldBlock {
-                waitFor(reply, start: { done in core.fetchConflict(item.id, c.id, done: done) }) { [self] in
-                    do throws(CoreError) {
-                        try core.promoteConflict(item.id, c.id)
-                        reply.ok()
-                    } catch { reply.fail(error) }
+                waitFor(waiter, start: { done in core.fetchConflict(item.id, c.id, done: done) },
+                        failed: { done(.failure($0)) }) { [self] in
+                    done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try core.promoteConflict(item.id, c.id) } })
                 }
             }
-        } catch { reply.fail(error) }
+        } catch {
+            done(.failure(.core(error)))
+        }
     }
 }
 

@@ -16,9 +16,8 @@
 //
 // What must hold: a `user.ubiquity.` name never becomes one of the item's own attributes: it is read from the
 // core's status or sets a setting, so what it shows is the core's and it is never synced. A size-0 probe answers
-// the size and a buffer too small ERANGE (`replyXattr`), for a get and a list alike. A list names only what a
+// the size and a buffer too small ERANGE (`Reply.xattr`), for a get and a list alike. A list names only what a
 // get then answers (absent errors and action names are not listed); a link, fifo or socket lists nothing.
-import CFuse
 import Foundation
 import Glibc
 import UbiquityBase
@@ -69,73 +68,65 @@ enum ActionAttribute: String {
 }
 
 extension FileSystem {
-    private func replyXattr(_ reply: Reply, _ bytes: [UInt8], _ size: Int) {
-        if size == 0 { return reply.xattrSize(bytes.count) }
-        if bytes.count > size { return reply.fail(AdapterError.bufferTooSmall) }
-        bytes.withUnsafeBytes { reply.bytes($0) }
-    }
-
-    func getxattr(_ reply: Reply, _ ino: UInt64, _ name: String, _ size: Int) {
-        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
+    /// An extended attribute's value (Reply.xattr answers a size probe or ERANGE).
+    func getxattr(_ ino: UInt64, _ name: String) throws(CoreError) -> [UInt8] {
+        guard let id = inodes.id(ino) else { throw .notFound }
         if isVirtual(id) {
-            guard let value = versionAttributes(id)[name] else { return reply.fail(.noAttribute) }
-            return replyXattr(reply, Array(value.utf8), size)
+            guard let value = versionAttributes(id)[name] else { throw .noAttribute }
+            return Array(value.utf8)
         }
-        do {
-            if name.hasPrefix(StatusAttribute.prefix) {
-                let key = String(name.dropFirst(StatusAttribute.prefix.count))
-                try lookAtPassthroughWriters(id)
-                if id == core.rootID, let value = try core.rootAttributes().first(where: { $0.name == key })?.value {
-                    return replyXattr(reply, Array(value.utf8), size)
-                }
-                guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
-                    return reply.fail(.noAttribute)
-                }
-                return replyXattr(reply, Array(value.utf8), size)
+        if name.hasPrefix(StatusAttribute.prefix) {
+            let key = String(name.dropFirst(StatusAttribute.prefix.count))
+            try lookAtPassthroughWriters(id)
+            if id == core.rootID, let value = try core.rootAttributes().first(where: { $0.name == key })?.value {
+                return Array(value.utf8)
             }
-            guard name.hasPrefix("user.") else { return reply.fail(.noAttribute) }
-            replyXattr(reply, try core.userXattr(id, name), size)
-        } catch { reply.fail(error) }
+            guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
+                throw .noAttribute
+            }
+            return Array(value.utf8)
+        }
+        guard name.hasPrefix("user.") else { throw .noAttribute }
+        return try core.userXattr(id, name)
     }
 
-    func listxattr(_ reply: Reply, _ ino: UInt64, _ size: Int) {
-        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
-        if isVirtual(id) {
-            return replyXattr(reply, versionAttributes(id).keys.sorted().flatMap { Array($0.utf8) + [0] }, size)
-        }
+    /// The names of a node's extended attributes, each ended by a NUL.
+    func listxattr(_ ino: UInt64) throws(CoreError) -> [UInt8] {
+        guard let id = inodes.id(ino) else { throw .notFound }
+        if isVirtual(id) { return versionAttributes(id).keys.sorted().flatMap { Array($0.utf8) + [0] } }
         // The kernel allows user.* attributes on files and directories only: a link, fifo or socket lists none.
-        if let item = core.item(id), !item.isDirectory && !item.hasContent { return replyXattr(reply, [], size) }
-        do {
-            let status = try core.status(id)
-            var list = [UInt8]()
-            for attr in StatusAttribute.allCases where attr.value(status) != nil {
-                list += Array(attr.fullName.utf8) + [0]
-            }
-            if id == core.rootID {
-                for attr in try core.rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
-            }
-            for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
-            replyXattr(reply, list, size)
-        } catch { reply.fail(error) }
+        if let item = core.item(id), !item.isDirectory && !item.hasContent { return [] }
+        let status = try core.status(id)
+        var list = [UInt8]()
+        for attr in StatusAttribute.allCases where attr.value(status) != nil {
+            list += Array(attr.fullName.utf8) + [0]
+        }
+        if id == core.rootID {
+            for attr in try core.rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
+        }
+        for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
+        return list
     }
 
-    func setxattr(_ reply: Reply, _ ino: UInt64, _ name: String, _ value: UnsafeRawBufferPointer, _ flags: Int32) {
-        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
-        if isVirtual(id) { return setVersionAttribute(reply, id, name) }
-        let bytes = [UInt8](value)
-        do throws(CoreError) {
-            if name.hasPrefix(StatusAttribute.prefix) {
-                let known = try setStatus(id, String(name.dropFirst(StatusAttribute.prefix.count)),
-                                          String(decoding: bytes, as: UTF8.self))
-                if !known { return reply.fail(AdapterError.unknownAttribute) }
-            } else if name.hasPrefix("user.") {
-                try core.setUserXattr(id, name, bytes, create: flags & Int32(XATTR_CREATE) != 0,
-                                      replace: flags & Int32(XATTR_REPLACE) != 0)
-            } else {
-                return reply.fail(.unsupported("only user.* attributes can be set"))
+    /// setxattr(2)'s XATTR_CREATE and XATTR_REPLACE (Linux's values, from <sys/xattr.h>).
+    static let xattrCreate: Int32 = 1, xattrReplace: Int32 = 2
+
+    /// setxattr(2).
+    func setxattr(_ ino: UInt64, _ name: String, _ value: [UInt8], flags: Int32) throws(AdapterError) {
+        guard let id = inodes.id(ino) else { throw .core(.notFound) }
+        if isVirtual(id) { return try adapting { () throws(CoreError) in try setVersionAttribute(id, name) } }
+        if name.hasPrefix(StatusAttribute.prefix) {
+            let known = try adapting { () throws(CoreError) in try setStatus(id, String(name.dropFirst(StatusAttribute.prefix.count)),
+                                                      String(decoding: value, as: UTF8.self)) }
+            if !known { throw .unknownAttribute }
+        } else if name.hasPrefix("user.") {
+            try adapting { () throws(CoreError) in
+                try core.setUserXattr(id, name, value, create: flags & FileSystem.xattrCreate != 0,
+                                      replace: flags & FileSystem.xattrReplace != 0)
             }
-            reply.ok()
-        } catch { reply.fail(error) }
+        } else {
+            throw .core(.unsupported("only user.* attributes can be set"))
+        }
     }
 
     /// Sets a status attribute or runs an action; false when `key` names neither.
@@ -157,19 +148,16 @@ extension FileSystem {
         return true
     }
 
-    func removexattr(_ reply: Reply, _ ino: UInt64, _ name: String) {
-        guard let id = inodes.id(ino) else { return reply.fail(.notFound) }
-        if isVirtual(id) { return reply.fail(.readOnly) }
-        do {
-            if name.hasPrefix(StatusAttribute.prefix) {
-                let key = String(name.dropFirst(StatusAttribute.prefix.count))
-                guard StatusAttribute(rawValue: key) != nil else { return reply.fail(.noAttribute) }
-                return reply.ok()
-            }
-            guard name.hasPrefix("user.") else { return reply.fail(.noAttribute) }
-            try core.removeUserXattr(id, name)
-            reply.ok()
-        } catch { reply.fail(error) }
+    func removexattr(_ ino: UInt64, _ name: String) throws(CoreError) {
+        guard let id = inodes.id(ino) else { throw .notFound }
+        if isVirtual(id) { throw .readOnly }
+        if name.hasPrefix(StatusAttribute.prefix) {
+            let key = String(name.dropFirst(StatusAttribute.prefix.count))
+            guard StatusAttribute(rawValue: key) != nil else { throw .noAttribute }
+            return
+        }
+        guard name.hasPrefix("user.") else { throw .noAttribute }
+        try core.removeUserXattr(id, name)
     }
 }
 
@@ -183,16 +171,15 @@ extension FileSystem {
     }
 
     /// Evict and download work on version files; everything else under .versions is read-only.
-    func setVersionAttribute(_ reply: Reply, _ id: String, _ name: String) {
-        guard case .version(let item, let c) = node(id) else { return reply.fail(.readOnly) }
+    func setVersionAttribute(_ id: String, _ name: String) throws(CoreError) {
+        guard case .version(let item, let c) = node(id) else { throw .readOnly }
         switch name {
         case StatusAttribute.prefix + ActionAttribute.evict.rawValue:
             core.evictConflict(item.id, c.id)
         case StatusAttribute.prefix + ActionAttribute.download.rawValue:
             core.fetchConflict(item.id, c.id) { _ in }
         default:
-            return reply.fail(.readOnly)
+            throw .readOnly
         }
-        reply.ok()
     }
 }

@@ -106,13 +106,12 @@ private func inode(_ e: FileSystem.DirEntry) -> UInt64 { UInt64(e.name.utf8.coun
         let one = fuse_add_direntry_plus(nil, nil, 0, "a", nil, 0) // the size of one record with a 1-byte name
         let list = (1...5).map { FileSystem.DirEntry(name: "\($0)", id: "id\($0)", type: S_IFREG) }
         var given: [UInt64] = [], takenBack: [UInt64] = []
-        let page = DirectoryPacking.plus(list, from: 1, size: 2 * one + one / 2, param: { e in
-            var p = fuse_entry_param()
-            p.ino = UInt64(e.name)! + 10
-            p.attr.st_ino = UInt(p.ino)
-            p.attr.st_mode = e.type
-            given.append(p.ino)
-            return p
+        let page = DirectoryPacking.plus(list, from: 1, size: 2 * one + one / 2, entry: { e in
+            var st = stat()
+            st.st_ino = UInt(UInt64(e.name)! + 10)
+            st.st_mode = e.type
+            given.append(UInt64(st.st_ino))
+            return Entry(ino: UInt64(st.st_ino), attributes: st, timeout: 1)
         }, unused: { takenBack.append($0.ino) })
         #expect(page.next == 3)
         #expect(page.bytes.count == 2 * one)

@@ -85,12 +85,7 @@ extension Container {
     /// it reaches that copy, not the item of the same id that an edit elsewhere brought back, and marks nothing
     /// (nor does a write to an item without local content: no handle of it can be on its content).
     public func willWrite(_ id: String, through fd: FileDescriptor? = nil) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in
-            guard var item = s.items[id], !item.deleted, item.hasLocal else { return }
-            if s.unlinked[id] != nil, let fd, !s.isContentFile(fd, of: id) { return }
-            s.contentGeneration[id, default: 0] += 1
-            try s.markWritten(&item)
-        }
+        try mutate { (s: inout CoreState) throws(CoreError) in try s.willWrite(id, through: fd) }
     }
 
     /// An open for writing whose writes this process will not see (FUSE passthrough): the item is marked dirty
@@ -105,38 +100,60 @@ extension Container {
     /// A handle opened with `openedForUnseenWrites` closed without changing the content file: when nothing
     /// changed the content since its mark (the generation is still `generation`), the item is clean again.
     public func wroteNothing(_ id: String, generation: Int) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in
-            guard var item = s.items[id], !item.deleted, item.dirty, item.hasLocal,
-                  (s.contentGeneration[id] ?? 0) == generation else { return }
-            item.dirty = false
-            item.localSHA = item.remoteSHA
-            do { try s.store.save(item) } catch { throw CoreError.from(error) }
-            s.items[id] = item
-        }
+        try mutate { (s: inout CoreState) throws(CoreError) in try s.wroteNothing(id, generation: generation) }
     }
 
     /// Records that written content was flushed (close or fsync): size and time from the content file,
-    /// persisted, and queued for upload.
-    public func flushed(_ id: String) throws(CoreError) {
+    /// persisted, and queued for upload. `wroteUnseen`: writes reached the content file through `fd` unseen
+    /// (FUSE passthrough) since the last flush; they are recorded first as one write (dirty again: a push may
+    /// have begun and ended unaware of them).
+    public func flushed(_ id: String, wroteUnseen: Bool = false, through fd: FileDescriptor? = nil) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
-            guard var item = s.items[id], !item.deleted, item.dirty else { return }
-            var st = stat()
-            guard stat(paths.content(id), &st) == 0 else { throw .io("content file missing") }
-            s.recountContent(id)
-            let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
-            if item.size == Int64(st.st_size) && item.mtime == mtime { return } // already recorded
-            item.size = Int64(st.st_size)
-            item.mtime = mtime
-            item.ctime = mtime
-            try s.saveLocalChange(item)
+            if wroteUnseen { try s.wroteUnseen(id, through: fd) }
+            try s.flushed(id)
         }
     }
 
     /// fsync: what the store knows of the item is made durable too (its content the caller syncs itself).
-    public func synced(_ id: String) throws(CoreError) {
-        try flushed(id)
+    public func synced(_ id: String, wroteUnseen: Bool = false, through fd: FileDescriptor? = nil) throws(CoreError) {
+        try flushed(id, wroteUnseen: wroteUnseen, through: fd)
         do { try checkpointer.run() } catch { throw CoreError.from(error) }
         snapshotRequested(id)
+    }
+
+    /// What the release of a handle records besides the handle itself.
+    public struct Release: Sendable {
+        public var writable: Bool
+        /// Written through: size and time are taken from the content file, as at a flush.
+        public var wrote = false
+        /// Written unseen (FUSE passthrough) since the last look, as for `flushed`.
+        public var wroteUnseen = false
+        /// The generation an open for unseen writes was marked at (`openedForUnseenWrites`), when the content
+        /// file is as it was at that open: the mark is undone, as by `wroteNothing`.
+        public var unchangedSince: Int?
+
+        public init(writable: Bool, wrote: Bool = false, wroteUnseen: Bool = false, unchangedSince: Int? = nil) {
+            self.writable = writable
+            self.wrote = wrote
+            self.wroteUnseen = wroteUnseen
+            self.unchangedSince = unchangedSince
+        }
+    }
+
+    /// A handle released: what was written through it is recorded (`Release`) and the handle counted off, in
+    /// one transaction. The handle is counted off even when the record fails (the error is thrown after).
+    public func release(_ id: String, through fd: FileDescriptor, _ r: Release) throws(CoreError) {
+        do {
+            try mutate { (s: inout CoreState) throws(CoreError) in
+                if r.wroteUnseen { try s.wroteUnseen(id, through: fd) }
+                if r.wrote { try s.flushed(id) }
+                if let generation = r.unchangedSince { try s.wroteNothing(id, generation: generation) }
+                s.closed(id, writable: r.writable)
+            }
+        } catch {
+            mutate { (s: inout CoreState) in s.closed(id, writable: r.writable) }
+            throw error
+        }
     }
 
     /// Records a handle closed.
@@ -265,6 +282,45 @@ extension CoreState {
         var st = stat()
         guard stat(paths.content(id), &st) == 0, let held = try? fd.stat() else { return false }
         return held.st_ino == st.st_ino && held.st_dev == st.st_dev
+    }
+
+    /// A write through `fd` is coming (see `Container.willWrite`).
+    mutating func willWrite(_ id: String, through fd: FileDescriptor?) throws(CoreError) {
+        guard var item = items[id], !item.deleted, item.hasLocal else { return }
+        if unlinked[id] != nil, let fd, !isContentFile(fd, of: id) { return }
+        contentGeneration[id, default: 0] += 1
+        try markWritten(&item)
+    }
+
+    /// Writes through `fd` that reached the content file unseen, recorded as one write that just ended.
+    mutating func wroteUnseen(_ id: String, through fd: FileDescriptor?) throws(CoreError) {
+        try willWrite(id, through: fd)
+        contentGeneration[id, default: 0] += 1
+        lastWrite[id] = now()
+    }
+
+    /// See `Container.wroteNothing`.
+    mutating func wroteNothing(_ id: String, generation: Int) throws(CoreError) {
+        guard var item = items[id], !item.deleted, item.dirty, item.hasLocal,
+              (contentGeneration[id] ?? 0) == generation else { return }
+        item.dirty = false
+        item.localSHA = item.remoteSHA
+        do { try store.save(item) } catch { throw CoreError.from(error) }
+        items[id] = item
+    }
+
+    /// See `Container.flushed`.
+    mutating func flushed(_ id: String) throws(CoreError) {
+        guard var item = items[id], !item.deleted, item.dirty else { return }
+        var st = stat()
+        guard stat(paths.content(id), &st) == 0 else { throw .io("content file missing") }
+        recountContent(id)
+        let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        if item.size == Int64(st.st_size) && item.mtime == mtime { return } // already recorded
+        item.size = Int64(st.st_size)
+        item.mtime = mtime
+        item.ctime = mtime
+        try saveLocalChange(item)
     }
 
     /// The item's content changes here: dirty (durably) until it is uploaded.

@@ -347,10 +347,20 @@ public final class Container: @unchecked Sendable {
     /// nothing, not even the ctime, and queues no upload (rsync sets every file's time again). The access time
     /// and the owner are this device's: a change of them alone is not pushed. (Who may change what, the
     /// caller has checked: the kernel does, with default_permissions.)
-    public func setAttributes(_ id: String, mode: UInt32?, mtime: Int64?, atime: Int64? = nil,
+    /// With `size`, a truncation first, in the same transaction: a size other than 0 or the current one needs
+    /// the content local (`.wouldBlock` otherwise: the caller fetches it and asks again).
+    public func setAttributes(_ id: String, size: Int64? = nil, mode: UInt32?, mtime: Int64?, atime: Int64? = nil,
                               owner: Owner? = nil) throws(CoreError) -> Item {
-        try mutate { (s: inout CoreState) throws(CoreError) -> Item in
-            try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime, owner: owner)
+        guard let size else {
+            return try mutate { (s: inout CoreState) throws(CoreError) -> Item in
+                try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime, owner: owner)
+            }
+        }
+        return try gates.shared(id) { () throws(CoreError) -> Item in
+            try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) -> Item in
+                _ = try s.truncate(id, to: size)
+                return try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime, owner: owner)
+            }
         }
     }
 }
