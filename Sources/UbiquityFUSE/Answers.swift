@@ -23,7 +23,7 @@ struct Caller: Sendable {
 
 /// A name's node and its attributes; a non-zero `ino` counts one lookup. Inode 0 is a negative entry (the name
 /// does not exist), cached for `timeout` like a positive one.
-struct Entry: @unchecked Sendable {
+struct Entry: Sendable {
     var ino: UInt64
     var attributes: stat
     /// How long the kernel may keep the name and the attributes (0: never, for virtual nodes).
@@ -33,7 +33,7 @@ struct Entry: @unchecked Sendable {
 }
 
 /// A node's attributes and how long the kernel may keep them.
-struct Attributes: @unchecked Sendable {
+struct Attributes: Sendable {
     var stat: stat
     var timeout: Double
 }

@@ -389,7 +389,11 @@ extension CoreState {
         if item.isDirectory { throw .isDirectory }
         if !item.hasContent { throw .invalidArgument("only a file has content to truncate") }
         if size == Container.currentSize(item, paths) { return item }
-        if size != 0 && !item.hasLocal { throw .wouldBlock }
+        // A non-empty size keeps bytes of the content: of its newest version, not of an older copy left here
+        // (that would upload the older bytes over the newer), unless a program holds that copy open for writing
+        // (it is the file that program writes, as for an open).
+        let heldForWriting = (handles[id]?.writers ?? 0) > 0
+        if size != 0 && !(item.isCurrent || (item.hasLocal && heldForWriting)) { throw .wouldBlock }
         item.hasLocal = true
         markContentChanged(&item, size: size)
         try saveLocalChange(item)

@@ -1,0 +1,289 @@
+// A reference model of the mount, as mountpoint-s3's reference tests have one: random sequences of
+// operations from several processes on one device (open, read, write, O_TRUNC, truncate, rename, unlink,
+// evict, close), with changes arriving from a second device, syncs, and crashes with a restart. Each operation
+// goes to the adapter's own operations (FileSystem, with its answers as values), as the kernel would send it,
+// and to a model of what a POSIX file system plus the sync rules must show; every answer and every byte read is
+// compared with the model. Both devices are stepped on the test's thread (no background threads), so a
+// sequence always runs the same way, and a failing one is shrunk to a short op-list kept as a regression.
+//
+// The model: a name leads to a file; a file has a local content (an object shared by the handles opened on
+// it, as an inode's pages are) or none (evicted, or not downloaded yet), and the bytes the remote holds. A
+// newer version from elsewhere leaves the local content stale until it is downloaded; a handle keeps the
+// content it opened when a new version is installed, the file is evicted, deleted or renamed over; a write
+// or O_TRUNC changes that content in place for every handle that shares it. What the model cannot know, it
+// asks the device about without trusting its answers for the bytes: whether a stale copy was replaced or
+// dropped (a cache policy), and whether an eviction was refused (allowed; a lossy one is a violation).
+import Foundation
+import Glibc
+@testable import UbiquityFUSE
+import UbiquityBase
+@_spi(Simulation) import UbiquityCore
+import UbiquityTesting
+
+/// One step of a sequence. Names, processes and handles are small indexes, taken modulo what exists when the
+/// step runs, so that any sub-list of a sequence (shrinking) is still a sequence.
+enum RefOp: Equatable, CustomStringConvertible {
+    enum OpenKind: Equatable { case read, readWrite, truncate }
+
+    case create(p: Int, name: Int)
+    case open(p: Int, name: Int, OpenKind)
+    case write(p: Int, h: Int, offset: Int, bytes: [UInt8])
+    case read(p: Int, h: Int)
+    case close(p: Int, h: Int)
+    case truncate(name: Int, size: Int)
+    case rename(from: Int, to: Int)
+    case unlink(name: Int)
+    case evict(name: Int)
+    /// The other device writes the whole file (creating it when it has no such name).
+    case remoteWrite(name: Int, bytes: [UInt8])
+    case remoteDelete(name: Int)
+    case remoteRename(from: Int, to: Int)
+    /// Both devices push and pull until nothing is left.
+    case sync
+    /// The daemon is killed and started again from its store: every handle is gone.
+    case restart
+
+    static let names = ["a", "b", "c"]
+    static let processes = 2
+
+    var description: String {
+        switch self {
+        case .create(let p, let n): return ".create(p: \(p), name: \(n))"
+        case .open(let p, let n, let k): return ".open(p: \(p), name: \(n), .\(k))"
+        case .write(let p, let h, let o, let b): return ".write(p: \(p), h: \(h), offset: \(o), bytes: \(b))"
+        case .read(let p, let h): return ".read(p: \(p), h: \(h))"
+        case .close(let p, let h): return ".close(p: \(p), h: \(h))"
+        case .truncate(let n, let s): return ".truncate(name: \(n), size: \(s))"
+        case .rename(let f, let t): return ".rename(from: \(f), to: \(t))"
+        case .unlink(let n): return ".unlink(name: \(n))"
+        case .evict(let n): return ".evict(name: \(n))"
+        case .remoteWrite(let n, let b): return ".remoteWrite(name: \(n), bytes: \(b))"
+        case .remoteDelete(let n): return ".remoteDelete(name: \(n))"
+        case .remoteRename(let f, let t): return ".remoteRename(from: \(f), to: \(t))"
+        case .sync: return ".sync"
+        case .restart: return ".restart"
+        }
+    }
+
+    /// A random sequence of `count` steps.
+    static func sequence(seed: UInt64, count: Int) -> [RefOp] {
+        var rng = SplitMix(seed)
+        return (0..<count).map { _ in random(&rng) }
+    }
+
+    private static func random(_ rng: inout SplitMix) -> RefOp {
+        let p = rng.below(processes), n = rng.below(names.count), h = rng.below(3)
+        func bytes() -> [UInt8] { (0..<(1 + rng.below(6))).map { _ in UInt8(97 + rng.below(26)) } }
+        switch rng.below(100) {
+        case 0..<8: return .create(p: p, name: n)
+        case 8..<24: return .open(p: p, name: n, [.read, .readWrite, .truncate][rng.below(3)])
+        case 24..<38: return .write(p: p, h: h, offset: rng.below(12), bytes: bytes())
+        case 38..<50: return .read(p: p, h: h)
+        case 50..<60: return .close(p: p, h: h)
+        case 60..<64: return .truncate(name: n, size: rng.below(10))
+        case 64..<69: return .rename(from: n, to: rng.below(names.count))
+        case 69..<72: return .unlink(name: n)
+        case 72..<77: return .evict(name: n)
+        case 77..<84: return .remoteWrite(name: n, bytes: bytes())
+        case 84..<86: return .remoteDelete(name: n)
+        case 86..<88: return .remoteRename(from: n, to: rng.below(names.count))
+        case 88..<97: return .sync
+        default: return .restart
+        }
+    }
+}
+
+/// A small deterministic generator (SplitMix64).
+struct SplitMix {
+    var state: UInt64
+    init(_ seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+}
+
+/// A content file as the model sees it: shared by every handle opened on it.
+final class ModelContent {
+    var bytes: [UInt8]
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    func write(_ data: [UInt8], at offset: Int) {
+        if bytes.count < offset + data.count { bytes += [UInt8](repeating: 0, count: offset + data.count - bytes.count) }
+        bytes.replaceSubrange(offset..<(offset + data.count), with: data)
+    }
+
+    func truncate(_ size: Int) {
+        if size < bytes.count { bytes.removeLast(bytes.count - size) } else { bytes += [UInt8](repeating: 0, count: size - bytes.count) }
+    }
+}
+
+/// A file under a name.
+struct ModelFile {
+    /// The local content; nil: none here (evicted, or never downloaded).
+    var local: ModelContent?
+    /// What the remote holds, as far as this device knows.
+    var remote: [UInt8]
+    /// The remote has a newer version than the local content.
+    var stale = false
+    /// Its content changed here since the last sync reached the remote.
+    var changedHere = false
+    /// The names it left here since the last sync reached the remote.
+    var leftNames: Set<String> = []
+
+    /// What a program that opens the file now reads.
+    var visible: [UInt8] { (local != nil && !stale) ? local!.bytes : remote }
+}
+
+/// A handle a process holds.
+struct ModelHandle {
+    let fh: UInt64
+    let content: ModelContent
+    let writable: Bool
+    /// The name it was opened under (the file may have moved or gone since).
+    let name: String
+}
+
+/// The waiter of a request that is never interrupted.
+struct PatientWaiter: Waiter {
+    func beginWaiting() -> Bool { true }
+    func endWaiting() -> Bool { true }
+}
+
+/// A result set from a completion.
+final class Answer<T: Sendable>: Sendable {
+    private let stored = Locked<Result<T, AdapterError>?>(nil)
+    var value: Result<T, AdapterError>? {
+        get { stored.withLock { $0 } }
+        set { stored.withLock { $0 = newValue } }
+    }
+}
+
+/// What went wrong in a run: the step and what differed.
+struct RefViolation: Error, CustomStringConvertible {
+    let step: Int
+    let what: String
+    var description: String { "step \(step): \(what)" }
+}
+
+/// One device: a stepped container (no background threads) and the adapter on it.
+final class RefDevice {
+    let name: String
+    let dir: String
+    let remote: MemoryRemote
+    private(set) var container: Container!
+    private(set) var fs: FileSystem!
+
+    init(_ name: String, dir: String, remote: MemoryRemote) throws {
+        self.name = name
+        self.dir = dir
+        self.remote = remote
+        try open()
+    }
+
+    private func open() throws {
+        var config = ContainerConfig(device: name)
+        config.environment.backgroundTransfers = false
+        config.environment.sleep = { _ in }
+        config.environment.randomUnit = { 0 }
+        container = try Container(store: try Store(directory: dir), remote: remote, config: config)
+        fs = FileSystem(core: container)
+    }
+
+    /// A kill -9 of the daemon and a start from its store: the kernel closes every descriptor it held.
+    func crash() throws {
+        for file in fs.openFiles() { file.fd.close() }
+        fs.notifier.sync {} // its kernel notices (to no kernel here) hold the adapter until they ran
+        fs = nil
+        container = nil
+        try open()
+    }
+
+    /// Runs the downloads asked for until `answer` is set (an open or truncation waiting for content).
+    func settle<T>(_ answer: Answer<T>) -> Result<T, AdapterError>? {
+        for _ in 0..<20 {
+            if let value = answer.value { return value }
+            let keys = container.requestedDownloads
+            if keys.isEmpty { break }
+            for key in keys { _ = container.downloadOnce(key) }
+        }
+        return answer.value
+    }
+
+    /// Pushes until nothing is left, or only what fails again; the failure is returned.
+    func pushAll() -> String? {
+        var failure: String?
+        for _ in 0..<100 {
+            switch container.pushOnce() {
+            case .idle: return failure
+            case .pushed: continue
+            case .failed(let id, let why):
+                let this = "push of \(id) failed: \(why)"
+                if this == failure { return failure }
+                failure = this
+            }
+        }
+        return "the push never ended"
+    }
+
+    func pullAll() throws {
+        while try container.pullOnce() {}
+    }
+
+    /// The names in the mount root, sorted (without ., .., .versions and .kvstore).
+    func rootNames() throws -> [String] {
+        let dir = try fs.opendir(1)
+        defer { fs.releasedir(dir.fh) }
+        let hidden: Set = [".", "..", FileSystem.versionsName, FileSystem.kvName, "Documents"]
+        return fs.listing(dir.fh).map(\.name).filter { !hidden.contains($0) }.sorted()
+    }
+
+    /// The inode of a name in the root (nil: no such name).
+    func ino(_ name: String) throws -> UInt64? {
+        let e = try fs.lookup(1, name)
+        return e.ino == 0 ? nil : e.ino
+    }
+
+    /// open(2) of a name in the root, as the kernel sends it: a lookup, then the open (again with a new
+    /// lookup when the inode was retired: ESTALE). Nil when no answer came.
+    func open(_ name: String, flags: Int32) throws -> Result<Opened, AdapterError>? {
+        for _ in 0..<2 {
+            guard let ino = try ino(name) else { return .failure(.core(.notFound)) }
+            let answer = Answer<Opened>()
+            fs.open(ino, flags: flags, .unknown, waiter: PatientWaiter()) { answer.value = $0 }
+            let result = settle(answer)
+            if case .failure(.system(let e))? = result, e.rawValue == ESTALE { continue }
+            return result
+        }
+        return .failure(.system(Errno(ESTALE)))
+    }
+
+    /// The whole content a handle reads.
+    func read(_ fh: UInt64) throws -> [UInt8] {
+        let fd = try fs.readable(fh)
+        var buf = [UInt8](repeating: 0, count: 1 << 16)
+        let n = buf.withUnsafeMutableBytes { pread(fd.raw, $0.baseAddress, $0.count, 0) }
+        guard n >= 0 else { throw Errno.current }
+        return Array(buf.prefix(n))
+    }
+
+    /// Writes a whole file through the adapter, as `echo > NAME` does.
+    func writeWhole(_ name: String, _ bytes: [UInt8]) throws {
+        let opened: Opened
+        if try ino(name) == nil {
+            opened = try fs.create(1, name, 0o644, .unknown).1
+        } else {
+            guard case .success(let o)? = try open(name, flags: O_WRONLY | O_TRUNC) else { throw CoreError.io("open failed") }
+            opened = o
+        }
+        _ = try fs.write(opened.fh, WriteData(bytes), at: 0)
+        try fs.flush(opened.fh)
+        fs.release(opened.fh)
+    }
+
+    func item(_ name: String) -> Item? { container.lookup(parent: container.rootID, name: name) }
+}

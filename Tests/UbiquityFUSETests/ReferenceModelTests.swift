@@ -1,0 +1,46 @@
+// The adapter against its reference model (ReferenceModel.swift): fresh random sequences, and the sequences it
+// found, shrunk, kept as they are. `UBIQUITY_REFTEST_SEED` and `UBIQUITY_REFTEST_RUNS` run other seeds; a
+// failure names its seed and prints its shrunk op-list, ready to be kept below.
+import Foundation
+import Testing
+@testable import UbiquityFUSE
+import UbiquityBase
+
+@Suite(.serialized) struct ReferenceModelTests {
+    init() { Log.shared.configure(level: .error, path: nil) }
+
+    static func environment(_ name: String, _ fallback: UInt64) -> UInt64 {
+        ProcessInfo.processInfo.environment[name].flatMap { UInt64($0) } ?? fallback
+    }
+
+    @Test func randomSequencesAgreeWithTheModel() {
+        let first = Self.environment("UBIQUITY_REFTEST_SEED", 1)
+        let runs = Self.environment("UBIQUITY_REFTEST_RUNS", 80)
+        for seed in first..<(first + runs) {
+            let ops = RefOp.sequence(seed: seed, count: 40)
+            guard let v = RefRun.check(ops) else { continue }
+            let shrunk = RefRun.shrink(ops, v)
+            let again = RefRun.check(shrunk).map { "\($0)" } ?? "(passes alone)"
+            Issue.record("seed \(seed): \(v)\nshrunk to \(again):\n[\(shrunk.map(\.description).joined(separator: ",\n "))]")
+            return
+        }
+    }
+}
+
+/// Sequences the model found, shrunk; each names what was wrong before its fix.
+@Suite(.serialized) struct ReferenceModelRegressions {
+    init() { Log.shared.configure(level: .error, path: nil) }
+
+    func expectAgrees(_ ops: [RefOp]) {
+        if let v = RefRun.check(ops) { Issue.record("\(v)") }
+    }
+
+    /// Seed 25: a truncation to a non-zero size of a file whose newer version had arrived but was not
+    /// downloaded cut the older local copy, and uploaded that over the other device's edit.
+    @Test func aTruncationOfAStaleCopyTruncatesTheNewestVersion() {
+        expectAgrees([.remoteWrite(name: 1, bytes: Array("cu".utf8)),
+                      .open(p: 0, name: 1, .read),
+                      .remoteWrite(name: 1, bytes: Array("jhh".utf8)),
+                      .truncate(name: 1, size: 9)])
+    }
+}
