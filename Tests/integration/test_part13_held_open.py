@@ -144,3 +144,23 @@ def test_random_holders_evictions_remote_versions_and_overwrites_against_a_model
             h.close()
     sync(b)
     assert (a / rel).read_text() == (b / rel).read_text() == history[-1], trace
+
+
+# Found by the adapter's reference model (Tests/UbiquityFUSETests, seed 25): `truncate -s N` of a file whose
+# newer version had arrived but was not downloaded yet cut the older local copy and uploaded that, so the other
+# device's edit was lost on every device. It now fetches the newest version first.
+def test_truncate_of_a_file_whose_newer_version_arrived_keeps_the_newer_bytes(stub, mount_factory):
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    rel = "Documents/f.txt"
+    (a / rel).write_text("old\n")
+    sync(a)
+    wait_until(lambda: (b / rel).read_text() == "old\n", timeout=30, what="the first version on b")
+    (a / rel).write_text(ORIGINAL)
+    sync(a)
+    wait_until(lambda: os.stat(b / rel).st_size == len(ORIGINAL), timeout=30, what="the newer version listed on b")
+    # truncate(2) by path, as Python's os.truncate and Perl's truncate call it (GNU truncate opens the file
+    # first, which fetched the newest version already).
+    run("python3", "-c", "import os, sys; os.truncate(sys.argv[1], 9)", b / rel)
+    assert (b / rel).read_text() == ORIGINAL[:9]
+    sync(b)
+    wait_until(lambda: (a / rel).read_text() == ORIGINAL[:9], timeout=30, what="the truncation on a")
