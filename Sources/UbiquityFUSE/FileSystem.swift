@@ -23,7 +23,7 @@ import UbiquityCore
 /// its mutable state is behind locks (`handleLock`: handles and listings; `sessionLock`: the session), and `kv`
 /// is set once before `mount`, so before any loop thread starts.
 public final class FileSystem: @unchecked Sendable {
-    let core: Container
+    let core: any AdapterCore
     let inodes: InodeTable
     /// Which processes may not download (indexers).
     let downloadPolicy: DownloadPolicy
@@ -87,7 +87,7 @@ public final class FileSystem: @unchecked Sendable {
         let type: mode_t
     }
 
-    public init(core: Container, downloadPolicy: DownloadPolicy = DownloadPolicy(noDownloadFor: [])) {
+    public init(core: any AdapterCore, downloadPolicy: DownloadPolicy = DownloadPolicy(noDownloadFor: [])) {
         self.core = core
         self.downloadPolicy = downloadPolicy
         inodes = InodeTable(rootID: core.rootID)
@@ -348,9 +348,9 @@ public final class FileSystem: @unchecked Sendable {
         do throws(CoreError) {
             // O_NONBLOCK changes nothing for a regular file. Only an open that would download asks who calls.
             let truncate = flags & O_TRUNC != 0
-            var opening = try core.open(id, writable: writable, truncate: truncate, staleOK: attempt > 1)
+            var opening = try core.open(id, writable: writable, truncate: truncate, staleOK: attempt > 1, noDownload: false)
             if case .fetch = opening, !downloadPolicy.mayDownload(caller.pid) {
-                opening = try core.open(id, writable: writable, truncate: truncate, noDownload: true)
+                opening = try core.open(id, writable: writable, truncate: truncate, staleOK: false, noDownload: true)
             }
             switch opening {
             case .opened(let fd):

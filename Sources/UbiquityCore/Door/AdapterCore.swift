@@ -1,0 +1,75 @@
+// All that the FUSE adapter may call of the core: the one protocol it holds (`FileSystem.core`). Container is
+// its one implementation; the push and pull sides (`Container.pushSide`, `.pullSide`), the loops and the
+// simulation's steps (`@_spi(Simulation)`) are not part of it, so the adapter cannot reach them.
+//
+// What must hold: each call that changes anything is one operation of the core (one `mutate`, one transaction)
+// and throws only `CoreError`; a call that waits for content takes a completion and never blocks. Descriptors
+// and figures come back, never a path into the store (AdapterServices.swift).
+import UbiquityBase
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public protocol AdapterCore: AnyObject, Sendable {
+    // MARK: the container
+    var rootID: String { get }
+    var config: ContainerConfig { get }
+    /// Told of changes from elsewhere, to invalidate the kernel's caches. Held weakly.
+    var observer: ContainerObserver? { get set }
+    func rootAttributes() throws(CoreError) -> [(name: String, value: String)]
+    func storeFileSystemStats() throws(CoreError) -> statvfs
+    func makeStagingFile(prefix: String) throws(CoreError) -> FileDescriptor
+
+    // MARK: items and names
+    func item(_ id: String) -> Item?
+    func unlinkedItem(_ id: String) -> Item?
+    func lookup(parent: String, name: String) -> Item?
+    func path(of id: String) -> String
+    func list(_ id: String) throws(CoreError) -> [Item]
+    func listEntries(_ id: String) throws(CoreError) -> [(name: String, id: String, kind: ItemKind)]
+    func subdirectoryCount(_ id: String) -> Int
+    func createFile(parent: String, name: String, mode: UInt32, owner: Owner?) throws(CoreError) -> Item
+    func createAndOpen(parent: String, name: String, mode: UInt32, owner: Owner?) throws(CoreError) -> (Item, FileDescriptor)
+    func makeDirectory(parent: String, name: String, mode: UInt32, owner: Owner?) throws(CoreError) -> Item
+    func createSymlink(parent: String, name: String, target: String, owner: Owner?) throws(CoreError) -> Item
+    func createLocalNode(parent: String, name: String, kind: ItemKind, mode: UInt32, owner: Owner?) throws(CoreError) -> Item
+    func remove(parent: String, name: String, directory: Bool) throws(CoreError)
+    func rename(parent: String, name: String, newParent: String, newName: String, noReplace: Bool) throws(CoreError)
+    func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError)
+    func setAttributes(_ id: String, size: Int64?, mode: UInt32?, mtime: Int64?, atime: Int64?,
+                       owner: Owner?) throws(CoreError) -> Item
+
+    // MARK: content
+    func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool, noDownload: Bool) throws(CoreError) -> Container.Opening
+    func fetch(_ id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) -> Int
+    func write<T>(_ id: String, through fd: FileDescriptor?, _ body: () -> T) throws(CoreError) -> T
+    func openedForUnseenWrites(_ id: String) throws(CoreError) -> Int?
+    func flushed(_ id: String, wroteUnseen: Bool, through fd: FileDescriptor?) throws(CoreError)
+    func synced(_ id: String, wroteUnseen: Bool, through fd: FileDescriptor?) throws(CoreError)
+    func release(_ id: String, through fd: FileDescriptor, _ r: Container.Release) throws(CoreError)
+    func localStat(_ item: Item) -> stat?
+    func contentFileIdentity(_ id: String) -> (device: UInt64, inode: UInt64)?
+    func evict(_ id: String) throws(CoreError)
+    func requestDownload(_ id: String) throws(CoreError)
+    func setPinned(_ id: String, _ on: Bool) throws(CoreError)
+    func setExcludedFromSync(_ id: String, _ on: Bool) throws(CoreError)
+
+    // MARK: status and extended attributes
+    func status(_ id: String) throws(CoreError) -> ItemStatus
+    func userXattr(_ id: String, _ name: String) throws(CoreError) -> [UInt8]
+    func userXattrNames(_ id: String) -> [String]
+    func setUserXattr(_ id: String, _ name: String, _ value: [UInt8], create: Bool, replace: Bool) throws(CoreError)
+    func removeUserXattr(_ id: String, _ name: String) throws(CoreError)
+
+    // MARK: conflict versions
+    func conflictedItems() -> [Item]
+    func hasLocalConflict(_ id: String, _ conflict: String) -> Bool
+    func openConflictVersion(item id: String, conflict: String) throws(CoreError) -> FileDescriptor
+    func fetchConflict(_ id: String, _ conflict: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void)
+    func evictConflict(_ id: String, _ conflict: String)
+    func discardConflict(_ id: String, _ conflict: String) throws(CoreError)
+    func promoteConflict(_ id: String, _ conflict: String) throws(CoreError)
+    func resolveKeepingCurrent(_ id: String) throws(CoreError)
+}
+
+extension Container: AdapterCore {}
