@@ -27,6 +27,8 @@ enum RefOp: Equatable, CustomStringConvertible {
 
     case create(p: Int, name: Int)
     case open(p: Int, name: Int, OpenKind)
+    /// An open whose process is interrupted (a signal) while it waits for content: EINTR, the transfer goes on.
+    case interruptedOpen(p: Int, name: Int, OpenKind)
     case write(p: Int, h: Int, offset: Int, bytes: [UInt8])
     case read(p: Int, h: Int)
     case close(p: Int, h: Int)
@@ -40,6 +42,8 @@ enum RefOp: Equatable, CustomStringConvertible {
     case remoteRename(from: Int, to: Int)
     /// Both devices push and pull until nothing is left.
     case sync
+    /// The network goes down or comes back (for both devices).
+    case network(up: Bool)
     /// The daemon is killed and started again from its store: every handle is gone.
     case restart
 
@@ -50,6 +54,7 @@ enum RefOp: Equatable, CustomStringConvertible {
         switch self {
         case .create(let p, let n): return ".create(p: \(p), name: \(n))"
         case .open(let p, let n, let k): return ".open(p: \(p), name: \(n), .\(k))"
+        case .interruptedOpen(let p, let n, let k): return ".interruptedOpen(p: \(p), name: \(n), .\(k))"
         case .write(let p, let h, let o, let b): return ".write(p: \(p), h: \(h), offset: \(o), bytes: \(b))"
         case .read(let p, let h): return ".read(p: \(p), h: \(h))"
         case .close(let p, let h): return ".close(p: \(p), h: \(h))"
@@ -61,6 +66,7 @@ enum RefOp: Equatable, CustomStringConvertible {
         case .remoteDelete(let n): return ".remoteDelete(name: \(n))"
         case .remoteRename(let f, let t): return ".remoteRename(from: \(f), to: \(t))"
         case .sync: return ".sync"
+        case .network(let up): return ".network(up: \(up))"
         case .restart: return ".restart"
         }
     }
@@ -74,20 +80,23 @@ enum RefOp: Equatable, CustomStringConvertible {
     private static func random(_ rng: inout SplitMix) -> RefOp {
         let p = rng.below(processes), n = rng.below(names.count), h = rng.below(3)
         func bytes() -> [UInt8] { (0..<(1 + rng.below(6))).map { _ in UInt8(97 + rng.below(26)) } }
+        let kind = [OpenKind.read, .readWrite, .truncate][rng.below(3)]
         switch rng.below(100) {
         case 0..<8: return .create(p: p, name: n)
-        case 8..<24: return .open(p: p, name: n, [.read, .readWrite, .truncate][rng.below(3)])
-        case 24..<38: return .write(p: p, h: h, offset: rng.below(12), bytes: bytes())
-        case 38..<50: return .read(p: p, h: h)
-        case 50..<60: return .close(p: p, h: h)
-        case 60..<64: return .truncate(name: n, size: rng.below(10))
-        case 64..<69: return .rename(from: n, to: rng.below(names.count))
-        case 69..<72: return .unlink(name: n)
-        case 72..<77: return .evict(name: n)
-        case 77..<84: return .remoteWrite(name: n, bytes: bytes())
-        case 84..<86: return .remoteDelete(name: n)
-        case 86..<88: return .remoteRename(from: n, to: rng.below(names.count))
-        case 88..<97: return .sync
+        case 8..<22: return .open(p: p, name: n, kind)
+        case 22..<24: return .interruptedOpen(p: p, name: n, kind)
+        case 24..<37: return .write(p: p, h: h, offset: rng.below(12), bytes: bytes())
+        case 37..<48: return .read(p: p, h: h)
+        case 48..<58: return .close(p: p, h: h)
+        case 58..<62: return .truncate(name: n, size: rng.below(10))
+        case 62..<67: return .rename(from: n, to: rng.below(names.count))
+        case 67..<70: return .unlink(name: n)
+        case 70..<75: return .evict(name: n)
+        case 75..<82: return .remoteWrite(name: n, bytes: bytes())
+        case 82..<84: return .remoteDelete(name: n)
+        case 84..<86: return .remoteRename(from: n, to: rng.below(names.count))
+        case 86..<94: return .sync
+        case 94..<97: return .network(up: rng.below(2) == 0)
         default: return .restart
         }
     }
@@ -130,8 +139,6 @@ struct ModelFile {
     var remote: [UInt8]
     /// The remote has a newer version than the local content.
     var stale = false
-    /// Its content changed here since the last sync reached the remote.
-    var changedHere = false
     /// The names it left here since the last sync reached the remote.
     var leftNames: Set<String> = []
 
@@ -152,6 +159,13 @@ struct ModelHandle {
 struct PatientWaiter: Waiter {
     func beginWaiting() -> Bool { true }
     func endWaiting() -> Bool { true }
+}
+
+/// The waiter of a request interrupted while it waits: the interrupt answered EINTR, so the operation, once
+/// the content came or failed, answers nothing.
+struct InterruptedWaiter: Waiter {
+    func beginWaiting() -> Bool { true }
+    func endWaiting() -> Bool { false }
 }
 
 /// A result set from a completion.
@@ -250,11 +264,11 @@ final class RefDevice {
 
     /// open(2) of a name in the root, as the kernel sends it: a lookup, then the open (again with a new
     /// lookup when the inode was retired: ESTALE). Nil when no answer came.
-    func open(_ name: String, flags: Int32) throws -> Result<Opened, AdapterError>? {
+    func open(_ name: String, flags: Int32, waiter: Waiter = PatientWaiter()) throws -> Result<Opened, AdapterError>? {
         for _ in 0..<2 {
             guard let ino = try ino(name) else { return .failure(.core(.notFound)) }
             let answer = Answer<Opened>()
-            fs.open(ino, flags: flags, .unknown, waiter: PatientWaiter()) { answer.value = $0 }
+            fs.open(ino, flags: flags, .unknown, waiter: waiter) { answer.value = $0 }
             let result = settle(answer)
             if case .failure(.system(let e))? = result, e.rawValue == ESTALE { continue }
             return result

@@ -15,7 +15,7 @@ import UbiquityBase
 
     @Test func randomSequencesAgreeWithTheModel() {
         let first = Self.environment("UBIQUITY_REFTEST_SEED", 1)
-        let runs = Self.environment("UBIQUITY_REFTEST_RUNS", 80)
+        let runs = Self.environment("UBIQUITY_REFTEST_RUNS", 300)
         for seed in first..<(first + runs) {
             let ops = RefOp.sequence(seed: seed, count: 40)
             guard let v = RefRun.check(ops) else { continue }

@@ -17,6 +17,8 @@ final class RefRun {
     /// Names this device changed since the last sync (the other device's changes avoid them: they would be
     /// conflicts, which the simulation covers).
     var dirtyNames = Set<String>()
+    /// The network is down: nothing reaches the remote, and content that is not here cannot be had.
+    var offline = false
     var step = 0
 
     init() throws {
@@ -94,10 +96,9 @@ final class RefRun {
         return (h % list.count, list[h % list.count])
     }
 
-    /// Marks changed here the file whose local content `content` is.
+    /// The name of the file whose local content `content` is counts as changed here.
     func changed(_ content: ModelContent) {
         for (name, f) in files where f.local === content {
-            files[name]?.changedHere = true
             dirtyNames.insert(name)
         }
     }
@@ -114,6 +115,7 @@ final class RefRun {
         switch op {
         case .create(let p, let n): try create(p, name(n))
         case .open(let p, let n, let kind): try open(p, name(n), kind)
+        case .interruptedOpen(let p, let n, let kind): try open(p, name(n), kind, interrupted: true)
         case .write(let p, let h, let offset, let bytes): try write(p, h, offset, bytes)
         case .read(let p, let h): try read(p, h)
         case .close(let p, let h): try close(p, h)
@@ -125,6 +127,9 @@ final class RefRun {
         case .remoteDelete(let n): try remoteDelete(name(n))
         case .remoteRename(let f, let t): try remoteRename(name(f), name(t))
         case .sync: try sync()
+        case .network(let up):
+            offline = !up
+            remote.offline = offline
         case .restart: try restart()
         }
     }
@@ -135,25 +140,34 @@ final class RefRun {
             try a.fs.create(1, name, 0o644, .unknown)
         }.mapError { AdapterError.core($0) })
         let content = ModelContent([])
-        files[name] = ModelFile(local: content, remote: [], changedHere: true)
+        files[name] = ModelFile(local: content, remote: [])
         dirtyNames.insert(name)
         handles[p].append(ModelHandle(fh: opened.fh, content: content, writable: true, name: name))
     }
 
-    func open(_ p: Int, _ name: String, _ kind: RefOp.OpenKind) throws {
+    func open(_ p: Int, _ name: String, _ kind: RefOp.OpenKind, interrupted: Bool = false) throws {
         let flags: Int32 = kind == .read ? O_RDONLY : kind == .readWrite ? O_RDWR : O_WRONLY | O_TRUNC
-        let result = try a.open(name, flags: flags)
+        let waiter: Waiter = interrupted ? InterruptedWaiter() : PatientWaiter()
+        let result = try a.open(name, flags: flags, waiter: waiter)
         guard var f = files[name] else { return try expectFailure("open of \(name), which is not there", result, ENOENT) }
+        // (Empty content needs no download.)
+        let needsContent = kind != .truncate && (f.local == nil ? !f.remote.isEmpty : f.stale)
+        if interrupted && needsContent {
+            if let result { throw violation("an interrupted open of \(name) was answered: \(result)") }
+            return reconcile(name) // the transfer went on, and may have installed the newest version
+        }
+        if offline && needsContent && f.local == nil {
+            return try expectFailure("open of \(name), not here, offline", result, EIO)
+        }
         let opened = try expectSuccess("open \(name) (\(kind))", result)
         if kind == .truncate {
             if let local = f.local { local.truncate(0) } else { f.local = ModelContent([]) }
             f.stale = false
-            f.changedHere = true
             dirtyNames.insert(name)
-        } else if f.local == nil || f.stale {
+        } else if f.local == nil || (needsContent && !offline) {
             f.local = ModelContent(f.remote) // fetched
             f.stale = false
-        }
+        } // (offline, a stale copy is served: the newest cannot be had)
         files[name] = f
         handles[p].append(ModelHandle(fh: opened.fh, content: f.local!, writable: kind != .read, name: name))
     }
@@ -194,6 +208,9 @@ final class RefRun {
         var changes = AttributeChanges()
         changes.size = Int64(size)
         a.fs.setattr(ino, changes, fh: nil, waiter: PatientWaiter()) { answer.value = $0 }
+        if offline && size != 0 && size != f.visible.count && (f.local == nil ? !f.remote.isEmpty : f.stale) {
+            return try expectFailure("truncate of \(name), not here, offline", a.settle(answer), EIO)
+        }
         let attrs = try expectSuccess("truncate \(name) to \(size)", a.settle(answer))
         if size != f.visible.count {
             if size == 0, let local = f.local {
@@ -205,7 +222,6 @@ final class RefRun {
                 f.local!.truncate(size)
             }
             f.stale = false
-            f.changedHere = true
             dirtyNames.insert(name)
             files[name] = f
         }
@@ -238,7 +254,8 @@ final class RefRun {
             try a.fs.setxattr(ino, StatusAttribute.prefix + ActionAttribute.evict.rawValue, [], flags: 0)
         }
         guard case .success = result else { return } // refused (EBUSY): allowed, nothing changes
-        if f.changedHere || hasWriter(name) {
+        // Lossy when what is here is not what the remote holds (a change not uploaded), or a program writes it.
+        if hasWriter(name) || (f.local != nil && !f.stale && f.local!.bytes != f.remote) {
             throw violation("\(name) was evicted with changes not uploaded (or open for writing)")
         }
         files[name]?.local = nil
@@ -249,7 +266,7 @@ final class RefRun {
     /// when it has nothing to change), pushes it, and `a` pulls. Skipped when it touches a name changed here
     /// since the last sync or a file open for writing here.
     func remote(touching names: [String], _ change: () throws -> Bool) throws -> Bool {
-        guard names.allSatisfy({ !dirtyNames.contains($0) && !hasWriter($0) }) else { return false }
+        guard !offline, names.allSatisfy({ !dirtyNames.contains($0) && !hasWriter($0) }) else { return false }
         try b.pullAll()
         guard try change() else { return false }
         if let failure = b.pushAll() { throw violation("the other device: \(failure)") }
@@ -292,9 +309,10 @@ final class RefRun {
         }
     }
 
-    /// Whether `a` replaced (installed) or dropped a stale copy of `name`: a cache policy, not a result.
+    /// Whether `a` downloaded `name`, or replaced (installed) or dropped a stale copy of it: a cache policy,
+    /// not a result.
     func reconcile(_ name: String) {
-        guard var f = files[name], f.stale, let item = a.item(name) else { return }
+        guard var f = files[name], f.stale || f.local == nil, let item = a.item(name) else { return }
         if item.isCurrent {
             f.local = ModelContent(f.remote)
             f.stale = false
@@ -309,6 +327,10 @@ final class RefRun {
     /// written is not pushed, and a push that needs it to go first (its old name) waits for it, failing
     /// meanwhile. Then nothing counts as synced.
     func sync() throws {
+        if offline { // pushes fail and are kept for later; nothing is synced
+            _ = a.pushAll()
+            return
+        }
         var failure: String?
         for _ in 0..<2 {
             failure = a.pushAll()
@@ -328,7 +350,6 @@ final class RefRun {
                 dirtyNames.formUnion(f.leftNames.union([name]))
                 continue
             }
-            files[name]?.changedHere = false
             files[name]?.leftNames = []
             files[name]?.remote = f.visible
         }
@@ -368,6 +389,8 @@ final class RefRun {
 
     /// Every handle closed, two syncs: each name reads what the model says, here and on the remote.
     func finalCheck() throws {
+        offline = false
+        remote.offline = false
         for (p, list) in handles.enumerated() { for _ in list { try close(p, 0) } }
         try sync()
         for (name, f) in files.sorted(by: { $0.key < $1.key }) {
