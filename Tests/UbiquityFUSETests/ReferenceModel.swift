@@ -20,8 +20,9 @@ import UbiquityBase
 @_spi(Simulation) import UbiquityCore
 import UbiquityTesting
 
-/// One step of a sequence. Names, processes and handles are small indexes, taken modulo what exists when the
-/// step runs, so that any sub-list of a sequence (shrinking) is still a sequence.
+/// One step of a sequence. Paths, processes and handles are small indexes, taken modulo what exists when the
+/// step runs, so that any sub-list of a sequence (shrinking) is still a sequence. `name` indexes `files` (paths
+/// of files, in the root and in two folders), `dir` indexes `dirs`.
 enum RefOp: Equatable, CustomStringConvertible {
     enum OpenKind: Equatable { case read, readWrite, truncate }
 
@@ -40,6 +41,12 @@ enum RefOp: Equatable, CustomStringConvertible {
     case remoteWrite(name: Int, bytes: [UInt8])
     case remoteDelete(name: Int)
     case remoteRename(from: Int, to: Int)
+    case mkdir(dir: Int)
+    case rmdir(dir: Int)
+    /// A folder renamed (with what is in it), onto a name that is free.
+    case moveDir(from: Int, to: Int)
+    /// The other device renames a folder: it may race this device's changes inside it.
+    case remoteMoveDir(from: Int, to: Int)
     /// Both devices push and pull until nothing is left.
     case sync
     /// The network goes down or comes back (for both devices).
@@ -47,7 +54,8 @@ enum RefOp: Equatable, CustomStringConvertible {
     /// The daemon is killed and started again from its store: every handle is gone.
     case restart
 
-    static let names = ["a", "b", "c"]
+    static let files = ["a", "b", "d/a", "d/b", "e/a"]
+    static let dirs = ["d", "e"]
     static let processes = 2
 
     var description: String {
@@ -65,6 +73,10 @@ enum RefOp: Equatable, CustomStringConvertible {
         case .remoteWrite(let n, let b): return ".remoteWrite(name: \(n), bytes: \(b))"
         case .remoteDelete(let n): return ".remoteDelete(name: \(n))"
         case .remoteRename(let f, let t): return ".remoteRename(from: \(f), to: \(t))"
+        case .mkdir(let d): return ".mkdir(dir: \(d))"
+        case .rmdir(let d): return ".rmdir(dir: \(d))"
+        case .moveDir(let f, let t): return ".moveDir(from: \(f), to: \(t))"
+        case .remoteMoveDir(let f, let t): return ".remoteMoveDir(from: \(f), to: \(t))"
         case .sync: return ".sync"
         case .network(let up): return ".network(up: \(up))"
         case .restart: return ".restart"
@@ -78,25 +90,30 @@ enum RefOp: Equatable, CustomStringConvertible {
     }
 
     private static func random(_ rng: inout SplitMix) -> RefOp {
-        let p = rng.below(processes), n = rng.below(names.count), h = rng.below(3)
+        let p = rng.below(processes), n = rng.below(files.count), h = rng.below(3)
+        let d = rng.below(dirs.count), other = rng.below(dirs.count)
         func bytes() -> [UInt8] { (0..<(1 + rng.below(6))).map { _ in UInt8(97 + rng.below(26)) } }
         let kind = [OpenKind.read, .readWrite, .truncate][rng.below(3)]
         switch rng.below(100) {
         case 0..<8: return .create(p: p, name: n)
-        case 8..<22: return .open(p: p, name: n, kind)
-        case 22..<24: return .interruptedOpen(p: p, name: n, kind)
-        case 24..<37: return .write(p: p, h: h, offset: rng.below(12), bytes: bytes())
-        case 37..<48: return .read(p: p, h: h)
-        case 48..<58: return .close(p: p, h: h)
-        case 58..<62: return .truncate(name: n, size: rng.below(10))
-        case 62..<67: return .rename(from: n, to: rng.below(names.count))
-        case 67..<70: return .unlink(name: n)
-        case 70..<75: return .evict(name: n)
-        case 75..<82: return .remoteWrite(name: n, bytes: bytes())
-        case 82..<84: return .remoteDelete(name: n)
-        case 84..<86: return .remoteRename(from: n, to: rng.below(names.count))
-        case 86..<94: return .sync
-        case 94..<97: return .network(up: rng.below(2) == 0)
+        case 8..<21: return .open(p: p, name: n, kind)
+        case 21..<23: return .interruptedOpen(p: p, name: n, kind)
+        case 23..<35: return .write(p: p, h: h, offset: rng.below(12), bytes: bytes())
+        case 35..<45: return .read(p: p, h: h)
+        case 45..<54: return .close(p: p, h: h)
+        case 54..<57: return .truncate(name: n, size: rng.below(10))
+        case 57..<62: return .rename(from: n, to: rng.below(files.count))
+        case 62..<65: return .unlink(name: n)
+        case 65..<69: return .evict(name: n)
+        case 69..<75: return .remoteWrite(name: n, bytes: bytes())
+        case 75..<77: return .remoteDelete(name: n)
+        case 77..<79: return .remoteRename(from: n, to: rng.below(files.count))
+        case 79..<83: return .mkdir(dir: d)
+        case 83..<84: return .rmdir(dir: d)
+        case 84..<86: return .moveDir(from: d, to: other)
+        case 86..<88: return .remoteMoveDir(from: d, to: other)
+        case 88..<95: return .sync
+        case 95..<98: return .network(up: rng.below(2) == 0)
         default: return .restart
         }
     }
@@ -248,18 +265,48 @@ final class RefDevice {
         while try container.pullOnce() {}
     }
 
-    /// The names in the mount root, sorted (without ., .., .versions and .kvstore).
-    func rootNames() throws -> [String] {
-        let dir = try fs.opendir(1)
-        defer { fs.releasedir(dir.fh) }
+    /// Every path below the mount root, folders too, sorted (without .versions, .kvstore and Documents).
+    func allPaths(below ino: UInt64 = 1, prefix: String = "") throws -> [String] {
+        let dir = try fs.opendir(ino)
+        let entries = fs.listing(dir.fh)
+        fs.releasedir(dir.fh)
         let hidden: Set = [".", "..", FileSystem.versionsName, FileSystem.kvName, "Documents"]
-        return fs.listing(dir.fh).map(\.name).filter { !hidden.contains($0) }.sorted()
+        var paths: [String] = []
+        for e in entries where !(prefix.isEmpty ? hidden : [".", ".."]).contains(e.name) {
+            paths.append(prefix + e.name)
+            if e.type == S_IFDIR, let child = try self.ino(prefix + e.name) {
+                paths += try allPaths(below: child, prefix: prefix + e.name + "/")
+            }
+        }
+        return paths.sorted()
     }
 
-    /// The inode of a name in the root (nil: no such name).
-    func ino(_ name: String) throws -> UInt64? {
-        let e = try fs.lookup(1, name)
-        return e.ino == 0 ? nil : e.ino
+    /// The inode of a path from the root, as the kernel walks it (nil: not found).
+    func ino(_ path: String) throws -> UInt64? {
+        var ino: UInt64 = 1
+        for part in path.split(separator: "/") {
+            let e = try fs.lookup(ino, String(part))
+            if e.ino == 0 { return nil }
+            ino = e.ino
+        }
+        return ino
+    }
+
+    /// The inode of a path's folder and its last name (nil: the folder is not found).
+    func place(_ path: String) throws -> (parent: UInt64, name: String)? {
+        let parts = path.split(separator: "/").map(String.init)
+        guard let leaf = parts.last else { return nil }
+        guard let parent = try ino(parts.dropLast().joined(separator: "/")) else { return nil }
+        return (parent, leaf)
+    }
+
+    func item(_ path: String) -> Item? {
+        var item = container.item(container.rootID)
+        for part in path.split(separator: "/") {
+            guard let dir = item else { return nil }
+            item = container.lookup(parent: dir.id, name: String(part))
+        }
+        return item
     }
 
     /// open(2) of a name in the root, as the kernel sends it: a lookup, then the open (again with a new
@@ -285,13 +332,14 @@ final class RefDevice {
         return Array(buf.prefix(n))
     }
 
-    /// Writes a whole file through the adapter, as `echo > NAME` does.
-    func writeWhole(_ name: String, _ bytes: [UInt8]) throws {
+    /// Writes a whole file through the adapter, as `echo > PATH` does.
+    func writeWhole(_ path: String, _ bytes: [UInt8]) throws {
+        guard let (parent, name) = try place(path) else { throw CoreError.notFound }
         let opened: Opened
-        if try ino(name) == nil {
-            opened = try fs.create(1, name, 0o644, .unknown).1
+        if try ino(path) == nil {
+            opened = try fs.create(parent, name, 0o644, .unknown).1
         } else {
-            guard case .success(let o)? = try open(name, flags: O_WRONLY | O_TRUNC) else { throw CoreError.io("open failed") }
+            guard case .success(let o)? = try open(path, flags: O_WRONLY | O_TRUNC) else { throw CoreError.io("open failed") }
             opened = o
         }
         _ = try fs.write(opened.fh, WriteData(bytes), at: 0)
@@ -299,5 +347,16 @@ final class RefDevice {
         fs.release(opened.fh)
     }
 
-    func item(_ name: String) -> Item? { container.lookup(parent: container.rootID, name: name) }
+    /// rename(2) from one path to another (folders must exist).
+    func rename(_ from: String, _ to: String) throws -> Result<Void, AdapterError>? {
+        guard let (p, n) = try place(from), let (np, nn) = try place(to) else { return .failure(.core(.notFound)) }
+        let answer = Answer<Void>()
+        fs.rename(p, n, np, nn, mode: .replace, waiter: PatientWaiter()) { answer.value = $0 }
+        return settle(answer)
+    }
+
+    func remove(_ path: String, directory: Bool) throws -> Result<Void, AdapterError> {
+        guard let (p, n) = try place(path) else { return .failure(.core(.notFound)) }
+        return Result { () throws(CoreError) in try fs.remove(p, n, directory: directory) }.mapError { AdapterError.core($0) }
+    }
 }

@@ -12,7 +12,9 @@ final class RefRun {
     let base: String
     let a: RefDevice
     let b: RefDevice
+    /// Files by path, and the folders there are.
     var files: [String: ModelFile] = [:]
+    var dirs = Set<String>()
     var handles = [[ModelHandle]](repeating: [], count: RefOp.processes)
     /// Names this device changed since the last sync (the other device's changes avoid them: they would be
     /// conflicts, which the simulation covers).
@@ -87,7 +89,18 @@ final class RefRun {
         }
     }
 
-    func name(_ n: Int) -> String { RefOp.names[n % RefOp.names.count] }
+    func name(_ n: Int) -> String { RefOp.files[n % RefOp.files.count] }
+    func dir(_ n: Int) -> String { RefOp.dirs[n % RefOp.dirs.count] }
+
+    /// The folder of a path ("" for the root).
+    func folder(_ path: String) -> String { path.split(separator: "/").dropLast().joined(separator: "/") }
+
+    /// Whether the folder of `path` exists (a path in a missing folder is refused by the kernel's walk before
+    /// any request: the step does nothing).
+    func inPlace(_ path: String) -> Bool { folder(path).isEmpty || dirs.contains(folder(path)) }
+
+    /// Every path the model has, folders too.
+    var allPaths: [String] { (Array(files.keys) + Array(dirs)).sorted() }
 
     /// The handle `h` of process `p` (nil: it holds none).
     func handle(_ p: Int, _ h: Int) -> (Int, ModelHandle)? {
@@ -126,6 +139,10 @@ final class RefRun {
         case .remoteWrite(let n, let bytes): try remoteWrite(name(n), bytes)
         case .remoteDelete(let n): try remoteDelete(name(n))
         case .remoteRename(let f, let t): try remoteRename(name(f), name(t))
+        case .mkdir(let d): try mkdir(dir(d))
+        case .rmdir(let d): try rmdir(dir(d))
+        case .moveDir(let f, let t): try moveDir(dir(f), dir(t))
+        case .remoteMoveDir(let f, let t): try remoteMoveDir(dir(f), dir(t))
         case .sync: try sync()
         case .network(let up):
             offline = !up
@@ -135,9 +152,10 @@ final class RefRun {
     }
 
     func create(_ p: Int, _ name: String) throws {
-        guard files[name] == nil else { return } // the kernel opens an existing name instead
+        guard files[name] == nil, inPlace(name) else { return } // the kernel opens an existing name instead
+        guard let (parent, leaf) = try a.place(name) else { throw violation("the folder of \(name) is not found") }
         let (_, opened) = try expectSuccess("create \(name)", Result { () throws(CoreError) in
-            try a.fs.create(1, name, 0o644, .unknown)
+            try a.fs.create(parent, leaf, 0o644, .unknown)
         }.mapError { AdapterError.core($0) })
         let content = ModelContent([])
         files[name] = ModelFile(local: content, remote: [])
@@ -199,6 +217,7 @@ final class RefRun {
     }
 
     func truncate(_ name: String, _ size: Int) throws {
+        guard inPlace(name) else { return }
         guard let ino = try a.ino(name) else {
             if files[name] != nil { throw violation("\(name) is not found") }
             return
@@ -229,10 +248,10 @@ final class RefRun {
     }
 
     func rename(_ from: String, _ to: String) throws {
-        let done = Answer<Void>()
-        a.fs.rename(1, from, 1, to, mode: .replace, waiter: PatientWaiter()) { done.value = $0 }
-        guard let f = files[from] else { return try expectFailure("rename of \(from), which is not there", done.value, ENOENT) }
-        _ = try expectSuccess("rename \(from) → \(to)", done.value)
+        guard inPlace(from), inPlace(to) else { return }
+        let result = try a.rename(from, to)
+        guard let f = files[from] else { return try expectFailure("rename of \(from), which is not there", result, ENOENT) }
+        _ = try expectSuccess("rename \(from) → \(to)", result)
         guard from != to else { return }
         files[to] = f
         files[to]?.leftNames.insert(from)
@@ -241,15 +260,56 @@ final class RefRun {
     }
 
     func unlink(_ name: String) throws {
-        let result = Result { () throws(CoreError) in try a.fs.remove(1, name, directory: false) }.mapError { AdapterError.core($0) }
+        guard inPlace(name) else { return }
+        let result = try a.remove(name, directory: false)
         guard files[name] != nil else { return try expectFailure("unlink of \(name), which is not there", result, ENOENT) }
         _ = try expectSuccess("unlink \(name)", result)
         files[name] = nil
         dirtyNames.insert(name)
     }
 
+    func mkdir(_ dir: String) throws {
+        guard !dirs.contains(dir) else { return } // (the kernel refuses an existing name before any request)
+        _ = try expectSuccess("mkdir \(dir)", Result { () throws(CoreError) in try a.fs.mkdir(1, dir, 0o755, .unknown) }
+            .mapError { AdapterError.core($0) })
+        dirs.insert(dir)
+        dirtyNames.insert(dir)
+    }
+
+    func rmdir(_ dir: String) throws {
+        guard dirs.contains(dir) else { return }
+        let result = try a.remove(dir, directory: true)
+        if files.keys.contains(where: { folder($0) == dir }) {
+            return try expectFailure("rmdir of \(dir), which is not empty", result, ENOTEMPTY)
+        }
+        _ = try expectSuccess("rmdir \(dir)", result)
+        dirs.remove(dir)
+        dirtyNames.insert(dir)
+    }
+
+    func moveDir(_ from: String, _ to: String) throws {
+        guard dirs.contains(from), !dirs.contains(to), from != to else { return }
+        _ = try expectSuccess("rename of the folder \(from) → \(to)", try a.rename(from, to))
+        let moved = moveFolder(from, to)
+        dirtyNames.formUnion(moved.flatMap { [$0, $1] } + [from, to])
+        for (old, new) in moved { files[new]?.leftNames.insert(old) }
+    }
+
+    /// The model's folder `from` becomes `to`, with what is in it; returns the old and new paths of its files.
+    @discardableResult
+    func moveFolder(_ from: String, _ to: String) -> [(String, String)] {
+        let moved = files.keys.filter { folder($0) == from }.map { ($0, to + "/" + $0.dropFirst(from.count + 1)) }
+        let entries = moved.map { (old, new) in (new, files[old]!) }
+        for (old, _) in moved { files[old] = nil }
+        for (new, f) in entries { files[new] = f }
+        dirtyNames = Set(dirtyNames.map { folder($0) == from ? to + "/" + $0.dropFirst(from.count + 1) : $0 })
+        dirs.remove(from)
+        dirs.insert(to)
+        return moved
+    }
+
     func evict(_ name: String) throws {
-        guard let ino = try a.ino(name), let f = files[name] else { return }
+        guard inPlace(name), let ino = try a.ino(name), let f = files[name] else { return }
         let result = Result { () throws(AdapterError) in
             try a.fs.setxattr(ino, StatusAttribute.prefix + ActionAttribute.evict.rawValue, [], flags: 0)
         }
@@ -275,7 +335,12 @@ final class RefRun {
     }
 
     func remoteWrite(_ name: String, _ bytes: [UInt8]) throws {
-        guard try remote(touching: [name], { try b.writeWhole(name, bytes); return true }) else { return }
+        let done = try remote(touching: [name, folder(name)]) {
+            guard try b.place(name) != nil else { return false }
+            try b.writeWhole(name, bytes)
+            return true
+        }
+        guard done else { return }
         if var f = files[name] {
             f.remote = bytes
             f.stale = f.local.map { $0.bytes != bytes } ?? false
@@ -287,26 +352,35 @@ final class RefRun {
     }
 
     func remoteDelete(_ name: String) throws {
-        let done = try remote(touching: [name]) {
+        let done = try remote(touching: [name, folder(name)]) {
             guard b.item(name) != nil else { return false }
-            try b.fs.remove(1, name, directory: false)
+            _ = try expectSuccess("the other device's unlink", try b.remove(name, directory: false))
             return true
         }
         if done { files[name] = nil }
     }
 
     func remoteRename(_ from: String, _ to: String) throws {
-        let done = try remote(touching: [from, to]) {
-            guard b.item(from) != nil, from != to else { return false }
-            let answer = Answer<Void>()
-            b.fs.rename(1, from, 1, to, mode: .replace, waiter: PatientWaiter()) { answer.value = $0 }
-            _ = try expectSuccess("the other device's rename", b.settle(answer))
+        let done = try remote(touching: [from, to, folder(from), folder(to)]) {
+            guard b.item(from) != nil, from != to, try b.place(to) != nil else { return false }
+            _ = try expectSuccess("the other device's rename", try b.rename(from, to))
             return true
         }
         if done {
             files[to] = files[from]
             files[from] = nil
         }
+    }
+
+    /// The other device renames a folder. Only the two folder names must be unchanged here: what this device
+    /// changed inside the folder (a write, a rename, a create, an unlink) must land inside it at its new name.
+    func remoteMoveDir(_ from: String, _ to: String) throws {
+        let done = try remote(touching: [from, to]) {
+            guard b.item(from)?.isDirectory == true, b.item(to) == nil, from != to else { return false }
+            _ = try expectSuccess("the other device's rename of a folder", try b.rename(from, to))
+            return true
+        }
+        if done { moveFolder(from, to) }
     }
 
     /// Whether `a` downloaded `name`, or replaced (installed) or dropped a stale copy of it: a cache policy,
@@ -365,8 +439,8 @@ final class RefRun {
     // MARK: checks
 
     func checkListing() throws {
-        let shown = try a.rootNames()
-        if shown != files.keys.sorted() { throw violation("the root lists \(shown), the model \(files.keys.sorted())") }
+        let shown = try a.allPaths()
+        if shown != allPaths { throw violation("the mount lists \(shown), the model \(allPaths)") }
         guard let versions = try a.ino(FileSystem.versionsName) else { throw violation(".versions is missing") }
         let dir = try a.fs.opendir(versions)
         defer { a.fs.releasedir(dir.fh) }
@@ -377,8 +451,8 @@ final class RefRun {
     /// After a sync with nothing open for writing: the other device has every name with this one's bytes.
     func checkConverged() throws {
         guard !handles.joined().contains(where: \.writable) else { return }
-        let names = try b.rootNames()
-        if names != files.keys.sorted() { throw violation("after a sync the other device lists \(names), the model \(files.keys.sorted())") }
+        let names = try b.allPaths()
+        if names != allPaths { throw violation("after a sync the other device lists \(names), the model \(allPaths)") }
         for (name, f) in files {
             guard let item = b.item(name) else { throw violation("the other device has no \(name)") }
             if item.remoteSHA != sha(f.visible) && !(f.visible.isEmpty && item.remoteSize == 0) {
