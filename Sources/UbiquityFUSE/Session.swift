@@ -78,6 +78,7 @@ private func makeOperations() -> fuse_lowlevel_ops {
         Unmanaged<FileSystem>.fromOpaque(userdata!).takeUnretainedValue().sayIOPath()
     }
     addNameOperations(&ops)
+    addMoveOperations(&ops)
     addFileOperations(&ops)
     addDirectoryOperations(&ops)
     addAttributeOperations(&ops)
@@ -134,6 +135,9 @@ private func addNameOperations(_ ops: inout fuse_lowlevel_ops) {
             do throws(CoreError) { try fs(req).remove(parent, n, directory: true); r.ok() } catch { r.fail(error) }
         }
     }
+}
+
+private func addMoveOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.rename = { req, p, n, np, nn, flags in
         named(req, n) { name in
             named(req, nn) { newName in
