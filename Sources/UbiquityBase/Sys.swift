@@ -186,3 +186,12 @@ public func randomHex(bytes count: Int) -> String {
 
 /// Returns free heap memory to the system, after a burst of allocations (loading, a first sync).
 public func trimHeap() { ubq_trim_heap() }
+
+/// Removes a file nothing needs any more (a temporary copy, a staging file, content let go). A failure other
+/// than "not there" is logged as a warning, not thrown: what is left only takes room (the next start's or
+/// `ubiquityfs check`'s sweep finds it), and no caller can do better than say so.
+public func removeLeftover(_ path: String) {
+    do { try removeFile(path) } catch { leftoverLog.warning("cannot remove \(path) (it stays, taking room): \(error)") }
+}
+
+private let leftoverLog = Logger("files")

@@ -33,24 +33,25 @@ extension FileSystem {
 
     static func kvKeyID(_ key: String, typed: Bool) -> String { NodeID.kvKey(key, typed: typed).description }
 
-    /// The node of a kv id: a key's node exists while the key has a value or a handle is open on it.
-    func kvNode(_ id: String) -> Node? {
+    /// The node of a kv id: a key's node exists while the key has a value or a handle is open on it. A store
+    /// that cannot be read throws (EIO at a lookup, a listing, an open), never "no such key".
+    func kvNode(_ id: String) throws(CoreError) -> Node? {
         guard let kv else { return nil }
         switch NodeID(parsing: id) {
         case .kvDir(let typed): return .kvDir(typed: typed)
         case .kvChanges: return .kvChanges
         case .kvKey(let key, let typed):
-            guard kv.value(key) != nil || kvOpenIDs().contains(id) else { return nil }
+            guard try kv.value(key) != nil || kvOpenIDs().contains(id) else { return nil }
             return .kvKey(key, typed: typed)
         default: return nil
         }
     }
 
-    func kvChildren(typed: Bool) -> [(name: String, id: String)] {
+    func kvChildren(typed: Bool) throws(CoreError) -> [(name: String, id: String)] {
         var list: [(name: String, id: String)] = []
         if !typed { list = [(FileSystem.kvJSONName, FileSystem.kvJSONDirID), (FileSystem.kvChangesName, FileSystem.kvChangesID)] }
         // The names .json and .changes are taken in .kvstore itself: such keys show under .json only.
-        for key in kv?.keys() ?? [] where typed || (key != FileSystem.kvJSONName && key != FileSystem.kvChangesName) {
+        for key in try kv?.keys() ?? [] where typed || (key != FileSystem.kvJSONName && key != FileSystem.kvChangesName) {
             list.append((key, FileSystem.kvKeyID(key, typed: typed)))
         }
         return list
@@ -59,7 +60,7 @@ extension FileSystem {
     /// The child `name` of a kv directory (or `.kvstore` in the root); nil when `parent` is neither.
     func kvChild(_ parent: String, _ name: String) throws(CoreError) -> (id: String, node: Node)?? {
         if parent == core.rootID && sameName(name, FileSystem.kvName) {
-            return .some(kvNode(FileSystem.kvDirID).map { (FileSystem.kvDirID, $0) })
+            return .some(try kvNode(FileSystem.kvDirID).map { (FileSystem.kvDirID, $0) })
         }
         guard parent == FileSystem.kvDirID || parent == FileSystem.kvJSONDirID else { return nil }
         let typed = parent == FileSystem.kvJSONDirID
@@ -67,12 +68,12 @@ extension FileSystem {
         if !typed && name == FileSystem.kvChangesName { return .some((FileSystem.kvChangesID, .kvChanges)) }
         if name.utf8.count > KVLimits.maxKeyBytes { throw .nameTooLong }
         let id = FileSystem.kvKeyID(name, typed: typed)
-        return .some(kvNode(id).map { (id, $0) })
+        return .some(try kvNode(id).map { (id, $0) })
     }
 
     /// A key's content as read through the mount.
-    func kvBytes(_ key: String, typed: Bool) -> [UInt8] {
-        guard let value = kv?.value(key) else { return [] }
+    func kvBytes(_ key: String, typed: Bool) throws(CoreError) -> [UInt8] {
+        guard let value = try kv?.value(key) else { return [] }
         if !typed, case .string(let s) = value { return Array(s.utf8) }
         return ((try? Array(JSONEncoder.wire.encode(value))) ?? []) + [0x0a]
     }
@@ -98,11 +99,13 @@ extension FileSystem {
     func kvOpenIDs() -> Set<String> { Set(openFiles().map(\.id).filter { $0.hasPrefix("kv") }) }
 
     /// Keys being created: a handle is open on them and they have no value yet.
-    func kvNewKeys() -> Set<String> {
-        Set(kvOpenIDs().compactMap { id -> String? in
-            guard case .kvKey(let key, _) = NodeID(parsing: id), kv?.value(key) == nil else { return nil }
-            return key
-        })
+    func kvNewKeys() throws(CoreError) -> Set<String> {
+        var keys = Set<String>()
+        for id in kvOpenIDs() {
+            guard case .kvKey(let key, _) = NodeID(parsing: id), try kv?.value(key) == nil else { continue }
+            keys.insert(key)
+        }
+        return keys
     }
 
     // MARK: operations
@@ -115,7 +118,7 @@ extension FileSystem {
         }
         let id = FileSystem.kvKeyID(name, typed: dirID == FileSystem.kvJSONDirID)
         // A new key past the count is refused here, not only at close, which shells do not check.
-        if kv?.value(name) == nil, kvNewKeys().subtracting([name]).count + (kv?.keys().count ?? 0) >= KVLimits.maxKeys {
+        if try kv?.value(name) == nil, try kvNewKeys().subtracting([name]).count + (kv?.keys().count ?? 0) >= KVLimits.maxKeys {
             throw .quotaExceeded("over the quota (more than \(KVLimits.maxKeys) keys)")
         }
         let file = try kvHandle(id, content: [], writable: true)
@@ -138,7 +141,7 @@ extension FileSystem {
             if writable { throw .readOnly }
             content = kvChangeBytes()
         case .kvKey(let key, let typed):
-            content = truncate ? [] : kvBytes(key, typed: typed)
+            content = truncate ? [] : try kvBytes(key, typed: typed)
         default:
             throw .notFound
         }

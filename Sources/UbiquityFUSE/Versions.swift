@@ -54,7 +54,8 @@ extension FileSystem {
     func node(_ id: String) -> Node? {
         switch NodeID(parsing: id) {
         case .kvDir, .kvKey, .kvChanges:
-            return kvNode(id)
+            // (A key-value store that cannot be read was logged; where the caller can be told, it is: kvChild.)
+            return try? kvNode(id) ?? nil
         case .versionsDir(let itemID):
             guard let item = core.item(itemID), itemID == core.rootID || leadsToConflicts().contains(itemID) else {
                 return nil
@@ -101,7 +102,7 @@ extension FileSystem {
             let wanted = leadsToConflicts()
             return try core.list(item.id).filter { wanted.contains($0.id) }.map { ($0.name, FileSystem.versionsDirID($0.id), nil) }
         case .kvDir(let typed):
-            return kvChildren(typed: typed).map { ($0.name, $0.id, nil) }
+            return try kvChildren(typed: typed).map { ($0.name, $0.id, nil) }
         case .version, .kvKey, .kvChanges:
             throw .notDirectory
         }
@@ -153,7 +154,8 @@ extension FileSystem {
             if !typed { st.st_nlink = 3 } // and .json's `..`
             return st
         case .kvKey(let key, let typed):
-            return virtualAttributes(ino: ino, mode: S_IFREG | 0o644, size: Int64(kvBytes(key, typed: typed).count),
+            // (A value that cannot be read shows as empty: the read of it then fails with EIO.)
+            return virtualAttributes(ino: ino, mode: S_IFREG | 0o644, size: Int64(((try? kvBytes(key, typed: typed)) ?? []).count),
                                      mtime: nowNanoseconds())
         case .kvChanges:
             return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: Int64(kvChangeBytes().count),

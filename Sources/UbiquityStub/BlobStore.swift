@@ -69,7 +69,7 @@ final class FileBlobStore: BlobStore, Sendable {
 
     func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
         if try self.size(cid, sha256) != nil {
-            try? removeFile(tmpPath)
+            removeLeftover(tmpPath)
             return false
         }
         try makeDirectories(dir + "/" + cid)

@@ -36,7 +36,7 @@ final class S3BlobStore: BlobStore, Sendable {
         self.cacheLimit = cacheLimit
         try makeDirectories(cacheDir + "/tmp")
         for name in (try? FileManager.default.contentsOfDirectory(atPath: cacheDir + "/tmp")) ?? [] {
-            try? removeFile(cacheDir + "/tmp/" + name)
+            removeLeftover(cacheDir + "/tmp/" + name)
         }
         do {
             try ensureBucket()
@@ -92,7 +92,7 @@ final class S3BlobStore: BlobStore, Sendable {
     }
 
     func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
-        defer { try? removeFile(tmpPath) }
+        defer { removeLeftover(tmpPath) }
         if try self.size(cid, sha256) != nil { return false }
         let key = self.key(cid, sha256)
         let fd = try FileDescriptor.open(tmpPath, O_RDONLY)
@@ -157,7 +157,7 @@ final class S3BlobStore: BlobStore, Sendable {
     private func fetch(_ cid: String, _ sha256: String, size: Int64, into path: String) throws {
         let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".part"
         let fd = try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
-        defer { fd.close(); try? removeFile(tmp) }
+        defer { fd.close(); removeLeftover(tmp) }
         let (a, digest) = try client.perform("GET", key(cid, sha256), download: fd)
         switch a.status {
         case 200:
@@ -190,7 +190,7 @@ final class S3BlobStore: BlobStore, Sendable {
         }
         var total = files.reduce(0) { $0 + $1.size }
         for f in files.sorted(by: { $0.used < $1.used }) where total > cacheLimit && f.path != keeping {
-            try? removeFile(f.path)
+            removeLeftover(f.path)
             total -= f.size
         }
     }
@@ -202,7 +202,7 @@ final class S3BlobStore: BlobStore, Sendable {
             throw StubFailure(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
         }
         remember(key, nil)
-        try? removeFile(cachePath(cid, sha256))
+        removeLeftover(cachePath(cid, sha256))
     }
 
     func list(_ cid: String) throws -> [StoredBlob] {

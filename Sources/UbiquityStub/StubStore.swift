@@ -76,7 +76,7 @@ final class StubStore: Sendable {
         try makeDirectories(tmpDir)
         // Leftovers of uploads cut short by a crash.
         if let names = try? FileManager.default.contentsOfDirectory(atPath: tmpDir) {
-            for name in names { try? removeFile(tmpDir + "/" + name) }
+            for name in names { removeLeftover(tmpDir + "/" + name) }
         }
         meta = try metadata ?? SQLiteMetadata(path: dataDir + "/stub.sqlite")
     }
@@ -551,6 +551,6 @@ final class BlobWriter {
     /// Closes and removes the temporary file (harmless after a successful move).
     func discard() {
         if !closed { fd.close(); closed = true }
-        try? removeFile(tmpPath)
+        removeLeftover(tmpPath)
     }
 }

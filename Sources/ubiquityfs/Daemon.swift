@@ -60,9 +60,14 @@ struct Daemon {
         fs.kv = kv
         try fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(options.container)")
         let pidPath = pidFile(for: options.mountpoint)
-        try? makeDirectories((pidPath as NSString).deletingLastPathComponent)
-        try? Data("\(getpid())\n".utf8).write(to: URL(fileURLWithPath: pidPath))
-        defer { try? removeFile(pidPath) }
+        do {
+            try makeDirectories((pidPath as NSString).deletingLastPathComponent)
+            try Data("\(getpid())\n".utf8).write(to: URL(fileURLWithPath: pidPath))
+        } catch {
+            // The mount serves; only `ubiquityfs unmount`'s wait for this daemon to end is lost.
+            log.warning("cannot write the pid file \(pidPath): \(error)")
+        }
+        defer { removeLeftover(pidPath) }
         log.info("mounted \(options.container) at \(options.mountpoint) as device \(options.device), store \(options.store)")
         announceReady()
         fs.run()
@@ -176,7 +181,7 @@ struct EmbeddedStub {
         try makeDirectories(dir)
         let endpoint = dir + "/endpoint"
         if let running = try? reuse(endpoint: endpoint, dir: dir) { return running }
-        try? removeFile(endpoint)
+        removeLeftover(endpoint)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: selfExecutable())
         p.arguments = ["remote", "serve", "--data", dir, "--listen", "127.0.0.1:0", "--endpoint-file", endpoint,

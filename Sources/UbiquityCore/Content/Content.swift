@@ -338,7 +338,7 @@ extension CoreState {
         handles[id] = h.open > 0 ? h : nil
         touch(id)
         if h.open == 0 && unlinked.removeValue(forKey: id) != nil {
-            try? removeFile(paths.unlinked(id))
+            removeLeftover(paths.unlinked(id))
             recount(id + ".unlinked")
         }
         // A written file is re-measured; a file over the limit goes now that nothing holds it.
@@ -359,7 +359,7 @@ extension CoreState {
         let id = item.id
         if handles[id] == nil {
             onCommit { s in
-                try? removeFile(s.paths.content(id))
+                removeLeftover(s.paths.content(id))
                 s.recountContent(id)
             }
             return
@@ -443,7 +443,7 @@ extension CoreState {
         notice(.changed(item.id, content: true))
         let id = item.id
         onCommit { s in
-            try? removeFile(s.paths.content(id))
+            removeLeftover(s.paths.content(id))
             s.recountContent(id)
         }
     }
@@ -462,7 +462,7 @@ extension CoreState {
     mutating func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
         guard var item = items[id], !item.deleted, item.localContent != .dirty,
               (handles[id]?.writers ?? 0) == 0 else {
-            try? removeFile(staging)
+            removeLeftover(staging)
             return false
         }
         item.hasLocal = true

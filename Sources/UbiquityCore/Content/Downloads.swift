@@ -217,11 +217,11 @@ final class Downloads: Sendable {
                 if let failure = retryAfter(error, id, deadline: deadline, backoff: &backoff) { return failure }
             } catch let error as RemoteError {
                 // Not worth resuming (refused, gone, or the store is full): free what the partial copy holds.
-                try? removeFile(stagingPath(id, sha))
+                removeLeftover(stagingPath(id, sha))
                 record(id, error: error.description)
                 return .failure(.remote(error))
             } catch {
-                try? removeFile(stagingPath(id, sha))
+                removeLeftover(stagingPath(id, sha))
                 let e = CoreError.from(error)
                 record(id, error: e == .noSpace ? "no space left in the store" : "\(error)")
                 return .failure(e)
@@ -328,14 +328,14 @@ final class Downloads: Sendable {
                 }
             } catch {
                 // Nothing arrived: no partial file to resume from.
-                if (try? fd.stat().st_size) == 0 { try? removeFile(staging) }
+                if (try? fd.stat().st_size) == 0 { removeLeftover(staging) }
                 throw error
             }
         }
         let gotSize = Int64(try fd.stat().st_size)
         let gotSHA = try landed.finish(at: gotSize)
         guard gotSize == size, gotSHA == sha else {
-            try? removeFile(staging)
+            removeLeftover(staging)
             throw RemoteError.corrupt("downloaded \(gotSize) bytes hashing to \(gotSHA.prefix(12)), "
                                       + "expected \(size) bytes hashing to \(sha.prefix(12))")
         }

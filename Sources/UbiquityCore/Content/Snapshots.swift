@@ -99,18 +99,18 @@ extension Container {
         do {
             for _ in 0..<3 {
                 if let generation = try gates.exclusive(id, { () throws -> Int? in try snapshot(id, path, to: copy) }) {
-                    return (copy, generation, { try? removeFile(copy) })
+                    return (copy, generation, { removeLeftover(copy) })
                 }
             }
         } catch let error as Errno where error == .noSpace || error == .quota {
-            try? removeFile(copy)
+            removeLeftover(copy)
             if read({ ($0.handles[id]?.writers ?? 0) == 0 }) { return (path, nil, {}) }
             throw error
         } catch {
-            try? removeFile(copy)
+            removeLeftover(copy)
             throw error
         }
-        try? removeFile(copy)
+        removeLeftover(copy)
         throw RemoteError.localFile("\(self.path(of: id)) changed during each of 3 copies", cause: .busy)
     }
 

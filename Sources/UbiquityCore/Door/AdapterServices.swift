@@ -36,7 +36,7 @@ extension Container {
         let path = paths.staging + "/" + prefix + "-" + randomHex(bytes: 8)
         do {
             let fd = try FileDescriptor.open(path, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
-            try? removeFile(path)
+            removeLeftover(path)
             return fd
         } catch { throw CoreError.from(error) }
     }

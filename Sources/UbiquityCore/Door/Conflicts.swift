@@ -106,7 +106,7 @@ extension CoreState {
 extension StorePaths {
     /// Drops the local copy of a conflict version and any partial download of it.
     func evictConflict(_ id: String, _ conflict: String) {
-        try? removeFile(self.conflict(id, conflict))
+        removeLeftover(self.conflict(id, conflict))
         removeStaleStaging(id + "." + conflict)
     }
 }

@@ -409,11 +409,11 @@ extension CoreState {
         let names = try FileManager.default.contentsOfDirectory(atPath: paths.content)
         for name in names {
             guard let key = ContentKey(parsing: name), let item = items[key.item], !item.deleted else {
-                try? removeFile(paths.content + "/" + name)
+                removeLeftover(paths.content + "/" + name)
                 continue
             }
             if let conflict = key.conflict, !item.conflicts.contains(where: { $0.id == conflict }) {
-                try? removeFile(paths.content + "/" + name)
+                removeLeftover(paths.content + "/" + name)
             }
         }
     }

@@ -65,18 +65,19 @@ public final class KeyValueStore: Sendable {
     // MARK: the program's side
 
     /// The value of a key, nil when there is none.
-    public func value(_ key: String) -> KVValue? {
+    /// A key's value (nil: no such key). A store that cannot be read throws, logged: never "no such key".
+    public func value(_ key: String) throws(CoreError) -> KVValue? {
         do { return try tables.withLock { try $0.row(key) }.flatMap { $0.deleted ? nil : $0.value } } catch {
             log.error("kv: cannot read \(key): \(error)")
-            return nil
+            throw CoreError.from(error)
         }
     }
 
     /// The live keys, sorted.
-    public func keys() -> [String] {
+    public func keys() throws(CoreError) -> [String] {
         do { return try tables.withLock { try $0.liveSizes() }.keys.sorted() } catch {
             log.error("kv: cannot list the keys: \(error)")
-            return []
+            throw CoreError.from(error)
         }
     }
 

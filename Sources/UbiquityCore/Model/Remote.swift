@@ -155,10 +155,10 @@ extension RemoteClient {
             defer { fd.close() }
             try fd.writeAll(bytes)
         } catch {
-            try? removeFile(path)
+            removeLeftover(path)
             throw RemoteError.localFile("cannot stage inline content", cause: error as? Errno ?? .io)
         }
-        defer { try? removeFile(path) }
+        defer { removeLeftover(path) }
         try uploadBlob(sha256: sha256, size: Int64(bytes.count), fromFile: path, progress: nil)
     }
 }

@@ -178,7 +178,12 @@ extension CoreState {
         if let saved = cache.savedLastUsed[id], t - saved <= CacheAccount.saveStep { return }
         // A failed save stays unsaved (in memory the time is exact) and goes with the next one: only the order
         // of eviction after a crash depends on it.
-        if (try? store.saveLastUsed([id: t])) != nil { cache.savedLastUsed[id] = t }
+        do {
+            try store.saveLastUsed([id: t])
+            cache.savedLastUsed[id] = t
+        } catch {
+            log.warning("cannot save when \(id) was last used (eviction after a restart may take it early): \(error)")
+        }
     }
 
     /// Why the evictor must leave a file's content, or nil: the refusal of any eviction, or it is open, or it
@@ -235,7 +240,7 @@ extension CoreState {
         guard let item = evictableCopy(id) else { return 0 }
         let bytes = cache.size(id)
         guard bytes > 0 else { return 0 }
-        try? removeFile(paths.content(id))
+        removeLeftover(paths.content(id))
         recountContent(id)
         var gone = item
         gone.hasLocal = false

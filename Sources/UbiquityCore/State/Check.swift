@@ -53,7 +53,7 @@ extension Store {
             report.problems.append("\(item.name) (\(item.id)): " + (exists ? "content file not recorded" : "content file missing"))
             // A local-only file's copy is its only one: reported, never dropped.
             guard repair, !item.dirty, !item.isLocalOnly else { return nil }
-            if exists { try? removeFile(path) }
+            if exists { removeLeftover(path) }
             item.hasLocal = false
             item.localSHA = nil
             report.repaired.append("\(item.name): dropped; it is fetched again when opened")
@@ -65,7 +65,7 @@ extension Store {
         guard sha != expected else { return nil }
         report.problems.append("\(item.name) (\(item.id)): local content is corrupt (hash \(sha.prefix(12)), expected \(expected.prefix(12)))")
         guard repair, !item.isLocalOnly else { return nil }
-        try? removeFile(path)
+        removeLeftover(path)
         item.hasLocal = false
         item.localSHA = nil
         report.repaired.append("\(item.name): corrupt copy dropped; it is fetched again when opened")
@@ -73,18 +73,25 @@ extension Store {
     }
 
     /// Content files of no item and staging leftovers.
+    /// Removes a leftover for a repair; what the report says of it.
+    private func removed(_ path: String, as name: String) -> String {
+        do { try removeFile(path) } catch { return "\(name): cannot remove it: \(error)" }
+        return "\(name): removed"
+    }
+
     private func checkLeftovers(known: Set<String>, conflicts items: [Item], repair: Bool,
                                 report: inout CheckReport) throws {
         var conflictFiles = Set<String>()
         for item in items { for c in item.conflicts { conflictFiles.insert(item.id + "." + c.id) } }
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: contentDirectory)) ?? [] {
+        // A folder that cannot be listed fails the check: it cannot say the store is sound.
+        for name in try FileManager.default.contentsOfDirectory(atPath: contentDirectory) {
             if known.contains(name) || conflictFiles.contains(name) { continue }
             report.problems.append("content/\(name): belongs to no item")
-            if repair { try? removeFile(contentDirectory + "/" + name); report.repaired.append("content/\(name): removed") }
+            if repair { report.repaired.append(removed(contentDirectory + "/" + name, as: "content/\(name)")) }
         }
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: stagingDirectory)) ?? [] {
+        for name in try FileManager.default.contentsOfDirectory(atPath: stagingDirectory) {
             report.problems.append("staging/\(name): an interrupted download")
-            if repair { try? removeFile(stagingDirectory + "/" + name); report.repaired.append("staging/\(name): removed") }
+            if repair { report.repaired.append(removed(stagingDirectory + "/" + name, as: "staging/\(name)")) }
         }
     }
 }

@@ -88,7 +88,7 @@ public final class Store {
         if let fd = try? FileDescriptor.open(reservePath, O_WRONLY | O_CREAT, mode: 0o600) {
             hasReserve = posix_fallocate(fd.raw, 0, off_t(Store.reserveBytes)) == 0
             fd.close()
-            if !hasReserve { try? removeFile(reservePath) }
+            if !hasReserve { removeLeftover(reservePath) }
         }
     }
 
@@ -107,7 +107,7 @@ public final class Store {
                 if !inTransaction { keepReserve() }
                 return result
             } catch let error as SQLiteError where error.isDiskFull && hasReserve && !inTransaction {
-                try? removeFile(reservePath) // gone already is as good: the retry only needs the room
+                removeLeftover(reservePath) // gone already is as good: the retry only needs the room
                 hasReserve = false
                 return try body()
             }
@@ -184,7 +184,7 @@ public final class Store {
     /// when `error` is not a full disk or the reserve is gone already.
     func giveUpReserve(after error: Error) -> Bool {
         guard CoreError.from(error) == .noSpace, hasReserve else { return false }
-        try? removeFile(reservePath)
+        removeLeftover(reservePath)
         hasReserve = false
         return true
     }
@@ -633,7 +633,7 @@ struct StorePaths: Sendable {
     func removeStaleStaging(_ key: String, keeping path: String = "") {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? []
         where (name.hasPrefix(key + "-") || (path.isEmpty && name.hasPrefix(key + "."))) && staging + "/" + name != path {
-            try? removeFile(staging + "/" + name)
+            removeLeftover(staging + "/" + name)
         }
     }
 }
