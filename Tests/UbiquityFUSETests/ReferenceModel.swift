@@ -32,6 +32,8 @@ enum RefOp: Equatable, CustomStringConvertible {
     case interruptedOpen(p: Int, name: Int, OpenKind)
     case write(p: Int, h: Int, offset: Int, bytes: [UInt8])
     case read(p: Int, h: Int)
+    /// `getfattr` of the status attributes: whether it is here, current, uploaded, in conflict.
+    case status(name: Int)
     case close(p: Int, h: Int)
     case truncate(name: Int, size: Int)
     case rename(from: Int, to: Int)
@@ -65,6 +67,7 @@ enum RefOp: Equatable, CustomStringConvertible {
         case .interruptedOpen(let p, let n, let k): return ".interruptedOpen(p: \(p), name: \(n), .\(k))"
         case .write(let p, let h, let o, let b): return ".write(p: \(p), h: \(h), offset: \(o), bytes: \(b))"
         case .read(let p, let h): return ".read(p: \(p), h: \(h))"
+        case .status(let n): return ".status(name: \(n))"
         case .close(let p, let h): return ".close(p: \(p), h: \(h))"
         case .truncate(let n, let s): return ".truncate(name: \(n), size: \(s))"
         case .rename(let f, let t): return ".rename(from: \(f), to: \(t))"
@@ -99,7 +102,8 @@ enum RefOp: Equatable, CustomStringConvertible {
         case 8..<21: return .open(p: p, name: n, kind)
         case 21..<23: return .interruptedOpen(p: p, name: n, kind)
         case 23..<35: return .write(p: p, h: h, offset: rng.below(12), bytes: bytes())
-        case 35..<45: return .read(p: p, h: h)
+        case 35..<43: return .read(p: p, h: h)
+        case 43..<45: return .status(name: n)
         case 45..<54: return .close(p: p, h: h)
         case 54..<57: return .truncate(name: n, size: rng.below(10))
         case 57..<62: return .rename(from: n, to: rng.below(files.count))

@@ -131,6 +131,7 @@ final class RefRun {
         case .interruptedOpen(let p, let n, let kind): try open(p, name(n), kind, interrupted: true)
         case .write(let p, let h, let offset, let bytes): try write(p, h, offset, bytes)
         case .read(let p, let h): try read(p, h)
+        case .status(let n): try status(name(n))
         case .close(let p, let h): try close(p, h)
         case .truncate(let n, let size): try truncate(name(n), size)
         case .rename(let f, let t): try rename(name(f), name(t))
@@ -205,6 +206,22 @@ final class RefRun {
         let got = try a.read(hd.fh)
         if got != hd.content.bytes {
             throw violation("a handle on \(hd.name) reads \(text(got)), the model says \(text(hd.content.bytes))")
+        }
+    }
+
+    /// The status attributes say what the model knows: here or not, current or an older copy, no conflict,
+    /// and uploaded once a sync took it (and nothing changed it here since).
+    func status(_ name: String) throws {
+        guard inPlace(name), let ino = try a.ino(name), let f = files[name] else { return }
+        func value(_ attribute: StatusAttribute) throws -> String {
+            String(decoding: try a.fs.getxattr(ino, attribute.fullName), as: UTF8.self)
+        }
+        let downloading = f.local == nil ? "notDownloaded" : f.stale ? "downloaded" : "current"
+        let shown = try value(.downloadingStatus)
+        if shown != downloading { throw violation("\(name) shows downloadingStatus \(shown), the model \(downloading)") }
+        if try value(.hasUnresolvedConflicts) != "0" { throw violation("\(name) shows a conflict where none can be") }
+        if !dirtyNames.contains(name) && !hasWriter(name), try value(.isUploaded) != "1" {
+            throw violation("\(name) is not shown uploaded, though a sync took it and nothing changed it since")
         }
     }
 
