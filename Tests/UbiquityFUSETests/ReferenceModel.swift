@@ -327,6 +327,19 @@ final class RefDevice {
         return .failure(.system(Errno(ESTALE)))
     }
 
+    /// Whether the handles open on the inode of handle `fh` all use one content file. The kernel ties an inode
+    /// to one page cache and one passthrough backing file: two content files under one inode would be served
+    /// stale pages, and with passthrough the second open fails with EIO (after the daemon did its part of it).
+    func inodeHasOneContentFile(_ fh: UInt64) -> Bool {
+        guard let ino = fs.file(fh)?.ino, ino != 0 else { return true }
+        let identities = Set(fs.openFiles().filter { $0.ino == ino }.compactMap { file -> [UInt64]? in
+            var st = stat()
+            guard fstat(file.fd.raw, &st) == 0 else { return nil }
+            return [UInt64(st.st_dev), UInt64(st.st_ino)]
+        })
+        return identities.count <= 1
+    }
+
     /// The whole content a handle reads.
     func read(_ fh: UInt64) throws -> [UInt8] {
         let fd = try fs.readable(fh)

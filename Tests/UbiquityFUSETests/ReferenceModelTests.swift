@@ -43,4 +43,30 @@ import UbiquityBase
                       .remoteWrite(name: 1, bytes: Array("jhh".utf8)),
                       .truncate(name: 1, size: 9)])
     }
+
+    /// Part 13's "EIO while held open" and "failed O_TRUNC", as the model finds them with the fix taken out
+    /// (`inodeHoldsAnotherContent` off: seed 46, shrunk): a file held open, evicted, opened again on the same
+    /// inode, which now had handles on two content files (the kernel then fails a passthrough open with EIO
+    /// after the daemon truncated, or serves the holder's stale pages).
+    @Test func anOpenAfterAnEvictionWhileHeldGetsAnInodeOfItsOwn() {
+        expectAgrees([.remoteWrite(name: 1, bytes: Array("epj".utf8)),
+                      .open(p: 0, name: 1, .read),
+                      .evict(name: 1),
+                      .open(p: 0, name: 1, .read)])
+        expectAgrees([.remoteWrite(name: 1, bytes: Array("epj".utf8)),
+                      .open(p: 0, name: 1, .read),
+                      .evict(name: 1),
+                      .open(p: 1, name: 1, .truncate),
+                      .read(p: 0, h: 0)])
+    }
+
+    /// The same with a newer version arriving instead of an eviction.
+    @Test func anOpenAfterANewVersionWhileHeldGetsAnInodeOfItsOwn() {
+        expectAgrees([.remoteWrite(name: 1, bytes: Array("old".utf8)),
+                      .open(p: 0, name: 1, .read),
+                      .remoteWrite(name: 1, bytes: Array("newer".utf8)),
+                      .open(p: 1, name: 1, .readWrite),
+                      .read(p: 0, h: 0),
+                      .read(p: 1, h: 0)])
+    }
 }

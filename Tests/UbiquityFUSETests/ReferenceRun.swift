@@ -179,6 +179,9 @@ final class RefRun {
             return try expectFailure("open of \(name), not here, offline", result, EIO)
         }
         let opened = try expectSuccess("open \(name) (\(kind))", result)
+        if !a.inodeHasOneContentFile(opened.fh) {
+            throw violation("\(name) was opened on an inode whose other handles hold another content file")
+        }
         if kind == .truncate {
             if let local = f.local { local.truncate(0) } else { f.local = ModelContent([]) }
             f.stale = false
