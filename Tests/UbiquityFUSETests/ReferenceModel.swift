@@ -22,7 +22,7 @@ import UbiquityTesting
 
 /// One step of a sequence. Paths, processes and handles are small indexes, taken modulo what exists when the
 /// step runs, so that any sub-list of a sequence (shrinking) is still a sequence. `name` indexes `files` (paths
-/// of files, in the root and in two folders), `dir` indexes `dirs`.
+/// of files, in the root and in folders two deep), `dir` indexes `dirs`.
 enum RefOp: Equatable, CustomStringConvertible {
     enum OpenKind: Equatable { case read, readWrite, truncate }
 
@@ -56,8 +56,9 @@ enum RefOp: Equatable, CustomStringConvertible {
     /// The daemon is killed and started again from its store: every handle is gone.
     case restart
 
-    static let files = ["a", "b", "d/a", "d/b", "e/a"]
-    static let dirs = ["d", "e"]
+    static let files = ["a", "b", "d/a", "d/b", "e/a", "d/e/a", "e/d/a"]
+    /// Folders, two of them inside the others: a folder moves into another one and back.
+    static let dirs = ["d", "e", "d/e", "e/d"]
     static let processes = 2
 
     var description: String {
@@ -112,12 +113,12 @@ enum RefOp: Equatable, CustomStringConvertible {
         case 69..<75: return .remoteWrite(name: n, bytes: bytes())
         case 75..<77: return .remoteDelete(name: n)
         case 77..<79: return .remoteRename(from: n, to: rng.below(files.count))
-        case 79..<83: return .mkdir(dir: d)
-        case 83..<84: return .rmdir(dir: d)
-        case 84..<86: return .moveDir(from: d, to: other)
-        case 86..<88: return .remoteMoveDir(from: d, to: other)
-        case 88..<95: return .sync
-        case 95..<98: return .network(up: rng.below(2) == 0)
+        case 79..<84: return .mkdir(dir: d)
+        case 84..<85: return .rmdir(dir: d)
+        case 85..<88: return .moveDir(from: d, to: other)
+        case 88..<90: return .remoteMoveDir(from: d, to: other)
+        case 90..<96: return .sync
+        case 96..<98: return .network(up: rng.below(2) == 0)
         default: return .restart
         }
     }

@@ -17,7 +17,7 @@ import UbiquityBase
         let first = Self.environment("UBIQUITY_REFTEST_SEED", 1)
         let runs = Self.environment("UBIQUITY_REFTEST_RUNS", 300)
         for seed in first..<(first + runs) {
-            let ops = RefOp.sequence(seed: seed, count: 40)
+            let ops = RefOp.sequence(seed: seed, count: 60)
             guard let v = RefRun.check(ops) else { continue }
             let shrunk = RefRun.shrink(ops, v)
             let again = RefRun.check(shrunk).map { "\($0)" } ?? "(passes alone)"

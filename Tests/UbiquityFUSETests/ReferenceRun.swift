@@ -288,9 +288,14 @@ final class RefRun {
         dirtyNames.insert(name)
     }
 
+    /// Whether `path` is `dir` or below it.
+    func isBelow(_ path: String, _ dir: String) -> Bool { path == dir || path.hasPrefix(dir + "/") }
+
     func mkdir(_ dir: String) throws {
-        guard !dirs.contains(dir) else { return } // (the kernel refuses an existing name before any request)
-        _ = try expectSuccess("mkdir \(dir)", Result { () throws(CoreError) in try a.fs.mkdir(1, dir, 0o755, .unknown) }
+        // (The kernel refuses an existing name, or a missing folder, before any request.)
+        guard !dirs.contains(dir), inPlace(dir) else { return }
+        guard let (parent, leaf) = try a.place(dir) else { throw violation("the folder of \(dir) is not found") }
+        _ = try expectSuccess("mkdir \(dir)", Result { () throws(CoreError) in try a.fs.mkdir(parent, leaf, 0o755, .unknown) }
             .mapError { AdapterError.core($0) })
         dirs.insert(dir)
         dirtyNames.insert(dir)
@@ -299,7 +304,7 @@ final class RefRun {
     func rmdir(_ dir: String) throws {
         guard dirs.contains(dir) else { return }
         let result = try a.remove(dir, directory: true)
-        if files.keys.contains(where: { folder($0) == dir }) {
+        if allPaths.contains(where: { folder($0) == dir }) {
             return try expectFailure("rmdir of \(dir), which is not empty", result, ENOTEMPTY)
         }
         _ = try expectSuccess("rmdir \(dir)", result)
@@ -307,24 +312,28 @@ final class RefRun {
         dirtyNames.insert(dir)
     }
 
+    /// A folder renamed onto a free name whose folder exists; into itself: EINVAL.
     func moveDir(_ from: String, _ to: String) throws {
-        guard dirs.contains(from), !dirs.contains(to), from != to else { return }
-        _ = try expectSuccess("rename of the folder \(from) → \(to)", try a.rename(from, to))
+        guard dirs.contains(from), !dirs.contains(to), files[to] == nil, inPlace(to), from != to else { return }
+        let result = try a.rename(from, to)
+        if isBelow(to, from) { return try expectFailure("a move of \(from) into itself", result, EINVAL) }
+        _ = try expectSuccess("rename of the folder \(from) → \(to)", result)
         let moved = moveFolder(from, to)
-        dirtyNames.formUnion(moved.flatMap { [$0, $1] } + [from, to])
+        dirtyNames.formUnion(moved.flatMap { [$0, $1] })
         for (old, new) in moved { files[new]?.leftNames.insert(old) }
     }
 
-    /// The model's folder `from` becomes `to`, with what is in it; returns the old and new paths of its files.
+    /// The model's folder `from` becomes `to`, with everything below it; returns the old and new paths moved
+    /// (the folder's own included).
     @discardableResult
     func moveFolder(_ from: String, _ to: String) -> [(String, String)] {
-        let moved = files.keys.filter { folder($0) == from }.map { ($0, to + "/" + $0.dropFirst(from.count + 1)) }
-        let entries = moved.map { (old, new) in (new, files[old]!) }
+        func renamed(_ path: String) -> String { isBelow(path, from) ? to + path.dropFirst(from.count) : path }
+        let moved = allPaths.filter { isBelow($0, from) }.map { ($0, renamed($0)) }
+        let entries = moved.compactMap { (old, new) in files[old].map { (new, $0) } }
         for (old, _) in moved { files[old] = nil }
         for (new, f) in entries { files[new] = f }
-        dirtyNames = Set(dirtyNames.map { folder($0) == from ? to + "/" + $0.dropFirst(from.count + 1) : $0 })
-        dirs.remove(from)
-        dirs.insert(to)
+        dirs = Set(dirs.map(renamed))
+        dirtyNames = Set(dirtyNames.map(renamed))
         return moved
     }
 
@@ -395,8 +404,9 @@ final class RefRun {
     /// The other device renames a folder. Only the two folder names must be unchanged here: what this device
     /// changed inside the folder (a write, a rename, a create, an unlink) must land inside it at its new name.
     func remoteMoveDir(_ from: String, _ to: String) throws {
-        let done = try remote(touching: [from, to]) {
-            guard b.item(from)?.isDirectory == true, b.item(to) == nil, from != to else { return false }
+        guard !isBelow(to, from) else { return }
+        let done = try remote(touching: [from, to, folder(to)]) {
+            guard b.item(from)?.isDirectory == true, b.item(to) == nil, try b.place(to) != nil else { return false }
             _ = try expectSuccess("the other device's rename of a folder", try b.rename(from, to))
             return true
         }
