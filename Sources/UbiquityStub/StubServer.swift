@@ -50,6 +50,9 @@ public struct StubConfig: Sendable {
     public var blobGraceSeconds = 3600
     /// Seconds between collections; 0 never collects.
     public var blobCollectSeconds = 600
+    /// Serve the test routes (`/v1/stats`: every blob of every container; `/v1/faults`: failures injected into
+    /// other clients' requests). Only the tests and the bench turn them on (`remote serve --test-routes`).
+    public var testRoutes = false
     public init(dataDir: String) { self.dataDir = dataDir }
 
     public var tokenPath: String { tokenFile ?? dataDir + "/token" }
@@ -325,6 +328,14 @@ enum Route {
         return WireRules.maxJSONBytes
     }
 
+    /// The routes only a test server has (`StubConfig.testRoutes`).
+    var isTestRoute: Bool {
+        switch self {
+        case .stats, .faults: return true
+        default: return false
+        }
+    }
+
     /// Health, stats and faults are neither counted nor failed by injected faults.
     var isBookkeeping: Bool {
         switch self {
@@ -471,7 +482,8 @@ extension StubServer {
 
     /// The checks that need no body: route, method, token, injected failures, sizes.
     private func begin(connection: OpaquePointer, url: String, method: String) -> Exchange {
-        let route = Route(path: url)
+        var route = Route(path: url)
+        if route.isTestRoute && !config.testRoutes { route = .unknown } // not there: 404, as any unknown path
         let ex = Exchange(method: method, url: url, route: route)
         if let length = header(connection, "Content-Length") { ex.declaredLength = Int64(length) }
         if !route.isBookkeeping { counters.update { $0.requests += 1 } }

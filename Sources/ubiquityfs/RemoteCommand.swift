@@ -17,6 +17,7 @@ enum RemoteCommand {
                                    [--metadata postgresql://...]
                                    [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE]
                                    [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
+                                   [--test-routes]
 
     Runs the remote stub (the "cloud") until SIGINT or SIGTERM. On first start it writes a bearer token to
     DIR/token (mode 0600); mounts read it with --token-file. It listens on loopback unless told otherwise
@@ -27,6 +28,9 @@ enum RemoteCommand {
                          serve HTTPS with this PEM certificate (chain) and its private key; mounts verify it
                          (--ca-file). Without them it serves plain HTTP, and only on loopback: --listen on any
                          other address is refused
+      --test-routes      also serve /v1/stats (every container's blobs and counters) and /v1/faults (failures
+                         injected into other clients' requests): for the tests and the bench only, never on a
+                         server anyone else reaches
 
     Items, versions, the change feed and the key-value store live in DIR/stub.sqlite, or with --metadata in
     that PostgreSQL database, which several servers may share (give them one token, and one DIR or one bucket
@@ -65,7 +69,7 @@ enum RemoteCommand {
                                                 "--log-level", "--max-blob", "--token-file", "--tls-cert", "--tls-key",
                                                 "--metadata", "--blobs", "--s3-credentials", "--blob-grace",
                                                 "--blob-collect-every", "--blob-cache-mb"],
-                                 switches: ["--help"])
+                                 switches: ["--help", "--test-routes"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
         if let level = args.value("--log-level") {
@@ -85,6 +89,7 @@ enum RemoteCommand {
         config.bandwidth = Int64(try args.int("--bandwidth") ?? 0)
         if let max = try args.int("--max-blob") { config.maxBlobBytes = Int64(max) }
         config.tokenFile = args.value("--token-file").map(absolutePath)
+        config.testRoutes = args.has("--test-routes")
         (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         try configureBlobs(&config, args)
         if let url = args.value("--metadata") {

@@ -21,7 +21,9 @@ final class StubHarness {
     init(timeouts: HTTPTimeouts = .init()) throws {
         dir = NSTemporaryDirectory() + "ubq-http-\(randomHex(bytes: 6))"
         try makeDirectories(dir + "/stub")
-        server = try StubServer(config: StubConfig(dataDir: dir + "/stub"))
+        var config = StubConfig(dataDir: dir + "/stub")
+        config.testRoutes = true // these tests arm /v1/faults
+        server = try StubServer(config: config)
         try server.start()
         client = HTTPRemoteClient(baseURL: "http://127.0.0.1:\(server.port)", token: server.token,
                                   container: Self.containerID, timeouts: timeouts, device: "tests")

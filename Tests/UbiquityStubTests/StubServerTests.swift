@@ -26,6 +26,7 @@ final class Fixture: @unchecked Sendable {
     init(configure: (inout StubConfig) -> Void = { _ in }) throws {
         dir = NSTemporaryDirectory() + "stubtest-" + randomHex(bytes: 8)
         var config = StubConfig(dataDir: dir)
+        config.testRoutes = true // these tests read /v1/stats and arm /v1/faults
         configure(&config)
         server = try StubServer(config: config)
         try server.start()
@@ -109,6 +110,15 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
 }
 
 @Suite struct StubServerTests {
+    /// Part 15: a server is not a test bench. Without `testRoutes` the routes that list every container's blobs
+    /// and fail other clients' requests are not there, for any token.
+    @Test func theTestRoutesAreNotThereUnlessAsked() throws {
+        let f = try Fixture { $0.testRoutes = false }
+        #expect(try f.call("GET", "/v1/stats").status == 404)
+        #expect(try f.call("POST", "/v1/faults", json: WireFaults(failNext: 2, status: 500)).status == 404)
+        #expect(try f.call("PUT", "/v1/containers/\(cid)").status == 200) // (nothing was armed: it succeeds)
+    }
+
     @Test func healthNeedsNoTokenButEverythingElseDoes() throws {
         let f = try Fixture()
         let health = try f.call("GET", "/v1/health", token: .some(nil))

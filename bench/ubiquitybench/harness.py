@@ -101,7 +101,7 @@ class Stub:
     sharing one data directory; `binary` the ubiquityfs that serves (an older one, in a comparison)."""
 
     def __init__(self, data: Path, bandwidth=0, latency_ms=0, port=0, metadata=None, tag="", extra=(),
-                 container=TEST_CONTAINER, binary=None):
+                 container=TEST_CONTAINER, binary=None, test_routes=True):
         self.data = Path(data)
         self.binary = binary or BIN
         self.bandwidth = bandwidth
@@ -111,6 +111,9 @@ class Stub:
         self.tag = tag
         self.extra = [str(a) for a in extra]
         self.container = container
+        # /v1/stats and /v1/faults, which the tests and the bench read and arm (remote serve --test-routes; a
+        # binary older than that option serves them always and would refuse it).
+        self.test_routes = test_routes and self.binary == BIN
         self.proc = None
         self.url = None
 
@@ -136,7 +139,7 @@ class Stub:
         self.proc = subprocess.Popen(
             [self.binary, "remote", "serve", "--data", self.data, "--listen", f"127.0.0.1:{self.port}",
              "--endpoint-file", endpoint, "--bandwidth", str(self.bandwidth), "--latency-ms", str(self.latency_ms),
-             *metadata, *self.extra],
+             *metadata, *(["--test-routes"] if self.test_routes else []), *self.extra],
             stdout=log, stderr=log)
         wait_until(lambda: endpoint.exists() and endpoint.read_text().strip() or self.proc.poll() is not None,
                    timeout=30, what="stub endpoint")
