@@ -1,5 +1,6 @@
 #include <microhttpd.h>
 #include <string.h>
+#include <strings.h>
 #include <stdint.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -8,7 +9,8 @@
 // Swift cannot call variadic C functions: these fixed-argument wrappers cover what the stub needs.
 
 // Starts a daemon in thread-per-connection mode (poll(2), so no FD_SETSIZE limit), bound to the numeric address `host` (IPv4 or IPv6) and `port`
-// (0 picks a free port); with `tls_cert` and `tls_key` (PEM text, both or neither) it serves HTTPS through GnuTLS.
+// (0 picks a free port); with `tls_cert` and `tls_key` (PEM text, both or neither) it serves HTTPS through GnuTLS,
+// TLS 1.2 and later only.
 // Returns NULL when the address is not numeric or cannot be bound, or the certificate or key is refused.
 static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                                MHD_AccessHandlerCallback handler, void *handler_cls,
@@ -38,6 +40,7 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                 MHD_OPTION_SOCK_ADDR, addr,
                                 MHD_OPTION_HTTPS_MEM_CERT, tls_cert,
                                 MHD_OPTION_HTTPS_MEM_KEY, tls_key,
+                                MHD_OPTION_HTTPS_PRIORITIES, "NORMAL:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1",
                                 MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                                 MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
@@ -58,4 +61,24 @@ static inline int ubq_mhd_has_tls(void) { return MHD_is_feature_supported(MHD_FE
 static inline uint16_t ubq_mhd_port(struct MHD_Daemon *daemon) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     return info ? info->port : 0;
+}
+
+struct ubq_header_seen { const char *name; const char *first; int conflict; };
+
+static enum MHD_Result ubq_header_seen_one(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    struct ubq_header_seen *seen = cls;
+    if (key == NULL || strcasecmp(key, seen->name) != 0) return MHD_YES;
+    if (value == NULL) value = "";
+    if (seen->first == NULL) seen->first = value;
+    else if (strcmp(seen->first, value) != 0) seen->conflict = 1;
+    return MHD_YES;
+}
+
+// Whether the request carries header `name` twice with different values (two Content-Lengths: a request that
+// two parsers on its way would split differently).
+static inline int ubq_mhd_header_conflicts(struct MHD_Connection *connection, const char *name) {
+    struct ubq_header_seen seen = { name, NULL, 0 };
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, ubq_header_seen_one, &seen);
+    return seen.conflict;
 }

@@ -195,3 +195,18 @@ public func removeLeftover(_ path: String) {
 }
 
 private let leftoverLog = Logger("files")
+
+/// Why a file that holds a secret (a token, a key) may not be trusted, or nil (also when it does not exist).
+/// It must belong to this process's user and be open to nobody else: a file another user owns was chosen by
+/// them, who then know the secret; one others can read has told it already.
+public func secretFileRefusal(_ path: String) -> String? {
+    var st = stat()
+    guard stat(path, &st) == 0 else { return nil }
+    if st.st_uid != geteuid() {
+        return "\(path) belongs to another user (uid \(st.st_uid)), who then knows what it holds"
+    }
+    if st.st_mode & 0o077 != 0 {
+        return "others may read or write \(path) (mode \(String(st.st_mode & 0o777, radix: 8))): chmod 600 it"
+    }
+    return nil
+}

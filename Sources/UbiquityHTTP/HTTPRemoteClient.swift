@@ -327,6 +327,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         _ = ubq_easy_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
         _ = ubq_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT, max(1, timeouts.connectSeconds))
         if let caFile { _ = ubq_easy_setopt_string(h, CURLOPT_CAINFO, caFile) }
+        // TLS 1.2 at least (1.0 and 1.1 are broken); plain HTTP the mount allows only to loopback.
+        _ = ubq_easy_setopt_long(h, CURLOPT_SSLVERSION, Int(CURL_SSLVERSION_TLSv1_2))
         switch timeout ?? .request(timeouts.requestSeconds) {
         case .request(let s):
             _ = ubq_easy_setopt_long(h, CURLOPT_TIMEOUT, max(1, s))

@@ -135,10 +135,10 @@ public final class StubServer: @unchecked Sendable {
     }
 
     static func loadOrCreateToken(_ path: String) throws -> String {
+        if let why = secretFileRefusal(path) { throw StubError("refusing the token file: \(why)") }
         if let data = FileManager.default.contents(atPath: path) {
             let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             guard text.utf8.count == 64, isSHA256Hex(text) else { throw StubError("\(path): not a 64-hex-digit token") }
-            chmod(path, 0o600)
             return text
         }
         let token = randomHex(bytes: 32)
@@ -494,6 +494,7 @@ extension StubServer {
     private func precheck(_ connection: OpaquePointer, _ ex: Exchange) -> Reply? {
         let route = ex.route
         if case .unknown = route { return .error(404, "no such route") }
+        if ubq_mhd_header_conflicts(connection, "Content-Length") != 0 { return .error(400, "conflicting Content-Length headers") }
         guard route.allowedMethods.contains(ex.method) else {
             var r = Reply.error(405, "method not allowed")
             r.headers.append(("Allow", route.allowedMethods.joined(separator: ", ")))

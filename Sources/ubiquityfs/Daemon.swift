@@ -119,6 +119,7 @@ struct Daemon {
     }
 
     private func readToken(_ path: String) throws -> String {
+        if let why = secretFileRefusal(path) { throw MountFailure("refusing the token file: \(why)") }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw MountFailure("cannot read the token file \(path)")
         }

@@ -157,7 +157,29 @@ enum MountCommand {
         for url in urls where !(url.hasPrefix("http://") || url.hasPrefix("https://")) || url.utf8.count < 9 {
             throw UsageError("--remote takes URLs like http://127.0.0.1:8443, comma-separated; not '\(url)'")
         }
+        // The token would travel in clear: plain HTTP only to this machine.
+        for url in urls where url.hasPrefix("http://") && !isLoopback(host(of: url)) {
+            throw UsageError("--remote \(url): plain HTTP is only for this machine (127.0.0.1, ::1, localhost); "
+                             + "use https:// (with --ca-file) for \(host(of: url))")
+        }
         return urls
+    }
+
+    /// The host of an http(s) URL, without brackets (an IPv6 address) or port.
+    static func host(of url: String) -> String {
+        let rest = url.drop(while: { $0 != "/" }).dropFirst(2)
+        let authority = rest.prefix(while: { $0 != "/" && $0 != "?" })
+        if authority.hasPrefix("["), let end = authority.firstIndex(of: "]") {
+            return String(authority[authority.index(after: authority.startIndex)..<end])
+        }
+        return String(authority.prefix(while: { $0 != ":" }))
+    }
+
+    /// Whether a host names this machine: localhost, 127.0.0.0/8 or ::1.
+    static func isLoopback(_ host: String) -> Bool {
+        if host == "localhost" || host == "::1" { return true }
+        var addr = in_addr()
+        return inet_pton(AF_INET, host, &addr) == 1 && (UInt32(bigEndian: addr.s_addr) >> 24) == 127
     }
 
     /// Refuses a missing, non-directory or busy mount point; cleans up a stale one left by a dead daemon.

@@ -1,8 +1,11 @@
 """Part 15: the remote as a server exposed to others. Each test drives a real `ubiquityfs remote serve` with
 curl, as an attacker holding a token (or none) would."""
+import os
+import socket
 import subprocess
 
-from conftest import Stub
+from conftest import BIN, Stub, run
+from test_part12_tls_failover import certificate, serve, stop
 
 
 def status(stub, method, path, body=None):
@@ -29,3 +32,78 @@ def test_the_test_routes_exist_only_with_test_routes(tmp_path):
         assert status(bench, "GET", "/v1/stats") == "200"
     finally:
         bench.stop()
+
+
+def raw_request(url, text):
+    """Sends `text` as it is over a socket to the stub at `url`; the status code of the answer."""
+    host, port = url.rsplit("/", 1)[1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(text.encode())
+        answer = s.recv(4096).decode(errors="replace")
+    return answer.split(" ", 2)[1] if answer.startswith("HTTP/") else answer
+
+
+def test_conflicting_content_lengths_are_refused(tmp_path):
+    stub = Stub(tmp_path / "remote").start()
+    try:
+        body = "{}"
+        head = (f"PUT /v1/containers/iCloud.com.example.smuggle HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {stub.token}\r\nContent-Type: application/json\r\n")
+        # Before Part 15 this was 201: one parser on the way may take the first length, the server the second.
+        assert raw_request(stub.url, head + "Content-Length: 2\r\nContent-Length: 40\r\n\r\n" + body) == "400"
+        assert status(stub, "GET", "/v1/containers/iCloud.com.example.smuggle/items/root") == "404"
+        # One length, or the same one twice, is a request like any other.
+        assert raw_request(stub.url, head + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n" + body) in ("200", "201")
+    finally:
+        stub.stop()
+
+
+def test_tls_below_1_2_is_refused(tmp_path):
+    cert, key = certificate(tmp_path)
+    proc, url = serve(tmp_path / "remote", "--tls-cert", cert, "--tls-key", key)
+    try:
+        def handshake(*versions):
+            return subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", cert, *versions,
+                                   url + "/v1/health"], capture_output=True, text=True, timeout=30)
+        assert handshake("--tlsv1.2").stdout == "200"
+        # TLS 1.0 and 1.1 were accepted before Part 15.
+        old = handshake("--tlsv1.0", "--tls-max", "1.1")
+        assert old.returncode != 0 and old.stdout == "000", old
+    finally:
+        stop(proc)
+
+
+def test_a_token_file_others_can_read_or_another_user_owns_is_refused(tmp_path):
+    data = tmp_path / "remote"
+    data.mkdir()
+    token = data / "token"
+    token.write_text("0" * 63 + "7\n")
+    token.chmod(0o644)
+    # The server: before Part 15 it made the file 0600 and served with whatever token it held.
+    p = run(BIN, "remote", "serve", "--data", data, check=False, timeout=20)
+    assert p.returncode != 0 and "chmod 600" in p.stderr and str(token) in p.stderr, p.stderr
+    os.chown(token, 65534, 65534)  # nobody's, who then knows it
+    token.chmod(0o600)
+    p = run(BIN, "remote", "serve", "--data", data, check=False, timeout=20)
+    assert p.returncode != 0 and "another user" in p.stderr, p.stderr
+    # The mount: the same file is refused before anything is mounted.
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    p = run(BIN, "mount", mnt, "--remote", "http://127.0.0.1:9", "--token-file", token, "--store", tmp_path / "store",
+            check=False, timeout=30)
+    assert p.returncode != 0 and "another user" in p.stderr, p.stderr
+    assert not os.path.ismount(mnt)
+
+
+def test_mount_refuses_plain_http_beyond_loopback_in_one_line(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    token = tmp_path / "token"
+    token.write_text("1" * 64 + "\n")
+    token.chmod(0o600)
+    for url in ["http://192.0.2.7:8443", "http://example.com", "http://[2001:db8::1]:80", "http://127.0.0.1.example.com"]:
+        p = run(BIN, "mount", mnt, "--remote", url, "--token-file", token, "--store", tmp_path / "store",
+                check=False, timeout=10)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and "plain HTTP" in lines[0] and url in lines[0], p.stderr
+    assert not (tmp_path / "store").exists()  # refused before anything was made
