@@ -2,7 +2,9 @@
 // conflict version of that file, named `stem (device, YYYY-MM-DD HH.MM.SS).ext`. Its nodes are virtual (not
 // in the store, never uploaded), with ids that cannot clash with item ids (NodeID.swift): the mirror of a
 // directory (or of a conflicted file) under .versions, and one conflict version.
-// Virtual entries are never cached by the kernel (timeouts 0), so they follow resolutions at once.
+// Virtual entries are never cached by the kernel (timeouts 0), so they follow resolutions at once. A version
+// has its file's owner and mode without write and setuid bits; a folder under .versions its item's owner and
+// no more than its item's read and search bits, so .versions shows nobody what the live tree hides.
 // Writes under .versions fail with EROFS, except `rm` of a version (discard it) and `mv` of a version onto
 // its file's live path (make it current).
 //
@@ -145,10 +147,12 @@ extension FileSystem {
         case .real(let item):
             return attributes(item, ino: ino)
         case .versionsDir(let item):
-            return virtualAttributes(ino: ino, mode: S_IFDIR | 0o555, size: 4096, mtime: item.mtime)
-        case .version(_, let c):
+            return virtualAttributes(ino: ino, mode: S_IFDIR | FileSystem.versionsDirMode(item), size: 4096,
+                                     mtime: item.mtime, owner: core.config.owner(of: item))
+        case .version(let item, let c):
             // Versions are not the container's own files: no blocks, so `du` of the mount leaves them out.
-            return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: c.size, mtime: c.mtime)
+            return virtualAttributes(ino: ino, mode: S_IFREG | (mode_t(item.mode) & 0o555), size: c.size, mtime: c.mtime,
+                                     owner: core.config.owner(of: item))
         case .kvDir(let typed):
             var st = virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
             if !typed { st.st_nlink = 3 } // and .json's `..`
@@ -163,14 +167,23 @@ extension FileSystem {
         }
     }
 
-    /// Attributes of a read-only virtual node.
-    func virtualAttributes(ino: UInt64, mode: mode_t, size: Int64, mtime: Int64) -> stat {
+    /// The mode of the folder under .versions that stands for `item`: no more open than the item itself. A
+    /// folder's own bits without write; a conflicted file's read bits, each with the search bit beside it.
+    static func versionsDirMode(_ item: Item) -> mode_t {
+        let mode = mode_t(item.mode)
+        if item.isDirectory { return mode & 0o555 }
+        return (mode & 0o444) | ((mode & 0o444) >> 2)
+    }
+
+    /// Attributes of a read-only virtual node, owned by `owner` (nil: the mounting user, for the nodes that
+    /// stand for no item).
+    func virtualAttributes(ino: UInt64, mode: mode_t, size: Int64, mtime: Int64, owner: Owner? = nil) -> stat {
         var st = stat()
         st.st_ino = UInt(ino)
         st.st_mode = mode
         st.st_nlink = mode & S_IFMT == S_IFDIR ? 2 : 1
-        st.st_uid = core.config.owner.uid // the mounting user's, as what it shows is not of this device alone
-        st.st_gid = core.config.owner.gid
+        st.st_uid = (owner ?? core.config.owner).uid
+        st.st_gid = (owner ?? core.config.owner).gid
         st.st_size = off_t(size)
         st.st_blksize = 4096
         st.st_mtim = timespec(tv_sec: Int(mtime / 1_000_000_000), tv_nsec: Int(mtime % 1_000_000_000))

@@ -222,3 +222,30 @@ def test_versions_survive_remount_and_eviction(two):
     b.kill_daemon()
     b.mount()
     assert versions(b) == [vname]
+
+
+# Part 15: `.versions` entries were 0444 and their folders 0555 whatever the file's mode, so another local user
+# read a 0600 file's conflict version and listed what 0700 folders hid.
+def test_versions_are_no_more_open_than_what_they_stand_for(two):
+    stub, a, b = two
+    (a / REL).chmod(0o600)
+    (a / REL.parent).chmod(0o700)
+    wait_until(lambda: os.stat(b / REL).st_mode & 0o777 == 0o600, timeout=30, what="the mode on b")
+    edit_apart(stub, [(a, "laptop version\n"), (b, "desktop version\n")])
+    wait_until(lambda: settled([a, b]), timeout=30, what="both mounts to settle")
+    for m in (a, b):
+        folder = m.path / ".versions" / REL.parent
+        version = folder / REL.name / versions(m)[0]
+        assert run("stat", "-c", "%a", version).stdout.strip() == "400"
+        assert run("stat", "-c", "%a", folder / REL.name).stdout.strip() == "500"
+        assert run("stat", "-c", "%a", folder).stdout.strip() == "500"
+        assert version.read_text() == "laptop version\n"  # its owner still reads it
+        # As another user, from the mount root (the test's folders above it are not open to that user): the root
+        # of .versions is reachable, what the 0700 folder and the 0600 file hide is not.
+        def as_nobody(*command):
+            return run("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command, cwd=m.path,
+                       check=False)
+        assert as_nobody("ls", ".versions").returncode == 0
+        for command in (["cat", str(version.relative_to(m.path))], ["ls", str(folder.relative_to(m.path))]):
+            p = as_nobody(*command)
+            assert p.returncode != 0 and "Permission denied" in p.stderr, p
