@@ -264,6 +264,22 @@ public enum WireRules {
             && !name.utf8.contains(0x2f) && !name.utf8.contains(0)
     }
 
+    /// The end of a name that keeps an item on one device (Apple's `.nosync` rule).
+    public static let noSyncSuffix = ".nosync"
+    /// The names the mount gives to folders of its own in its root.
+    public static let mountRootNames = [".versions", ".kvstore"]
+
+    /// Why no item on the remote may have this name in folder `parent`, or nil: a name the mount gives a meaning
+    /// of its own. `.versions` and `.kvstore` in the root would show twice there (and `kv set` would write an
+    /// ordinary file); a name ending in `.nosync` marks an item no device shows or uploads.
+    public static func reservedNameProblem(_ name: String, parent: String) -> String? {
+        if parent == rootID && mountRootNames.contains(where: { Array($0.utf8) == Array(name.utf8) }) {
+            return "\(name) is the name of the mount's own folder in the root"
+        }
+        if name.hasSuffix(noSyncSuffix) { return "a name ending in \(noSyncSuffix) is kept on one device only" }
+        return nil
+    }
+
     /// A valid item id: 1 to 64 of [A-Za-z0-9_-].
     public static func isValidID(_ id: String) -> Bool {
         let n = id.utf8.count
@@ -421,10 +437,16 @@ public enum KVLimits {
         }
     }
 
-    /// A valid key: 1 to 64 bytes of UTF-8, no `/` or NUL (a key is a file name in the mount).
+    /// What is wrong with a key that is not valid (`isValidKey`).
+    public static func keyProblem(_ key: String) -> String {
+        key.utf8.count > maxKeyBytes ? Violation.keyTooLong.message : "bad key (no / or NUL, not . or ..)"
+    }
+
+    /// A valid key: 1 to 64 bytes of UTF-8, no `/` or NUL, not `.` or `..` (a key is a file name in the
+    /// mount's `.kvstore`).
     public static func isValidKey(_ key: String) -> Bool {
         let n = key.utf8.count
-        return n > 0 && n <= maxKeyBytes && !key.utf8.contains(0x2f) && !key.utf8.contains(0)
+        return n > 0 && n <= maxKeyBytes && !key.utf8.contains(0x2f) && !key.utf8.contains(0) && key != "." && key != ".."
     }
 
     /// What `key = value` would break in a store whose live entries are `live` (key -> byte size of its

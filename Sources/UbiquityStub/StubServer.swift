@@ -290,7 +290,7 @@ enum Route {
         case 6 where parts[2] == "containers" && parts[4] == "kv":
             let key = parts[5] // MHD has already decoded the path
             guard WireRules.isValidContainerID(parts[3]) else { self = .invalid("bad container id"); return }
-            self = KVLimits.isValidKey(key) ? .kvKey(parts[3], key) : .invalid(KVLimits.Violation.keyTooLong.message)
+            self = KVLimits.isValidKey(key) ? .kvKey(parts[3], key) : .invalid(KVLimits.keyProblem(key))
         case 5 where parts[2] == "containers" && parts[4] == "changes":
             self = WireRules.isValidContainerID(parts[3]) ? .changes(parts[3]) : .invalid("bad container id")
         case 5 where parts[2] == "containers" && parts[4] == "batch":

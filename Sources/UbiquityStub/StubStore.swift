@@ -180,6 +180,7 @@ final class StubStore: Sendable {
         } else {
             guard let parent = item.parent, WireRules.isValidID(parent) else { throw StubFailure(400, "bad parent id") }
             guard WireRules.isValidName(item.name) else { throw StubFailure(400, "bad name") }
+            if let why = WireRules.reservedNameProblem(item.name, parent: parent) { throw StubFailure(400, why) }
         }
         item.mode &= 0o7777
         item.deleted = false
@@ -392,7 +393,7 @@ final class StubStore: Sendable {
     /// write is then dropped), else the write at the next feed position. A value that would pass Apple's limits
     /// is refused with 413 and stores nothing.
     func putKV(_ cid: String, _ entry: WireKVEntry) throws -> WireKVEntry {
-        guard KVLimits.isValidKey(entry.key) else { throw StubFailure(400, KVLimits.Violation.keyTooLong.message) }
+        guard KVLimits.isValidKey(entry.key) else { throw StubFailure(400, KVLimits.keyProblem(entry.key)) }
         guard entry.deleted == (entry.value == nil) else { throw StubFailure(400, "a value, or deleted, not both") }
         return try writing(cid) { tx in
             if let current = try tx.kvEntry(cid, entry.key), !entry.wins(over: current) { return current }

@@ -277,6 +277,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         } else {
             guard let parent = item.parent, WireRules.isValidID(parent) else { throw Self.bad("bad parent id") }
             guard WireRules.isValidName(item.name) else { throw Self.bad("bad name") }
+            if let why = WireRules.reservedNameProblem(item.name, parent: item.parent ?? "") { throw Self.bad(why) }
         }
         var new = item
         new.deleted = false
@@ -440,7 +441,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
 extension MemoryRemote: KeyValueRemote {
     public func putKV(_ entry: WireKVEntry) throws -> WireKVEntry {
-        guard KVLimits.isValidKey(entry.key) else { throw Self.bad(KVLimits.Violation.keyTooLong.message) }
+        guard KVLimits.isValidKey(entry.key) else { throw Self.bad(KVLimits.keyProblem(entry.key)) }
         guard entry.deleted == (entry.value == nil) else { throw Self.bad("a value, or deleted, not both") }
         return try locked {
             if _offline { throw RemoteError.unreachable("the memory remote is offline") }

@@ -34,6 +34,23 @@ import UbiquityCore
         #expect(status(failure({ try s.remote.putItem(moved, ifMatch: stored.version) })) == 400)
     }
 
+    /// Part 15: the names the mount gives a meaning of its own are no item's, whoever writes them.
+    @Test(arguments: Backend.all) func theNamesTheMountReservesAreRefused(backend: Backend) throws {
+        let s = try backend.make(nil)
+        for name in [".versions", ".kvstore"] {
+            #expect(status(failure({ try s.remote.putItem(directory("r1", in: WireRules.rootID, name: name), ifMatch: nil) })) == 400,
+                    "\(name) in the root")
+            #expect(try s.remote.putItem(directory("ok" + name.dropFirst(), name: name), ifMatch: nil).name == name,
+                    "\(name) in a folder is an ordinary name")
+        }
+        #expect(status(failure({ try s.remote.putItem(file("n1", name: "x.nosync"), ifMatch: nil) })) == 400)
+        let made = try s.remote.putItem(file("n2", name: "x"), ifMatch: nil)
+        var renamed = made
+        renamed.name = "x.nosync"
+        #expect(status(failure({ try s.remote.putItem(renamed, ifMatch: made.version) })) == 400, "nor by a rename")
+        #expect(try s.remote.item("n2") == made)
+    }
+
     @Test(arguments: Backend.all) func modeKeepsOnlyPermissionBits(backend: Backend) throws {
         let s = try backend.make(nil)
         var d = directory("d1")

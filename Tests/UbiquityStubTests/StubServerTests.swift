@@ -112,6 +112,18 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
 @Suite struct StubServerTests {
     /// Part 15: a server is not a test bench. Without `testRoutes` the routes that list every container's blobs
     /// and fail other clients' requests are not there, for any token.
+    /// Part 15: `.` and `..` are no keys (each key is a file name in the mount's .kvstore, where `..` showed twice).
+    @Test func dotKeysAreRefused() throws {
+        let f = try Fixture()
+        #expect(try f.call("PUT", "/v1/containers/\(cid)").status == 200)
+        let entry = WireKVEntry(key: "..", value: .string("x"), mtime: 1, device: "a")
+        for key in [".", ".."] {
+            let answer = try f.call("PUT", "/v1/containers/\(cid)/kv/\(key)", json: entry)
+            #expect(answer.status == 400, "key \(key)")
+        }
+        #expect(try f.call("PUT", "/v1/containers/\(cid)/kv/...", json: WireKVEntry(key: "...", value: .string("x"), mtime: 1, device: "a")).status == 200)
+    }
+
     @Test func theTestRoutesAreNotThereUnlessAsked() throws {
         let f = try Fixture { $0.testRoutes = false }
         #expect(try f.call("GET", "/v1/stats").status == 404)

@@ -83,7 +83,7 @@ public final class KeyValueStore: Sendable {
 
     /// Sets (or with nil deletes) a key; durable and queued when it returns. Over a limit: nothing is stored.
     public func set(_ key: String, _ value: KVValue?) throws(CoreError) {
-        guard !key.isEmpty, !key.utf8.contains(0x2f), !key.utf8.contains(0) else { throw .invalidName }
+        guard !key.isEmpty, !key.utf8.contains(0x2f), !key.utf8.contains(0), key != ".", key != ".." else { throw .invalidName }
         do {
             try tables.withLock { t in
                 if let v = KVLimits.violation(key: key, value: value, live: try t.liveSizes()) {

@@ -78,7 +78,7 @@ public struct Item: Equatable, Sendable {
     public var isLocalOnlyItself: Bool {
         kind == .fifo || kind == .socket || excluded || name.hasSuffix(Item.noSyncSuffix)
     }
-    public static let noSyncSuffix = ".nosync"
+    public static let noSyncSuffix = WireRules.noSyncSuffix
     /// Lives on this device only: never uploaded, never evicted, never listed on other devices.
     public var isLocalOnly: Bool { localOnlyAbove || isLocalOnlyItself }
     /// Has changes to send to the remote. For a local-only item only one: the delete of the copy the remote
