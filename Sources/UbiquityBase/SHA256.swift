@@ -70,3 +70,10 @@ public let emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca49599
 public func isSHA256Hex(_ s: String) -> Bool {
     s.utf8.count == 64 && s.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
 }
+
+/// The SHA-256 of what a descriptor's file holds, read from its start.
+public func sha256Hex(of fd: FileDescriptor) throws -> String {
+    var hasher = SHA256Hasher()
+    try fd.forEachChunk { hasher.update($0) }
+    return hasher.finalizeHex()
+}

@@ -26,7 +26,11 @@ protocol BlobStore: AnyObject, Sendable {
     /// The blob's size, or nil when it is not stored (the empty blob is always there, of size 0).
     func size(_ cid: String, _ sha256: String) throws -> Int64?
     /// Stores the verified temporary file `tmpPath` (consumed) as the blob; false when it was already there.
-    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool
+    /// `replacing`: the stored blob is not sound (`isSound`), and these bytes take its place.
+    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool) throws -> Bool
+    /// Whether the stored blob's bytes are `size` bytes that hash to its name, read from where they are kept
+    /// (not from a cache). One that is not counts as absent for an upload of the right bytes, which replaces it.
+    func isSound(_ cid: String, _ sha256: String, size: Int64) throws -> Bool
     /// A file of the blob's verified bytes, positioned nowhere (read it with pread); the caller closes it.
     func open(_ cid: String, _ sha256: String, size: Int64) throws -> FileDescriptor
     /// Removes the blob; harmless when it is gone.
@@ -67,14 +71,21 @@ final class FileBlobStore: BlobStore, Sendable {
         return Int64(st.st_size)
     }
 
-    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
-        if try self.size(cid, sha256) != nil {
+    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool) throws -> Bool {
+        if try !replacing && self.size(cid, sha256) != nil {
             removeLeftover(tmpPath)
             return false
         }
         try makeDirectories(dir + "/" + cid)
-        try renameFile(tmpPath, path(cid, sha256))
+        try renameFile(tmpPath, path(cid, sha256)) // (over a damaged one: rename replaces it in one step)
         return true
+    }
+
+    func isSound(_ cid: String, _ sha256: String, size: Int64) throws -> Bool {
+        if sha256 == emptySHA256 { return true }
+        let fd = try FileDescriptor.open(path(cid, sha256), O_RDONLY)
+        defer { fd.close() }
+        return try Int64(fd.stat().st_size) == size && sha256Hex(of: fd) == sha256
     }
 
     func open(_ cid: String, _ sha256: String, size: Int64) throws -> FileDescriptor {

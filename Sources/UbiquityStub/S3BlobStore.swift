@@ -91,15 +91,16 @@ final class S3BlobStore: BlobStore, Sendable {
         }
     }
 
-    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
+    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool) throws -> Bool {
         defer { removeLeftover(tmpPath) }
-        if try self.size(cid, sha256) != nil { return false }
+        if try !replacing && self.size(cid, sha256) != nil { return false }
         let key = self.key(cid, sha256)
         let fd = try FileDescriptor.open(tmpPath, O_RDONLY)
         defer { fd.close() }
         let md5 = try Self.md5(fd)
-        let (a, _) = try client.perform("PUT", key, headers: [
-            "If-None-Match: *", "Content-MD5: \(Data(md5).base64EncodedString())", "x-amz-content-sha256: \(sha256)",
+        // A damaged object is written over; otherwise only a missing one is written.
+        let (a, _) = try client.perform("PUT", key, headers: (replacing ? [] : ["If-None-Match: *"]) + [
+            "Content-MD5: \(Data(md5).base64EncodedString())", "x-amz-content-sha256: \(sha256)",
             "Content-Type: application/octet-stream",
         ], upload: (fd, size))
         let created: Bool
@@ -151,6 +152,19 @@ final class S3BlobStore: BlobStore, Sendable {
         try fetch(cid, sha256, size: size, into: path)
         evict(keeping: path)
         return try FileDescriptor.open(path, O_RDONLY)
+    }
+
+    func isSound(_ cid: String, _ sha256: String, size: Int64) throws -> Bool {
+        if sha256 == emptySHA256 { return true }
+        let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".check"
+        let fd = try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
+        defer { fd.close(); removeLeftover(tmp) }
+        let (a, digest) = try client.perform("GET", key(cid, sha256), download: fd)
+        switch a.status {
+        case 200: return try digest == sha256 && Int64(fd.stat().st_size) == size
+        case 404: return false
+        default: throw StubFailure(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+        }
     }
 
     /// Downloads the whole object to a temporary file and moves it into the cache once it hashes to its name.

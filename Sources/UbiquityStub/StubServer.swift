@@ -355,6 +355,8 @@ final class Exchange {
     var writer: BlobWriter?
     var declaredLength: Int64?
     var blobAlreadyThere = false
+    /// The stored blob was found damaged: this upload replaces it.
+    var replacingBlob = false
     /// An answer settled before the body arrived: the body is drained, then this goes out.
     var pending: Reply?
     var answered = false
@@ -512,11 +514,13 @@ extension StubServer {
                 guard let length = ex.declaredLength, length >= 0 else { return .error(400, "Content-Length needed") }
                 guard length <= config.maxBlobBytes else { return .error(413, "blob larger than \(config.maxBlobBytes) bytes") }
                 collector.touch(cid, sha)
-                if try store.blobSize(cid, sha) != nil {
-                    ex.blobAlreadyThere = true
-                } else {
-                    ex.writer = try BlobWriter(tmpDir: store.tmpDir)
+                // A stored blob that does not hash to its name counts as absent: the right bytes replace it.
+                if let size = try store.blobSize(cid, sha) {
+                    ex.replacingBlob = try !store.blobIsSound(cid, sha, size: size)
+                    ex.blobAlreadyThere = !ex.replacingBlob
+                    if ex.replacingBlob { log.warning("blob \(sha) of \(cid) is damaged in the store: the upload replaces it") }
                 }
+                if !ex.blobAlreadyThere { ex.writer = try BlobWriter(tmpDir: store.tmpDir) }
             } catch {
                 return failureReply(error)
             }
@@ -777,7 +781,8 @@ extension StubServer {
             throw StubFailure(422, "received \(writer.written) bytes of \(ex.declaredLength ?? -1)")
         }
         guard got == sha else { throw StubFailure(422, "the bytes hash to \(got)") }
-        let created = sha == emptySHA256 ? false : try store.commitBlob(cid, sha, size: writer.written, tmpPath: writer.tmpPath)
+        let created = sha == emptySHA256 ? false : try store.commitBlob(cid, sha, size: writer.written, tmpPath: writer.tmpPath,
+                                                                                 replacing: ex.replacingBlob)
         counters.update { $0.blobPuts += 1 }
         return .json(created ? 201 : 200, Stored(sha256: sha, size: writer.written))
     }

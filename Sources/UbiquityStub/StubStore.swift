@@ -328,7 +328,7 @@ final class StubStore: Sendable {
             guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
             guard let item = entry.item else { throw StubFailure(400, "a put needs an item") }
             if let blob = prepared.blob {
-                _ = try blobs.put(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath)
+                _ = try blobs.put(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath, replacing: false)
             }
             let condition: WriteCondition = entry.ifMatch.map { .ifMatch($0) } ?? .ifNoneMatch
             if case .ifMatch(let v) = condition, v < 0 { throw StubFailure(400, "bad If-Match version") }
@@ -427,9 +427,15 @@ final class StubStore: Sendable {
 
     /// Stores a verified temporary file as the blob (outside any transaction: it may be a long upload);
     /// answers false when the blob was already there.
-    func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String) throws -> Bool {
+    /// `replacing`: the stored blob was found damaged (`blobIsSound`), and these bytes replace it.
+    func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool = false) throws -> Bool {
         guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
-        return try blobs.put(cid, sha256, size: size, tmpPath: tmpPath)
+        return try blobs.put(cid, sha256, size: size, tmpPath: tmpPath, replacing: replacing)
+    }
+
+    /// Whether the stored blob's bytes hash to its name (all of them read from the blob store).
+    func blobIsSound(_ cid: String, _ sha256: String, size: Int64) throws -> Bool {
+        try blobs.isSound(cid, sha256, size: size)
     }
 
     /// Every container's id.

@@ -1,10 +1,11 @@
 """Part 15: the remote as a server exposed to others. Each test drives a real `ubiquityfs remote serve` with
 curl, as an attacker holding a token (or none) would."""
+import hashlib
 import os
 import socket
 import subprocess
 
-from conftest import BIN, Stub, run
+from conftest import BIN, CONTAINER, Stub, run
 from test_part12_tls_failover import certificate, serve, stop
 
 
@@ -107,3 +108,39 @@ def test_mount_refuses_plain_http_beyond_loopback_in_one_line(tmp_path):
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and "plain HTTP" in lines[0] and url in lines[0], p.stderr
     assert not (tmp_path / "store").exists()  # refused before anything was made
+
+
+def put_blob(stub, data: bytes):
+    """curl PUT of a blob; (status, sha)."""
+    sha = hashlib.sha256(data).hexdigest()
+    p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT", "-H", "Expect:",
+                        "-H", "Authorization: Bearer " + stub.token, "--data-binary", "@-",
+                        f"{stub.url}/v1/containers/{CONTAINER}/blobs/{sha}"], input=data, capture_output=True, timeout=30)
+    return p.stdout.decode(), sha
+
+
+def get_blob(stub, sha):
+    p = subprocess.run(["curl", "-s", "-H", "Authorization: Bearer " + stub.token,
+                        f"{stub.url}/v1/containers/{CONTAINER}/blobs/{sha}"], capture_output=True, timeout=30)
+    return p.stdout
+
+
+def test_a_damaged_blob_is_replaced_by_the_right_bytes_uploaded_again(tmp_path):
+    stub = Stub(tmp_path / "remote").start()
+    try:
+        assert status(stub, "PUT", f"/v1/containers/{CONTAINER}") in ("200", "201")
+        data = os.urandom(100_000)
+        code, sha = put_blob(stub, data)
+        assert code in ("200", "201")
+        stored = tmp_path / "remote" / "blobs" / CONTAINER / sha
+        damaged = bytearray(stored.read_bytes())
+        damaged[5000] ^= 0xFF
+        stored.write_bytes(bytes(damaged))  # a bit turned on the disk
+        # Before Part 15: "200, already there", and the damaged bytes stayed (and were served).
+        code, _ = put_blob(stub, data)
+        assert code in ("200", "201")
+        assert hashlib.sha256(get_blob(stub, sha)).hexdigest() == sha
+        assert stored.read_bytes() == data
+        assert "damaged" in stub.log_file.read_text()
+    finally:
+        stub.stop()
