@@ -136,6 +136,11 @@ final class BlobHarness {
         // The stub checks the bytes it fetched and refuses (503, so clients retry), rather than send them.
         let refusal = #expect(throws: RemoteError.self) { try h.download(blob.sha256) }
         #expect("\(refusal.map { String(describing: $0) } ?? "")".contains("not the blob"))
+        // Part 15: the right bytes uploaded again replace the damaged object (before: "200, already there", and
+        // 503 for ever from every server without its own copy).
+        _ = try h.upload("the true content")
+        try FileManager.default.removeItem(atPath: h.dir + "/stub/blobcache/\(BlobHarness.containerID)")
+        #expect(try h.download(blob.sha256) == Array("the true content".utf8))
     }
 
     @Test func aRefusedHeadSaysWhyThroughXError() throws {
