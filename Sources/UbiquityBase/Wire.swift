@@ -264,6 +264,11 @@ public enum WireRules {
             && !name.utf8.contains(0x2f) && !name.utf8.contains(0)
     }
 
+    /// The mode bits that travel: read, write and search. Setuid, setgid and sticky are this device's alone (as
+    /// the owner is): another device's user, or whoever holds a token, could otherwise hand this one a
+    /// setuid file (`cp -a` out of the mount by root kept it).
+    public static let sharedModeBits: UInt32 = 0o777
+
     /// The end of a name that keeps an item on one device (Apple's `.nosync` rule).
     public static let noSyncSuffix = ".nosync"
     /// The names the mount gives to folders of its own in its root.

@@ -182,7 +182,7 @@ final class StubStore: Sendable {
             guard WireRules.isValidName(item.name) else { throw StubFailure(400, "bad name") }
             if let why = WireRules.reservedNameProblem(item.name, parent: parent) { throw StubFailure(400, why) }
         }
-        item.mode &= 0o7777
+        item.mode &= WireRules.sharedModeBits // (setuid, setgid and sticky never travel)
         item.deleted = false
         guard item.device.utf8.count <= 255 else { throw StubFailure(400, "device name too long") }
         if let problem = WireRules.kindProblem(item) { throw StubFailure(400, problem) }

@@ -281,7 +281,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
         var new = item
         new.deleted = false
-        new.mode &= 0o7777
+        new.mode &= WireRules.sharedModeBits
         guard item.device.utf8.count <= 255 else { throw Self.bad("device name too long") }
         if let problem = WireRules.kindProblem(item) { throw Self.bad(problem) }
         if item.kind == .file {

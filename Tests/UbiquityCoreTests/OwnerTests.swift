@@ -26,6 +26,27 @@ import UbiquityTesting
         #expect(theirs.owner == OwnerTests.nobody)
     }
 
+    /// Part 15: setuid, setgid and sticky are this device's, as the owner is: kept here, never sent, and never
+    /// taken from the wire (a setuid file handed over by whoever holds a token).
+    @Test func setuidSetgidAndStickyBitsStayOnTheirDevice() throws {
+        let a = try device("a"), b = try device("b")
+        let f = try a.createFile("tool", bytes("#!/bin/sh\n"))
+        _ = try a.container.setAttributes(f.id, mode: 0o755, mtime: nil)
+        #expect(eventually { settled([a]) && b.lookup("tool")?.mode == 0o755 })
+        let version = try #require(remote.lookup(path: "Documents/tool")).version
+        let special = try a.container.setAttributes(f.id, mode: 0o4755, mtime: nil)
+        #expect(special.mode == 0o4755 && !special.metaDirty && a.pending == 0, "a change of those bits alone is not pushed")
+        #expect(try #require(remote.lookup(path: "Documents/tool")).version == version)
+        _ = try a.container.setAttributes(f.id, mode: 0o6711, mtime: nil)
+        #expect(eventually { settled([a]) && b.lookup("tool")?.mode == 0o711 })
+        #expect(try #require(remote.lookup(path: "Documents/tool")).mode == 0o711)
+        #expect(a.container.item(f.id)?.mode == 0o6711, "kept here, also once the echo of its push came back")
+        // A mode that comes from elsewhere leaves this device's bits as they are.
+        _ = try b.container.setAttributes(f.id, mode: 0o700, mtime: nil)
+        #expect(eventually { a.container.item(f.id)?.mode == 0o6700 })
+        #expect(eventually { settled([a, b]) })
+    }
+
     @Test func aChangeOfOwnerIsKeptHereAndNotPushed() throws {
         let store = TempDir()
         var f: Item

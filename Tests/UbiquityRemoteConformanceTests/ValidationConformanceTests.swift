@@ -56,6 +56,11 @@ import UbiquityCore
         var d = directory("d1")
         d.mode = 0o40755
         #expect(try s.remote.putItem(d, ifMatch: nil).mode == 0o755)
+        // Part 15: setuid, setgid and sticky never travel (a setuid file for whoever copies it out as root).
+        var f = file("f1")
+        f.mode = 0o7755
+        #expect(try s.remote.putItem(f, ifMatch: nil).mode == 0o755)
+        #expect(try s.remote.item("f1").mode == 0o755)
     }
 
     @Test(arguments: Backend.all) func extendedAttributesAreBase64WithinTheirLimit(backend: Backend) throws {

@@ -3,9 +3,10 @@ curl, as an attacker holding a token (or none) would."""
 import hashlib
 import os
 import socket
+import stat
 import subprocess
 
-from conftest import BIN, CONTAINER, Stub, run
+from conftest import BIN, CONTAINER, Stub, run, sync, wait_until
 from test_part12_tls_failover import certificate, serve, stop
 
 
@@ -144,3 +145,23 @@ def test_a_damaged_blob_is_replaced_by_the_right_bytes_uploaded_again(tmp_path):
         assert "damaged" in stub.log_file.read_text()
     finally:
         stub.stop()
+
+
+def test_setuid_setgid_and_sticky_never_travel(stub, mount_factory, tmp_path):
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    tool, shared = a / "Documents" / "tool", a / "Documents" / "shared"
+    tool.write_text("#!/bin/sh\necho hi\n")
+    shared.mkdir()
+    run("chmod", "6755", tool)
+    run("chmod", "1777", shared)
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "tool").exists() and (b / "Documents" / "shared").exists(), timeout=30,
+               what="both on b")
+    # Before Part 15 b showed -rwsr-sr-x, and `cp -a` of it by root made a setuid file outside the mount.
+    wait_until(lambda: run("stat", "-c", "%a", b / "Documents" / "tool").stdout.strip() == "755", timeout=30,
+               what="the tool's mode on b")
+    assert run("stat", "-c", "%a", b / "Documents" / "shared").stdout.strip() == "777"
+    assert run("stat", "-c", "%a", tool).stdout.strip() == "6755"  # this device's bits, kept here
+    assert run("stat", "-c", "%a", shared).stdout.strip() == "1777"
+    run("cp", "-a", b / "Documents" / "tool", tmp_path / "tool")
+    assert not os.stat(tmp_path / "tool").st_mode & (stat.S_ISUID | stat.S_ISGID)

@@ -641,7 +641,8 @@ extension CoreState {
         // other devices took those entries as they arrived, and show them until a new version of the folder.
         let folderTimeSet = mtime != nil && item.isDirectory && item.shownMTime != unchanged.shownMTime
         // The root's times, every access time and every owner are this device's alone: kept, not pushed.
-        if id == rootID || (item.mode == unchanged.mode && item.mtime == unchanged.mtime && !folderTimeSet) {
+        // (So are the setuid, setgid and sticky bits: WireRules.sharedModeBits.)
+        if id == rootID || (item.metadata == unchanged.metadata && !folderTimeSet) {
             do { try store.save(item) } catch { throw CoreError.from(error) }
             items[id] = item
         } else {

@@ -104,7 +104,7 @@ public struct Item: Equatable, Sendable {
         if w.mtime != mtime || kind == .dir { entriesMTime = 0 }
         parent = w.parent
         name = w.name
-        mode = w.mode
+        mode = Item.mode(w.mode, keepingLocalBitsOf: mode)
         mtime = w.mtime
         size = w.size
         remoteVersion = w.version
@@ -170,13 +170,21 @@ struct ItemMetadata: Equatable {
 
 extension Item {
     var place: ItemPlace { ItemPlace(parent: parent, name: name) }
-    var metadata: ItemMetadata { ItemMetadata(place: place, mode: mode, mtime: mtime, xattrs: xattrs) }
+    var metadata: ItemMetadata {
+        ItemMetadata(place: place, mode: mode & WireRules.sharedModeBits, mtime: mtime, xattrs: xattrs)
+    }
+
+    /// A mode from the wire with the bits that are this device's alone (setuid, setgid, sticky) kept from
+    /// `local`.
+    static func mode(_ wire: UInt32, keepingLocalBitsOf local: UInt32) -> UInt32 {
+        (wire & WireRules.sharedModeBits) | (local & 0o7777 & ~WireRules.sharedModeBits)
+    }
 }
 
 extension WireItem {
     var place: ItemPlace { ItemPlace(parent: parent, name: name) }
     var metadata: ItemMetadata {
-        ItemMetadata(place: place, mode: mode, mtime: mtime, xattrs: Xattrs.fromWire(xattrs))
+        ItemMetadata(place: place, mode: mode & WireRules.sharedModeBits, mtime: mtime, xattrs: Xattrs.fromWire(xattrs))
     }
 }
 

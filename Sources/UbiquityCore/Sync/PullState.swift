@@ -124,7 +124,7 @@ extension CoreState {
             try store.markRefused(w.id)
             return
         }
-        var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: w.mode, mtime: w.mtime,
+        var item = Item(id: w.id, parent: w.parent, name: w.name, kind: w.kind, mode: 0, mtime: w.mtime,
                         ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
                         device: "", hasLocal: w.kind != .file, localSHA: nil, dirty: false, metaDirty: false,
                         deleted: false, pinned: false, xattrs: [:], conflicts: [])
