@@ -72,6 +72,9 @@ enum RemoteCommand {
                                  switches: ["--help", "--test-routes"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
+        // Every file the server makes is its own (stub.sqlite and its journal, blobs, the cache), whatever the
+        // mode of a data folder that was there before: others on the machine read none of it.
+        umask(0o077)
         if let level = args.value("--log-level") {
             guard let l = LogLevel(name: level) else { throw UsageError("unknown log level '\(level)'") }
             Log.shared.configure(level: l, path: nil)

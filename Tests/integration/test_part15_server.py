@@ -165,3 +165,20 @@ def test_setuid_setgid_and_sticky_never_travel(stub, mount_factory, tmp_path):
     assert run("stat", "-c", "%a", shared).stdout.strip() == "1777"
     run("cp", "-a", b / "Documents" / "tool", tmp_path / "tool")
     assert not os.stat(tmp_path / "tool").st_mode & (stat.S_ISUID | stat.S_ISGID)
+
+
+def test_the_server_makes_its_files_private_whatever_its_folder(tmp_path):
+    data = tmp_path / "remote"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    stub = Stub(data).start()
+    try:
+        assert status(stub, "PUT", f"/v1/containers/{CONTAINER}") in ("200", "201")
+        put_blob(stub, b"some bytes")
+    finally:
+        stub.stop()
+    # Before Part 15 stub.sqlite was 0644 in a 0755 folder: any local user read every item of every container.
+    made = [p for p in data.rglob("*") if p.name.startswith("stub.sqlite") or "blobs" in p.parts]
+    assert any(p.name == "stub.sqlite" for p in made)
+    for p in made:
+        assert p.stat().st_mode & 0o077 == 0, f"{p} is {oct(p.stat().st_mode & 0o777)}"
