@@ -15,7 +15,7 @@
 static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                                MHD_AccessHandlerCallback handler, void *handler_cls,
                                                MHD_RequestCompletedCallback completed, void *completed_cls,
-                                               unsigned int idle_timeout_seconds,
+                                               unsigned int idle_timeout_seconds, unsigned int per_ip_limit,
                                                const char *tls_cert, const char *tls_key) {
     struct sockaddr_in v4;
     struct sockaddr_in6 v6;
@@ -43,6 +43,7 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                 MHD_OPTION_HTTPS_PRIORITIES, "NORMAL:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1",
                                 MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                                 MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                                 MHD_OPTION_END);
     }
@@ -50,6 +51,7 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                             MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                             MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                             MHD_OPTION_END);
 }

@@ -50,6 +50,12 @@ public struct StubConfig: Sendable {
     public var blobGraceSeconds = 3600
     /// Seconds between collections; 0 never collects.
     public var blobCollectSeconds = 600
+    /// Connections one client address may hold at once: one address that opens many (half-sent requests, a
+    /// slow-connection attack) cannot take the connections every other client needs. An idle mount holds 3.
+    public var connectionsPerAddress = 128
+    /// A connection that sends nothing (between requests, or in the middle of one) this long is closed. A long
+    /// poll is not idle: it waits in its handler, where this timeout does not run.
+    public var idleTimeoutSeconds = 30
     /// Serve the test routes (`/v1/stats`: every blob of every container; `/v1/faults`: failures injected into
     /// other clients' requests). Only the tests and the bench turn them on (`remote serve --test-routes`).
     public var testRoutes = false
@@ -178,7 +184,7 @@ public final class StubServer: @unchecked Sendable {
                     Unmanaged<Exchange>.fromOpaque(ex).release()
                     context.pointee = nil
                 }
-            }, nil, 300, tlsCertificate, tlsKey)
+            }, nil, UInt32(config.idleTimeoutSeconds), UInt32(config.connectionsPerAddress), tlsCertificate, tlsKey)
             guard let d else {
                 let why = Errno.current
                 if config.servesTLS {

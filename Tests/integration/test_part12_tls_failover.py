@@ -164,7 +164,9 @@ def test_plain_http_beyond_loopback_is_refused_in_one_line(tmp_path):
 # One token, several servers ---------------------------------------------------------------------------------
 
 def authorized_status(url, token):
-    req = urllib.request.Request(url + "/v1/stats", headers={"Authorization": "Bearer " + token})
+    """The status of a request that needs the token (a wrong one gets 401): making a container."""
+    req = urllib.request.Request(url + "/v1/containers/iCloud.com.example.shared", method="PUT",
+                                 headers={"Authorization": "Bearer " + token})
     with urllib.request.urlopen(req, timeout=10) as r:
         return r.status
 

@@ -182,3 +182,35 @@ def test_the_server_makes_its_files_private_whatever_its_folder(tmp_path):
     assert any(p.name == "stub.sqlite" for p in made)
     for p in made:
         assert p.stat().st_mode & 0o077 == 0, f"{p} is {oct(p.stat().st_mode & 0o777)}"
+
+
+def test_one_address_with_many_half_sent_requests_locks_nobody_else_out(tmp_path):
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    stub = Stub(tmp_path / "remote").start()
+    held = []
+    try:
+        host, port = stub.url.rsplit("/", 1)[1].rsplit(":", 1)
+        # 1,100 requests from 127.0.0.1 whose headers never end (before Part 15, 1,016 of them took every
+        # connection the server had, for five minutes).
+        for _ in range(1100):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex((host, int(port)))
+            held.append(s)
+        for s in held:
+            try:
+                s.send(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                pass  # refused or reset by the server: that address has its share already
+        # Another client, from 127.0.0.2, is answered.
+        other = socket.create_connection((host, int(port)), timeout=10, source_address=("127.0.0.2", 0))
+        with other:
+            other.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert other.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in held:
+            s.close()
+        stub.stop()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
