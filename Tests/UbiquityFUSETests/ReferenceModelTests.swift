@@ -69,4 +69,25 @@ import UbiquityBase
                       .read(p: 0, h: 0),
                       .read(p: 1, h: 0)])
     }
+
+    /// Seed 1001866 (fresh): offline, an open for writing of a file whose newer version had arrived but could not
+    /// be downloaded got the older copy, and what was written to it was pushed over the newer version as its
+    /// successor: the other device's edit was lost without a conflict. The older copy now opens to read only.
+    @Test func anOlderCopyServedOfflineDoesNotOpenForWriting() {
+        expectAgrees([.create(p: 1, name: 1),
+                      .close(p: 1, h: 1),
+                      .sync,
+                      .remoteWrite(name: 1, bytes: Array("cwool".utf8)),
+                      .network(up: false),
+                      .open(p: 0, name: 1, .readWrite),
+                      .open(p: 0, name: 1, .readWrite),
+                      .write(p: 0, h: 0, offset: 0, bytes: Array("sxl".utf8))])
+    }
+
+    /// Seed 1001964 (fresh): `mkdir d; (sync); mkdir e; mv d e/d; mv e d`. The new folder needed the name its
+    /// own content still held on the remote, whose move in turn waited for the new folder: the pusher gave the
+    /// new folder a free name for good, and every device showed "d 2" for the "d" named here.
+    @Test func aNewFolderThatTakesTheNameOfTheFolderMovedIntoItKeepsIt() {
+        expectAgrees([.mkdir(dir: 0), .sync, .mkdir(dir: 1), .moveDir(from: 0, to: 3), .moveDir(from: 1, to: 0)])
+    }
 }

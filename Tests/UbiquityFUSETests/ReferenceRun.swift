@@ -175,8 +175,9 @@ final class RefRun {
             if let result { throw violation("an interrupted open of \(name) was answered: \(result)") }
             return reconcile(name) // the transfer went on, and may have installed the newest version
         }
-        if offline && needsContent && f.local == nil {
-            return try expectFailure("open of \(name), not here, offline", result, EIO)
+        if offline && needsContent && (f.local == nil || kind == .readWrite) {
+            // Not here; or an older copy, which opens to read only (written, it would go up over the newer).
+            return try expectFailure("open of \(name), not here or older, offline", result, EIO)
         }
         let opened = try expectSuccess("open \(name) (\(kind))", result)
         if !a.inodeHasOneContentFile(opened.fh) {

@@ -29,9 +29,16 @@ def test_offline_open_is_answered_at_once(stub, mount_factory):
     # An older local copy is served at once (the kernel shows it within the newer version's size).
     p = run("cat", b / "Documents" / "stale.txt", check=False)
     assert p.returncode == 0 and p.stdout.startswith("old\n")
+    # Written, that older copy went up over the newer version once online, and a's edit was lost everywhere (the
+    # adapter's reference model, seed 1001866): it opens to read only.
+    p = run("sh", "-c", 'echo more >> "$1"', "sh", b / "Documents" / "stale.txt", check=False)
+    assert p.returncode != 0 and "Input/output error" in p.stderr
     stub.start()
     wait_until(lambda: run("cat", b / "Documents" / "remote.txt", check=False).stdout == "only on the remote\n",
                timeout=30, what="the open to work again once the remote is back")
+    wait_until(lambda: (b / "Documents" / "stale.txt").read_text() == "newer content\n", timeout=30,
+               what="the newer version on b")
+    assert (a / "Documents" / "stale.txt").read_text() == "newer content\n"
 
 
 def test_the_mount_root_says_offline_and_since_when(stub, mount_factory):

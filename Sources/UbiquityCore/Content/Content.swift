@@ -241,6 +241,12 @@ extension CoreState {
             if noDownload { throw .wouldBlock }
             return .fetch
         }
+        // An older copy opens to read while the newest cannot be had (offline). Written, its change would go up
+        // as the successor of a version it never saw, and the other device's edit would be lost: no writer opens
+        // it (unless one holds it already: then it is that program's file).
+        if writable && !truncating && !item.isCurrent && item.hasLocal && (handles[id]?.writers ?? 0) == 0 {
+            throw .io("the newest version of \(item.name) cannot be downloaded now: the older copy here opens to read only")
+        }
         let fd: FileDescriptor
         do {
             fd = try FileDescriptor.open(paths.content(id), (writable ? O_RDWR : O_RDONLY) | (item.hasLocal ? 0 : O_CREAT),

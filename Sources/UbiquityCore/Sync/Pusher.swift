@@ -398,7 +398,8 @@ struct Pusher {
             // A cycle of moves (an exchange, a rotation, or one through a new folder), or a folder deleted
             // here that the remote has this item in: this item steps aside on the remote, so that the one
             // waiting for its name can take it (or the delete can land); its own place goes at its next push.
-            guard item.remoteVersion != 0 else { try takeFreeName(pushed: item); return false }
+            // A new item (a folder made here that the holder moves into) is created aside the same way: it
+            // took a free name for good before, and every device showed "d 2" for the "d" it was named here.
             try stepAside(wire, pushed: item)
             return true
         }
@@ -461,10 +462,11 @@ struct Pusher {
         var aside = wire
         aside.name = Pusher.asideName(id)
         if let folder { aside.parent = folder }
-        let change = changeID(condition: "aside If-Match: \(pushed.remoteVersion)", item: aside)
-        if try !push.markSent([(aside, pushed.remoteVersion, change)]).isEmpty { return }
+        let ifMatch = pushed.remoteVersion == 0 ? nil : pushed.remoteVersion // (nil: a create)
+        let change = changeID(condition: "aside " + (ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *"), item: aside)
+        if try !push.markSent([(aside, ifMatch, change)]).isEmpty { return }
         let stored: WireItem
-        do { stored = try container.remote.putItem(aside, ifMatch: pushed.remoteVersion, change: change) } catch {
+        do { stored = try container.remote.putItem(aside, ifMatch: ifMatch, change: change) } catch {
             if case RemoteError.alreadyApplied(let version, _) = error {
                 return try push.rebasePush(id, version: version)
             }
