@@ -78,9 +78,7 @@ def test_tls_below_1_2_is_refused(tmp_path):
 def test_a_token_file_others_can_read_or_another_user_owns_is_refused(tmp_path):
     data = tmp_path / "remote"
     data.mkdir()
-    token = data / "token"
-    token.write_text("0" * 63 + "7\n")
-    token.chmod(0o644)
+    token = token_file(data / "token", "0" * 63 + "7", 0o644)
     # The server: before Part 15 it made the file 0600 and served with whatever token it held.
     p = run(BIN, "remote", "serve", "--data", data, check=False, timeout=20)
     assert p.returncode != 0 and "chmod 600" in p.stderr and str(token) in p.stderr, p.stderr
@@ -89,23 +87,30 @@ def test_a_token_file_others_can_read_or_another_user_owns_is_refused(tmp_path):
     p = run(BIN, "remote", "serve", "--data", data, check=False, timeout=20)
     assert p.returncode != 0 and "another user" in p.stderr, p.stderr
     # The mount: the same file is refused before anything is mounted.
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    p = run(BIN, "mount", mnt, "--remote", "http://127.0.0.1:9", "--token-file", token, "--store", tmp_path / "store",
-            check=False, timeout=30)
+    p = refused_mount(tmp_path, "http://127.0.0.1:9", token)
     assert p.returncode != 0 and "another user" in p.stderr, p.stderr
-    assert not os.path.ismount(mnt)
+    assert not os.path.ismount(tmp_path / "mnt")
+
+
+def token_file(path, token, mode):
+    """A token file holding `token`, with `mode`."""
+    path.write_text(token + "\n")
+    path.chmod(mode)
+    return path
+
+
+def refused_mount(tmp_path, url, token):
+    """`mount` of TMP/mnt on `url` with the token file `token`, which is to be refused: its process."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir(exist_ok=True)
+    return run(BIN, "mount", mnt, "--remote", url, "--token-file", token, "--store", tmp_path / "store",
+               check=False, timeout=30)
 
 
 def test_mount_refuses_plain_http_beyond_loopback_in_one_line(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    token = tmp_path / "token"
-    token.write_text("1" * 64 + "\n")
-    token.chmod(0o600)
+    token = token_file(tmp_path / "token", "1" * 64, 0o600)
     for url in ["http://192.0.2.7:8443", "http://example.com", "http://[2001:db8::1]:80", "http://127.0.0.1.example.com"]:
-        p = run(BIN, "mount", mnt, "--remote", url, "--token-file", token, "--store", tmp_path / "store",
-                check=False, timeout=10)
+        p = refused_mount(tmp_path, url, token)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and "plain HTTP" in lines[0] and url in lines[0], p.stderr
     assert not (tmp_path / "store").exists()  # refused before anything was made

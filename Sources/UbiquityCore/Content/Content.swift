@@ -90,17 +90,11 @@ extension Container {
 
     /// An open for writing whose writes this process will not see (FUSE passthrough): the item is marked dirty
     /// now as by a write (durably, before any write can land), and its quiet period starts now. Returns the
-    /// content generation after the mark when the item was clean and on the remote before (for `wroteNothing`).
+    /// content generation after the mark when the item was clean and on the remote before (for `Release`).
     public func openedForUnseenWrites(_ id: String) throws(CoreError) -> Int? {
         let wasClean = read { s in s.items[id].map { !$0.dirty && $0.remoteVersion > 0 } ?? false }
         try write(id) { () }
         return wasClean ? read { s in s.contentGeneration[id] ?? 0 } : nil
-    }
-
-    /// A handle opened with `openedForUnseenWrites` closed without changing the content file: when nothing
-    /// changed the content since its mark (the generation is still `generation`), the item is clean again.
-    public func wroteNothing(_ id: String, generation: Int) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in try s.wroteNothing(id, generation: generation) }
     }
 
     /// Records that written content was flushed (close or fsync): size and time from the content file,
@@ -129,7 +123,7 @@ extension Container {
         /// Written unseen (FUSE passthrough) since the last look, as for `flushed`.
         public var wroteUnseen = false
         /// The generation an open for unseen writes was marked at (`openedForUnseenWrites`), when the content
-        /// file is as it was at that open: the mark is undone, as by `wroteNothing`.
+        /// file is as it was at that open: the mark is undone (`CoreState.wroteNothing`).
         public var unchangedSince: Int?
 
         public init(writable: Bool, wrote: Bool = false, wroteUnseen: Bool = false, unchangedSince: Int? = nil) {
@@ -305,7 +299,8 @@ extension CoreState {
         lastWrite[id] = now()
     }
 
-    /// See `Container.wroteNothing`.
+    /// A handle opened with `openedForUnseenWrites` closes without having changed the content file: when
+    /// nothing changed the content since its mark (the generation is still `generation`), the item is clean again.
     mutating func wroteNothing(_ id: String, generation: Int) throws(CoreError) {
         guard var item = items[id], !item.deleted, item.dirty, item.hasLocal,
               (contentGeneration[id] ?? 0) == generation else { return }
