@@ -51,12 +51,12 @@ final class FileBlobStore: BlobStore, Sendable {
 
     /// The blob file's path; both parts are validated before they are used.
     func path(_ cid: String, _ sha256: String) -> String {
-        precondition(WireRules.isValidContainerID(cid) && isSHA256Hex(sha256))
+        precondition(ContainerScope.isValidStoredID(cid) && isSHA256Hex(sha256))
         return dir + "/" + cid + "/" + sha256
     }
 
     func addContainer(_ cid: String) throws {
-        precondition(WireRules.isValidContainerID(cid))
+        precondition(ContainerScope.isValidStoredID(cid))
         try makeDirectories(dir + "/" + cid)
     }
 
@@ -97,7 +97,7 @@ final class FileBlobStore: BlobStore, Sendable {
     }
 
     func list(_ cid: String) throws -> [StoredBlob] {
-        guard WireRules.isValidContainerID(cid),
+        guard ContainerScope.isValidStoredID(cid),
               let names = try? FileManager.default.contentsOfDirectory(atPath: dir + "/" + cid) else { return [] }
         var blobs: [StoredBlob] = []
         for name in names where isSHA256Hex(name) {

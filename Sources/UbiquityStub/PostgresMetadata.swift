@@ -126,7 +126,7 @@ final class PostgresMetadata: StubMetadata, Sendable {
                 device TEXT NOT NULL, change TEXT NOT NULL, digest TEXT NOT NULL, version BIGINT NOT NULL,
                 PRIMARY KEY (container, item, device))
             """,
-        ] { try c.exec(sql) }
+        ] + AccountTables.statements { try c.exec(sql) }
         try c.exec("COMMIT")
     }
 
@@ -329,6 +329,59 @@ private final class PostgresTransaction: MetadataTransaction {
         // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
         try int64("SELECT 1 FROM items WHERE container = $1 AND NOT deleted AND (sha256 = $2 OR strpos(conflicts, $2) > 0) LIMIT 1",
                   [cid, sha256]) != nil
+    }
+
+    func setting(_ key: String) throws -> String? {
+        let r = try conn.exec("SELECT value FROM settings WHERE key = $1", [key])
+        return r.count > 0 ? r.text(0, 0) : nil
+    }
+
+    func claimSetting(_ key: String, _ value: String) throws -> Bool {
+        // A second server claiming at once waits on the first's row, then finds it and inserts nothing.
+        try conn.exec("INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING key",
+                      [key, value]).count > 0
+    }
+
+    func users() throws -> [StubUser] {
+        let r = try conn.exec("SELECT name, prefix, created FROM users ORDER BY name")
+        return (0..<r.count).map { StubUser(name: r.text($0, 0), prefix: r.text($0, 1), created: r.int($0, 2)) }
+    }
+
+    func insertUser(_ user: StubUser) throws -> Bool {
+        try conn.exec("INSERT INTO users (name, prefix, created) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING name",
+                      [user.name, user.prefix, String(user.created)]).count > 0
+    }
+
+    func deleteUser(_ name: String) throws -> Bool {
+        try conn.exec("DELETE FROM devices WHERE owner = $1", [name])
+        return try conn.exec("DELETE FROM users WHERE name = $1 RETURNING name", [name]).count > 0
+    }
+
+    func insertDevice(_ device: StubDevice, keyHash: String) throws -> Bool {
+        try conn.exec("INSERT INTO devices (owner, name, key_hash, created, revoked) VALUES ($1, $2, $3, $4, NULL) "
+                      + "ON CONFLICT DO NOTHING RETURNING name",
+                      [device.owner, device.name, keyHash, String(device.created)]).count > 0
+    }
+
+    private static func decodeDevice(_ r: PGRows, _ i: Int) -> StubDevice {
+        StubDevice(owner: r.text(i, 0), name: r.text(i, 1), created: r.int(i, 2), revoked: r.isNull(i, 3) ? nil : r.int(i, 3))
+    }
+
+    func devices(owner: String?) throws -> [StubDevice] {
+        let r = try conn.exec("SELECT owner, name, created, revoked FROM devices WHERE $1::text IS NULL OR owner = $1 "
+                              + "ORDER BY owner, name", [owner])
+        return (0..<r.count).map { Self.decodeDevice(r, $0) }
+    }
+
+    func revokeDevice(owner: String, name: String, at: Int64) throws -> Bool {
+        try conn.exec("UPDATE devices SET revoked = $3 WHERE owner = $1 AND name = $2 AND revoked IS NULL RETURNING name",
+                      [owner, name, String(at)]).count > 0
+    }
+
+    func device(keyHash: String) throws -> (StubDevice, String)? {
+        let r = try conn.exec("SELECT d.owner, d.name, d.created, d.revoked, u.prefix FROM devices d "
+                              + "JOIN users u ON u.name = d.owner WHERE d.key_hash = $1", [keyHash])
+        return r.count > 0 ? (Self.decodeDevice(r, 0), r.text(0, 4)) : nil
     }
 }
 

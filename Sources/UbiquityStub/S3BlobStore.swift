@@ -58,7 +58,7 @@ final class S3BlobStore: BlobStore, Sendable {
     }
 
     private func key(_ cid: String, _ sha256: String) -> String {
-        precondition(WireRules.isValidContainerID(cid) && isSHA256Hex(sha256))
+        precondition(ContainerScope.isValidStoredID(cid) && isSHA256Hex(sha256))
         return client.location.prefix + "blobs/\(cid)/\(sha256)"
     }
 
@@ -220,7 +220,7 @@ final class S3BlobStore: BlobStore, Sendable {
     }
 
     func list(_ cid: String) throws -> [StoredBlob] {
-        guard WireRules.isValidContainerID(cid) else { return [] }
+        guard ContainerScope.isValidStoredID(cid) else { return [] }
         let prefix = client.location.prefix + "blobs/\(cid)/"
         var blobs: [StoredBlob] = []
         var token: String?

@@ -41,6 +41,7 @@ final class SQLiteMetadata: StubMetadata, Sendable {
                 device TEXT NOT NULL, change TEXT NOT NULL, digest TEXT NOT NULL, version INTEGER NOT NULL,
                 PRIMARY KEY (container, item, device));
             """)
+        for sql in AccountTables.statements { try db.exec(sql) }
         connection = Locked(db)
     }
 
@@ -193,5 +194,64 @@ private struct SQLiteTransaction: MetadataTransaction {
         // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
         try int64("SELECT 1 FROM items WHERE container = ? AND deleted = 0 AND (sha256 = ? OR instr(conflicts, ?) > 0) LIMIT 1",
                   [.text(cid), .text(sha256), .text(sha256)]) != nil
+    }
+
+    func setting(_ key: String) throws -> String? {
+        try db.first("SELECT value FROM settings WHERE key = ?", [.text(key)]) { $0.text(0) }
+    }
+
+    func claimSetting(_ key: String, _ value: String) throws -> Bool {
+        try db.query("INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)", [.text(key), .text(value)])
+        return db.changes > 0
+    }
+
+    func users() throws -> [StubUser] {
+        var users: [StubUser] = []
+        try db.forEach("SELECT name, prefix, created FROM users ORDER BY name", []) {
+            users.append(StubUser(name: $0.text(0), prefix: $0.text(1), created: $0.int(2)))
+        }
+        return users
+    }
+
+    func insertUser(_ user: StubUser) throws -> Bool {
+        try db.query("INSERT OR IGNORE INTO users (name, prefix, created) VALUES (?, ?, ?)",
+                     [.text(user.name), .text(user.prefix), .int(user.created)])
+        return db.changes > 0
+    }
+
+    func deleteUser(_ name: String) throws -> Bool {
+        try db.query("DELETE FROM devices WHERE owner = ?", [.text(name)])
+        try db.query("DELETE FROM users WHERE name = ?", [.text(name)])
+        return db.changes > 0
+    }
+
+    func insertDevice(_ device: StubDevice, keyHash: String) throws -> Bool {
+        try db.query("INSERT OR IGNORE INTO devices (owner, name, key_hash, created, revoked) VALUES (?, ?, ?, ?, NULL)",
+                     [.text(device.owner), .text(device.name), .text(keyHash), .int(device.created)])
+        return db.changes > 0
+    }
+
+    private static func decodeDevice(_ r: Row) -> StubDevice {
+        StubDevice(owner: r.text(0), name: r.text(1), created: r.int(2), revoked: r.isNull(3) ? nil : r.int(3))
+    }
+
+    func devices(owner: String?) throws -> [StubDevice] {
+        var devices: [StubDevice] = []
+        try db.forEach("SELECT owner, name, created, revoked FROM devices WHERE ?1 IS NULL OR owner = ?1 ORDER BY owner, name",
+                       [owner.map { .text($0) } ?? .null]) { devices.append(Self.decodeDevice($0)) }
+        return devices
+    }
+
+    func revokeDevice(owner: String, name: String, at: Int64) throws -> Bool {
+        try db.query("UPDATE devices SET revoked = ? WHERE owner = ? AND name = ? AND revoked IS NULL",
+                     [.int(at), .text(owner), .text(name)])
+        return db.changes > 0
+    }
+
+    func device(keyHash: String) throws -> (StubDevice, String)? {
+        try db.first("SELECT d.owner, d.name, d.created, d.revoked, u.prefix FROM devices d "
+                     + "JOIN users u ON u.name = d.owner WHERE d.key_hash = ?", [.text(keyHash)]) {
+            (Self.decodeDevice($0), $0.text(4))
+        }
     }
 }

@@ -60,6 +60,35 @@ protocol MetadataTransaction {
     func containerIDs() throws -> [String]
     /// Whether a live item, or a conflict version of one, names the blob (blobs themselves live in BlobStore).
     func namesBlob(_ cid: String, _ sha256: String) throws -> Bool
+
+    // Accounts (Accounts.swift).
+    func setting(_ key: String) throws -> String?
+    /// Sets `key` to `value` unless it is set already; false when it was.
+    func claimSetting(_ key: String, _ value: String) throws -> Bool
+    func users() throws -> [StubUser]
+    /// False when the name (or the prefix) is taken.
+    func insertUser(_ user: StubUser) throws -> Bool
+    /// Deletes the user and its devices; false when there was no such user.
+    func deleteUser(_ name: String) throws -> Bool
+    /// False when the user has a device of that name already.
+    func insertDevice(_ device: StubDevice, keyHash: String) throws -> Bool
+    /// Every device of `owner`, or of every user, by user and name.
+    func devices(owner: String?) throws -> [StubDevice]
+    func revokeDevice(owner: String, name: String, at: Int64) throws -> Bool
+    /// The device whose key hashes to `keyHash`, with its user's prefix.
+    func device(keyHash: String) throws -> (StubDevice, String)?
+}
+
+/// The accounts' tables, the same on every engine (INTEGER is 64 bits in both).
+enum AccountTables {
+    static let statements = [
+        "CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, prefix TEXT NOT NULL UNIQUE, created BIGINT NOT NULL)",
+        """
+        CREATE TABLE IF NOT EXISTS devices (owner TEXT NOT NULL, name TEXT NOT NULL, key_hash TEXT NOT NULL UNIQUE,
+            created BIGINT NOT NULL, revoked BIGINT, PRIMARY KEY (owner, name))
+        """,
+    ]
 }
 
 /// A change id as the remote remembers it: who made it, the digest of what it asked, the version it made.

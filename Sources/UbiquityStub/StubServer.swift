@@ -1,16 +1,18 @@
 // The remote stub: plays "the cloud" over HTTP/1.1 on libmicrohttpd, per docs/WIRE.md.
 // One thread per connection, so a handler may block for a long poll or a throttled download.
 //
-// What must hold: every request but health must carry the token, checked (in constant time) before any work
-// is done; injected faults are taken after that, before any work. A body larger than its route allows is
+// What must hold: every request but health must carry a device key of a user (Accounts.swift), checked before
+// any work is done, and then sees that user's containers only (the route is scoped to the user's prefix);
+// injected faults are taken after that, before any work. A body larger than its route allows is
 // refused (413) without being kept; a blob is streamed to a temporary file and committed only when its
 // length and SHA-256 match its name (else 422), then handed to the blob store, which holds it whole before the
 // answer goes out; a client that asks about a blob is noted, so the collector spares it. Each StubFailure
 // becomes its status and a WireError body; a full disk is 503, so clients retry. `stop` wakes long polls before
 // it waits for the connection threads.
 // Plain HTTP is served only on loopback: a config that listens beyond it without a certificate and key is
-// refused before anything is created. The token file is created whole (written aside, then linked into place),
-// so servers starting together on one file all read the same token.
+// refused before anything is created. The token file (the key of user `default`'s device `token`, made at a
+// store's first opening) is created whole (written aside, then linked into place), so servers starting
+// together on one file all read the same token.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `lock` (the daemon handle) is a leaf; the
 // store's come inside a handler, never under it.
@@ -105,9 +107,11 @@ public final class StubServer: @unchecked Sendable {
     // pointer, which no Locked can hold as Sendable either); the PEM copies are made once, before the daemon
     // starts, and only freed in deinit.
     public let config: StubConfig
-    /// The bearer token every request but health must carry.
-    public let token: String
+    /// The key in the token file: made with the store's accounts at its first opening, read at later ones
+    /// when the file is there; nil when it is not.
+    public let token: String?
     let store: StubStore
+    let accounts: Accounts
     let collector: BlobCollector
     let counters = StubCounters()
     let log = Logger("stub")
@@ -127,7 +131,19 @@ public final class StubServer: @unchecked Sendable {
         store = try StubStore(dataDir: config.dataDir, metadata: metadata, blobs: blobs,
                               recheckSeconds: config.recheckSeconds)
         collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds)
-        token = try Self.loadOrCreateToken(config.tokenPath)
+        accounts = Accounts(meta: store.meta)
+        token = try Self.openAccounts(accounts, tokenPath: config.tokenPath)
+    }
+
+    /// The token file's key; at a store's first opening, created if missing and made the key of user
+    /// `default`'s device `token` (what a store of the single-token remote had).
+    private static func openAccounts(_ accounts: Accounts, tokenPath: String) throws -> String? {
+        if try accounts.isStarted() {
+            return FileManager.default.fileExists(atPath: tokenPath) ? try loadOrCreateToken(tokenPath) : nil
+        }
+        let token = try loadOrCreateToken(tokenPath)
+        try accounts.bootstrap(token: token)
+        return token
     }
 
     /// C copies of the PEM texts, kept for as long as the server lives (libmicrohttpd may read them later).
@@ -313,6 +329,21 @@ enum Route {
         }
     }
 
+    /// The same route on the stored ids of a user's containers (`ContainerScope`).
+    func scoped(_ prefix: String) -> Route {
+        guard !prefix.isEmpty else { return self }
+        switch self {
+        case .container(let c): return .container(prefix + c)
+        case .changes(let c): return .changes(prefix + c)
+        case .batch(let c): return .batch(prefix + c)
+        case .item(let c, let id): return .item(prefix + c, id)
+        case .blob(let c, let sha): return .blob(prefix + c, sha)
+        case .kv(let c): return .kv(prefix + c)
+        case .kvKey(let c, let key): return .kvKey(prefix + c, key)
+        case .health, .stats, .faults, .invalid, .unknown: return self
+        }
+    }
+
     var allowedMethods: [String] {
         switch self {
         case .health, .stats: return ["GET"]
@@ -355,7 +386,10 @@ enum Route {
 final class Exchange {
     let method: String
     let url: String
-    let route: Route
+    /// As parsed, then scoped to the user of the request's key.
+    var route: Route
+    /// Who the request's key belongs to, once it was checked.
+    var account: Account?
     var body: [UInt8] = []
     var bodyTooLarge = false
     var writer: BlobWriter?
@@ -500,16 +534,26 @@ extension StubServer {
     }
 
     private func precheck(_ connection: OpaquePointer, _ ex: Exchange) -> Reply? {
-        let route = ex.route
-        if case .unknown = route { return .error(404, "no such route") }
+        if case .unknown = ex.route { return .error(404, "no such route") }
         if ubq_mhd_header_conflicts(connection, "Content-Length") != 0 { return .error(400, "conflicting Content-Length headers") }
-        guard route.allowedMethods.contains(ex.method) else {
+        guard ex.route.allowedMethods.contains(ex.method) else {
             var r = Reply.error(405, "method not allowed")
-            r.headers.append(("Allow", route.allowedMethods.joined(separator: ", ")))
+            r.headers.append(("Allow", ex.route.allowedMethods.joined(separator: ", ")))
             return r
         }
-        if case .health = route { return nil }
-        guard authorized(header(connection, "Authorization")) else { return .error(401, "missing or wrong token") }
+        if case .health = ex.route { return nil }
+        do {
+            switch try accounts.authenticate(header(connection, "Authorization")) {
+            case .success(let account):
+                ex.account = account
+                ex.route = ex.route.scoped(account.prefix)
+            case .failure(let refusal):
+                return .error(refusal.status, refusal.message)
+            }
+        } catch {
+            return failureReply(error)
+        }
+        let route = ex.route
         if !route.isBookkeeping, let status = counters.takeFailure() { return .error(status, "injected fault") }
         switch route {
         case .invalid(let why):
@@ -542,15 +586,6 @@ extension StubServer {
             break
         }
         return nil
-    }
-
-    private func authorized(_ value: String?) -> Bool {
-        guard let value else { return false }
-        let want = Array(("Bearer " + token).utf8), got = Array(value.utf8)
-        guard want.count == got.count else { return false }
-        var diff: UInt8 = 0
-        for i in 0..<want.count { diff |= want[i] ^ got[i] }
-        return diff == 0
     }
 
     private func consume(_ ex: Exchange, _ chunk: UnsafeRawBufferPointer) {
@@ -590,7 +625,9 @@ extension StubServer {
                 let faults = try decode(WireFaults.self, ex.body)
                 return .json(200, try counters.arm(faults))
             case .container(let cid):
-                return .json(200, try store.ensureContainer(cid))
+                var opened = try store.ensureContainer(cid)
+                opened.container = ContainerScope.wireID(cid)
+                return .json(200, opened)
             case .changes(let cid):
                 return try changes(connection, cid)
             case .kv(let cid):
@@ -879,7 +916,7 @@ extension StubServer {
         var headers = reply.headers
         if !headers.contains(where: { $0.0 == "Content-Type" }) { headers.append(("Content-Type", contentType)) }
         for (name, value) in headers { _ = MHD_add_response_header(response, name, value) }
-        log.debug("\(ex.method) \(ex.url) -> \(reply.status)")
+        log.debug("\(ex.method) \(ex.url) by \(ex.account.map { "\($0.user)/\($0.device)" } ?? "-") -> \(reply.status)")
         return MHD_queue_response(connection, UInt32(reply.status), response)
     }
 }

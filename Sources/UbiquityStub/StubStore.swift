@@ -61,7 +61,7 @@ struct StubBatchEntry {
 }
 
 final class StubStore: Sendable {
-    private let meta: any StubMetadata
+    let meta: any StubMetadata
     let blobs: BlobStore
     let tmpDir: String
     /// How long a long poll waits before looking again when no notification came (another server's commit).
@@ -130,7 +130,7 @@ final class StubStore: Sendable {
 
     /// Creates the container (root and Documents) unless it exists; answers the feed position now.
     func ensureContainer(_ cid: String) throws -> WireContainer {
-        guard WireRules.isValidContainerID(cid) else { throw StubFailure(400, "bad container id") }
+        guard ContainerScope.isValidStoredID(cid) else { throw StubFailure(400, "bad container id") }
         if let seq = try meta.read({ try $0.containerSeq(cid) }) {
             return WireContainer(container: cid, root: WireRules.rootID, token: String(seq))
         }

@@ -19,11 +19,13 @@ enum RemoteCommand {
                                    [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
                                    [--test-routes]
 
-    Runs the remote stub (the "cloud") until SIGINT or SIGTERM. On first start it writes a bearer token to
-    DIR/token (mode 0600); mounts read it with --token-file. It listens on loopback unless told otherwise
-    (port 0 picks a free one; --endpoint-file receives the URL once it listens).
-      --token-file FILE  the bearer token's file instead of DIR/token: created (32 random bytes as 64 hex
-                         digits, mode 0600) if missing, so several servers can share one token
+    Runs the remote stub (the "cloud") until SIGINT or SIGTERM. Every request needs a device key of a user,
+    and sees that user's containers only (see `ubiquityfs remote user --help`). The first start on a new
+    DIR writes a key to DIR/token (mode 0600), the key of user `default`'s device `token`; mounts read a key
+    with --token-file. It listens on loopback unless told otherwise (port 0 picks a free one;
+    --endpoint-file receives the URL once it listens).
+      --token-file FILE  that first key's file instead of DIR/token: created (32 random bytes as 64 hex
+                         digits, mode 0600) if missing, so several servers started on a new store share it
       --tls-cert FILE, --tls-key FILE
                          serve HTTPS with this PEM certificate (chain) and its private key; mounts verify it
                          (--ca-file). Without them it serves plain HTTP, and only on loopback: --listen on any
@@ -54,12 +56,13 @@ enum RemoteCommand {
     """
 
     static func run(_ words: [String]) throws {
-        guard let sub = words.first else { throw UsageError("remote needs 'serve' or 'seed'") }
+        guard let sub = words.first else { throw UsageError("remote needs 'serve', 'seed', 'user' or 'device'") }
         let rest = Array(words.dropFirst())
         switch sub {
         case "serve": try serve(rest)
         case "seed": try seed(rest)
-        case "--help", "-h": print(serveHelp + "\n\n" + seedHelp)
+        case "user", "device": try AccountCommand.run(sub, rest)
+        case "--help", "-h": print(serveHelp + "\n\n" + seedHelp + "\n\n" + AccountCommand.help)
         default: throw UsageError("unknown remote command '\(sub)'")
         }
     }
@@ -95,12 +98,7 @@ enum RemoteCommand {
         config.testRoutes = args.has("--test-routes")
         (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         try configureBlobs(&config, args)
-        if let url = args.value("--metadata") {
-            guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else {
-                throw UsageError("--metadata takes a postgresql:// URL")
-            }
-            config.metadataURL = url
-        }
+        config.metadataURL = try metadataURL(args)
         let server = try StubServer(config: config)
         let signals = blockTerminationSignals()
         try server.start()
@@ -110,9 +108,19 @@ enum RemoteCommand {
             try Data((url + "\n").utf8).write(to: URL(fileURLWithPath: tmp))
             try renameFile(tmp, file)
         }
-        FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url), token in \(config.tokenPath)\n".utf8))
+        let token = server.token != nil ? ", token in \(config.tokenPath)" : ""
+        FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url)\(token)\n".utf8))
         waitForTermination(signals)
         server.stop()
+    }
+
+    /// The PostgreSQL database of --metadata, if given.
+    static func metadataURL(_ args: Arguments) throws -> String? {
+        guard let url = args.value("--metadata") else { return nil }
+        guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else {
+            throw UsageError("--metadata takes a postgresql:// URL")
+        }
+        return url
     }
 
     /// The blob store and its collection, from --blobs, --s3-credentials and the --blob-* numbers.

@@ -21,6 +21,9 @@ commands:
                                     run the remote stub
   remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
                                     put local files into a stopped stub's container, as if from another device
+  remote user add|remove|list [NAME] --data DIR
+  remote device add|list|revoke USER [DEVICE] [--key-file FILE] --data DIR
+                                    the remote's users and their devices' keys
   status [--json] PATH...           the sync status of files in a mount, as a table
   evict | download [--wait] | pin | unpin PATH...
                                     drop local copies, fetch them, keep them downloaded, or stop keeping them

@@ -88,7 +88,7 @@ struct Backend: Sendable, CustomStringConvertible {
         config.s3 = s3
         let server = try StubServer(config: config)
         try server.start()
-        let client = HTTPRemoteClient(baseURL: "http://127.0.0.1:\(server.port)", token: server.token,
+        let client = HTTPRemoteClient(baseURL: "http://127.0.0.1:\(server.port)", token: server.token!,
                                       container: "iCloud.com.example.conformance", device: "tests",
                                       changeLimit: pageLimit)
         return try Subject(remote: client) {

@@ -20,7 +20,7 @@ import UbiquityHTTP
         let servers = try [StubServer(config: config), StubServer(config: config)]
         for s in servers { try s.start() }
         let clients = servers.map {
-            HTTPRemoteClient(baseURL: "http://127.0.0.1:\($0.port)", token: $0.token,
+            HTTPRemoteClient(baseURL: "http://127.0.0.1:\($0.port)", token: $0.token!,
                              container: "iCloud.com.example.conformance", device: "tests", changeLimit: nil)
         }
         return (servers, clients, dir)

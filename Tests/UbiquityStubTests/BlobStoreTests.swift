@@ -44,7 +44,7 @@ final class BlobHarness {
         s3 = config.s3
         server = try StubServer(config: config)
         try server.start()
-        client = HTTPRemoteClient(baseURL: "http://127.0.0.1:\(server.port)", token: server.token,
+        client = HTTPRemoteClient(baseURL: "http://127.0.0.1:\(server.port)", token: server.token!,
                                   container: Self.containerID, device: "tests")
         _ = try client.openContainer()
     }

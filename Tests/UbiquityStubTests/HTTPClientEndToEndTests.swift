@@ -25,12 +25,12 @@ final class StubHarness {
         config.testRoutes = true // these tests arm /v1/faults
         server = try StubServer(config: config)
         try server.start()
-        client = HTTPRemoteClient(baseURL: "http://127.0.0.1:\(server.port)", token: server.token,
+        client = HTTPRemoteClient(baseURL: "http://127.0.0.1:\(server.port)", token: server.token!,
                                   container: Self.containerID, timeouts: timeouts, device: "tests")
     }
 
     func makeClient(token: String? = nil) -> HTTPRemoteClient {
-        HTTPRemoteClient(baseURL: baseURL, token: token ?? server.token, container: Self.containerID)
+        HTTPRemoteClient(baseURL: baseURL, token: token ?? server.token!, container: Self.containerID)
     }
 
     /// A file of `size` pseudo-random bytes in the harness directory; returns its path and SHA-256.

@@ -72,7 +72,7 @@ import Glibc
         let (socket, port) = Self.deadPort()
         defer { close(socket) }
         let dead = "http://127.0.0.1:\(port)"
-        let client = HTTPRemoteClient(baseURLs: [dead, h.baseURL], token: h.server.token,
+        let client = HTTPRemoteClient(baseURLs: [dead, h.baseURL], token: h.server.token!,
                                       container: StubHarness.containerID)
         do { _ = try client.openContainer(); Issue.record("a dead server answered") } catch {
             guard case .unreachable = error else { Issue.record("got \(error)"); return }
@@ -84,7 +84,7 @@ import Glibc
 
     @Test func a503MovesOnAndA404DoesNot() throws {
         let first = try StubHarness(), second = try StubHarness()
-        let client = HTTPRemoteClient(baseURLs: [first.baseURL, second.baseURL], token: first.server.token,
+        let client = HTTPRemoteClient(baseURLs: [first.baseURL, second.baseURL], token: first.server.token!,
                                       container: StubHarness.containerID)
         do { _ = try client.item("nope"); Issue.record("found") } catch {
             guard case .notFound = error else { Issue.record("got \(error)"); return }

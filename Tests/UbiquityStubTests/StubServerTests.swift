@@ -149,7 +149,7 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
 
     @Test func tokenIsPersistedPrivatelyAndReused() throws {
         let f = try Fixture()
-        #expect(f.server.token.utf8.count == 64 && isSHA256Hex(f.server.token))
+        #expect(f.server.token!.utf8.count == 64 && isSHA256Hex(f.server.token!))
         var st = stat()
         #expect(stat(f.dir + "/token", &st) == 0)
         #expect(st.st_mode & 0o777 == 0o600)
@@ -163,7 +163,7 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
         // The data survived too: a second server on the same directory sees the seeded file.
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        p.arguments = ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Authorization: Bearer \(again.token)",
+        p.arguments = ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Authorization: Bearer \(again.token!)",
                        "http://127.0.0.1:\(again.port)/v1/containers/\(cid)/changes"]
         let out = Pipe(); p.standardOutput = out
         try p.run(); p.waitUntilExit()
@@ -439,7 +439,7 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
             for method in ["GET", "PUT"] {
                 let a = try f.call(method, path, headers: ["If-None-Match: *"], body: Array("{}".utf8))
                 #expect(a.status == 400 || a.status == 404, "\(method) \(path) -> \(a.status)")
-                #expect(!a.text.contains(f.server.token))
+                #expect(!a.text.contains(f.server.token!))
             }
         }
         #expect(try f.call("PUT", "/v1/containers/..").status == 400)
@@ -525,7 +525,7 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
         func curl(_ args: [String]) throws -> String {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            p.arguments = ["-s", "-H", "Authorization: Bearer \(f.server.token)", "-w", "%{http_code}"] + args
+            p.arguments = ["-s", "-H", "Authorization: Bearer \(f.server.token!)", "-w", "%{http_code}"] + args
             let out = Pipe(); p.standardOutput = out
             try p.run(); p.waitUntilExit()
             return String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

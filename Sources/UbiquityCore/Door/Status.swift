@@ -29,8 +29,9 @@ extension Container {
                 percentUploaded: uploaded ? 100 : (t.isUploading ? percent(t.uploadedBytes, t.uploadTotal) : 0),
                 hasUnresolvedConflicts: !item.conflicts.isEmpty,
                 downloadingError: t.downloadError,
-                // The root's: the pusher could not read the journal (Sync.pushAll).
-                uploadingError: item.isPending || id == s.rootID ? t.uploadError : nil,
+                // The root's: the pusher could not read the journal (Sync.pushAll), or the key was refused.
+                uploadingError: item.isPending ? t.uploadError
+                    : id == s.rootID ? t.uploadError ?? (s.keyRefused ? Self.keyRefusal : nil) : nil,
                 pinned: s.isPinned(id),
                 isUbiquitous: !item.isLocalOnly,
                 isExcludedFromSync: item.excluded)
@@ -134,10 +135,23 @@ extension Container {
     /// The remote answered (the feed, a download): the mount is online, and the downloads it failed go on.
     func remoteAnswered() {
         let wasAway = update { s -> Bool in
-            defer { s.offlineSince = nil }
+            defer { s.offlineSince = nil; s.keyRefused = false }
             return s.offlineSince != nil
         }
         if wasAway { downloads.remoteIsBack() }
+    }
+
+    /// What the root's `uploadingError` says while the remote refuses the key.
+    static let keyRefusal = "the remote refused this device's key (revoked?): every change waits here until the "
+        + "mount is given a valid key (mount --token-file)"
+
+    /// The remote answered, refusing this device's key: it is reachable, and nothing goes up or down.
+    func remoteRefusedKey() {
+        let first = update { s -> Bool in
+            defer { s.offlineSince = nil; s.keyRefused = true }
+            return !s.keyRefused
+        }
+        if first { Logger("sync").error(Self.keyRefusal) }
     }
 
     /// The remote could not be reached: the mount is offline, since the first such failure.

@@ -113,6 +113,9 @@ struct CoreState {
     /// Since when (wall clock, ns) the remote cannot be reached, as the change feed last found; nil while it
     /// answers. While set, an open takes what is local at once instead of waiting out the download timeout.
     var offlineSince: Int64?
+    /// The remote refused this device's key (revoked, or wrong) at its last answer; cleared by any answer that
+    /// took it. Every change waits, and the root's `uploadingError` says why.
+    var keyRefused = false
     /// Since when remote changes wait for room on the store's disk; nil while they are applied.
     var storeFullSince: Int64?
     /// Copies evicted on a full disk before their record was written (`evictCopyForRoom`).

@@ -148,7 +148,9 @@ final class SyncLoops: Sendable {
             pull.failed = true
             let down: Bool
             if case RemoteError.unreachable = error { down = true } else { down = false }
-            if down { container.remoteUnreachable() } else { container.remoteAnswered() }
+            if down { container.remoteUnreachable() }
+            else if case RemoteError.unauthorized = error { container.remoteRefusedKey() }
+            else { container.remoteAnswered() }
             // While the remote is away, look again often enough that opens wait for it only briefly.
             let wait = pull.backoff.delay(in: environment)
             return down ? min(wait, 2_000_000_000) : wait
@@ -252,6 +254,7 @@ final class SyncLoops: Sendable {
             } catch let failure as BatchPushFailure {
                 log.warning("upload of \(container.path(of: failure.id)) failed: \(failure.error)")
                 container.recordUploadFailure(failure.id, failure.error)
+                if case RemoteError.unauthorized? = failure.error as? RemoteError { container.remoteRefusedKey() }
                 return .failed
             } catch {
                 return .failed // not thrown: `push` names the item of every failure
