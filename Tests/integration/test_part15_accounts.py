@@ -15,7 +15,15 @@ class Keyed:
 
 
 def accounts(stub, *words, check=True):
-    return run(BIN, "remote", *words, "--data", stub.data, check=check)
+    metadata = ["--metadata", stub.metadata] if stub.metadata else []
+    return run(BIN, "remote", *words, "--data", stub.data, *metadata, check=check)
+
+
+def http_status(stub, key_file, method, path):
+    """The status curl gets for one request with the key in `key_file`."""
+    key = open(key_file).read().strip()
+    return run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "-H", f"Authorization: Bearer {key}",
+               stub.url + path).stdout
 
 
 def new_key(stub, tmp_path, user, device):
@@ -92,3 +100,21 @@ def test_account_commands_refuse_bad_input_in_one_line(stub, tmp_path):
     assert "no device" in refused("device", "revoke", "alice", "laptop")
     assert "no user" in refused("user", "remove", "bob")
     assert "remote user takes" in refused("user", "frob", code=2)
+
+
+def test_accounts_on_postgresql_hold_across_servers(pg_url, stub_factory, tmp_path):
+    one = stub_factory("one", metadata=pg_url)
+    two = stub_factory("two", metadata=pg_url)
+    accounts(one, "user", "add", "alice")
+    accounts(one, "user", "add", "bob")
+    alice = new_key(one, tmp_path, "alice", "laptop").token_file
+    bob = new_key(one, tmp_path, "bob", "phone").token_file
+    box = "/v1/containers/iCloud.com.example.box"
+    assert http_status(one, alice, "PUT", box) == "200"
+    assert http_status(two, alice, "GET", box + "/items/root") == "200", "a key made through one server opens the other"
+    assert http_status(two, bob, "GET", box + "/items/root") == "404", "another user's container is absent"
+    # Revoked through the database, the key is refused by both servers at its next request.
+    accounts(two, "device", "revoke", "alice", "laptop")
+    assert http_status(one, alice, "GET", box + "/items/root") == "401"
+    assert http_status(two, alice, "GET", box + "/items/root") == "401"
+    assert open(alice).read().strip() not in one.log_file.read_text() + two.log_file.read_text()
