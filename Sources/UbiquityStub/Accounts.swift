@@ -88,9 +88,9 @@ public final class Accounts: Sendable {
 
     /// The metadata of `--data DIR` (its stub.sqlite) or of `--metadata URL`, for the commands that manage
     /// accounts; the store is opened once (see `bootstrap`) with the token file at `tokenPath`, if there is one.
-    public convenience init(dataDir: String, metadataURL: String?, tokenPath: String) throws {
+    public convenience init(dataDir: String, metadataURL: String?, metadataPassword: String?, tokenPath: String) throws {
         try makeDirectories(dataDir)
-        let meta: any StubMetadata = try metadataURL.map { try PostgresMetadata(url: $0) }
+        let meta: any StubMetadata = try metadataURL.map { try PostgresMetadata(url: $0, password: metadataPassword) }
             ?? SQLiteMetadata(path: dataDir + "/stub.sqlite")
         self.init(meta: meta)
         try bootstrap(token: FileManager.default.fileExists(atPath: tokenPath) ? StubServer.loadOrCreateToken(tokenPath) : nil)

@@ -91,12 +91,22 @@ final class PostgresMetadata: StubMetadata, Sendable {
     private let listener: PostgresNotifier
     var notifier: any ChangeNotifier { listener }
 
-    init(url: String) throws {
+    /// `password` (from a file, never from a command line) is added to the URL for libpq only.
+    init(url: String, password: String? = nil) throws {
+        let url = Self.connectionString(url, password: password)
         self.url = url
         let conn = try PGConnection(url: url)
         try Self.createSchema(conn)
         idle = Locked([conn])
         listener = PostgresNotifier(url: url)
+    }
+
+    /// The URL with `password` as its query parameter, percent-encoded.
+    static func connectionString(_ url: String, password: String?) -> String {
+        guard let password else { return url }
+        let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8)
+        let encoded = password.utf8.map { unreserved.contains($0) ? String(UnicodeScalar($0)) : String(format: "%%%02X", $0) }.joined()
+        return url + (url.contains("?") ? "&" : "?") + "password=" + encoded
     }
 
     private static func createSchema(_ c: PGConnection) throws {

@@ -28,6 +28,8 @@ public struct StubConfig: Sendable {
     public var dataDir: String
     /// A postgresql:// URL keeps the metadata in PostgreSQL, shared with other servers; nil is stub.sqlite.
     public var metadataURL: String?
+    /// Its password, read from a file (`--metadata-password-file`): never in the URL, which `ps` shows.
+    public var metadataPassword: String?
     /// How often a waiting long poll looks again without a notification (one lost, or never sent).
     public var recheckSeconds: Double = 1
     /// A numeric address; loopback by default.
@@ -76,6 +78,19 @@ public struct StubConfig: Sendable {
         var v6 = in6_addr()
         guard inet_pton(AF_INET6, host, &v6) == 1 else { return false }
         return withUnsafeBytes(of: &v6) { Array($0) } == Array(repeating: 0, count: 15) + [1]
+    }
+
+    /// Why a --metadata URL is refused: one that holds a password shows it to everyone on the machine (`ps`).
+    public static func metadataURLProblem(_ url: String) -> String? {
+        guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else { return "--metadata takes a postgresql:// URL" }
+        let rest = url[url.range(of: "://")!.upperBound...]
+        let authority = rest.prefix { $0 != "/" && $0 != "?" }
+        let userinfo = authority.contains("@") ? authority[..<authority.lastIndex(of: "@")!] : ""
+        if userinfo.contains(":") || url.contains("password=") {
+            return "the --metadata URL holds a password, which every user of this machine sees in ps: "
+                + "put it in a file (mode 0600) and give --metadata-password-file FILE"
+        }
+        return nil
     }
 
     /// Refuses what must not be served: half a TLS pair, or plain HTTP beyond loopback.
@@ -127,7 +142,9 @@ public final class StubServer: @unchecked Sendable {
         let blobs: BlobStore? = try config.s3.map {
             try S3BlobStore(location: $0, cacheDir: config.dataDir + "/blobcache", cacheLimit: config.blobCacheBytes)
         }
-        let metadata: (any StubMetadata)? = try config.metadataURL.map { try PostgresMetadata(url: $0) }
+        let metadata: (any StubMetadata)? = try config.metadataURL.map {
+            try PostgresMetadata(url: $0, password: config.metadataPassword)
+        }
         store = try StubStore(dataDir: config.dataDir, metadata: metadata, blobs: blobs,
                               recheckSeconds: config.recheckSeconds)
         collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds)

@@ -11,7 +11,7 @@ import UbiquityStub
 
 enum AccountCommand {
     static let help = """
-    usage: ubiquityfs remote user add|remove NAME --data DIR [--metadata postgresql://...]
+    usage: ubiquityfs remote user add|remove NAME --data DIR [--metadata postgresql://... [--metadata-password-file F]]
            ubiquityfs remote user list --data DIR [--metadata ...]
            ubiquityfs remote device add USER DEVICE --key-file FILE --data DIR [--metadata ...]
            ubiquityfs remote device list [USER] --data DIR [--metadata ...]
@@ -30,7 +30,8 @@ enum AccountCommand {
     """
 
     static func run(_ kind: String, _ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--data", "--metadata", "--token-file", "--key-file"], switches: ["--help"])
+        let args = try Arguments(words, valued: ["--data", "--metadata", "--metadata-password-file", "--token-file", "--key-file"],
+                                 switches: ["--help"])
         if args.has("--help") { return print(help) }
         guard let action = args.positional.first else { throw UsageError("remote \(kind) needs add, remove, list or revoke") }
         let names = Array(args.positional.dropFirst())
@@ -64,7 +65,8 @@ enum AccountCommand {
         guard let data = args.value("--data") else { throw UsageError("the account commands need --data DIR") }
         umask(0o077)
         let dir = absolutePath(data)
-        return try Accounts(dataDir: dir, metadataURL: try RemoteCommand.metadataURL(args),
+        let (url, password) = try RemoteCommand.metadata(args)
+        return try Accounts(dataDir: dir, metadataURL: url, metadataPassword: password,
                             tokenPath: args.value("--token-file").map(absolutePath) ?? dir + "/token")
     }
 

@@ -14,7 +14,7 @@ enum RemoteCommand {
     usage: ubiquityfs remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
                                    [--endpoint-file FILE] [--log-level debug|info|warn|error]
                                    [--token-file FILE] [--tls-cert FILE --tls-key FILE]
-                                   [--metadata postgresql://...]
+                                   [--metadata postgresql://... [--metadata-password-file FILE]]
                                    [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE]
                                    [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
                                    [--test-routes]
@@ -34,9 +34,10 @@ enum RemoteCommand {
                          injected into other clients' requests): for the tests and the bench only, never on a
                          server anyone else reaches
 
-    Items, versions, the change feed and the key-value store live in DIR/stub.sqlite, or with --metadata in
-    that PostgreSQL database, which several servers may share (give them one token, and one DIR or one bucket
-    for the blobs).
+    Items, versions, the change feed, the key-value store and the accounts live in DIR/stub.sqlite, or with
+    --metadata in that PostgreSQL database, which several servers may share (and one DIR or one bucket for the
+    blobs). The URL must not hold a password (ps shows it to everyone): --metadata-password-file names a file
+    (mode 0600, yours) with the password on its first line.
 
     Blobs are files in DIR/blobs unless --blobs names an S3 bucket (created if missing), with credentials from
     AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment or, with --s3-credentials, from FILE
@@ -70,7 +71,7 @@ enum RemoteCommand {
     static func serve(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
                                                 "--log-level", "--max-blob", "--token-file", "--tls-cert", "--tls-key",
-                                                "--metadata", "--blobs", "--s3-credentials", "--blob-grace",
+                                                "--metadata", "--metadata-password-file", "--blobs", "--s3-credentials", "--blob-grace",
                                                 "--blob-collect-every", "--blob-cache-mb"],
                                  switches: ["--help", "--test-routes"])
         if args.has("--help") { return print(serveHelp) }
@@ -98,7 +99,7 @@ enum RemoteCommand {
         config.testRoutes = args.has("--test-routes")
         (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         try configureBlobs(&config, args)
-        config.metadataURL = try metadataURL(args)
+        (config.metadataURL, config.metadataPassword) = try metadata(args)
         let server = try StubServer(config: config)
         let signals = blockTerminationSignals()
         try server.start()
@@ -114,13 +115,16 @@ enum RemoteCommand {
         server.stop()
     }
 
-    /// The PostgreSQL database of --metadata, if given.
-    static func metadataURL(_ args: Arguments) throws -> String? {
-        guard let url = args.value("--metadata") else { return nil }
-        guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else {
-            throw UsageError("--metadata takes a postgresql:// URL")
+    /// The PostgreSQL database of --metadata, if given, and its password from --metadata-password-file.
+    static func metadata(_ args: Arguments) throws -> (url: String?, password: String?) {
+        let file = args.value("--metadata-password-file").map(absolutePath)
+        guard let url = args.value("--metadata") else {
+            if file != nil { throw UsageError("--metadata-password-file goes with --metadata postgresql://...") }
+            return (nil, nil)
         }
-        return url
+        if let why = StubConfig.metadataURLProblem(url) { throw UsageError(why) }
+        guard let file else { return (url, nil) }
+        return (url, try readSecretLine(file, what: "the metadata password file"))
     }
 
     /// The blob store and its collection, from --blobs, --s3-credentials and the --blob-* numbers.
@@ -232,4 +236,14 @@ func waitForTermination(_ set: sigset_t) {
     var set = set
     var sig: Int32 = 0
     sigwait(&set, &sig)
+}
+
+/// The first line of a file that holds a secret, refused when another user owns it or others may read it.
+func readSecretLine(_ path: String, what: String) throws -> String {
+    if let why = secretFileRefusal(path) { throw StubError("refusing \(what): \(why)") }
+    guard let data = FileManager.default.contents(atPath: path) else { throw StubError("cannot read \(what) \(path)") }
+    let line = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).first ?? ""
+    let secret = line.trimmingCharacters(in: .whitespaces)
+    guard !secret.isEmpty else { throw StubError("\(what) \(path) is empty") }
+    return secret
 }

@@ -85,6 +85,7 @@ struct Backend: Sendable, CustomStringConvertible {
         try makeDirectories(dir)
         var config = StubConfig(dataDir: dir)
         config.metadataURL = metadata
+        if metadata != nil { config.metadataPassword = try PostgresCluster.shared.password() }
         config.s3 = s3
         let server = try StubServer(config: config)
         try server.start()
@@ -138,6 +139,14 @@ final class PostgresCluster: Sendable {
             }
         }
         return try Self.run(["newdb", dir])
+    }
+
+    /// The password of the cluster's user (scripts/postgres writes it to DIR/password at initdb).
+    func password() throws -> String {
+        guard let data = FileManager.default.contents(atPath: dir + "/password") else {
+            throw StubError("no \(dir)/password: the cluster was not started")
+        }
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     func stop() {

@@ -16,6 +16,7 @@ import UbiquityHTTP
         try makeDirectories(dir)
         var config = StubConfig(dataDir: dir)
         config.metadataURL = url
+        config.metadataPassword = try PostgresCluster.shared.password()
         config.recheckSeconds = 3600
         let servers = try [StubServer(config: config), StubServer(config: config)]
         for s in servers { try s.start() }
@@ -67,7 +68,8 @@ import UbiquityHTTP
           .timeLimit(.minutes(1)))
     func aCommitThroughOneServerWakesTheOthersNotifier() throws {
         let url = try PostgresCluster.shared.newDatabase()
-        let here = try PostgresMetadata(url: url), there = try PostgresMetadata(url: url)
+        let here = try PostgresMetadata(url: url, password: PostgresCluster.shared.password()),
+            there = try PostgresMetadata(url: url, password: PostgresCluster.shared.password())
         defer { here.close(); there.close() }
         let notifier = here.notifier
         notifier.wait(after: 0, until: Date(timeIntervalSinceNow: 30)) // listening (it counts its first LISTEN)

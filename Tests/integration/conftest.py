@@ -104,7 +104,16 @@ class Postgres:
         return self._run("restart")
 
     def new_database(self):
-        return self._run("newdb")[0]
+        return PGURL(self._run("newdb")[0], self.dir / "password")
+
+
+class PGURL(str):
+    """A database's postgresql:// URL (no password in it) and the file holding the password."""
+
+    def __new__(cls, url, password_file):
+        s = super().__new__(cls, url)
+        s.password_file = password_file
+        return s
 
 
 @pytest.fixture(scope="session")

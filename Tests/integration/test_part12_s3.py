@@ -100,7 +100,8 @@ def test_the_gateway_listens_on_loopback_only_and_refuses_anonymous_access(seawe
     pid = int((seaweedfs.dir / "pid").read_text())
     sockets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
     listening = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    # weed's own network namespace (scripts/seaweedfs runs it in one, as root): its tables are its process's.
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         for line in open(table).read().splitlines()[1:]:
             fields = line.split()
             if fields[3] == "0A" and f"socket:[{fields[9]}]" in sockets:  # LISTEN, and weed's

@@ -15,7 +15,7 @@ class Keyed:
 
 
 def accounts(stub, *words, check=True):
-    metadata = ["--metadata", stub.metadata] if stub.metadata else []
+    metadata = ["--metadata", stub.metadata, "--metadata-password-file", stub.metadata.password_file] if stub.metadata else []
     return run(BIN, "remote", *words, "--data", stub.data, *metadata, check=check)
 
 

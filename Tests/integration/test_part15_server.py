@@ -1,6 +1,7 @@
 """Part 15: the remote as a server exposed to others. Each test drives a real `ubiquityfs remote serve` with
 curl, as an attacker holding a token (or none) would."""
 import hashlib
+import json
 import os
 import socket
 import stat
@@ -219,3 +220,53 @@ def test_one_address_with_many_half_sent_requests_locks_nobody_else_out(tmp_path
             s.close()
         stub.stop()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def as_nobody(*command):
+    """Runs `command` as the unprivileged user `nobody`: another user of this machine."""
+    return subprocess.run(["runuser", "-u", "nobody", "--", *map(str, command)], capture_output=True, text=True,
+                          timeout=30, stdin=subprocess.DEVNULL)
+
+
+def test_postgresql_asks_every_local_user_for_the_password(postgres, pg_url, tmp_path):
+    port = (postgres.dir / "port").read_text().strip()
+    # Before Part 15 the cluster trusted every local connection: any user was a superuser on the metadata.
+    for where in (["-h", postgres.dir], ["-h", "127.0.0.1"]):
+        p = as_nobody("psql", "-X", *where, "-p", port, "-U", "postgres", "-w", "-c", "SELECT 1")
+        assert p.returncode != 0 and "password" in p.stderr, p
+    assert stat.S_IMODE(os.stat(pg_url.password_file).st_mode) == 0o600
+    # The server reads the password from its file; a URL holding one is refused (ps would show it).
+    stub = Stub(tmp_path / "remote", metadata=pg_url).start()
+    try:
+        assert status(stub, "PUT", f"/v1/containers/{CONTAINER}") == "200"
+    finally:
+        stub.stop()
+    with_password = pg_url.replace("postgres@", "postgres:" + pg_url.password_file.read_text().strip() + "@")
+    p = run(BIN, "remote", "serve", "--data", tmp_path / "never", "--metadata", with_password, check=False)
+    assert p.returncode == 2 and "--metadata-password-file" in p.stderr and len(p.stderr.splitlines()) == 1, p
+    open_file = tmp_path / "open-password"
+    open_file.write_text(pg_url.password_file.read_text())
+    open_file.chmod(0o644)
+    p = run(BIN, "remote", "user", "list", "--data", tmp_path / "never", "--metadata", pg_url,
+            "--metadata-password-file", open_file, check=False)
+    assert p.returncode == 1 and "chmod 600" in p.stderr, p
+
+
+def test_seaweedfs_serves_s3_and_nothing_else(seaweedfs):
+    s3_port = int(seaweedfs.endpoint.rsplit(":", 1)[1])
+    others = [p for p in json.loads((seaweedfs.dir / "ports.json").read_text()) if p != s3_port]
+    # Before Part 15 the filer answered every local user on one of these (list, read, write, delete objects),
+    # and the master deleted a bucket's volumes for anyone who asked.
+    for port in others:
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} of weed answers on this machine"
+    listening = run("ss", "-ltnpH").stdout
+    assert "weed" not in listening, listening
+    # Its sockets are in a folder only its owner enters; S3 itself wants a signature.
+    assert stat.S_IMODE(os.stat(seaweedfs.dir).st_mode) == 0o700
+    for sock in ("filer.sock", "s3.sock"):
+        p = as_nobody("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", seaweedfs.dir / sock,
+                      "http://x/")
+        assert p.stdout == "000", (sock, p)
+    anonymous = run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", seaweedfs.endpoint + "/ubiquity-tests/").stdout
+    assert anonymous == "403"

@@ -141,7 +141,8 @@ class Engines:
         """`remote serve` options for a fresh database and a fresh prefix of the bucket."""
         url = run(ROOT / "scripts" / "postgres", "newdb", self.pg, timeout=60).stdout.strip().splitlines()[-1]
         blobs = f"s3://ubiquity-bench/b-{os.urandom(4).hex()}?endpoint={self.endpoint}"
-        return ["--metadata", url, "--blobs", blobs, "--s3-credentials", self.s3 / "credentials"]
+        return ["--metadata", url, "--metadata-password-file", self.pg / "password",
+                "--blobs", blobs, "--s3-credentials", self.s3 / "credentials"]
 
     def stop(self):
         run(ROOT / "scripts" / "seaweedfs", "stop", self.s3, check=False, timeout=60)

@@ -136,6 +136,8 @@ class Stub:
         self.data.mkdir(parents=True, exist_ok=True)
         log = open(self.log_file, "ab")
         metadata = ["--metadata", self.metadata] if self.metadata else []
+        if getattr(self.metadata, "password_file", None):  # a PGURL (tests/integration/conftest.py)
+            metadata += ["--metadata-password-file", self.metadata.password_file]
         self.proc = subprocess.Popen(
             [self.binary, "remote", "serve", "--data", self.data, "--listen", f"127.0.0.1:{self.port}",
              "--endpoint-file", endpoint, "--bandwidth", str(self.bandwidth), "--latency-ms", str(self.latency_ms),
