@@ -60,6 +60,9 @@ public struct StubConfig: Sendable {
     /// A connection that sends nothing (between requests, or in the middle of one) this long is closed. A long
     /// poll is not idle: it waits in its handler, where this timeout does not run.
     public var idleTimeoutSeconds = 30
+    /// How long one batch request may apply entries; the rest are answered 503, to be sent again (the client
+    /// waits 30 s for an answer).
+    public var batchSeconds: Double = 10
     /// Serve the test routes (`/v1/stats`: every blob of every container; `/v1/faults`: failures injected into
     /// other clients' requests). Only the tests and the bench turn them on (`remote serve --test-routes`).
     public var testRoutes = false
@@ -775,7 +778,7 @@ extension StubServer {
         }
         guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
         let prepared = try entries.map { try prepareInline($0, cid) }
-        let results = try store.batch(cid, prepared)
+        let results = try store.batch(cid, prepared, deadline: Date(timeIntervalSinceNow: config.batchSeconds))
         counters.update { stats in
             stats.batches += 1
             for (p, r) in zip(prepared, results) {

@@ -300,9 +300,17 @@ final class StubStore: Sendable {
     /// (an inline blob stored first): one refused entry changes nothing and the next go on. A failure that is
     /// not a refusal (the disk, the database) ends the batch: the entries before it stay applied. The caller
     /// has found the container (before writing inline contents); each entry's transaction checks it again.
-    func batch(_ cid: String, _ entries: [StubBatchEntry]) throws -> [WireBatchResult] {
+    /// Applies the entries in order until `deadline`. Once an entry was applied, the batch is answered whole:
+    /// the entries left when the deadline passes, or from one that fails for the server's own reasons (a
+    /// database restarting), are answered 503 unapplied, to be sent again, so that a slow batch finishes
+    /// within the client's timeout and what it applied is acknowledged. A first entry that fails so fails the
+    /// request.
+    func batch(_ cid: String, _ entries: [StubBatchEntry], deadline: Date) throws -> [WireBatchResult] {
         var results: [WireBatchResult] = []
-        for entry in entries {
+        for (i, entry) in entries.enumerated() {
+            if i > 0 && Date() >= deadline {
+                return results + Self.unapplied(entries.count - i, "the batch ran out of time: not applied, send it again")
+            }
             do {
                 results.append(WireBatchResult(status: 200, item: try apply(cid, entry)))
             } catch let applied as StubApplied {
@@ -310,9 +318,15 @@ final class StubStore: Sendable {
                                                applied: applied.answer.applied))
             } catch let f as StubFailure where f.status < 500 {
                 results.append(WireBatchResult(status: f.status, error: f.message, current: f.current, yours: f.yours))
+            } catch where i > 0 {
+                return results + Self.unapplied(entries.count - i, "not applied (\(error)): send it again")
             }
         }
         return results
+    }
+
+    private static func unapplied(_ count: Int, _ why: String) -> [WireBatchResult] {
+        Array(repeating: WireBatchResult(status: 503, error: why), count: count)
     }
 
     private func apply(_ cid: String, _ prepared: StubBatchEntry) throws -> WireItem {

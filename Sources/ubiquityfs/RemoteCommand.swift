@@ -17,7 +17,7 @@ enum RemoteCommand {
                                    [--metadata postgresql://... [--metadata-password-file FILE]]
                                    [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE]
                                    [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
-                                   [--test-routes]
+                                   [--batch-seconds N] [--test-routes]
 
     Runs the remote stub (the "cloud") until SIGINT or SIGTERM. Every request needs a device key of a user,
     and sees that user's containers only (see `ubiquityfs remote user --help`). The first start on a new
@@ -30,6 +30,9 @@ enum RemoteCommand {
                          serve HTTPS with this PEM certificate (chain) and its private key; mounts verify it
                          (--ca-file). Without them it serves plain HTTP, and only on loopback: --listen on any
                          other address is refused
+      --batch-seconds N  apply the entries of one batch request for N seconds at most (default 10); the rest
+                         are answered 503 unapplied and the client sends them again at once, so a slow
+                         database never makes a batch outlast the client's 30 s wait
       --test-routes      also serve /v1/stats (every container's blobs and counters) and /v1/faults (failures
                          injected into other clients' requests): for the tests and the bench only, never on a
                          server anyone else reaches
@@ -72,7 +75,7 @@ enum RemoteCommand {
         let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
                                                 "--log-level", "--max-blob", "--token-file", "--tls-cert", "--tls-key",
                                                 "--metadata", "--metadata-password-file", "--blobs", "--s3-credentials", "--blob-grace",
-                                                "--blob-collect-every", "--blob-cache-mb"],
+                                                "--blob-collect-every", "--blob-cache-mb", "--batch-seconds"],
                                  switches: ["--help", "--test-routes"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
@@ -97,6 +100,7 @@ enum RemoteCommand {
         if let max = try args.int("--max-blob") { config.maxBlobBytes = Int64(max) }
         config.tokenFile = args.value("--token-file").map(absolutePath)
         config.testRoutes = args.has("--test-routes")
+        if let s = try args.int("--batch-seconds") { config.batchSeconds = Double(s) }
         (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         try configureBlobs(&config, args)
         (config.metadataURL, config.metadataPassword) = try metadata(args)

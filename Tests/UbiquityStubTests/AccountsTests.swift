@@ -128,3 +128,25 @@ extension Fixture {
             + String(decoding: body.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     }
 }
+
+@Suite struct BatchDeadlineTests {
+    /// A batch that runs out of its time applies what it had time for and answers the rest 503, unapplied;
+    /// sent again, they are applied (not "already applied": they never were).
+    @Test func entriesPastTheDeadlineAreAnsweredUnappliedAndGoInLater() throws {
+        let f = try Fixture { $0.batchSeconds = 0 }
+        _ = try f.openContainer()
+        let entries = (1...3).map { i in
+            WireBatchEntry(op: .put, id: "d\(i)", item: WireItem(id: "d\(i)", parent: WireRules.documentsID, name: "d\(i)",
+                                                                kind: .dir, mode: 0o755, mtime: 1, size: 0, sha256: "", device: "t"),
+                           change: "c\(i)")
+        }
+        let first = try f.call("POST", "/v1/containers/\(cid)/batch", json: WireBatch(entries: entries)).decode(WireBatchAnswer.self)
+        #expect(first.results.map(\.status) == [200, 503, 503])
+        #expect(first.results[1].error?.contains("not applied") == true)
+        let again = try f.call("POST", "/v1/containers/\(cid)/batch", json: WireBatch(entries: Array(entries.dropFirst())))
+            .decode(WireBatchAnswer.self)
+        #expect(again.results.map(\.status) == [200, 503])
+        let feed = try f.call("GET", "/v1/containers/\(cid)/changes").decode(WireChanges.self)
+        #expect(feed.items.map(\.name).sorted() == ["", "Documents", "d1", "d2"])
+    }
+}

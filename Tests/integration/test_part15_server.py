@@ -270,3 +270,20 @@ def test_seaweedfs_serves_s3_and_nothing_else(seaweedfs):
         assert p.stdout == "000", (sock, p)
     anonymous = run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", seaweedfs.endpoint + "/ubiquity-tests/").stdout
     assert anonymous == "403"
+
+
+def test_a_batch_out_of_time_is_answered_in_parts_and_nothing_is_sent_twice(stub_factory, mount_factory, tmp_path):
+    # --batch-seconds 0: every batch applies one entry and answers the rest 503, as a slow database would make
+    # it. Before Part 15 such a batch outlasted the client's timeout, and all of it was sent again.
+    stub = stub_factory(extra=["--batch-seconds", "0"])
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"f{i:02}.txt").write_text(f"file {i}\n")
+    run("cp", "-r", src, a / "Documents" / "many")
+    sync(a, timeout=120)
+    wait_until(lambda: len(os.listdir(b / "Documents" / "many")) == 40, timeout=60, what="the 40 files on the desktop")
+    assert (b / "Documents" / "many" / "f39.txt").read_text() == "file 39\n"
+    stats = stub.stats()
+    assert stats["batches"] > 1 and stats["appliedRetries"] == 0, stats

@@ -53,6 +53,12 @@ struct BatchPusher {
         var stopped: String?
         for id in ids {
             if !failures.isEmpty && push.liesBelow(id, anyOf: Set(failures.map(\.id))) { continue }
+            // Not applied for the server's reasons (out of time, its database away), after entries that were:
+            // it goes in the next batch, which follows at once.
+            if let (_, error) = refused[id], error.isTransient {
+                stopped = stopped ?? id
+                continue
+            }
             do {
                 let pusher = Pusher(container: container, id: id)
                 // A refusal is settled as its answer only while the item is as the batch sent it: a push of
