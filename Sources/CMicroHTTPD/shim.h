@@ -15,8 +15,9 @@
 static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                                MHD_AccessHandlerCallback handler, void *handler_cls,
                                                MHD_RequestCompletedCallback completed, void *completed_cls,
+                                               MHD_NotifyConnectionCallback notify, void *notify_cls,
                                                unsigned int idle_timeout_seconds, unsigned int per_ip_limit,
-                                               const char *tls_cert, const char *tls_key) {
+                                               unsigned int total_limit, const char *tls_cert, const char *tls_key) {
     struct sockaddr_in v4;
     struct sockaddr_in6 v6;
     const struct sockaddr *addr;
@@ -42,18 +43,28 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                 MHD_OPTION_HTTPS_MEM_KEY, tls_key,
                                 MHD_OPTION_HTTPS_PRIORITIES, "NORMAL:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1",
                                 MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                                MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
                                 MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
+                                MHD_OPTION_CONNECTION_LIMIT, total_limit,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                                 MHD_OPTION_END);
     }
     return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
                             MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
+                            MHD_OPTION_CONNECTION_LIMIT, total_limit,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                             MHD_OPTION_END);
+}
+
+// The socket of a connection, or -1.
+static inline int ubq_mhd_connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
 }
 
 // Whether this libmicrohttpd can serve HTTPS.

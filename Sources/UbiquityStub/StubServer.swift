@@ -60,6 +60,11 @@ public struct StubConfig: Sendable {
     /// A connection that sends nothing (between requests, or in the middle of one) this long is closed. A long
     /// poll is not idle: it waits in its handler, where this timeout does not run.
     public var idleTimeoutSeconds = 30
+    /// A connection that has not sent a whole request header this long after it opened or after its last
+    /// answer is cut, and so is a body slower than 1 KiB/s after this long (ConnectionWatch.swift).
+    public var headerSeconds = 10
+    /// Connections in all; the server needs a thread and a descriptor for each.
+    public var connectionLimit = 2000
     /// How long one batch request may apply entries; the rest are answered 503, to be sent again (the client
     /// waits 30 s for an answer).
     public var batchSeconds: Double = 10
@@ -130,6 +135,7 @@ public final class StubServer: @unchecked Sendable {
     public let token: String?
     let store: StubStore
     let accounts: Accounts
+    let watch: ConnectionWatch
     let collector: BlobCollector
     let counters = StubCounters()
     let log = Logger("stub")
@@ -152,6 +158,7 @@ public final class StubServer: @unchecked Sendable {
                               recheckSeconds: config.recheckSeconds)
         collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds)
         accounts = Accounts(meta: store.meta)
+        watch = ConnectionWatch(headerSeconds: config.headerSeconds)
         token = try Self.openAccounts(accounts, tokenPath: config.tokenPath)
     }
 
@@ -215,12 +222,23 @@ public final class StubServer: @unchecked Sendable {
                 return server.handle(connection: connection!, url: url.map { String(cString: $0) } ?? "",
                                      method: method.map { String(cString: $0) } ?? "",
                                      upload: upload, uploadSize: uploadSize!, context: context!)
-            }, me, { _, _, context, _ in
+            }, me, { cls, connection, context, _ in
                 if let context, let ex = context.pointee {
                     Unmanaged<Exchange>.fromOpaque(ex).release()
                     context.pointee = nil
                 }
-            }, nil, UInt32(config.idleTimeoutSeconds), UInt32(config.connectionsPerAddress), tlsCertificate, tlsKey)
+                let server = Unmanaged<StubServer>.fromOpaque(cls!).takeUnretainedValue()
+                if let connection { server.watch.requestEnded(UInt(bitPattern: connection)) }
+            }, me, { cls, connection, _, code in
+                guard let cls, let connection else { return }
+                let watch = Unmanaged<StubServer>.fromOpaque(cls).takeUnretainedValue().watch
+                if code.rawValue == 0 { // MHD_CONNECTION_NOTIFY_STARTED
+                    watch.started(UInt(bitPattern: connection), fd: ubq_mhd_connection_fd(connection))
+                } else {
+                    watch.closed(UInt(bitPattern: connection))
+                }
+            }, me, UInt32(config.idleTimeoutSeconds), UInt32(config.connectionsPerAddress), UInt32(config.connectionLimit),
+               tlsCertificate, tlsKey)
             guard let d else {
                 let why = Errno.current
                 if config.servesTLS {
@@ -233,6 +251,7 @@ public final class StubServer: @unchecked Sendable {
             daemon = d
             boundPort = ubq_mhd_port(d)
             collector.start(every: config.blobCollectSeconds)
+            watch.start()
             log.info("serving \(config.scheme) on \(config.host):\(boundPort), data in \(config.dataDir)")
         }
     }
@@ -246,6 +265,7 @@ public final class StubServer: @unchecked Sendable {
         }
         guard let d else { return }
         collector.stop()
+        watch.stop()
         store.setStopping(true)
         MHD_stop_daemon(d)
         log.info("stopped")
@@ -420,6 +440,9 @@ final class Exchange {
     /// An answer settled before the body arrived: the body is drained, then this goes out.
     var pending: Reply?
     var answered = false
+    /// When the header arrived (monotonic ns), and the body's bytes since: a body too slow is cut.
+    let started = monotonicNanoseconds()
+    var bodyBytes: Int64 = 0
 
     init(method: String, url: String, route: Route) {
         self.method = method; self.url = url; self.route = route
@@ -516,6 +539,7 @@ extension StubServer {
                             upload: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
                             context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         guard let raw = context.pointee else {
+            watch.requestBegan(UInt(bitPattern: connection))
             let ex = begin(connection: connection, url: url, method: method)
             context.pointee = Unmanaged.passRetained(ex).toOpaque()
             if let pending = ex.pending {
@@ -530,6 +554,11 @@ extension StubServer {
         }
         let ex = Unmanaged<Exchange>.fromOpaque(raw).takeUnretainedValue()
         if uploadSize.pointee > 0 {
+            ex.bodyBytes += Int64(uploadSize.pointee)
+            if watch.bodyTooSlow(started: ex.started, bytes: ex.bodyBytes) {
+                log.warning("\(ex.method) \(ex.url): the body comes slower than 1 KiB/s; the connection is cut")
+                return .NO
+            }
             if !ex.answered && ex.pending == nil {
                 consume(ex, UnsafeRawBufferPointer(start: upload, count: uploadSize.pointee))
             }

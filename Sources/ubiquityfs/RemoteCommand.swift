@@ -82,6 +82,12 @@ enum RemoteCommand {
         // Every file the server makes is its own (stub.sqlite and its journal, blobs, the cache), whatever the
         // mode of a data folder that was there before: others on the machine read none of it.
         umask(0o077)
+        // A descriptor for each of StubConfig.connectionLimit connections, and the database's and blobs' own.
+        var files = rlimit()
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 && files.rlim_cur < min(files.rlim_max, 8192) {
+            files.rlim_cur = min(files.rlim_max, 8192)
+            setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+        }
         if let level = args.value("--log-level") {
             guard let l = LogLevel(name: level) else { throw UsageError("unknown log level '\(level)'") }
             Log.shared.configure(level: l, path: nil)

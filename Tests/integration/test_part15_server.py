@@ -6,6 +6,7 @@ import os
 import socket
 import stat
 import subprocess
+import time
 
 from conftest import BIN, CONTAINER, Stub, run, sync, wait_until
 from test_part12_tls_failover import certificate, serve, stop
@@ -298,7 +299,43 @@ def test_an_idle_mount_holds_two_connections(stub, mount_factory):
         out = run("ss", "-tnH", "state", "established", f"dport = :{stub.port}").stdout
         return len(out.splitlines())
     # The two long polls (the change feed and the key-value store); the connection the pushes used is closed
-    # by the server once idle for 30 s. Before Part 15 it stayed open 300 s: 3 each, 340 idle devices filled a
-    # server.
+    # by the server once it has sent no request for 10 s. Before Part 15 it stayed open 300 s: 3 each, 340 idle
+    # devices filled a server.
     wait_until(lambda: held() <= 2, timeout=45, interval=1, what="the idle pushes' connection closed")
     assert held() == 2
+
+
+def test_slow_headers_and_slow_bodies_are_cut(stub):
+    host, port = "127.0.0.1", stub.port
+    # A header that never ends (a byte every 2 s: never idle long enough for the idle timeout) ...
+    slow_header = socket.create_connection((host, port), timeout=30)
+    slow_header.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+    # ... and a body that trickles in.
+    slow_body = socket.create_connection((host, port), timeout=30)
+    sha = hashlib.sha256(b"x" * 1000).hexdigest()
+    slow_body.sendall((f"PUT /v1/containers/{CONTAINER}/blobs/{sha} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                       f"Authorization: Bearer {stub.token}\r\n\r\n").encode())
+    assert status(stub, "PUT", f"/v1/containers/{CONTAINER}") in ("200", "201")
+
+    def cut(s, byte):
+        try:
+            s.sendall(byte)
+            s.settimeout(0.01)
+            return s.recv(1) == b""
+        except socket.timeout:
+            return False
+        except OSError:
+            return True
+    started = time.monotonic()
+    alive = {"header": slow_header, "body": slow_body}
+    cut_after = {}
+    while alive and time.monotonic() - started < 40:
+        for name, s in list(alive.items()):
+            if cut(s, b"X" if name == "header" else b"x"):
+                cut_after[name] = time.monotonic() - started
+                del alive[name]
+        time.sleep(2)
+    # Before Part 15 both were held for as long as the client liked.
+    assert not alive, f"{sorted(alive)} still open after 40 s"
+    assert all(8 <= t <= 25 for t in cut_after.values()), cut_after
+    assert status(stub, "GET", "/v1/health") == "200"
