@@ -1,8 +1,9 @@
-"""Part 15: a bounded fuzzer of the wire. For 45 s on each backend (embedded; PostgreSQL and SeaweedFS) it sends a real `remote serve` random requests (routes of
-the wire and made-up ones, random methods, headers, ids, JSON and bytes, wrong lengths, bad keys, garbage on
-raw sockets) while two mounted devices of the container work as usual. Then: no answer was a 5xx, the server
-still answers, both devices' trees are identical, and both stores check sound. The seed is printed;
-UBIQUITY_FUZZ_SEED replays one, UBIQUITY_FUZZ_SECONDS sets the length (at most 180)."""
+"""Part 15: a bounded fuzzer of the wire. For 30 s on each backend (embedded; PostgreSQL and SeaweedFS) it
+sends a real `remote serve` random requests (routes of the wire and made-up ones, random methods, headers, ids,
+JSON and bytes, wrong lengths, bad keys, garbage on raw sockets) while two mounted devices of the container work
+as usual. Then: no answer was a 5xx, the server still answers, both devices' trees are identical, and both
+stores check sound. The seed is printed; UBIQUITY_FUZZ_SEED replays one, UBIQUITY_FUZZ_SECONDS sets the length
+(at most 180)."""
 import hashlib
 import http.client
 import json
@@ -16,7 +17,7 @@ import pytest
 
 from conftest import BIN, CONTAINER, run, sync, wait_until
 
-SECONDS = min(180, int(os.environ.get("UBIQUITY_FUZZ_SECONDS", "45")))
+SECONDS = min(180, int(os.environ.get("UBIQUITY_FUZZ_SECONDS", "30")))
 
 
 def tree(root):
