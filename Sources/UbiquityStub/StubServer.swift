@@ -188,6 +188,12 @@ public final class StubServer: @unchecked Sendable {
         if let data = FileManager.default.contents(atPath: path) {
             let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             guard text.utf8.count == 64, isSHA256Hex(text) else { throw StubError("\(path): not a 64-hex-digit token") }
+            // 64 random hex digits hold at least 10 different ones but once in 10^12; a key made by hand
+            // (000...07) is guessed by anyone.
+            guard Set(text.utf8).count >= 10 else {
+                throw StubError("\(path) does not hold a random key (too few different digits): remove it, and the server "
+                                + "writes one")
+            }
             return text
         }
         let token = randomHex(bytes: 32)

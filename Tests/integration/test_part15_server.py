@@ -92,6 +92,10 @@ def test_a_token_file_others_can_read_or_another_user_owns_is_refused(tmp_path):
     p = refused_mount(tmp_path, "http://127.0.0.1:9", token)
     assert p.returncode != 0 and "another user" in p.stderr, p.stderr
     assert not os.path.ismount(tmp_path / "mnt")
+    # A file of one's own, 0600, with a key made by hand: anyone guesses it.
+    os.chown(token, 0, 0)
+    p = run(BIN, "remote", "serve", "--data", data, check=False, timeout=20)
+    assert p.returncode != 0 and "random key" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 def token_file(path, token, mode):
