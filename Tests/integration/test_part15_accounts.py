@@ -118,3 +118,14 @@ def test_accounts_on_postgresql_hold_across_servers(pg_url, stub_factory, tmp_pa
     assert http_status(one, alice, "GET", box + "/items/root") == "401"
     assert http_status(two, alice, "GET", box + "/items/root") == "401"
     assert open(alice).read().strip() not in one.log_file.read_text() + two.log_file.read_text()
+
+
+def test_a_users_files_travel_on_postgresql_and_s3(pg_url, seaweedfs, stub_factory, mount_factory, tmp_path):
+    stub = stub_factory(metadata=pg_url, extra=seaweedfs.stub_args(f"accounts-{os.getpid()}"))
+    accounts(stub, "user", "add", "alice")
+    laptop = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "laptop")
+    data = os.urandom(300_000)  # not inline in a batch: a blob of its own in the bucket
+    (laptop / "Documents" / "photo.raw").write_bytes(data)
+    sync(laptop)
+    desk = mount_factory(new_key(stub, tmp_path, "alice", "desktop"), "desktop")
+    assert (desk / "Documents" / "photo.raw").read_bytes() == data
