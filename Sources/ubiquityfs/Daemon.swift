@@ -119,13 +119,7 @@ struct Daemon {
     }
 
     private func readToken(_ path: String) throws -> String {
-        if let why = secretFileRefusal(path) { throw MountFailure("refusing the token file: \(why)") }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw MountFailure("cannot read the token file \(path)")
-        }
-        let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !token.isEmpty else { throw MountFailure("the token file \(path) is empty") }
-        return token
+        do { return try readSecretLine(path, what: "the token file") } catch { throw MountFailure("\(error)") }
     }
 
     /// Checks the remote answers and accepts the token, trying each server once. An unreachable remote is fatal
