@@ -705,11 +705,16 @@ extension CoreState {
     }
 
     /// Links an item under its parent, moving a pending local item that holds the name to a free name, and
-    /// detaching a stale clean one (its own newer state follows in the feed).
+    /// detaching a stale clean one (its own newer state follows in the feed). Between two clean items the
+    /// newer remote state keeps the name, as at load (`claim`): a clean item placed at a state older than the
+    /// holder's (one brought back where it was, see `restoreDeleted`) stays detached until its own newer
+    /// state arrives.
     mutating func place(_ item: inout Item) throws {
         let parent = item.parent!
         item.localOnlyAbove = isLocalOnlyFolder(parent)
         if let otherID = children[parent]?[item.name], otherID != item.id, var other = items[otherID] {
+            let otherIsNewer = other.remoteVersion > item.remoteVersion && !other.isPending && !item.isPending
+            if otherIsNewer { return }
             children.unlist(item.name, in: parent)
             notice(.removed(parent: parent, name: other.name, id: other.id))
             if other.remoteVersion == 0 || other.isPending {
