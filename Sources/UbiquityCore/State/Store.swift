@@ -253,7 +253,7 @@ public final class Store {
     public func bind(container: String) throws { try setMeta("container", container) }
 
     func removeMeta(_ key: String) throws {
-        try write { try typed { try db.query("DELETE FROM meta WHERE key = ?", [.text(key)]) } }
+        _ = try write { try typed { try db.query("DELETE FROM meta WHERE key = ?", [.text(key)]) } }
     }
 
     /// Sets of ids kept in `meta` under a key prefix ("resolved:", "unpushed:", "refused:").

@@ -333,7 +333,7 @@ struct Pusher {
         defer { upload.done() }
         if let generation = upload.generation { snap.generation = generation }
         let generation = snap.generation
-        let wanted = { [container, id] in push.isStillToUpload(id, generation: generation) }
+        let wanted = { [push, id] in push.isStillToUpload(id, generation: generation) }
         let (sha, size) = try sha256OfFile(upload.path, while: wanted)
         item.remoteSHA = sha
         item.remoteSize = size
