@@ -66,6 +66,17 @@ public struct FileDescriptor: Sendable, Hashable {
 
     public func close() { _ = Glibc.close(raw) }
 
+    /// lseek(2)'s SEEK_DATA and SEEK_HOLE, Linux's values (Glibc's module leaves them out without _GNU_SOURCE).
+    public static let seekData: Int32 = 3
+    public static let seekHole: Int32 = 4
+
+    /// Where the next data (`seekData`) or hole (`seekHole`) starts at or after `offset`; nil past the end
+    /// (ENXIO) or where the file system cannot say.
+    public func seek(_ offset: Int64, _ whence: Int32) -> Int64? {
+        let found = Glibc.lseek(raw, off_t(offset), whence)
+        return found < 0 ? nil : Int64(found)
+    }
+
     /// read(2) into `buffer`; returns the count, 0 at end of file.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         try valueOrErrno { Glibc.read(raw, buffer.baseAddress, buffer.count) }

@@ -420,10 +420,8 @@ public final class FileSystem: @unchecked Sendable {
     /// SEEK_DATA and SEEK_HOLE (the kernel answers the other whences itself): where the handle's content file
     /// has data and holes, as the store's file system keeps them; ENXIO past the end, as on ext4.
     func seek(_ fh: UInt64, _ offset: off_t, whence: Int32) throws(AdapterError) -> off_t {
-        // Linux's values: Glibc's module leaves them out without _GNU_SOURCE.
-        let seekData: Int32 = 3, seekHole: Int32 = 4
         guard let file = file(fh) else { throw .badHandle }
-        guard whence == seekData || whence == seekHole else { throw .system(.invalid) }
+        guard whence == FileDescriptor.seekData || whence == FileDescriptor.seekHole else { throw .system(.invalid) }
         let found = Glibc.lseek(file.fd.raw, offset, whence)
         if found < 0 { throw .system(Errno.current) }
         return found

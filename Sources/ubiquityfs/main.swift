@@ -33,6 +33,8 @@ commands:
                                     list the mount's items with their status; --live: follow their changes
   kv get|set|delete|list|watch [--json] MOUNT [KEY [VALUE]]
                                     the container's key-value store
+  chunks [--json | --summary] FILE...
+                                    how a file's content is cut into chunks (each with its SHA-256, or a hole)
 
 Run 'ubiquityfs COMMAND --help' for the options of one command.
 """
@@ -64,6 +66,8 @@ do {
         try QueryCommand.run(words)
     case "kv":
         try KVCommand.run(words)
+    case "chunks":
+        try ChunksCommand.run(words)
     default:
         fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
     }

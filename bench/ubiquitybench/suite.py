@@ -18,6 +18,28 @@ from .harness import TimedOut
 from .report import FAILURES, Results, alternate, median
 
 
+def random_file(path, size):
+    """Writes `size` bytes from the system's generator: no block repeats, so chunks do not dedupe by chance."""
+    with open(path, "wb", buffering=0) as f:
+        left = size
+        while left > 0:
+            n = min(left, 8 * MiB)
+            f.write(os.urandom(n))
+            left -= n
+
+
+def chunk_list(path):
+    """The file's chunks as `ubiquityfs chunks --json` gives them."""
+    return json.loads(run(BIN, "chunks", "--json", path).stdout)[0]["chunks"]
+
+
+def new_bytes(before, after):
+    """The bytes of `after`'s chunks whose hashes `before` lacks: what a chunked upload would send."""
+    known = {c["sha256"] for c in before if "sha256" in c}
+    sent = {c["sha256"]: c["size"] for c in after if "sha256" in c and c["sha256"] not in known}
+    return sum(sent.values())
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -719,9 +741,59 @@ class Bench:
         self.res.add(w, "first pull of the container", "s", new["pull_s"], "old binary", old.get("pull_s"),
                      better="lower")
 
+    def wC(self):
+        """Content in chunks (Part 16): the cut and hashes on one core against sha256sum, and what a chunked
+        transfer would send after small edits, from the chunk lists alone (the wire still moves whole files)."""
+        W = "C chunks"
+        d = self.fresh("wC")
+        size = self.large
+        big = d / "big.bin"
+        random_file(big, size)
+        one_core = ["taskset", "-c", "0"]
+
+        def timed(*argv):
+            def f():
+                t0 = time.perf_counter()
+                run(*one_core, *argv)
+                return mbps(size, time.perf_counter() - t0)
+            return f
+        read_file(big)  # warm: the page cache holds it, so both read at memory speed
+        s, _ = alternate(self.reps, {"chunks": timed(BIN, "chunks", "--summary", big),
+                                     "sha256sum": timed("sha256sum", big)}, W)
+        ubq = median(s["chunks"])
+        self.res.add(W, f"cut + SHA-256 of each chunk, warm {size // MiB} MiB, one core", "MB/s", ubq,
+                     "sha256sum (whole file)", median(s["sha256sum"]), goal=">= 1000 MB/s",
+                     goal_ok=ubq is not None and ubq >= 1000, samples=s)
+        before = chunk_list(big)
+        with open(big, "r+b") as f:
+            f.seek(size // 2)
+            b = f.read(1)
+            f.seek(size // 2)
+            f.write(bytes([b[0] ^ 0xFF]))
+        changed = new_bytes(before, chunk_list(big))
+        self.res.add(W, f"1 byte changed in the middle of {size // MiB} MiB: bytes to send", "MiB", changed / MiB,
+                     "whole file", size / MiB, better="lower", goal="<= 8 MiB", goal_ok=changed <= 8 * MiB)
+        before = chunk_list(big)
+        with open(big, "ab") as f:
+            f.write(os.urandom(MiB))
+        appended = new_bytes(before, chunk_list(big))
+        self.res.add(W, f"1 MiB appended to {size // MiB} MiB: bytes to send", "MiB", appended / MiB,
+                     "whole file", size / MiB + 1, better="lower", goal="<= 1 MiB + 2 chunks",
+                     goal_ok=appended <= 9 * MiB)
+        sparse = d / "sparse.bin"
+        with open(sparse, "wb") as f:
+            f.truncate(4 * 1024 * MiB)
+            f.seek(2048 * MiB)
+            f.write(os.urandom(MiB))
+        data = sum(c["size"] for c in chunk_list(sparse) if "sha256" in c)
+        self.res.add(W, "4 GiB from truncate with 1 MiB written: bytes to send", "MiB", data / MiB,
+                     "whole file", 4096, better="lower", goal="<= 2 MiB", goal_ok=data <= 2 * MiB)
+        self.res.note("C: the rows of bytes to send are the chunker's (`ubiquityfs chunks`) on this device's "
+                      "files; the wire still moves whole files until the chunk routes of Part 16 land")
+
     def run(self, which):
         names = {"1": self.w1, "2": self.w2, "3": self.w3, "4": self.w4, "5": self.w5, "6": self.w6, "7": self.w7,
-                 "8": self.w8, "L": self.wL}
+                 "8": self.w8, "L": self.wL, "C": self.wC}
         for key in which:
             fn = names[key]
             print(f"== workload {key}: {fn.__name__} ({'quick' if self.quick else 'default'}, {self.reps} reps)",

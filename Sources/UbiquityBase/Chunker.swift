@@ -1,0 +1,227 @@
+// Content-defined chunking: where a file's bytes are cut into chunks, and each chunk's SHA-256.
+//
+// What must hold: the cuts depend on the bytes alone (a gear hash over the last 64 bytes, FastCDC's normalized
+// cut points), so an edit moves the cuts of the chunks it touches and no others; every chunk but a file's last
+// is between `minSize` and `maxSize` long; the same bytes give the same chunks on every device, today and in
+// ten years: the gear table and the sizes are part of the store's format, and changing either re-chunks every
+// file. A run of zeros is a hole: a chunk of zeros only, or a hole of the file (SEEK_HOLE) at least `minSize`
+// long, has no hash and is never stored. A file is read in large blocks and never held whole in memory.
+import Foundation
+
+/// One chunk of a file: its place, its length and the SHA-256 of its bytes (nil for a hole).
+public struct Chunk: Equatable, Sendable {
+    public var offset: Int64
+    public var size: Int64
+    public var sha256: String?
+
+    public init(offset: Int64, size: Int64, sha256: String?) {
+        self.offset = offset
+        self.size = size
+        self.sha256 = sha256
+    }
+
+    public var isHole: Bool { sha256 == nil }
+}
+
+/// Finds the cut points of content-defined chunks in a run of bytes.
+public struct Chunker: Sendable {
+    public static let minSize = 256 << 10
+    public static let averageSize = 1 << 20
+    public static let maxSize = 4 << 20
+
+    /// Before the average size a cut needs 22 zero bits of the hash, after it 18 (FastCDC's normalization,
+    /// level 2): chunk sizes gather around the average. The high bits are the ones every byte of the last 64
+    /// has reached.
+    static let strictMask: UInt64 = ~0 << 42
+    static let looseMask: UInt64 = ~0 << 46
+
+    /// 256 fixed pseudo-random words, one per byte value (SplitMix64 from a fixed seed: part of the format).
+    static let gear: [UInt64] = {
+        var state: UInt64 = 0x7562_6971_7569_7479  // "ubiquity"
+        return (0..<256).map { _ in
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }()
+
+    /// The length of the chunk that starts at the beginning of `bytes`. `bytes` holds the rest of the run, or
+    /// at least `maxSize` bytes of it; a run shorter than `minSize` is one chunk.
+    public static func cut(_ bytes: UnsafeRawBufferPointer) -> Int {
+        let n = bytes.count
+        if n <= minSize { return n }
+        let end = min(n, maxSize)
+        let middle = min(end, averageSize)
+        let p = bytes.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        return gear.withUnsafeBufferPointer { table in
+            let g = table.baseAddress!
+            var h: UInt64 = 0
+            var i = minSize
+            // Two bytes a step: the hash after the pair is 4h + (2g[a] + g[b]), so only one shift and one add
+            // per pair lie on the chain from one hash to the next; the hash between them is checked aside.
+            var mask = strictMask
+            var limit = middle
+            while true {
+                while i + 1 < limit {
+                    let a = g[Int(p[i])], b = g[Int(p[i + 1])]
+                    let odd = (h &<< 1) &+ a
+                    h = (h &<< 2) &+ ((a &<< 1) &+ b)
+                    if odd & mask == 0 { return i + 1 }
+                    if h & mask == 0 { return i + 2 }
+                    i += 2
+                }
+                if i < limit {
+                    h = (h &<< 1) &+ g[Int(p[i])]
+                    if h & mask == 0 { return i + 1 }
+                    i += 1
+                }
+                if limit == end { break }
+                mask = looseMask
+                limit = end
+            }
+            return end
+        }
+    }
+
+    /// True when every byte is zero.
+    static func isZero(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var words = bytes.count / 8
+        var p = bytes.baseAddress!
+        while words > 0 {
+            if p.loadUnaligned(as: UInt64.self) != 0 { return false }
+            p += 8
+            words -= 1
+        }
+        return bytes.suffix(bytes.count % 8).allSatisfy { $0 == 0 }
+    }
+
+    /// The chunk made of `bytes`, at `offset` of its file: a hole when it holds only zeros.
+    static func chunk(_ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Chunk {
+        if isZero(bytes) { return Chunk(offset: offset, size: Int64(bytes.count), sha256: nil) }
+        var hasher = SHA256Hasher()
+        hasher.update(bytes)
+        return Chunk(offset: offset, size: Int64(bytes.count), sha256: hasher.finalizeHex())
+    }
+
+    /// The chunks of a run of bytes held in memory.
+    public static func chunks(of bytes: UnsafeRawBufferPointer, at offset: Int64 = 0) -> [Chunk] {
+        var out: [Chunk] = []
+        var start = 0
+        while start < bytes.count {
+            let rest = UnsafeRawBufferPointer(rebasing: bytes[start...])
+            let length = cut(rest)
+            out.append(chunk(UnsafeRawBufferPointer(rebasing: rest.prefix(length)), at: offset + Int64(start)))
+            start += length
+        }
+        return out
+    }
+}
+
+extension Chunker {
+    /// The chunks of a file: its data cut where its bytes say, its holes of at least `minSize` as holes, and
+    /// runs of zeros cut as any bytes are (a chunk of zeros only is a hole). Adjacent holes are one hole.
+    /// `keepGoing` is asked before each block: false stops with ECANCELED (a file changed or deleted meanwhile).
+    public static func chunks(ofFile path: String, while keepGoing: () -> Bool = { true }) throws -> [Chunk] {
+        let fd = try FileDescriptor.open(path, O_RDONLY)
+        defer { fd.close() }
+        let size = Int64(try fd.stat().st_size)
+        var reader = BlockReader(fd: fd)
+        var out: [Chunk] = []
+        for extent in dataExtents(of: fd, size: size) {
+            if extent.hole {
+                append(Chunk(offset: extent.start, size: extent.end - extent.start, sha256: nil), to: &out)
+                continue
+            }
+            var offset = extent.start
+            while offset < extent.end {
+                if !keepGoing() { throw Errno(ECANCELED) }
+                let piece = try reader.chunk(at: offset, before: extent.end)
+                append(piece, to: &out)
+                offset += piece.size
+            }
+        }
+        return out
+    }
+
+    /// Adds a chunk, joining a hole to a hole just before it.
+    static func append(_ chunk: Chunk, to out: inout [Chunk]) {
+        if chunk.isHole, let last = out.last, last.isHole {
+            out[out.count - 1].size += chunk.size
+        } else {
+            out.append(chunk)
+        }
+    }
+
+    /// The file's extents in order, data and holes, covering all of it; a hole shorter than `minSize` counts as
+    /// data (it is read as zeros), so small holes do not cut a file into many small chunks.
+    static func dataExtents(of fd: FileDescriptor, size: Int64) -> [(start: Int64, end: Int64, hole: Bool)] {
+        var out: [(start: Int64, end: Int64, hole: Bool)] = []
+        var at: Int64 = 0
+        while at < size {
+            let dataStart = min(fd.seek(at, FileDescriptor.seekData) ?? size, size)  // nil: only a hole is left
+            if dataStart - at >= Int64(minSize) {
+                out.append((at, dataStart, true))
+            } else if dataStart > at {
+                extendData(&out, from: at, to: dataStart)
+            }
+            if dataStart >= size { break }
+            let dataEnd = min(fd.seek(dataStart, FileDescriptor.seekHole) ?? size, size)
+            extendData(&out, from: dataStart, to: dataEnd)
+            at = dataEnd
+        }
+        return out
+    }
+
+    private static func extendData(_ out: inout [(start: Int64, end: Int64, hole: Bool)], from: Int64, to: Int64) {
+        if let last = out.last, !last.hole, last.end == from {
+            out[out.count - 1].end = to
+        } else {
+            out.append((from, to, false))
+        }
+    }
+}
+
+/// Reads a file forward in large blocks and hands out its chunks, keeping at least `maxSize` bytes ahead of
+/// the next cut in memory (or what is left of the extent).
+struct BlockReader: ~Copyable {
+    static let capacity = 16 << 20
+    let fd: FileDescriptor
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 4096)
+    /// The file offset of buffer[0], and how many bytes from there are held.
+    var base: Int64 = 0
+    var held = 0
+
+    init(fd: FileDescriptor) { self.fd = fd }
+
+    deinit { buffer.deallocate() }
+
+    /// The chunk that starts at `offset` and ends before `end` at the latest.
+    mutating func chunk(at offset: Int64, before end: Int64) throws -> Chunk {
+        let wanted = Int(min(Int64(Chunker.maxSize), end - offset))
+        try fill(from: offset, count: wanted)
+        let start = Int(offset - base)
+        let run = UnsafeRawBufferPointer(rebasing: buffer[start..<start + wanted])
+        let length = Chunker.cut(run)
+        return Chunker.chunk(UnsafeRawBufferPointer(rebasing: run.prefix(length)), at: offset)
+    }
+
+    /// Makes the buffer hold `count` bytes from `offset`, moving what is held there to the front and reading on.
+    private mutating func fill(from offset: Int64, count: Int) throws {
+        if offset >= base, offset + Int64(count) <= base + Int64(held) { return }
+        let keep = offset >= base && offset < base + Int64(held) ? Int(base + Int64(held) - offset) : 0
+        if keep > 0 {
+            let from = UnsafeRawBufferPointer(rebasing: buffer[Int(offset - base)..<Int(offset - base) + keep])
+            UnsafeMutableRawBufferPointer(rebasing: buffer[0..<keep]).copyMemory(from: from)
+        }
+        base = offset
+        held = keep
+        while held < count {
+            let room = UnsafeMutableRawBufferPointer(rebasing: buffer[held...])
+            let n = try fd.read(into: room, at: base + Int64(held))
+            if n == 0 { throw Errno(ECANCELED) }  // the file grew shorter while being read
+            held += n
+        }
+    }
+}
