@@ -155,23 +155,33 @@ extension Chunker {
     }
 
     /// The file's extents in order, data and holes, covering all of it; a hole shorter than `minSize` counts as
-    /// data (it is read as zeros), so small holes do not cut a file into many small chunks.
+    /// data (it is read as zeros), so small holes do not cut a file into many small chunks. Where the file
+    /// system cannot tell data from holes, the rest of the file is data.
     static func dataExtents(of fd: FileDescriptor, size: Int64) -> [(start: Int64, end: Int64, hole: Bool)] {
         var out: [(start: Int64, end: Int64, hole: Bool)] = []
         var at: Int64 = 0
         while at < size {
-            let dataStart = min(fd.seek(at, FileDescriptor.seekData) ?? size, size)  // nil: only a hole is left
+            guard let found = seek(fd, at, FileDescriptor.seekData) else {
+                extendData(&out, from: at, to: size)
+                break
+            }
+            let dataStart = min(found ?? size, size)  // nil: only a hole is left
             if dataStart - at >= Int64(minSize) {
                 out.append((at, dataStart, true))
             } else if dataStart > at {
                 extendData(&out, from: at, to: dataStart)
             }
             if dataStart >= size { break }
-            let dataEnd = min(fd.seek(dataStart, FileDescriptor.seekHole) ?? size, size)
+            let dataEnd = min((seek(fd, dataStart, FileDescriptor.seekHole) ?? nil) ?? size, size)
             extendData(&out, from: dataStart, to: dataEnd)
             at = dataEnd
         }
         return out
+    }
+
+    /// `fd.seek`, with nil for a file system that cannot say (and `.some(nil)` for no more data or holes).
+    private static func seek(_ fd: FileDescriptor, _ offset: Int64, _ whence: Int32) -> Int64?? {
+        do { return .some(try fd.seek(offset, whence)) } catch { return nil }
     }
 
     private static func extendData(_ out: inout [(start: Int64, end: Int64, hole: Bool)], from: Int64, to: Int64) {

@@ -70,11 +70,13 @@ public struct FileDescriptor: Sendable, Hashable {
     public static let seekData: Int32 = 3
     public static let seekHole: Int32 = 4
 
-    /// Where the next data (`seekData`) or hole (`seekHole`) starts at or after `offset`; nil past the end
-    /// (ENXIO) or where the file system cannot say.
-    public func seek(_ offset: Int64, _ whence: Int32) -> Int64? {
+    /// Where the next data (`seekData`) or hole (`seekHole`) starts at or after `offset`; nil when there is
+    /// none (ENXIO: only a hole is left); throws where the file system cannot say.
+    public func seek(_ offset: Int64, _ whence: Int32) throws(Errno) -> Int64? {
         let found = Glibc.lseek(raw, off_t(offset), whence)
-        return found < 0 ? nil : Int64(found)
+        if found >= 0 { return Int64(found) }
+        if errno == ENXIO { return nil }
+        throw Errno.current
     }
 
     /// read(2) into `buffer`; returns the count, 0 at end of file.
