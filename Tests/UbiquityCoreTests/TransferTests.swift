@@ -198,4 +198,27 @@ final class Tally: @unchecked Sendable {
         #expect(dev.content(file.id) == bytes("hello"))
         #expect(slept.value == [200_000_000, 400_000_000, 800_000_000])
     }
+
+    /// A transfer that fails because the remote hangs, just as the remote answers again, is tried again: the
+    /// return may come between the transfer's look at the remote's state and its note to retry, or after that
+    /// note while the transfer still runs (test_offline's hung remote lost its download so, about one CI run in
+    /// fifty). Random gaps, many rounds.
+    @Test func aTransferFailingAsTheRemoteReturnsIsTriedAgain() throws {
+        let remote = MemoryRemote()
+        let file = remote.seed(path: "Documents/f", bytes: bytes("hello"), device: "other", mtime: 5)
+        let dev = try Device(remote, name: "a")
+        let c = dev.container
+        for round in 0..<300 {
+            c.downloads.book.withLock { $0.remoteHangs = true }
+            c.remoteUnreachable()
+            let gap = UInt32.random(in: 0...400)
+            DispatchQueue.global().async { usleep(gap); c.remoteAnswered() }
+            c.downloads.start(file.id)
+            guard eventually(3, { c.item(file.id)?.isCurrent == true }) else {
+                Issue.record("round \(round) (gap \(gap) µs): the download was dropped as the remote came back")
+                return
+            }
+            try c.evict(file.id)
+        }
+    }
 }

@@ -4,7 +4,7 @@
 // deadline passes; waiters are told the outcome exactly once. A transfer that found the remote unreachable
 // until its deadline marks it away (as a failing change feed does) and hanging: until it answers again, a
 // transfer fails at once, sends nothing and makes no room. Every transfer that failed for want of the remote
-// starts again when it answers (the feed, a download).
+// starts again when it answers (the feed, a download), one still running then as soon as it ends.
 // With background transfers, an item asked for while no transfer of it is queued or running (`running`) is
 // queued on the bounded scheduler (Scheduler.swift): at most `maxConcurrentDownloads` threads, whatever the
 // number of items waiting; a request for an item queued or running joins its transfer.
@@ -41,6 +41,11 @@ final class Downloads: Sendable {
         /// A transfer tried until its deadline and the remote never answered (a remote that hangs): until it
         /// answers again, transfers fail at once rather than each wait out the deadline.
         var remoteHangs = false
+        /// How often the remote came back: a transfer that failed for want of it, and saw a different count
+        /// when it began, starts again right after rather than waiting for the next return.
+        var returns = 0
+        /// Items whose transfer still runs as the remote came back: started again as soon as it ends.
+        var again: Set<String> = []
     }
 
     private unowned let container: Container
@@ -116,15 +121,28 @@ final class Downloads: Sendable {
         return result
     }
 
-    private func retryLater(_ id: String) {
-        book.withLock { _ = $0.retryWhenBack.insert(id) }
+    /// The remote's returns so far, read as a transfer begins an attempt.
+    private var returns: Int { book.withLock { $0.returns } }
+
+    /// A transfer that began when the remote had come back `seen` times failed for want of it: it starts again
+    /// once the remote answers, or as soon as it ends if the remote came back meanwhile. `hangs`: the remote
+    /// never answered until the deadline, and counts as hanging until it comes back.
+    private func retryWhenBack(_ id: String, seen: Int, hangs: Bool = false) {
+        book.withLock { b in
+            guard b.returns == seen else { b.again.insert(id); return }
+            b.retryWhenBack.insert(id)
+            if hangs { b.remoteHangs = true }
+        }
     }
 
-    /// The remote answers again: the transfers it failed start again (those no longer needed end at once).
+    /// The remote answers again: the transfers it failed start again (those no longer needed end at once),
+    /// those still running as soon as they end.
     func remoteIsBack() {
         let ids = book.withLock { b in
-            defer { b.retryWhenBack = []; b.remoteHangs = false }
-            return b.retryWhenBack.sorted()
+            defer { b.retryWhenBack = []; b.remoteHangs = false; b.returns += 1 }
+            let running = b.retryWhenBack.intersection(b.running)
+            b.again.formUnion(running)
+            return b.retryWhenBack.subtracting(running).sorted()
         }
         for id in ids { start(id) }
     }
@@ -151,11 +169,12 @@ final class Downloads: Sendable {
 
     func finish(_ id: String, _ result: Result<Void, CoreError>) {
         container.update { s in s.updateTransfer(id) { $0.isDownloading = false } }
-        let list = book.withLock { b in
+        let (list, again) = book.withLock { b in
             b.running.remove(id)
-            return b.waiters.removeValue(forKey: id) ?? [:]
+            return (b.waiters.removeValue(forKey: id) ?? [:], b.again.remove(id) != nil)
         }
         tell(list, result)
+        if again { start(id) }
     }
 
     /// What to fetch for an item now, or why nothing is to be fetched.
@@ -188,13 +207,14 @@ final class Downloads: Sendable {
         var backoff = Backoff.download
         var madeRoom = false
         while true {
+            let seen = returns
             let sha: String, size: Int64
             switch target(id) {
             case .done: removeStaleStaging(id); return .success(())
             case .failed(let e): removeStaleStaging(id); record(id, error: e.description); return .failure(e)
             case .fetch(let s, let n): sha = s; size = n
             }
-            if let failure = failureWhileRemoteHangs(id) { return failure }
+            if let failure = failureWhileRemoteHangs(id, seen: seen) { return failure }
             do {
                 let installed = try transfer(id, sha: sha, size: size)
                 container.remoteAnswered()
@@ -214,7 +234,9 @@ final class Downloads: Sendable {
                 madeRoom = true
                 container.makeRoomAfterNoSpace(for: id, bytes: size)
             } catch let error as RemoteError where error.isTransient {
-                if let failure = retryAfter(error, id, deadline: deadline, backoff: &backoff) { return failure }
+                if let failure = retryAfter(error, id, seen: seen, deadline: deadline, backoff: &backoff) {
+                    return failure
+                }
             } catch let error as RemoteError {
                 // Not worth resuming (refused, gone, or the store is full): free what the partial copy holds.
                 removeLeftover(stagingPath(id, sha))
@@ -232,30 +254,29 @@ final class Downloads: Sendable {
     /// While the remote hangs (a transfer found it unreachable until its deadline): no request that would wait
     /// out the whole timeout again, and no room made for a download that cannot happen; the transfer runs once
     /// the remote answers. Nil when it does not hang.
-    private func failureWhileRemoteHangs(_ id: String) -> Result<Void, CoreError>? {
-        guard book.withLock({ $0.remoteHangs }) else { return nil }
+    private func failureWhileRemoteHangs(_ id: String, seen: Int) -> Result<Void, CoreError>? {
+        guard book.withLock({ $0.remoteHangs && $0.returns == seen }) else { return nil }
         let since = container.offlineSince.map { " since \(iso8601(nanoseconds: $0))" } ?? ""
         let error = RemoteError.unreachable("the remote is away (no answer\(since))")
         record(id, error: error.description)
-        retryLater(id)
+        retryWhenBack(id, seen: seen)
         return .failure(.remote(error))
     }
 
     /// After a transient failure: sleeps as `backoff` says and answers nil (try again), or answers the failure
     /// once the deadline passed or the remote is known to be away.
-    private func retryAfter(_ error: RemoteError, _ id: String, deadline: Int64,
+    private func retryAfter(_ error: RemoteError, _ id: String, seen: Int, deadline: Int64,
                             backoff: inout Backoff) -> Result<Void, CoreError>? {
         let now = monotonicNanoseconds()
         record(id, error: error.description)
         // Offline (the change feed knows the remote is away): one try, no waiting out the deadline; the open
         // serves what is local.
         if now >= deadline || container.isOffline {
-            retryLater(id)
             // Unreachable until the deadline: the remote counts as away until it answers again.
-            if case .unreachable = error, now >= deadline {
-                book.withLock { $0.remoteHangs = true }
-                container.remoteUnreachable()
-            }
+            var hangs = false
+            if case .unreachable = error, now >= deadline { hangs = true }
+            retryWhenBack(id, seen: seen, hangs: hangs)
+            if hangs { container.remoteUnreachable() }
             return .failure(.remote(error))
         }
         log.warning("download of \(id) failed: \(error); retrying")
