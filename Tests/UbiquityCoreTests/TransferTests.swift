@@ -127,6 +127,22 @@ final class Tally: @unchecked Sendable {
         #expect(answers.value == 1)
     }
 
+    /// A download asked for shows 0% until bytes arrive, also while it waits for a worker: it read 100% (no
+    /// total known yet), and test_part2_status saw progress fall from 100 to 4.
+    @Test func aQueuedDownloadShowsNoProgress() throws {
+        let remote = HeldRemote(count: 8)
+        let dev = try Device(remote, name: "a")
+        let c = dev.container
+        let pool = c.config.maxConcurrentDownloads
+        for i in 0...pool { c.downloads.start("f\(i)") }
+        #expect(eventually(30) { remote.held == pool })
+        let queued = try c.status("f\(pool)")
+        #expect(queued.isDownloading)
+        #expect(queued.percentDownloaded == 0)
+        remote.release()
+        #expect(eventually(30) { c.downloads.scheduler.liveWorkers == 0 })
+    }
+
     @Test func workersTakeKeysOldestFirstAndEndWhenIdle() {
         let gate = Gate()
         let order = Box<[String]>([])

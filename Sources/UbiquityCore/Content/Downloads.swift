@@ -152,15 +152,20 @@ final class Downloads: Sendable {
     }
 
     /// Queues a background transfer of the item unless one is queued or runs already. From now on it shows as
-    /// downloading, without the last try's error: `download --wait` waits for this try, not that one.
+    /// downloading at 0%, without the last try's error or progress: `download --wait` waits for this try, not
+    /// that one, and the progress a reader sees only rises.
     func start(_ id: String) {
         if !container.config.environment.backgroundTransfers { return queue(id) }
         let fresh = book.withLock { $0.running.insert(id).inserted }
         guard fresh else { return }
+        var total: Int64 = 0
+        if case .fetch(_, let size) = target(id) { total = size }
         container.update { s in
             s.updateTransfer(id) {
                 $0.isDownloading = true
                 $0.downloadError = nil
+                $0.downloadedBytes = 0
+                $0.downloadTotal = total
             }
         }
         // After `stop` no transfer starts: its waiters are told at once rather than left waiting.
