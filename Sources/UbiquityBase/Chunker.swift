@@ -23,6 +23,30 @@ public struct Chunk: Equatable, Sendable {
     public var isHole: Bool { sha256 == nil }
 }
 
+/// A file cut into chunks: its chunks in order, its size, and the SHA-256 of all its bytes when asked for.
+public struct ChunkedFile: Sendable {
+    public var chunks: [Chunk]
+    public var size: Int64
+    public var sha256: String?
+}
+
+/// The SHA-256 of a whole file as its chunks are read, holes hashed as the zeros they read as.
+final class WholeHash {
+    var hasher = SHA256Hasher()
+    private static let zeros = [UInt8](repeating: 0, count: 1 << 20)
+
+    func addZeros(_ count: Int64) {
+        var left = count
+        while left > 0 {
+            let n = Int(min(left, Int64(WholeHash.zeros.count)))
+            WholeHash.zeros.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) }
+            left -= Int64(n)
+        }
+    }
+
+    func finish() -> String { hasher.finalizeHex() }
+}
+
 /// Finds the cut points of content-defined chunks in a run of bytes.
 public struct Chunker: Sendable {
     public static let minSize = 256 << 10
@@ -124,25 +148,35 @@ extension Chunker {
     /// runs of zeros cut as any bytes are (a chunk of zeros only is a hole). Adjacent holes are one hole.
     /// `keepGoing` is asked before each block: false stops with ECANCELED (a file changed or deleted meanwhile).
     public static func chunks(ofFile path: String, while keepGoing: () -> Bool = { true }) throws -> [Chunk] {
+        try cut(file: path, hashingWhole: false, while: keepGoing).chunks
+    }
+
+    /// A file's chunks as `chunks(ofFile:)` finds them, its size, and with `hashingWhole` the SHA-256 of all
+    /// its bytes (holes as zeros) from the same reads: the chunks and the whole hash describe the same bytes
+    /// even when the file changes during the pass.
+    public static func cut(file path: String, hashingWhole: Bool,
+                           while keepGoing: () -> Bool = { true }) throws -> ChunkedFile {
         let fd = try FileDescriptor.open(path, O_RDONLY)
         defer { fd.close() }
         let size = Int64(try fd.stat().st_size)
         var reader = BlockReader(fd: fd)
+        let whole: WholeHash? = hashingWhole ? WholeHash() : nil
         var out: [Chunk] = []
         for extent in dataExtents(of: fd, size: size) {
             if extent.hole {
+                whole?.addZeros(extent.end - extent.start)
                 append(Chunk(offset: extent.start, size: extent.end - extent.start, sha256: nil), to: &out)
                 continue
             }
             var offset = extent.start
             while offset < extent.end {
                 if !keepGoing() { throw Errno(ECANCELED) }
-                let piece = try reader.chunk(at: offset, before: extent.end)
+                let piece = try reader.chunk(at: offset, before: extent.end) { whole?.hasher.update($0) }
                 append(piece, to: &out)
                 offset += piece.size
             }
         }
-        return out
+        return ChunkedFile(chunks: out, size: size, sha256: whole?.finish())
     }
 
     /// Adds a chunk, joining a hole to a hole just before it.
@@ -208,13 +242,16 @@ struct BlockReader: ~Copyable {
     deinit { buffer.deallocate() }
 
     /// The chunk that starts at `offset` and ends before `end` at the latest.
-    mutating func chunk(at offset: Int64, before end: Int64) throws -> Chunk {
+    /// `seen` is handed the chunk's bytes.
+    mutating func chunk(at offset: Int64, before end: Int64,
+                        seen: (UnsafeRawBufferPointer) -> Void = { _ in }) throws -> Chunk {
         let wanted = Int(min(Int64(Chunker.maxSize), end - offset))
         try fill(from: offset, count: wanted)
         let start = Int(offset - base)
         let run = UnsafeRawBufferPointer(rebasing: buffer[start..<start + wanted])
-        let length = Chunker.cut(run)
-        return Chunker.chunk(UnsafeRawBufferPointer(rebasing: run.prefix(length)), at: offset)
+        let bytes = UnsafeRawBufferPointer(rebasing: run.prefix(Chunker.cut(run)))
+        seen(bytes)
+        return Chunker.chunk(bytes, at: offset)
     }
 
     /// Makes the buffer hold `count` bytes from `offset`, moving what is held there to the front and reading on.

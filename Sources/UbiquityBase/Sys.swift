@@ -150,6 +150,13 @@ public struct FileDescriptor: Sendable, Hashable {
     }
 }
 
+/// The size of the file at `path`.
+public func fileSize(_ path: String) throws(Errno) -> Int64 {
+    var st = stat()
+    _ = try valueOrErrno { stat(path, &st) }
+    return Int64(st.st_size)
+}
+
 /// fsync of a directory, so that a rename or create in it is durable.
 public func syncDirectory(_ path: String) throws {
     let fd = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY)

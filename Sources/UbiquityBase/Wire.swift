@@ -187,6 +187,74 @@ public enum WireBatchLimits {
     public static let maxBodyBytes = 8 << 20
 }
 
+/// One piece of a version kept in chunks (docs/CHUNKS.md): `size` bytes stored as the blob `sha256`, or, with
+/// no hash, a hole of `size` zeros that is never sent or stored.
+public struct WireChunk: Codable, Equatable, Hashable, Sendable {
+    public var sha256: String?
+    public var size: Int64
+    public init(sha256: String?, size: Int64) { self.sha256 = sha256; self.size = size }
+    public var isHole: Bool { sha256 == nil }
+}
+
+/// A version of more than one chunk: its chunks in order, and the whole content's SHA-256 and size, which the
+/// item names as it names a blob (`PUT|GET .../manifests/{sha256}`).
+public struct WireManifest: Codable, Equatable, Sendable {
+    public var sha256: String
+    public var size: Int64
+    public var chunks: [WireChunk]
+    public init(sha256: String, size: Int64, chunks: [WireChunk]) {
+        self.sha256 = sha256; self.size = size; self.chunks = chunks
+    }
+
+    /// Why the manifest is malformed, or nil: every data chunk a hash and 1 to `WireChunkLimits.maxChunkBytes`
+    /// bytes, every hole at least one byte, the sizes adding up to `size`, at most `maxChunks` chunks.
+    public var problem: String? {
+        guard isSHA256Hex(sha256) else { return "bad manifest hash" }
+        guard !chunks.isEmpty, chunks.count <= WireChunkLimits.maxChunks else {
+            return "a manifest holds 1 to \(WireChunkLimits.maxChunks) chunks"
+        }
+        var total: Int64 = 0
+        for (i, c) in chunks.enumerated() {
+            if let sha = c.sha256 {
+                guard isSHA256Hex(sha) else { return "chunk \(i): bad hash" }
+                guard c.size > 0, c.size <= WireChunkLimits.maxChunkBytes else { return "chunk \(i): bad size" }
+            } else if c.size <= 0 {
+                return "chunk \(i): bad hole size"
+            }
+            let (sum, overflow) = total.addingReportingOverflow(c.size)
+            guard !overflow else { return "the chunks' sizes overflow" }
+            total = sum
+        }
+        return total == size ? nil : "the chunks add up to \(total) bytes, not \(size)"
+    }
+
+    /// Each data chunk's hash once, in order of first use.
+    public var chunkHashes: [String] {
+        var seen = Set<String>()
+        return chunks.compactMap(\.sha256).filter { seen.insert($0).inserted }
+    }
+}
+
+/// `POST .../chunks/missing`: the hashes asked about, and in the answer those the remote lacks.
+public struct WireChunkList: Codable, Equatable, Sendable {
+    public var chunks: [String]
+    public init(chunks: [String]) { self.chunks = chunks }
+}
+
+/// The sizes chunks and manifests may reach.
+public enum WireChunkLimits {
+    /// A chunk's bytes (the chunker cuts at 4 MiB at most; a little room for a later chunker).
+    public static let maxChunkBytes: Int64 = 8 << 20
+    /// Chunks in one manifest: 64 GiB (the largest blob) at the smallest cut, 256 KiB.
+    public static let maxChunks = 262_144
+    /// A manifest's JSON body.
+    public static let maxManifestBytes = 32 << 20
+    /// Hashes asked about in one request.
+    public static let maxAsk = 10_000
+    /// A file larger than this goes up in chunks (one smaller is one chunk: a blob, as before chunks).
+    public static let chunkedAbove: Int64 = 4 << 20
+}
+
 /// The identity of one change (an item's put or delete) as its device chose it: sent in `X-Change-ID` and
 /// `X-Device`, and again, unchanged, on every retry of the same change, so the remote can tell a retry from a
 /// new change. `id` follows the item id rule (`WireRules.isValidID`).

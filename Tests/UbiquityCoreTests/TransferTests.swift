@@ -143,6 +143,37 @@ final class Tally: @unchecked Sendable {
         #expect(eventually(30) { c.downloads.scheduler.liveWorkers == 0 })
     }
 
+    /// The chunks of one file, several at once: each part once, never more than the width at a time; after a
+    /// failure no part starts, the running ones are told to stop, and the failure is thrown. (A first version
+    /// trapped: its threads let go of the body after the call had returned.)
+    @Test func partsRunEachOnceAtMostWidthAtATimeAndStopAfterAFailure() throws {
+        for _ in 0..<50 {
+            let state = Locked((running: 0, peak: 0, seen: [Int]()))
+            try inParallel(Array(0..<40), width: 4) { part, _ in
+                state.withLock { $0.running += 1; $0.peak = max($0.peak, $0.running) }
+                usleep(100)
+                state.withLock { $0.seen.append(part); $0.running -= 1 }
+            }
+            let (_, peak, seen) = state.withLock { $0 }
+            #expect(seen.sorted() == Array(0..<40))
+            #expect(peak > 1 && peak <= 4)
+        }
+        struct Broken: Error {}
+        let state = Locked((started: 0, toldToStop: false))
+        #expect(throws: Broken.self) {
+            try inParallel(Array(0..<100), width: 3) { part, goOn in
+                state.withLock { $0.started += 1 }
+                if part == 5 { throw Broken() }
+                if part < 5 { return }
+                while goOn() { usleep(100) }
+                state.withLock { $0.toldToStop = true }
+            }
+        }
+        let (started, toldToStop) = state.withLock { $0 }
+        #expect(toldToStop)
+        #expect(started < 100)
+    }
+
     @Test func workersTakeKeysOldestFirstAndEndWhenIdle() {
         let gate = Gate()
         let order = Box<[String]>([])
