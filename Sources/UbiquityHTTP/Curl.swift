@@ -59,8 +59,9 @@ final class CurlHandlePool: Sendable {
 enum ResponseSink {
     /// Keep it in memory, up to `limit` bytes (more fails the request).
     case memory(limit: Int)
-    /// A blob download: write 200/206 bodies to `fd` from `offset` on; error bodies go to memory.
-    case file(FileDescriptor, offset: Int64)
+    /// A blob download: write 200/206 bodies to `fd`, the blob's byte `offset` at the file's `base + offset`
+    /// (a chunk lands at its place in a file: `base`), and on; error bodies go to memory.
+    case file(FileDescriptor, offset: Int64, base: Int64 = 0)
 }
 
 /// Where the request body comes from.
@@ -116,7 +117,7 @@ final class CurlRequest {
         let size = Int(ubq_curl_error_size())
         errorBuffer = .allocate(capacity: size)
         errorBuffer.initialize(repeating: 0, count: size)
-        if case .file(_, let offset) = sink { fileOffset = offset }
+        if case .file(_, let offset, _) = sink { fileOffset = offset }
         if case .file(let fd, let length) = source { sourceFD = fd; sourceRemaining = length }
     }
 
@@ -135,7 +136,7 @@ final class CurlRequest {
         if !bodyDecided {
             bodyDecided = true
             status = readStatus()
-            if case .file(_, let offset) = sink, status < 400 {
+            if case .file(_, let offset, _) = sink, status < 400 {
                 if let problem = checkDownloadStart(offset: offset) {
                     localFailure = problem
                     return 0
@@ -143,9 +144,9 @@ final class CurlRequest {
                 bodyToFile = true
             }
         }
-        if bodyToFile, case .file(let fd, _) = sink {
+        if bodyToFile, case .file(let fd, _, let base) = sink {
             do {
-                try fd.writeAll(chunk, at: fileOffset)
+                try fd.writeAll(chunk, at: base + fileOffset)
             } catch let error as Errno where error == .noSpace {
                 localFailure = .localDiskFull("cannot write the downloaded bytes: \(error)")
                 return 0

@@ -10,6 +10,8 @@
 // top); blob transfers have none, only the stall limit. With several servers, a request that finds its server
 // gone (`ServerList.meansGone`) moves the client on to the next, and fails as it would have with one: the
 // caller's retry goes to the next server. Certificates are verified (against `caFile` if given), host names too.
+// A server without the chunk routes answers them 404, which is `.notFound`: the caller then moves the whole
+// content as one blob (and `manifest(sha256:)` answers nil, so the content is read as one blob).
 import Foundation
 import CCurl
 import UbiquityBase
@@ -101,10 +103,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     }
 
     public func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
-        let body: [UInt8]
-        do { body = Array(try JSONEncoder.wire.encode(item)) } catch {
-            throw .rejected(status: 0, message: "cannot encode item \(item.id): \(error)")
-        }
+        let body = try encoded(item, "item \(item.id)")
         let condition = ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *"
         return try itemWrite("PUT", item.id, headers: [condition, "Content-Type: application/json"], change: change,
                              body: body)
@@ -117,10 +116,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
             if e.op == .delete && e.device == nil && !device.isEmpty { e.device = device }
             return e
         }
-        let body: [UInt8]
-        do { body = Array(try JSONEncoder.wire.encode(WireBatch(entries: named))) } catch {
-            throw .rejected(status: 0, message: "cannot encode a batch: \(error)")
-        }
+        let body = try encoded(WireBatch(entries: named), "a batch")
         let answer: WireBatchAnswer = try json("POST", url(["v1", "containers", container, "batch"]),
                                                headers: ["Content-Type: application/json"], body: body)
         guard answer.results.count == entries.count else {
@@ -130,12 +126,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     }
 
     public func putKV(_ entry: WireKVEntry) throws(RemoteError) -> WireKVEntry {
-        let body: [UInt8]
-        do { body = Array(try JSONEncoder.wire.encode(entry)) } catch {
-            throw .rejected(status: 0, message: "cannot encode key \(entry.key): \(error)")
-        }
         return try json("PUT", url(["v1", "containers", container, "kv", entry.key]),
-                        headers: ["Content-Type: application/json"], body: body)
+                        headers: ["Content-Type: application/json"], body: try encoded(entry, "key \(entry.key)"))
     }
 
     public func kvChanges(since: Int64, waitSeconds: Int) throws(RemoteError) -> WireKVChanges {
@@ -199,6 +191,17 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
 
     public func uploadBlob(sha256: String, size: Int64, fromFile path: String,
                            progress: TransferProgress?) throws(RemoteError) {
+        try upload(sha256: sha256, size: size, fromFile: path, at: 0, whole: true, progress: progress)
+    }
+
+    public func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
+                            progress: TransferProgress?) throws(RemoteError) {
+        try upload(sha256: sha256, size: size, fromFile: path, at: offset, whole: false, progress: progress)
+    }
+
+    /// PUT .../blobs/{sha}: `size` bytes of the file at `path` from `offset` (with `whole`, the whole file).
+    private func upload(sha256: String, size: Int64, fromFile path: String, at offset: Int64, whole: Bool,
+                        progress: TransferProgress?) throws(RemoteError) {
         let fd: FileDescriptor
         do { fd = try FileDescriptor.open(path, O_RDONLY) } catch {
             throw .localFile("cannot open \(path) to upload", cause: error as? Errno ?? .io)
@@ -206,8 +209,13 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         defer { fd.close() }
         // A check before sending only: a file that cannot be measured is still sent, and the remote verifies
         // the bytes against their hash.
-        if let st = try? fd.stat(), Int64(st.st_size) != size {
-            throw .corrupt("\(path) has \(st.st_size) bytes, not the \(size) to upload")
+        if let st = try? fd.stat(), whole ? Int64(st.st_size) != size : Int64(st.st_size) < offset + size {
+            throw .corrupt("\(path) has \(st.st_size) bytes, not the \(size) to upload"
+                           + (whole ? "" : " from byte \(offset)"))
+        }
+        // The body is read from the file's position on.
+        guard lseek(fd.raw, off_t(offset), SEEK_SET) == off_t(offset) else {
+            throw .localFile("cannot seek in \(path) to upload", cause: .current)
         }
         let r = try perform("PUT", url(["v1", "containers", container, "blobs", sha256]),
                             headers: ["Content-Type: application/octet-stream"],
@@ -244,7 +252,57 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         }
     }
 
+    // MARK: - Content in chunks
+
+    /// POST .../chunks/missing, at most `WireChunkLimits.maxAsk` hashes a request.
+    public func missingChunks(_ sha256s: [String]) throws(RemoteError) -> Set<String> {
+        var missing = Set<String>()
+        for start in stride(from: 0, to: sha256s.count, by: WireChunkLimits.maxAsk) {
+            let asked = WireChunkList(chunks: Array(sha256s[start..<min(start + WireChunkLimits.maxAsk, sha256s.count)]))
+            let answer: WireChunkList = try json("POST", url(["v1", "containers", container, "chunks", "missing"]),
+                                                 headers: ["Content-Type: application/json"],
+                                                 body: try encoded(asked, "a chunk list"))
+            missing.formUnion(answer.chunks)
+        }
+        return missing
+    }
+
+    /// GET .../blobs/{sha} of a whole chunk, written at `fileOffset` of `fd` with pwrite (the descriptor's
+    /// position is left alone, so several chunks may land in one file at once).
+    public func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64,
+                              progress: TransferProgress?) throws(RemoteError) {
+        let r = try perform("GET", url(["v1", "containers", container, "blobs", sha256]),
+                            sink: .file(fd, offset: 0, base: fileOffset), timeout: .stall, progress: progress)
+        guard r.status == 200 else { throw HTTPMapping.error(status: r.status, body: r.body) }
+    }
+
+    /// PUT .../manifests/{sha}; a chunk the remote does not hold is `.conflict`.
+    public func putManifest(_ manifest: WireManifest) throws(RemoteError) {
+        struct Stored: Decodable { let sha256: String; let size: Int64 }
+        let _: Stored = try json("PUT", url(["v1", "containers", container, "manifests", manifest.sha256]),
+                                 headers: ["Content-Type: application/json"],
+                                 body: try encoded(manifest, "manifest \(manifest.sha256)"))
+    }
+
+    /// GET .../manifests/{sha}; nil when there is none (the version is one blob, or the server knows no chunks).
+    public func manifest(sha256: String) throws(RemoteError) -> WireManifest? {
+        do throws(RemoteError) {
+            let manifest: WireManifest = try json("GET", url(["v1", "containers", container, "manifests", sha256]))
+            return manifest
+        } catch {
+            if case .notFound = error { return nil }
+            throw error
+        }
+    }
+
     // MARK: - Plumbing
+
+    /// A request's JSON body.
+    private func encoded<T: Encodable>(_ value: T, _ what: String) throws(RemoteError) -> [UInt8] {
+        do { return Array(try JSONEncoder.wire.encode(value)) } catch {
+            throw .rejected(status: 0, message: "cannot encode \(what): \(error)")
+        }
+    }
 
     func url(_ segments: [String], query: [(String, String?)] = []) -> String {
         HTTPMapping.url(base: baseURL, segments: segments, query: query)

@@ -1,14 +1,19 @@
-// Collection of unreferenced blobs: a blob that no live item and no conflict version names is removed from the
-// blob store, but only once it is old enough that no upload can still be on its way to naming it.
+// Collection of unreferenced blobs and manifests: one that no live item and no conflict version names is removed
+// from the blob store, but only once it is old enough that no upload can still be on its way to naming it; a
+// blob that is a chunk of a manifest still stored stays with it.
 //
-// What must hold (the rule): a blob is collected only when (1) it was stored at least `grace` ago, (2) it was
-// last asked about (HEAD, GET, PUT of the same bytes) at least `grace` ago in this process, and (3) no live item
-// or conflict version names it, checked under the store's lock in the same step as the removal, so an item
-// write either sees the blob or is refused for its absence, never names a removed blob. (1) and (2) cover a
-// client that uploads (or finds) a blob and then writes the item that names it: it has `grace` to do so.
+// What must hold (the rule): a blob or manifest is collected only when (1) it was stored at least `grace` ago,
+// (2) it was last asked about (HEAD, GET, PUT of the same bytes, a missing-chunks request naming it, a
+// manifest's PUT or GET) at least `grace` ago in this process, and (3) no live item or conflict version names
+// it, checked under the store's lock in the same step as the removal, so an item write either sees the blob
+// or is refused for its absence, never names a removed blob. (1) and (2) cover a client that uploads (or finds)
+// a blob and then writes the item that names it: it has `grace` to do so. Manifests go first, then the blobs
+// that no manifest left names (4); a manifest that cannot be read keeps every blob of its container. The pass
+// over a container holds its manifest lock (`StubStore.withManifestLock`), so a manifest's put either finds a
+// chunk removed or is seen by (4).
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `used` and the loop's are leaves; a pass takes
-// the store's locks.
+// a container's manifest lock, then the store's locks.
 import Foundation
 import UbiquityBase
 
@@ -30,7 +35,8 @@ final class BlobCollector: Sendable {
         used.withLock { $0[cid + "/" + sha256] = now }
     }
 
-    /// One pass over every container; answers the blobs removed, as CONTAINER/SHA256.
+    /// One pass over every container; answers what it removed, as CONTAINER/SHA256 for a blob and
+    /// CONTAINER/SHA256.chunks for a manifest.
     @discardableResult
     func collect(now: Int64 = nowNanoseconds()) throws -> [String] {
         let recent = used.withLock { u -> [String: Int64] in
@@ -39,16 +45,64 @@ final class BlobCollector: Sendable {
         }
         var removed: [String] = []
         for cid in try store.containerIDs() {
-            for blob in try store.blobs.list(cid) where blob.sha256 != emptySHA256 {
-                let key = cid + "/" + blob.sha256
-                guard now - blob.stored >= grace, recent[key] == nil else { continue }
-                if try store.collectBlob(cid, blob.sha256, delete: { try store.blobs.delete(cid, blob.sha256) }) {
-                    removed.append(key)
-                }
+            let unused = Unused(grace: grace, now: now, recent: recent, cid: cid)
+            removed += try store.withManifestLock(cid) { try collectManifests(cid, unused) + collectBlobs(cid, unused) }
+        }
+        if !removed.isEmpty { log.info("collected \(removed.count) unreferenced blob(s) and manifest(s)") }
+        return removed
+    }
+
+    /// The container's manifests that are unused and that nothing names.
+    private func collectManifests(_ cid: String, _ unused: Unused) throws -> [String] {
+        var removed: [String] = []
+        for manifest in try store.blobs.listManifests(cid) where unused.holds(for: manifest) {
+            let sha = manifest.sha256
+            if try store.collectBlob(cid, sha, delete: { try store.blobs.deleteManifest(cid, sha) }) {
+                removed.append(cid + "/" + sha + manifestSuffix)
             }
         }
-        if !removed.isEmpty { log.info("collected \(removed.count) unreferenced blob(s)") }
         return removed
+    }
+
+    /// The container's blobs that are unused and that nothing names: no item, and no chunk list of a manifest.
+    private func collectBlobs(_ cid: String, _ unused: Unused) throws -> [String] {
+        let candidates = try store.blobs.list(cid).filter { $0.sha256 != emptySHA256 && unused.holds(for: $0) }
+        guard !candidates.isEmpty, let chunks = try chunksOfManifests(cid) else { return [] }
+        var removed: [String] = []
+        for blob in candidates where !chunks.contains(blob.sha256) {
+            if try store.collectBlob(cid, blob.sha256, delete: { try store.blobs.delete(cid, blob.sha256) }) {
+                removed.append(cid + "/" + blob.sha256)
+            }
+        }
+        return removed
+    }
+
+    /// Every chunk the container's manifests name; nil when one of them cannot be read (then every blob stays).
+    private func chunksOfManifests(_ cid: String) throws -> Set<String>? {
+        var chunks = Set<String>()
+        for stored in try store.blobs.listManifests(cid) {
+            do {
+                chunks.formUnion(try store.manifest(cid, stored.sha256)?.chunkHashes ?? [])
+            } catch {
+                log.warning("manifest \(stored.sha256) of \(cid) cannot be read (\(error)): "
+                            + "no blob of the container is collected")
+                return nil
+            }
+        }
+        return chunks
+    }
+
+    /// Rules (1) and (2) for one container's blobs and manifests.
+    private struct Unused {
+        let grace: Int64
+        let now: Int64
+        /// When each object asked about within the grace was last asked about, by CONTAINER/SHA256.
+        let recent: [String: Int64]
+        let cid: String
+
+        func holds(for stored: StoredBlob) -> Bool {
+            now - stored.stored >= grace && recent[cid + "/" + stored.sha256] == nil
+        }
     }
 
     /// Collects every `seconds` in a background loop until `stop` (once; no loop for 0).

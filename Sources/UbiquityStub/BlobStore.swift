@@ -5,7 +5,10 @@
 // already hashed to the blob's name and sized; the blob becomes visible (to `size`, so to item validation) only
 // once its bytes are wholly in place, so no item can name a blob that is not stored. `open` hands out a file of
 // bytes that hash to the name (a store that cannot vouch for its bytes checks them first). An existing blob is
-// never rewritten: a second `put` of it is a success that changes nothing.
+// never rewritten: a second `put` of it is a success that changes nothing. A manifest (docs/CHUNKS.md) is kept
+// beside the blobs as `{sha256}.chunks`: it too becomes visible only whole (written aside, then moved or
+// uploaded into place), but a later `putManifest` replaces it. `list` answers blobs only, `listManifests`
+// manifests only.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -35,18 +38,59 @@ protocol BlobStore: AnyObject, Sendable {
     func open(_ cid: String, _ sha256: String, size: Int64) throws -> FileDescriptor
     /// Removes the blob; harmless when it is gone.
     func delete(_ cid: String, _ sha256: String) throws
-    /// Every blob stored for the container.
+    /// Every blob stored for the container (not its manifests).
     func list(_ cid: String) throws -> [StoredBlob]
+
+    /// Stores `json` as the manifest `sha256`, replacing one stored before; true when there was none.
+    func putManifest(_ cid: String, _ sha256: String, json: [UInt8]) throws -> Bool
+    /// The manifest's JSON as it was put, or nil when none is stored.
+    func manifest(_ cid: String, _ sha256: String) throws -> [UInt8]?
+    /// Removes the manifest; harmless when it is gone.
+    func deleteManifest(_ cid: String, _ sha256: String) throws
+    /// Every manifest stored for the container (`size`: of its JSON).
+    func listManifests(_ cid: String) throws -> [StoredBlob]
+}
+
+/// What a manifest's name adds to the hash it is stored under: `{sha256}.chunks`.
+let manifestSuffix = ".chunks"
+
+/// The hash in a stored name `{sha256}{suffix}`, or nil for any other name (a temporary file, a manifest when
+/// the suffix is empty).
+func storedHash(_ name: String, suffix: String) -> String? {
+    guard name.hasSuffix(suffix) else { return nil }
+    let sha = String(name.dropLast(suffix.count))
+    return isSHA256Hex(sha) ? sha : nil
+}
+
+/// The bytes of `fd` from its position to its end.
+func readAll(_ fd: FileDescriptor) throws -> [UInt8] {
+    var bytes: [UInt8] = []
+    try fd.forEachChunk { bytes.append(contentsOf: $0) }
+    return bytes
+}
+
+/// Writes `bytes` to a new file (mode 0600) in `dir` and answers its path, for the caller to move or remove.
+func writeTemporary(_ bytes: [UInt8], in dir: String) throws -> String {
+    let path = dir + "/" + randomHex(bytes: 12) + ".part"
+    let fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+    defer { fd.close() }
+    do { try fd.writeAll(bytes) } catch { removeLeftover(path); throw error }
+    return path
 }
 
 /// The embedded default: one file per blob under `--data`/blobs/CONTAINER/SHA256, renamed into place only after
-/// it was verified, so a blob exists exactly when its file does.
+/// it was verified, so a blob exists exactly when its file does; a manifest beside it, SHA256.chunks, written in
+/// `tmpDir` and renamed into place.
 final class FileBlobStore: BlobStore, Sendable {
     let dir: String
+    /// On the same file system as `dir`; its leftovers are the server's to remove (StubStore).
+    let tmpDir: String
 
-    init(dir: String) throws {
+    init(dir: String, tmpDir: String) throws {
         self.dir = dir
+        self.tmpDir = tmpDir
         try makeDirectories(dir)
+        try makeDirectories(tmpDir)
     }
 
     /// The blob file's path; both parts are validated before they are used.
@@ -97,15 +141,52 @@ final class FileBlobStore: BlobStore, Sendable {
     }
 
     func list(_ cid: String) throws -> [StoredBlob] {
+        stored(cid, suffix: "")
+    }
+
+    /// The manifest file's path, beside the blob's.
+    func manifestPath(_ cid: String, _ sha256: String) -> String { path(cid, sha256) + manifestSuffix }
+
+    func putManifest(_ cid: String, _ sha256: String, json: [UInt8]) throws -> Bool {
+        let isNew = !FileManager.default.fileExists(atPath: manifestPath(cid, sha256))
+        let tmp = try writeTemporary(json, in: tmpDir)
+        defer { removeLeftover(tmp) }
+        try makeDirectories(dir + "/" + cid)
+        try renameFile(tmp, manifestPath(cid, sha256))
+        return isNew
+    }
+
+    func manifest(_ cid: String, _ sha256: String) throws -> [UInt8]? {
+        guard let fd = try openIfThere(manifestPath(cid, sha256)) else { return nil }
+        defer { fd.close() }
+        return try readAll(fd)
+    }
+
+    /// The file opened for reading, or nil when there is none.
+    private func openIfThere(_ path: String) throws -> FileDescriptor? {
+        do { return try FileDescriptor.open(path, O_RDONLY) } catch let e as Errno where e == .noEntry { return nil }
+    }
+
+    func deleteManifest(_ cid: String, _ sha256: String) throws {
+        do { try removeFile(manifestPath(cid, sha256)) } catch let e as Errno where e == .noEntry {}
+    }
+
+    func listManifests(_ cid: String) throws -> [StoredBlob] {
+        stored(cid, suffix: manifestSuffix)
+    }
+
+    /// The container's files named `{sha256}{suffix}`, with their sizes and modification times.
+    private func stored(_ cid: String, suffix: String) -> [StoredBlob] {
         guard ContainerScope.isValidStoredID(cid),
               let names = try? FileManager.default.contentsOfDirectory(atPath: dir + "/" + cid) else { return [] }
-        var blobs: [StoredBlob] = []
-        for name in names where isSHA256Hex(name) {
+        var found: [StoredBlob] = []
+        for name in names {
+            guard let sha = storedHash(name, suffix: suffix) else { continue }
             var st = stat()
-            guard stat(path(cid, name), &st) == 0 else { continue }
+            guard stat(dir + "/" + cid + "/" + name, &st) == 0 else { continue }
             let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
-            blobs.append(StoredBlob(sha256: name, size: Int64(st.st_size), stored: mtime))
+            found.append(StoredBlob(sha256: sha, size: Int64(st.st_size), stored: mtime))
         }
-        return blobs
+        return found
     }
 }

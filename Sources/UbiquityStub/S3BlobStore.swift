@@ -1,13 +1,16 @@
 // Blobs in an S3-compatible bucket (`remote serve --blobs s3://BUCKET?endpoint=URL`), one object per blob at
-// [PREFIX/]blobs/CONTAINER/SHA256, with a local cache of verified copies from which downloads are served.
+// [PREFIX/]blobs/CONTAINER/SHA256 and per manifest at [PREFIX/]blobs/CONTAINER/SHA256.chunks, with a local cache
+// of verified copies of blobs from which downloads are served.
 //
-// What must hold: only this code writes under blobs/, and only bytes the server has hashed to the object's name;
-// a PUT carries `If-None-Match: *` (an object already there, 412, is a success: blobs never change) and
-// Content-MD5, its ETag is checked, and a HEAD confirms the size before `put` returns, so the metadata that names
-// a blob is committed only after the bucket holds it whole. The stub never serves bytes it has not verified:
-// `open` hands out a cached copy whose SHA-256 and size were checked when it was fetched whole. Two downloads of
-// one uncached blob fetch it once (`fetching`). The cache stays under its byte limit by dropping the copies used
-// least recently; a copy being served stays readable through its open descriptor.
+// What must hold: only this code writes under blobs/, and only bytes the server has hashed to the object's name
+// (or, for a manifest, JSON the server has checked); a blob's PUT carries `If-None-Match: *` (an object already
+// there, 412, is a success: blobs never change), a manifest's none (a manifest may be replaced); each carries
+// Content-MD5 and its ETag is checked, and for a blob a HEAD confirms the size before `put` returns, so the
+// metadata that names a blob is committed only after the bucket holds it whole. The stub never serves bytes it
+// has not verified: `open` hands out a cached copy whose SHA-256 and size were checked when it was fetched
+// whole. Two downloads of one uncached blob fetch it once (`fetching`). The cache stays under its byte limit by
+// dropping the copies used least recently; a copy being served stays readable through its open descriptor.
+// Manifests are not cached: each read is a GET.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `lookups` is a leaf.
 import CCrypto
@@ -95,27 +98,9 @@ final class S3BlobStore: BlobStore, Sendable {
         defer { removeLeftover(tmpPath) }
         if try !replacing && self.size(cid, sha256) != nil { return false }
         let key = self.key(cid, sha256)
-        let fd = try FileDescriptor.open(tmpPath, O_RDONLY)
-        defer { fd.close() }
-        let md5 = try Self.md5(fd)
         // A damaged object is written over; otherwise only a missing one is written.
-        let (a, _) = try client.perform("PUT", key, headers: (replacing ? [] : ["If-None-Match: *"]) + [
-            "Content-MD5: \(Data(md5).base64EncodedString())", "x-amz-content-sha256: \(sha256)",
-            "Content-Type: application/octet-stream",
-        ], upload: (fd, size))
-        let created: Bool
-        switch a.status {
-        case 200, 201:
-            let etag = a.headers["etag"]?.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) ?? ""
-            if etag.count == 32 && etag.lowercased() != hexString(md5) {
-                throw StubFailure(503, "blob store stored other bytes than sent (ETag \(etag))")
-            }
-            created = true
-        case 412, 409:
-            created = false // written meanwhile by another upload of the same bytes
-        default:
-            throw StubFailure(503, "blob store refused the upload: \(a.status) \(a.errorCode)")
-        }
+        let headers = (replacing ? [] : ["If-None-Match: *"]) + ["Content-Type: application/octet-stream"]
+        let created = try upload(tmpPath, size: size, as: key, sha256: sha256, headers: headers)
         let (head, _) = try client.perform("HEAD", key)
         guard head.status == 200, head.headers["content-length"].flatMap({ Int64($0) }) == size else {
             throw StubFailure(503, "blob store does not hold \(size) bytes after the upload (HEAD \(head.status))")
@@ -124,6 +109,30 @@ final class S3BlobStore: BlobStore, Sendable {
         // The verified upload is also the first cached copy.
         if (try? makeDirectories(cacheDir + "/" + cid)) != nil { try? renameFile(tmpPath, cachePath(cid, sha256)) }
         return created
+    }
+
+    /// PUTs the file `path` (`size` bytes hashing to `sha256`) as the object `key`, with its Content-MD5, and
+    /// checks the ETag; false when `If-None-Match: *` found the object there (written meanwhile by another
+    /// upload of the same bytes).
+    private func upload(_ path: String, size: Int64, as key: String, sha256: String, headers: [String]) throws -> Bool {
+        let fd = try FileDescriptor.open(path, O_RDONLY)
+        defer { fd.close() }
+        let md5 = try Self.md5(fd)
+        let (a, _) = try client.perform("PUT", key, headers: headers + [
+            "Content-MD5: \(Data(md5).base64EncodedString())", "x-amz-content-sha256: \(sha256)",
+        ], upload: (fd, size))
+        switch a.status {
+        case 200, 201:
+            let etag = a.headers["etag"]?.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) ?? ""
+            if etag.count == 32 && etag.lowercased() != hexString(md5) {
+                throw StubFailure(503, "blob store stored other bytes than sent (ETag \(etag))")
+            }
+            return true
+        case 412, 409:
+            return false
+        default:
+            throw StubFailure(503, "blob store refused the upload: \(a.status) \(a.errorCode)")
+        }
     }
 
     private static func md5(_ fd: FileDescriptor) throws -> [UInt8] {
@@ -220,9 +229,57 @@ final class S3BlobStore: BlobStore, Sendable {
     }
 
     func list(_ cid: String) throws -> [StoredBlob] {
+        try listed(cid, suffix: "")
+    }
+
+    /// The manifest's object: beside the blob's.
+    private func manifestKey(_ cid: String, _ sha256: String) -> String { key(cid, sha256) + manifestSuffix }
+
+    func putManifest(_ cid: String, _ sha256: String, json: [UInt8]) throws -> Bool {
+        let key = manifestKey(cid, sha256)
+        let (head, _) = try client.perform("HEAD", key)
+        guard head.status == 200 || head.status == 404 else {
+            throw StubFailure(503, "blob store answered HEAD with \(head.status) \(head.errorCode)")
+        }
+        let tmp = try writeTemporary(json, in: cacheDir + "/tmp")
+        defer { removeLeftover(tmp) }
+        _ = try upload(tmp, size: Int64(json.count), as: key, sha256: sha256Hex(json),
+                       headers: ["Content-Type: application/json"])
+        return head.status == 404
+    }
+
+    func manifest(_ cid: String, _ sha256: String) throws -> [UInt8]? {
+        // Through a file: an answer kept in memory stops at 1 MiB, and a manifest may be larger.
+        let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".chunks"
+        let fd = try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
+        defer { fd.close(); removeLeftover(tmp) }
+        let (a, _) = try client.perform("GET", manifestKey(cid, sha256), download: fd)
+        switch a.status {
+        case 200:
+            return try readAll(fd)
+        case 404:
+            return nil
+        default:
+            throw StubFailure(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+        }
+    }
+
+    func deleteManifest(_ cid: String, _ sha256: String) throws {
+        let (a, _) = try client.perform("DELETE", manifestKey(cid, sha256))
+        guard a.status / 100 == 2 || a.status == 404 else {
+            throw StubFailure(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
+        }
+    }
+
+    func listManifests(_ cid: String) throws -> [StoredBlob] {
+        try listed(cid, suffix: manifestSuffix)
+    }
+
+    /// The container's objects named `{sha256}{suffix}`, with their sizes and times.
+    private func listed(_ cid: String, suffix: String) throws -> [StoredBlob] {
         guard ContainerScope.isValidStoredID(cid) else { return [] }
         let prefix = client.location.prefix + "blobs/\(cid)/"
-        var blobs: [StoredBlob] = []
+        var found: [StoredBlob] = []
         var token: String?
         repeat {
             // Parameters in canonical (sorted) order, as Signature V4 signs them.
@@ -233,16 +290,15 @@ final class S3BlobStore: BlobStore, Sendable {
             for entry in S3Client.tag("Contents", in: a.text) {
                 guard let key = S3Client.tag("Key", in: entry).first, key.hasPrefix(prefix),
                       let size = S3Client.tag("Size", in: entry).first.flatMap({ Int64($0) }) else { continue }
-                let sha = String(key.dropFirst(prefix.count))
-                guard isSHA256Hex(sha) else { continue }
+                guard let sha = storedHash(String(key.dropFirst(prefix.count)), suffix: suffix) else { continue }
                 // LastModified is cut to whole seconds: round it up, so a blob never looks older than it is.
                 let modified = S3Client.tag("LastModified", in: entry).first.flatMap(Self.parseDate).map { $0 + 1_000_000_000 }
-                blobs.append(StoredBlob(sha256: sha, size: size, stored: modified ?? nowNanoseconds()))
+                found.append(StoredBlob(sha256: sha, size: size, stored: modified ?? nowNanoseconds()))
             }
             let truncated = S3Client.tag("IsTruncated", in: a.text).first == "true"
             token = truncated ? S3Client.tag("NextContinuationToken", in: a.text).first : nil
         } while token != nil
-        return blobs
+        return found
     }
 
     /// RFC 3986 percent-encoding of everything but unreserved characters.

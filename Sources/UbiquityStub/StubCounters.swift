@@ -22,6 +22,14 @@ struct WireStats: Codable, Equatable, Sendable {
     var batches = 0
     /// Item puts and deletes answered 208: retries of a change already applied.
     var appliedRetries = 0
+    /// Bytes of the blob uploads (and inline batch contents) that stored a new blob.
+    var blobBytesIn: Int64 = 0
+    /// Bytes of the bodies that blob GETs answered with (the lengths answered, cut or not).
+    var blobBytesOut: Int64 = 0
+    /// Manifests stored (`PUT .../manifests/{sha}` answered 200 or 201).
+    var manifestPuts = 0
+    /// Missing-chunk requests answered.
+    var chunkAsks = 0
 }
 
 /// Body of `POST /v1/faults`, and its answer (the faults now armed).

@@ -6,9 +6,11 @@
 // injected faults are taken after that, before any work. A body larger than its route allows is
 // refused (413) without being kept; a blob is streamed to a temporary file and committed only when its
 // length and SHA-256 match its name (else 422), then handed to the blob store, which holds it whole before the
-// answer goes out; a client that asks about a blob is noted, so the collector spares it. Each StubFailure
-// becomes its status and a WireError body; a full disk is 503, so clients retry. `stop` wakes long polls before
-// it waits for the connection threads.
+// answer goes out; a client that asks about a blob (or a chunk, or a manifest) is noted, so the collector spares
+// it. A blob GET of a hash that names no blob but a manifest serves the manifest's content, read from its
+// chunks as the stream reaches each, zeros for its holes, so a client that knows no chunks still reads it. Each
+// StubFailure becomes its status and a WireError body; a full disk is 503, so clients retry. `stop` wakes long
+// polls before it waits for the connection threads.
 // Plain HTTP is served only on loopback: a config that listens beyond it without a certificate and key is
 // refused before anything is created. The token file (the key of user `default`'s device `token`, made at a
 // store's first opening) is created whole (written aside, then linked into place), so servers starting
@@ -337,6 +339,10 @@ enum Route {
     case batch(String)
     case item(String, String)
     case blob(String, String)
+    /// Which of a list of chunks (blobs) the container lacks.
+    case missingChunks(String)
+    /// A version kept in chunks, by its whole content's hash.
+    case manifest(String, String)
     /// The key-value store's feed, and one key.
     case kv(String)
     case kvKey(String, String)
@@ -363,13 +369,15 @@ enum Route {
             self = WireRules.isValidContainerID(parts[3]) ? .changes(parts[3]) : .invalid("bad container id")
         case 5 where parts[2] == "containers" && parts[4] == "batch":
             self = WireRules.isValidContainerID(parts[3]) ? .batch(parts[3]) : .invalid("bad container id")
-        case 6 where parts[2] == "containers" && (parts[4] == "items" || parts[4] == "blobs"):
+        case 6 where parts[2] == "containers" && parts[4] == "chunks" && parts[5] == "missing":
+            self = WireRules.isValidContainerID(parts[3]) ? .missingChunks(parts[3]) : .invalid("bad container id")
+        case 6 where parts[2] == "containers" && ["items", "blobs", "manifests"].contains(parts[4]):
             let cid = parts[3], key = parts[5]
             guard WireRules.isValidContainerID(cid) else { self = .invalid("bad container id"); return }
-            if parts[4] == "items" {
-                self = WireRules.isValidID(key) ? .item(cid, key) : .invalid("bad item id")
-            } else {
-                self = isSHA256Hex(key) ? .blob(cid, key) : .invalid("bad blob hash")
+            switch parts[4] {
+            case "items": self = WireRules.isValidID(key) ? .item(cid, key) : .invalid("bad item id")
+            case "blobs": self = isSHA256Hex(key) ? .blob(cid, key) : .invalid("bad blob hash")
+            default: self = isSHA256Hex(key) ? .manifest(cid, key) : .invalid("bad manifest hash")
             }
         default: self = .unknown
         }
@@ -384,6 +392,8 @@ enum Route {
         case .batch(let c): return .batch(prefix + c)
         case .item(let c, let id): return .item(prefix + c, id)
         case .blob(let c, let sha): return .blob(prefix + c, sha)
+        case .missingChunks(let c): return .missingChunks(prefix + c)
+        case .manifest(let c, let sha): return .manifest(prefix + c, sha)
         case .kv(let c): return .kv(prefix + c)
         case .kvKey(let c, let key): return .kvKey(prefix + c, key)
         case .health, .stats, .faults, .invalid, .unknown: return self
@@ -393,12 +403,13 @@ enum Route {
     var allowedMethods: [String] {
         switch self {
         case .health, .stats: return ["GET"]
-        case .faults, .batch: return ["POST"]
+        case .faults, .batch, .missingChunks: return ["POST"]
         case .container: return ["PUT"]
         case .changes, .kv: return ["GET"]
         case .kvKey: return ["PUT"]
         case .item: return ["GET", "PUT", "DELETE"]
         case .blob: return ["HEAD", "GET", "PUT"]
+        case .manifest: return ["GET", "PUT"]
         case .invalid: return ["GET", "HEAD", "PUT", "DELETE", "POST"]
         case .unknown: return []
         }
@@ -406,9 +417,13 @@ enum Route {
 
     /// The largest JSON body the route takes.
     var maxBodyBytes: Int {
-        if case .kvKey = self { return KVLimits.maxBodyBytes }
-        if case .batch = self { return WireBatchLimits.maxBodyBytes }
-        return WireRules.maxJSONBytes
+        switch self {
+        case .kvKey: return KVLimits.maxBodyBytes
+        case .batch: return WireBatchLimits.maxBodyBytes
+        case .manifest: return WireChunkLimits.maxManifestBytes
+        case .missingChunks: return 1 << 20 // (the most hashes asked at once take about 670 KB)
+        default: return WireRules.maxJSONBytes
+        }
     }
 
     /// The routes only a test server has (`StubConfig.testRoutes`).
@@ -479,29 +494,64 @@ struct Reply {
     }
 }
 
-/// Serves a blob file's bytes to MHD's content reader, applying throttle and download faults.
+/// The answer of a blob or manifest PUT.
+private struct Stored: Encodable {
+    let sha256: String
+    let size: Int64
+}
+
+/// One run of a content's bytes: `length` bytes at `start` of the content, read from the blob `blob` of that
+/// length, or zeros (a hole) when `blob` is nil.
+struct ContentSegment {
+    let start: Int64
+    let length: Int64
+    let blob: String?
+    var end: Int64 { start + length }
+}
+
+/// What a blob GET serves: the content's size and the segments that hold it, in order and without gaps.
+struct StoredContent {
+    let size: Int64
+    let segments: [ContentSegment]
+}
+
+/// Serves a content's bytes to MHD's content reader from its segments: opens each blob when the stream reaches
+/// it and closes it after (one open at a time), writes zeros for a hole, and applies throttle and download
+/// faults. MHD calls `read` from the connection's one thread, in order.
 final class BlobStream {
-    let fd: FileDescriptor?
+    let segments: [ContentSegment]
+    /// Where the body starts in the content, and its length.
     let offset: Int64
     let length: Int64
-    let dropAfter: Int64?
-    let corrupt: Bool
+    var dropAfter: Int64?
+    var corrupt = false
     let bandwidth: Int64
     let started = monotonicNanoseconds()
+    /// Opens a blob of the given size for reading.
+    let open: (String, Int64) throws -> FileDescriptor
     let isStopping: () -> Bool
+    /// The segment whose blob is open, and its file.
+    private var current: (index: Int, fd: FileDescriptor)?
+    private let log = Logger("stub")
 
-    init(fd: FileDescriptor?, offset: Int64, length: Int64, dropAfter: Int64?, corrupt: Bool, bandwidth: Int64,
-         isStopping: @escaping () -> Bool) {
-        self.fd = fd; self.offset = offset; self.length = length; self.dropAfter = dropAfter
-        self.corrupt = corrupt; self.bandwidth = bandwidth; self.isStopping = isStopping
+    init(_ segments: [ContentSegment], offset: Int64, length: Int64, bandwidth: Int64,
+         open: @escaping (String, Int64) throws -> FileDescriptor, isStopping: @escaping () -> Bool) {
+        self.segments = segments; self.offset = offset; self.length = length; self.bandwidth = bandwidth
+        self.open = open; self.isStopping = isStopping
     }
 
-    deinit { fd?.close() }
+    deinit { current?.fd.close() }
+
+    /// Opens the blob the body starts in, so that one that cannot be served is refused before the status goes out.
+    func openFirst() throws {
+        guard length > 0, let i = segmentIndex(at: offset), let blob = segments[i].blob else { return }
+        _ = try file(of: i, blob: blob)
+    }
 
     /// MHD's content reader: bytes from `pos` (relative to the body) into `buf`; -1 at the end, -2 to abort.
     func read(pos: UInt64, into buf: UnsafeMutablePointer<CChar>?, max: Int) -> Int {
         let pos = Int64(pos)
-        guard let fd, let buf else { return -2 }
+        guard let buf else { return -2 }
         if pos >= length { return -1 }
         if let dropAfter, pos >= dropAfter { return -2 }
         var n = Int64(max)
@@ -519,15 +569,49 @@ final class BlobStream {
             }
         }
         if isStopping() { return -2 }
-        let got: Int
-        do {
-            got = try fd.read(into: UnsafeMutableRawBufferPointer(start: buf, count: Int(n)), at: offset + pos)
-        } catch {
-            return -2
-        }
-        if got == 0 { return -2 }
+        guard let got = readContent(at: offset + pos, into: buf, max: n) else { return -2 }
         if corrupt && pos == 0 { buf[0] = CChar(bitPattern: UInt8(bitPattern: buf[0]) ^ 0xff) }
         return got
+    }
+
+    /// Up to `max` bytes of the content from `position`, from the one segment that holds it; nil when they
+    /// cannot be read.
+    private func readContent(at position: Int64, into buf: UnsafeMutablePointer<CChar>, max: Int64) -> Int? {
+        guard let i = segmentIndex(at: position) else { return nil }
+        let segment = segments[i]
+        let n = Int(min(max, segment.end - position))
+        guard let blob = segment.blob else {
+            buf.update(repeating: 0, count: n)
+            return n
+        }
+        do {
+            let got = try file(of: i, blob: blob).read(into: UnsafeMutableRawBufferPointer(start: buf, count: n),
+                                                       at: position - segment.start)
+            return got > 0 ? got : nil
+        } catch {
+            log.warning("cannot serve blob \(blob): \(error)")
+            return nil
+        }
+    }
+
+    /// The open file of segment `i`, the blob `blob`: opened now (and the one before closed) when it is not.
+    private func file(of i: Int, blob: String) throws -> FileDescriptor {
+        if let current, current.index == i { return current.fd }
+        current?.fd.close()
+        current = nil
+        let fd = try open(blob, segments[i].length)
+        current = (i, fd)
+        return fd
+    }
+
+    /// The segment that holds the content's byte at `position`, if any.
+    private func segmentIndex(at position: Int64) -> Int? {
+        var low = 0, high = segments.count
+        while low < high {
+            let mid = (low + high) / 2
+            if segments[mid].end <= position { low = mid + 1 } else { high = mid }
+        }
+        return low < segments.count && segments[low].start <= position ? low : nil
     }
 }
 
@@ -620,7 +704,7 @@ extension StubServer {
                 guard length <= config.maxBlobBytes else { return .error(413, "blob larger than \(config.maxBlobBytes) bytes") }
                 collector.touch(cid, sha)
                 // A stored blob that does not hash to its name counts as absent: the right bytes replace it.
-                if let size = try store.blobSize(cid, sha) {
+                if let size = try store.blobs.size(cid, sha) {
                     ex.replacingBlob = try !store.blobIsSound(cid, sha, size: size)
                     ex.blobAlreadyThere = !ex.replacingBlob
                     if ex.replacingBlob { log.warning("blob \(sha) of \(cid) is damaged in the store: the upload replaces it") }
@@ -633,7 +717,7 @@ extension StubServer {
             if let length = ex.declaredLength, length > Int64(KVLimits.maxBodyBytes) {
                 return .error(413, "quota: " + KVLimits.Violation.valueTooLarge.message)
             }
-        case .item, .faults, .batch:
+        case .item, .faults, .batch, .manifest, .missingChunks:
             if let length = ex.declaredLength, length > Int64(route.maxBodyBytes) {
                 return .error(413, "body larger than \(route.maxBodyBytes) bytes")
             }
@@ -700,6 +784,13 @@ extension StubServer {
                 switch ex.method {
                 case "PUT": return try putBlob(ex, cid, sha)
                 default: return try getBlob(connection, ex, cid, sha)
+                }
+            case .missingChunks(let cid):
+                return try missingChunks(ex, cid)
+            case .manifest(let cid, let sha):
+                switch ex.method {
+                case "PUT": return try putManifest(ex, cid, sha)
+                default: return try getManifest(cid, sha)
                 }
             case .invalid(let why):
                 return .error(400, why)
@@ -820,7 +911,10 @@ extension StubServer {
                 if r.status == 208 { stats.appliedRetries += 1 }
                 guard r.status == 200 else { continue }
                 if p.entry.op == .put { stats.itemPuts += 1 } else { stats.itemDeletes += 1 }
-                if p.blob != nil { stats.blobPuts += 1 }
+                if let blob = p.blob {
+                    stats.blobPuts += 1
+                    stats.blobBytesIn += blob.written
+                }
             }
         }
         return answerUnlessLost(.json(200, WireBatchAnswer(results: results)))
@@ -866,9 +960,8 @@ extension StubServer {
     }
 
     private func putBlob(_ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
-        struct Stored: Encodable { let sha256: String; let size: Int64 }
         if ex.blobAlreadyThere {
-            let size = try store.blobSize(cid, sha) ?? 0
+            let size = try store.blobs.size(cid, sha) ?? 0
             counters.update { $0.blobPuts += 1 }
             return .json(200, Stored(sha256: sha, size: size))
         }
@@ -881,20 +974,65 @@ extension StubServer {
         guard got == sha else { throw StubFailure(422, "the bytes hash to \(got)") }
         let created = sha == emptySHA256 ? false : try store.commitBlob(cid, sha, size: writer.written, tmpPath: writer.tmpPath,
                                                                                  replacing: ex.replacingBlob)
-        counters.update { $0.blobPuts += 1 }
+        counters.update {
+            $0.blobPuts += 1
+            if created { $0.blobBytesIn += writer.written }
+        }
         return .json(created ? 201 : 200, Stored(sha256: sha, size: writer.written))
     }
 
+    /// `POST .../chunks/missing`: those of the hashes asked about that name no blob, in the order asked. Each is
+    /// noted as asked about, so the collector spares the chunks the client will name in its manifest.
+    private func missingChunks(_ ex: Exchange, _ cid: String) throws -> Reply {
+        let asked = try decode(WireChunkList.self, ex.body).chunks
+        guard (1...WireChunkLimits.maxAsk).contains(asked.count) else {
+            throw StubFailure(400, "ask about 1 to \(WireChunkLimits.maxAsk) chunks")
+        }
+        guard asked.allSatisfy(isSHA256Hex) else { throw StubFailure(400, "bad chunk hash") }
+        guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
+        var missing: [String] = []
+        for sha in asked {
+            collector.touch(cid, sha)
+            if try store.blobs.size(cid, sha) == nil { missing.append(sha) }
+        }
+        counters.update { $0.chunkAsks += 1 }
+        return .json(200, WireChunkList(chunks: missing))
+    }
+
+    /// `PUT .../manifests/{sha}`: a well-formed manifest of that hash, stored once every chunk it names is
+    /// (409 naming one that is not).
+    private func putManifest(_ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
+        let manifest = try decode(WireManifest.self, ex.body)
+        guard manifest.sha256 == sha else { throw StubFailure(400, "the body names another manifest") }
+        if let problem = manifest.problem { throw StubFailure(400, problem) }
+        collector.touch(cid, sha)
+        let created = try store.putManifest(cid, manifest)
+        counters.update { $0.manifestPuts += 1 }
+        return .json(created ? 201 : 200, Stored(sha256: sha, size: manifest.size))
+    }
+
+    private func getManifest(_ cid: String, _ sha: String) throws -> Reply {
+        guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
+        collector.touch(cid, sha)
+        guard let manifest = try store.manifest(cid, sha) else { throw StubFailure(404, "no such manifest") }
+        return .json(200, manifest)
+    }
+
+    /// `HEAD`/`GET .../blobs/{sha}`: the blob, or the content of the manifest stored under the hash.
     private func getBlob(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
         guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
         collector.touch(cid, sha)
-        guard let size = try store.blobSize(cid, sha) else { throw StubFailure(404, "no such blob") }
+        guard let content = try store.content(cid, sha) else { throw StubFailure(404, "no such blob") }
+        let size = content.size
         var headers: [(String, String)] = [("Accept-Ranges", "bytes"), ("X-Content-SHA256", sha),
                                            ("Content-Type", "application/octet-stream")]
         let stopping: () -> Bool = { [store] in store.isStopping }
+        let open: (String, Int64) throws -> FileDescriptor = { [store] blob, blobSize in
+            try store.blobs.open(cid, blob, size: blobSize)
+        }
         if ex.method == "HEAD" {
-            return Reply(status: 200, body: .stream(BlobStream(fd: nil, offset: 0, length: size, dropAfter: nil,
-                                                               corrupt: false, bandwidth: 0, isStopping: stopping)),
+            return Reply(status: 200, body: .stream(BlobStream(content.segments, offset: 0, length: size, bandwidth: 0,
+                                                               open: open, isStopping: stopping)),
                          headers: headers)
         }
         var status = 200
@@ -911,14 +1049,15 @@ extension StubServer {
                 headers.append(("Content-Range", "bytes \(a)-\(b)/\(size)"))
             }
         }
-        let fd: FileDescriptor? = size == 0 ? nil : try store.blobs.open(cid, sha, size: size)
-        let faults = counters.takeDownloadFaults(length: length)
+        let stream = BlobStream(content.segments, offset: start, length: length, bandwidth: config.bandwidth,
+                                open: open, isStopping: stopping)
+        try stream.openFirst()
+        (stream.dropAfter, stream.corrupt) = counters.takeDownloadFaults(length: length)
         counters.update {
             $0.blobGets += 1
             $0.blobGetsBySha[sha, default: 0] += 1
+            $0.blobBytesOut += length
         }
-        let stream = BlobStream(fd: fd, offset: start, length: length, dropAfter: faults.dropAfter,
-                                corrupt: faults.corrupt, bandwidth: config.bandwidth, isStopping: stopping)
         return Reply(status: status, body: .stream(stream), headers: headers)
     }
 

@@ -10,10 +10,16 @@
 // inside that transaction (If-Match, a live parent directory, no cycle, a free name) and refused with 412, 422
 // or 409 and the item in the way. A put or delete with a change id is checked against the last change applied
 // for its item and device first (`throwIfApplied`): a retry is answered as applied and changes nothing; a
-// write records its id in its own transaction (`recordChange`). An item names only a blob that the blob store holds whole, at its size. A
-// blob is collected only inside a writing transaction of its container and only when no live item or conflict
-// version names it (`collectBlob`), so no item write can come to name a blob that is being removed. A long poll
-// holds no transaction while it waits.
+// write records its id in its own transaction (`recordChange`). An item names only a blob that the blob store
+// holds whole, at its size, or a manifest stored at its size (`blobSize`). A blob or manifest is collected only
+// inside a writing transaction of its container and only when no live item or conflict version names it
+// (`collectBlob`), so no item write can come to name one that is being removed. A manifest is stored only once
+// every data chunk it names is stored at its size, checked and stored under its container's manifest lock
+// (`putManifest`), which a collection pass holds while it decides which chunks to remove. A long poll holds no
+// transaction while it waits.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a container's manifest lock comes before
+// the metadata's transactions (a collection pass takes them inside it); `manifestLocks` is a leaf.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -66,13 +72,15 @@ final class StubStore: Sendable {
     let tmpDir: String
     /// How long a long poll waits before looking again when no notification came (another server's commit).
     let recheckInterval: TimeInterval
+    /// Each container's manifest lock (`withManifestLock`), made at its first use.
+    private let manifestLocks = Locked<[String: NSLock]>([:])
 
     /// `metadata` nil is the embedded default, `DATA/stub.sqlite`; `blobs` nil the files under `DATA/blobs`.
     init(dataDir: String, metadata: (any StubMetadata)? = nil, blobs: BlobStore? = nil,
          recheckSeconds: TimeInterval = 1) throws {
         recheckInterval = recheckSeconds
-        self.blobs = try blobs ?? FileBlobStore(dir: dataDir + "/blobs")
         tmpDir = dataDir + "/tmp"
+        self.blobs = try blobs ?? FileBlobStore(dir: dataDir + "/blobs", tmpDir: tmpDir)
         try makeDirectories(tmpDir)
         // Leftovers of uploads cut short by a crash.
         if let names = try? FileManager.default.contentsOfDirectory(atPath: tmpDir) {
@@ -210,7 +218,7 @@ final class StubStore: Sendable {
         return item
     }
 
-    /// A file's hash must name a blob on the stub of the same size (the empty hash needs no blob).
+    /// A file's hash must name a blob or a manifest on the stub of the same size (the empty hash needs no blob).
     private func checkContent(_ tx: any MetadataTransaction, _ cid: String, sha256: String, size: Int64,
                               what: String) throws {
         guard isSHA256Hex(sha256), size >= 0 else { throw StubFailure(400, "bad hash or size of \(what)") }
@@ -218,7 +226,7 @@ final class StubStore: Sendable {
             guard size == 0 else { throw StubFailure(400, "size of \(what) does not match its blob") }
             return
         }
-        guard let blobSize = try blobs.size(cid, sha256) else { throw StubFailure(400, "blob missing for \(what)") }
+        guard let blobSize = try blobSize(cid, sha256) else { throw StubFailure(400, "blob missing for \(what)") }
         guard blobSize == size else { throw StubFailure(400, "size of \(what) does not match its blob") }
     }
 
@@ -434,9 +442,27 @@ final class StubStore: Sendable {
 
     // MARK: Blobs
 
-    /// The blob's size, or nil when the stub does not hold it.
+    /// The blob's size, else the size of the manifest stored under the hash (an item names either alike), else
+    /// nil.
     func blobSize(_ cid: String, _ sha256: String) throws -> Int64? {
-        try blobs.size(cid, sha256)
+        if let size = try blobs.size(cid, sha256) { return size }
+        return try manifest(cid, sha256)?.size
+    }
+
+    /// What a blob GET of `sha256` serves: the blob, else the content of the manifest stored under the hash
+    /// (its chunks in order, zeros for its holes); nil when neither is stored.
+    func content(_ cid: String, _ sha256: String) throws -> StoredContent? {
+        if let size = try blobs.size(cid, sha256) {
+            let whole = ContentSegment(start: 0, length: size, blob: sha256)
+            return StoredContent(size: size, segments: size == 0 ? [] : [whole])
+        }
+        guard let manifest = try manifest(cid, sha256) else { return nil }
+        var start: Int64 = 0
+        let segments = manifest.chunks.map { chunk in
+            defer { start += chunk.size }
+            return ContentSegment(start: start, length: chunk.size, blob: chunk.sha256)
+        }
+        return StoredContent(size: manifest.size, segments: segments)
     }
 
     /// Stores a verified temporary file as the blob (outside any transaction: it may be a long upload);
@@ -457,14 +483,58 @@ final class StubStore: Sendable {
         try meta.read { try $0.containerIDs() }
     }
 
-    /// Removes the blob with `delete` if no live item and no conflict version of one names it, inside a
-    /// writing transaction of its container (which item writes there wait for); answers whether it was removed.
+    /// Removes the blob (or the manifest) with `delete` if no live item and no conflict version of one names
+    /// it, inside a writing transaction of its container (which item writes there wait for); answers whether it
+    /// was removed.
     func collectBlob(_ cid: String, _ sha256: String, delete: () throws -> Void) throws -> Bool {
         try writing(cid) { tx in
             guard try !tx.namesBlob(cid, sha256) else { return false }
             try delete()
             return true
         }
+    }
+
+    // MARK: Manifests
+
+    /// The manifest stored under the hash, or nil; one that does not decode as the manifest of that hash is
+    /// the server's trouble (500).
+    func manifest(_ cid: String, _ sha256: String) throws -> WireManifest? {
+        guard let json = try blobs.manifest(cid, sha256) else { return nil }
+        guard let manifest = try? JSONDecoder().decode(WireManifest.self, from: Data(json)),
+              manifest.sha256 == sha256 else {
+            throw StubFailure(500, "the stored manifest \(sha256) does not decode")
+        }
+        return manifest
+    }
+
+    /// Stores a well-formed manifest (the caller checked `problem`), replacing one stored before, once every
+    /// data chunk it names is stored as a blob of its size: else 409 naming the first that is not. Answers
+    /// whether it is new.
+    func putManifest(_ cid: String, _ manifest: WireManifest) throws -> Bool {
+        guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
+        let json = Array(try JSONEncoder.wire.encode(manifest))
+        return try withManifestLock(cid) {
+            var checked = Set<WireChunk>()
+            for chunk in manifest.chunks where checked.insert(chunk).inserted {
+                guard let sha = chunk.sha256 else { continue } // a hole
+                guard try blobs.size(cid, sha) == chunk.size else { throw StubFailure(409, "chunk \(sha) is not stored") }
+            }
+            return try blobs.putManifest(cid, manifest.sha256, json: json)
+        }
+    }
+
+    /// Runs `body` holding the container's manifest lock: a manifest's put while it checks its chunks and
+    /// stores it, a collection pass while it finds the chunks the manifests keep and removes the others. So a
+    /// put either finds its chunk removed (409, and the client uploads it again) or its manifest is seen by the
+    /// pass. (One server's lock: servers that share a store do not see each other's.)
+    func withManifestLock<T>(_ cid: String, _ body: () throws -> T) throws -> T {
+        let lock = manifestLocks.withLock { locks in
+            if let lock = locks[cid] { return lock }
+            let lock = NSLock()
+            locks[cid] = lock
+            return lock
+        }
+        return try lock.withLock(body)
     }
 
     // MARK: Seeding

@@ -1,12 +1,15 @@
 // An in-process remote with the stub's semantics (docs/WIRE.md), for tests and the simulation (test support:
-// never linked into `ubiquityfs`): one container whose items and blobs live in memory. What must hold: it
+// never linked into `ubiquityfs`): one container whose items, blobs and manifests live in memory. What must hold: it
 // answers every call as the stub does (Tests/UbiquityRemoteConformanceTests runs the same suite against both;
 // where they differ, the stub is right). Every call takes one condition lock, so it is thread-safe; the change
 // feed waits on that condition for long polling. A put or delete with a change id is first checked against the
-// last change applied for its item and device (`appliedChange`), as on the stub.
+// last change applied for its item and device (`appliedChange`), as on the stub. A manifest is stored only once
+// every chunk it names is held at its size, and no blob is ever removed here, so a manifest's content can always
+// be put together (`assembled`).
 //
 // Test hooks: `offline` (every call fails as unreachable), `corruptDownloads` (flips a byte of every blob
-// served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the `blobDownloads` counters.
+// served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the counters `blobDownloads`,
+// `uploadedBytes` and `downloadedBytes`.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `cond` is a leaf.
 import Foundation
@@ -20,6 +23,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     private let cond = NSCondition()
     private var items: [String: WireItem] = [:]
     private var blobs: [String: [UInt8]] = [:]
+    /// Versions kept in chunks, by their whole content's SHA-256.
+    private var manifests: [String: WireManifest] = [:]
     /// The container's sequence number: the version of the newest change.
     private var sequence: Int64 = 0
     private var seedCount = 0
@@ -29,6 +34,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     private var _downloadDelay = 0
     private var _changeLimit = 1000
     private var _blobDownloads: [String: Int] = [:]
+    private var _uploadedBytes: Int64 = 0
+    private var _downloadedBytes: Int64 = 0
     /// The key-value store: each key's winning write, and the feed position of the newest.
     private var kv: [String: WireKVEntry] = [:]
     private var kvSeq: Int64 = 0
@@ -75,6 +82,12 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
     /// Blob downloads started, by SHA-256.
     public var blobDownloads: [String: Int] { locked { _blobDownloads } }
+
+    /// Bytes that blob and chunk uploads and inline batch contents brought, whether the blob was new or not.
+    public var uploadedBytes: Int64 { locked { _uploadedBytes } }
+
+    /// Bytes that blob downloads wrote.
+    public var downloadedBytes: Int64 { locked { _downloadedBytes } }
 
     /// The current container sequence number.
     public var currentVersion: Int64 { locked { sequence } }
@@ -306,10 +319,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         return new
     }
 
-    /// A hash must name a blob held here of the same size (the empty hash needs no blob).
+    /// A hash must name a blob or a manifest held here of the same size (the empty hash needs no blob).
     private func checkContent(_ sha256: String, size: Int64, what: String) throws {
         guard isSHA256Hex(sha256), size >= 0 else { throw Self.bad("bad hash or size of \(what)") }
-        let held = sha256 == emptySHA256 ? 0 : blobs[sha256].map { Int64($0.count) }
+        let held = sha256 == emptySHA256 ? 0 : blobs[sha256].map { Int64($0.count) } ?? manifests[sha256]?.size
         guard let held else { throw Self.bad("blob missing for \(what)") }
         guard held == size else { throw Self.bad("size of \(what) does not match its blob") }
     }
@@ -384,6 +397,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
                     throw Self.bad("the inline content does not match the item's hash and size")
                 }
                 if !bytes.isEmpty { blobs[item.sha256] = bytes }
+                _uploadedBytes += Int64(bytes.count)
             }
             return try putChangeLocked(item, ifMatch: entry.ifMatch, change: entry.changeID)
         }
@@ -393,18 +407,27 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         try locked {
             try checkOnline()
             guard isSHA256Hex(sha256) else { throw Self.bad("bad blob hash") }
-            return sha256 == emptySHA256 || blobs[sha256] != nil
+            return sha256 == emptySHA256 || blobs[sha256] != nil || manifests[sha256] != nil
         }
     }
 
     public func uploadBlob(sha256: String, size: Int64, fromFile path: String,
                            progress: TransferProgress?) throws {
+        try upload(sha256: sha256, size: size, fromFile: path, at: 0, whole: true, progress: progress)
+    }
+
+    public func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
+                            progress: TransferProgress?) throws {
+        try upload(sha256: sha256, size: size, fromFile: path, at: offset, whole: false, progress: progress)
+    }
+
+    /// Stores `size` bytes of the file at `path` from `offset` (with `whole`, the whole file) as the blob
+    /// `sha256`, once they hash to it.
+    private func upload(sha256: String, size: Int64, fromFile path: String, at offset: Int64, whole: Bool,
+                        progress: TransferProgress?) throws {
         try locked { try checkOnline() }
-        guard isSHA256Hex(sha256) else { throw Self.bad("bad hash") }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw RemoteError.rejected(status: 400, message: "cannot read \(path)")
-        }
-        let bytes = [UInt8](data)
+        guard isSHA256Hex(sha256), offset >= 0, size >= 0 else { throw Self.bad("bad hash, offset or size") }
+        let bytes = try Self.read(path, at: offset, count: whole ? nil : size)
         guard Int64(bytes.count) == size, sha256Hex(bytes) == sha256 else {
             throw RemoteError.corrupt("\(bytes.count) bytes do not hash to \(sha256.prefix(12)) with size \(size)")
         }
@@ -412,6 +435,24 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         try locked {
             try checkOnline()
             blobs[sha256] = bytes
+            _uploadedBytes += size
+        }
+    }
+
+    /// The bytes of the file at `path` from `offset`: `count` of them (fewer where it ends), or with `count` nil
+    /// all of them to its end.
+    private static func read(_ path: String, at offset: Int64, count: Int64?) throws -> [UInt8] {
+        guard let file = FileHandle(forReadingAtPath: path) else {
+            throw RemoteError.rejected(status: 400, message: "cannot read \(path)")
+        }
+        defer { try? file.close() }
+        do {
+            try file.seek(toOffset: UInt64(offset))
+            let data: Data?
+            if let count { data = try file.read(upToCount: Int(count)) } else { data = try file.readToEnd() }
+            return [UInt8](data ?? Data())
+        } catch {
+            throw RemoteError.rejected(status: 400, message: "cannot read \(path): \(error)")
         }
     }
 
@@ -420,13 +461,14 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         let (whole, delay, corrupt): ([UInt8], Int, Bool) = try locked {
             try checkOnline()
             guard isSHA256Hex(sha256) else { throw Self.bad("bad blob hash") }
-            guard let b = sha256 == emptySHA256 ? [] : blobs[sha256] else {
+            guard let b = sha256 == emptySHA256 ? [] : blobs[sha256] ?? manifests[sha256].map(assembled) else {
                 throw RemoteError.notFound("blob \(sha256)")
             }
             guard offset >= 0 && offset <= Int64(b.count) else {
                 throw RemoteError.rejected(status: 416, message: "bad range")
             }
             _blobDownloads[sha256, default: 0] += 1
+            _downloadedBytes += Int64(b.count) - offset
             return (b, _downloadDelay, _corruptDownloads)
         }
         if delay > 0 { usleep(UInt32(delay) * 1000) }
@@ -434,6 +476,51 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         if corrupt && !bytes.isEmpty { bytes[bytes.count / 2] ^= 0xff }
         try fd.writeAll(bytes)
         if let progress, !progress(offset + Int64(bytes.count)) { throw RemoteError.cancelled }
+    }
+
+    // MARK: content in chunks
+
+    public func missingChunks(_ sha256s: [String]) throws -> Set<String> {
+        try locked {
+            try checkOnline()
+            guard sha256s.allSatisfy(isSHA256Hex) else { throw Self.bad("bad chunk hash") }
+            return Set(sha256s.filter { $0 != emptySHA256 && blobs[$0] == nil })
+        }
+    }
+
+    /// As on the stub: a malformed manifest is refused (400), and one naming a chunk not held at its size is a
+    /// conflict; a manifest stored before is replaced.
+    public func putManifest(_ manifest: WireManifest) throws {
+        try locked {
+            try checkOnline()
+            if let problem = manifest.problem { throw Self.bad(problem) }
+            for chunk in manifest.chunks {
+                guard let sha = chunk.sha256 else { continue } // a hole
+                guard blobs[sha].map({ Int64($0.count) }) == chunk.size else {
+                    throw RemoteError.conflict("chunk \(sha) is not stored", current: nil)
+                }
+            }
+            manifests[manifest.sha256] = manifest
+        }
+    }
+
+    public func manifest(sha256: String) throws -> WireManifest? {
+        try locked {
+            try checkOnline()
+            guard isSHA256Hex(sha256) else { throw Self.bad("bad manifest hash") }
+            return manifests[sha256]
+        }
+    }
+
+    /// A manifest's content: its chunks in order, zeros for its holes (lock held; every chunk is here, see the
+    /// header).
+    private func assembled(_ manifest: WireManifest) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Int(manifest.size))
+        for chunk in manifest.chunks {
+            if let sha = chunk.sha256 { bytes += blobs[sha]! } else { bytes += repeatElement(0, count: Int(chunk.size)) }
+        }
+        return bytes
     }
 }
 

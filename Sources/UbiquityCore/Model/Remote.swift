@@ -103,6 +103,41 @@ public protocol RemoteClient: AnyObject, Sendable {
     /// `offset`), calling `progress` with the absolute byte count. Does not verify the hash: the caller does.
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
                       progress: TransferProgress?) throws
+
+    // Content in chunks (docs/CHUNKS.md). A remote without them throws `.notFound` from each: the caller then
+    // moves the whole content as one blob.
+
+    /// Those of the chunk hashes the remote does not hold.
+    func missingChunks(_ sha256s: [String]) throws -> Set<String>
+    /// Uploads `size` bytes of the file at `path`, from `offset`, as the blob (a chunk) `sha256`.
+    func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
+                     progress: TransferProgress?) throws
+    /// Downloads the whole blob (a chunk) `sha256` into `fd` at `fileOffset`, whatever the descriptor's position
+    /// (so that several chunks may land in one file at once). Does not verify.
+    func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64, progress: TransferProgress?) throws
+    /// Commits a version kept in chunks, once every data chunk it names is on the remote (else
+    /// `.conflict` naming the chunk that is not).
+    func putManifest(_ manifest: WireManifest) throws
+    /// The chunks of the version `sha256`; nil when that version is one blob.
+    func manifest(sha256: String) throws -> WireManifest?
+}
+
+extension RemoteClient {
+    public func missingChunks(_ sha256s: [String]) throws -> Set<String> { throw RemoteError.notFound("chunks") }
+    public func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
+                            progress: TransferProgress?) throws {
+        throw RemoteError.notFound("chunks")
+    }
+    /// For a remote that writes a download at the descriptor's position (`fd` then serves this call alone).
+    public func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64,
+                              progress: TransferProgress?) throws {
+        guard lseek(fd.raw, off_t(fileOffset), SEEK_SET) == off_t(fileOffset) else {
+            throw RemoteError.localFile("cannot seek to \(fileOffset)", cause: .current)
+        }
+        try downloadBlob(sha256: sha256, offset: 0, to: fd, progress: progress)
+    }
+    public func putManifest(_ manifest: WireManifest) throws { throw RemoteError.notFound("chunks") }
+    public func manifest(sha256: String) throws -> WireManifest? { nil }
 }
 
 extension RemoteClient {
