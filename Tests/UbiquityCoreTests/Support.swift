@@ -96,6 +96,32 @@ final class Link: RemoteClient, @unchecked Sendable {
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws {
         try check(); try remote.downloadBlob(sha256: sha256, offset: offset, to: fd, progress: progress)
     }
+    /// False: the link answers as a remote without chunks (the routes unknown), as one of before Part 16.
+    let chunks = Box(true)
+    private func checkChunks() throws {
+        try check()
+        if !chunks.value { throw RemoteError.notFound("no such route") }
+    }
+    func missingChunks(_ sha256s: [String]) throws -> Set<String> {
+        try checkChunks(); return try remote.missingChunks(sha256s)
+    }
+    func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
+                     progress: TransferProgress?) throws {
+        try checkChunks()
+        try remote.uploadChunk(sha256: sha256, size: size, fromFile: path, at: offset, progress: progress)
+    }
+    func putManifest(_ manifest: WireManifest) throws { try checkChunks(); try remote.putManifest(manifest) }
+    func manifest(sha256: String) throws -> WireManifest? {
+        try check()
+        return chunks.value ? try remote.manifest(sha256: sha256) : nil
+    }
+}
+
+/// `count` bytes from the system's generator.
+func randomBytes(_ count: Int) -> [UInt8] {
+    let urandom = FileHandle(forReadingAtPath: "/dev/urandom")!
+    defer { try? urandom.close() }
+    return [UInt8](urandom.readData(ofLength: count))
 }
 
 /// One device: a store in a temporary directory and a started container.

@@ -48,8 +48,8 @@ final class Downloads: Sendable {
         var again: Set<String> = []
     }
 
-    private unowned let container: Container
-    private let log = Logger("download")
+    unowned let container: Container
+    let log = Logger("download")
     let book = Locked(Book())
     /// The workers that run background transfers.
     let scheduler: TransferScheduler
@@ -311,7 +311,7 @@ final class Downloads: Sendable {
         }
     }
 
-    private func progress(_ id: String, done: Int64, total: Int64) {
+    func progress(_ id: String, done: Int64, total: Int64) {
         container.update { s in
             s.updateTransfer(id) {
                 $0.isDownloading = true
@@ -322,7 +322,7 @@ final class Downloads: Sendable {
     }
 
     /// Where a download of one version lands until it is verified.
-    private func stagingPath(_ key: String, _ sha: String) -> String {
+    func stagingPath(_ key: String, _ sha: String) -> String {
         container.paths.staging + "/" + key + "-" + sha.prefix(16)
     }
 
@@ -342,9 +342,11 @@ final class Downloads: Sendable {
         defer { fd.close() }
         var have = Int64(try fd.stat().st_size)
         if have > size { try fd.truncate(0); have = 0 }
-        progress(id, done: have, total: size)
         let landed = LandedBytes(fd)
-        if have < size {
+        if size > WireChunkLimits.chunkedAbove, let manifest = try container.remote.manifest(sha256: sha) {
+            try landChunks(id, manifest, sha: sha, size: size, into: fd, staging: staging)
+        } else if have < size {
+            progress(id, done: have, total: size)
             _ = lseek(fd.raw, off_t(have), SEEK_SET)
             do {
                 try container.remote.downloadBlob(sha256: sha, offset: have, to: fd) { [self] done in

@@ -334,11 +334,63 @@ struct Pusher {
         if let generation = upload.generation { snap.generation = generation }
         let generation = snap.generation
         let wanted = { [push, id] in push.isStillToUpload(id, generation: generation) }
-        let (sha, size) = try sha256OfFile(upload.path, while: wanted)
+        let (sha, size) = try send(upload.path, while: wanted)
         item.remoteSHA = sha
         item.remoteSize = size
         item.size = size
-        try uploadBlob(sha: sha, size: size, path: upload.path, while: wanted)
+    }
+
+    /// Uploads the file's content and answers its hash and size: a file larger than one chunk goes up as the
+    /// chunks the remote lacks and its manifest (docs/CHUNKS.md), unless the remote keeps no chunks; a smaller
+    /// one, or one for such a remote, as one blob.
+    private func send(_ path: String, while wanted: @escaping () -> Bool) throws -> (String, Int64) {
+        if try fileSize(path) > WireChunkLimits.chunkedAbove {
+            let cut = try Chunker.cut(file: path, hashingWhole: true, while: wanted)
+            let manifest = WireManifest(sha256: cut.sha256 ?? "", size: cut.size,
+                                        chunks: cut.chunks.map { WireChunk(sha256: $0.sha256, size: $0.size) })
+            if try uploadChunks(of: manifest, cut.chunks, path: path, while: wanted) { return (manifest.sha256, cut.size) }
+            try uploadBlob(sha: manifest.sha256, size: cut.size, path: path, while: wanted)
+            return (manifest.sha256, cut.size)
+        }
+        let (sha, size) = try sha256OfFile(path, while: wanted)
+        try uploadBlob(sha: sha, size: size, path: path, while: wanted)
+        return (sha, size)
+    }
+
+    /// Uploads the chunks the remote lacks, each once and several at once, then commits the manifest; nothing
+    /// when the remote holds the version already. A chunk collected between the ask and the commit (409) is
+    /// asked for again. False when the remote keeps no chunks.
+    private func uploadChunks(of manifest: WireManifest, _ chunks: [Chunk], path: String,
+                              while wanted: @escaping () -> Bool) throws -> Bool {
+        let remote = container.remote
+        push.setUploadProgress(id, uploading: true, done: 0, total: manifest.size)
+        defer { push.setUploadProgress(id, uploading: false, done: manifest.size, total: manifest.size) }
+        if try remote.hasBlob(sha256: manifest.sha256) { return true }
+        var attempt = 0
+        while true {
+            attempt += 1
+            let missing: Set<String>
+            do { missing = try remote.missingChunks(manifest.chunkHashes) } catch RemoteError.notFound { return false }
+            var seen = Set<String>()
+            let sending = chunks.filter { $0.sha256.map { missing.contains($0) && seen.insert($0).inserted } ?? false }
+            let done = Locked(manifest.size - sending.reduce(0) { $0 + $1.size })
+            try inParallel(sending, width: Downloads.chunkStreams) { [push, id] chunk, goOn in
+                try remote.uploadChunk(sha256: chunk.sha256!, size: chunk.size, fromFile: path, at: chunk.offset) { _ in
+                    wanted() && goOn()
+                }
+                done.withLock {  // (held while the progress is set, so that it only rises)
+                    $0 += chunk.size
+                    push.setUploadProgress(id, uploading: true, done: $0, total: manifest.size)
+                }
+            }
+            do {
+                try remote.putManifest(manifest)
+                log.debug("push \(id): \(sending.count) of \(manifest.chunkHashes.count) chunks sent")
+                return true
+            } catch RemoteError.conflict(let why, _) where attempt < 3 {
+                log.info("push \(id): \(why); asking again")
+            }
+        }
     }
 
     /// True for an upload stopped because its file was deleted or changed meanwhile.
