@@ -135,3 +135,22 @@ def test_a_download_cut_by_kill_9_resumes_with_the_chunks_it_lacks(stub_factory,
     fetched = counters(stub)[1]
     assert fetched <= 40 * MiB + TWO_CHUNKS, f"{fetched} bytes came down again after the cut"
     run("cmp", other, source)
+
+
+def test_a_remote_of_whole_blobs_goes_on_and_a_change_comes_down_as_chunks(stub, mount_factory, tmp_path):
+    """What the remote of the previous version holds, every file one blob (`remote seed` stores them so): the
+    new mounts read it whole, a file changed goes up in chunks, and the device that holds the old whole version
+    fetches only the chunks its copy lacks."""
+    source = tmp_path / "seeded.bin"
+    source.write_bytes(os.urandom(24 * MiB))
+    stub.seed(("Documents/seeded.bin", source))
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    run("cmp", a / "Documents" / "seeded.bin", source)
+    run("cmp", b / "Documents" / "seeded.bin", source)
+    down = counters(stub)[1]
+    flip_byte(a / "Documents" / "seeded.bin", 12 * MiB)
+    flip_byte(source, 12 * MiB)
+    sync(a)
+    arrived(b, "seeded.bin", source)
+    fetched = counters(stub)[1] - down
+    assert 0 < fetched <= TWO_CHUNKS, f"{fetched} bytes came down for one byte changed"

@@ -17,8 +17,9 @@ quoted against the embedded remote's (SQLite and files). Workload 8 runs only wh
 With --large, also workload L: a container of 1,000,000 items (ubiquitybench/million.py: the daemon's RSS per item,
 remount time, the longest pause of `ls -f` in a folder of 100,000), beside an old binary when one is given. It
 takes 15-25 minutes more (seeding the stub once, a first pull of the million items per binary).
-Workload C (Part 16, content in chunks) times `ubiquityfs chunks` on one core against sha256sum and quotes, from
-the chunk lists, what a chunked transfer would send after small edits.
+Workload C (Part 16, content in chunks) times `ubiquityfs chunks` on one core against sha256sum. Workload D moves
+small changes between two real mounts and quotes the bytes the remote received and served against what the wire
+before chunks moved (each version whole); with --engines also on PostgreSQL and SeaweedFS.
 Run as root (drop_caches, FUSE mounts). Stdlib only; matplotlib (Debian python3-matplotlib) for the plot.
 UBIQUITYFS_MOUNT_EXTRA (as in the integration tests) adds arguments to every ubiquityfs mount, e.g.
 --no-passthrough to measure the ordinary I/O path.
@@ -41,7 +42,7 @@ def main():
     ap = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 runs each (about 2 minutes)")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,C", help="workloads to run, e.g. 1,3")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,C,D", help="workloads to run, e.g. 1,3")
     ap.add_argument("--old-bin", help="an older ubiquityfs to run beside this one in workload 7")
     ap.add_argument("--reps", type=int, default=0, help="runs per measurement (default 3 quick, 5 otherwise)")
     ap.add_argument("--work", default="/var/tmp/ubiquityfs-bench", help="scratch directory (removed after)")

@@ -28,18 +28,6 @@ def random_file(path, size):
             left -= n
 
 
-def chunk_list(path):
-    """The file's chunks as `ubiquityfs chunks --json` gives them."""
-    return json.loads(run(BIN, "chunks", "--json", path).stdout)[0]["chunks"]
-
-
-def new_bytes(before, after):
-    """The bytes of `after`'s chunks whose hashes `before` lacks: what a chunked upload would send."""
-    known = {c["sha256"] for c in before if "sha256" in c}
-    sent = {c["sha256"]: c["size"] for c in after if "sha256" in c and c["sha256"] not in known}
-    return sum(sent.values())
-
-
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -742,8 +730,8 @@ class Bench:
                      better="lower")
 
     def wC(self):
-        """Content in chunks (Part 16): the cut and hashes on one core against sha256sum, and what a chunked
-        transfer would send after small edits, from the chunk lists alone (the wire still moves whole files)."""
+        """Content in chunks (Part 16): the cut and hashes on one core against sha256sum (what moves on the wire:
+        workload D)."""
         W = "C chunks"
         d = self.fresh("wC")
         size = self.large
@@ -764,36 +752,141 @@ class Bench:
         self.res.add(W, f"cut + SHA-256 of each chunk, warm {size // MiB} MiB, one core", "MB/s", ubq,
                      "sha256sum (whole file)", median(s["sha256sum"]), goal=">= 1000 MB/s",
                      goal_ok=ubq is not None and ubq >= 1000, samples=s)
-        before = chunk_list(big)
-        with open(big, "r+b") as f:
-            f.seek(size // 2)
-            b = f.read(1)
-            f.seek(size // 2)
-            f.write(bytes([b[0] ^ 0xFF]))
-        changed = new_bytes(before, chunk_list(big))
-        self.res.add(W, f"1 byte changed in the middle of {size // MiB} MiB: bytes to send", "MiB", changed / MiB,
-                     "whole file", size / MiB, better="lower", goal="<= 8 MiB", goal_ok=changed <= 8 * MiB)
-        before = chunk_list(big)
-        with open(big, "ab") as f:
-            f.write(os.urandom(MiB))
-        appended = new_bytes(before, chunk_list(big))
-        self.res.add(W, f"1 MiB appended to {size // MiB} MiB: bytes to send", "MiB", appended / MiB,
-                     "whole file", size / MiB + 1, better="lower", goal="<= 1 MiB + 2 chunks",
-                     goal_ok=appended <= 9 * MiB)
-        sparse = d / "sparse.bin"
-        with open(sparse, "wb") as f:
-            f.truncate(4 * 1024 * MiB)
-            f.seek(2048 * MiB)
-            f.write(os.urandom(MiB))
-        data = sum(c["size"] for c in chunk_list(sparse) if "sha256" in c)
-        self.res.add(W, "4 GiB from truncate with 1 MiB written: bytes to send", "MiB", data / MiB,
-                     "whole file", 4096, better="lower", goal="<= 2 MiB", goal_ok=data <= 2 * MiB)
-        self.res.note("C: the rows of bytes to send are the chunker's (`ubiquityfs chunks`) on this device's "
-                      "files; the wire still moves whole files until the chunk routes of Part 16 land")
+
+    # -------------------------------------------------------------- D: only what changed travels
+    def wD(self):
+        """Content in chunks on the wire (Part 16): the bytes that small changes move between two real mounts,
+        read at the remote (its counters of blob bytes stored and served), beside what the wire before chunks
+        moved for the same work (every version whole: the file's size). On the embedded remote, and with
+        --engines on PostgreSQL + SeaweedFS too."""
+        self.wD_on("embedded", ())
+        if self.args.engines:
+            engines = Engines(self.work / "wD-engines").start()
+            try:
+                self.wD_on(ENGINES_NAME, engines.serve_args())
+            finally:
+                engines.stop()
+
+    def wD_on(self, backend, serve_args):
+        W = f"D wire, {backend}"
+        d = self.fresh("wD")
+        size = self.cold
+        mib = size // MiB
+        stub = Stub(d / "remote", serve_args=serve_args).start()
+        a = UbqMount(d / "a", stub, device="deviceA").mount()
+        b = UbqMount(d / "b", stub, device="deviceB").mount()
+        stored = (lambda: int(run("du", "-sb", stub.data / "blobs").stdout.split()[0])) if not serve_args else None
+
+        def moved():
+            s = stub.stats()
+            return s["blobBytesIn"], s["blobBytesOut"]
+
+        def step(change, on=a, readers=(b,)):
+            """Makes a change on one mount, waits until it is on the remote and read on the others; answers the
+            bytes that went up and came down meanwhile."""
+            up0, down0 = moved()
+            names = change()
+            run(BIN, "sync", "--wait", "--timeout", "900", on.path, timeout=1000)
+            for m in readers:
+                for name in names:
+                    want = (on.path / "Documents" / name).stat().st_size
+                    path = m.path / "Documents" / name
+                    wait_until(lambda: path.exists() and path.stat().st_size == want and
+                               run("getfattr", "-n", "user.ubiquity.downloadingStatus", "--only-values", path,
+                                   check=False).stdout != "current", timeout=300, what=f"{name} on the other device")
+                    read_file(path)
+            up1, down1 = moved()
+            return up1 - up0, down1 - down0
+
+        def flip(path, offset):
+            with open(path, "r+b") as f:
+                f.seek(offset)
+                byte = f.read(1)[0]
+                f.seek(offset)
+                f.write(bytes([byte ^ 0xFF]))
+
+        def row(metric, got, whole, goal, limit):
+            self.res.add(W, metric, "MiB", got / MiB, "whole file", whole / MiB, better="lower", goal=goal,
+                         goal_ok=got <= limit)
+        try:
+            src = d / "big.bin"
+            random_file(src, size)
+            big = a.path / "Documents" / "big.bin"
+            step(lambda: (shutil.copyfile(src, big), ["big.bin"])[1])
+            up, down = step(lambda: (flip(big, size // 2), ["big.bin"])[1])
+            row(f"1 byte changed in the middle of {mib} MiB: up", up, size, "<= 8 MiB", 8 * MiB)
+            row(f"1 byte changed in the middle of {mib} MiB: down to the other device", down, size, "<= 8 MiB",
+                8 * MiB)
+            def append():
+                with open(big, "ab") as f:
+                    f.write(os.urandom(MiB))
+                return ["big.bin"]
+            up, _ = step(append)
+            row(f"1 MiB appended to {mib} MiB: up", up, size + MiB, "<= 1 MiB + 2 chunks", 9 * MiB)
+            up, _ = step(lambda: (run("cp", big, a.path / "Documents" / "copy.bin"), ["copy.bin"])[1])
+            row(f"cp of {mib} MiB to a new name in the mount: up", up, size + MiB, "<= 1 MiB", MiB)
+            before = stored() if stored else None
+            up, _ = step(lambda: (shutil.copyfile(src, b.path / "Documents" / "same.bin"), ["same.bin"])[1],
+                         on=b, readers=())
+            row(f"the same {mib} MiB written on the other device: up", up, size, "<= 1 MiB", MiB)
+            if stored:
+                row(f"the same {mib} MiB written on the other device: stored anew", stored() - before, size,
+                    "<= 1 MiB", MiB)
+            if stored:
+                first = stored()
+                for i in range(10):
+                    step(lambda i=i: (flip(big, (i + 1) * size // 12), ["big.bin"])[1], readers=())
+                grown = stored() - first
+                row(f"10 versions of {mib} MiB, 1 byte changed each: stored anew", grown, 10 * size,
+                    "<= 0.2 x one version", size // 5)
+            sparse = a.path / "Documents" / "sparse.img"
+
+            def make_sparse():
+                with open(sparse, "wb") as f:
+                    f.truncate(4096 * MiB)
+                    f.seek(2048 * MiB)
+                    f.write(os.urandom(MiB))
+                return ["sparse.img"]
+            up, down = step(make_sparse)
+            row("4 GiB from truncate with 1 MiB written: up", up, 4096 * MiB, "<= 2 MiB", 2 * MiB)
+            row("4 GiB from truncate with 1 MiB written: down", down, 4096 * MiB, "<= 2 MiB", 2 * MiB)
+            self.wD_sqlite(W, a, step, row)
+            self.res.note(f"D ({backend}): bytes counted by the remote (blob bodies stored, and served); the "
+                          "baseline is what the wire before chunks moved for the same work: each version whole")
+        finally:
+            a.unmount()
+            b.unmount()
+            stub.stop()
+            shutil.rmtree(d)
+
+    def wD_sqlite(self, W, a, step, row):
+        """An SQLite database of 100 MiB held open by its program, one row updated and committed."""
+        import sqlite3
+        db = a.path / "Documents" / "app.sqlite"
+        rows = 100 * 1024  # of 1000 bytes each, four to a page: about 100 MiB
+        conn = sqlite3.connect(db)
+        try:
+            def fill():
+                conn.execute("create table t (id integer primary key, v blob)")
+                conn.executemany("insert into t (v) values (?)", ((os.urandom(1000),) for _ in range(rows)))
+                conn.commit()
+                return []
+            step(fill, readers=())
+            size = db.stat().st_size
+
+            def update():
+                conn.execute("update t set v = ? where id = ?", (os.urandom(1000), rows // 2))
+                conn.commit()
+                return []
+            up, _ = step(update, readers=())
+            row(f"SQLite database of {size // MiB} MiB held open, one row updated: up", up, size, "<= 5 MiB",
+                5 * MiB)
+        finally:
+            conn.close()
 
     def run(self, which):
         names = {"1": self.w1, "2": self.w2, "3": self.w3, "4": self.w4, "5": self.w5, "6": self.w6, "7": self.w7,
-                 "8": self.w8, "L": self.wL, "C": self.wC}
+                 "8": self.w8, "L": self.wL, "C": self.wC, "D": self.wD}
         for key in which:
             fn = names[key]
             print(f"== workload {key}: {fn.__name__} ({'quick' if self.quick else 'default'}, {self.reps} reps)",
