@@ -72,6 +72,23 @@ import Glibc
         #expect(b.content(f.id) == data)
     }
 
+    /// Chunks that arrive damaged are never installed: the whole file's hash refuses them, and once the remote
+    /// serves the right bytes the next try keeps what hashes right and installs the version.
+    @Test func damagedChunksAreNeverInstalled() throws {
+        let data = randomBytes(12 << 20)
+        let a = try Device(remote, name: "a")
+        let b = try Device(remote, name: "b", downloadTimeout: 2)
+        let f = try a.createFile("big.bin", data)
+        #expect(eventually(30) { a.pending == 0 })
+        #expect(eventually(30) { b.container.item(f.id)?.remoteSHA == sha256Hex(data) })
+        remote.corruptDownloads = true
+        #expect(b.fetch(f.id, seconds: 30).map { (try? $0.get()) == nil } == true)
+        #expect(b.container.item(f.id)?.isCurrent == false)
+        remote.corruptDownloads = false
+        #expect(b.fetch(f.id, seconds: 30).map { (try? $0.get()) != nil } == true)
+        #expect(b.content(f.id) == data)
+    }
+
     /// The local copy changed under the download (a chunk there no longer hashes to its name): that chunk comes
     /// from the remote, and the file installed is the version asked for.
     @Test func aLocalChunkThatChangedIsFetched() throws {

@@ -163,15 +163,17 @@ final class Tally: @unchecked Sendable {
         #expect(throws: Broken.self) {
             try inParallel(Array(0..<100), width: 3) { part, goOn in
                 state.withLock { $0.started += 1 }
-                if part == 5 { throw Broken() }
-                if part < 5 { return }
+                if part == 0 {  // fails once the two others run
+                    _ = eventually(5) { state.withLock { $0.started } == 3 }
+                    throw Broken()
+                }
                 while goOn() { usleep(100) }
                 state.withLock { $0.toldToStop = true }
             }
         }
         let (started, toldToStop) = state.withLock { $0 }
         #expect(toldToStop)
-        #expect(started < 100)
+        #expect(started == 3)
     }
 
     @Test func workersTakeKeysOldestFirstAndEndWhenIdle() {

@@ -839,6 +839,7 @@ class Bench:
                 grown = stored() - first
                 row(f"10 versions of {mib} MiB, 1 byte changed each: stored anew", grown, 10 * size,
                     "<= 0.2 x one version", size // 5)
+            self.wD_cold(W, d, stub, big)
             sparse = a.path / "Documents" / "sparse.img"
 
             def make_sparse():
@@ -858,6 +859,34 @@ class Bench:
             b.unmount()
             stub.stop()
             shutil.rmtree(d)
+
+    def wD_cold(self, W, d, stub, big):
+        """A cold open and read of a file kept in chunks on a fresh device, beside curl's one GET of the same
+        content (the stub streams it from the chunks)."""
+        sha = sha256_file(big)
+        size = big.stat().st_size
+        rounds = [0]
+
+        def ubq_cold():
+            rounds[0] += 1
+            m = UbqMount(d / f"cold{rounds[0]}", stub, device=f"cold{rounds[0]}").mount()
+            try:
+                drop_caches()
+                secs, n = read_file(m.path / "Documents" / big.name)
+                assert n == size
+                return secs
+            finally:
+                m.unmount()
+                shutil.rmtree(d / f"cold{rounds[0]}", ignore_errors=True)
+
+        def curl_cold():
+            drop_caches()
+            return curl_get(stub.blob_url(sha), stub.token)
+        s, _ = alternate(self.reps, {"ubiquityfs": ubq_cold, "curl": curl_cold}, W)
+        u, c = median(s["ubiquityfs"]), median(s["curl"])
+        self.res.add(W, f"cold open + read of {size // MiB} MiB kept in chunks, total time", "s", u,
+                     "curl (one GET)", c, better="lower", goal="<= 1.0", goal_ok=u is not None and c and u / c <= 1.0,
+                     samples=s)
 
     def wD_sqlite(self, W, a, step, row):
         """An SQLite database of 100 MiB held open by its program, one row updated and committed."""

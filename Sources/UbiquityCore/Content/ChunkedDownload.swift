@@ -3,10 +3,12 @@
 // version it had before, cut the same way by the same chunker), or from the remote; holes are never fetched and
 // stay holes.
 //
-// What must hold: every chunk's bytes are checked against its hash where they land, whichever way they came
-// (a local copy may change under the copy: a chunk that no longer hashes right is fetched instead), and the
-// caller checks the whole file's size and SHA-256 after (Downloads.land), so no unverified byte is installed.
-// A cut try leaves its verified chunks in the staging file, where the next try finds them by their hashes.
+// What must hold: the caller checks the whole file's size and SHA-256 before it installs it (Downloads.land),
+// so no unverified byte is installed; the whole hash follows the chunks as they land (`HashFrontier`), so one
+// pass over the bytes both checks them and starts writing them to disk. A chunk copied from here is checked
+// against its own hash where it lands (a local copy may change under the copy: one that no longer hashes right
+// is fetched instead). A try that fails, cut or corrupt, leaves its staging file: the next try keeps each chunk
+// there that hashes to its name and fetches the others.
 import Foundation
 import UbiquityBase
 #if canImport(Glibc)
@@ -19,28 +21,33 @@ extension Downloads {
 
     /// Lands the version `sha` of `size` bytes, which `manifest` describes, in the staging file `fd`: first what
     /// is here (the staging file's own chunks, the local copy's), then the rest from the remote, several at once.
+    /// `landed` hashes the whole file as its chunks land in order.
     func landChunks(_ key: String, _ manifest: WireManifest, sha: String, size: Int64, into fd: FileDescriptor,
-                    staging: String) throws {
+                    staging: String, landed: LandedBytes) throws {
         guard manifest.sha256 == sha, manifest.size == size, manifest.problem == nil else {
             throw RemoteError.corrupt("the remote's chunk list does not describe the version asked for")
         }
-        var wanted: [(sha: String, offset: Int64, size: Int64)] = []
+        var wanted: [(index: Int, sha: String, offset: Int64, size: Int64)] = []
+        var ends: [Int64] = []
         var offset: Int64 = 0
         let staged = Int64(try fd.stat().st_size)
         let local = LocalChunks(copyOf: key, in: container)
-        for chunk in manifest.chunks {
+        for (i, chunk) in manifest.chunks.enumerated() {
             if let sha = chunk.sha256,
                !(offset + chunk.size <= staged && (try? hashOf(fd, at: offset, count: chunk.size)) == sha),
                !local.copy(sha, size: chunk.size, to: fd, at: offset) {
-                wanted.append((sha, offset, chunk.size))
+                wanted.append((i, sha, offset, chunk.size))
             }
             offset += chunk.size
+            ends.append(offset)
         }
         local.close()
+        let frontier = HashFrontier(ends: ends, missing: wanted.map(\.index), landed: landed)
         let done = Locked(size - wanted.reduce(0) { $0 + $1.size })
         progress(key, done: done.withLock { $0 }, total: size)
         try inParallel(wanted, width: Self.chunkStreams) { [self] chunk, goOn in
             try fetch(key, chunk.sha, size: chunk.size, into: staging, at: chunk.offset, goOn: goOn)
+            frontier.arrived(chunk.index)
             done.withLock {  // (held while the progress is set, so that it only rises)
                 $0 += chunk.size
                 progress(key, done: $0, total: size)
@@ -50,15 +57,50 @@ extension Downloads {
         log.debug("download \(key): \(wanted.count) of \(manifest.chunkHashes.count) chunks fetched")
     }
 
-    /// Fetches one chunk into its place in the staging file and checks it there.
+    /// Fetches one chunk into its place in the staging file. It is checked as part of the whole file; when that
+    /// fails, the next try checks each chunk and fetches again only those that do not hash to their names.
     private func fetch(_ key: String, _ sha: String, size: Int64, into staging: String, at offset: Int64,
                        goOn: @escaping () -> Bool) throws {
         let fd = try FileDescriptor.open(staging, O_RDWR)
         defer { fd.close() }
         try container.remote.downloadChunk(sha256: sha, to: fd, at: offset) { _ in goOn() }
-        guard try hashOf(fd, at: offset, count: size) == sha else {
-            throw RemoteError.corrupt("chunk \(sha.prefix(12)) at \(offset) does not hash to its name")
+    }
+}
+
+/// Hashes a file being landed chunk by chunk, out of order, in order: as the chunks from the start on are all
+/// there, `LandedBytes` hashes them (and starts writing them to disk), so that little is left for the end. One
+/// thread hashes at a time; a chunk that arrives meanwhile does not wait for it (the next arrival, or the end,
+/// hashes on).
+final class HashFrontier: @unchecked Sendable {
+    // @unchecked: `there`, `next` and `end` under `lock`; `landed` under `hashing`.
+    private let lock = NSLock()
+    private let hashing = NSLock()
+    private let ends: [Int64]
+    private var there: [Bool]
+    private var next = 0
+    private var end: Int64 = 0
+    private let landed: LandedBytes
+
+    /// `ends`: where each chunk ends; `missing`: the chunks not there yet.
+    init(ends: [Int64], missing: [Int], landed: LandedBytes) {
+        self.ends = ends
+        self.landed = landed
+        there = Array(repeating: true, count: ends.count)
+        for i in missing { there[i] = false }
+        arrived(nil)
+    }
+
+    func arrived(_ index: Int?) {
+        lock.withLock {
+            if let index { there[index] = true }
+            while next < there.count && there[next] {
+                end = ends[next]
+                next += 1
+            }
         }
+        guard hashing.try() else { return }
+        defer { hashing.unlock() }
+        landed.follow(to: lock.withLock { end })
     }
 }
 

@@ -343,8 +343,9 @@ final class Downloads: Sendable {
         var have = Int64(try fd.stat().st_size)
         if have > size { try fd.truncate(0); have = 0 }
         let landed = LandedBytes(fd)
-        if size > WireChunkLimits.chunkedAbove, let manifest = try container.remote.manifest(sha256: sha) {
-            try landChunks(id, manifest, sha: sha, size: size, into: fd, staging: staging)
+        let manifest = size > WireChunkLimits.chunkedAbove ? try container.remote.manifest(sha256: sha) : nil
+        if let manifest {
+            try landChunks(id, manifest, sha: sha, size: size, into: fd, staging: staging, landed: landed)
         } else if have < size {
             progress(id, done: have, total: size)
             _ = lseek(fd.raw, off_t(have), SEEK_SET)
@@ -363,7 +364,8 @@ final class Downloads: Sendable {
         let gotSize = Int64(try fd.stat().st_size)
         let gotSHA = try landed.finish(at: gotSize)
         guard gotSize == size, gotSHA == sha else {
-            removeLeftover(staging)
+            // In chunks, the next try keeps the chunks that hash right; one blob has nothing to keep.
+            if manifest == nil { removeLeftover(staging) }
             throw RemoteError.corrupt("downloaded \(gotSize) bytes hashing to \(gotSHA.prefix(12)), "
                                       + "expected \(size) bytes hashing to \(sha.prefix(12))")
         }
