@@ -35,9 +35,11 @@ final class WholeHash {
     var hasher = SHA256Hasher()
     private static let zeros = [UInt8](repeating: 0, count: 1 << 20)
 
-    func addZeros(_ count: Int64) {
+    /// `keepGoing` is asked before each MiB: false stops with ECANCELED (a hole may be a terabyte long).
+    func addZeros(_ count: Int64, while keepGoing: () -> Bool) throws {
         var left = count
         while left > 0 {
+            if !keepGoing() { throw Errno(ECANCELED) }
             let n = Int(min(left, Int64(WholeHash.zeros.count)))
             WholeHash.zeros.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) }
             left -= Int64(n)
@@ -164,7 +166,7 @@ extension Chunker {
         var out: [Chunk] = []
         for extent in dataExtents(of: fd, size: size) {
             if extent.hole {
-                whole?.addZeros(extent.end - extent.start)
+                try whole?.addZeros(extent.end - extent.start, while: keepGoing)
                 append(Chunk(offset: extent.start, size: extent.end - extent.start, sha256: nil), to: &out)
                 continue
             }
