@@ -43,14 +43,22 @@ extension Downloads {
         }
         local.close()
         let frontier = HashFrontier(ends: ends, missing: wanted.map(\.index), landed: landed)
-        let done = Locked(size - wanted.reduce(0) { $0 + $1.size })
-        progress(key, done: done.withLock { $0 }, total: size)
+        // What is here, and the bytes of each chunk in flight; held while the progress is set, so that it only rises.
+        let done = Locked((here: size - wanted.reduce(0) { $0 + $1.size }, inFlight: [Int: Int64]()))
+        progress(key, done: done.withLock { $0.here }, total: size)
         try inParallel(wanted, width: Self.chunkStreams) { [self] chunk, goOn in
-            try fetch(key, chunk.sha, size: chunk.size, into: staging, at: chunk.offset, goOn: goOn)
+            try fetch(key, chunk.sha, size: chunk.size, into: staging, at: chunk.offset) { [self] got in
+                done.withLock {
+                    $0.inFlight[chunk.index] = min(got, chunk.size)
+                    progress(key, done: $0.here + $0.inFlight.values.reduce(0, +), total: size)
+                }
+                return goOn()
+            }
             frontier.arrived(chunk.index)
-            done.withLock {  // (held while the progress is set, so that it only rises)
-                $0 += chunk.size
-                progress(key, done: $0, total: size)
+            done.withLock {
+                $0.inFlight[chunk.index] = nil
+                $0.here += chunk.size
+                progress(key, done: $0.here + $0.inFlight.values.reduce(0, +), total: size)
             }
         }
         try fd.truncate(size)  // a hole at the end
@@ -60,10 +68,10 @@ extension Downloads {
     /// Fetches one chunk into its place in the staging file. It is checked as part of the whole file; when that
     /// fails, the next try checks each chunk and fetches again only those that do not hash to their names.
     private func fetch(_ key: String, _ sha: String, size: Int64, into staging: String, at offset: Int64,
-                       goOn: @escaping () -> Bool) throws {
+                       progress: @escaping TransferProgress) throws {
         let fd = try FileDescriptor.open(staging, O_RDWR)
         defer { fd.close() }
-        try container.remote.downloadChunk(sha256: sha, to: fd, at: offset) { _ in goOn() }
+        try container.remote.downloadChunk(sha256: sha, to: fd, at: offset, progress: progress)
     }
 }
 

@@ -113,7 +113,8 @@ public protocol RemoteClient: AnyObject, Sendable {
     func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
                      progress: TransferProgress?) throws
     /// Downloads the whole blob (a chunk) `sha256` into `fd` at `fileOffset`, whatever the descriptor's position
-    /// (so that several chunks may land in one file at once). Does not verify.
+    /// (so that several chunks may land in one file at once), calling `progress` with the chunk's bytes so far.
+    /// Does not verify.
     func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64, progress: TransferProgress?) throws
     /// Commits a version kept in chunks, once every data chunk it names is on the remote (else
     /// `.conflict` naming the chunk that is not).
