@@ -160,6 +160,12 @@ extension Chunker {
                            while keepGoing: () -> Bool = { true }) throws -> ChunkedFile {
         let fd = try FileDescriptor.open(path, O_RDONLY)
         defer { fd.close() }
+        return try cut(fd, hashingWhole: hashingWhole, while: keepGoing)
+    }
+
+    /// The same for a file open for reading (its position moves: SEEK_DATA and SEEK_HOLE find the holes).
+    public static func cut(_ fd: FileDescriptor, hashingWhole: Bool,
+                           while keepGoing: () -> Bool = { true }) throws -> ChunkedFile {
         let size = Int64(try fd.stat().st_size)
         var reader = BlockReader(fd: fd)
         let whole: WholeHash? = hashingWhole ? WholeHash() : nil

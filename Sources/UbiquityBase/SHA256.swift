@@ -77,3 +77,10 @@ public func sha256Hex(of fd: FileDescriptor) throws -> String {
     try fd.forEachChunk { hasher.update($0) }
     return hasher.finalizeHex()
 }
+
+/// The SHA-256 of `count` bytes of a descriptor's file from `offset` (fewer where the file ends).
+public func sha256Hex(of fd: FileDescriptor, at offset: Int64, count: Int64) throws -> String {
+    var hasher = SHA256Hasher()
+    try fd.forEachChunk(from: offset, count: count) { hasher.update($0) }
+    return hasher.finalizeHex()
+}

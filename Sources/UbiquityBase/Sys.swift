@@ -111,6 +111,22 @@ public struct FileDescriptor: Sendable, Hashable {
     public func writeAll(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try writeAll($0) } }
 
     /// Reads the file from its current position to the end in 1 MiB chunks, handing each to `body`.
+    /// Hands `body` the file's bytes from `offset` on, `count` of them at most (fewer where the file ends), a
+    /// MiB at a time, read with pread (the descriptor's position is left alone).
+    public func forEachChunk(from offset: Int64, count: Int64,
+                             _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buf.deallocate() }
+        var done: Int64 = 0
+        while done < count {
+            let want = Int(min(Int64(buf.count), count - done))
+            let n = try read(into: UnsafeMutableRawBufferPointer(rebasing: buf[0..<want]), at: offset + done)
+            if n == 0 { return }
+            try body(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
+            done += Int64(n)
+        }
+    }
+
     public func forEachChunk(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buf.deallocate() }

@@ -34,7 +34,7 @@ extension Downloads {
         let local = LocalChunks(copyOf: key, in: container)
         for (i, chunk) in manifest.chunks.enumerated() {
             if let sha = chunk.sha256,
-               !(offset + chunk.size <= staged && (try? hashOf(fd, at: offset, count: chunk.size)) == sha),
+               !(offset + chunk.size <= staged && (try? sha256Hex(of: fd, at: offset, count: chunk.size)) == sha),
                !local.copy(sha, size: chunk.size, to: fd, at: offset) {
                 wanted.append((i, sha, offset, chunk.size))
             }
@@ -112,22 +112,6 @@ final class HashFrontier: @unchecked Sendable {
     }
 }
 
-/// The SHA-256 of `count` bytes of a file from `offset` (fewer when the file ends first).
-func hashOf(_ fd: FileDescriptor, at offset: Int64, count: Int64) throws -> String {
-    var hasher = SHA256Hasher()
-    let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-    defer { buf.deallocate() }
-    var done: Int64 = 0
-    while done < count {
-        let want = Int(min(Int64(buf.count), count - done))
-        let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buf[0..<want]), at: offset + done)
-        if n == 0 { break }
-        hasher.update(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
-        done += Int64(n)
-    }
-    return hasher.finalizeHex()
-}
-
 /// The chunks of an item's local copy, by hash, to copy from rather than fetch. Empty when there is no copy.
 final class LocalChunks {
     private let fd: FileDescriptor?
@@ -141,7 +125,7 @@ final class LocalChunks {
         }
         self.fd = fd
         // Only a speed-up: a copy that cannot be cut is no copy.
-        for chunk in (try? Chunker.chunks(ofFile: container.paths.content(item))) ?? [] {
+        for chunk in (try? Chunker.cut(fd, hashingWhole: false).chunks) ?? [] {
             if let sha = chunk.sha256 { byHash[sha] = chunk }
         }
     }
