@@ -90,4 +90,16 @@ import UbiquityBase
     @Test func aNewFolderThatTakesTheNameOfTheFolderMovedIntoItKeepsIt() {
         expectAgrees([.mkdir(dir: 0), .sync, .mkdir(dir: 1), .moveDir(from: 0, to: 3), .moveDir(from: 1, to: 0)])
     }
+
+    /// Seed 2026120603 (fresh): offline, `mkdir e e/d; mv a e/d/a; touch a`. The new `a` waits for the old one
+    /// to leave the name, whose move waits for `e/d`, which waits for `e`: the pusher pushed `e` first, found
+    /// the name still held and gave the new file a free name for good: every device showed "a 2".
+    @Test func aNewFileWhoseNameIsFreedByAMoveIntoNewFoldersKeepsIt() {
+        expectAgrees([.remoteWrite(name: 0, bytes: Array("ltgtn".utf8)),
+                      .network(up: false),
+                      .mkdir(dir: 1),
+                      .mkdir(dir: 3),
+                      .rename(from: 0, to: 6),
+                      .create(p: 0, name: 0)])
+    }
 }

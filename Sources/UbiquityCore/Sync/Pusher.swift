@@ -40,7 +40,7 @@ struct Pusher {
     }
 
     func run() throws {
-        // Items in the way of this one's name that were pushed first once already (see nameTaken).
+        // Items pushed first once already to free this one's name (see nameTaken).
         var pushedFirst: Set<String> = []
         try run(attempts: 0, pushedFirst: &pushedFirst)
     }
@@ -435,16 +435,20 @@ struct Pusher {
     /// Another item holds the name on the remote. Returns true when done, false to look again.
     private func nameTaken(by holder: WireItem?, error: RemoteError, wire: WireItem, pushed item: Item,
                            pushedFirst: inout Set<String>) throws -> Bool {
-        // Pushed first once and still in the way (its own push settled otherwise): this item takes a free
-        // name, as against any other holder.
-        guard let holder, holder.id != id, push.hasMovedAway(holder), !pushedFirst.contains(holder.id) else {
+        guard let holder, holder.id != id, push.hasMovedAway(holder) else {
             try takeFreeName(pushed: item)
             return false
         }
         // The item in the way leaves that name here (moved or deleted, not pushed yet): it goes first (or the
-        // new folder it waits for). Not while a program writes it: this push waits (the push loop tries again
-        // later).
+        // new folder it waits for, one at a time up the chain of new folders). Not while a program writes it:
+        // this push waits (the push loop tries again later).
         let first = push.firstToPush(toFree: holder.id)
+        // The one to go first was pushed once already and the name is still held (its own push settled
+        // otherwise): this item takes a free name, as against any other holder.
+        if let first, pushedFirst.contains(first) {
+            try takeFreeName(pushed: item)
+            return false
+        }
         let cycle = waiting.contains(holder.id) || first.map({ $0 == id || waiting.contains($0) }) == true
         if try cycle || holdsOnRemote(holder, pushed: item) {
             // A cycle of moves (an exchange, a rotation, or one through a new folder), or a folder deleted
@@ -458,7 +462,7 @@ struct Pusher {
         guard let first else { throw error }
         // A chain this long is not a real one: let the push loop try again later rather than recurse on.
         if waiting.count >= 32 { throw error }
-        pushedFirst.insert(holder.id)
+        pushedFirst.insert(first)
         try pushFirst(first)
         return false
     }
