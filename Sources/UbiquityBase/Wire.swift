@@ -243,16 +243,19 @@ public struct WireChunkList: Codable, Equatable, Sendable {
 
 /// The sizes chunks and manifests may reach.
 public enum WireChunkLimits {
-    /// A chunk's bytes (the chunker cuts at 4 MiB at most; a little room for a later chunker).
+    /// A chunk's bytes (the standard format cuts at 4 MiB at most; a little room for a later one). No chunk
+    /// format may cut larger (`ChunkFormat.problem`).
     public static let maxChunkBytes: Int64 = 8 << 20
-    /// Chunks in one manifest: 64 GiB (the largest blob) at the smallest cut, 256 KiB.
+    /// Chunks in one manifest: 64 GiB (the largest blob) at the standard format's smallest cut, 256 KiB. A
+    /// file that a smaller format cuts into more goes up as one blob.
     public static let maxChunks = 262_144
     /// A manifest's JSON body.
     public static let maxManifestBytes = 32 << 20
     /// Hashes asked about in one request.
     public static let maxAsk = 10_000
-    /// A file larger than this goes up in chunks (one smaller is one chunk: a blob, as before chunks).
-    public static let chunkedAbove: Int64 = 4 << 20
+    /// A file larger than this goes up in chunks in the standard format (one smaller is one chunk: a blob, as
+    /// before chunks); a container goes by its own format, `ContainerConfig.chunkFormat`.
+    public static var chunkedAbove: Int64 { ChunkFormat.standard.chunkedAbove }
 }
 
 /// The identity of one change (an item's put or delete) as its device chose it: sent in `X-Change-ID` and

@@ -1,5 +1,6 @@
 // The end of a run: heal every link, finish writes in progress, let pulls and pushes run until nothing moves,
-// fetch every content, then check the invariants (rules of the model in Model.swift).
+// fetch every content once with the plan's faults and then calmly, then check the invariants (rules of the
+// model in Model.swift).
 import Foundation
 import UbiquityBase
 @_spi(Simulation) import UbiquityCore
@@ -79,12 +80,36 @@ extension World {
     /// Every invariant; an empty list when all hold.
     func check() -> [String] {
         if let stuck = quiesce() { return [stuck] }
+        if let failed = fetchUnderFaults() { return [failed] }
         var v = fetchEverything()
         v += divergences()
         for dev in devices { v += integrity(dev) }
         v += lostContent()
         v += resurrections()
         return v
+    }
+
+    /// Once nothing moves, every device fetches each file's last version and conflict versions once with the
+    /// plan's faults on (no partitions), drawn from a generator seeded by the plan's seed: every version a run
+    /// made travels to every device at least once under faults (most of a run's downloads of files in chunks
+    /// are here: cut, corrupt and missing chunks, crashes, a local older version to copy chunks from), and no
+    /// unverified byte may be in place after it. The calm fetch that follows completes what it left. Returns
+    /// the violation when a store fails.
+    func fetchUnderFaults() -> String? {
+        rng = SimRNG(seed: plan.seed)
+        for dev in devices { dev.link.calm = false }
+        defer { for dev in devices { dev.link.calm = true } }
+        for dev in devices {
+            let files = live(dev).filter { !$0.isDirectory }
+            var failed = 0
+            for key in files.flatMap({ f in [f.id] + f.conflicts.map { f.id + "." + $0.id } }) {
+                if case .failure = dev.container.downloadOnce(key) { failed += 1 }
+                if let v = restartIfCrashed(dev, at: "the fetch under faults") { return v }
+            }
+            note("\(dev.name) fetch under faults: \(failed) of \(files.count) file(s) and their conflict versions failed")
+            if installViolations.count < 5 { installViolations += unverified(dev) }
+        }
+        return nil
     }
 
     /// Every device fetches every content and conflict version, so bytes can be compared. Like the daemon's
@@ -158,6 +183,27 @@ extension World {
             for c in w.conflicts {
                 if let r = model.resolved[c.id] {
                     v.append("resurrected: conflict \(c.id) of [\(short(w.id))] resolved by \(r.device) at #\(r.step) is listed again")
+                }
+            }
+        }
+        return v
+    }
+
+    /// No unverified bytes in place, checked after every step on the device that made it: a file's clean local
+    /// copy holds the bytes of the remote version it is a copy of (`localSHA`: the current one, or an older one
+    /// not fetched again yet), and a conflict version's copy its own (a download cut, corrupt or crashed never
+    /// installs part of a version or wrong bytes).
+    func unverified(_ dev: SimDevice) -> [String] {
+        guard let c = dev.container else { return [] }
+        var v: [String] = []
+        for item in c.indexSnapshot() where !item.isDirectory && !item.deleted {
+            if item.hasLocal && !item.dirty, let want = item.localSHA,
+               let (sha, _) = try? sha256OfFile(c.contentPath(item.id)), sha != want {
+                v.append("unverified: [\(short(item.id))] on \(dev.name) holds \(sha.prefix(8)), not its version \(want.prefix(8)), after #\(stepIndex)")
+            }
+            for cv in item.conflicts {
+                if let (sha, _) = try? sha256OfFile(c.conflictPath(item.id, cv.id)), sha != cv.sha256 {
+                    v.append("unverified: conflict \(cv.id) of [\(short(item.id))] on \(dev.name) holds \(sha.prefix(8)), after #\(stepIndex)")
                 }
             }
         }

@@ -3,14 +3,23 @@
 // applied it, the device sees an error), duplicated deliveries of item writes and deletes (the device sees the
 // answer to the second copy), stale feed answers (an older page of the feed arrives, as from a lagging
 // cache), slow transfers (a download cut off part way, resumed later with a range) and corrupt downloads.
+// Content in chunks meets the same faults chunk by chunk (an upload cut after some chunks are stored, its
+// manifest never committed; a chunk download cut half way or served with a byte wrong), and three of its own:
+// a chunk missing when a download asks for it (404, as if collected), a chunk collected between the ask and the
+// commit (the commit answers 409), and a crash of the device inside a transfer (before the remote sees the
+// request or after it applied it; the device restarts from its store after the step, World.run).
 //
 // What must hold: a fault is drawn only from `World.rng`, so the same plan strikes the same faults; `calm`
 // turns every fault off, a partition refuses every call. Each fault is counted. A thrown fault is always
-// `.unreachable`, a transient error the core must retry; a corrupt download returns wrong bytes the core must
-// refuse by their hash. Every item write that lands, a duplicate's first copy and one whose answer is dropped
-// included, is told to `World.reached`, so the model knows what the remote saw. Behind the faults the link
-// passes calls to one shared `MemoryRemote` unchanged, change ids included (a duplicate's second copy, or a
-// retry after a dropped answer, is answered as already applied when the core sends its change's id).
+// `.unreachable` (or the remote's own answer to a chunk gone: 404, 409), an error the core must retry; a corrupt
+// download returns wrong bytes the core must refuse by their hash. The faults of one request strike each chunk
+// at a fifth of their rate (`perChunk`): a transfer of five chunks meets about those of one whole blob. Every
+// item write that lands, a duplicate's first copy and one whose answer is dropped included, is told to
+// `World.reached`, so the model knows what the remote saw. Behind the faults the link passes calls to one
+// shared `MemoryRemote` unchanged, change ids included (a duplicate's second copy, or a retry after a dropped
+// answer, is answered as already applied when the core sends its change's id); a chunk is collected there only
+// when nothing names it (`MemoryRemote.collect`). Without background transfers the core sends a file's chunks
+// one at a time on the step's thread, so the link is never called from two threads.
 import Foundation
 import UbiquityBase
 @_spi(Simulation) import UbiquityCore
@@ -23,16 +32,22 @@ public struct FaultRates: Sendable, CustomStringConvertible {
     public var staleFeed = 0.0
     public var slowTransfer = 0.0
     public var corrupt = 0.0
+    /// A chunk the remote lacks when a download asks for it, or collected before the commit of a manifest.
+    public var missingChunk = 0.0
+    /// The device crashes inside a chunk transfer or a manifest's commit.
+    public var crashInTransfer = 0.0
 
     public init(dropRequest: Double = 0, dropResponse: Double = 0, duplicate: Double = 0, staleFeed: Double = 0,
-                slowTransfer: Double = 0, corrupt: Double = 0) {
+                slowTransfer: Double = 0, corrupt: Double = 0, missingChunk: Double = 0, crashInTransfer: Double = 0) {
         self.dropRequest = dropRequest; self.dropResponse = dropResponse; self.duplicate = duplicate
         self.staleFeed = staleFeed; self.slowTransfer = slowTransfer; self.corrupt = corrupt
+        self.missingChunk = missingChunk; self.crashInTransfer = crashInTransfer
     }
 
     public var description: String {
-        String(format: "dropRequest %.2f dropResponse %.2f duplicate %.2f staleFeed %.2f slow %.2f corrupt %.2f",
-               dropRequest, dropResponse, duplicate, staleFeed, slowTransfer, corrupt)
+        String(format: "dropRequest %.2f dropResponse %.2f duplicate %.2f staleFeed %.2f slow %.2f corrupt %.2f "
+               + "missingChunk %.2f crashInTransfer %.2f",
+               dropRequest, dropResponse, duplicate, staleFeed, slowTransfer, corrupt, missingChunk, crashInTransfer)
     }
 }
 
@@ -44,6 +59,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
     var partitioned = false
     /// No faults (while the run quiesces).
     var calm = false
+    /// The device crashed inside a transfer: every call fails until World.run restarts it after the step.
+    var crashed = false
     /// Feed positions this device asked for lately, for stale answers.
     private var asked: [String?] = []
 
@@ -56,25 +73,42 @@ final class SimLink: RemoteClient, @unchecked Sendable {
     private var rates: FaultRates { world.rates }
     private func roll(_ p: Double) -> Bool { !calm && world.rng.chance(p) }
 
-    private func call<T>(_ what: String, _ body: () throws -> T) throws -> T {
+    /// How much of a request's faults one chunk meets.
+    private static let perChunk = 0.2
+
+    /// One request through the faults of the path; `exposure`: the share of a whole request's faults it meets.
+    private func call<T>(_ what: String, exposure: Double = 1, _ body: () throws -> T) throws -> T {
+        if crashed { throw RemoteError.unreachable("the device crashed") }
         if partitioned {
             world.count("partitioned call")
             throw RemoteError.unreachable("partitioned")
         }
-        if roll(rates.dropRequest) {
+        if roll(rates.dropRequest * exposure) {
             world.count("dropped request")
             throw RemoteError.unreachable("request lost")
         }
         let result: T
         do { result = try body() } catch {
-            if roll(rates.dropResponse) { world.count("dropped response"); throw RemoteError.unreachable("answer lost") }
+            if roll(rates.dropResponse * exposure) { world.count("dropped response"); throw RemoteError.unreachable("answer lost") }
             throw error
         }
-        if roll(rates.dropResponse) {
+        if roll(rates.dropResponse * exposure) {
             world.count("dropped response")
             throw RemoteError.unreachable("answer lost")
         }
         return result
+    }
+
+    /// A request of a chunk transfer (a chunk up or down, a manifest's commit): as `call`, and the device may
+    /// crash in it, before the remote sees it or after the remote applied it.
+    private func transfer<T>(_ what: String, exposure: Double, _ body: () throws -> T) throws -> T {
+        try call(what, exposure: exposure) {
+            guard roll(rates.crashInTransfer * exposure) else { return try body() }
+            world.count("crash in transfer")
+            crashed = true
+            if world.rng.chance(0.5) { _ = try? body() }
+            throw RemoteError.unreachable("the device crashed")
+        }
     }
 
     func openContainer() throws -> WireContainer { try call("open") { try remote.openContainer() } }
@@ -151,6 +185,82 @@ final class SimLink: RemoteClient, @unchecked Sendable {
                 return
             }
             try remote.downloadBlob(sha256: sha256, offset: offset, to: fd, progress: progress)
+        }
+    }
+
+    // MARK: content in chunks
+
+    func missingChunks(_ sha256s: [String]) throws -> Set<String> {
+        try call("chunks/missing") {
+            let missing = try remote.missingChunks(sha256s)
+            world.count("ok chunk held already", sha256s.count - missing.count)
+            return missing
+        }
+    }
+
+    func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
+                     progress: TransferProgress?) throws {
+        try transfer("upload chunk", exposure: Self.perChunk) {
+            if roll(rates.slowTransfer * Self.perChunk) {
+                world.count("chunk upload cut")
+                throw RemoteError.unreachable("upload timed out")
+            }
+            try remote.uploadChunk(sha256: sha256, size: size, fromFile: path, at: offset, progress: progress)
+            world.count(calm ? "ok chunk uploaded, calm" : "ok chunk uploaded")
+        }
+    }
+
+    func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64,
+                       progress: TransferProgress?) throws {
+        try transfer("download chunk", exposure: Self.perChunk) {
+            if roll(rates.missingChunk * Self.perChunk) {
+                world.count("chunk missing")
+                throw RemoteError.notFound("blob \(sha256)")
+            }
+            guard var bytes = remote.blob(sha256) else {
+                return try remote.downloadChunk(sha256: sha256, to: fd, at: fileOffset, progress: progress)
+            }
+            if bytes.count >= 2 && roll(rates.slowTransfer * Self.perChunk) {
+                world.count("chunk download cut")
+                try bytes.withUnsafeBytes { try fd.writeAll(UnsafeRawBufferPointer(rebasing: $0.prefix($0.count / 2)), at: fileOffset) }
+                _ = progress?(Int64(bytes.count / 2))
+                throw RemoteError.unreachable("download timed out")
+            }
+            if !bytes.isEmpty && roll(rates.corrupt * Self.perChunk) {
+                world.count("corrupt chunk")
+                bytes[bytes.count / 2] ^= 0x5a
+                try bytes.withUnsafeBytes { try fd.writeAll($0, at: fileOffset) }
+                _ = progress?(Int64(bytes.count))
+                return
+            }
+            try remote.downloadChunk(sha256: sha256, to: fd, at: fileOffset, progress: progress)
+            world.count(calm ? "ok chunk downloaded, calm" : "ok chunk downloaded")
+        }
+    }
+
+    /// A chunk may be collected first (`missingChunk`): one of the manifest's that nothing names yet, such as
+    /// one this very upload sent (the remote then refuses the commit, naming it).
+    func putManifest(_ manifest: WireManifest) throws {
+        try transfer("commit manifest", exposure: 1) {
+            let hashes = manifest.chunkHashes
+            if !hashes.isEmpty && roll(rates.missingChunk) {
+                let first = world.rng.int(hashes.count)
+                if let gone = hashes.indices.lazy.map({ hashes[(first + $0) % hashes.count] }).first(where: remote.collect) {
+                    world.count("chunk collected")
+                    simLog.debug("remote: chunk \(gone.prefix(8)) collected before \(device) commits \(manifest.sha256.prefix(8))")
+                }
+            }
+            try remote.putManifest(manifest)
+            world.count("ok manifest committed")
+            if manifest.chunks.contains(where: \.isHole) { world.count("ok manifest with holes") }
+        }
+    }
+
+    func manifest(sha256: String) throws -> WireManifest? {
+        try call("manifest") {
+            let manifest = try remote.manifest(sha256: sha256)
+            if let manifest { world.count("ok chunk listed in a manifest fetched", manifest.chunkHashes.count) }
+            return manifest
         }
     }
 }

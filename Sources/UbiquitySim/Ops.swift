@@ -55,9 +55,21 @@ extension World {
 
     /// Unique bytes for a write: device, sequence number, then filler.
     func newBytes(_ dev: SimDevice) -> [UInt8] {
+        newTag(dev) + [UInt8](repeating: UInt8(97 + rng.int(26)), count: rng.int(80))
+    }
+
+    /// The tag that makes a write's content unique: device and sequence number.
+    func newTag(_ dev: SimDevice) -> [UInt8] {
         model.writeCounter += 1
-        let head = "\(dev.name)\(model.writeCounter);"
-        return Array(head.utf8) + [UInt8](repeating: UInt8(97 + rng.int(26)), count: rng.int(80))
+        return Array("\(dev.name)\(model.writeCounter);".utf8)
+    }
+
+    /// `count` bytes from the generator: where content-defined chunks are cut depends on them.
+    func noise(_ count: Int) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(count + 8)
+        while out.count < count { withUnsafeBytes(of: rng.next()) { out += $0 } }
+        return Array(out.prefix(count))
     }
 
     /// The kernel stamps a written file with the (virtual) time of the write.
@@ -207,6 +219,8 @@ extension World {
         case .exchange: return try exchangeItems(dev, c)
         case .fsync: return try fsyncWrite(dev)
         case .moveInto: return try moveIntoMovedFolder(dev, c)
+        case .edit: return try editFile(dev, c)
+        case .grow: return try growFile(dev, c)
         case .partition:
             dev.link.partitioned = true
             return "link down"
@@ -265,6 +279,56 @@ extension World {
         try c.flushed(f.id)
         recordContent(dev, f.id, "append")
         return "\(c.path(of: f.id)) [\(short(f.id))] +\(bytes.count) bytes"
+    }
+
+    /// A program changes a few bytes inside a file (open, pwrite of a new tag, close): in chunks, only those
+    /// around the bytes change.
+    func editFile(_ dev: SimDevice, _ c: Container) throws -> String {
+        let f = try pickFile(dev)
+        let fd = try openFile(dev, f.id, writable: true)
+        defer { fd.close(); c.closed(f.id, writable: true) }
+        supersede(dev, f, conflicts: false)
+        deliberate(dev, f.id)
+        try c.willWrite(f.id, through: fd)
+        let tag = newTag(dev)
+        let size = Int64(try fd.stat().st_size)
+        let offset = Int64(rng.int(Int(max(size - Int64(tag.count), 0)) + 1))
+        try tag.withUnsafeBytes { try fd.writeAll($0, at: offset) }
+        stamp(c.contentPath(f.id))
+        try c.flushed(f.id)
+        recordContent(dev, f.id, "edit")
+        return "\(c.path(of: f.id)) [\(short(f.id))] \(tag.count) bytes at \(offset) of \(size)"
+    }
+
+    /// A program appends a large block to a file: a new tag and bytes from the generator, with a run of zeros
+    /// in it (chunks of zeros only are holes), or written past the end (a hole of the file), or neither. Files
+    /// grow past a small chunk format's threshold this way.
+    func growFile(_ dev: SimDevice, _ c: Container) throws -> String {
+        let f = try pickFile(dev)
+        let fd = try openFile(dev, f.id, writable: true)
+        defer { fd.close(); c.closed(f.id, writable: true) }
+        supersede(dev, f, conflicts: false)
+        deliberate(dev, f.id)
+        try c.willWrite(f.id, through: fd)
+        var block = newTag(dev) + noise(128 + rng.int(1920))
+        let size = Int64(try fd.stat().st_size)
+        var at = size
+        var shape = ""
+        switch rng.int(3) {
+        case 0:
+            let zeros = 64 + rng.int(1024)
+            block.insert(contentsOf: [UInt8](repeating: 0, count: zeros), at: rng.int(block.count + 1))
+            shape = ", \(zeros) of them zeros"
+        case 1:
+            at += Int64(4096 + rng.int(8192))
+            shape = " after a hole of \(at - size)"
+        default: break
+        }
+        try block.withUnsafeBytes { try fd.writeAll($0, at: at) }
+        stamp(c.contentPath(f.id))
+        try c.flushed(f.id)
+        recordContent(dev, f.id, "grow")
+        return "\(c.path(of: f.id)) [\(short(f.id))] +\(block.count) bytes\(shape), at \(at)"
     }
 
     func truncateFile(_ dev: SimDevice, _ c: Container) throws -> String {

@@ -30,7 +30,8 @@ public enum Simulation {
         do {
             let world = try World(plan: plan)
             world.run(steps)
-            let violations = world.runViolations.isEmpty ? world.check() + world.readViolations : world.runViolations
+            let violations = world.runViolations.isEmpty
+                ? world.check() + world.readViolations + world.installViolations : world.runViolations
             return RunResult(seed: plan.seed, steps: steps.count, violations: violations, trace: world.trace,
                              counters: world.counters)
         } catch {

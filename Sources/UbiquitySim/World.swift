@@ -6,7 +6,8 @@
 // killed process leaves: committed SQLite transactions (the store) and bytes written to content files. What is
 // lost is everything only in memory: the Container's index and its in-memory bookkeeping, open file handles
 // (a program writing through the mount loses its handle; bytes it wrote stay in the content file), downloads
-// in flight (staging is emptied when the store opens). Power loss (unsynced page cache) is not modelled.
+// in flight (staging is emptied when the store opens). Power loss (unsynced page cache) is not modelled. A crash
+// inside a transfer (SimLink) fails every later call of the step and restarts the device right after it.
 //
 // What must hold: each device's core runs with the simulation's environment (virtual clock, seeded ids, sleeps
 // that move the clock, no jitter, no background transfers, no snapshots of open writes), so nothing happens
@@ -25,13 +26,15 @@ public enum StepKind: String, CaseIterable, Sendable {
     case evict, pin, discard, promote, keepCurrent
     case pull, push, download, partition, heal, crash
     case holdRead, endRead, exchange, fsync, moveInto
+    case edit, grow
 
     var weight: Int {
         switch self {
         case .pull, .push: return 14
         case .create, .write: return 8
         case .download: return 6
-        case .append, .rename, .move, .delete, .endWrite: return 4
+        case .append, .rename, .move, .delete, .endWrite, .edit: return 4
+        case .grow: return 5
         case .mkdir, .truncate, .beginWrite, .evict, .discard, .promote, .heal, .holdRead, .endRead: return 3
         case .rmdir, .chmod, .pin, .keepCurrent, .partition, .crash, .exchange, .fsync, .moveInto: return 2
         }
@@ -57,15 +60,29 @@ public struct Plan: Sendable {
     public var devices: Int
     public var rates: FaultRates
     public var feedPage: Int
+    /// The chunk format every device of the run is configured with.
+    public var chunkFormat: ChunkFormat
     public var steps: [Step]
 
     /// An explicit plan, as recorded in a regression (`swiftLiteral`): it runs the same whatever the
-    /// generator below becomes. `seed` seeds the devices' ids only.
-    public init(seed: UInt64, devices: Int, feedPage: Int, rates: FaultRates, steps: [Step]) {
-        self.seed = seed; self.devices = devices; self.rates = rates; self.feedPage = feedPage; self.steps = steps
+    /// generator below becomes. `seed` seeds the devices' ids and the faults of the fetch after quiescence
+    /// (`fetchUnderFaults`) only. Plans recorded before chunks ran in the
+    /// standard format, whose files of a few hundred bytes are never chunked.
+    public init(seed: UInt64, devices: Int, feedPage: Int, rates: FaultRates, chunkFormat: ChunkFormat = .standard,
+                steps: [Step]) {
+        self.seed = seed; self.devices = devices; self.rates = rates; self.feedPage = feedPage
+        self.chunkFormat = chunkFormat; self.steps = steps
     }
 
-    /// The plan a seed stands for.
+    /// A format in the standard's proportions around a small average, so that files of a few hundred bytes
+    /// go in chunks of tens to hundreds: chunked above four times the average, chunks of a quarter of it to
+    /// four times it.
+    public static func smallChunkFormat(average: Int) -> ChunkFormat {
+        ChunkFormat(chunkedAbove: Int64(4 * average), minSize: average / 4, averageSize: average, maxSize: 4 * average)
+    }
+
+    /// The plan a seed stands for: in three runs out of four a small chunk format (an average of 32, 64 or
+    /// 128 bytes), else the standard one.
     public init(seed: UInt64, steps count: Int? = nil) {
         self.seed = seed
         var rng = SimRNG(seed: seed)
@@ -74,6 +91,9 @@ public struct Plan: Sendable {
                            duplicate: Double(rng.int(10)) / 100, staleFeed: Double(rng.int(8)) / 100,
                            slowTransfer: Double(rng.int(20)) / 100, corrupt: Double(rng.int(6)) / 100)
         feedPage = 1 + rng.int(6)
+        rates.missingChunk = Double(rng.int(20)) / 100
+        rates.crashInTransfer = Double(rng.int(6)) / 100
+        chunkFormat = rng.chance(0.75) ? Plan.smallChunkFormat(average: 32 << rng.int(3)) : .standard
         let n = count ?? (120 + rng.int(280))
         let kinds = StepKind.allCases
         let total = kinds.reduce(0) { $0 + $1.weight }
@@ -145,6 +165,8 @@ final class World {
     var runViolations: [String] = []
     /// Held readers that read other bytes than at their open (checked with the other invariants at the end).
     var readViolations: [String] = []
+    /// Content in place that is not the version the device says it is, seen after a step (`unverified`).
+    var installViolations: [String] = []
 
     init(plan: Plan) throws {
         self.plan = plan
@@ -163,12 +185,13 @@ final class World {
 
     deinit { try? FileManager.default.removeItem(atPath: base) }
 
-    func count(_ what: String) { counters[what, default: 0] += 1 }
+    func count(_ what: String, _ n: Int = 1) { counters[what, default: 0] += n }
     func note(_ line: String) { trace.append("#\(stepIndex) " + line) }
 
     /// Opens (or reopens after a crash) a device's container from its store.
     func open(_ dev: SimDevice) throws {
         var config = ContainerConfig(device: dev.name)
+        config.chunkFormat = plan.chunkFormat
         config.environment.clock = { [clock] in clock.now }
         config.environment.randomHex = { [ids = dev.ids] in ids.hex($0) }
         config.environment.backgroundTransfers = false
@@ -212,12 +235,31 @@ final class World {
             } catch {
                 note("\(dev.name) \(step.kind.rawValue): \(error)")
             }
+            if let failed = restartIfCrashed(dev, at: "#\(i)") {
+                runViolations.append(failed)
+                return
+            }
+            if installViolations.count < 5 { installViolations += unverified(dev) }
             // A folder below itself would hang or crash every later walk up the tree: the run stops there.
             if let cycle = dev.container.flatMap(World.cycle) {
                 runViolations.append("\(dev.name) at #\(i) (\(step.kind.rawValue)): \(cycle) lies below itself")
                 return
             }
         }
+    }
+
+    /// A device that crashed inside a transfer (SimLink) starts again from its store, before anything else
+    /// happens. Returns the violation when its store does not open again.
+    func restartIfCrashed(_ dev: SimDevice, at when: String) -> String? {
+        guard dev.link.crashed else { return nil }
+        dev.link.crashed = false
+        do { note("\(dev.name) crashed in a transfer: " + (try restart(dev))) } catch let f as DeviceFailed {
+            note("\(dev.name) crashed in a transfer: the store failed: \(f.cause)")
+            return "store failed: \(f.device) at \(when) (a crash in a transfer): \(f.cause)"
+        } catch {
+            note("\(dev.name) crashed in a transfer: \(error)")
+        }
+        return nil
     }
 
     /// An item of the container's index that lies below itself, if any.

@@ -4,12 +4,13 @@
 // where they differ, the stub is right). Every call takes one condition lock, so it is thread-safe; the change
 // feed waits on that condition for long polling. A put or delete with a change id is first checked against the
 // last change applied for its item and device (`appliedChange`), as on the stub. A manifest is stored only once
-// every chunk it names is held at its size, and no blob is ever removed here, so a manifest's content can always
-// be put together (`assembled`).
+// every chunk it names is held at its size, and no blob a manifest names is ever removed here (`collect` takes
+// only blobs nothing names), so a manifest's content can always be put together (`assembled`).
 //
 // Test hooks: `offline` (every call fails as unreachable), `corruptDownloads` (flips a byte of every blob
-// served), `downloadDelayMilliseconds`, `changeLimit`, `seed(path:...)`, and the counters `blobDownloads`,
-// `uploadedBytes` and `downloadedBytes`.
+// served), `downloadDelayMilliseconds`, `holdChunkUploads` (chunk uploads wait until it is cleared), `changeLimit`,
+// `seed(path:...)`, `collect` (one blob collected as a pass past its grace would), and the counters
+// `blobDownloads`, `uploadedBytes` and `downloadedBytes`.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `cond` is a leaf.
 import Foundation
@@ -32,6 +33,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     private var _offline = false
     private var _corruptDownloads = false
     private var _downloadDelay = 0
+    private var _holdChunkUploads = false
+    private var _heldChunkUploads = 0
     private var _changeLimit = 1000
     private var _blobDownloads: [String: Int] = [:]
     private var _uploadedBytes: Int64 = 0
@@ -74,6 +77,15 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         set { locked { _downloadDelay = newValue } }
     }
 
+    /// While set, every chunk upload waits before storing its bytes (`heldChunkUploads` counts those waiting).
+    public var holdChunkUploads: Bool {
+        get { locked { _holdChunkUploads } }
+        set { locked { _holdChunkUploads = newValue; cond.broadcast() } }
+    }
+
+    /// Uploads waiting on `holdChunkUploads`.
+    public var heldChunkUploads: Int { locked { _heldChunkUploads } }
+
     /// Most items in one answer of the change feed.
     public var changeLimit: Int {
         get { locked { _changeLimit } }
@@ -97,6 +109,21 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
     /// The bytes of a blob, if the remote holds it.
     public func blob(_ sha256: String) -> [UInt8]? { locked { blobs[sha256] } }
+
+    /// Removes the blob as a collection pass would once its grace is over: only one that no manifest and no
+    /// item (current content or conflict version, tombstones included) names, such as a
+    /// chunk uploaded for a manifest not committed yet. True when it was removed.
+    @discardableResult
+    public func collect(_ sha256: String) -> Bool {
+        locked {
+            guard blobs[sha256] != nil,
+                  !manifests.values.contains(where: { $0.chunks.contains { $0.sha256 == sha256 } }),
+                  !items.values.contains(where: { $0.sha256 == sha256 || $0.conflicts.contains { $0.sha256 == sha256 } })
+            else { return false }
+            blobs[sha256] = nil
+            return true
+        }
+    }
 
     /// The live item at a path of names from the root (`Documents/a/b.txt`), if any.
     public func lookup(path: String) -> WireItem? {
@@ -433,6 +460,11 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
         if let progress, !progress(size) { throw RemoteError.cancelled }
         try locked {
+            if !whole {
+                _heldChunkUploads += 1
+                while _holdChunkUploads && !_offline { cond.wait() }
+                _heldChunkUploads -= 1
+            }
             try checkOnline()
             blobs[sha256] = bytes
             _uploadedBytes += size
@@ -471,7 +503,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             _downloadedBytes += Int64(b.count) - offset
             return (b, _downloadDelay, _corruptDownloads)
         }
-        if delay > 0 { usleep(UInt32(delay) * 1000) }
+        if delay > 0 {
+            usleep(UInt32(delay) * 1000)
+            try locked { try checkOnline() } // gone meanwhile: the transfer is cut
+        }
         var bytes = Array(whole[Int(offset)...])
         if corrupt && !bytes.isEmpty { bytes[bytes.count / 2] ^= 0xff }
         try fd.writeAll(bytes)

@@ -67,7 +67,7 @@ while done < totalRuns {
     done += 1
     steps += r.steps
     for (k, v) in r.counters { totals[k, default: 0] += v }
-    let faults = r.counters.filter { !$0.key.hasPrefix("step ") }.values.reduce(0, +)
+    let faults = r.counters.filter { !$0.key.hasPrefix("step ") && !$0.key.hasPrefix("ok ") }.values.reduce(0, +)
     if r.failed {
         failedSeeds.append(s)
         print("run seed=\(s) devices=\(plan.devices) steps=\(r.steps) faults=\(faults) VIOLATED")

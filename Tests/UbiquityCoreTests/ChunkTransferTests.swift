@@ -40,6 +40,42 @@ import Glibc
         #expect(fetched > 0 && fetched <= Self.twoChunks, "\(fetched) bytes came down")
     }
 
+    /// The content of a large file goes up on the content lane: a small file saved meanwhile is on the remote
+    /// while the large one still uploads (the push loop sent them one after the other before).
+    @Test func aSmallFileDoesNotWaitBehindALargeUpload() throws {
+        let a = try Device(remote, name: "a")
+        remote.holdChunkUploads = true
+        let large = randomBytes(12 << 20), small = Array("saved while the large one uploads".utf8)
+        let big = try a.createFile("big.bin", large)
+        #expect(eventually(30) { remote.heldChunkUploads > 0 })
+        let note = try a.createFile("small.txt", small)
+        let onRemote = { (id: String, bytes: [UInt8]) in
+            remote.allItems.contains { $0.id == id && $0.sha256 == sha256Hex(bytes) }
+        }
+        #expect(eventually(15) { onRemote(note.id, small) }, "the small file waited behind the large one")
+        #expect(!onRemote(big.id, large), "the large file landed while its upload was held")
+        remote.holdChunkUploads = false
+        #expect(eventually(30) { a.pending == 0 })
+        #expect(onRemote(big.id, large))
+    }
+
+    /// A new file made of another file's bytes (a copy edited, made on the other device) comes down as the
+    /// chunks no local file holds: those of the file it was made from are copied from it.
+    @Test func chunksHeldByAnotherLocalFileAreCopiedNotFetched() throws {
+        let data = randomBytes(24 << 20)
+        let (a, b, _) = try shared(data)
+        var edited = data
+        edited[12 << 20] ^= 0xff
+        let copy = try a.createFile("copy.bin", edited)
+        #expect(eventually(30) { a.pending == 0 })
+        #expect(eventually(30) { b.container.item(copy.id)?.remoteSHA == sha256Hex(edited) })
+        let down = remote.downloadedBytes
+        #expect(b.fetch(copy.id, seconds: 30).map { (try? $0.get()) != nil } == true)
+        #expect(b.content(copy.id) == edited)
+        let fetched = remote.downloadedBytes - down
+        #expect(fetched > 0 && fetched <= Self.twoChunks, "\(fetched) bytes came down")
+    }
+
     @Test func holesAreNeitherSentNorStoredAndStayHoles() throws {
         let a = try Device(remote, name: "a"), b = try Device(remote, name: "b")
         let item = try a.container.createFile(parent: a.docs, name: "sparse.img", mode: 0o644)

@@ -248,6 +248,41 @@ final class Tally: @unchecked Sendable {
         #expect(slept.value == [200_000_000, 400_000_000, 800_000_000])
     }
 
+    /// An open waiting for a download that the remote cut by going away for a moment (a restart, a failover)
+    /// gets its content once the remote is back, within its deadline: it failed with EIO at once before,
+    /// because the change feed had marked the mount offline meanwhile (found by bench workload D's kill -9).
+    @Test func aDownloadCutByABriefOutageGoesOnWhenTheRemoteIsBack() throws {
+        let remote = MemoryRemote()
+        let file = remote.seed(path: "Documents/f", bytes: bytes("hello"), device: "other", mtime: 5)
+        let dev = try Device(remote, name: "a")
+        let c = dev.container
+        remote.downloadDelayMilliseconds = 400
+        DispatchQueue.global().async {
+            usleep(100_000)
+            remote.offline = true
+            c.remoteUnreachable() // as the change feed finds it
+            usleep(700_000)
+            remote.downloadDelayMilliseconds = 0
+            remote.offline = false
+        }
+        let result = dev.fetch(file.id, seconds: 15)
+        #expect(result.map { (try? $0.get()) != nil } == true, "\(String(describing: result))")
+        #expect(c.item(file.id)?.isCurrent == true)
+    }
+
+    /// An open of content that is not here while the remote is known to be away is answered at once.
+    @Test func aDownloadBegunOfflineFailsAtOnce() throws {
+        let remote = MemoryRemote()
+        let file = remote.seed(path: "Documents/f", bytes: bytes("hello"), device: "other", mtime: 5)
+        let dev = try Device(remote, name: "a")
+        remote.offline = true
+        dev.container.remoteUnreachable()
+        let start = Date()
+        let result = dev.fetch(file.id, seconds: 15)
+        #expect(result.map { (try? $0.get()) == nil } == true)
+        #expect(Date().timeIntervalSince(start) < 3, "an offline open waited")
+    }
+
     /// A transfer that fails because the remote hangs, just as the remote answers again, is tried again: the
     /// return may come between the transfer's look at the remote's state and its note to retry, or after that
     /// note while the transfer still runs (test_offline's hung remote lost its download so, about one CI run in

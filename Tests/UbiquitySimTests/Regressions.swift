@@ -2,6 +2,7 @@
 // --seed N --only I,J,... --literal`, or for a new failure by `--literal` alone, which prints the shrunk plan):
 // they run the same whatever the plan generator becomes. Each must pass from now on.
 import Testing
+import UbiquityBase
 import UbiquitySim
 
 /// A run that once found a bug, as an explicit plan.
@@ -20,7 +21,8 @@ extension Regression {
         "deleteAfterLostAnswer",
         Plan(seed: 5, devices: 3, feedPage: 4,
              rates: FaultRates(dropRequest: 0.04, dropResponse: 0.11, duplicate: 0.09, staleFeed: 0.05,
-                               slowTransfer: 0.16, corrupt: 0.03),
+                               slowTransfer: 0.16, corrupt: 0.03, missingChunk: 0.0, crashInTransfer: 0.0),
+             chunkFormat: .standard,
              steps: [
                 Step(.pull, on: 2, seed: 0x75646c12c55ba4df, after: 503000000),
                 Step(.create, on: 2, seed: 0x6422556f25ce1ace, after: 4318000000),

@@ -38,6 +38,7 @@ import UbiquitySim
         #expect(source.contains(printed.split(separator: "\n").map { "        " + $0 }.joined(separator: "\n")))
         let plan = Plan(seed: 5).keeping([3, 4, 8, 10, 148, 153, 160])
         let given = Plan(seed: plan.seed, devices: plan.devices, feedPage: plan.feedPage, rates: plan.rates,
+                         chunkFormat: plan.chunkFormat,
                          steps: plan.steps.map { Step($0.kind, on: $0.device, seed: $0.seed, after: $0.dt) })
         #expect(given.swiftLiteral() == plan.swiftLiteral())
         let a = Simulation.execute(plan), b = Simulation.execute(given)

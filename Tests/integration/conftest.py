@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 # The helpers the bench shares (bench/ubiquitybench/harness.py), named here for the tests that import them.
-from ubiquitybench.harness import BIN, TEST_CONTAINER as CONTAINER, Mount, Stub, run, wait_for_line, wait_until  # noqa: E402,F401
+from ubiquitybench.harness import BIN, TEST_CONTAINER as CONTAINER, Mount, Stub, curl_auth, run, wait_for_line, wait_until  # noqa: E402,F401
 
 
 class SeaweedFS:

@@ -106,3 +106,27 @@ def test_download_wait_right_after_the_remote_is_back_waits_for_the_new_try(stub
     p = run(BIN, "download", "--wait", b / "Documents" / "later.txt", check=False, timeout=60)
     assert p.returncode == 0, p.stderr
     assert (b / "Documents" / "later.txt").read_text() == "fetched once the remote is back\n"
+
+
+def test_moves_into_new_folders_made_offline_keep_every_name(stub, mount_factory):
+    # The adapter's reference model, seed 2026120603: offline, `mkdir -p e/d; mv a e/d/a; touch a`; once back,
+    # the new `a` showed as "a 2" on every device (its name waited for the old a's move, which waited for e/d,
+    # which waited for e, and the pusher gave up after e).
+    a = mount_factory(stub, "laptop")
+    b = mount_factory(stub, "desktop")
+    docs_a, docs_b = a / "Documents", b / "Documents"
+    (docs_a / "a").write_text("first\n")
+    run(BIN, "sync", "--wait", "--timeout", "30", a.path)
+    wait_until(lambda: (docs_b / "a").exists(), what="a on the desktop")
+    stub.stop()
+    wait_until(lambda: attr(a.path, "isOffline") == "1", what="the laptop to see the remote gone")
+    run("mkdir", "-p", docs_a / "e" / "d")
+    run("mv", docs_a / "a", docs_a / "e" / "d" / "a")
+    run("sh", "-c", 'echo second > "$1"', "sh", docs_a / "a")
+    stub.start()
+    run(BIN, "sync", "--wait", "--timeout", "60", a.path)
+    wait_until(lambda: (docs_b / "e" / "d" / "a").exists() and (docs_b / "a").read_text() == "second\n",
+               timeout=30, what="both files in their places on the desktop")
+    assert sorted(p.name for p in docs_b.iterdir()) == ["a", "e"]
+    assert sorted(p.name for p in docs_a.iterdir()) == ["a", "e"]
+    assert (docs_b / "e" / "d" / "a").read_text() == "first\n"

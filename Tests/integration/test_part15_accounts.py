@@ -3,7 +3,7 @@ with their own key, and what each sees is read with ls, cat and getfattr."""
 import os
 import stat
 
-from conftest import BIN, attr, run, sync, wait_until
+from conftest import BIN, attr, curl_auth, run, sync, wait_until
 
 
 class Keyed:
@@ -22,7 +22,7 @@ def accounts(stub, *words, check=True):
 def http_status(stub, key_file, method, path):
     """The status curl gets for one request with the key in `key_file`."""
     key = open(key_file).read().strip()
-    return run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "-H", f"Authorization: Bearer {key}",
+    return run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "-H", curl_auth(key),
                stub.url + path).stdout
 
 

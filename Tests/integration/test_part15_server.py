@@ -8,14 +8,14 @@ import stat
 import subprocess
 import time
 
-from conftest import BIN, CONTAINER, Stub, run, sync, wait_until
+from conftest import BIN, CONTAINER, Stub, curl_auth, run, sync, wait_until
 from test_part12_tls_failover import certificate, serve, stop
 
 
 def status(stub, method, path, body=None):
     """The HTTP status curl gets for one request with the stub's token."""
     args = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method,
-            "-H", "Authorization: Bearer " + stub.token]
+            "-H", curl_auth(stub.token)]
     if body is not None:
         args += ["-H", "Content-Type: application/json", "--data-binary", body]
     return subprocess.run(args + [stub.url + path], capture_output=True, text=True, timeout=30).stdout
@@ -126,7 +126,7 @@ def put_blob(stub, data: bytes):
     """curl PUT of a blob; (status, sha)."""
     sha = hashlib.sha256(data).hexdigest()
     p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT", "-H", "Expect:",
-                        "-H", "Authorization: Bearer " + stub.token, "--data-binary", "@-",
+                        "-H", curl_auth(stub.token), "--data-binary", "@-",
                         f"{stub.url}/v1/containers/{CONTAINER}/blobs/{sha}"], input=data, capture_output=True, timeout=30)
     return p.stdout.decode(), sha
 

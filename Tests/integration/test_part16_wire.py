@@ -154,3 +154,63 @@ def test_a_remote_of_whole_blobs_goes_on_and_a_change_comes_down_as_chunks(stub,
     arrived(b, "seeded.bin", source)
     fetched = counters(stub)[1] - down
     assert 0 < fetched <= TWO_CHUNKS, f"{fetched} bytes came down for one byte changed"
+
+
+def test_a_small_file_saved_during_a_big_upload_does_not_wait_for_it(stub_factory, mount_factory, tmp_path):
+    stub = stub_factory(latency_ms=60)  # each chunk's answer waits: the big upload takes seconds
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(96 * MiB))
+    run("cp", source, a / "Documents" / "big.bin")
+    wait_until(lambda: counters(stub)[0] >= 8 * MiB, timeout=60, interval=0.05, what="the big upload under way")
+    run("sh", "-c", 'echo "saved meanwhile" > "$1"', "sh", a / "Documents" / "note.txt")
+    wait_until(lambda: (b / "Documents" / "note.txt").exists(), timeout=30, interval=0.1,
+               what="the small file on the other device")
+    assert attr(a / "Documents" / "big.bin", "isUploaded") == "0", "the big upload was over before the note came"
+    assert run("cat", b / "Documents" / "note.txt").stdout == "saved meanwhile\n"
+    sync(a, timeout=120)
+    run("cmp", b / "Documents" / "big.bin", source)
+
+
+def test_a_copy_edited_on_one_device_comes_down_as_its_edit_on_the_other(stub, mount_factory, tmp_path):
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(64 * MiB))
+    run("cp", source, a / "Documents" / "big.bin")
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "big.bin").exists(), timeout=60, what="big.bin on b")
+    run("cmp", b / "Documents" / "big.bin", source)  # b holds it now
+    run("cp", a / "Documents" / "big.bin", a / "Documents" / "edited.bin")
+    flip_byte(a / "Documents" / "edited.bin", 32 * MiB)
+    sync(a)
+    other = b / "Documents" / "edited.bin"
+    wait_until(lambda: other.exists() and attr(other, "downloadingStatus") is not None, timeout=60,
+               what="edited.bin on b")
+    down = counters(stub)[1]
+    run("cmp", other, a / "Documents" / "edited.bin")
+    fetched = counters(stub)[1] - down
+    assert fetched <= TWO_CHUNKS, f"{fetched} bytes came down for a copy with one byte changed"
+
+
+def test_a_cold_open_waiting_while_the_stub_restarts_gets_its_content(stub_factory, mount_factory, tmp_path):
+    # Found by bench workload D: a `cat` waiting for its download failed with EIO when the stub was killed and
+    # started again at once, because the change feed had marked the mount offline meanwhile.
+    stub = stub_factory(bandwidth=16 * MiB)
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(48 * MiB))
+    run("cp", source, a / "Documents" / "big.bin")
+    sync(a)
+    other = b / "Documents" / "big.bin"
+    wait_until(lambda: other.exists(), timeout=60, what="big.bin on b")
+    copy = tmp_path / "read.bin"
+    with open(copy, "wb") as out:
+        cat = subprocess.Popen(["cat", str(other)], stdout=out, stderr=subprocess.PIPE)
+        wait_until(lambda: int(attr(other, "percentDownloaded") or 0) >= 30, timeout=60, interval=0.05,
+                   what="30% downloaded")
+        kill_9(stub)
+        wait_until(lambda: attr(b.path, "isOffline") == "1", timeout=30, what="b to see the remote gone")
+        stub.start()
+        _, err = cat.communicate(timeout=120)
+    assert cat.returncode == 0, err
+    run("cmp", copy, source)

@@ -19,7 +19,9 @@ remount time, the longest pause of `ls -f` in a folder of 100,000), beside an ol
 takes 15-25 minutes more (seeding the stub once, a first pull of the million items per binary).
 Workload C (Part 16, content in chunks) times `ubiquityfs chunks` on one core against sha256sum. Workload D moves
 small changes between two real mounts and quotes the bytes the remote received and served against what the wire
-before chunks moved (each version whole); with --engines also on PostgreSQL and SeaweedFS.
+before chunks moved (each version whole); it also cuts a 1 GiB upload and a cold download by `kill -9` of the
+remote at 70% (bytes in all after the restart, against the file once) and reads 16 cold files at once against
+16 curls at once; with --engines also on PostgreSQL and SeaweedFS.
 Run as root (drop_caches, FUSE mounts). Stdlib only; matplotlib (Debian python3-matplotlib) for the plot.
 UBIQUITYFS_MOUNT_EXTRA (as in the integration tests) adds arguments to every ubiquityfs mount, e.g.
 --no-passthrough to measure the ordinary I/O path.

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import harness
-from .harness import BIN, ROOT, drop_caches, mounted, wait_until  # noqa: F401 (the workloads import them from here)
+from .harness import BIN, ROOT, curl_auth, drop_caches, mounted, wait_until  # noqa: F401 (the workloads import them from here)
 from .harness import stop_process as stop_proc
 
 CONTAINER = "iCloud.com.example.bench"
@@ -297,8 +297,9 @@ def sha256_file(path):
 
 
 def curl_get(url, token):
+    """Times one GET with curl; the token goes in on stdin (`-K -`), never on the command line."""
     t0 = time.perf_counter()
-    run("curl", "-sS", "-f", "-o", "/dev/null", "-H", f"Authorization: Bearer {token}", url, timeout=600)
+    run("curl", "-sS", "-f", "-o", "/dev/null", "-H", curl_auth(token), url, timeout=600)
     return time.perf_counter() - t0
 
 

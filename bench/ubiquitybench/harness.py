@@ -10,6 +10,7 @@ import os
 import select
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -34,6 +35,20 @@ def run(*args, check=True, timeout=60, **kw):
     if check and proc.returncode != 0:
         raise CommandFailed(f"{args} exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
     return proc
+
+
+_auth_files = {}
+
+
+def curl_auth(token):
+    """curl's `-H @FILE` for the bearer token: a file only its owner may read (mkstemp's 0600), one per token, so
+    that the token never shows on a command line, where any user's `ps` would see it."""
+    if token not in _auth_files:
+        fd, path = tempfile.mkstemp(prefix="ubq-auth-", suffix=".header")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"Authorization: Bearer {token}\n")
+        _auth_files[token] = "@" + path
+    return _auth_files[token]
 
 
 def wait_until(predicate, timeout=15.0, interval=0.1, what="condition"):

@@ -1,9 +1,12 @@
 """The workloads of `scripts/bench`, one method each (w1 ... w8, wL), measured against their baselines in the
 same run and in alternation."""
+import hashlib
 import json
 import os
 import shlex
 import shutil
+import resource
+import signal
 import subprocess
 import threading
 import sys
@@ -14,7 +17,7 @@ from pathlib import Path
 from . import propagation as prop
 from .common import (BIN, CLEANUP, ENGINES_NAME, MiB, ROOT, Engines, Passthrough, Rclone, Stub, UbqMount,
                      curl_get, drop_caches, make_file, mbps, nfds, read_file, rss_kb, run, sha256_file, wait_until)
-from .harness import TimedOut
+from .harness import TimedOut, curl_auth
 from .report import FAILURES, Results, alternate, median
 
 
@@ -26,6 +29,48 @@ def random_file(path, size):
             n = min(left, 8 * MiB)
             f.write(os.urandom(n))
             left -= n
+
+
+def random_file_sha(path, size):
+    """Like random_file; answers the SHA-256 of what it wrote."""
+    h = hashlib.sha256()
+    with open(path, "wb", buffering=0) as f:
+        left = size
+        while left > 0:
+            block = os.urandom(min(left, 8 * MiB))
+            h.update(block)
+            f.write(block)
+            left -= len(block)
+    return h.hexdigest()
+
+
+def machine_cpu():
+    """CPU-seconds the machine has spent busy since boot, all cores and processes (/proc/stat)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu():
+    """CPU-seconds (user + system) of this process's children that have ended and been waited for."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def process_cpu(pid):
+    """CPU-seconds (user + system) process `pid` has spent."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def kill9_and_restart(stub):
+    """`kill -9` of the remote, then a new process on the same data, port and options (its counters start at
+    zero); answers the seconds the restart took."""
+    stub.proc.send_signal(signal.SIGKILL)
+    stub.proc.wait(timeout=30)
+    stub.stop()  # nothing left to stop: forgets the process and its cleanup
+    t0 = time.perf_counter()
+    stub.start()
+    return time.perf_counter() - t0
 
 
 class Bench:
@@ -203,7 +248,7 @@ class Bench:
         def curl_many():
             drop_caches()
             t0 = time.perf_counter()
-            procs = [subprocess.Popen(["curl", "-sS", "-f", "-o", "/dev/null", "-H", f"Authorization: Bearer {token}",
+            procs = [subprocess.Popen(["curl", "-sS", "-f", "-o", "/dev/null", "-H", curl_auth(token),
                                        stub.blob_url(sha)]) for sha in shas_many]
             rcs = [p.wait() for p in procs]
             secs = time.perf_counter() - t0
@@ -269,7 +314,7 @@ class Bench:
             # The baseline for the upload: curl PUTting the same bytes to the stub.
             sha = sha256_file(p)
             drop = time.perf_counter()
-            run("curl", "-sS", "-f", "-o", "/dev/null", "-T", p, "-H", f"Authorization: Bearer {token}",
+            run("curl", "-sS", "-f", "-o", "/dev/null", "-T", p, "-H", curl_auth(token),
                 stub.blob_url(sha), timeout=600)
             curl_times.append(time.perf_counter() - drop)
             os.unlink(p)
@@ -757,8 +802,9 @@ class Bench:
     def wD(self):
         """Content in chunks on the wire (Part 16): the bytes that small changes move between two real mounts,
         read at the remote (its counters of blob bytes stored and served), beside what the wire before chunks
-        moved for the same work (every version whole: the file's size). On the embedded remote, and with
-        --engines on PostgreSQL + SeaweedFS too."""
+        moved for the same work (every version whole: the file's size); an upload and a download cut by kill -9
+        of the remote and resumed (wD_resume), and 16 cold files read at once against 16 curls (wD_many). On the
+        embedded remote, and with --engines on PostgreSQL + SeaweedFS too."""
         self.wD_on("embedded", ())
         if self.args.engines:
             engines = Engines(self.work / "wD-engines").start()
@@ -852,6 +898,8 @@ class Bench:
             row("4 GiB from truncate with 1 MiB written: up", up, 4096 * MiB, "<= 2 MiB", 2 * MiB)
             row("4 GiB from truncate with 1 MiB written: down", down, 4096 * MiB, "<= 2 MiB", 2 * MiB)
             self.wD_sqlite(W, a, step, row)
+            self.wD_many(W, d, stub, a, b, moved)
+            self.wD_resume(W, stub, a, b, moved, row)
             self.res.note(f"D ({backend}): bytes counted by the remote (blob bodies stored, and served); the "
                           "baseline is what the wire before chunks moved for the same work: each version whole")
         finally:
@@ -887,6 +935,158 @@ class Bench:
         self.res.add(W, f"cold open + read of {size // MiB} MiB kept in chunks, total time", "s", u,
                      "curl (one GET)", c, better="lower", goal="<= 1.0", goal_ok=u is not None and c and u / c <= 1.0,
                      samples=s)
+
+    def wD_many(self, W, d, stub, a, b, moved):
+        """16 cold files at once on the other device (16 `cat`s, each open a download of a file kept in chunks),
+        beside 16 curl GETs at once of the same versions (the stub streams each from its chunks); alternating,
+        the files evicted and the page cache dropped before each round."""
+        n, each = 16, self.many_size
+        total = n * each
+        folder = a.path / "Documents" / "many16"
+        folder.mkdir()
+        shas = [random_file_sha(folder / f"f{i:02}.bin", each) for i in range(n)]
+        run(BIN, "sync", "--wait", "--timeout", "900", a.path, timeout=1000)
+        there = b.path / "Documents" / "many16"
+        paths = [there / f"f{i:02}.bin" for i in range(n)]
+        wait_until(lambda: all(p.exists() and p.stat().st_size == each for p in paths), timeout=300,
+                   what="the 16 files on the other device")
+        auth = curl_auth(stub.token)
+        # Per round: the readers (cat or curl), the other device's daemon, the remote, the whole machine.
+        cpu = {"ubiquityfs": [], "curl": []}
+
+        def concurrently(argvs, name):
+            """Starts every command at once; answers the seconds until the last one ended."""
+            pids = (b.pid(), stub.proc.pid)
+            c0 = (children_cpu(), *map(process_cpu, pids), machine_cpu())
+            t0 = time.perf_counter()
+            procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for argv in argvs]
+            errs = [(p.wait(timeout=900), p.stderr.read().decode(errors="replace").strip()) for p in procs]
+            secs = time.perf_counter() - t0
+            cpu[name].append([x1 - x0 for x0, x1 in zip(c0, (children_cpu(), *map(process_cpu, pids), machine_cpu()))])
+            for p in procs:
+                p.stderr.close()
+            bad = [e for e in errs if e[0] != 0]
+            if bad:
+                raise RuntimeError(f"{len(bad)} of {len(procs)} failed, e.g. exit {bad[0][0]}: {bad[0][1]}")
+            return secs
+
+        def ubq():
+            run("setfattr", "-n", "user.ubiquity.evict", there)
+            drop_caches()
+            down0 = moved()[1]
+            secs = concurrently([["cat", p] for p in paths], "ubiquityfs")
+            served = moved()[1] - down0
+            if served < total:  # each open must have downloaded its file whole
+                raise RuntimeError(f"the remote served {served} bytes of {total}: not every open was cold")
+            return mbps(total, secs)
+
+        def curl():
+            drop_caches()
+            return mbps(total, concurrently([["curl", "-sS", "-f", "-o", "/dev/null", "-H", auth, stub.blob_url(sha)]
+                                             for sha in shas], "curl"))
+        s, _ = alternate(min(self.reps, 3), {"ubiquityfs": ubq, "curl": curl}, W)
+        wrong = [p.name for p, sha in zip(paths, shas) if sha256_file(p) != sha]
+        if wrong:
+            raise RuntimeError(f"the other device read other bytes for {wrong}")
+        u, c = median(s["ubiquityfs"]), median(s["curl"])
+        self.res.add(W, f"16 cold files x {each // MiB} MiB kept in chunks, 16 cat at once: aggregate", "MB/s", u,
+                     "curl (16 GETs at once)", c, goal=">= 0.9", goal_ok=u is not None and c and u / c >= 0.9,
+                     samples=s)
+        used = {name: [median([r[k] for r in rounds]) for k in range(4)] for name, rounds in cpu.items() if rounds}
+        if len(used) == 2:
+            ub, cu = used["ubiquityfs"], used["curl"]
+            self.res.note(f"D 16 cold files ({W.split(', ', 1)[1]}): CPU-seconds per round of {total // MiB} MiB "
+                          f"(medians): ubiquityfs {sum(ub[:3]):.2f} = the daemon {ub[1]:.2f} + the remote {ub[2]:.2f} "
+                          f"+ the 16 cat {ub[0]:.2f}; curl {sum(cu[:3]):.2f} = the remote {cu[2]:.2f} + the 16 curl "
+                          f"{cu[0]:.2f}; the machine in all (storage engines, kernel threads, anything else running): "
+                          f"{ub[3]:.2f} and {cu[3]:.2f}; {os.cpu_count()} cores. Rounds (MB/s): ubiquityfs "
+                          f"{', '.join(f'{x:.0f}' for x in s['ubiquityfs'])}; curl {', '.join(f'{x:.0f}' for x in s['curl'])}")
+
+    def wD_resume(self, W, stub, a, b, moved, row):
+        """An upload of 1 GiB cut by `kill -9` of the remote at 70% and resumed once a new remote process runs on
+        the same data; then the same for a cold download on the other device (`cat`, whose open waits for the
+        whole file). What the remote received (served) in all is its counter at the cut plus the new process's
+        (which starts at zero), beside the file once; a transfer that started again from zero would move 1.7x."""
+        size = self.large
+        label = f"{size // MiB} MiB" if size < 1024 * MiB else f"{size / (1024 * MiB):g} GiB"
+        cut_at = 0.7
+        path = a.path / "Documents" / "resume.bin"
+
+        def uploaded():
+            try:
+                return os.getxattr(path, "user.ubiquity.isUploaded") == b"1"
+            except OSError:
+                return False
+
+        def reached(count, ended):
+            """The bytes counted once they reach the cut; True if the transfer ended first."""
+            return count if count >= cut_at * size else ended()
+        # Up: 1 GiB of random bytes written on A; the remote is killed once 70% of it has arrived.
+        up0 = moved()[0]
+        sha = random_file_sha(path, size)
+        at = wait_until(lambda: reached(moved()[0] - up0, uploaded), timeout=900, interval=0.02,
+                        what=f"{cut_at:.0%} of the upload")
+        if at is True or at >= size:
+            raise RuntimeError("the upload ended before the remote could be cut")
+        restart = kill9_and_restart(stub)
+        t0 = time.perf_counter()
+        wait_until(uploaded, timeout=900, interval=0.05, what="isUploaded = 1 after the restart")
+        resumed = time.perf_counter() - t0
+        again = moved()[0]
+        row(f"{label} upload cut by kill -9 of the remote at {at / size:.0%}, then resumed: received in all", at + again,
+            size, "<= 1.35 x the file", 1.35 * size)
+        self.res.note(f"D resume up: the remote counted {at / MiB:.0f} MiB before the kill and {again / MiB:.0f} MiB "
+                      f"after its restart ({restart:.2f} s); isUploaded = 1 {resumed:.1f} s after the restart. Against "
+                      f"a restart from zero ({(at + size) / MiB:.0f} MiB): {(at + again) / (at + size):.2f}. The "
+                      "remote counts a chunk once stored; the count before the kill is the last read, a few ms before "
+                      "it, so chunks in flight at the kill (4 at once, each at most 4 MiB) count nowhere.")
+        # Down: a cold `cat` of the file on B; the remote is killed once it has started 70% in chunk GETs.
+        other = b.path / "Documents" / "resume.bin"
+        wait_until(lambda: other.exists() and other.stat().st_size == size, timeout=300, what="resume.bin on B")
+        drop_caches()
+        down0 = moved()[1]
+        t0 = time.perf_counter()
+        cat = subprocess.Popen(["cat", other], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        ended = []
+        waiter = threading.Thread(target=lambda: (cat.wait(), ended.append(time.perf_counter())), daemon=True)
+        waiter.start()
+        at = wait_until(lambda: reached(moved()[1] - down0, lambda: cat.poll() is not None), timeout=900,
+                        interval=0.02, what=f"{cut_at:.0%} of the download")
+        if at is True or at >= size:
+            raise RuntimeError(f"the cold cat ended (exit {cat.returncode}) before the remote could be cut")
+        killed = time.perf_counter()
+        restart = kill9_and_restart(stub)
+        t1 = time.perf_counter()
+        waiter.join(timeout=900)
+        rc = cat.returncode
+        if rc is None:
+            raise RuntimeError("the cold cat hung for 15 minutes after the restart")
+        err = cat.stderr.read().decode(errors="replace").strip()
+        cat.stderr.close()
+        outcome = (f"the cat went on and ended well, {ended[0] - t1:.1f} s after the restart" if rc == 0 else
+                   f"the cat failed {ended[0] - killed:.2f} s after the kill (exit {rc}: {err})")
+        tries = 0
+        while rc != 0 and tries < 3:  # an open that failed while the remote was away: open again
+            tries += 1
+            got = subprocess.run(["cat", other], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 timeout=900)
+            rc = got.returncode
+            outcome += f"; cat again {'ended well' if rc == 0 else f'failed (exit {rc}: {got.stderr.strip()})'}"
+        done = time.perf_counter()
+        again = moved()[1]
+        if tries:
+            outcome += f", {done - t1:.1f} s after the restart"
+        if rc != 0:
+            raise RuntimeError(f"the download did not resume: {outcome}")
+        row(f"{label} download cut by kill -9 of the remote at {at / size:.0%}, then resumed: served in all",
+            at + again, size, "<= 1.35 x the file", 1.35 * size)
+        self.res.note(f"D resume down: the remote counted {at / MiB:.0f} MiB before the kill and {again / MiB:.0f} MiB "
+                      f"after its restart ({restart:.2f} s); {outcome} ({done - t0:.1f} s from the first open). "
+                      f"Against a restart from zero ({(at + size) / MiB:.0f} MiB): {(at + again) / (at + size):.2f}. "
+                      "The remote counts a chunk GET whole as it starts; the count before the kill is the last read, "
+                      "a few ms before it (GETs started in between count nowhere).")
+        if sha256_file(other) != sha:
+            raise RuntimeError("the other device read other bytes than were written")
 
     def wD_sqlite(self, W, a, step, row):
         """An SQLite database of 100 MiB held open by its program, one row updated and committed."""

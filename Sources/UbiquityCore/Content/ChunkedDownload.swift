@@ -1,7 +1,7 @@
 // The download of a version kept in chunks (docs/CHUNKS.md): only the chunks this device does not hold travel.
 // A chunk comes from the staging file itself (what an earlier, cut try landed), from the item's local copy (the
-// version it had before, cut the same way by the same chunker), or from the remote; holes are never fetched and
-// stay holes.
+// version it had before, cut the same way by the container's chunk format), or from the remote, several at once
+// (one at a time without background transfers); holes are never fetched and stay holes.
 //
 // What must hold: the caller checks the whole file's size and SHA-256 before it installs it (Downloads.land),
 // so no unverified byte is installed; the whole hash follows the chunks as they land (`HashFrontier`), so one
@@ -16,9 +16,6 @@ import Glibc
 #endif
 
 extension Downloads {
-    /// Chunks fetched at once for one file.
-    static let chunkStreams = 4
-
     /// Lands the version `sha` of `size` bytes, which `manifest` describes, in the staging file `fd`: first what
     /// is here (the staging file's own chunks, the local copy's), then the rest from the remote, several at once.
     /// `landed` hashes the whole file as its chunks land in order.
@@ -46,7 +43,7 @@ extension Downloads {
         // What is here, and the bytes of each chunk in flight; held while the progress is set, so that it only rises.
         let done = Locked((here: size - wanted.reduce(0) { $0 + $1.size }, inFlight: [Int: Int64]()))
         progress(key, done: done.withLock { $0.here }, total: size)
-        try inParallel(wanted, width: Self.chunkStreams) { [self] chunk, goOn in
+        try inParallel(wanted, width: container.config.environment.chunkStreams) { [self] chunk, goOn in
             try fetch(key, chunk.sha, size: chunk.size, into: staging, at: chunk.offset) { [self] got in
                 done.withLock {
                     $0.inFlight[chunk.index] = min(got, chunk.size)
@@ -112,37 +109,66 @@ final class HashFrontier: @unchecked Sendable {
     }
 }
 
-/// The chunks of an item's local copy, by hash, to copy from rather than fetch. Empty when there is no copy.
+extension WireManifest {
+    /// The chunks where they lie in the file the manifest describes.
+    var placed: [Chunk] {
+        var offset: Int64 = 0
+        return chunks.map { chunk in
+            defer { offset += chunk.size }
+            return Chunk(offset: offset, size: chunk.size, sha256: chunk.sha256)
+        }
+    }
+}
+
+/// The chunks this device holds, to copy rather than fetch: those of the item's own local copy (cut when the
+/// download starts) and those the store recorded in any content file (`chunk_places`: what was uploaded from or
+/// downloaded into it). Each is hashed again where it is read, so a file changed since gives nothing wrong.
 final class LocalChunks {
-    private let fd: FileDescriptor?
+    private let container: Container
+    private let item: String?
+    private var files: [String: FileDescriptor?] = [:]
     private var byHash: [String: Chunk] = [:]
 
     init(copyOf key: String, in container: Container) {
-        guard let item = ContentKey(parsing: key)?.item,
-              let fd = try? FileDescriptor.open(container.paths.content(item), O_RDONLY) else {
-            fd = nil
-            return
-        }
-        self.fd = fd
+        self.container = container
+        item = ContentKey(parsing: key)?.item
+        guard let item, let fd = file(item) else { return }
         // Only a speed-up: a copy that cannot be cut is no copy.
-        for chunk in (try? Chunker.cut(fd, hashingWhole: false).chunks) ?? [] {
+        for chunk in (try? Chunker(container.config.chunkFormat).cut(fd, hashingWhole: false).chunks) ?? [] {
             if let sha = chunk.sha256 { byHash[sha] = chunk }
         }
     }
 
-    func close() { fd?.close() }
+    func close() {
+        for case let fd? in files.values { fd.close() }
+        files = [:]
+    }
 
-    /// Copies the chunk into `target` at `offset` when the copy holds it and it still hashes right there.
+    /// Copies the chunk into `target` at `offset` when a local file holds it and it still hashes right there.
     func copy(_ sha: String, size: Int64, to target: FileDescriptor, at offset: Int64) -> Bool {
-        guard let fd, let chunk = byHash[sha], chunk.size == size else { return false }
-        var bytes = [UInt8](repeating: 0, count: Int(size))
-        let got = bytes.withUnsafeMutableBytes { (try? fd.read(into: $0, at: chunk.offset)) ?? 0 }
-        guard got == Int(size), sha256Hex(bytes) == sha else { return false }
-        do {
-            try bytes.withUnsafeBytes { try target.writeAll($0, at: offset) }
-        } catch {
-            return false
+        var places: [(id: String, offset: Int64, size: Int64)] = []
+        if let item, let chunk = byHash[sha] { places.append((item, chunk.offset, chunk.size)) }
+        places += (try? container.read { s in try s.store.chunkPlaces(sha) }) ?? []
+        for place in places where place.size == size {
+            guard let fd = file(place.id), let bytes = read(fd, at: place.offset, count: size),
+                  sha256Hex(bytes) == sha else { continue }
+            do { try bytes.withUnsafeBytes { try target.writeAll($0, at: offset) } } catch { return false }
+            return true
         }
-        return true
+        return false
+    }
+
+    /// The content file of `id`, opened once; nil when there is none.
+    private func file(_ id: String) -> FileDescriptor? {
+        if let open = files[id] { return open }
+        let fd = try? FileDescriptor.open(container.paths.content(id), O_RDONLY)
+        files[id] = fd
+        return fd
+    }
+
+    private func read(_ fd: FileDescriptor, at offset: Int64, count: Int64) -> [UInt8]? {
+        var bytes = [UInt8](repeating: 0, count: Int(count))
+        let got = bytes.withUnsafeMutableBytes { (try? fd.read(into: $0, at: offset)) ?? 0 }
+        return got == Int(count) ? bytes : nil
     }
 }

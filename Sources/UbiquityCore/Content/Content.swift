@@ -201,8 +201,8 @@ extension Container {
     /// changed here meanwhile or a program has it open for writing: then the download is dropped (false) and
     /// what is local is what the user has.
     /// The staging file is synced before (by the caller); the directory after, outside the lock.
-    func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
-        let installed = try mutateThrowing { s in try s.installDownload(id, sha: sha, staging: staging) }
+    func installDownload(_ id: String, sha: String, staging: String, chunks: [Chunk] = []) throws -> Bool {
+        let installed = try mutateThrowing { s in try s.installDownload(id, sha: sha, staging: staging, chunks: chunks) }
         // Safe outside the lock: the decision and the rename are one step under it, so an open that comes after
         // the decision (an O_TRUNC, a writer) comes after the rename too, and the rename can never replace what
         // it did; every open sees the new content and its record together. The sync only makes the rename
@@ -211,6 +211,11 @@ extension Container {
         // itself started one (and on ext4 that checkpoint's fsync commits the journal holding the rename).
         if installed { syncContentDirectory() }
         return installed
+    }
+
+    /// Records where the chunks of the content of `id` lie (uploaded from it), for downloads to copy from.
+    func recordChunkPlaces(_ id: String, _ chunks: [Chunk]) {
+        mutate { (s: inout CoreState) in s.recordChunkPlaces(id, chunks) }
     }
 
     /// Makes the renames into the content folder durable. A failure is logged, not thrown: the content is in
@@ -460,7 +465,15 @@ extension CoreState {
         return nil
     }
 
-    mutating func installDownload(_ id: String, sha: String, staging: String) throws -> Bool {
+    /// Records where the chunks of the content of `id` lie: a hint only, so a failure is logged, not thrown.
+    func recordChunkPlaces(_ id: String, _ chunks: [Chunk]) {
+        guard !chunks.isEmpty else { return }
+        do { try store.placeChunks(of: id, chunks) } catch {
+            Logger("content").warning("cannot record the chunks of \(id): \(error)")
+        }
+    }
+
+    mutating func installDownload(_ id: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool {
         guard var item = items[id], !item.deleted, item.localContent != .dirty,
               (handles[id]?.writers ?? 0) == 0 else {
             removeLeftover(staging)
@@ -473,6 +486,7 @@ extension CoreState {
         // Last: a failed rename rolls the save back. The directory is synced after the lock (Container's
         // installDownload).
         try renameFile(staging, paths.content(id))
+        recordChunkPlaces(id, chunks)
         recountContent(id)
         cache.awaitingOpen[id] = now()
         notice(.changed(id, content: true))

@@ -211,6 +211,10 @@ final class Downloads: Sendable {
         let deadline = monotonicNanoseconds() + Int64(container.config.downloadTimeoutSeconds) * 1_000_000_000
         var backoff = Backoff.download
         var madeRoom = false
+        // Begun while the remote answered: a cut by the remote going away (a restart, a failover) is tried
+        // again for a moment before the download counts as offline (set at its first transient failure).
+        let begunOnline = !container.isOffline
+        var graceEnd: Int64?
         while true {
             let seen = returns
             let sha: String, size: Int64
@@ -239,7 +243,8 @@ final class Downloads: Sendable {
                 madeRoom = true
                 container.makeRoomAfterNoSpace(for: id, bytes: size)
             } catch let error as RemoteError where error.isTransient {
-                if let failure = retryAfter(error, id, seen: seen, deadline: deadline, backoff: &backoff) {
+                if begunOnline && graceEnd == nil { graceEnd = min(deadline, monotonicNanoseconds() + Downloads.outageGrace) }
+                if let failure = retryAfter(error, id, seen: seen, deadline: deadline, graceEnd: graceEnd, backoff: &backoff) {
                     return failure
                 }
             } catch let error as RemoteError {
@@ -268,15 +273,19 @@ final class Downloads: Sendable {
         return .failure(.remote(error))
     }
 
+    /// How long a download begun online goes on trying after the remote went away under it.
+    static let outageGrace: Int64 = 5_000_000_000
+
     /// After a transient failure: sleeps as `backoff` says and answers nil (try again), or answers the failure
-    /// once the deadline passed or the remote is known to be away.
-    private func retryAfter(_ error: RemoteError, _ id: String, seen: Int, deadline: Int64,
+    /// once the deadline passed or the remote is known to be away (past `graceEnd`, for a download begun
+    /// while it answered).
+    private func retryAfter(_ error: RemoteError, _ id: String, seen: Int, deadline: Int64, graceEnd: Int64?,
                             backoff: inout Backoff) -> Result<Void, CoreError>? {
         let now = monotonicNanoseconds()
         record(id, error: error.description)
         // Offline (the change feed knows the remote is away): one try, no waiting out the deadline; the open
-        // serves what is local.
-        if now >= deadline || container.isOffline {
+        // serves what is local. A download the remote cut by going away for a moment tries a while longer.
+        if now >= deadline || (container.isOffline && now >= graceEnd ?? now) {
             // Unreachable until the deadline: the remote counts as away until it answers again.
             var hangs = false
             if case .unreachable = error, now >= deadline { hangs = true }
@@ -343,7 +352,7 @@ final class Downloads: Sendable {
         var have = Int64(try fd.stat().st_size)
         if have > size { try fd.truncate(0); have = 0 }
         let landed = LandedBytes(fd)
-        let manifest = size > WireChunkLimits.chunkedAbove ? try container.remote.manifest(sha256: sha) : nil
+        let manifest = size > container.config.chunkFormat.chunkedAbove ? try container.remote.manifest(sha256: sha) : nil
         if let manifest {
             try landChunks(id, manifest, sha: sha, size: size, into: fd, staging: staging, landed: landed)
         } else if have < size {
@@ -370,7 +379,7 @@ final class Downloads: Sendable {
                                       + "expected \(size) bytes hashing to \(sha.prefix(12))")
         }
         try fd.sync()
-        return try install(id, sha: sha, staging: staging)
+        return try install(id, sha: sha, staging: staging, chunks: manifest?.placed ?? [])
     }
 
     /// Removes partial downloads of other versions of the same key: a transfer cut off part way leaves its
@@ -381,14 +390,15 @@ final class Downloads: Sendable {
         container.paths.removeStaleStaging(key, keeping: path)
     }
 
-    /// Moves verified content into place, unless the item changed here meanwhile.
-    private func install(_ key: String, sha: String, staging: String) throws -> Bool {
+    /// Moves verified content into place, unless the item changed here meanwhile; `chunks` are where its
+    /// chunks lie, recorded for later downloads to copy from.
+    private func install(_ key: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool {
         if let parsed = ContentKey(parsing: key), let conflict = parsed.conflict {
             try renameFile(staging, container.paths.conflict(parsed.item, conflict))
             container.syncContentDirectory()
             return true
         }
-        return try container.installDownload(key, sha: sha, staging: staging)
+        return try container.installDownload(key, sha: sha, staging: staging, chunks: chunks)
     }
 }
 

@@ -47,6 +47,10 @@ public struct ContainerConfig: Sendable {
     public var cacheLimit: Int64 = .max
     /// Free space on the store's file system under this many bytes is given back the same way. 0: none kept.
     public var minFreeBytes: Int64 = 0
+    /// Which files go up and down in chunks and where they are cut (docs/CHUNKS.md). Every device of a
+    /// container must cut by the same format, or nothing dedupes: the standard one, unless a test or the
+    /// simulation picks a smaller one to cut small files.
+    public var chunkFormat = ChunkFormat.standard
     /// Clock, randomness and scheduling (Environment.swift); the defaults are the real ones.
     public var environment = CoreEnvironment()
     /// The mounting user: on this device the owner of every item that has no owner of its own here, as every

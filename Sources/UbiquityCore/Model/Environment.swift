@@ -8,7 +8,7 @@
 //
 // What must hold: the times of items, the ids of new items and the sleeps between a download's tries come
 // from the `CoreEnvironment` given (so a simulated run is the same for the same seed). With
-// `backgroundTransfers` false no thread is started for a download. A `Backoff` wait is never over its cap and
+// `backgroundTransfers` false no thread is started for a transfer (the chunks of a file go one at a time). A `Backoff` wait is never over its cap and
 // loses at most `jitter` of itself; `sleepNanoseconds` sleeps the whole time, resuming after a signal. Not yet
 // so (left as it is): the key-value store stamps writes with the real clock.
 import UbiquityBase
@@ -28,6 +28,10 @@ public struct CoreEnvironment: Sendable {
     /// False: downloads asked for are only queued (see `Container.requestedDownloads`) and the owner fetches
     /// them with `Container.downloadOnce`; nothing starts a thread. `start` is not to be called then.
     public var backgroundTransfers = true
+
+    /// The chunks of one file that go up or down at once: 4, each on a thread of its own; without background
+    /// transfers one at a time, in order, on the calling thread (a driver that steps the core sees no thread).
+    var chunkStreams: Int { backgroundTransfers ? 4 : 1 }
 
     public init() {}
 }

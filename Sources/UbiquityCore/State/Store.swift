@@ -202,6 +202,10 @@ public final class Store {
         CREATE TABLE IF NOT EXISTS pending(id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS pending_seq ON pending(seq);
         CREATE TABLE IF NOT EXISTS last_used(id TEXT PRIMARY KEY, at INTEGER NOT NULL);
+        CREATE TABLE IF NOT EXISTS chunk_places(
+          id TEXT NOT NULL, offset INTEGER NOT NULL, size INTEGER NOT NULL, sha TEXT NOT NULL,
+          PRIMARY KEY(id, offset));
+        CREATE INDEX IF NOT EXISTS chunk_places_sha ON chunk_places(sha);
         """)
         for (name, type) in Store.addedColumns { try db.addColumnIfMissing("items", name, type) }
     }
@@ -474,9 +478,34 @@ public final class Store {
                 try db.query("DELETE FROM meta WHERE key = ?", [.text("puts:" + id)])
                 try db.query("DELETE FROM meta WHERE key = ?", [.text("gone:" + id)])
                 try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
+                try db.query("DELETE FROM chunk_places WHERE id = ?", [.text(id)])
             }
         }
         changes?.note(id)
+    }
+
+    // MARK: where chunks lie in local files (to copy rather than fetch)
+
+    /// Records the chunks of the content file of `id` (its hashed chunks, where they start), replacing what was
+    /// recorded for it: a hint, checked by the hash of what is read there before any use.
+    func placeChunks(of id: String, _ chunks: [Chunk]) throws {
+        try withReserve {
+            try db.transaction {
+                try db.query("DELETE FROM chunk_places WHERE id = ?", [.text(id)])
+                for chunk in chunks {
+                    guard let sha = chunk.sha256 else { continue }
+                    try db.query("INSERT OR REPLACE INTO chunk_places(id, offset, size, sha) VALUES(?, ?, ?, ?)",
+                                 [.text(id), .int(chunk.offset), .int(chunk.size), .text(sha)])
+                }
+            }
+        }
+    }
+
+    /// Where the chunk `sha` was recorded in the content files, a few places at most.
+    func chunkPlaces(_ sha: String) throws -> [(id: String, offset: Int64, size: Int64)] {
+        try values("SELECT id, offset, size FROM chunk_places WHERE sha = ? LIMIT 4", [.text(sha)]) {
+            ($0.text(0), $0.int(1), $0.int(2))
+        }
     }
 
     // MARK: last use of local copies (the order of eviction)

@@ -35,7 +35,9 @@ struct BatchPusher {
         var entry: WireBatchEntry
     }
 
-    func run() throws {
+    /// Answers the items left for the content lane (their own content, or one they wait for, uploads there).
+    @discardableResult
+    func run() throws -> Set<String> {
         var inlineLeft = WireBatchLimits.maxInlineTotal
         var prepared: [Prepared] = []
         for id in ids {
@@ -51,6 +53,7 @@ struct BatchPusher {
         // first failure is thrown once the rest are done. The remote gone ends the pass at once.
         var failures: [BatchPushFailure] = []
         var stopped: String?
+        var aside: Set<String> = []
         for id in ids {
             if !failures.isEmpty && push.liesBelow(id, anyOf: Set(failures.map(\.id))) { continue }
             // Not applied for the server's reasons (out of time, its database away), after entries that were:
@@ -72,12 +75,15 @@ struct BatchPusher {
                 throw BatchPushFailure(id: id, error: error)
             } catch is UploadStopped {
                 stopped = stopped ?? id
+            } catch is UploadAside {
+                aside.insert(id)
             } catch {
                 failures.append(BatchPushFailure(id: id, error: error))
             }
         }
         if let first = failures.first { throw first }
         if let stopped { throw BatchPushFailure(id: stopped, error: UploadStopped()) }
+        return aside
     }
 
     /// True when the refusal is about the item's own state on the remote, which no other entry changes.
@@ -136,7 +142,9 @@ struct BatchPusher {
         var snapNow = snap
         var content: [UInt8]?
         if item.dirty {
-            let limit = min(inlineLeft, WireBatchLimits.maxInlineBytes)
+            // Never a file that goes up in chunks (a small chunk format's, below the inline limit).
+            let limit = min(inlineLeft, WireBatchLimits.maxInlineBytes, Int(container.config.chunkFormat.chunkedAbove))
+            if item.size > limit { return nil } // (not copied only to be found too large)
             guard let (bytes, generation) = try inlineContent(id, limit: limit) else { return nil }
             if let generation { snapNow.generation = generation }
             item.remoteSHA = sha256Hex(bytes)

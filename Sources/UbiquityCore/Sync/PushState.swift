@@ -38,11 +38,12 @@ extension PushSide {
     /// the deletes of what was below it must go first. An item whose parent is new waits for a later call (the
     /// parent's create must be answered first). The journal is read only up to the `limit`th pushable item (it
     /// may hold thousands, under the lock).
-    func nextPushableBatch(limit: Int) throws -> [String] {
-        let batch = try pushableBatch(limit: limit)
+    /// Items in `skipping` (those the content lane holds, or waiting for it) are left for a later call.
+    func nextPushableBatch(limit: Int, skipping: Set<String> = []) throws -> [String] {
+        let batch = try pushableBatch(limit: limit, skipping: skipping)
         if !batch.isEmpty || read({ $0.timedAfterEntries.isEmpty }) { return batch }
         try pushTimesAfterEntries()
-        return try pushableBatch(limit: limit)
+        return try pushableBatch(limit: limit, skipping: skipping)
     }
 
     /// Once nothing else waits to go up, the folders timed after their entries go up once more, with the time
@@ -59,9 +60,9 @@ extension PushSide {
         }
     }
 
-    private func pushableBatch(limit: Int) throws -> [String] {
+    private func pushableBatch(limit: Int, skipping: Set<String>) throws -> [String] {
         try read { s in
-            let pushable = s.isPushable
+            let pushable = { (id: String) in !skipping.contains(id) && s.isPushable(id) }
             var oldest: [String] = []
             _ = try s.store.firstPending { id in
                 if pushable(id) { oldest.append(id) }

@@ -24,6 +24,12 @@ struct UploadStopped: Error, CustomStringConvertible {
     var description: String { "the file changed or was deleted during its upload" }
 }
 
+/// The content goes up on the content lane (ContentLane.swift): the push of this item, and of one that waits
+/// for it, goes on once the lane is done. No failure.
+struct UploadAside: Error, CustomStringConvertible {
+    var description: String { "the content is uploading on the content lane" }
+}
+
 struct Pusher {
     let container: Container
     /// The steps of the push side on the container's state: all the pusher records.
@@ -280,7 +286,17 @@ struct Pusher {
         var item = snap.item
         if item.dirty {
             let path = container.path(of: id) // before: a file deleted meanwhile has none
-            do { try uploadContent(of: &item, snap: &snap) } catch where Pusher.isStopped(error) {
+            do {
+                if container.sync.lane.isRunning, item.size > container.config.chunkFormat.chunkedAbove {
+                    let lane = container.sync.lane
+                    guard let done = lane.take(id, generation: snap.generation) else { throw UploadAside() }
+                    item.remoteSHA = done.sha256
+                    item.remoteSize = done.size
+                    item.size = done.size
+                } else {
+                    try uploadContent(of: &item, snap: &snap)
+                }
+            } catch where Pusher.isStopped(error) {
                 log.info("upload of \(path) stopped: the file changed or was deleted meanwhile")
                 throw UploadStopped()
             }
@@ -326,6 +342,15 @@ struct Pusher {
         if current.version > version { container.sync.applyFetched([current]) }
     }
 
+    /// Uploads the content the item waits to push, for the content lane: its hash and size, and the content
+    /// generation they were read at; nil when the item has none to push (deleted, or no longer changed).
+    func uploadContentAlone() throws -> ContentLane.Uploaded? {
+        guard var snap = push.pushSnapshot(id), snap.item.dirty, !snap.item.deleted else { return nil }
+        var item = snap.item
+        try uploadContent(of: &item, snap: &snap)
+        return ContentLane.Uploaded(generation: snap.generation, sha256: item.remoteSHA, size: item.remoteSize)
+    }
+
     /// Uploads the item's content (the blob, unless the remote has it) and records its hash and size as
     /// what is pushed.
     private func uploadContent(of item: inout Item, snap: inout PushSnapshot) throws {
@@ -340,15 +365,20 @@ struct Pusher {
         item.size = size
     }
 
-    /// Uploads the file's content and answers its hash and size: a file larger than one chunk goes up as the
-    /// chunks the remote lacks and its manifest (docs/CHUNKS.md), unless the remote keeps no chunks; a smaller
-    /// one, or one for such a remote, as one blob.
+    /// Uploads the file's content and answers its hash and size: a file larger than the container's chunk
+    /// format says goes up as the chunks the remote lacks and its manifest (docs/CHUNKS.md), unless the remote
+    /// keeps no chunks or the manifest is more than the wire carries (a small format's cut of a large file); a
+    /// smaller one, or one for such a remote, as one blob.
     private func send(_ path: String, while wanted: @escaping () -> Bool) throws -> (String, Int64) {
-        if try fileSize(path) > WireChunkLimits.chunkedAbove {
-            let cut = try Chunker.cut(file: path, hashingWhole: true, while: wanted)
+        let format = container.config.chunkFormat
+        if try fileSize(path) > format.chunkedAbove {
+            let cut = try Chunker(format).cut(file: path, hashingWhole: true, while: wanted)
             let manifest = WireManifest(sha256: cut.sha256 ?? "", size: cut.size,
                                         chunks: cut.chunks.map { WireChunk(sha256: $0.sha256, size: $0.size) })
-            if try uploadChunks(of: manifest, cut.chunks, path: path, while: wanted) { return (manifest.sha256, cut.size) }
+            if manifest.problem == nil, try uploadChunks(of: manifest, cut.chunks, path: path, while: wanted) {
+                container.recordChunkPlaces(id, cut.chunks)
+                return (manifest.sha256, cut.size)
+            }
             try uploadBlob(sha: manifest.sha256, size: cut.size, path: path, while: wanted)
             return (manifest.sha256, cut.size)
         }
@@ -374,7 +404,7 @@ struct Pusher {
             var seen = Set<String>()
             let sending = chunks.filter { $0.sha256.map { missing.contains($0) && seen.insert($0).inserted } ?? false }
             let done = Locked(manifest.size - sending.reduce(0) { $0 + $1.size })
-            try inParallel(sending, width: Downloads.chunkStreams) { [push, id] chunk, goOn in
+            try inParallel(sending, width: container.config.environment.chunkStreams) { [push, id] chunk, goOn in
                 try remote.uploadChunk(sha256: chunk.sha256!, size: chunk.size, fromFile: path, at: chunk.offset) { _ in
                     wanted() && goOn()
                 }
@@ -394,7 +424,7 @@ struct Pusher {
     }
 
     /// True for an upload stopped because its file was deleted or changed meanwhile.
-    private static func isStopped(_ error: Error) -> Bool {
+    static func isStopped(_ error: Error) -> Bool {
         if case RemoteError.cancelled = error { return true }
         return (error as? Errno) == Errno(ECANCELED)
     }

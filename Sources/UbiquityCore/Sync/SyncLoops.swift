@@ -27,6 +27,8 @@ final class SyncLoops: Sendable {
     private let log = Logger("sync")
     private let puller = Loop(name: "pull")
     private let pusher = Loop(name: "push")
+    /// Where large content goes up, beside the push loop (ContentLane.swift).
+    let lane: ContentLane
     /// When the pusher was last woken (the environment's clock): how a burst is seen to go on.
     private let lastWake = Locked<Int64>(0)
 
@@ -34,11 +36,13 @@ final class SyncLoops: Sendable {
         self.container = container
         self.owner = container
         self.environment = container.config.environment
+        self.lane = ContentLane(container: container)
     }
 
     func start() {
         puller.start { [self] in pullLoop() }
         pusher.start { [self] in pushLoop() }
+        lane.start { [weak self] in self?.pusher.wake() }
         wakePusher()
     }
 
@@ -47,8 +51,10 @@ final class SyncLoops: Sendable {
     func stop() {
         puller.stop()
         pusher.stop()
+        lane.stop()
         if !puller.join(timeout: 5) { log.warning("the pull loop did not stop within 5 s") }
         if !pusher.join(timeout: 5) { log.warning("the push loop did not stop within 5 s (an upload in flight)") }
+        if !lane.join(timeout: 5) { log.warning("the content lane did not stop within 5 s (an upload in flight)") }
     }
 
     private var isStopping: Bool { puller.isStopping }
@@ -237,19 +243,25 @@ final class SyncLoops: Sendable {
     /// `stopped`: an upload stopped because its file changed meanwhile; the pass ends without a failure.
     enum PushOutcome { case idle, stopped, failed, storeFailed }
 
-    /// Pushes every pending item that can go now, oldest first, many at a time in one batch request. A failure
-    /// to read the journal is logged and shown on the mount root (`uploadingError`) until a pass reads it again.
+    /// Pushes every pending item that can go now, oldest first, many at a time in one batch request; not those
+    /// whose content (or one they wait for) uploads on the content lane: a later pass, when the lane is done. A
+    /// failure to read the journal is logged and shown on the mount root (`uploadingError`) until a pass reads it
+    /// again.
     func pushAll() -> PushOutcome {
+        var aside: Set<String> = []
         while !isStopping {
             let next: [String]
-            do { next = try container.pushSide.nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
+            do {
+                next = try container.pushSide.nextPushableBatch(limit: WireBatchLimits.maxEntries,
+                                                                skipping: aside.union(lane.held))
+            } catch {
                 log.error("cannot read the changes waiting to upload: \(error)")
                 container.recordUploadFailure(container.rootID, error)
                 return .storeFailed
             }
             container.clearUploadFailure(container.rootID)
             if next.isEmpty { return .idle }
-            do { try push(next) } catch let failure as BatchPushFailure where failure.error is UploadStopped {
+            do { aside.formUnion(try push(next)) } catch let failure as BatchPushFailure where failure.error is UploadStopped {
                 return .stopped
             } catch let failure as BatchPushFailure {
                 log.warning("upload of \(container.path(of: failure.id)) failed: \(failure.error)")
@@ -264,14 +276,17 @@ final class SyncLoops: Sendable {
     }
 
     /// Pushes items `nextPushableBatch` gave: one by Pusher, more in one batch. A failure is thrown as a
-    /// BatchPushFailure naming its item.
-    func push(_ ids: [String]) throws {
+    /// BatchPushFailure naming its item. Answers the items left for the content lane.
+    @discardableResult
+    func push(_ ids: [String]) throws -> Set<String> {
         guard ids.count > 1 else {
-            guard let id = ids.first else { return }
-            do { try Pusher(container: container, id: id).run() } catch { throw BatchPushFailure(id: id, error: error) }
-            return
+            guard let id = ids.first else { return [] }
+            do { try Pusher(container: container, id: id).run() } catch is UploadAside { return [id] } catch {
+                throw BatchPushFailure(id: id, error: error)
+            }
+            return []
         }
-        try BatchPusher(container: container, ids: ids).run()
+        return try BatchPusher(container: container, ids: ids).run()
     }
 
     /// Number of items with changes not yet on the remote.

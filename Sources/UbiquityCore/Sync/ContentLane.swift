@@ -1,0 +1,135 @@
+// The content lane: the content of large files (those that go up in chunks: over the container's chunk
+// format's `chunkedAbove`) goes up on a thread of its own, so that the push loop goes on with everything else
+// (a small file saved while a film uploads is on the remote in seconds, not after it).
+//
+// What must hold: the lane only uploads content (blobs, chunks, manifests: named by their hash, they change no
+// item and no name), never an item; the item's put stays with the push loop and its rules. A content the lane
+// uploaded is used by the put only for the content generation it was read at: a change since asks the lane
+// again. An item the lane holds (queued, in flight, or waiting to try again after a failure) is not handed out
+// by `nextPushableBatch`, so the push loop does not spin on it; the lane wakes the push loop when one is done.
+// The lane runs only while the loops run: a driver that steps the container (the simulation) uploads inline.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the lane's lock is a leaf; the
+// container's steps are called with it released.
+import UbiquityBase
+
+final class ContentLane: Sendable {
+    /// A content the lane uploaded: its hash and size, read at content generation `generation`.
+    struct Uploaded: Equatable {
+        var generation: Int
+        var sha256: String
+        var size: Int64
+    }
+
+    private struct State {
+        var queue: [String] = []
+        var inFlight: String?
+        var uploaded: [String: Uploaded] = [:]
+        /// Items whose upload failed, with the time (the environment's clock) of their next try.
+        var retryAt: [String: Int64] = [:]
+    }
+
+    /// Taken strongly for one upload at a time, as the loops take it (SyncLoops' `owner`): a container let go
+    /// of after `stop` is freed once the upload in flight ends.
+    private weak let container: Container?
+    private let environment: CoreEnvironment
+    private let loop = Loop(name: "upload")
+    private let state = Locked(State())
+    private let log = Logger("push")
+
+    init(container: Container) {
+        self.container = container
+        self.environment = container.config.environment
+    }
+
+    func start(onUploaded: @escaping @Sendable () -> Void) { loop.start { [self] in run(onUploaded) } }
+    func stop() { loop.stop() }
+    func join(timeout seconds: Double) -> Bool { loop.join(timeout: seconds) }
+
+    /// True while the lane runs: large content goes up on it, not inline.
+    var isRunning: Bool { loop.isRunning && !loop.isStopping }
+
+    /// The items the lane holds: the push loop leaves them until the lane is done with them.
+    var held: Set<String> {
+        state.withLock { s in Set(s.queue).union(s.retryAt.keys).union(s.inFlight.map { [$0] } ?? []) }
+    }
+
+    /// The content uploaded for `id` at `generation`, taken (once); nil when there is none for it yet, and
+    /// then the lane is asked to upload it.
+    func take(_ id: String, generation: Int) -> Uploaded? {
+        let found: Uploaded? = state.withLock { s in
+            guard let done = s.uploaded[id] else { return nil }
+            s.uploaded[id] = nil
+            return done.generation == generation ? done : nil
+        }
+        if found == nil { ask(id) }
+        return found
+    }
+
+    private func ask(_ id: String) {
+        state.withLock { s in
+            if s.inFlight != id && !s.queue.contains(id) && s.retryAt[id] == nil { s.queue.append(id) }
+        }
+        loop.wake()
+    }
+
+    private func run(_ onUploaded: @Sendable () -> Void) {
+        var backoff = Backoff.sync
+        while !loop.isStopping {
+            let now = environment.clock()
+            guard let id = next(now: now) else {
+                loop.pause(nanoseconds: nextRetry(after: now) ?? 60_000_000_000)
+                continue
+            }
+            guard let container else { return }
+            log.debug("upload \(id): on the content lane")
+            switch upload(id, container) {
+            case .uploaded(let done):
+                backoff.reset()
+                state.withLock { s in s.inFlight = nil; s.uploaded[id] = done }
+                container.clearUploadFailure(id)
+                onUploaded()
+            case .stopped:
+                state.withLock { s in s.inFlight = nil }
+                onUploaded() // the push loop takes the item again once its writes pause
+            case .failed(let error):
+                log.warning("upload of \(container.path(of: id)) failed: \(error)")
+                container.recordUploadFailure(id, error)
+                let at = now + backoff.delay(in: environment)
+                state.withLock { s in s.inFlight = nil; s.retryAt[id] = at }
+            }
+        }
+    }
+
+    /// The next item to upload (a retry that is due first), marked in flight.
+    private func next(now: Int64) -> String? {
+        state.withLock { s in
+            if let due = s.retryAt.first(where: { $0.value <= now })?.key {
+                s.retryAt[due] = nil
+                s.inFlight = due
+                return due
+            }
+            guard !s.queue.isEmpty else { return nil }
+            s.inFlight = s.queue.removeFirst()
+            return s.inFlight
+        }
+    }
+
+    /// How long until the next retry is due, if one waits.
+    private func nextRetry(after now: Int64) -> Int64? {
+        state.withLock { s in s.retryAt.values.min().map { max($0 - now, 1_000_000) } }
+    }
+
+    private enum Outcome { case uploaded(Uploaded), stopped, failed(Error) }
+
+    private func upload(_ id: String, _ container: Container) -> Outcome {
+        do {
+            guard let done = try Pusher(container: container, id: id).uploadContentAlone() else { return .stopped }
+            return .uploaded(done)
+        } catch where Pusher.isStopped(error) {
+            return .stopped
+        } catch {
+            return .failed(error)
+        }
+    }
+}
