@@ -540,3 +540,135 @@ public enum KVLimits {
         return nil
     }
 }
+
+// MARK: - History (docs/HISTORY.md, docs/WIRE.md "History")
+
+/// One kept version of an item: the item as the remote stored it then (without its conflict versions; its
+/// xattrs are kept for a rewind but not sent), when (`at`, the server's clock, ns since the epoch) and where
+/// (`path`, its names from the root joined by `/`; for a delete, the path it had when deleted).
+public struct WireVersion: Codable, Equatable, Sendable {
+    public var id: String
+    public var version: Int64
+    public var at: Int64
+    public var path: String
+    public var deleted: Bool
+    public var parent: String?
+    public var name: String
+    public var kind: ItemKind
+    public var mode: UInt32
+    public var mtime: Int64
+    public var size: Int64
+    public var sha256: String
+    public var device: String
+    /// A symbolic link's target; absent for every other kind.
+    public var target: String?
+    /// The item's xattrs then (as `WireItem.xattrs`), which a rewind brings back. The remote keeps them but does
+    /// not send them (not in `CodingKeys`): nil when read from the wire, and for a version the remote stored
+    /// before it kept them (a rewind then leaves the item's xattrs as they are).
+    public var xattrs: [String: String]? = nil
+
+    private enum CodingKeys: String, CodingKey {
+        case id, version, at, path, deleted, parent, name, kind, mode, mtime, size, sha256, device, target
+    }
+
+    public init(id: String, version: Int64, at: Int64, path: String, deleted: Bool, parent: String?, name: String,
+                kind: ItemKind, mode: UInt32, mtime: Int64, size: Int64, sha256: String, device: String,
+                target: String? = nil, xattrs: [String: String]? = nil) {
+        self.id = id; self.version = version; self.at = at; self.path = path; self.deleted = deleted
+        self.parent = parent; self.name = name; self.kind = kind; self.mode = mode; self.mtime = mtime
+        self.size = size; self.sha256 = sha256; self.device = device; self.target = target
+        self.xattrs = xattrs
+    }
+
+    /// The version of `item` as stored at `at`, at `path`.
+    public init(_ item: WireItem, at: Int64, path: String) {
+        self.init(id: item.id, version: item.version, at: at, path: path, deleted: item.deleted, parent: item.parent,
+                  name: item.name, kind: item.kind, mode: item.mode, mtime: item.mtime, size: item.size,
+                  sha256: item.sha256, device: item.device, target: item.target, xattrs: item.xattrs)
+    }
+}
+
+/// Answer of `GET .../history/{id}`: the item's kept versions, newest first.
+public struct WireHistory: Codable, Equatable, Sendable {
+    public var versions: [WireVersion]
+    public init(versions: [WireVersion]) { self.versions = versions }
+}
+
+/// Answer of `GET .../trash`: the delete of every item in Recently Deleted, newest first.
+public struct WireTrash: Codable, Equatable, Sendable {
+    public var items: [WireVersion]
+    public init(items: [WireVersion]) { self.items = items }
+}
+
+/// Body of `POST .../trash/restore`: 1 to `HistoryRules.maxIDs` ids, and the device the restore's versions name.
+public struct WireRestoreRequest: Codable, Equatable, Sendable {
+    public var ids: [String]
+    public var device: String
+    public init(ids: [String], device: String) { self.ids = ids; self.device = device }
+}
+
+/// Answer of `POST .../trash/restore`: every item the restore made live (with the folders above and the tree
+/// below that came back with it), and those asked about that were live already, as they are.
+public struct WireRestored: Codable, Equatable, Sendable {
+    public var restored: [WireItem]
+    public init(restored: [WireItem]) { self.restored = restored }
+}
+
+/// Body of `POST .../trash/empty`: `ids` (1 to `HistoryRules.maxIDs`) or `all: true`, not both.
+public struct WireEmptyTrashRequest: Codable, Equatable, Sendable {
+    public var ids: [String]?
+    public var all: Bool?
+    public init(ids: [String]? = nil, all: Bool? = nil) { self.ids = ids; self.all = all }
+}
+
+/// Answer of `POST .../trash/empty`: how many items left Recently Deleted.
+public struct WireEmptied: Codable, Equatable, Sendable {
+    public var emptied: Int
+    public init(emptied: Int) { self.emptied = emptied }
+}
+
+/// Body of `POST .../rewind` (docs/HISTORY.md "Rewind"): bring the subtree of `folder` (a live directory) back
+/// to its state at `to` (ns since the epoch, the remote's clock), as new versions made by `device`; with
+/// `dryRun`, only answer what would change.
+public struct WireRewindRequest: Codable, Equatable, Sendable {
+    public var folder: String
+    public var to: Int64
+    public var dryRun: Bool
+    public var device: String
+
+    public init(folder: String, to: Int64, dryRun: Bool, device: String) {
+        self.folder = folder; self.to = to; self.dryRun = dryRun; self.device = device
+    }
+}
+
+/// One item a rewind changes (or would change): `path` is its path after the rewind, before it for a delete.
+public struct WireRewindChange: Codable, Hashable, Sendable {
+    /// What happens to the item, one word per item (the first that applies, in this order).
+    public enum What: String, Codable, Hashable, Sendable {
+        /// Deleted since: live again (as a restore brings it back), as it was.
+        case restore
+        /// Its content (a link's target) goes back, and whatever else changed with it.
+        case content
+        /// Its parent or name goes back (an item moved in goes back out), and its mode, time and xattrs.
+        case move
+        /// Only its mode, modification time or xattrs go back.
+        case metadata
+        /// Came into the folder after the time, created after it: to Recently Deleted.
+        case delete
+    }
+
+    public var id: String
+    public var path: String
+    public var what: What
+
+    public init(id: String, path: String, what: What) {
+        self.id = id; self.path = path; self.what = what
+    }
+}
+
+/// Answer of `POST .../rewind`: every item changed (with `dryRun`, that would be), parents before children,
+/// deletes last.
+public struct WireRewound: Codable, Equatable, Sendable {
+    public var changes: [WireRewindChange]
+    public init(changes: [WireRewindChange]) { self.changes = changes }
+}

@@ -11,7 +11,8 @@
 // gone (`ServerList.meansGone`) moves the client on to the next, and fails as it would have with one: the
 // caller's retry goes to the next server. Certificates are verified (against `caFile` if given), host names too.
 // A server without the chunk routes answers them 404, which is `.notFound`: the caller then moves the whole
-// content as one blob (and `manifest(sha256:)` answers nil, so the content is read as one blob).
+// content as one blob (and `manifest(sha256:)` answers nil, so the content is read as one blob). A server
+// without the history routes answers them 404 too: `.notFound`, a remote that keeps no history.
 import Foundation
 import CCurl
 import UbiquityBase
@@ -293,6 +294,54 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
             if case .notFound = error { return nil }
             throw error
         }
+    }
+
+    // MARK: - Recently Deleted and version history
+
+    /// GET .../history/{id}.
+    public func history(id: String) throws(RemoteError) -> [WireVersion] {
+        let answer: WireHistory = try json("GET", url(["v1", "containers", container, "history", id]))
+        return answer.versions
+    }
+
+    /// GET .../trash.
+    public func trash() throws(RemoteError) -> [WireVersion] {
+        let answer: WireTrash = try json("GET", url(["v1", "containers", container, "trash"]))
+        return answer.items
+    }
+
+    /// POST .../trash/restore.
+    public func restore(ids: [String], device: String) throws(RemoteError) -> [WireItem] {
+        let body = try encoded(WireRestoreRequest(ids: ids, device: device), "a restore")
+        let answer: WireRestored = try json("POST", url(["v1", "containers", container, "trash", "restore"]),
+                                            headers: ["Content-Type: application/json"], body: body)
+        return answer.restored
+    }
+
+    /// POST .../trash/empty with these ids.
+    public func emptyTrash(ids: [String]) throws(RemoteError) -> Int {
+        try emptyTrash(WireEmptyTrashRequest(ids: ids))
+    }
+
+    /// POST .../trash/empty with `all`.
+    public func emptyTrash() throws(RemoteError) -> Int {
+        try emptyTrash(WireEmptyTrashRequest(all: true))
+    }
+
+    private func emptyTrash(_ asked: WireEmptyTrashRequest) throws(RemoteError) -> Int {
+        let answer: WireEmptied = try json("POST", url(["v1", "containers", container, "trash", "empty"]),
+                                           headers: ["Content-Type: application/json"],
+                                           body: try encoded(asked, "an empty of the trash"))
+        return answer.emptied
+    }
+
+    /// POST .../rewind.
+    public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws(RemoteError)
+        -> [WireRewindChange] {
+        let body = try encoded(WireRewindRequest(folder: folder, to: to, dryRun: dryRun, device: device), "a rewind")
+        let answer: WireRewound = try json("POST", url(["v1", "containers", container, "rewind"]),
+                                           headers: ["Content-Type: application/json"], body: body)
+        return answer.changes
     }
 
     // MARK: - Plumbing

@@ -263,4 +263,23 @@ final class SimLink: RemoteClient, @unchecked Sendable {
             return manifest
         }
     }
+
+    // MARK: Recently Deleted and version history
+
+    // Passed straight to the remote, without faults: the core asks them on threads of their own (Door/History.swift),
+    // and a fault would draw from `World.rng`, which only the run's thread may.
+
+    func history(id: String) throws -> [WireVersion] { try remote.history(id: id) }
+
+    func trash() throws -> [WireVersion] { try remote.trash() }
+
+    func restore(ids: [String], device: String) throws -> [WireItem] { try remote.restore(ids: ids, device: device) }
+
+    func emptyTrash(ids: [String]) throws -> Int { try remote.emptyTrash(ids: ids) }
+
+    func emptyTrash() throws -> Int { try remote.emptyTrash() }
+
+    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
+        try remote.rewind(folder: folder, to: to, dryRun: dryRun, device: device)
+    }
 }

@@ -1,16 +1,16 @@
-// Collection of unreferenced blobs and manifests: one that no live item and no conflict version names is removed
-// from the blob store, but only once it is old enough that no upload can still be on its way to naming it; a
-// blob that is a chunk of a manifest still stored stays with it.
+// Collection of unreferenced blobs and manifests: one that no live item, no conflict version and no kept history
+// row names is removed from the blob store, but only once it is old enough that no upload can still be on its way
+// to naming it; a blob that is a chunk of a manifest still stored stays with it. Each pass over a container first
+// runs the history's retention (docs/HISTORY.md "Retention"), so what it let expire is collected after the grace.
 //
-// What must hold (the rule): a blob or manifest is collected only when (1) it was stored at least `grace` ago,
-// (2) it was last asked about (HEAD, GET, PUT of the same bytes, a missing-chunks request naming it, a
-// manifest's PUT or GET) at least `grace` ago in this process, and (3) no live item or conflict version names
-// it, checked under the store's lock in the same step as the removal, so an item write either sees the blob
-// or is refused for its absence, never names a removed blob. (1) and (2) cover a client that uploads (or finds)
-// a blob and then writes the item that names it: it has `grace` to do so. Manifests go first, then the blobs
-// that no manifest left names (4); a manifest that cannot be read keeps every blob of its container. The pass
-// over a container holds its manifest lock (`StubStore.withManifestLock`), so a manifest's put either finds a
-// chunk removed or is seen by (4).
+// What must hold (the rule): a blob or manifest is collected only when (1) it was stored at least `grace` ago, (2) it
+// was last asked about (HEAD, GET, PUT of the same bytes, a missing-chunks request naming it, a manifest's PUT or GET)
+// at least `grace` ago in this process, and (3) no live item, conflict version or kept history row names it, checked
+// under the store's lock in the same step as the removal, so an item write either sees the blob or is refused for its
+// absence, never names a removed blob. (1) and (2) cover a client that uploads (or finds) a blob and then writes the
+// item that names it: it has `grace` to do so. Manifests go first, then the blobs that no manifest left names (4); a
+// manifest that cannot be read keeps every blob of its container. The pass over a container holds its manifest lock
+// (`StubStore.withManifestLock`), so a manifest's put either finds a chunk removed or is seen by (4).
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `used` and the loop's are leaves; a pass takes
 // a container's manifest lock, then the store's locks.
@@ -21,13 +21,16 @@ final class BlobCollector: Sendable {
     let store: StubStore
     /// Nanoseconds a blob is kept after it was stored or last used, referenced or not.
     let grace: Int64
+    /// What the retention pass before each collection keeps of the history.
+    let retention: HistoryRetention
     private let used = Locked<[String: Int64]>([:])
     private let loop = Loop(name: "blob-collector")
     private let log = Logger("stub")
 
-    init(store: StubStore, graceSeconds: Int) {
+    init(store: StubStore, graceSeconds: Int, retention: HistoryRetention = .standard) {
         self.store = store
         self.grace = Int64(graceSeconds) * 1_000_000_000
+        self.retention = retention
     }
 
     /// Notes that a client asked about the blob now: it may be about to name it in an item.
@@ -35,19 +38,23 @@ final class BlobCollector: Sendable {
         used.withLock { $0[cid + "/" + sha256] = now }
     }
 
-    /// One pass over every container; answers what it removed, as CONTAINER/SHA256 for a blob and
-    /// CONTAINER/SHA256.chunks for a manifest.
+    /// One pass over every container at `now` (nil: the store's clock), retention first; answers what it
+    /// removed, as CONTAINER/SHA256 for a blob and CONTAINER/SHA256.chunks for a manifest.
     @discardableResult
-    func collect(now: Int64 = nowNanoseconds()) throws -> [String] {
+    func collect(now: Int64? = nil) throws -> [String] {
+        let now = now ?? store.clock()
         let recent = used.withLock { u -> [String: Int64] in
             u = u.filter { now - $0.value < grace }
             return u
         }
         var removed: [String] = []
+        var expired = 0
         for cid in try store.containerIDs() {
+            expired += try store.retain(cid, retention, now: now)
             let unused = Unused(grace: grace, now: now, recent: recent, cid: cid)
             removed += try store.withManifestLock(cid) { try collectManifests(cid, unused) + collectBlobs(cid, unused) }
         }
+        if expired > 0 { log.info("retention let \(expired) version(s) of the history go") }
         if !removed.isEmpty { log.info("collected \(removed.count) unreferenced blob(s) and manifest(s)") }
         return removed
     }

@@ -136,7 +136,9 @@ final class PostgresMetadata: StubMetadata, Sendable {
                 device TEXT NOT NULL, change TEXT NOT NULL, digest TEXT NOT NULL, version BIGINT NOT NULL,
                 PRIMARY KEY (container, item, device))
             """,
-        ] + AccountTables.statements { try c.exec(sql) }
+        ] + AccountTables.statements + HistoryTable.statements(integer: "BIGINT", boolean: "BOOLEAN")
+            // Tables made before rows kept xattrs gain the column, NULL in their old rows (xattrs unknown).
+            + ["ALTER TABLE history ADD COLUMN IF NOT EXISTS xattrs TEXT"] { try c.exec(sql) }
         try c.exec("COMMIT")
     }
 
@@ -337,8 +339,111 @@ private final class PostgresTransaction: MetadataTransaction {
 
     func namesBlob(_ cid: String, _ sha256: String) throws -> Bool {
         // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
-        try int64("SELECT 1 FROM items WHERE container = $1 AND NOT deleted AND (sha256 = $2 OR strpos(conflicts, $2) > 0) LIMIT 1",
-                  [cid, sha256]) != nil
+        if try int64("SELECT 1 FROM items WHERE container = $1 AND NOT deleted AND (sha256 = $2 OR strpos(conflicts, $2) > 0) LIMIT 1",
+                     [cid, sha256]) != nil { return true }
+        return try int64("SELECT 1 FROM history WHERE container = $1 AND sha256 = $2 LIMIT 1", [cid, sha256]) != nil
+    }
+
+    // MARK: History
+
+    private static func decodeVersion(_ r: PGRows, _ i: Int) -> WireVersion {
+        WireVersion(id: r.text(i, 0), version: r.int(i, 1), at: r.int(i, 2), path: r.text(i, 3), deleted: r.bool(i, 4),
+                    parent: r.optionalText(i, 5), name: r.text(i, 6), kind: ItemKind(rawValue: r.text(i, 7)) ?? .file,
+                    mode: UInt32(truncatingIfNeeded: r.int(i, 8)), mtime: r.int(i, 9), size: r.int(i, 10),
+                    sha256: r.text(i, 11), device: r.text(i, 12), target: r.optionalText(i, 13),
+                    xattrs: r.optionalText(i, 14).flatMap { try? MetadataCoding.xattrs($0) })
+    }
+
+    private func versions(_ sql: String, _ params: [String?]) throws -> [WireVersion] {
+        let r = try conn.exec(sql, params)
+        return (0..<r.count).map { Self.decodeVersion(r, $0) }
+    }
+
+    func appendHistory(_ cid: String, _ row: WireVersion) throws {
+        wrote = true
+        try conn.exec("INSERT INTO history (container, \(HistoryTable.columns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                      [cid, row.id, String(row.version), String(row.at), row.path, row.deleted ? "t" : "f", row.parent,
+                       row.name, row.kind.rawValue, String(row.mode), String(row.mtime), String(row.size), row.sha256,
+                       row.device, row.target, try row.xattrs.map { try MetadataCoding.json($0) }])
+    }
+
+    func history(_ cid: String, _ id: String) throws -> [WireVersion] {
+        try versions("SELECT \(HistoryTable.columns) FROM history WHERE container = $1 AND id = $2 ORDER BY version DESC",
+                     [cid, id])
+    }
+
+    func trash(_ cid: String, parent: String?) throws -> [WireVersion] {
+        let columns = HistoryTable.columns.split(separator: ",").map { "h." + $0.trimmingCharacters(in: .whitespaces) }
+        return try versions("""
+            SELECT \(columns.joined(separator: ", ")) FROM history h
+            JOIN items i ON i.container = h.container AND i.version = h.version
+            WHERE h.container = $1 AND i.deleted \(parent == nil ? "" : "AND h.parent = $2") ORDER BY h.version DESC
+            """, [cid] + (parent.map { [$0] } ?? []))
+    }
+
+    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws -> [HistoryStamp] {
+        let r = try conn.exec("""
+            SELECT id, version, at, deleted FROM history WHERE container = $1 AND id IN (
+              SELECT h.id FROM history h JOIN items i ON i.container = h.container AND i.id = h.id
+              WHERE h.container = $1 AND h.at <= greatest($2::bigint, $3::bigint)
+                AND ((h.version <> i.version AND h.at <= $2::bigint) OR (h.version = i.version AND i.deleted AND h.at <= $3::bigint)))
+            ORDER BY id, version
+            """, [cid, String(olderThrough), String(deletedThrough)])
+        return (0..<r.count).map { HistoryStamp(id: r.text($0, 0), version: r.int($0, 1), at: r.int($0, 2), deleted: r.bool($0, 3)) }
+    }
+
+    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws -> Int {
+        var gone = 0
+        for start in stride(from: 0, to: versions.count, by: 1000) {
+            let some = versions[start..<min(start + 1000, versions.count)].map(String.init).joined(separator: ",")
+            gone += try conn.exec("DELETE FROM history WHERE container = $1 AND version = ANY($2::bigint[]) RETURNING version",
+                                  [cid, "{" + some + "}"]).count
+        }
+        return gone
+    }
+
+    func deleteHistory(_ cid: String, id: String) throws -> Int {
+        try conn.exec("DELETE FROM history WHERE container = $1 AND id = $2 RETURNING version", [cid, id]).count
+    }
+
+    func namedContents(_ cid: String) throws -> [NamedContent] {
+        var named: [NamedContent] = []
+        let live = try conn.exec("SELECT sha256, size, conflicts FROM items WHERE container = $1 AND NOT deleted AND kind = 'file'", [cid])
+        for i in 0..<live.count {
+            named.append(NamedContent(sha256: live.text(i, 0), size: live.int(i, 1), holder: .live))
+            for c in try MetadataCoding.conflicts(live.text(i, 2)) {
+                named.append(NamedContent(sha256: c.sha256, size: c.size, holder: .live))
+            }
+        }
+        let kept = try conn.exec("""
+            SELECT h.sha256, h.size, i.deleted FROM history h JOIN items i ON i.container = h.container AND i.id = h.id
+            WHERE h.container = $1 AND h.kind = 'file'
+            """, [cid])
+        for i in 0..<kept.count {
+            named.append(NamedContent(sha256: kept.text(i, 0), size: kept.int(i, 1), holder: kept.bool(i, 2) ? .trash : .history))
+        }
+        return named
+    }
+
+    // MARK: Rewind
+
+    func liveChildren(_ cid: String, parent: String) throws -> [WireItem] {
+        try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND parent = $2 AND NOT deleted", [cid, parent])
+    }
+
+    func historyRow(_ cid: String, _ id: String, through: Int64) throws -> WireVersion? {
+        try versions("""
+            SELECT \(HistoryTable.columns) FROM history WHERE container = $1 AND id = $2 AND at <= $3::bigint
+            ORDER BY version DESC LIMIT 1
+            """, [cid, id, String(through)]).first
+    }
+
+    func historyChildren(_ cid: String, parent: String, through: Int64) throws -> [WireVersion] {
+        let columns = HistoryTable.columns.split(separator: ",").map { "h." + $0.trimmingCharacters(in: .whitespaces) }
+        return try versions("""
+            SELECT \(columns.joined(separator: ", ")) FROM history h
+            WHERE \(HistoryTable.newestThrough(container: "$1", parent: "$2", time: "$3::bigint")) ORDER BY h.version
+            """, [cid, parent, String(through)])
     }
 
     func setting(_ key: String) throws -> String? {

@@ -42,6 +42,10 @@ final class SQLiteMetadata: StubMetadata, Sendable {
                 PRIMARY KEY (container, item, device));
             """)
         for sql in AccountTables.statements { try db.exec(sql) }
+        // Stores made before history get the table empty: their items have no history before the upgrade.
+        for sql in HistoryTable.statements(integer: "INTEGER", boolean: "INTEGER") { try db.exec(sql) }
+        // Tables made before rows kept xattrs gain the column, NULL in their old rows (xattrs unknown).
+        try db.addColumnIfMissing("history", "xattrs", "TEXT")
         connection = Locked(db)
     }
 
@@ -192,8 +196,118 @@ private struct SQLiteTransaction: MetadataTransaction {
 
     func namesBlob(_ cid: String, _ sha256: String) throws -> Bool {
         // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
-        try int64("SELECT 1 FROM items WHERE container = ? AND deleted = 0 AND (sha256 = ? OR instr(conflicts, ?) > 0) LIMIT 1",
-                  [.text(cid), .text(sha256), .text(sha256)]) != nil
+        if try int64("SELECT 1 FROM items WHERE container = ? AND deleted = 0 AND (sha256 = ? OR instr(conflicts, ?) > 0) LIMIT 1",
+                     [.text(cid), .text(sha256), .text(sha256)]) != nil { return true }
+        return try int64("SELECT 1 FROM history WHERE container = ? AND sha256 = ? LIMIT 1", [.text(cid), .text(sha256)]) != nil
+    }
+
+    // MARK: History
+
+    private static func decodeVersion(_ r: Row) -> WireVersion {
+        WireVersion(id: r.text(0), version: r.int(1), at: r.int(2), path: r.text(3), deleted: r.int(4) != 0,
+                    parent: r.optionalText(5), name: r.text(6), kind: ItemKind(rawValue: r.text(7)) ?? .file,
+                    mode: UInt32(truncatingIfNeeded: r.int(8)), mtime: r.int(9), size: r.int(10), sha256: r.text(11),
+                    device: r.text(12), target: r.optionalText(13),
+                    xattrs: r.optionalText(14).flatMap { try? MetadataCoding.xattrs($0) })
+    }
+
+    private func versions(_ sql: String, _ params: [SQLValue]) throws -> [WireVersion] {
+        var rows: [WireVersion] = []
+        try db.forEach(sql, params) { rows.append(Self.decodeVersion($0)) }
+        return rows
+    }
+
+    func appendHistory(_ cid: String, _ row: WireVersion) throws {
+        try db.query("INSERT INTO history (container, \(HistoryTable.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+            .text(cid), .text(row.id), .int(row.version), .int(row.at), .text(row.path), .int(row.deleted ? 1 : 0),
+            row.parent.map { .text($0) } ?? .null, .text(row.name), .text(row.kind.rawValue), .int(Int64(row.mode)),
+            .int(row.mtime), .int(row.size), .text(row.sha256), .text(row.device), row.target.map { .text($0) } ?? .null,
+            try row.xattrs.map { .text(try MetadataCoding.json($0)) } ?? .null,
+        ])
+    }
+
+    func history(_ cid: String, _ id: String) throws -> [WireVersion] {
+        try versions("SELECT \(HistoryTable.columns) FROM history WHERE container = ? AND id = ? ORDER BY version DESC",
+                     [.text(cid), .text(id)])
+    }
+
+    func trash(_ cid: String, parent: String?) throws -> [WireVersion] {
+        let columns = HistoryTable.columns.split(separator: ",").map { "h." + $0.trimmingCharacters(in: .whitespaces) }
+        return try versions("""
+            SELECT \(columns.joined(separator: ", ")) FROM history h
+            JOIN items i ON i.container = h.container AND i.version = h.version
+            WHERE h.container = ? AND i.deleted = 1 \(parent == nil ? "" : "AND h.parent = ?") ORDER BY h.version DESC
+            """, [.text(cid)] + (parent.map { [.text($0)] } ?? []))
+    }
+
+    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws -> [HistoryStamp] {
+        var stamps: [HistoryStamp] = []
+        try db.forEach("""
+            SELECT id, version, at, deleted FROM history WHERE container = ?1 AND id IN (
+              SELECT h.id FROM history h JOIN items i ON i.container = h.container AND i.id = h.id
+              WHERE h.container = ?1 AND h.at <= max(?2, ?3)
+                AND ((h.version <> i.version AND h.at <= ?2) OR (h.version = i.version AND i.deleted = 1 AND h.at <= ?3)))
+            ORDER BY id, version
+            """, [.text(cid), .int(olderThrough), .int(deletedThrough)]) {
+            stamps.append(HistoryStamp(id: $0.text(0), version: $0.int(1), at: $0.int(2), deleted: $0.int(3) != 0))
+        }
+        return stamps
+    }
+
+    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws -> Int {
+        var gone = 0
+        for v in versions {
+            try db.query("DELETE FROM history WHERE container = ? AND version = ?", [.text(cid), .int(v)])
+            gone += db.changes
+        }
+        return gone
+    }
+
+    func deleteHistory(_ cid: String, id: String) throws -> Int {
+        try db.query("DELETE FROM history WHERE container = ? AND id = ?", [.text(cid), .text(id)])
+        return db.changes
+    }
+
+    func namedContents(_ cid: String) throws -> [NamedContent] {
+        var named: [NamedContent] = []
+        try db.forEach("SELECT sha256, size, conflicts FROM items WHERE container = ? AND deleted = 0 AND kind = 'file'",
+                       [.text(cid)]) { r in
+            named.append(NamedContent(sha256: r.text(0), size: r.int(1), holder: .live))
+            for c in try MetadataCoding.conflicts(r.text(2)) {
+                named.append(NamedContent(sha256: c.sha256, size: c.size, holder: .live))
+            }
+        }
+        try db.forEach("""
+            SELECT h.sha256, h.size, i.deleted FROM history h JOIN items i ON i.container = h.container AND i.id = h.id
+            WHERE h.container = ? AND h.kind = 'file'
+            """, [.text(cid)]) {
+            named.append(NamedContent(sha256: $0.text(0), size: $0.int(1), holder: $0.int(2) != 0 ? .trash : .history))
+        }
+        return named
+    }
+
+    // MARK: Rewind
+
+    func liveChildren(_ cid: String, parent: String) throws -> [WireItem] {
+        var items: [WireItem] = []
+        try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND deleted = 0",
+                       [.text(cid), .text(parent)]) { items.append(try Self.decodeRow($0)) }
+        return items
+    }
+
+    func historyRow(_ cid: String, _ id: String, through: Int64) throws -> WireVersion? {
+        try versions("""
+            SELECT \(HistoryTable.columns) FROM history WHERE container = ? AND id = ? AND at <= ?
+            ORDER BY version DESC LIMIT 1
+            """, [.text(cid), .text(id), .int(through)]).first
+    }
+
+    func historyChildren(_ cid: String, parent: String, through: Int64) throws -> [WireVersion] {
+        let columns = HistoryTable.columns.split(separator: ",").map { "h." + $0.trimmingCharacters(in: .whitespaces) }
+        return try versions("""
+            SELECT \(columns.joined(separator: ", ")) FROM history h
+            WHERE \(HistoryTable.newestThrough(container: "?1", parent: "?2", time: "?3")) ORDER BY h.version
+            """, [.text(cid), .text(parent), .int(through)])
     }
 
     func setting(_ key: String) throws -> String? {

@@ -58,8 +58,41 @@ protocol MetadataTransaction {
     func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws
     /// Every container's id.
     func containerIDs() throws -> [String]
-    /// Whether a live item, or a conflict version of one, names the blob (blobs themselves live in BlobStore).
+    /// Whether a live item, a conflict version of one, or a kept history row names the blob (blobs themselves
+    /// live in BlobStore).
     func namesBlob(_ cid: String, _ sha256: String) throws -> Bool
+
+    // History (docs/HISTORY.md): one row per version stored, appended in the transaction that stores it.
+
+    /// Appends the row of a version just stored.
+    func appendHistory(_ cid: String, _ row: WireVersion) throws
+    /// The item's kept rows, newest first.
+    func history(_ cid: String, _ id: String) throws -> [WireVersion]
+    /// Recently Deleted: the row of each item whose current version is a delete with its row kept, newest
+    /// first; with `parent`, only those deleted from that folder.
+    func trash(_ cid: String, parent: String?) throws -> [WireVersion]
+    /// For retention: every row of each item that has an older row (not its current version) stored at or
+    /// before `olderThrough`, or whose current version is a delete stored at or before `deletedThrough`.
+    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws -> [HistoryStamp]
+    /// Deletes the rows of these versions; answers how many went.
+    @discardableResult
+    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws -> Int
+    /// Deletes every row of the item; answers how many went.
+    @discardableResult
+    func deleteHistory(_ cid: String, id: String) throws -> Int
+    /// The contents (files' hashes with their sizes) named by live items, their conflict versions and history
+    /// rows, each with who names it, for `remote usage`.
+    func namedContents(_ cid: String) throws -> [NamedContent]
+
+    // Rewind (StubHistory.swift): the subtree now and at a time.
+
+    /// The live items in `parent`.
+    func liveChildren(_ cid: String, parent: String) throws -> [WireItem]
+    /// The item's newest kept row stored at or before `through`.
+    func historyRow(_ cid: String, _ id: String, through: Int64) throws -> WireVersion?
+    /// Each item's newest kept row stored at or before `through`, of the items whose that row is in `parent`
+    /// (deletes included).
+    func historyChildren(_ cid: String, parent: String, through: Int64) throws -> [WireVersion]
 
     // Accounts (Accounts.swift).
     func setting(_ key: String) throws -> String?
@@ -89,6 +122,52 @@ enum AccountTables {
             created BIGINT NOT NULL, revoked BIGINT, PRIMARY KEY (owner, name))
         """,
     ]
+}
+
+/// The history table, the same on every engine but for its integer and boolean types: keyed by version (unique in
+/// its container), indexed by item and by time as docs/HISTORY.md says, by hash for `namesBlob` (each collection
+/// asks it of every candidate blob) and by parent for what a folder's restore brings back with it.
+enum HistoryTable {
+    static func statements(integer: String, boolean: String) -> [String] {
+        [
+            """
+            CREATE TABLE IF NOT EXISTS history (container TEXT NOT NULL, version \(integer) NOT NULL, id TEXT NOT NULL,
+                at \(integer) NOT NULL, deleted \(boolean) NOT NULL, parent TEXT, name TEXT NOT NULL, path TEXT NOT NULL,
+                kind TEXT NOT NULL, mode \(integer) NOT NULL, size \(integer) NOT NULL, sha256 TEXT NOT NULL,
+                mtime \(integer) NOT NULL, device TEXT NOT NULL, target TEXT, xattrs TEXT,
+                PRIMARY KEY (container, version))
+            """,
+            "CREATE INDEX IF NOT EXISTS history_by_item ON history (container, id, version)",
+            "CREATE INDEX IF NOT EXISTS history_by_time ON history (container, at)",
+            "CREATE INDEX IF NOT EXISTS history_by_sha ON history (container, sha256)",
+            "CREATE INDEX IF NOT EXISTS history_by_parent ON history (container, parent, version)",
+        ]
+    }
+
+    static let columns = "id, version, at, path, deleted, parent, name, kind, mode, mtime, size, sha256, device, target, xattrs"
+
+    /// The item's newest row at or before a time, of the items whose that row is in a parent: the condition on
+    /// the row `h`, with the container, the parent and the time as the parameters `container`, `parent`, `time`.
+    static func newestThrough(container: String, parent: String, time: String) -> String {
+        """
+        h.container = \(container) AND h.parent = \(parent) AND h.at <= \(time) AND h.version = (SELECT max(x.version)
+          FROM history x WHERE x.container = \(container) AND x.id = h.id AND x.at <= \(time))
+        """
+    }
+}
+
+/// Who names a content: a live item (or a conflict version of one), a history row of a live item, or one of a
+/// deleted item (Recently Deleted).
+enum ContentHolder: Int, Comparable {
+    case live, history, trash
+    static func < (a: ContentHolder, b: ContentHolder) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// A content (a blob, or a manifest of that hash) named in a container.
+struct NamedContent: Equatable {
+    let sha256: String
+    let size: Int64
+    let holder: ContentHolder
 }
 
 /// A change id as the remote remembers it: who made it, the digest of what it asked, the version it made.

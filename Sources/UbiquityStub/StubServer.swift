@@ -56,6 +56,11 @@ public struct StubConfig: Sendable {
     public var blobGraceSeconds = 3600
     /// Seconds between collections; 0 never collects.
     public var blobCollectSeconds = 600
+    /// How long Recently Deleted and older versions are kept (`--keep-deleted`, `--keep-versions`), applied by a
+    /// retention pass before each collection.
+    public var retention = HistoryRetention.standard
+    /// The server's clock (ns since the epoch) for history and retention; nil is the system's. Tests set it.
+    public var clock: (@Sendable () -> Int64)?
     /// Connections one client address may hold at once: one address that opens many (half-sent requests, a
     /// slow-connection attack) cannot take the connections every other client needs. An idle mount holds 3.
     public var connectionsPerAddress = 128
@@ -157,8 +162,8 @@ public final class StubServer: @unchecked Sendable {
             try PostgresMetadata(url: $0, password: config.metadataPassword)
         }
         store = try StubStore(dataDir: config.dataDir, metadata: metadata, blobs: blobs,
-                              recheckSeconds: config.recheckSeconds)
-        collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds)
+                              recheckSeconds: config.recheckSeconds, clock: config.clock ?? nowNanoseconds)
+        collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds, retention: config.retention)
         accounts = Accounts(meta: store.meta)
         watch = ConnectionWatch(headerSeconds: config.headerSeconds)
         token = try Self.openAccounts(accounts, tokenPath: config.tokenPath)
@@ -279,11 +284,24 @@ public final class StubServer: @unchecked Sendable {
         log.info("stopped")
     }
 
-    /// One collection of unreferenced blobs now (the rule is in BlobCollector.swift); answers CONTAINER/SHA256
-    /// of each blob removed.
+    /// One collection of unreferenced blobs at `now` (nil: the server's clock), after the history's retention
+    /// pass (the rules are in BlobCollector.swift); answers CONTAINER/SHA256 of each blob removed.
     @discardableResult
-    public func collectBlobs(now: Int64 = nowNanoseconds()) throws -> [String] {
+    public func collectBlobs(now: Int64? = nil) throws -> [String] {
         try collector.collect(now: now)
+    }
+
+    /// The bytes each container's live items, history and Recently Deleted name (`remote usage`), by user and
+    /// container.
+    public func usage() throws -> [StubUsage] {
+        let users = try accounts.users()
+        return try store.containerIDs().map { cid in
+            var usage = try store.usage(cid)
+            usage.container = ContainerScope.wireID(cid)
+            let prefix = cid.firstIndex(of: "~").map { String(cid[...$0]) } ?? ""
+            usage.user = users.first { $0.prefix == prefix }?.name ?? "(removed user)"
+            return usage
+        }.sorted { ($0.user, $0.container) < ($1.user, $1.container) }
     }
 
     /// Creates a file or directory directly in a container, as if from another device: makes missing parents
@@ -346,6 +364,13 @@ enum Route {
     /// The key-value store's feed, and one key.
     case kv(String)
     case kvKey(String, String)
+    /// An item's kept versions; Recently Deleted, a restore from it and an empty of it (docs/HISTORY.md).
+    case history(String, String)
+    case trash(String)
+    case trashRestore(String)
+    case trashEmpty(String)
+    /// A folder brought back to its state at a time (docs/HISTORY.md "Rewind").
+    case rewind(String)
     /// A recognised route with a malformed id or hash.
     case invalid(String)
     case unknown
@@ -369,6 +394,16 @@ enum Route {
             self = WireRules.isValidContainerID(parts[3]) ? .changes(parts[3]) : .invalid("bad container id")
         case 5 where parts[2] == "containers" && parts[4] == "batch":
             self = WireRules.isValidContainerID(parts[3]) ? .batch(parts[3]) : .invalid("bad container id")
+        case 5 where parts[2] == "containers" && parts[4] == "trash":
+            self = WireRules.isValidContainerID(parts[3]) ? .trash(parts[3]) : .invalid("bad container id")
+        case 5 where parts[2] == "containers" && parts[4] == "rewind":
+            self = WireRules.isValidContainerID(parts[3]) ? .rewind(parts[3]) : .invalid("bad container id")
+        case 6 where parts[2] == "containers" && parts[4] == "trash" && ["restore", "empty"].contains(parts[5]):
+            guard WireRules.isValidContainerID(parts[3]) else { self = .invalid("bad container id"); return }
+            self = parts[5] == "restore" ? .trashRestore(parts[3]) : .trashEmpty(parts[3])
+        case 6 where parts[2] == "containers" && parts[4] == "history":
+            guard WireRules.isValidContainerID(parts[3]) else { self = .invalid("bad container id"); return }
+            self = WireRules.isValidID(parts[5]) ? .history(parts[3], parts[5]) : .invalid("bad item id")
         case 6 where parts[2] == "containers" && parts[4] == "chunks" && parts[5] == "missing":
             self = WireRules.isValidContainerID(parts[3]) ? .missingChunks(parts[3]) : .invalid("bad container id")
         case 6 where parts[2] == "containers" && ["items", "blobs", "manifests"].contains(parts[4]):
@@ -396,6 +431,11 @@ enum Route {
         case .manifest(let c, let sha): return .manifest(prefix + c, sha)
         case .kv(let c): return .kv(prefix + c)
         case .kvKey(let c, let key): return .kvKey(prefix + c, key)
+        case .history(let c, let id): return .history(prefix + c, id)
+        case .trash(let c): return .trash(prefix + c)
+        case .trashRestore(let c): return .trashRestore(prefix + c)
+        case .trashEmpty(let c): return .trashEmpty(prefix + c)
+        case .rewind(let c): return .rewind(prefix + c)
         case .health, .stats, .faults, .invalid, .unknown: return self
         }
     }
@@ -403,7 +443,8 @@ enum Route {
     var allowedMethods: [String] {
         switch self {
         case .health, .stats: return ["GET"]
-        case .faults, .batch, .missingChunks: return ["POST"]
+        case .faults, .batch, .missingChunks, .trashRestore, .trashEmpty, .rewind: return ["POST"]
+        case .history, .trash: return ["GET"]
         case .container: return ["PUT"]
         case .changes, .kv: return ["GET"]
         case .kvKey: return ["PUT"]
@@ -422,6 +463,7 @@ enum Route {
         case .batch: return WireBatchLimits.maxBodyBytes
         case .manifest: return WireChunkLimits.maxManifestBytes
         case .missingChunks: return 1 << 20 // (the most hashes asked at once take about 670 KB)
+        case .rewind: return 16 << 10 // (an id, a time, a flag and a device's name, escaped)
         default: return WireRules.maxJSONBytes
         }
     }
@@ -717,7 +759,7 @@ extension StubServer {
             if let length = ex.declaredLength, length > Int64(KVLimits.maxBodyBytes) {
                 return .error(413, "quota: " + KVLimits.Violation.valueTooLarge.message)
             }
-        case .item, .faults, .batch, .manifest, .missingChunks:
+        case .item, .faults, .batch, .manifest, .missingChunks, .trashRestore, .trashEmpty, .rewind:
             if let length = ex.declaredLength, length > Int64(route.maxBodyBytes) {
                 return .error(413, "body larger than \(route.maxBodyBytes) bytes")
             }
@@ -792,6 +834,18 @@ extension StubServer {
                 case "PUT": return try putManifest(ex, cid, sha)
                 default: return try getManifest(cid, sha)
                 }
+            case .history(let cid, let id):
+                return .json(200, WireHistory(versions: try store.history(cid, id)))
+            case .trash(let cid):
+                return .json(200, WireTrash(items: try store.trash(cid)))
+            case .trashRestore(let cid):
+                let asked = try decode(WireRestoreRequest.self, ex.body)
+                return .json(200, WireRestored(restored: try store.restore(cid, ids: asked.ids, device: asked.device)))
+            case .trashEmpty(let cid):
+                return .json(200, WireEmptied(emptied: try store.emptyTrash(cid, ids: try emptyTrashIDs(ex))))
+            case .rewind(let cid):
+                let asked = try decode(WireRewindRequest.self, ex.body)
+                return .json(200, WireRewound(changes: try store.rewind(cid, asked)))
             case .invalid(let why):
                 return .error(400, why)
             case .unknown:
@@ -799,6 +853,16 @@ extension StubServer {
             }
         } catch {
             return failureReply(error)
+        }
+    }
+
+    /// The ids of `POST .../trash/empty`, or nil for `{"all": true}`; both, neither or `all: false` is 400.
+    private func emptyTrashIDs(_ ex: Exchange) throws -> [String]? {
+        let asked = try decode(WireEmptyTrashRequest.self, ex.body)
+        switch (asked.ids, asked.all) {
+        case (let ids?, nil): return ids
+        case (nil, true?): return nil
+        default: throw StubFailure(400, "give {\"ids\": [...]} or {\"all\": true}")
         }
     }
 

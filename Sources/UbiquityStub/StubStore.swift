@@ -2,21 +2,22 @@
 // metadata storage of StubMetadata.swift (SQLite here, or PostgreSQL shared by several servers) and the
 // content-addressed blobs of BlobStore.swift (files here, or an S3 bucket).
 //
-// What must hold: each public method does its work in one metadata transaction, so a request sees and makes
-// one whole state, and every item or key write is announced to the notifier after it commits. An item write
-// locks its container first and takes the container's next sequence number as its version in the same
-// transaction as its row (`store`), so the feed never skips or repeats a change, whichever server wrote it;
-// unique indexes keep versions and live names unique in the database too. A conditional write is checked
-// inside that transaction (If-Match, a live parent directory, no cycle, a free name) and refused with 412, 422
-// or 409 and the item in the way. A put or delete with a change id is checked against the last change applied
-// for its item and device first (`throwIfApplied`): a retry is answered as applied and changes nothing; a
-// write records its id in its own transaction (`recordChange`). An item names only a blob that the blob store
-// holds whole, at its size, or a manifest stored at its size (`blobSize`). A blob or manifest is collected only
-// inside a writing transaction of its container and only when no live item or conflict version names it
-// (`collectBlob`), so no item write can come to name one that is being removed. A manifest is stored only once
-// every data chunk it names is stored at its size, checked and stored under its container's manifest lock
-// (`putManifest`), which a collection pass holds while it decides which chunks to remove. A long poll holds no
-// transaction while it waits.
+// What must hold: each public method does its work in one metadata transaction, so a request sees and makes one whole
+// state, and every item or key write is announced to the notifier after it commits. An item write locks its container
+// first and takes the container's next sequence number as its version in the same transaction as its row (`store`), so
+// the feed never skips or repeats a change, whichever server wrote it; unique indexes keep versions and live names
+// unique in the database too. `store` is the one funnel of every new version: it appends the version's history row
+// (docs/HISTORY.md) in the same transaction, stamped with the store's clock and the item's path then (StubHistory.swift
+// reads, restores, rewinds and retains that history). A conditional write is checked inside that transaction (If-Match, a live
+// parent directory, no cycle, a free name) and refused with 412, 422 or 409 and the item in the way. A put or delete
+// with a change id is checked against the last change applied for its item and device first (`throwIfApplied`): a retry
+// is answered as applied and changes nothing; a write records its id in its own transaction (`recordChange`). An item
+// names only a blob that the blob store holds whole, at its size, or a manifest stored at its size (`blobSize`). A blob
+// or manifest is collected only inside a writing transaction of its container and only when no live item, conflict
+// version or kept history row names it (`collectBlob`), so no item write (a restore included) can come to name one that
+// is being removed. A manifest is stored only once every data chunk it names is stored at its size, checked and stored
+// under its container's manifest lock (`putManifest`), which a collection pass holds while it decides which chunks to
+// remove. A long poll holds no transaction while it waits.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a container's manifest lock comes before
 // the metadata's transactions (a collection pass takes them inside it); `manifestLocks` is a leaf.
@@ -74,11 +75,14 @@ final class StubStore: Sendable {
     let recheckInterval: TimeInterval
     /// Each container's manifest lock (`withManifestLock`), made at its first use.
     private let manifestLocks = Locked<[String: NSLock]>([:])
+    /// The server's clock (ns since the epoch): the `at` of history rows and the `now` of retention.
+    let clock: @Sendable () -> Int64
 
     /// `metadata` nil is the embedded default, `DATA/stub.sqlite`; `blobs` nil the files under `DATA/blobs`.
     init(dataDir: String, metadata: (any StubMetadata)? = nil, blobs: BlobStore? = nil,
-         recheckSeconds: TimeInterval = 1) throws {
+         recheckSeconds: TimeInterval = 1, clock: @escaping @Sendable () -> Int64 = nowNanoseconds) throws {
         recheckInterval = recheckSeconds
+        self.clock = clock
         tmpDir = dataDir + "/tmp"
         self.blobs = try blobs ?? FileBlobStore(dir: dataDir + "/blobs", tmpDir: tmpDir)
         try makeDirectories(tmpDir)
@@ -94,7 +98,7 @@ final class StubStore: Sendable {
     // MARK: Transactions and waking
 
     /// One writing transaction on container `cid`, locked first; a missing container is 404.
-    private func writing<T>(_ cid: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
+    func writing<T>(_ cid: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
         let result = try meta.write { tx in
             guard try tx.lockContainer(cid) != nil else { throw StubFailure(404, "no such container") }
             return try body(tx)
@@ -104,7 +108,7 @@ final class StubStore: Sendable {
     }
 
     /// One reading transaction on container `cid`; a missing container is 404.
-    private func reading<T>(_ cid: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
+    func reading<T>(_ cid: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
         try meta.read { tx in
             guard try tx.containerSeq(cid) != nil else { throw StubFailure(404, "no such container") }
             return try body(tx)
@@ -169,12 +173,32 @@ final class StubStore: Sendable {
         }
     }
 
-    /// Stores `item` at the container's next version (the container is locked by the transaction).
-    private func store(_ tx: any MetadataTransaction, _ cid: String, _ item: WireItem) throws -> WireItem {
+    /// Stores `item` at the container's next version (the container is locked by the transaction), and appends
+    /// that version to its history with the clock's time and the item's path (its parent's, `parentPath`, when
+    /// the caller knows it).
+    func store(_ tx: any MetadataTransaction, _ cid: String, _ item: WireItem, parentPath: String? = nil) throws -> WireItem {
         var stored = item
         stored.version = try tx.nextSeq(cid)
         try tx.writeItem(cid, stored)
+        let path = try parentPath.map { Self.joined($0, stored.name) } ?? self.path(tx, cid, of: stored)
+        try tx.appendHistory(cid, WireVersion(stored, at: clock(), path: path))
         return stored
+    }
+
+    /// The item's names from the root, joined by `/` (the root's path is ""), walking its parents as they are.
+    func path(_ tx: any MetadataTransaction, _ cid: String, of item: WireItem) throws -> String {
+        var names: [String] = []
+        var cursor: WireItem? = item
+        var seen = Set<String>()
+        while let c = cursor, let parent = c.parent, seen.insert(c.id).inserted {
+            names.append(c.name)
+            cursor = try tx.item(cid, parent)
+        }
+        return names.reversed().joined(separator: "/")
+    }
+
+    private static func joined(_ parentPath: String, _ name: String) -> String {
+        parentPath.isEmpty ? name : parentPath + "/" + name
     }
 
     /// Checks the parts of an item that do not depend on the rest of the tree, and normalises it.
@@ -483,8 +507,8 @@ final class StubStore: Sendable {
         try meta.read { try $0.containerIDs() }
     }
 
-    /// Removes the blob (or the manifest) with `delete` if no live item and no conflict version of one names
-    /// it, inside a writing transaction of its container (which item writes there wait for); answers whether it
+    /// Removes the blob (or the manifest) with `delete` if no live item, no conflict version of one and no kept
+    /// history row names it, inside a writing transaction of its container (which item writes there wait for); answers whether it
     /// was removed.
     func collectBlob(_ cid: String, _ sha256: String, delete: () throws -> Void) throws -> Bool {
         try writing(cid) { tx in
@@ -549,11 +573,12 @@ final class StubStore: Sendable {
                 let dir = WireItem(id: randomHex(bytes: 16), parent: WireRules.rootID,
                                    name: String(format: "folder-%05d", f), kind: .dir, mode: 0o755,
                                    mtime: mtime, size: 0, sha256: "", device: device)
-                _ = try store(tx, cid, dir)
+                _ = try store(tx, cid, dir, parentPath: "")
                 for i in 0..<files {
                     _ = try store(tx, cid, WireItem(
                         id: randomHex(bytes: 16), parent: dir.id, name: String(format: "document-%07d.txt", i),
-                        kind: .file, mode: 0o644, mtime: mtime, size: 0, sha256: emptySHA256, device: device))
+                        kind: .file, mode: 0o644, mtime: mtime, size: 0, sha256: emptySHA256, device: device),
+                                  parentPath: dir.name)
                 }
                 count += files + 1
             }

@@ -11,6 +11,10 @@
 // served), `downloadDelayMilliseconds`, `holdChunkUploads` (chunk uploads wait until it is cleared), `changeLimit`,
 // `seed(path:...)`, `collect` (one blob collected as a pass past its grace would), and the counters
 // `blobDownloads`, `uploadedBytes` and `downloadedBytes`.
+// History (docs/HISTORY.md): every `store` appends the version to its item's history, at `clock`'s time; Recently
+// Deleted, restore and empty follow the stub (StubHistory.swift), a rewind is planned by the stub's own planner
+// (`RewindPlanner`) over this remote's state under its lock, and `collectPass` is a collector's pass past the
+// grace, the history's `retention` first.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): `cond` is a leaf.
 import Foundation
@@ -44,6 +48,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     private var kvSeq: Int64 = 0
     /// The last change applied per item and device ("item/device"): its id, digest and the version it made.
     private var appliedChanges: [String: (change: String, digest: String, version: Int64)] = [:]
+    /// Each item's kept versions, oldest first, by id.
+    private var historyRows: [String: [WireVersion]] = [:]
+    private var _clock: @Sendable () -> Int64 = nowNanoseconds
+    private var _retention = HistoryRetention.standard
 
     public init() {
         _ = store(WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: 0,
@@ -111,14 +119,15 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     public func blob(_ sha256: String) -> [UInt8]? { locked { blobs[sha256] } }
 
     /// Removes the blob as a collection pass would once its grace is over: only one that no manifest and no
-    /// item (current content or conflict version, tombstones included) names, such as a
+    /// item (current content or conflict version, tombstones included) and no kept history row names, such as a
     /// chunk uploaded for a manifest not committed yet. True when it was removed.
     @discardableResult
     public func collect(_ sha256: String) -> Bool {
         locked {
             guard blobs[sha256] != nil,
                   !manifests.values.contains(where: { $0.chunks.contains { $0.sha256 == sha256 } }),
-                  !items.values.contains(where: { $0.sha256 == sha256 || $0.conflicts.contains { $0.sha256 == sha256 } })
+                  !items.values.contains(where: { $0.sha256 == sha256 || $0.conflicts.contains { $0.sha256 == sha256 } }),
+                  !historyNames(sha256)
             else { return false }
             blobs[sha256] = nil
             return true
@@ -187,6 +196,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         sequence += 1
         item.version = sequence
         items[item.id] = item
+        historyRows[item.id, default: []].append(WireVersion(item, at: _clock(), path: pathLocked(item)))
         cond.broadcast()
         return item
     }
@@ -589,6 +599,269 @@ extension MemoryRemote: KeyValueRemote {
             if _offline { throw RemoteError.unreachable("the memory remote is offline") }
             let entries = kv.values.filter { $0.seq > since }.sorted { $0.seq < $1.seq }
             return WireKVChanges(entries: entries, seq: kvSeq)
+        }
+    }
+}
+
+// MARK: - Recently Deleted and version history
+
+extension MemoryRemote {
+    /// The clock of the history's `at` (ns since the epoch); the system's by default.
+    public var clock: @Sendable () -> Int64 {
+        get { locked { _clock } }
+        set { locked { _clock = newValue } }
+    }
+
+    /// What `collectPass` keeps of the history.
+    public var retention: HistoryRetention {
+        get { locked { _retention } }
+        set { locked { _retention = newValue } }
+    }
+
+    /// A collector's pass at `now`, past every blob's grace, as the stub's: the retention first, then every
+    /// manifest and blob that no live item, conflict version or kept history row names (and no manifest left
+    /// names, for a chunk) goes. Answers what went: SHA256, or SHA256.chunks for a manifest.
+    @discardableResult
+    public func collectPass(now: Int64) -> [String] {
+        locked {
+            retainLocked(now: now)
+            var named = Set(historyRows.values.flatMap { $0.map(\.sha256) })
+            for item in items.values where !item.deleted { named.insert(item.sha256); named.formUnion(item.conflicts.map(\.sha256)) }
+            var removed: [String] = []
+            for sha in manifests.keys.sorted() where !named.contains(sha) {
+                manifests[sha] = nil
+                removed.append(sha + ".chunks")
+            }
+            let chunks = Set(manifests.values.flatMap(\.chunkHashes))
+            for sha in blobs.keys.sorted() where !named.contains(sha) && !chunks.contains(sha) {
+                blobs[sha] = nil
+                removed.append(sha)
+            }
+            return removed
+        }
+    }
+
+    public func history(id: String) throws -> [WireVersion] {
+        try locked {
+            try checkOnline()
+            guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
+            guard items[id] != nil else { throw RemoteError.notFound("no such item \(id)") }
+            return (historyRows[id] ?? []).reversed()
+        }
+    }
+
+    public func trash() throws -> [WireVersion] {
+        try locked {
+            try checkOnline()
+            return trashLocked(parent: nil)
+        }
+    }
+
+    public func restore(ids: [String], device: String) throws -> [WireItem] {
+        try locked {
+            try checkOnline()
+            try checkHistoryIDs(ids)
+            guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw Self.bad("bad device name") }
+            let unique = uniqueIDs(ids)
+            for id in unique { // every refusal before any change, as the stub's one transaction
+                guard let item = items[id] else { throw RemoteError.notFound("no such item \(id)") }
+                if item.deleted && trashRowLocked(item) == nil { throw RemoteError.notFound("\(id) is not in Recently Deleted") }
+            }
+            var answer: [WireItem] = []
+            for id in unique { restoreLocked(id, device: device, asked: Set(ids), into: &answer) }
+            return answer
+        }
+    }
+
+    public func emptyTrash(ids: [String]) throws -> Int {
+        try locked {
+            try checkOnline()
+            try checkHistoryIDs(ids)
+            let unique = uniqueIDs(ids)
+            if let unknown = unique.first(where: { items[$0] == nil }) { throw RemoteError.notFound("no such item \(unknown)") }
+            var emptied = Set<String>()
+            for id in unique {
+                guard let row = trashRowLocked(items[id]!), !emptied.contains(id) else { continue }
+                for gone in [row] + deletedWithLocked(row) where emptied.insert(gone.id).inserted { historyRows[gone.id] = nil }
+            }
+            return emptied.count
+        }
+    }
+
+    public func emptyTrash() throws -> Int {
+        try locked {
+            try checkOnline()
+            let all = trashLocked(parent: nil)
+            for row in all { historyRows[row.id] = nil }
+            return all.count
+        }
+    }
+
+    // MARK: history internals (lock held)
+
+    /// Whether a kept history row names the content.
+    private func historyNames(_ sha256: String) -> Bool {
+        historyRows.values.contains { $0.contains { $0.sha256 == sha256 } }
+    }
+
+    /// The item's names from the root, joined by `/`.
+    private func pathLocked(_ item: WireItem) -> String {
+        var names: [String] = []
+        var cursor: WireItem? = item
+        var seen = Set<String>()
+        while let c = cursor, let parent = c.parent, seen.insert(c.id).inserted {
+            names.append(c.name)
+            cursor = items[parent]
+        }
+        return names.reversed().joined(separator: "/")
+    }
+
+    private func checkHistoryIDs(_ ids: [String]) throws {
+        guard (1...HistoryRules.maxIDs).contains(ids.count) else { throw Self.bad("give 1 to \(HistoryRules.maxIDs) ids") }
+        if let bad = ids.first(where: { !WireRules.isValidID($0) }) { throw Self.bad("bad item id \(bad.prefix(80))") }
+    }
+
+    private func uniqueIDs(_ ids: [String]) -> [String] {
+        var seen = Set<String>()
+        return ids.filter { seen.insert($0).inserted }
+    }
+
+    /// The delete row of an item in Recently Deleted, or nil.
+    private func trashRowLocked(_ item: WireItem) -> WireVersion? {
+        guard item.deleted, let last = historyRows[item.id]?.last, last.version == item.version, last.deleted else { return nil }
+        return last
+    }
+
+    private func trashLocked(parent: String?) -> [WireVersion] {
+        items.values.compactMap(trashRowLocked).filter { parent == nil || $0.parent == parent }
+            .sorted { $0.version > $1.version }
+    }
+
+    /// What was deleted in the folder at most `HistoryRules.folderWindow` before it, parents before children.
+    private func deletedWithLocked(_ folder: WireVersion) -> [WireVersion] {
+        guard folder.kind == .dir else { return [] }
+        var found: [WireVersion] = []
+        var folders = [folder.id]
+        var seen: Set<String> = [folder.id]
+        while let next = folders.popLast() {
+            for row in trashLocked(parent: next) where row.at >= folder.at - HistoryRules.folderWindow && seen.insert(row.id).inserted {
+                found.append(row)
+                if row.kind == .dir { folders.append(row.id) }
+            }
+        }
+        return found
+    }
+
+    /// One id asked for, checked already: answered as it is when live, else brought back with its folders above
+    /// and what was deleted with it below.
+    private func restoreLocked(_ id: String, device: String, asked: Set<String>, into answer: inout [WireItem]) {
+        let item = items[id]!
+        guard item.deleted, let row = trashRowLocked(item) else { return note(item, &answer) }
+        var chain: [WireItem] = []
+        var cursor = item.parent
+        while let p = cursor, let folder = items[p], folder.deleted { chain.append(folder); cursor = folder.parent }
+        for folder in chain.reversed() {
+            let folderRow = trashRowLocked(folder)
+            reviveLocked(folder, device: device, into: &answer)
+            if asked.contains(folder.id), let folderRow { reviveDeletedLocked(with: folderRow, device: device, into: &answer) }
+        }
+        reviveLocked(item, device: device, into: &answer)
+        reviveDeletedLocked(with: row, device: device, into: &answer)
+    }
+
+    private func reviveDeletedLocked(with row: WireVersion, device: String, into answer: inout [WireItem]) {
+        for gone in deletedWithLocked(row) {
+            guard let tomb = items[gone.id], tomb.deleted, tomb.version == gone.version else { continue }
+            reviveLocked(tomb, device: device, into: &answer)
+        }
+    }
+
+    /// The tombstone live again as a new version, where it was, under a free name, without conflict versions.
+    private func reviveLocked(_ tomb: WireItem, device: String, into answer: inout [WireItem]) {
+        var item = tomb
+        item.deleted = false
+        item.device = device
+        item.conflicts = []
+        if let parent = item.parent {
+            var n = 1
+            while let holder = liveChild(of: parent, named: n == 1 ? tomb.name : HistoryRules.numberedName(tomb.name, n)),
+                  holder.id != tomb.id { n += 1 }
+            item.name = n == 1 ? tomb.name : HistoryRules.numberedName(tomb.name, n)
+        }
+        note(store(item), &answer)
+    }
+
+    private func note(_ item: WireItem, _ answer: inout [WireItem]) {
+        if !answer.contains(where: { $0.id == item.id }) { answer.append(item) }
+    }
+
+    /// The retention pass of the stub's collector, at `now`.
+    private func retainLocked(now: Int64) {
+        for (id, rows) in historyRows {
+            let gone = Set(_retention.expired(rows.map { HistoryStamp(id: id, version: $0.version, at: $0.at, deleted: $0.deleted) },
+                                              now: now))
+            if gone.isEmpty { continue }
+            let kept = rows.filter { !gone.contains($0.version) }
+            historyRows[id] = kept.isEmpty ? nil : kept
+        }
+    }
+}
+
+// MARK: - Rewind
+
+extension MemoryRemote {
+    /// As the stub's (StubHistory.swift): `RewindPlanner`'s plan over this remote's state, its versions stored
+    /// under the one lock, none for a dry run.
+    public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
+        try locked {
+            try checkOnline()
+            let request = WireRewindRequest(folder: folder, to: to, dryRun: dryRun, device: device)
+            let plan: RewindPlan
+            do {
+                plan = try RewindPlanner.plan(request, now: _clock(), source: RewindView(remote: self))
+            } catch let refusal as RewindRefusal {
+                throw Self.remoteError(refusal)
+            }
+            if !dryRun { for item in plan.writes { _ = store(item) } }
+            return plan.changes
+        }
+    }
+
+    /// A refusal as the HTTP client would take the stub's answer.
+    private static func remoteError(_ refusal: RewindRefusal) -> RemoteError {
+        switch refusal.status {
+        case 404: return .notFound(refusal.message)
+        case 409: return .conflict(refusal.message, current: nil)
+        case 500...: return .server(status: refusal.status, message: refusal.message)
+        default: return .rejected(status: refusal.status, message: refusal.message)
+        }
+    }
+
+    /// The remote's state, read with its lock held, as a rewind reads it.
+    private struct RewindView: RewindSource {
+        let remote: MemoryRemote
+
+        func item(_ id: String) -> WireItem? { remote.items[id] }
+
+        func liveChildren(_ parent: String) -> [WireItem] {
+            remote.items.values.filter { !$0.deleted && $0.parent == parent }
+        }
+
+        func liveChild(_ parent: String, named name: String) -> WireItem? { remote.liveChild(of: parent, named: name) }
+
+        func oldestKept(_ id: String) -> Int64? { remote.historyRows[id]?.map(\.at).min() }
+
+        func version(_ id: String, atOrBefore at: Int64) -> WireVersion? {
+            remote.historyRows[id]?.last { $0.at <= at }
+        }
+
+        func versions(in parent: String, atOrBefore at: Int64) -> [WireVersion] {
+            remote.historyRows.values.compactMap { rows in rows.last { $0.at <= at } }.filter { $0.parent == parent }
+        }
+
+        func holdsContent(sha256: String, size: Int64) -> Bool {
+            let held = remote.blobs[sha256].map { Int64($0.count) } ?? remote.manifests[sha256]?.size
+            return held == size
         }
     }
 }

@@ -1,9 +1,10 @@
-// `ubiquityfs remote serve` and `ubiquityfs remote seed`.
+// `ubiquityfs remote serve`, `ubiquityfs remote seed` and `ubiquityfs remote usage`.
 //
 // What must hold: `serve` blocks SIGINT and SIGTERM before it starts serving, so a signal is never lost, and
 // stops the server (waking its long polls) before it exits. The endpoint file is written whole and renamed
 // into place, so a mount waiting for it never reads half a URL. `seed` writes the stub's database directly;
 // nothing stops a stub that serves the same DIR, whose long polls would not be woken by it: run it stopped.
+// `usage` only reads. A retention value that does not parse is a usage error of one line, before anything starts.
 import Foundation
 import Glibc
 import UbiquityBase
@@ -17,6 +18,7 @@ enum RemoteCommand {
                                    [--metadata postgresql://... [--metadata-password-file FILE]]
                                    [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE]
                                    [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
+                                   [--keep-deleted DAYS] [--keep-versions POLICY]
                                    [--batch-seconds N] [--test-routes]
 
     Runs the remote stub (the "cloud") until SIGINT or SIGTERM. Every request needs a device key of a user,
@@ -47,6 +49,16 @@ enum RemoteCommand {
     (KEY=VALUE lines); downloads are served from verified copies in DIR/blobcache (default 1024 MB). A blob no
     live item names is removed once it was stored and last asked about --blob-grace seconds ago (default
     3600), checked every --blob-collect-every seconds (default 600; 0 never).
+
+    Every version the remote stores is also kept in the item's history, so that deleted items can be restored
+    (Recently Deleted) and earlier versions read, from any device. Before each collection a retention pass
+    lets go of what is past these limits (their blobs then go after the grace):
+      --keep-deleted DAYS  a deleted item stays in Recently Deleted this many days (default 30; 0: until the
+                           next pass); a duration with a unit (s, m, h, d) is taken too
+      --keep-versions POLICY
+                           ALL,DAILY: every older version of the last ALL, then the newest of each UTC day
+                           until DAILY (default 24h,30d; units s, m, h, d); 0 keeps none. An item's current
+                           version is always kept
     """
     static let seedHelp = """
     usage: ubiquityfs remote seed --data DIR [--container ID] [--device NAME] [--blobs URL [--s3-credentials FILE]]
@@ -59,14 +71,25 @@ enum RemoteCommand {
     100000) in one folder, the rest in folders of 1000.
     """
 
+    static let usageHelp = """
+    usage: ubiquityfs remote usage --data DIR [--metadata postgresql://... [--metadata-password-file FILE]]
+                                   [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE] [--json]
+
+    Shows, per container, the bytes of the blobs its live files name (LIVE, with their conflict versions), the
+    bytes only the kept versions of live items add (HISTORY) and those only Recently Deleted adds (TRASH). A
+    blob, or a chunk of a file kept in chunks, counts once, in the first of the three that names it. It reads
+    the store only (run it beside the servers); --json prints the same as a list of objects.
+    """
+
     static func run(_ words: [String]) throws {
-        guard let sub = words.first else { throw UsageError("remote needs 'serve', 'seed', 'user' or 'device'") }
+        guard let sub = words.first else { throw UsageError("remote needs 'serve', 'seed', 'usage', 'user' or 'device'") }
         let rest = Array(words.dropFirst())
         switch sub {
         case "serve": try serve(rest)
         case "seed": try seed(rest)
+        case "usage": try usage(rest)
         case "user", "device": try AccountCommand.run(sub, rest)
-        case "--help", "-h": print(serveHelp + "\n\n" + seedHelp + "\n\n" + AccountCommand.help)
+        case "--help", "-h": print(serveHelp + "\n\n" + seedHelp + "\n\n" + usageHelp + "\n\n" + AccountCommand.help)
         default: throw UsageError("unknown remote command '\(sub)'")
         }
     }
@@ -75,7 +98,8 @@ enum RemoteCommand {
         let args = try Arguments(words, valued: ["--data", "--listen", "--latency-ms", "--bandwidth", "--endpoint-file",
                                                 "--log-level", "--max-blob", "--token-file", "--tls-cert", "--tls-key",
                                                 "--metadata", "--metadata-password-file", "--blobs", "--s3-credentials", "--blob-grace",
-                                                "--blob-collect-every", "--blob-cache-mb", "--batch-seconds"],
+                                                "--blob-collect-every", "--blob-cache-mb", "--batch-seconds",
+                                                "--keep-deleted", "--keep-versions"],
                                  switches: ["--help", "--test-routes"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
@@ -107,6 +131,7 @@ enum RemoteCommand {
         config.tokenFile = args.value("--token-file").map(absolutePath)
         config.testRoutes = args.has("--test-routes")
         if let s = try args.int("--batch-seconds") { config.batchSeconds = Double(s) }
+        config.retention = try retention(args)
         (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         try configureBlobs(&config, args)
         (config.metadataURL, config.metadataPassword) = try metadata(args)
@@ -123,6 +148,73 @@ enum RemoteCommand {
         FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url)\(token)\n".utf8))
         waitForTermination(signals)
         server.stop()
+    }
+
+    /// What the history keeps, from --keep-deleted and --keep-versions.
+    static func retention(_ args: Arguments) throws -> HistoryRetention {
+        var retention = HistoryRetention.standard
+        if let text = args.value("--keep-deleted") {
+            let days = Int64(text).flatMap { $0 >= 0 && $0 <= HistoryRules.maxDuration / HistoryRules.day ? $0 * HistoryRules.day : nil }
+            guard let keep = days ?? HistoryRules.duration(text) else {
+                throw UsageError("--keep-deleted takes a whole number of days (or a duration like 12h), not '\(text)'")
+            }
+            retention.keepDeleted = keep
+        }
+        if let text = args.value("--keep-versions") {
+            guard let policy = VersionPolicy(parsing: text) else {
+                throw UsageError("--keep-versions takes ALL,DAILY like 24h,30d (units s, m, h, d; DAILY not shorter "
+                                 + "than ALL) or 0, not '\(text)'")
+            }
+            retention.versions = policy
+        }
+        return retention
+    }
+
+    /// `remote usage`: the bytes of each container's live files, history and Recently Deleted.
+    static func usage(_ words: [String]) throws {
+        let args = try Arguments(words, valued: ["--data", "--metadata", "--metadata-password-file", "--blobs",
+                                                 "--s3-credentials"],
+                                 switches: ["--help", "--json"])
+        if args.has("--help") { return print(usageHelp) }
+        guard let data = args.value("--data") else { throw UsageError("remote usage needs --data DIR") }
+        var config = StubConfig(dataDir: absolutePath(data))
+        try configureBlobs(&config, args)
+        (config.metadataURL, config.metadataPassword) = try metadata(args)
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: config.dataDir, isDirectory: &isDir), isDir.boolValue,
+              config.metadataURL != nil || FileManager.default.fileExists(atPath: config.dataDir + "/stub.sqlite") else {
+            throw StubError("no remote store in \(config.dataDir)")
+        }
+        umask(0o077)
+        let rows = try StubServer(config: config).usage()
+        if args.has("--json") {
+            let data = try JSONEncoder.wire.encode(rows)
+            return print(String(decoding: data, as: UTF8.self))
+        }
+        printTable([["USER", "CONTAINER", "LIVE", "HISTORY", "TRASH"]]
+                   + rows.map { [$0.user, $0.container, bytes($0.live), bytes($0.history), bytes($0.trash)] })
+    }
+
+    /// Columns padded to their widest cell, the numbers' to the right.
+    private static func printTable(_ rows: [[String]]) {
+        let widths = (0..<rows[0].count).map { c in rows.map { $0[c].count }.max() ?? 0 }
+        for row in rows {
+            let cells = row.enumerated().map { c, cell -> String in
+                let pad = String(repeating: " ", count: widths[c] - cell.count)
+                return c < 2 ? cell + pad : pad + cell
+            }
+            print(cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+        }
+    }
+
+    /// A byte count for people: B, KiB, MiB, GiB, TiB.
+    static func bytes(_ n: Int64) -> String {
+        var value = Double(n)
+        for unit in ["B", "KiB", "MiB", "GiB"] {
+            if value < 1024 { return unit == "B" ? "\(n) B" : String(format: "%.1f", value) + " " + unit }
+            value /= 1024
+        }
+        return String(format: "%.1f TiB", value)
     }
 
     /// The PostgreSQL database of --metadata, if given, and its password from --metadata-password-file.

@@ -115,6 +115,16 @@ final class Link: RemoteClient, @unchecked Sendable {
         try check()
         return chunks.value ? try remote.manifest(sha256: sha256) : nil
     }
+    func history(id: String) throws -> [WireVersion] { try check(); return try remote.history(id: id) }
+    func trash() throws -> [WireVersion] { try check(); return try remote.trash() }
+    func restore(ids: [String], device: String) throws -> [WireItem] {
+        try check(); return try remote.restore(ids: ids, device: device)
+    }
+    func emptyTrash(ids: [String]) throws -> Int { try check(); return try remote.emptyTrash(ids: ids) }
+    func emptyTrash() throws -> Int { try check(); return try remote.emptyTrash() }
+    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
+        try check(); return try remote.rewind(folder: folder, to: to, dryRun: dryRun, device: device)
+    }
 }
 
 /// `count` bytes from the system's generator.

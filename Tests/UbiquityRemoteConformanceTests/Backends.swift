@@ -18,11 +18,24 @@ final class Subject {
     let kv: any KeyValueRemote
     /// A scratch directory for the test's files (blobs to upload, downloads); removed with the subject.
     let dir: String
+    /// The remote's clock (the `at` of its history), which a test may move on.
+    let clock: TestClock
+    /// One pass of the remote's collector at a time of the clock: the history's retention, then every blob
+    /// nothing names that is past its grace.
+    let collectPass: (Int64) throws -> Void
+    /// A client of another container of the same remote (and user).
+    let sibling: () throws -> any RemoteClient
     private let release: () -> Void
 
-    init(remote: any RemoteClient & KeyValueRemote, release: @escaping () -> Void = {}) throws {
+    init(remote: any RemoteClient & KeyValueRemote, clock: TestClock = TestClock(),
+         collectPass: @escaping (Int64) throws -> Void = { _ in },
+         sibling: @escaping () throws -> any RemoteClient = { MemoryRemote() },
+         release: @escaping () -> Void = {}) throws {
         self.remote = remote
         self.kv = remote
+        self.clock = clock
+        self.collectPass = collectPass
+        self.sibling = sibling
         dir = NSTemporaryDirectory() + "ubq-conformance-\(randomHex(bytes: 6))"
         try makeDirectories(dir)
         self.release = release
@@ -35,41 +48,66 @@ final class Subject {
     }
 }
 
+/// The system's clock moved on by what a test adds: the clock of a remote's history.
+final class TestClock: Sendable {
+    private let offset = Locked<Int64>(0)
+    func now() -> Int64 { nowNanoseconds() + offset.withLock { $0 } }
+    func advance(_ nanoseconds: Int64) { offset.withLock { $0 += nanoseconds } }
+}
+
+/// What a test asks of its remote: the pages of its change feed (nil: the backend's default) and what its
+/// history keeps.
+struct SubjectOptions {
+    var pageLimit: Int?
+    var retention = HistoryRetention.standard
+}
+
 /// A named factory: `make(pageLimit)` gives a fresh remote whose change feed pages hold at most
-/// `pageLimit` items (nil: the backend's default).
+/// `pageLimit` items (nil: the backend's default); `make(options)` one made to `SubjectOptions`.
 struct Backend: Sendable, CustomStringConvertible {
     let name: String
-    let make: @Sendable (_ pageLimit: Int?) throws -> Subject
+    let build: @Sendable (SubjectOptions) throws -> Subject
     var description: String { name }
+
+    init(name: String, build: @escaping @Sendable (SubjectOptions) throws -> Subject) {
+        self.name = name
+        self.build = build
+    }
+
+    func make(_ pageLimit: Int?) throws -> Subject { try build(SubjectOptions(pageLimit: pageLimit)) }
+    func make(_ options: SubjectOptions) throws -> Subject { try build(options) }
 
     /// Every backend the suite runs against.
     static let all: [Backend] = [.memory, .stub, .stubS3]
         + (PostgresCluster.available ? [.stubOnPostgres, .stubOnPostgresS3] : [])
 
     /// The in-process fake of the tests and the simulation.
-    static let memory = Backend(name: "MemoryRemote") { pageLimit in
+    static let memory = Backend(name: "MemoryRemote") { options in
         let remote = MemoryRemote()
-        if let pageLimit { remote.changeLimit = pageLimit }
-        return try Subject(remote: remote)
+        let clock = TestClock()
+        remote.clock = { clock.now() }
+        remote.retention = options.retention
+        if let pageLimit = options.pageLimit { remote.changeLimit = pageLimit }
+        return try Subject(remote: remote, clock: clock, collectPass: { remote.collectPass(now: $0) })
     }
 
     /// The HTTP client talking to a real stub server, in-process on a free loopback port.
-    static let stub = Backend(name: "HTTP+stub") { pageLimit in try stubSubject(pageLimit) }
+    static let stub = Backend(name: "HTTP+stub") { options in try stubSubject(options) }
 
     /// The stub with its blobs in S3: a real SeaweedFS gateway (scripts/seaweedfs), each subject under its own
     /// key prefix of one bucket.
-    static let stubS3 = Backend(name: "HTTP+stub+S3") { pageLimit in
-        try stubSubject(pageLimit, s3: try s3Location())
+    static let stubS3 = Backend(name: "HTTP+stub+S3") { options in
+        try stubSubject(options, s3: try s3Location())
     }
 
     /// The same, with the stub's metadata in a fresh database of a real PostgreSQL (scripts/postgres).
-    static let stubOnPostgres = Backend(name: "HTTP+stub+PostgreSQL") { pageLimit in
-        try stubSubject(pageLimit, metadata: try PostgresCluster.shared.newDatabase())
+    static let stubOnPostgres = Backend(name: "HTTP+stub+PostgreSQL") { options in
+        try stubSubject(options, metadata: try PostgresCluster.shared.newDatabase())
     }
 
     /// Both real engines at once: metadata in PostgreSQL, blobs in SeaweedFS.
-    static let stubOnPostgresS3 = Backend(name: "HTTP+stub+PostgreSQL+S3") { pageLimit in
-        try stubSubject(pageLimit, metadata: try PostgresCluster.shared.newDatabase(), s3: try s3Location())
+    static let stubOnPostgresS3 = Backend(name: "HTTP+stub+PostgreSQL+S3") { options in
+        try stubSubject(options, metadata: try PostgresCluster.shared.newDatabase(), s3: try s3Location())
     }
 
     private static func s3Location() throws -> S3Location {
@@ -80,19 +118,28 @@ struct Backend: Sendable, CustomStringConvertible {
         return try S3Location(url: url, credentialsFile: gateway.credentialsFile, environment: [:])
     }
 
-    private static func stubSubject(_ pageLimit: Int?, metadata: String? = nil, s3: S3Location? = nil) throws -> Subject {
+    private static func stubSubject(_ options: SubjectOptions, metadata: String? = nil, s3: S3Location? = nil) throws -> Subject {
         let dir = NSTemporaryDirectory() + "ubq-conformance-stub-\(randomHex(bytes: 6))"
         try makeDirectories(dir)
         var config = StubConfig(dataDir: dir)
         config.metadataURL = metadata
         if metadata != nil { config.metadataPassword = try PostgresCluster.shared.password() }
         config.s3 = s3
+        let clock = TestClock()
+        config.clock = { clock.now() }
+        config.retention = options.retention
         let server = try StubServer(config: config)
         try server.start()
-        let client = HTTPRemoteClient(baseURL: "http://127.0.0.1:\(server.port)", token: server.token!,
-                                      container: "iCloud.com.example.conformance", device: "tests",
-                                      changeLimit: pageLimit)
-        return try Subject(remote: client) {
+        let url = "http://127.0.0.1:\(server.port)", token = server.token!
+        let client = HTTPRemoteClient(baseURL: url, token: token, container: "iCloud.com.example.conformance",
+                                      device: "tests", changeLimit: options.pageLimit)
+        let sibling = { () throws -> any RemoteClient in
+            let other = HTTPRemoteClient(baseURL: url, token: token, container: "iCloud.com.example.other", device: "tests")
+            _ = try other.openContainer()
+            return other
+        }
+        return try Subject(remote: client, clock: clock, collectPass: { _ = try server.collectBlobs(now: $0) },
+                           sibling: sibling) {
             server.stop()
             try? FileManager.default.removeItem(atPath: dir)
         }

@@ -100,8 +100,11 @@ final class BlobHarness {
         #expect(try h.server.collectBlobs(now: later) == [BlobHarness.containerID + "/" + loose.sha256])
         #expect(try !h.client.hasBlob(sha256: loose.sha256))
         for kept in [content, conflict, other] { #expect(try h.client.hasBlob(sha256: kept.sha256)) }
-        // Once its item is deleted, the content goes too; the conflict version's blob stays with its item.
+        // Once its item is deleted, Recently Deleted keeps the content; emptied from it, the content goes too. The
+        // conflict version's blob stays with its item.
         _ = try h.client.deleteItem("first", ifMatch: first.version)
+        #expect(try h.server.collectBlobs(now: later).isEmpty)
+        #expect(try h.client.emptyTrash(ids: ["first"]) == 1)
         #expect(try h.server.collectBlobs(now: later) == [BlobHarness.containerID + "/" + content.sha256])
         #expect(try h.download(conflict.sha256) == Array("named by a conflict version".utf8))
         #expect(try h.download(other.sha256) == Array("the item with the conflict".utf8))

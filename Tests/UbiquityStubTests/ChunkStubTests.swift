@@ -141,8 +141,11 @@ private let manifest = WireManifest(sha256: sha256Hex(content), size: Int64(cont
         let later = nowNanoseconds() + BlobStoreTests.hour + 2_000_000_000
         #expect(try h.server.collectBlobs(now: later).isEmpty, "the item keeps the manifest, which keeps its chunks")
         #expect(try h.download(m.sha256) == only + shared)
-        // Once the item is gone, the manifest goes, and with it the chunk nothing else names.
+        // Once the item is gone (deleted, and emptied from Recently Deleted), the manifest goes, and with it the chunk
+        // nothing else names.
         _ = try h.client.deleteItem("big", ifMatch: big.version)
+        #expect(try h.server.collectBlobs(now: later).isEmpty, "Recently Deleted keeps the manifest")
+        #expect(try h.client.emptyTrash(ids: ["big"]) == 1)
         let prefix = BlobHarness.containerID + "/"
         #expect(try h.server.collectBlobs(now: later) == [prefix + m.sha256 + ".chunks", prefix + sha256Hex(only)])
         #expect(try h.client.manifest(sha256: m.sha256) == nil)

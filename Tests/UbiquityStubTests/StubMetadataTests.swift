@@ -1,5 +1,6 @@
 // The embedded metadata keeps the stub's schema: a data directory written by an earlier stub (before symbolic
-// links added a column) opens with its items, its feed position and its key-value entries, and goes on from there.
+// links added a column, before the history) opens with its items, its feed position and its key-value entries,
+// and goes on from there.
 import Foundation
 import Testing
 import UbiquityBase
@@ -45,5 +46,8 @@ import UbiquityBase
         renamed.name = "new"
         let stored = try store.putItem(cid, "d1", renamed, .ifMatch(3))
         #expect(stored.version == 4 && stored.name == "new")
+        // The history starts with the upgrade: the versions stored before it have no rows.
+        #expect(try store.history(cid, "d1").map { "\($0.version) \($0.path)" } == ["4 Documents/new"])
+        #expect(try store.history(cid, "documents").isEmpty && store.trash(cid).isEmpty)
     }
 }

@@ -82,7 +82,8 @@ def test_an_s3_outage_during_uploads_loses_nothing_and_shows_its_cause(seaweedfs
 
 def test_unreferenced_blobs_leave_the_bucket_after_the_grace_period(seaweedfs, stub_factory, mount_factory):
     prefix = "it-collect-" + os.urandom(4).hex()
-    stub = stub_factory("remote", extra=[*seaweedfs.stub_args(prefix), "--blob-grace", "3", "--blob-collect-every", "1"])
+    stub = stub_factory("remote", extra=[*seaweedfs.stub_args(prefix), "--blob-grace", "3", "--blob-collect-every", "1",
+                                         "--keep-versions", "0"])  # (no history keeps the replaced version)
     a = mount_factory(stub)
     doc = a / "Documents" / "doc.txt"
     doc.write_text("the first version\n")

@@ -12,6 +12,8 @@
 // (`WireChangeID`); a retry of a change the remote already applied answers `.alreadyApplied`, which the caller
 // takes as the success whose answer was lost. `downloadBlob` does not verify: the caller
 // checks every byte (Downloads.swift). The conformance suite holds every implementation to the same answers.
+// Recently Deleted and version history (docs/HISTORY.md) are read and changed through `history`, `trash`,
+// `restore`, `emptyTrash` and `rewind`; a remote that keeps no history throws `.notFound` from each.
 import Foundation
 import UbiquityBase
 
@@ -121,6 +123,38 @@ public protocol RemoteClient: AnyObject, Sendable {
     func putManifest(_ manifest: WireManifest) throws
     /// The chunks of the version `sha256`; nil when that version is one blob.
     func manifest(sha256: String) throws -> WireManifest?
+
+    // Recently Deleted and version history (docs/HISTORY.md).
+
+    /// The item's kept versions, newest first (`.notFound` for an item the remote never had).
+    func history(id: String) throws -> [WireVersion]
+    /// The delete of every item in Recently Deleted, newest first.
+    func trash() throws -> [WireVersion]
+    /// Brings items back from Recently Deleted as new versions made by `device` (docs/HISTORY.md "Restore");
+    /// answers every item made live, and those asked about that were live already. `.notFound` (and nothing
+    /// restored) for an id the remote never had or one no longer in Recently Deleted.
+    func restore(ids: [String], device: String) throws -> [WireItem]
+    /// Removes these items (a folder with what was deleted with it) from Recently Deleted; answers how many went.
+    func emptyTrash(ids: [String]) throws -> Int
+    /// Removes every item from Recently Deleted; answers how many went.
+    func emptyTrash() throws -> Int
+    /// Brings the subtree of the live folder `folder` back to its state at `to` (ns since the epoch, the remote's
+    /// clock) as new versions made by `device` (docs/HISTORY.md "Rewind"); answers what changed, or with
+    /// `dryRun` what would (nothing written). `.rejected(400)` for a time in the future or before the folder's
+    /// oldest kept version and for a folder that is not a live directory, `.notFound` for an unknown folder,
+    /// `.conflict` for a content no longer kept: nothing is written then.
+    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange]
+}
+
+extension RemoteClient {
+    public func history(id: String) throws -> [WireVersion] { throw RemoteError.notFound("history") }
+    public func trash() throws -> [WireVersion] { throw RemoteError.notFound("history") }
+    public func restore(ids: [String], device: String) throws -> [WireItem] { throw RemoteError.notFound("history") }
+    public func emptyTrash(ids: [String]) throws -> Int { throw RemoteError.notFound("history") }
+    public func emptyTrash() throws -> Int { throw RemoteError.notFound("history") }
+    public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
+        throw RemoteError.notFound("history")
+    }
 }
 
 extension RemoteClient {

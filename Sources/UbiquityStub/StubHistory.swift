@@ -1,0 +1,314 @@
+// Recently Deleted and version history on the stub (docs/HISTORY.md): reading an item's kept versions and the
+// trash, restoring items from it, emptying it, rewinding a folder, the retention pass and the usage figures,
+// over the history rows that StubStore's `store` appends with every version.
+//
+// What must hold: each call is one metadata transaction of its container, so a restore or an empty sees and
+// makes one whole state. A restore writes only through `store`, so every item it brings back is an ordinary new
+// version (same id, live again) that reaches every device through the feed, with its own history row; it names
+// the content its delete row names, which the blob collector has kept since (`namesBlob` counts history rows,
+// and collection runs in a writing transaction of the container, as this does). An item is in Recently
+// Deleted while its current version is a delete whose history row is kept (`MetadataTransaction.trash`); a
+// retention pass removes only the rows `HistoryRetention.expired` names, inside the container's lock, so no row
+// a concurrent write appends is judged on a stale view. A rewind is `RewindPlanner`'s plan over one transaction's
+// state (`StubRewindSource`), written through `store` in that same transaction, or not at all: a plan refused
+// (a content no longer kept) writes nothing, and a dry run only reads. The contents it names back are checked
+// stored in the writing transaction, which a collection of the container waits for.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): only the metadata's transactions.
+import Foundation
+import UbiquityBase
+
+extension StubStore {
+    // MARK: Reading
+
+    /// The item's kept versions, newest first; 404 for an item the container never had.
+    func history(_ cid: String, _ id: String) throws -> [WireVersion] {
+        try reading(cid) { tx in
+            guard try tx.item(cid, id) != nil else { throw StubFailure(404, "no such item \(id)") }
+            return try tx.history(cid, id)
+        }
+    }
+
+    /// The delete of every item in Recently Deleted, newest first.
+    func trash(_ cid: String) throws -> [WireVersion] {
+        try reading(cid) { tx in try tx.trash(cid, parent: nil) }
+    }
+
+    // MARK: Restore
+
+    /// Brings the items back (docs/HISTORY.md "Restore"): each where it was, under a free name, its deleted
+    /// folders first, and a folder with what was deleted in it along with it. Answers every item made live, and
+    /// those asked about that were live already (so a retry of a restore whose answer was lost changes nothing).
+    /// 404 for an id the container never had or one no longer in Recently Deleted; nothing is restored then.
+    func restore(_ cid: String, ids: [String], device: String) throws -> [WireItem] {
+        try HistoryInput.checkIDs(ids)
+        guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw StubFailure(400, "bad device name") }
+        return try writing(cid) { tx in
+            var restore = Restoration(store: self, tx: tx, cid: cid, device: device, asked: Set(ids))
+            for id in HistoryInput.unique(ids) { try restore.restoreAsked(id) }
+            return restore.answer
+        }
+    }
+
+    // MARK: Emptying
+
+    /// Removes the items from Recently Deleted (every item in it when `ids` is nil): their history goes, their
+    /// blobs after the grace. A folder goes with what was deleted in it along with it (as a restore brings it
+    /// back). An id not in Recently Deleted is passed over; 404 for one the container never had.
+    func emptyTrash(_ cid: String, ids: [String]?) throws -> Int {
+        if let ids { try HistoryInput.checkIDs(ids) }
+        return try writing(cid) { tx in
+            guard let ids else {
+                let all = try tx.trash(cid, parent: nil)
+                for row in all { try tx.deleteHistory(cid, id: row.id) }
+                return all.count
+            }
+            var emptied = Set<String>()
+            for id in HistoryInput.unique(ids) {
+                guard let item = try tx.item(cid, id) else { throw StubFailure(404, "no such item \(id)") }
+                guard let row = try Self.trashRow(tx, cid, of: item), !emptied.contains(id) else { continue }
+                for gone in try [row] + deletedWith(tx, cid, folder: row) where emptied.insert(gone.id).inserted {
+                    try tx.deleteHistory(cid, id: gone.id)
+                }
+            }
+            return emptied.count
+        }
+    }
+
+    /// The delete row of an item in Recently Deleted, or nil when it is not there.
+    static func trashRow(_ tx: any MetadataTransaction, _ cid: String, of item: WireItem) throws -> WireVersion? {
+        guard item.deleted else { return nil }
+        return try tx.history(cid, item.id).first { $0.version == item.version && $0.deleted }
+    }
+
+    /// What was deleted in a folder (its delete row `folder`) at most `HistoryRules.folderWindow` before it,
+    /// recursively, parents before children: what `rm -rf` removed with it. Nothing for a file.
+    func deletedWith(_ tx: any MetadataTransaction, _ cid: String, folder: WireVersion) throws -> [WireVersion] {
+        guard folder.kind == .dir else { return [] }
+        let since = folder.at - HistoryRules.folderWindow
+        var found: [WireVersion] = []
+        var folders = [folder.id]
+        var seen: Set<String> = [folder.id]
+        while let next = folders.popLast() {
+            for row in try tx.trash(cid, parent: next) where row.at >= since && seen.insert(row.id).inserted {
+                found.append(row)
+                if row.kind == .dir { folders.append(row.id) }
+            }
+        }
+        return found
+    }
+
+    // MARK: Rewind
+
+    /// Brings the folder's subtree back to its state at `request.to` (docs/HISTORY.md "Rewind"): the plan of
+    /// `RewindPlanner`, its versions written through `store` in one transaction (none for a dry run, which
+    /// reads only). Answers the changes, the same for a dry run as for the real one.
+    func rewind(_ cid: String, _ request: WireRewindRequest) throws -> [WireRewindChange] {
+        do {
+            try RewindPlanner.check(request)
+            let now = clock()
+            if request.dryRun {
+                return try reading(cid) { tx in try rewindPlan(tx, cid, request, now: now).changes }
+            }
+            return try writing(cid) { tx in
+                let plan = try rewindPlan(tx, cid, request, now: now)
+                for item in plan.writes { _ = try store(tx, cid, item) }
+                return plan.changes
+            }
+        } catch let refusal as RewindRefusal {
+            throw StubFailure(refusal.status, refusal.message)
+        }
+    }
+
+    private func rewindPlan(_ tx: any MetadataTransaction, _ cid: String, _ request: WireRewindRequest,
+                            now: Int64) throws -> RewindPlan {
+        try RewindPlanner.plan(request, now: now, source: StubRewindSource(store: self, tx: tx, cid: cid))
+    }
+
+    // MARK: Retention
+
+    /// One retention pass over the container at `now`: removes the rows `retention` lets expire (older versions
+    /// past the policy, Recently Deleted past `keepDeleted`). Answers how many rows went.
+    @discardableResult
+    func retain(_ cid: String, _ retention: HistoryRetention, now: Int64) throws -> Int {
+        try writing(cid) { tx in
+            let stamps = try tx.historyStamps(cid, olderThrough: retention.versionHorizon(now: now),
+                                              deletedThrough: retention.deletedHorizon(now: now))
+            var gone: [Int64] = []
+            for rows in Dictionary(grouping: stamps, by: \.id).values { gone += retention.expired(rows, now: now) }
+            return gone.isEmpty ? 0 : try tx.deleteHistoryRows(cid, versions: gone)
+        }
+    }
+
+    // MARK: Usage
+
+    /// The stored bytes the container's items name (docs/HISTORY.md "Storage"): each blob, or each chunk of a
+    /// manifest, counted once, for the first of live items (and their conflict versions), history rows of live
+    /// items, history rows of deleted items that names it.
+    func usage(_ cid: String) throws -> StubUsage {
+        let named = try reading(cid) { tx in try tx.namedContents(cid) }
+        var holders: [String: ContentHolder] = [:]
+        for n in named where isSHA256Hex(n.sha256) && n.sha256 != emptySHA256 {
+            holders[n.sha256] = min(holders[n.sha256] ?? n.holder, n.holder)
+        }
+        let stored = Dictionary(try blobs.list(cid).map { ($0.sha256, $0.size) }, uniquingKeysWith: { a, _ in a })
+        var objects: [String: (holder: ContentHolder, size: Int64)] = [:]
+        func count(_ sha: String, _ size: Int64, _ holder: ContentHolder) {
+            if let known = objects[sha], known.holder <= holder { return }
+            objects[sha] = (holder, size)
+        }
+        for (sha, holder) in holders {
+            if let size = stored[sha] {
+                count(sha, size, holder)
+            } else if let manifest = try manifest(cid, sha) {
+                for chunk in manifest.chunks { if let c = chunk.sha256 { count(c, chunk.size, holder) } }
+            }
+        }
+        var usage = StubUsage(container: cid)
+        for (_, object) in objects {
+            switch object.holder {
+            case .live: usage.live += object.size
+            case .history: usage.history += object.size
+            case .trash: usage.trash += object.size
+            }
+        }
+        return usage
+    }
+}
+
+/// The bytes of one container as `remote usage` shows them.
+public struct StubUsage: Equatable, Sendable, Codable {
+    /// The container's id on the wire, and the user it is stored for (`StubServer.usage` fills it in).
+    public var container: String
+    public var user: String = ""
+    public var live: Int64 = 0
+    public var history: Int64 = 0
+    public var trash: Int64 = 0
+
+    public init(container: String) { self.container = container }
+}
+
+/// The container's state in one transaction, as a rewind reads it.
+private struct StubRewindSource: RewindSource {
+    let store: StubStore
+    let tx: any MetadataTransaction
+    let cid: String
+
+    func item(_ id: String) throws -> WireItem? { try tx.item(cid, id) }
+
+    func liveChildren(_ parent: String) throws -> [WireItem] { try tx.liveChildren(cid, parent: parent) }
+
+    func liveChild(_ parent: String, named name: String) throws -> WireItem? {
+        try tx.liveChild(cid, parent: parent, name: name, except: nil)
+    }
+
+    func oldestKept(_ id: String) throws -> Int64? { try tx.history(cid, id).map(\.at).min() }
+
+    func version(_ id: String, atOrBefore at: Int64) throws -> WireVersion? {
+        try tx.historyRow(cid, id, through: at)
+    }
+
+    func versions(in parent: String, atOrBefore at: Int64) throws -> [WireVersion] {
+        try tx.historyChildren(cid, parent: parent, through: at)
+    }
+
+    func holdsContent(sha256: String, size: Int64) throws -> Bool { try store.blobSize(cid, sha256) == size }
+}
+
+/// The checks of a restore's or an empty's ids.
+enum HistoryInput {
+    static func checkIDs(_ ids: [String]) throws {
+        guard (1...HistoryRules.maxIDs).contains(ids.count) else {
+            throw StubFailure(400, "give 1 to \(HistoryRules.maxIDs) ids")
+        }
+        if let bad = ids.first(where: { !WireRules.isValidID($0) }) {
+            throw StubFailure(400, "bad item id \(bad.prefix(80))")
+        }
+    }
+
+    /// The ids in their order, each once.
+    static func unique(_ ids: [String]) -> [String] {
+        var seen = Set<String>()
+        return ids.filter { seen.insert($0).inserted }
+    }
+}
+
+/// One restore inside its transaction: what it made live so far, in order.
+private struct Restoration {
+    let store: StubStore
+    let tx: any MetadataTransaction
+    let cid: String
+    let device: String
+    /// The ids asked for: a folder among them that comes back as the parent of another comes back whole.
+    let asked: Set<String>
+    private(set) var answer: [WireItem] = []
+    private var answered = Set<String>()
+
+    init(store: StubStore, tx: any MetadataTransaction, cid: String, device: String, asked: Set<String>) {
+        self.store = store; self.tx = tx; self.cid = cid; self.device = device; self.asked = asked
+    }
+
+    /// One id asked for: live already (answered as it is), or in Recently Deleted (brought back), else 404.
+    mutating func restoreAsked(_ id: String) throws {
+        guard let item = try tx.item(cid, id) else { throw StubFailure(404, "no such item \(id)") }
+        guard item.deleted else { return note(item) }
+        guard let row = try StubStore.trashRow(tx, cid, of: item) else {
+            throw StubFailure(404, "\(id) is not in Recently Deleted")
+        }
+        try reviveFolders(above: item)
+        try revive(item)
+        try reviveDeleted(with: row)
+    }
+
+    /// The deleted folders the item was in, from the top down (from their tombstones, whether or not they are
+    /// still in Recently Deleted: a folder has no content to lose); one that was asked for comes back whole.
+    private mutating func reviveFolders(above item: WireItem) throws {
+        var chain: [WireItem] = []
+        var cursor = item.parent
+        while let id = cursor {
+            guard let folder = try tx.item(cid, id) else { throw StubFailure(500, "the folder \(id) is missing") }
+            guard folder.deleted else { break }
+            guard chain.count < 100_000 else { throw StubFailure(500, "the tree is too deep") }
+            chain.append(folder)
+            cursor = folder.parent
+        }
+        for folder in chain.reversed() {
+            try revive(folder)
+            if asked.contains(folder.id), let row = try StubStore.trashRow(tx, cid, of: folder) {
+                try reviveDeleted(with: row)
+            }
+        }
+    }
+
+    /// What was deleted in a folder along with it (`deletedWith`), each still in Recently Deleted.
+    private mutating func reviveDeleted(with row: WireVersion) throws {
+        for gone in try store.deletedWith(tx, cid, folder: row) {
+            guard let tomb = try tx.item(cid, gone.id), tomb.deleted, tomb.version == gone.version else { continue }
+            try revive(tomb)
+        }
+    }
+
+    /// The tombstone made live again as a new version: same place, a free name, this device, its content named
+    /// again (conflict versions, whose blobs no history row keeps, are not brought back).
+    private mutating func revive(_ tomb: WireItem) throws {
+        var item = tomb
+        item.deleted = false
+        item.device = device
+        item.conflicts = []
+        if let parent = item.parent { item.name = try freeName(tomb.name, in: parent, for: tomb.id) }
+        note(try store.store(tx, cid, item))
+    }
+
+    /// `name`, or `name 2`, `name 3`, ... before the extension: the first no other live item in `parent` holds.
+    private func freeName(_ name: String, in parent: String, for id: String) throws -> String {
+        for n in 1...10_000 {
+            let candidate = n == 1 ? name : HistoryRules.numberedName(name, n)
+            if try tx.liveChild(cid, parent: parent, name: candidate, except: id) == nil { return candidate }
+        }
+        throw StubFailure(409, "no free name for \(name)")
+    }
+
+    private mutating func note(_ item: WireItem) {
+        if answered.insert(item.id).inserted { answer.append(item) }
+    }
+}
