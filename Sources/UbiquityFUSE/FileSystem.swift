@@ -154,9 +154,10 @@ public final class FileSystem: @unchecked Sendable {
     /// True for ids of the versions directory's virtual nodes.
     func isVirtual(_ id: String) -> Bool { NodeID(parsing: id).isVirtual }
 
-    /// True for the names `.versions` and `.kvstore` in the mount root, which no item may take.
+    /// True for the names `.versions`, `.kvstore` and `.trash` in the mount root, which no item may take.
     func isVersionsName(_ parent: String, _ name: String) -> Bool {
-        parent == core.rootID && (sameName(name, FileSystem.versionsName) || sameName(name, FileSystem.kvName))
+        parent == core.rootID && (sameName(name, FileSystem.versionsName) || sameName(name, FileSystem.kvName)
+                                  || sameName(name, FileSystem.trashName))
     }
 
     /// The directory behind inode `parent` in which something is to be made: not a virtual one, and not under
@@ -313,7 +314,8 @@ public final class FileSystem: @unchecked Sendable {
         guard isVirtual(id) else { return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done) }
         switch node(id) {
         case .version(let item, let c): openVersion(item, c, flags: flags, caller, waiter: waiter, done: done)
-        case .versionsDir, .kvDir: done(.failure(.core(.isDirectory)))
+        case .versionsDir, .kvDir, .trashDir: done(.failure(.core(.isDirectory)))
+        case .trashList: openTrashList(flags: flags, done: done)
         case .kvKey, .kvChanges: done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try kvOpen(id, flags: flags) } })
         default: done(.failure(.core(.notFound)))
         }

@@ -1,5 +1,5 @@
 // The id the adapter gives a node: an item's id, or one of a virtual node's (the versions directory, the
-// key-value folder), which the core never sees.
+// key-value folder, the trash folder), which the core never sees.
 //
 // What must hold: a virtual id never equals an item id (item ids are hex and hold no ':'), `NodeID(parsing:)`
 // and `description` are each other's inverse, and no other code builds or takes apart these strings.
@@ -14,9 +14,14 @@ enum NodeID: Equatable, CustomStringConvertible {
     case kvDir(typed: Bool)
     case kvKey(String, typed: Bool)
     case kvChanges
+    /// `.trash` and `.trash/.list` (TrashFiles.swift).
+    case trashDir
+    case trashList
 
     init(parsing id: String) {
         if id == "kvc:" { self = .kvChanges; return }
+        if id == "t:" { self = .trashDir; return }
+        if id == "tl:" { self = .trashList; return }
         if id.hasPrefix("kvj:") { self = NodeID.keyValue(String(id.dropFirst(4)), typed: true); return }
         if id.hasPrefix("kv:") { self = NodeID.keyValue(String(id.dropFirst(3)), typed: false); return }
         if id.hasPrefix("v:") { self = .versionsDir(item: String(id.dropFirst(2))); return }
@@ -39,6 +44,8 @@ enum NodeID: Equatable, CustomStringConvertible {
         case .kvDir(let typed): return typed ? "kvj:" : "kv:"
         case .kvKey(let key, let typed): return (typed ? "kvj:" : "kv:") + key
         case .kvChanges: return "kvc:"
+        case .trashDir: return "t:"
+        case .trashList: return "tl:"
         }
     }
 

@@ -239,7 +239,7 @@ private func addAttributeOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.getxattr = { req, ino, name, size in
         named(req, name, else: .noAttribute) { n in
             let r = reply(req)
-            do throws(CoreError) { r.xattr(try fs(req).getxattr(ino, n), size: size) } catch { r.fail(error) }
+            fs(req).getxattr(ino, n, done: answering(r) { r.xattr($0, size: size) })
         }
     }
     ops.listxattr = { req, ino, size in
@@ -249,7 +249,7 @@ private func addAttributeOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.setxattr = { req, ino, name, value, size, flags in
         named(req, name) { n in
             let r = reply(req)
-            do throws(AdapterError) { try fs(req).setxattr(ino, n, bytes(value, size), flags: flags); r.ok() } catch { r.fail(error) }
+            fs(req).setxattr(ino, n, bytes(value, size), flags: flags, done: answering(r) { r.ok() })
         }
     }
     ops.removexattr = { req, ino, name in

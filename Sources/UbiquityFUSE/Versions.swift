@@ -28,13 +28,16 @@ enum Node {
     case kvDir(typed: Bool)
     case kvKey(String, typed: Bool)
     case kvChanges
+    /// `.trash` and its `.list` (TrashFiles.swift).
+    case trashDir
+    case trashList
 
     /// The type bits of its mode (S_IFDIR, S_IFREG, S_IFLNK, ...), as listings report them.
     var fileType: mode_t {
         switch self {
         case .real(let item): return FileSystem.fileType(item.kind)
-        case .versionsDir, .kvDir: return S_IFDIR
-        case .version, .kvKey, .kvChanges: return S_IFREG
+        case .versionsDir, .kvDir, .trashDir: return S_IFDIR
+        case .version, .kvKey, .kvChanges, .trashList: return S_IFREG
         }
     }
 
@@ -58,6 +61,8 @@ extension FileSystem {
         case .kvDir, .kvKey, .kvChanges:
             // (A key-value store that cannot be read was logged; where the caller can be told, it is: kvChild.)
             return try? kvNode(id) ?? nil
+        case .trashDir: return .trashDir
+        case .trashList: return .trashList
         case .versionsDir(let itemID):
             guard let item = core.item(itemID), itemID == core.rootID || leadsToConflicts().contains(itemID) else {
                 return nil
@@ -95,6 +100,7 @@ extension FileSystem {
             if item.id == core.rootID {
                 list.insert((FileSystem.versionsName, FileSystem.versionsDirID(item.id), nil), at: 0)
                 if kv != nil { list.insert((FileSystem.kvName, FileSystem.kvDirID, nil), at: 1) }
+                list.insert((FileSystem.trashName, FileSystem.trashDirID, nil), at: kv != nil ? 2 : 1)
             }
             return list
         case .versionsDir(let item):
@@ -105,7 +111,9 @@ extension FileSystem {
             return try core.list(item.id).filter { wanted.contains($0.id) }.map { ($0.name, FileSystem.versionsDirID($0.id), nil) }
         case .kvDir(let typed):
             return try kvChildren(typed: typed).map { ($0.name, $0.id, nil) }
-        case .version, .kvKey, .kvChanges:
+        case .trashDir:
+            return [(FileSystem.trashListName, FileSystem.trashListID, nil)]
+        case .version, .kvKey, .kvChanges, .trashList:
             throw .notDirectory
         }
     }
@@ -114,6 +122,7 @@ extension FileSystem {
     func child(_ parent: String, _ name: String) throws(CoreError) -> (id: String, node: Node)? {
         if let found = try kvChild(parent, name) { return found }
         if isKVID(parent) { return nil }
+        if let found = trashChild(parent, name) { return found }
         if parent == core.rootID && sameName(name, FileSystem.versionsName) {
             return node(FileSystem.versionsDirID(parent)).map { (FileSystem.versionsDirID(parent), $0) }
         }
@@ -164,6 +173,11 @@ extension FileSystem {
         case .kvChanges:
             return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: Int64(kvChangeBytes().count),
                                      mtime: nowNanoseconds())
+        case .trashDir:
+            return virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+        case .trashList:
+            // Made at its open (a request to the remote): a stat asks nothing, and reads go on to the end.
+            return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: 0, mtime: nowNanoseconds())
         }
     }
 

@@ -68,6 +68,22 @@ enum ActionAttribute: String {
 }
 
 extension FileSystem {
+    /// getxattr(2), answered through `done`: at once, but for an attribute the remote answers (TrashFiles.swift).
+    func getxattr(_ ino: UInt64, _ name: String, done: @escaping Completion<[UInt8]>) {
+        if let id = inodes.id(ino), asksRemote(id, name) {
+            return name == FileSystem.historyAttribute ? readHistory(id, done: done) : readRewind(id, name, done: done)
+        }
+        done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try getxattr(ino, name) } })
+    }
+
+    /// setxattr(2), answered through `done`: at once, but for an action the remote carries out (TrashFiles.swift).
+    func setxattr(_ ino: UInt64, _ name: String, _ value: [UInt8], flags: Int32, done: @escaping Completion<Void>) {
+        if let id = inodes.id(ino), asksRemote(id, name) {
+            return id == FileSystem.trashDirID ? setTrashAttribute(name, value, done: done) : setRewind(id, name, value, done: done)
+        }
+        done(Result { () throws(AdapterError) in try setxattr(ino, name, value, flags: flags) })
+    }
+
     /// An extended attribute's value (Reply.xattr answers a size probe or ERANGE).
     func getxattr(_ ino: UInt64, _ name: String) throws(CoreError) -> [UInt8] {
         guard let id = inodes.id(ino) else { throw .notFound }

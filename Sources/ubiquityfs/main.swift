@@ -21,6 +21,7 @@ commands:
                                     run the remote stub
   remote seed --data DIR [--container ID] [--device NAME] DEST=SOURCE...
                                     put local files into a stopped stub's container, as if from another device
+  remote usage --data DIR [--json]  the bytes of each container's live files, history and Recently Deleted
   remote user add|remove|list [NAME] --data DIR
   remote device add|list|revoke USER [DEVICE] [--key-file FILE] --data DIR
                                     the remote's users and their devices' keys
@@ -33,6 +34,10 @@ commands:
                                     list the mount's items with their status; --live: follow their changes
   kv get|set|delete|list|watch [--json] MOUNT [KEY [VALUE]]
                                     the container's key-value store
+  trash list|restore|empty [--json] MOUNT [PATH...]
+                                    Recently Deleted: list it, bring items back, or remove them for good
+  history [--json] PATH             the kept versions of a file
+  rewind DIR --to TIME [--dry-run]  bring a folder back to how it was on the remote at TIME
   chunks [--json | --summary] FILE...
                                     how a file's content is cut into chunks (each with its SHA-256, or a hole)
 
@@ -68,6 +73,12 @@ do {
         try KVCommand.run(words)
     case "chunks":
         try ChunksCommand.run(words)
+    case "trash":
+        try TrashCommand.run(words)
+    case "history":
+        try TrashCommand.runHistory(words)
+    case "rewind":
+        try TrashCommand.runRewind(words)
     default:
         fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
     }

@@ -7,7 +7,7 @@ import Testing
         let all: [NodeID] = [.item("4f2a9c"), .item("root"), .versionsDir(item: "root"),
                              .versionsDir(item: "4f2a9c"), .version(item: "4f2a9c", conflict: "c7"),
                              .kvDir(typed: false), .kvDir(typed: true), .kvKey("theme", typed: false),
-                             .kvKey("a:b", typed: true), .kvChanges]
+                             .kvKey("a:b", typed: true), .kvChanges, .trashDir, .trashList]
         for id in all { #expect(NodeID(parsing: id.description) == id) }
     }
 

@@ -270,12 +270,12 @@ final class RefDevice {
         while try container.pullOnce() {}
     }
 
-    /// Every path below the mount root, folders too, sorted (without .versions, .kvstore and Documents).
+    /// Every path below the mount root, folders too, sorted (without .versions, .kvstore, .trash and Documents).
     func allPaths(below ino: UInt64 = 1, prefix: String = "") throws -> [String] {
         let dir = try fs.opendir(ino)
         let entries = fs.listing(dir.fh)
         fs.releasedir(dir.fh)
-        let hidden: Set = [".", "..", FileSystem.versionsName, FileSystem.kvName, "Documents"]
+        let hidden: Set = [".", "..", FileSystem.versionsName, FileSystem.kvName, FileSystem.trashName, "Documents"]
         var paths: [String] = []
         for e in entries where !(prefix.isEmpty ? hidden : [".", ".."]).contains(e.name) {
             paths.append(prefix + e.name)

@@ -3,7 +3,8 @@
 // simulation's steps (`@_spi(Simulation)`) are not part of it, so the adapter cannot reach them.
 //
 // What must hold: each call that changes anything is one operation of the core (one `mutate`, one transaction)
-// and throws only `CoreError`; a call that waits for content takes a completion and never blocks. Descriptors
+// and throws only `CoreError`; a call that waits for content or for the remote takes a completion and never
+// blocks. Descriptors
 // and figures come back, never a path into the store (AdapterServices.swift).
 import UbiquityBase
 #if canImport(Glibc)
@@ -70,6 +71,13 @@ public protocol AdapterCore: AnyObject, Sendable {
     func discardConflict(_ id: String, _ conflict: String) throws(CoreError)
     func promoteConflict(_ id: String, _ conflict: String) throws(CoreError)
     func resolveKeepingCurrent(_ id: String) throws(CoreError)
+
+    // MARK: Recently Deleted and history (requests to the remote, answered through a completion)
+    func recentlyDeleted(done: @escaping Container.Answer<[WireVersion]>)
+    func history(_ id: String, done: @escaping Container.Answer<[WireVersion]>)
+    func restoreFromTrash(_ ids: [String], done: @escaping Container.Answer<[WireItem]>)
+    func emptyTrash(_ ids: [String]?, done: @escaping Container.Answer<Int>)
+    func rewind(_ folder: String, to: Int64, dryRun: Bool, done: @escaping Container.Answer<[WireRewindChange]>)
 }
 
 extension Container: AdapterCore {}

@@ -1,0 +1,81 @@
+// Recently Deleted and version history (docs/HISTORY.md), as the adapter asks for them: the remote keeps them,
+// so each call is a request to the remote, run on a thread of its own and answered through a completion.
+//
+// What must hold: no call blocks its caller (a FUSE worker) on the network: the request runs on its own thread,
+// and while the remote is known to be unreachable the answer comes at once, as for an open offline. What a
+// restore made live is applied here as a pull would apply it, before the completion runs, so the caller sees
+// the restored items at once; other devices see them through the feed, as any change.
+//
+// Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): none held across the request; the
+// restored items are applied by the pull side's step, which takes the container's lock.
+import Foundation
+import UbiquityBase
+
+extension Container {
+    public typealias Answer<T> = @Sendable (Result<T, CoreError>) -> Void
+
+    /// Every item in Recently Deleted (its delete: path, time, device), newest first.
+    public func recentlyDeleted(done: @escaping Answer<[WireVersion]>) {
+        askRemote("the list of Recently Deleted", done: done) { remote in try remote.trash() }
+    }
+
+    /// The kept versions of an item, newest first.
+    public func history(_ id: String, done: @escaping Answer<[WireVersion]>) {
+        askRemote("the history of \(path(of: id))", done: done) { remote in try remote.history(id: id) }
+    }
+
+    /// Brings items back from Recently Deleted (a folder with what was deleted with it): answers the items
+    /// made live, applied here already.
+    public func restoreFromTrash(_ ids: [String], done: @escaping Answer<[WireItem]>) {
+        let device = config.device
+        askRemote("the restore", done: done) { [weak self] remote in
+            let restored = try remote.restore(ids: ids, device: device)
+            self?.sync.applyFetched(restored)
+            return restored
+        }
+    }
+
+    /// Removes items (nil: every item) from Recently Deleted for good; answers how many went.
+    public func emptyTrash(_ ids: [String]?, done: @escaping Answer<Int>) {
+        askRemote("emptying Recently Deleted", done: done) { remote in
+            if let ids { return try remote.emptyTrash(ids: ids) }
+            return try remote.emptyTrash()
+        }
+    }
+
+    /// Brings the folder's subtree back to its state on the remote at `to` (ns since the epoch), as new versions
+    /// that reach every device through the feed (with `dryRun`, nothing written); answers what changes.
+    public func rewind(_ folder: String, to: Int64, dryRun: Bool, done: @escaping Answer<[WireRewindChange]>) {
+        let device = config.device
+        askRemote("the rewind of \(path(of: folder))", done: done) { remote in
+            try remote.rewind(folder: folder, to: to, dryRun: dryRun, device: device)
+        }
+    }
+
+    /// Runs `body` against the remote on a thread of its own and answers through `done`; at once, with the
+    /// cause, while the remote is known to be unreachable.
+    private func askRemote<T>(_ what: String, done: @escaping Answer<T>,
+                              _ body: @escaping @Sendable (RemoteClient) throws -> T) {
+        if let since = offlineSince {
+            return done(.failure(.io("\(what) needs the remote, unreachable since \(iso8601(nanoseconds: since))")))
+        }
+        let remote = self.remote
+        let thread = Thread {
+            do { done(.success(try body(remote))) } catch let error as RemoteError {
+                done(.failure(Container.historyError(error, what)))
+            } catch {
+                done(.failure(CoreError.from(error)))
+            }
+        }
+        thread.name = "remote-ask"
+        thread.start()
+    }
+
+    private static func historyError(_ error: RemoteError, _ what: String) -> CoreError {
+        switch error {
+        case .notFound: return .notFound
+        case .rejected(_, let message): return .invalidArgument(message)
+        default: return .remote(error)
+        }
+    }
+}
