@@ -168,6 +168,23 @@ import UbiquityTesting
     /// Changes the database behind an open store's back, through a second connection.
     func tamper(_ sql: String) throws { try Database(path: path + "/state.sqlite").exec(sql) }
 
+    /// A store made before chunk places were recorded (no `chunk_places` table) opens, keeps its items, and
+    /// records where chunks lie from then on.
+    @Test func aStoreFromBeforeChunkPlacesOpensAndRecordsThem() throws {
+        do {
+            let store = try Store(directory: path)
+            try store.save(sample("f1"))
+        }
+        try tamper("DROP TABLE chunk_places")
+        let store = try Store(directory: path)
+        #expect(try store.loadItems().map(\.id) == ["f1"])
+        #expect(try store.chunkPlaces(String(repeating: "a", count: 64)).isEmpty)
+        try store.placeChunks(of: "f1", [Chunk(offset: 0, size: 10, sha256: String(repeating: "a", count: 64)),
+                                         Chunk(offset: 10, size: 5, sha256: nil)])
+        let places = try store.chunkPlaces(String(repeating: "a", count: 64))
+        #expect(places.count == 1 && places.first?.id == "f1" && places.first?.size == 10)
+    }
+
     @Test func corruptXattrsMakeLoadThrowNotLoadEmpty() throws {
         let store = try Store(directory: path)
         var item = sample("f1"); item.xattrs = ["user.color": [1, 2]]
