@@ -267,68 +267,64 @@ extension World {
     }
 
     func appendToFile(_ dev: SimDevice, _ c: Container) throws -> String {
-        let f = try pickFile(dev)
-        let fd = try openFile(dev, f.id, writable: true)
-        defer { fd.close(); c.closed(f.id, writable: true) }
-        supersede(dev, f, conflicts: false)
-        deliberate(dev, f.id)
-        try c.willWrite(f.id, through: fd)
-        let bytes = newBytes(dev)
-        try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: Int64(try fd.stat().st_size))
-        stamp(dev.container.contentPath(f.id))
-        try c.flushed(f.id)
-        recordContent(dev, f.id, "append")
-        return "\(c.path(of: f.id)) [\(short(f.id))] +\(bytes.count) bytes"
+        try writeInPlace(dev, c, "append") { fd in
+            let bytes = newBytes(dev)
+            try fd.writeAll(bytes.withUnsafeBytes { $0 }, at: Int64(try fd.stat().st_size))
+            return "+\(bytes.count) bytes"
+        }
     }
 
     /// A program changes a few bytes inside a file (open, pwrite of a new tag, close): in chunks, only those
     /// around the bytes change.
     func editFile(_ dev: SimDevice, _ c: Container) throws -> String {
-        let f = try pickFile(dev)
-        let fd = try openFile(dev, f.id, writable: true)
-        defer { fd.close(); c.closed(f.id, writable: true) }
-        supersede(dev, f, conflicts: false)
-        deliberate(dev, f.id)
-        try c.willWrite(f.id, through: fd)
-        let tag = newTag(dev)
-        let size = Int64(try fd.stat().st_size)
-        let offset = Int64(rng.int(Int(max(size - Int64(tag.count), 0)) + 1))
-        try tag.withUnsafeBytes { try fd.writeAll($0, at: offset) }
-        stamp(c.contentPath(f.id))
-        try c.flushed(f.id)
-        recordContent(dev, f.id, "edit")
-        return "\(c.path(of: f.id)) [\(short(f.id))] \(tag.count) bytes at \(offset) of \(size)"
+        try writeInPlace(dev, c, "edit") { fd in
+            let tag = newTag(dev)
+            let size = Int64(try fd.stat().st_size)
+            let offset = Int64(rng.int(Int(max(size - Int64(tag.count), 0)) + 1))
+            try tag.withUnsafeBytes { try fd.writeAll($0, at: offset) }
+            return "\(tag.count) bytes at \(offset) of \(size)"
+        }
     }
 
     /// A program appends a large block to a file: a new tag and bytes from the generator, with a run of zeros
     /// in it (chunks of zeros only are holes), or written past the end (a hole of the file), or neither. Files
     /// grow past a small chunk format's threshold this way.
     func growFile(_ dev: SimDevice, _ c: Container) throws -> String {
+        try writeInPlace(dev, c, "grow") { fd in
+            var block = newTag(dev) + noise(128 + rng.int(1920))
+            let size = Int64(try fd.stat().st_size)
+            var at = size
+            var shape = ""
+            switch rng.int(3) {
+            case 0:
+                let zeros = 64 + rng.int(1024)
+                block.insert(contentsOf: [UInt8](repeating: 0, count: zeros), at: rng.int(block.count + 1))
+                shape = ", \(zeros) of them zeros"
+            case 1:
+                at += Int64(4096 + rng.int(8192))
+                shape = " after a hole of \(at - size)"
+            default: break
+            }
+            try block.withUnsafeBytes { try fd.writeAll($0, at: at) }
+            return "+\(block.count) bytes\(shape), at \(at)"
+        }
+    }
+
+    /// A program opens a file for writing and changes it in place (`write`, given the open descriptor, says
+    /// what it did), then closes it: the content is recorded as `what` made it.
+    private func writeInPlace(_ dev: SimDevice, _ c: Container, _ what: String,
+                              _ write: (FileDescriptor) throws -> String) throws -> String {
         let f = try pickFile(dev)
         let fd = try openFile(dev, f.id, writable: true)
         defer { fd.close(); c.closed(f.id, writable: true) }
         supersede(dev, f, conflicts: false)
         deliberate(dev, f.id)
         try c.willWrite(f.id, through: fd)
-        var block = newTag(dev) + noise(128 + rng.int(1920))
-        let size = Int64(try fd.stat().st_size)
-        var at = size
-        var shape = ""
-        switch rng.int(3) {
-        case 0:
-            let zeros = 64 + rng.int(1024)
-            block.insert(contentsOf: [UInt8](repeating: 0, count: zeros), at: rng.int(block.count + 1))
-            shape = ", \(zeros) of them zeros"
-        case 1:
-            at += Int64(4096 + rng.int(8192))
-            shape = " after a hole of \(at - size)"
-        default: break
-        }
-        try block.withUnsafeBytes { try fd.writeAll($0, at: at) }
+        let done = try write(fd)
         stamp(c.contentPath(f.id))
         try c.flushed(f.id)
-        recordContent(dev, f.id, "grow")
-        return "\(c.path(of: f.id)) [\(short(f.id))] +\(block.count) bytes\(shape), at \(at)"
+        recordContent(dev, f.id, what)
+        return "\(c.path(of: f.id)) [\(short(f.id))] \(done)"
     }
 
     func truncateFile(_ dev: SimDevice, _ c: Container) throws -> String {
