@@ -168,3 +168,27 @@ def test_a_rewind_refuses_bad_input_with_one_line(stub, mount_factory):
     p = run(BIN, "rewind", a / "Documents" / "f.txt", "--to", "1m", check=False)
     assert p.returncode == 1 and "is not a folder" in p.stderr
     assert (a / "Documents" / "f.txt").read_text() == "x\n"
+
+
+def test_versions_and_recently_deleted_expire_with_a_retention_of_seconds(stub_factory, mount_factory):
+    stub = stub_factory(extra=["--keep-deleted", "3s", "--keep-versions", "2s,4s", "--blob-grace", "1",
+                               "--blob-collect-every", "1"])
+    a = mount_factory(stub, "laptop")
+    f, g = a / "Documents" / "f.txt", a / "Documents" / "g.txt"
+    for text in ("one\n", "two\n", "three\n"):
+        f.write_text(text)
+        sync(a)
+    g.write_text("short-lived\n")
+    sync(a)
+    run("rm", g)
+    sync(a)
+    assert len(json.loads(run(BIN, "history", "--json", f).stdout)) >= 3
+    assert "Documents/g.txt" in trash("list", a.path).stdout
+    # Past the retention (and a collection pass), only the current version is left, and g is gone for good.
+    wait_until(lambda: len(json.loads(run(BIN, "history", "--json", f).stdout)) == 1, timeout=30, interval=0.5,
+               what="the older versions of f.txt to expire")
+    wait_until(lambda: "Recently Deleted is empty" in trash("list", a.path).stdout, timeout=30, interval=0.5,
+               what="g.txt to leave Recently Deleted")
+    p = trash("restore", a.path, "Documents/g.txt", check=False)
+    assert p.returncode == 1 and "not in Recently Deleted" in p.stderr
+    assert f.read_text() == "three\n"
