@@ -78,19 +78,22 @@ public struct HistoryRetention: Equatable, Sendable {
     /// An item in Recently Deleted leaves it at `now` when deleted at or before this.
     public func deletedHorizon(now: Int64) -> Int64 { now - keepDeleted }
 
-    /// The versions of one item's rows (all of them, in any order) that expire at `now`.
+    /// The versions of one item's rows (all of them, in any order) that expire at `now`. An older version's
+    /// age counts from when the next one replaced it (until then it was the item's state, however old it is):
+    /// every one replaced within `everyVersionFor` stays, and within `dailyFor` the newest older version of
+    /// each UTC day (older: the current one never counts, so garbage written over a file in the evening does
+    /// not take the morning's good version with it).
     public func expired(_ rows: [HistoryStamp], now: Int64) -> [Int64] {
         let sorted = rows.sorted { $0.version > $1.version }
         guard let newest = sorted.first else { return [] }
         if newest.deleted && now - newest.at >= keepDeleted { return sorted.map(\.version) }
-        let older = sorted.dropFirst()
         var dayPicked = Set<Int64>()
         var gone: [Int64] = []
-        for row in older { // newest first, so the first row met of a day is that day's newest
+        for (row, next) in zip(sorted.dropFirst(), sorted) { // newest first: the first row met of a day is its newest
             let isDayNewest = dayPicked.insert(HistoryRules.utcDay(row.at)).inserted
-            let age = now - row.at
-            if age < versions.everyVersionFor { continue }
-            if age < versions.dailyFor && isDayNewest { continue }
+            let replacedFor = now - next.at
+            if replacedFor < versions.everyVersionFor { continue }
+            if replacedFor < versions.dailyFor && isDayNewest { continue }
             gone.append(row.version)
         }
         return gone

@@ -27,16 +27,28 @@ private func row(_ v: Int64, _ at: Int64, deleted: Bool = false) -> HistoryStamp
     @Test func everyVersionOfTheLastDayThenTheNewestOfEachUTCDay() {
         let r = HistoryRetention.standard
         let rows = [
-            row(1, noon - 3 * day - hour),      // day -3, older
-            row(2, noon - 3 * day),             // day -3, its newest: kept
-            row(3, noon - 2 * day - 2 * hour),  // day -2, older
-            row(4, noon - 2 * day + hour),      // day -2, its newest: kept
-            row(5, noon - 40 * day),            // past 30 days, though alone in its day
-            row(6, noon - 20 * hour),           // within 24 h: kept
-            row(7, noon - 10 * hour),           // within 24 h: kept
-            row(8, noon - hour),                // current
+            row(1, noon - 45 * day),            // day -45, replaced 40 days ago: gone
+            row(2, noon - 40 * day),            // day -40, alone in its day, replaced 3 days ago: kept
+            row(3, noon - 3 * day - hour),      // day -3, older, replaced 3 days ago: gone
+            row(4, noon - 3 * day),             // day -3, its newest: kept
+            row(5, noon - 2 * day - 2 * hour),  // day -2, older, replaced 2 days ago: gone
+            row(6, noon - 2 * day + hour),      // day -2, its newest: kept
+            row(7, noon - 20 * hour),           // replaced within 24 h: kept
+            row(8, noon - 10 * hour),           // replaced within 24 h: kept
+            row(9, noon - hour),                // current
         ]
         #expect(Set(r.expired(rows, now: noon)) == [1, 3, 5])
+    }
+
+    /// A version left alone for long was the file's state until it was replaced: its age counts from then.
+    /// (Counted from when it was stored, a file untouched for 40 days lost its only good version at the first
+    /// pass after garbage was written over it, and a rewind of an hour found nothing to go back to.)
+    @Test func aVersionLeftAloneLongStaysForTheRetentionAfterItIsReplaced() {
+        let r = HistoryRetention.standard
+        let rows = [row(1, noon - 40 * day), row(2, noon - hour)]
+        #expect(r.expired(rows, now: noon).isEmpty)
+        #expect(r.expired(rows, now: noon + 29 * day).isEmpty, "the newest older version of its day, replaced 29 days ago")
+        #expect(r.expired(rows, now: noon + 31 * day) == [1], "replaced more than 30 days ago")
     }
 
     @Test func theDaysNewestIsPickedAmongOlderVersionsOnly() {
@@ -59,7 +71,7 @@ private func row(_ v: Int64, _ at: Int64, deleted: Bool = false) -> HistoryStamp
     @Test func aPolicyOfSecondsAndNone() {
         let r = HistoryRetention(versions: VersionPolicy(parsing: "10s,20s")!, keepDeleted: 30 * second)
         let rows = [row(1, noon - 15 * second), row(2, noon - 12 * second), row(3, noon - 5 * second), row(4, noon)]
-        #expect(r.expired(rows, now: noon) == [2, 1], "3 is its day's newest older version: 1 and 2 are not")
+        #expect(r.expired(rows, now: noon) == [1], "2 was replaced 5 s ago; 1, 12 s ago, and 3 is its day's newest older version")
         #expect(Set(r.expired(rows, now: noon + 10 * second)) == [1, 2])
         #expect(HistoryRetention(versions: .none).expired(rows, now: noon) == [3, 2, 1])
         #expect(r.versionHorizon(now: noon) == noon - 10 * second && r.deletedHorizon(now: noon) == noon - 30 * second)
