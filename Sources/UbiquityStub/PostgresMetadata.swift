@@ -113,6 +113,7 @@ final class PostgresMetadata: StubMetadata, Sendable {
         try c.exec("BEGIN")
         // Servers starting together must not race on CREATE ... IF NOT EXISTS.
         try c.exec("SELECT pg_advisory_xact_lock(8021974)")
+        let hadHistory = try c.exec("SELECT to_regclass('history') IS NOT NULL").bool(0, 0)
         for sql in [
             "CREATE TABLE IF NOT EXISTS containers (id TEXT PRIMARY KEY, seq BIGINT NOT NULL)",
             """
@@ -139,6 +140,10 @@ final class PostgresMetadata: StubMetadata, Sendable {
         ] + AccountTables.statements + HistoryTable.statements(integer: "BIGINT", boolean: "BOOLEAN")
             // Tables made before rows kept xattrs gain the column, NULL in their old rows (xattrs unknown).
             + ["ALTER TABLE history ADD COLUMN IF NOT EXISTS xattrs TEXT"] { try c.exec(sql) }
+        // Stores made before history get the table with one row per live item, as of the upgrade.
+        if !hadHistory {
+            try c.exec(HistoryTable.backfill(now: nowNanoseconds(), notDeleted: "false", orIgnore: ("", " ON CONFLICT DO NOTHING")))
+        }
         try c.exec("COMMIT")
     }
 

@@ -42,8 +42,12 @@ final class SQLiteMetadata: StubMetadata, Sendable {
                 PRIMARY KEY (container, item, device));
             """)
         for sql in AccountTables.statements { try db.exec(sql) }
-        // Stores made before history get the table empty: their items have no history before the upgrade.
+        // Stores made before history get the table with one row per live item, as of the upgrade.
+        let hadHistory = try db.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'history'").count > 0
         for sql in HistoryTable.statements(integer: "INTEGER", boolean: "INTEGER") { try db.exec(sql) }
+        if !hadHistory {
+            try db.exec(HistoryTable.backfill(now: nowNanoseconds(), notDeleted: "0", orIgnore: ("OR IGNORE ", "")))
+        }
         // Tables made before rows kept xattrs gain the column, NULL in their old rows (xattrs unknown).
         try db.addColumnIfMissing("history", "xattrs", "TEXT")
         connection = Locked(db)

@@ -146,6 +146,25 @@ enum HistoryTable {
 
     static let columns = "id, version, at, path, deleted, parent, name, kind, mode, mtime, size, sha256, device, target, xattrs"
 
+    /// Fills a history table made for a store that had items already: one row per live item, its current
+    /// version as if stored at `now`, so that a rewind knows every item there was at the upgrade (without it,
+    /// an item unchanged since then had no row, and a rewind took it for one made after its time). Rows that
+    /// are there already stay (servers starting together). `notDeleted` is the engine's false for `deleted`.
+    static func backfill(now: Int64, notDeleted: String, orIgnore: (prefix: String, suffix: String)) -> String {
+        """
+        WITH RECURSIVE paths(container, id, path) AS (
+          SELECT container, id, '' FROM items WHERE parent IS NULL
+          UNION ALL
+          SELECT i.container, i.id, CASE WHEN p.path = '' THEN i.name ELSE p.path || '/' || i.name END
+          FROM items i JOIN paths p ON i.container = p.container AND i.parent = p.id WHERE i.deleted = \(notDeleted))
+        INSERT \(orIgnore.prefix)INTO history (container, version, id, at, deleted, parent, name, path, kind, mode, size,
+          sha256, mtime, device, target, xattrs)
+        SELECT i.container, i.version, i.id, \(now), i.deleted, i.parent, i.name, p.path, i.kind, i.mode, i.size,
+          i.sha256, i.mtime, i.device, i.target, i.xattrs
+        FROM items i JOIN paths p ON p.container = i.container AND p.id = i.id\(orIgnore.suffix)
+        """
+    }
+
     /// The item's newest row at or before a time, of the items whose that row is in a parent: the condition on
     /// the row `h`, with the container, the parent and the time as the parameters `container`, `parent`, `time`.
     static func newestThrough(container: String, parent: String, time: String) -> String {

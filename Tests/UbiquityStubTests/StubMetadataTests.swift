@@ -44,10 +44,17 @@ import UbiquityBase
         #expect(try store.kvChanges(cid, since: 0, wait: 0).entries.map(\.value) == [.string("red")])
         var renamed = old
         renamed.name = "new"
+        let upgraded = nowNanoseconds()
+        usleep(2000)
         let stored = try store.putItem(cid, "d1", renamed, .ifMatch(3))
         #expect(stored.version == 4 && stored.name == "new")
-        // The history starts with the upgrade: the versions stored before it have no rows.
-        #expect(try store.history(cid, "d1").map { "\($0.version) \($0.path)" } == ["4 Documents/new"])
-        #expect(try store.history(cid, "documents").isEmpty && store.trash(cid).isEmpty)
+        // The history starts with the upgrade: each live item as it was then, then what came after.
+        #expect(try store.history(cid, "d1").map { "\($0.version) \($0.path)" } == ["4 Documents/new", "3 Documents/old"])
+        #expect(try store.history(cid, "documents").map(\.path) == ["Documents"] && store.trash(cid).isEmpty)
+        // So a rewind to the upgrade knows every item there was (without those rows it took "d1" for one made
+        // after that time and sent it to Recently Deleted).
+        let back = try store.rewind(cid, WireRewindRequest(folder: "documents", to: upgraded + 1000, dryRun: false, device: "phone"))
+        #expect(back.map { "\($0.what) \($0.path)" } == ["move Documents/old"])
+        #expect(try store.item(cid, "d1").name == "old" && store.trash(cid).isEmpty)
     }
 }
