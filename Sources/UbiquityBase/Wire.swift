@@ -343,11 +343,11 @@ public enum WireRules {
     /// The end of a name that keeps an item on one device (Apple's `.nosync` rule).
     public static let noSyncSuffix = ".nosync"
     /// The names the mount gives to folders of its own in its root.
-    public static let mountRootNames = [".versions", ".kvstore"]
+    public static let mountRootNames = [".versions", ".kvstore", ".trash"]
 
     /// Why no item on the remote may have this name in folder `parent`, or nil: a name the mount gives a meaning
-    /// of its own. `.versions` and `.kvstore` in the root would show twice there (and `kv set` would write an
-    /// ordinary file); a name ending in `.nosync` marks an item no device shows or uploads.
+    /// of its own. `.versions`, `.kvstore` and `.trash` in the root would show twice there (and `kv set` would
+    /// write an ordinary file); a name ending in `.nosync` marks an item no device shows or uploads.
     public static func reservedNameProblem(_ name: String, parent: String) -> String? {
         if parent == rootID && mountRootNames.contains(where: { Array($0.utf8) == Array(name.utf8) }) {
             return "\(name) is the name of the mount's own folder in the root"

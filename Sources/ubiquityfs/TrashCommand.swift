@@ -94,18 +94,29 @@ enum TrashCommand {
         }
     }
 
-    /// Recently Deleted as the mount lists it, an item deleted inside a deleted folder counted with the folder.
+    /// Recently Deleted as the mount lists it: an item counted with the deleted folder a restore of that folder
+    /// brings it back with (the remote's rule: deleted in it at most `HistoryRules.folderWindow` before the
+    /// folder, and so each folder between), else an entry of its own.
     static func entries(_ mount: String) throws -> [Entry] {
         let all = try readList(mount)
-        let ids = Set(all.map(\.id))
-        var inside: [String: Int] = [:]
         let byID = Dictionary(all.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        var inside: [String: Int] = [:]
+        var tops: Set<String> = []
         for v in all {
-            var top = v
-            while let p = top.parent, ids.contains(p), let up = byID[p] { top = up }
-            if top.id != v.id { inside[top.id, default: 0] += 1 }
+            let top = restoredWith(v, byID)
+            if top.id == v.id { tops.insert(v.id) } else { inside[top.id, default: 0] += 1 }
         }
-        return all.filter { !ids.contains($0.parent ?? "") }.map { Entry(version: $0, inside: inside[$0.id] ?? 0) }
+        return all.filter { tops.contains($0.id) }.map { Entry(version: $0, inside: inside[$0.id] ?? 0) }
+    }
+
+    /// The highest deleted folder above `v` whose restore brings `v` back too, or `v` itself.
+    private static func restoredWith(_ v: WireVersion, _ byID: [String: WireVersion]) -> WireVersion {
+        var chain = [v]
+        while let p = chain.last?.parent, let up = byID[p], !chain.contains(where: { $0.id == up.id }) { chain.append(up) }
+        for (i, folder) in chain.enumerated().reversed() where i > 0 && folder.kind == .dir {
+            if chain[..<i].allSatisfy({ $0.at >= folder.at - HistoryRules.folderWindow }) { return folder }
+        }
+        return v
     }
 
     private static func readList(_ mount: String) throws -> [WireVersion] {
@@ -257,9 +268,10 @@ enum TrashCommand {
     /// A time as the user writes it: ISO 8601 in UTC (with `T` or a space, seconds optional), or a while ago
     /// (`90s`, `10m`, `2h`, `3d`). Nanoseconds since the epoch.
     static func parseTime(_ text: String, now: Date) -> Int64? {
-        if let unit = text.last, let n = Double(text.dropLast()), n >= 0 {
+        // (Int64(exactly:): a time past what 64 bits of ns hold, such as "infd" or the year 9999, is no time.)
+        if let unit = text.last, let n = Double(text.dropLast()), n >= 0, n.isFinite {
             let seconds: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
-            if let s = seconds[unit] { return Int64((now.timeIntervalSince1970 - n * s) * 1e9) }
+            if let s = seconds[unit] { return Int64(exactly: ((now.timeIntervalSince1970 - n * s) * 1e9).rounded()) }
         }
         let f = DateFormatter()
         f.locale = Locale(identifier: "en_US_POSIX")
@@ -267,7 +279,7 @@ enum TrashCommand {
         let t = text.hasSuffix("Z") ? String(text.dropLast()) : text
         for format in ["yyyy-MM-dd'T'HH:mm:ss", "yyyy-MM-dd HH:mm:ss", "yyyy-MM-dd'T'HH:mm", "yyyy-MM-dd HH:mm"] {
             f.dateFormat = format
-            if let d = f.date(from: t) { return Int64(d.timeIntervalSince1970 * 1e9) }
+            if let d = f.date(from: t) { return Int64(exactly: (d.timeIntervalSince1970 * 1e9).rounded()) }
         }
         return nil
     }

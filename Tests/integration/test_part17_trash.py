@@ -161,7 +161,8 @@ def test_a_rewind_refuses_bad_input_with_one_line(stub, mount_factory):
     sync(a)
     cases = [(["--to", iso(time.time() + 3600)], "in the future"),
              (["--to", "2001-01-01T00:00:00Z"], "keeps no state"),
-             (["--to", "yesterday"], "not a time")]
+             (["--to", "yesterday"], "not a time"), (["--to", "infd"], "not a time"),
+             (["--to", "9999-01-01 00:00:00"], "not a time")]
     for extra, said in cases:
         p = run(BIN, "rewind", a / "Documents", *extra, check=False)
         assert p.returncode in (1, 2) and said in p.stderr and p.stderr.count("\n") == 1, (extra, p.stderr)
