@@ -107,9 +107,9 @@ public final class FileSystem: @unchecked Sendable {
         st.st_nlink = 1
         switch item.kind {
         case .dir:
-            // `.` and the entry in its parent, and each subdirectory's `..` (the root's `.versions` and
-            // `.kvstore` too).
-            let virtualDirs = item.id == core.rootID ? (kv == nil ? 1 : 2) : 0
+            // `.` and the entry in its parent, and each subdirectory's `..` (the root's `.versions`, `.trash`
+            // and `.kvstore` too).
+            let virtualDirs = item.id == core.rootID ? (kv == nil ? 2 : 3) : 0
             st.st_nlink = UInt(2 + core.subdirectoryCount(item.id) + virtualDirs)
             st.st_size = 4096
         case .file:

@@ -123,10 +123,12 @@ final class ContentLane: Sendable {
     private enum Outcome { case uploaded(Uploaded), stopped, failed(Error) }
 
     private func upload(_ id: String, _ container: Container) -> Outcome {
+        let path = container.path(of: id) // before: a file deleted meanwhile has none
         do {
             guard let done = try Pusher(container: container, id: id).uploadContentAlone() else { return .stopped }
             return .uploaded(done)
         } catch where Pusher.isStopped(error) {
+            log.info("upload of \(path) stopped: the file changed or was deleted meanwhile")
             return .stopped
         } catch {
             return .failed(error)
