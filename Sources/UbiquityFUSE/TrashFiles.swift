@@ -85,11 +85,8 @@ extension FileSystem {
         core.rewind(id, to: to, dryRun: true) { result in
             done(result.mapError { .core($0) }.map { changes in
                 struct Preview: Encodable { var changes: [WireRewindChange]; var left: Int }
-                var kept = changes
-                while true {
-                    let bytes = (try? Array(JSONEncoder.wire.encode(Preview(changes: kept, left: changes.count - kept.count)))) ?? []
-                    if bytes.count <= 65536 || kept.isEmpty { return bytes }
-                    kept.removeLast(max(1, kept.count / 8))
+                return FileSystem.fittingAnAttribute(changes) { kept, left in
+                    (try? Array(JSONEncoder.wire.encode(Preview(changes: kept, left: left)))) ?? []
                 }
             })
         }
@@ -117,13 +114,22 @@ extension FileSystem {
     func readHistory(_ id: String, done: @escaping Completion<[UInt8]>) {
         core.history(id) { result in
             done(result.mapError { .core($0) }.map { versions in
-                var kept = versions
-                while true {
-                    let bytes = (try? Array(JSONEncoder.wire.encode(kept))) ?? []
-                    if bytes.count <= 65536 || kept.isEmpty { return bytes }
-                    kept.removeLast(max(1, kept.count / 8))
-                }
+                FileSystem.fittingAnAttribute(versions) { kept, _ in (try? Array(JSONEncoder.wire.encode(kept))) ?? [] }
             })
+        }
+    }
+
+    /// The largest value of an extended attribute the kernel passes (XATTR_SIZE_MAX).
+    static let attributeLimit = 65536
+
+    /// `items` encoded by `encode` (given those kept and how many were left out), the last ones left out until
+    /// it fits in an attribute.
+    static func fittingAnAttribute<T>(_ items: [T], _ encode: ([T], Int) -> [UInt8]) -> [UInt8] {
+        var kept = items[...]
+        while true {
+            let bytes = encode(Array(kept), items.count - kept.count)
+            if bytes.count <= attributeLimit || kept.isEmpty { return bytes }
+            kept.removeLast(max(1, kept.count / 8))
         }
     }
 }

@@ -52,6 +52,12 @@ struct Arguments {
     }
 }
 
+/// Prints a command's `--json` answer: indented, keys sorted.
+func printJSON(_ object: Any) throws {
+    let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .prettyPrinted])
+    print(String(decoding: data, as: UTF8.self))
+}
+
 /// Prints one line to stderr and exits non-zero.
 func fail(_ message: String, code: Int32 = 1) -> Never {
     FileHandle.standardError.write(Data("ubiquityfs: \(message)\n".utf8))

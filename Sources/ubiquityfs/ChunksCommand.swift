@@ -45,8 +45,7 @@ enum ChunksCommand {
             }
         }
         if args.has("--json") {
-            let data = try JSONSerialization.data(withJSONObject: files, options: [.sortedKeys, .prettyPrinted])
-            print(String(decoding: data, as: UTF8.self))
+            try printJSON(files)
         }
         if failed { exit(1) }
     }

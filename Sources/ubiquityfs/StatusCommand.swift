@@ -125,8 +125,7 @@ enum StatusCommand {
             }
         }
         if args.has("--json") {
-            let data = try JSONSerialization.data(withJSONObject: rows.map(typed), options: [.sortedKeys, .prettyPrinted])
-            print(String(decoding: data, as: UTF8.self))
+            try printJSON(rows.map(typed))
         } else if !rows.isEmpty {
             printTable(rows)
             for r in rows where r["pendingChanges"] != nil {

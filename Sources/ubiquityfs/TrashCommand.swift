@@ -80,8 +80,7 @@ enum TrashCommand {
                 ["path": e.version.path, "id": e.version.id, "kind": e.version.kind.rawValue, "size": e.version.size,
                  "deletedAt": isoTime(e.version.at), "device": e.version.device, "itemsInside": e.inside]
             }
-            let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
-            print(String(decoding: data, as: UTF8.self))
+            try printJSON(rows)
             return
         }
         if shown.isEmpty { print("Recently Deleted is empty"); return }
@@ -184,8 +183,7 @@ enum TrashCommand {
                 ["version": v.version, "storedAt": isoTime(v.at), "device": v.device, "size": v.size,
                  "sha256": v.sha256, "path": v.path, "deleted": v.deleted]
             }
-            let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
-            print(String(decoding: data, as: UTF8.self))
+            try printJSON(rows)
             return
         }
         print(pad("STORED (UTC)", 21) + pad("DEVICE", 16) + pad("SIZE", 9) + pad("VERSION", 9) + "PATH")
@@ -217,8 +215,7 @@ enum TrashCommand {
         let changes = try preview(dir, to: to)
         if args.has("--json") {
             let rows: [[String: Any]] = changes.map { ["path": $0.path, "what": $0.what.rawValue, "id": $0.id] }
-            let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
-            print(String(decoding: data, as: UTF8.self))
+            try printJSON(rows)
         } else {
             for c in changes { print(pad(c.what.rawValue, 10) + c.path) }
         }
