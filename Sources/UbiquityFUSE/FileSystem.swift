@@ -38,6 +38,8 @@ public final class FileSystem: @unchecked Sendable {
     /// Why passthrough, asked for, cannot be had (set by `mount`); nil: it can, if the kernel offers it.
     var passthroughRefusal: String?
     let backings = Backings()
+    /// The kept versions of files, as last asked for a listing under `.versions` (PastVersions.swift).
+    let histories = HistoryCache()
 
     /// The FUSE session while mounted: set by `mount`, cleared by `run` after the loop, read by the notifier queue
     /// (`run` drains that queue before it destroys the session).
@@ -170,6 +172,16 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     // MARK: names
+
+    /// lookup(2), answered later when the name may be a past version not heard of yet: the file's kept versions
+    /// are asked of the remote first (PastVersions.swift).
+    func lookup(_ parent: UInt64, _ name: String, done: @escaping Completion<Entry>) {
+        let answer = { @Sendable [self] in done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try lookup(parent, name) } }) }
+        guard let item = fileMirror(parent), (try? child(FileSystem.versionsDirID(item.id), name)) ?? nil == nil else {
+            return answer()
+        }
+        refreshHistory(item, then: answer)
+    }
 
     /// A name not found is a negative entry, cached like positive ones; remote creations invalidate it.
     func lookup(_ parent: UInt64, _ name: String) throws(CoreError) -> Entry {
@@ -314,6 +326,7 @@ public final class FileSystem: @unchecked Sendable {
         guard isVirtual(id) else { return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done) }
         switch node(id) {
         case .version(let item, let c): openVersion(item, c, flags: flags, caller, waiter: waiter, done: done)
+        case .pastVersion(let item, let v): openPastVersion(item, v, flags: flags, caller, waiter: waiter, done: done)
         case .versionsDir, .kvDir, .trashDir: done(.failure(.core(.isDirectory)))
         case .trashList: openTrashList(flags: flags, done: done)
         case .kvKey, .kvChanges: done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try kvOpen(id, flags: flags) } })
@@ -492,6 +505,13 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     // MARK: directories
+
+    /// opendir(2); a file's folder under `.versions` lists its past versions as the remote tells them now.
+    func opendir(_ ino: UInt64, done: @escaping Completion<Opened>) {
+        let answer = { @Sendable [self] in done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try opendir(ino) } }) }
+        guard let item = fileMirror(ino) else { return answer() }
+        refreshHistory(item, then: answer)
+    }
 
     func opendir(_ ino: UInt64) throws(CoreError) -> Opened {
         guard let id = inodes.id(ino) else { throw .notFound }

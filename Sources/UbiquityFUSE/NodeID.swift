@@ -10,6 +10,8 @@ enum NodeID: Equatable, CustomStringConvertible {
     /// The mirror of an item under `.versions` (the root's mirror is `.versions` itself).
     case versionsDir(item: String)
     case version(item: String, conflict: String)
+    /// A kept past version of a file, by its version number on the remote (PastVersions.swift).
+    case pastVersion(item: String, version: Int64)
     /// `.kvstore` (typed: `.kvstore/.json`), one of its keys, and `.kvstore/.changes`.
     case kvDir(typed: Bool)
     case kvKey(String, typed: Bool)
@@ -25,6 +27,10 @@ enum NodeID: Equatable, CustomStringConvertible {
         if id.hasPrefix("kvj:") { self = NodeID.keyValue(String(id.dropFirst(4)), typed: true); return }
         if id.hasPrefix("kv:") { self = NodeID.keyValue(String(id.dropFirst(3)), typed: false); return }
         if id.hasPrefix("v:") { self = .versionsDir(item: String(id.dropFirst(2))); return }
+        if id.hasPrefix("p:") {
+            let parts = id.dropFirst(2).split(separator: ":", maxSplits: 1).map(String.init)
+            if parts.count == 2, let version = Int64(parts[1]) { self = .pastVersion(item: parts[0], version: version); return }
+        }
         if id.hasPrefix("c:") {
             let parts = id.dropFirst(2).split(separator: ":", maxSplits: 1).map(String.init)
             if parts.count == 2 { self = .version(item: parts[0], conflict: parts[1]); return }
@@ -41,6 +47,7 @@ enum NodeID: Equatable, CustomStringConvertible {
         case .item(let id): return id
         case .versionsDir(let item): return "v:" + item
         case .version(let item, let conflict): return "c:" + item + ":" + conflict
+        case .pastVersion(let item, let version): return "p:" + item + ":" + String(version)
         case .kvDir(let typed): return typed ? "kvj:" : "kv:"
         case .kvKey(let key, let typed): return (typed ? "kvj:" : "kv:") + key
         case .kvChanges: return "kvc:"

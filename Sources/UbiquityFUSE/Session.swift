@@ -90,7 +90,7 @@ private func addNameOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.lookup = { req, parent, name in
         named(req, name, else: .notFound) { n in
             let r = reply(req), f = fs(req)
-            do throws(CoreError) { deliver(r, f, try f.lookup(parent, n)) } catch { r.fail(error) }
+            f.lookup(parent, n, done: answering(r) { deliver(r, f, $0) })
         }
     }
     ops.forget = { req, ino, n in fs(req).forget(ino, n); reply(req).none() }
@@ -202,11 +202,10 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
 
 private func addDirectoryOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.opendir = { req, ino, fi in
-        let r = reply(req), f = fs(req)
-        do throws(CoreError) {
-            let o = try f.opendir(ino)
-            if !r.open(o, fi!.pointee) { f.releasedir(o.fh) }
-        } catch { r.fail(error) }
+        let r = reply(req), f = fs(req), base = fi!.pointee
+        f.opendir(ino, done: answering(r) { o in
+            if !r.open(o, base) { f.releasedir(o.fh) }
+        })
     }
     ops.readdir = { req, _, size, off, fi in
         let f = fs(req)

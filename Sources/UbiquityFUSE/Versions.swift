@@ -1,5 +1,7 @@
 // The hidden versions directory: `MOUNT/.versions/<path of a file>/` holds one read-only file per unresolved
-// conflict version of that file, named `stem (device, YYYY-MM-DD HH.MM.SS).ext`. Its nodes are virtual (not
+// conflict version of that file, named `stem (device, YYYY-MM-DD HH.MM.SS).ext`, and its past versions
+// (PastVersions.swift). Every live item has its folder there, but listings show only those that lead to
+// conflict versions, so `ls` and `find` of .versions ask the remote nothing. Its nodes are virtual (not
 // in the store, never uploaded), with ids that cannot clash with item ids (NodeID.swift): the mirror of a
 // directory (or of a conflicted file) under .versions, and one conflict version.
 // Virtual entries are never cached by the kernel (timeouts 0), so they follow resolutions at once. A version
@@ -24,6 +26,8 @@ enum Node {
     /// The mirror of item `of` under .versions (the root's mirror is .versions itself).
     case versionsDir(of: Item)
     case version(of: Item, conflict: WireConflict)
+    /// A kept past version of a file (PastVersions.swift).
+    case pastVersion(of: Item, WireVersion)
     /// `.kvstore` (typed: `.kvstore/.json`), one of its keys, and `.kvstore/.changes` (KeyValueFiles.swift).
     case kvDir(typed: Bool)
     case kvKey(String, typed: Bool)
@@ -37,7 +41,7 @@ enum Node {
         switch self {
         case .real(let item): return FileSystem.fileType(item.kind)
         case .versionsDir, .kvDir, .trashDir: return S_IFDIR
-        case .version, .kvKey, .kvChanges, .trashList: return S_IFREG
+        case .version, .pastVersion, .kvKey, .kvChanges, .trashList: return S_IFREG
         }
     }
 
@@ -64,10 +68,14 @@ extension FileSystem {
         case .trashDir: return .trashDir
         case .trashList: return .trashList
         case .versionsDir(let itemID):
-            guard let item = core.item(itemID), itemID == core.rootID || leadsToConflicts().contains(itemID) else {
-                return nil
-            }
+            // Every live item has its mirror (a file's holds its past versions); listings show only those that
+            // lead to conflicts.
+            guard let item = core.item(itemID), !item.deleted else { return nil }
             return .versionsDir(of: item)
+        case .pastVersion(let itemID, let version):
+            guard let item = core.item(itemID), !item.deleted,
+                  let v = pastVersions(item).first(where: { $0.version.version == version }) else { return nil }
+            return .pastVersion(of: item, v.version)
         case .version(let itemID, let conflict):
             guard let item = core.item(itemID), let c = item.conflicts.first(where: { $0.id == conflict }) else {
                 return nil
@@ -106,6 +114,7 @@ extension FileSystem {
         case .versionsDir(let item):
             if !item.isDirectory {
                 return versionNames(item).map { ($0.name, FileSystem.versionID(item.id, $0.conflict.id), nil) }
+                    + pastVersions(item).map { ($0.name, FileSystem.pastVersionID(item.id, $0.version.version), nil) }
             }
             let wanted = leadsToConflicts()
             return try core.list(item.id).filter { wanted.contains($0.id) }.map { ($0.name, FileSystem.versionsDirID($0.id), nil) }
@@ -113,7 +122,7 @@ extension FileSystem {
             return try kvChildren(typed: typed).map { ($0.name, $0.id, nil) }
         case .trashDir:
             return [(FileSystem.trashListName, FileSystem.trashListID, nil)]
-        case .version, .kvKey, .kvChanges, .trashList:
+        case .version, .pastVersion, .kvKey, .kvChanges, .trashList:
             throw .notDirectory
         }
     }
@@ -126,8 +135,13 @@ extension FileSystem {
         if parent == core.rootID && sameName(name, FileSystem.versionsName) {
             return node(FileSystem.versionsDirID(parent)).map { (FileSystem.versionsDirID(parent), $0) }
         }
-        guard case .versionsDir = NodeID(parsing: parent) else {
+        guard case .versionsDir(let mirrored) = NodeID(parsing: parent) else {
             return core.lookup(parent: parent, name: name).map { ($0.id, .real($0)) }
+        }
+        // Under a folder's mirror, every item of the folder has its mirror, listed or not.
+        if let folder = core.item(mirrored), folder.isDirectory {
+            guard let item = core.lookup(parent: folder.id, name: name) else { return nil }
+            return node(FileSystem.versionsDirID(item.id)).map { (FileSystem.versionsDirID(item.id), $0) }
         }
         guard let match = try children(parent).first(where: { sameName($0.name, name) }), let n = node(match.id) else {
             return nil
@@ -137,10 +151,7 @@ extension FileSystem {
 
     /// The names of a file's conflict versions, oldest first, made unique.
     func versionNames(_ item: Item) -> [(name: String, conflict: WireConflict)] {
-        var stem = Substring(item.name), ext = Substring("")
-        if let dot = item.name.lastIndex(of: "."), dot != item.name.startIndex {
-            stem = item.name[..<dot]; ext = item.name[dot...]
-        }
+        let (stem, ext) = FileSystem.stemAndExtension(item.name)
         var used = Set<String>()
         return item.conflicts.sorted { ($0.mtime, $0.device, $0.id) < ($1.mtime, $1.device, $1.id) }.map { c in
             let base = "\(stem) (\(c.device.replacingOccurrences(of: "/", with: "-")), \(localTime(c.mtime)))"
@@ -148,6 +159,12 @@ extension FileSystem {
             while !used.insert(name).inserted { name = "\(base) \(n)\(ext)"; n += 1 }
             return (name, c)
         }
+    }
+
+    /// A name split before its extension (`notes.txt`: `notes`, `.txt`; a leading dot starts no extension).
+    static func stemAndExtension(_ name: String) -> (Substring, Substring) {
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (Substring(name), "") }
+        return (name[..<dot], name[dot...])
     }
 
     /// Attributes of a node.
@@ -161,6 +178,9 @@ extension FileSystem {
         case .version(let item, let c):
             // Versions are not the container's own files: no blocks, so `du` of the mount leaves them out.
             return virtualAttributes(ino: ino, mode: S_IFREG | (mode_t(item.mode) & 0o555), size: c.size, mtime: c.mtime,
+                                     owner: core.config.owner(of: item))
+        case .pastVersion(let item, let v):
+            return virtualAttributes(ino: ino, mode: S_IFREG | (mode_t(item.mode) & 0o555), size: v.size, mtime: v.mtime,
                                      owner: core.config.owner(of: item))
         case .kvDir(let typed):
             var st = virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
@@ -227,7 +247,8 @@ extension FileSystem {
 
     /// `rm` of a version: discard it everywhere.
     func unlinkVersion(_ parent: String, _ name: String) throws(CoreError) {
-        guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else { throw .notFound }
+        guard let (_, node) = try child(parent, name) else { throw .notFound }
+        guard case .version(let item, let c) = node else { throw .readOnly }
         try core.discardConflict(item.id, c.id)
     }
 
@@ -236,9 +257,11 @@ extension FileSystem {
     func renameVersion(_ parent: String, _ name: String, _ newParent: String, _ newName: String, waiter: Waiter,
                        done: @escaping Completion<Void>) {
         do throws(CoreError) {
-            guard let (_, node) = try child(parent, name), case .version(let item, let c) = node else {
-                throw CoreError.notFound
+            guard let (_, node) = try child(parent, name) else { throw CoreError.notFound }
+            if case .pastVersion(let item, let v) = node {
+                return renamePastVersion(item, v, newParent, newName, waiter: waiter, done: done)
             }
+            guard case .version(let item, let c) = node else { throw CoreError.readOnly }
             guard newParent == item.parent, sameName(newName, item.name) else {
                 throw CoreError.crossDevice("a version moves in place only onto its own file")
             }

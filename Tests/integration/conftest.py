@@ -173,6 +173,16 @@ def attr(path, name):
     return p.stdout if p.returncode == 0 else None
 
 
+PAST_VERSION = re.compile(r" \(v\d+, .*, \d{4}-\d\d-\d\d \d\d\.\d\d\.\d\d\)(\.[^.]*)?$")
+
+
+def conflict_versions_in(folder):
+    """The names of the conflict versions in a file's folder under .versions, sorted, its past versions
+    (`name (vN, DEVICE, TIME).ext`) left out; [] where the folder is not there."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(n for n in names if not PAST_VERSION.search(n))
+
+
 def sync(m, timeout=60):
     """`ubiquityfs sync --wait` on a mount: every change of it is on the remote."""
     m.sync(timeout)

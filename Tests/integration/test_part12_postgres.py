@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONTAINER, attr, sync, wait_until
+from conftest import CONTAINER, attr, conflict_versions_in, sync, wait_until
 
 DOCS = Path("Documents")
 
@@ -64,8 +64,7 @@ def test_conflict_resolves_as_with_one_server(pair):
     one.start(); two.start()
 
     def versions(m):
-        d = m.path / ".versions" / rel
-        return sorted(os.listdir(d)) if d.exists() else []
+        return conflict_versions_in(m.path / ".versions" / rel)
 
     def settled():
         return ({(m / rel).read_text() for m in (a, b)} == {"desktop version\n"}

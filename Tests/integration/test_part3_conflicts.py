@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run, wait_until, attr
+from conftest import BIN, run, wait_until, attr, conflict_versions_in
 
 REL = Path("Documents") / "notes.txt"
 
 
 def versions(m, rel=REL):
-    d = m.path / ".versions" / rel
-    return sorted(os.listdir(d)) if d.exists() else []
+    return conflict_versions_in(m.path / ".versions" / rel)
 
 
 def settled(mounts, rel=REL, count=1):
@@ -67,7 +66,7 @@ def test_rm_of_a_version_discards_it_everywhere(two):
     name = versions(a)[0]
     run("rm", a.path / ".versions" / REL / name)
     for m in (a, b):
-        wait_until(lambda: not (m.path / ".versions" / REL).exists() and attr(m / REL, "hasUnresolvedConflicts") == "0",
+        wait_until(lambda: not versions(m) and attr(m / REL, "hasUnresolvedConflicts") == "0",
                    what=f"resolution on {m.device}")
     assert (a / REL).read_text() == (b / REL).read_text() == "two\n"
 
@@ -80,7 +79,7 @@ def test_mv_of_a_version_onto_the_live_path_makes_it_current(two):
     run("mv", b.path / ".versions" / REL / name, b / REL)
     for m in (a, b):
         wait_until(lambda: (m / REL).read_text() == "keep me\n" and attr(m / REL, "hasUnresolvedConflicts") == "0"
-                   and not (m.path / ".versions" / REL).exists(), timeout=20, what=f"promotion on {m.device}")
+                   and not versions(m), timeout=20, what=f"promotion on {m.device}")
 
 
 def test_setfattr_resolve_keep_current(two):

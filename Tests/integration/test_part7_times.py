@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run, wait_until, sync
+from conftest import BIN, conflict_versions_in, run, wait_until, sync
 
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 RENAME_EXCHANGE = 2
@@ -243,9 +243,9 @@ def test_exchange_with_a_conflict_version_is_refused(two):
     os.utime(b / rel, (1_800_000_100, 1_800_000_100))
     stub.start()
     vdir = a.path / ".versions" / rel
-    wait_until(lambda: vdir.exists() and len(os.listdir(vdir)) == 1 and (a / rel).read_text() == "desktop\n",
+    wait_until(lambda: len(conflict_versions_in(vdir)) == 1 and (a / rel).read_text() == "desktop\n",
                timeout=60, what="the conflict settled on the laptop")
-    version = vdir / os.listdir(vdir)[0]
+    version = vdir / conflict_versions_in(vdir)[0]
     assert exchange(version, a / rel) == errno.EROFS
     assert (a / rel).read_text() == "desktop\n" and version.read_text() == "laptop\n"
 

@@ -189,9 +189,14 @@ final class Downloads: Sendable {
         case failed(CoreError)
     }
 
-    /// What a download key names: an item's current content, or one of its conflict versions ("ITEM.CONFLICT").
+    /// What a download key names: an item's current content, one of its conflict versions ("ITEM.CONFLICT"), or
+    /// a past version fetched for one open (`PastContent`).
     func target(_ key: String) -> Target {
-        container.read { s in
+        if let past = PastContent(parsing: key) {
+            return FileManager.default.fileExists(atPath: container.paths.past(key)) ? .done
+                : .fetch(sha: past.sha256, size: past.size)
+        }
+        return container.read { s in
             guard let key = ContentKey(parsing: key), let item = s.items[key.item], !item.deleted else {
                 return .failed(.notFound)
             }
@@ -393,6 +398,10 @@ final class Downloads: Sendable {
     /// Moves verified content into place, unless the item changed here meanwhile; `chunks` are where its
     /// chunks lie, recorded for later downloads to copy from.
     private func install(_ key: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool {
+        if PastContent(parsing: key) != nil {
+            try renameFile(staging, container.paths.past(key))
+            return true
+        }
         if let parsed = ContentKey(parsing: key), let conflict = parsed.conflict {
             try renameFile(staging, container.paths.conflict(parsed.item, conflict))
             container.syncContentDirectory()

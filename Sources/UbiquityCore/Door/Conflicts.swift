@@ -52,18 +52,28 @@ extension Container {
     /// Makes a conflict version the file's current content: a local edit that replaces the content, and the
     /// version is resolved. Needs the version's content local (`.wouldBlock` otherwise: fetch it first).
     public func promoteConflict(_ id: String, _ conflict: String) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in
-            guard var item = s.items[id], !item.deleted else { throw .notFound }
-            guard let c = item.conflicts.first(where: { $0.id == conflict }) else { throw .notFound }
-            if (s.handles[id]?.writers ?? 0) > 0 { throw .busy("\(item.name) is open for writing") }
-            let source = paths.conflict(id, conflict)
-            guard FileManager.default.fileExists(atPath: source) else { throw .wouldBlock }
+        guard let c = item(id)?.conflicts.first(where: { $0.id == conflict }) else { throw .notFound }
+        try replaceContent(id, from: paths.conflict(id, conflict), size: c.size) { (s, item) throws(CoreError) in
+            guard item.conflicts.contains(where: { $0.id == conflict }) else { throw .notFound }
             item.conflicts.removeAll { $0.id == conflict }
             try s.rememberResolved([conflict])
+        }
+    }
+
+    /// Makes the file at `source` (of `size` bytes) the item's current content: a local edit that replaces
+    /// the content, with `also` changing the item in the same operation. `.wouldBlock` when `source` is not here.
+    func replaceContent(_ id: String, from source: String, size: Int64,
+                        also: (inout CoreState, inout Item) throws(CoreError) -> Void = { _, _ in }) throws(CoreError) {
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            guard var item = s.items[id], !item.deleted else { throw .notFound }
+            guard item.kind == .file else { throw .isDirectory }
+            if (s.handles[id]?.writers ?? 0) > 0 { throw .busy("\(item.name) is open for writing") }
+            guard FileManager.default.fileExists(atPath: source) else { throw .wouldBlock }
+            try also(&s, &item)
             item.hasLocal = true
             item.dirty = true
             item.localSHA = nil
-            item.size = c.size
+            item.size = size
             let now = self.now()
             item.mtime = now
             item.ctime = now

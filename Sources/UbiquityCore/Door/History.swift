@@ -52,6 +52,40 @@ extension Container {
         }
     }
 
+    // MARK: past versions as files
+
+    /// Fetches a past version's content (verified) for one open, calling `done` once it is here or failed.
+    public func fetchPast(_ content: PastContent, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) {
+        if content.size == 0 { return done(.success(())) }
+        _ = downloads.wait(for: content.description, done: done)
+    }
+
+    /// Opens the copy `fetchPast` brought, read-only, and lets go of its name: it lives as long as the
+    /// descriptor. A past version of no bytes needs no copy.
+    public func openPast(_ content: PastContent) throws(CoreError) -> FileDescriptor {
+        if content.size == 0 { return try makeStagingFile(prefix: "past") }
+        let key = content.description, path = paths.past(key)
+        defer {
+            removeLeftover(path)
+            update { s in s.transfers[key] = nil }
+        }
+        do { return try FileDescriptor.open(path, O_RDONLY) } catch { throw CoreError.from(error) }
+    }
+
+    /// Makes a past version the file's current content, as a local edit that syncs like any (`mv` of a past
+    /// version onto its file). Needs the copy `fetchPast` brought (`.wouldBlock` otherwise).
+    public func restorePast(_ id: String, _ content: PastContent) throws(CoreError) {
+        let key = content.description
+        defer { update { s in s.transfers[key] = nil } }
+        if content.size == 0 {
+            // Nothing to fetch: an empty copy stands for it.
+            do { try FileDescriptor.open(paths.past(key), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600).close() } catch {
+                throw CoreError.from(error)
+            }
+        }
+        try replaceContent(id, from: paths.past(key), size: content.size)
+    }
+
     /// Runs `body` against the remote on a thread of its own and answers through `done`; at once, with the
     /// cause, while the remote is known to be unreachable.
     private func askRemote<T>(_ what: String, done: @escaping Answer<T>,
@@ -78,4 +112,29 @@ extension Container {
         default: return .remote(error)
         }
     }
+}
+
+/// A past version's content, fetched for one open under `.versions` or `.trash`: named by its hash and size
+/// (and a token of its own, so that two opens never share a copy), as a download key `~SHA~SIZE~TOKEN`, which
+/// no item id can be (they hold no `~`).
+public struct PastContent: Sendable, CustomStringConvertible {
+    public let sha256: String
+    public let size: Int64
+    let token: String
+
+    public init(sha256: String, size: Int64) {
+        self.sha256 = sha256
+        self.size = size
+        token = randomHex(bytes: 8)
+    }
+
+    init?(parsing key: String) {
+        let parts = key.split(separator: "~", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0].isEmpty, let size = Int64(parts[2]) else { return nil }
+        sha256 = String(parts[1])
+        self.size = size
+        token = String(parts[3])
+    }
+
+    public var description: String { "~\(sha256)~\(size)~\(token)" }
 }

@@ -5,6 +5,8 @@
 // Layout:  DIR/state.sqlite   items, pending journal, meta (feed token, container, device)
 //          DIR/content/<id>   the local copy of a file (complete, or dirty local edits)
 //          DIR/staging/       downloads in flight; emptied at start
+//          DIR/past/          verified copies of past versions, each fetched for one open and unlinked by it;
+//                             emptied at start
 //          DIR/lock           locked by the one daemon using the store (StoreLock, below)
 //          DIR/reserve        1 MiB kept free for the database: given up when the disk is full, so that what
 //                             frees space (deletes, evictions, uploads' answers) can still be recorded
@@ -52,6 +54,7 @@ public final class Store {
         try makeDirectories(directory)
         try makeDirectories(directory + "/content")
         try makeDirectories(directory + "/staging")
+        try makeDirectories(directory + "/past")
         lock = try StoreLock(directory: directory)
         do {
             db = try Database(path: directory + "/state.sqlite")
@@ -222,12 +225,15 @@ public final class Store {
         ("gid", "INTEGER"),
     ]
 
-    /// Removes every leftover of an interrupted download: nothing in staging is ever served.
+    /// Removes every leftover of an interrupted download (nothing in staging is ever served) and every copy of a
+    /// past version an open did not come to take.
     private func clearStaging() throws {
-        for name in try FileManager.default.contentsOfDirectory(atPath: stagingDirectory) {
-            // One left behind is never served, only in the way of nothing: logged, not fatal.
-            do { try removeFile(stagingDirectory + "/" + name) } catch {
-                Logger("store").warning("cannot remove \(stagingDirectory)/\(name): \(error)")
+        for folder in [stagingDirectory, paths.past] {
+            for name in try FileManager.default.contentsOfDirectory(atPath: folder) {
+                // One left behind is never served, only in the way of nothing: logged, not fatal.
+                do { try removeFile(folder + "/" + name) } catch {
+                    Logger("store").warning("cannot remove \(folder)/\(name): \(error)")
+                }
             }
         }
     }
@@ -654,6 +660,9 @@ struct StorePaths: Sendable {
     func conflict(_ id: String, _ conflict: String) -> String { content + "/" + id + "." + conflict }
     /// Where the content of an unlinked item that is still open lives (removed at the next start if left).
     func unlinked(_ id: String) -> String { content(id) + ".unlinked" }
+    /// Verified copies of past versions fetched for one open each (`PastContent`); emptied at start.
+    var past: String { directory + "/past" }
+    func past(_ key: String) -> String { past + "/" + key }
 
     /// Removes partial downloads of other versions of the same key: a transfer cut off part way leaves its
     /// staging file for a resume, but once the item has a newer version that file is never used again.
