@@ -40,6 +40,8 @@ public final class FileSystem: @unchecked Sendable {
     let backings = Backings()
     /// The kept versions of files, as last asked for a listing under `.versions` (PastVersions.swift).
     let histories = HistoryCache()
+    /// Recently Deleted, as last asked for a listing of `.trash` (TrashTree.swift).
+    let trash = TrashCache()
 
     /// The FUSE session while mounted: set by `mount`, cleared by `run` after the loop, read by the notifier queue
     /// (`run` drains that queue before it destroys the session).
@@ -177,10 +179,19 @@ public final class FileSystem: @unchecked Sendable {
     /// are asked of the remote first (PastVersions.swift).
     func lookup(_ parent: UInt64, _ name: String, done: @escaping Completion<Entry>) {
         let answer = { @Sendable [self] in done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try lookup(parent, name) } }) }
-        guard let item = fileMirror(parent), (try? child(FileSystem.versionsDirID(item.id), name)) ?? nil == nil else {
+        guard let ask = remoteListing(parent, opening: false), let dirID = inodes.id(parent),
+              (try? child(dirID, name)) ?? nil == nil else {
             return answer()
         }
-        refreshHistory(item, then: answer)
+        ask(answer)
+    }
+
+    /// How to ask the remote again for the listing of the folder behind `ino`, when the remote keeps it: a
+    /// file's under `.versions` (its past versions), `.trash`, or, for a lookup, a folder in `.trash`.
+    func remoteListing(_ ino: UInt64, opening: Bool) -> ((@escaping @Sendable () -> Void) -> Void)? {
+        if let item = fileMirror(ino) { return { [self] in refreshHistory(item, then: $0) } }
+        guard let id = inodes.id(ino), let folder = FileSystem.trashFolder(id), folder.isEmpty || !opening else { return nil }
+        return { [self] in refreshTrash(then: $0) }
     }
 
     /// A name not found is a negative entry, cached like positive ones; remote creations invalidate it.
@@ -258,7 +269,9 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     func readlink(_ ino: UInt64) throws(CoreError) -> String {
-        guard let id = inodes.id(ino), let item = core.item(id) else { throw .notFound }
+        guard let id = inodes.id(ino) else { throw .notFound }
+        if case .trashItem(let v)? = node(id), let target = v.target { return target }
+        guard let item = core.item(id) else { throw .notFound }
         guard let target = item.target else { throw .invalidArgument("not a symbolic link") }
         return target
     }
@@ -277,6 +290,14 @@ public final class FileSystem: @unchecked Sendable {
         default:
             throw .notPermitted("device nodes are not supported")
         }
+    }
+
+    /// unlink(2) and rmdir(2); in `.trash`, a request to the remote.
+    func remove(_ parent: UInt64, _ name: String, directory: Bool, done: @escaping Completion<Void>) {
+        if let dirID = inodes.id(parent), let folder = FileSystem.trashFolder(dirID) {
+            return emptyTrashEntry(folder, name, directory: directory, done: done)
+        }
+        done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try remove(parent, name, directory: directory) } })
     }
 
     func remove(_ parent: UInt64, _ name: String, directory: Bool) throws(CoreError) {
@@ -326,7 +347,11 @@ public final class FileSystem: @unchecked Sendable {
         guard isVirtual(id) else { return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done) }
         switch node(id) {
         case .version(let item, let c): openVersion(item, c, flags: flags, caller, waiter: waiter, done: done)
-        case .pastVersion(let item, let v): openPastVersion(item, v, flags: flags, caller, waiter: waiter, done: done)
+        case .pastVersion(let item, let v):
+            openPast(PastContent(sha256: v.sha256, size: v.size), id, flags: flags, caller, waiter: waiter, done: done)
+        case .trashItem(let v) where v.kind == .file:
+            openPast(PastContent(sha256: v.sha256, size: v.size), id, flags: flags, caller, waiter: waiter, done: done)
+        case .trashItem: done(.failure(.core(.isDirectory)))
         case .versionsDir, .kvDir, .trashDir: done(.failure(.core(.isDirectory)))
         case .trashList: openTrashList(flags: flags, done: done)
         case .kvKey, .kvChanges: done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try kvOpen(id, flags: flags) } })
@@ -506,11 +531,12 @@ public final class FileSystem: @unchecked Sendable {
 
     // MARK: directories
 
-    /// opendir(2); a file's folder under `.versions` lists its past versions as the remote tells them now.
+    /// opendir(2); a file's folder under `.versions` lists its past versions, and `.trash` Recently Deleted, as
+    /// the remote tells them now.
     func opendir(_ ino: UInt64, done: @escaping Completion<Opened>) {
         let answer = { @Sendable [self] in done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try opendir(ino) } }) }
-        guard let item = fileMirror(ino) else { return answer() }
-        refreshHistory(item, then: answer)
+        guard let ask = remoteListing(ino, opening: true) else { return answer() }
+        ask(answer)
     }
 
     func opendir(_ ino: UInt64) throws(CoreError) -> Opened {

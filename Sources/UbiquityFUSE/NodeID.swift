@@ -19,11 +19,14 @@ enum NodeID: Equatable, CustomStringConvertible {
     /// `.trash` and `.trash/.list` (TrashFiles.swift).
     case trashDir
     case trashList
+    /// An entry of Recently Deleted under `.trash`, by its item id (TrashTree.swift).
+    case trashItem(String)
 
     init(parsing id: String) {
         if id == "kvc:" { self = .kvChanges; return }
         if id == "t:" { self = .trashDir; return }
         if id == "tl:" { self = .trashList; return }
+        if id.hasPrefix("ti:") { self = .trashItem(String(id.dropFirst(3))); return }
         if id.hasPrefix("kvj:") { self = NodeID.keyValue(String(id.dropFirst(4)), typed: true); return }
         if id.hasPrefix("kv:") { self = NodeID.keyValue(String(id.dropFirst(3)), typed: false); return }
         if id.hasPrefix("v:") { self = .versionsDir(item: String(id.dropFirst(2))); return }
@@ -53,6 +56,7 @@ enum NodeID: Equatable, CustomStringConvertible {
         case .kvChanges: return "kvc:"
         case .trashDir: return "t:"
         case .trashList: return "tl:"
+        case .trashItem(let item): return "ti:" + item
         }
     }
 

@@ -72,13 +72,12 @@ extension FileSystem {
         }
     }
 
-    /// Opens a past version read-only, once its content is fetched (verified) into a copy of its own.
-    func openPastVersion(_ item: Item, _ v: WireVersion, flags: Int32, _ caller: Caller, waiter: Waiter,
-                         done: @escaping Completion<Opened>) {
+    /// Opens a past content (of a past version, or of a file in Recently Deleted: node `id`) read-only, once
+    /// it is fetched (verified) into a copy of its own.
+    func openPast(_ content: PastContent, _ id: String, flags: Int32, _ caller: Caller, waiter: Waiter,
+                  done: @escaping Completion<Opened>) {
         if flags & O_ACCMODE != O_RDONLY { return done(.failure(.core(.readOnly))) }
         if !downloadPolicy.mayDownload(caller.pid) { return done(.failure(.core(.wouldBlock))) }
-        let content = PastContent(sha256: v.sha256, size: v.size)
-        let id = FileSystem.pastVersionID(item.id, v.version)
         waitFor(waiter, start: { done in core.fetchPast(content, done: done) }, failed: { done(.failure($0)) }) { [self] in
             done(Result { () throws(AdapterError) in
                 let fd = try adapting { () throws(CoreError) in try core.openPast(content) }

@@ -126,13 +126,13 @@ private func addNameOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.unlink = { req, parent, name in
         named(req, name, else: .notFound) { n in
             let r = reply(req)
-            do throws(CoreError) { try fs(req).remove(parent, n, directory: false); r.ok() } catch { r.fail(error) }
+            fs(req).remove(parent, n, directory: false, done: answering(r) { r.ok() })
         }
     }
     ops.rmdir = { req, parent, name in
         named(req, name, else: .notFound) { n in
             let r = reply(req)
-            do throws(CoreError) { try fs(req).remove(parent, n, directory: true); r.ok() } catch { r.fail(error) }
+            fs(req).remove(parent, n, directory: true, done: answering(r) { r.ok() })
         }
     }
 }

@@ -26,11 +26,12 @@ extension FileSystem {
     static let historyAttribute = StatusAttribute.prefix + "history"
     static let rewindAttribute = StatusAttribute.prefix + "rewind"
 
-    /// The child `name` of `.trash` (or `.trash` in the root); nil when `parent` is neither.
+    /// The child `name` of `.trash` or of a folder in it (or `.trash` in the root); nil when `parent` is none.
     func trashChild(_ parent: String, _ name: String) -> (id: String, node: Node)?? {
         if parent == core.rootID && sameName(name, FileSystem.trashName) { return .some((FileSystem.trashDirID, .trashDir)) }
-        guard parent == FileSystem.trashDirID else { return nil }
-        return .some(name == FileSystem.trashListName ? (FileSystem.trashListID, .trashList) : nil)
+        guard let folder = FileSystem.trashFolder(parent) else { return nil }
+        if folder.isEmpty && name == FileSystem.trashListName { return .some((FileSystem.trashListID, .trashList)) }
+        return .some(trash.read { $0.child(folder, name) }.map { (FileSystem.trashItemID($0.id), .trashItem($0)) })
     }
 
     /// Opens `.trash/.list`, read-only, once the remote has answered.

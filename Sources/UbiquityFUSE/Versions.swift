@@ -35,6 +35,8 @@ enum Node {
     /// `.trash` and its `.list` (TrashFiles.swift).
     case trashDir
     case trashList
+    /// An entry of Recently Deleted (TrashTree.swift).
+    case trashItem(WireVersion)
 
     /// The type bits of its mode (S_IFDIR, S_IFREG, S_IFLNK, ...), as listings report them.
     var fileType: mode_t {
@@ -42,6 +44,7 @@ enum Node {
         case .real(let item): return FileSystem.fileType(item.kind)
         case .versionsDir, .kvDir, .trashDir: return S_IFDIR
         case .version, .pastVersion, .kvKey, .kvChanges, .trashList: return S_IFREG
+        case .trashItem(let v): return FileSystem.fileType(v.kind)
         }
     }
 
@@ -67,6 +70,7 @@ extension FileSystem {
             return try? kvNode(id) ?? nil
         case .trashDir: return .trashDir
         case .trashList: return .trashList
+        case .trashItem(let itemID): return trash.read { $0.entries[itemID] }.map { .trashItem($0) }
         case .versionsDir(let itemID):
             // Every live item has its mirror (a file's holds its past versions); listings show only those that
             // lead to conflicts.
@@ -121,7 +125,10 @@ extension FileSystem {
         case .kvDir(let typed):
             return try kvChildren(typed: typed).map { ($0.name, $0.id, nil) }
         case .trashDir:
-            return [(FileSystem.trashListName, FileSystem.trashListID, nil)]
+            return [(FileSystem.trashListName, FileSystem.trashListID, nil)] + trashEntries("")
+        case .trashItem(let v):
+            guard v.kind == .dir else { throw .notDirectory }
+            return trashEntries(v.id)
         case .version, .pastVersion, .kvKey, .kvChanges, .trashList:
             throw .notDirectory
         }
@@ -195,6 +202,8 @@ extension FileSystem {
                                      mtime: nowNanoseconds())
         case .trashDir:
             return virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+        case .trashItem(let v):
+            return trashAttributes(v, ino: ino)
         case .trashList:
             // Made at its open (a request to the remote): a stat asks nothing, and reads go on to the end.
             return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: 0, mtime: nowNanoseconds())
@@ -261,6 +270,8 @@ extension FileSystem {
             if case .pastVersion(let item, let v) = node {
                 return renamePastVersion(item, v, newParent, newName, waiter: waiter, done: done)
             }
+            // Out of Recently Deleted: `mv` copies it, then its `rm` removes it from there.
+            if case .trashItem = node { throw CoreError.crossDevice("an entry of Recently Deleted is copied out") }
             guard case .version(let item, let c) = node else { throw CoreError.readOnly }
             guard newParent == item.parent, sameName(newName, item.name) else {
                 throw CoreError.crossDevice("a version moves in place only onto its own file")

@@ -180,6 +180,7 @@ extension FileSystem {
 extension FileSystem {
     /// The status a version file shows: whether its content is stored here.
     func versionAttributes(_ id: String) -> [String: String] {
+        if case .trashItem(let v)? = node(id) { return FileSystem.trashEntryAttributes(v) }
         guard case .version(let item, let c) = node(id) else { return [:] }
         let local = core.hasLocalConflict(item.id, c.id)
         return [StatusAttribute.isUbiquitous.fullName: "1",

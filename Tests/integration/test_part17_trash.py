@@ -94,6 +94,58 @@ def test_history_lists_the_versions_of_five_edits_on_two_devices(stub, mount_fac
     assert all(r["path"] == "Documents/notes.txt" for r in rows)
 
 
+def test_recently_deleted_reads_as_files_under_dot_trash_and_rm_there_empties_it(stub, mount_factory, tmp_path):
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    proj = a / "Documents" / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "one.txt").write_text("one\n")
+    (proj / "sub" / "two.bin").write_bytes(os.urandom(300_000))
+    os.symlink("one.txt", proj / "link")
+    (a / "Documents" / "notes.txt").write_text("first notes\n")
+    sync(a)
+    copy = tmp_path / "proj"
+    run("cp", "-a", proj, copy)
+    run("rm", "-rf", proj, a / "Documents" / "notes.txt")
+    sync(a)
+    wait_until(lambda: not (b / "Documents" / "proj").exists(), timeout=30, what="the delete on the desktop")
+
+    trash_b = b.path / ".trash"
+    assert run("ls", trash_b).stdout.split() == ["notes.txt", "proj"]
+    assert run("ls", "-A", trash_b).stdout.split() == [".list", "notes.txt", "proj"]
+    assert run("cat", trash_b / "notes.txt").stdout == "first notes\n"
+    assert run("readlink", trash_b / "proj" / "link").stdout == "one.txt\n"
+    assert run("diff", "-r", "--no-dereference", copy, trash_b / "proj", check=False).returncode == 0
+    assert attr(trash_b / "proj" / "sub" / "two.bin", "originalPath") == "Documents/proj/sub/two.bin"
+    assert attr(trash_b / "proj", "deletedBy") == "laptop"
+    assert attr(trash_b / "notes.txt", "deletedAt").startswith(time.strftime("%Y-", time.gmtime()))
+    p = run("sh", "-c", f"echo x > '{trash_b / 'notes.txt'}'", check=False)
+    assert p.returncode != 0 and "Read-only file system" in p.stderr, p.stderr
+
+    # The same name deleted twice: the newest keeps it.
+    (a / "Documents" / "notes.txt").write_text("second notes\n")
+    sync(a)
+    run("rm", a / "Documents" / "notes.txt")
+    sync(a)
+    names = run("ls", trash_b).stdout.split("\n")
+    older = [n for n in names if n.startswith("notes (deleted ") and n.endswith(").txt")]
+    assert "notes.txt" in names and len(older) == 1, names
+    assert (trash_b / "notes.txt").read_text() == "second notes\n"
+    assert (trash_b / older[0]).read_text() == "first notes\n"
+
+    # rm -rf there removes it from Recently Deleted for good, on every device; mv out of it copies it back.
+    run("rm", "-rf", trash_b / "proj")
+    assert run("ls", a.path / ".trash").stdout.split("\n")[:-1] == sorted([older[0], "notes.txt"])
+    assert "proj" not in trash("list", a.path).stdout
+    run("mv", trash_b / "notes.txt", b / "Documents" / "notes.txt")
+    assert (b / "Documents" / "notes.txt").read_text() == "second notes\n"
+    sync(b)
+    wait_until(lambda: (a / "Documents" / "notes.txt").exists(), timeout=30, what="the moved-out notes on the laptop")
+    assert (a / "Documents" / "notes.txt").read_text() == "second notes\n"
+    # The older one is alone under its name now.
+    assert run("ls", a.path / ".trash").stdout.split() == ["notes.txt"]
+    assert (a.path / ".trash" / "notes.txt").read_text() == "first notes\n"
+
+
 def test_bad_input_gets_one_plain_line_and_changes_nothing(stub, mount_factory, tmp_path):
     a = mount_factory(stub, "laptop")
     (a / "Documents" / "keep.txt").write_text("kept\n")

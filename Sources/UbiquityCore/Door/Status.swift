@@ -191,7 +191,7 @@ extension Container {
 }
 
 /// A wall-clock time as `2026-12-01T07:09:53Z`.
-func iso8601(nanoseconds: Int64) -> String {
+public func iso8601(nanoseconds: Int64) -> String {
     let f = ISO8601DateFormatter()
     f.timeZone = TimeZone(identifier: "UTC")
     return f.string(from: Date(timeIntervalSince1970: Double(nanoseconds) / 1e9))
