@@ -316,15 +316,28 @@ public final class FileSystem: @unchecked Sendable {
             return done(.failure(.core(.readOnly)))
         }
         if isVirtual(from) { return renameVersion(from, name, to, newName, waiter: waiter, done: done) }
-        done(Result { () throws(AdapterError) in
-            try adapting { () throws(CoreError) in
-                if mode == .exchange {
-                    try core.exchange(parent: from, name: name, newParent: to, newName: newName)
-                } else {
-                    try core.rename(parent: from, name: name, newParent: to, newName: newName, noReplace: mode == .noReplace)
-                }
+        let move = { @Sendable [self] () throws(CoreError) in
+            if mode == .exchange {
+                try core.exchange(parent: from, name: name, newParent: to, newName: newName)
+            } else {
+                try core.rename(parent: from, name: name, newParent: to, newName: newName, noReplace: mode == .noReplace)
             }
-        })
+        }
+        do throws(CoreError) {
+            try move()
+            done(.success(()))
+        } catch .crossDevice(let why) {
+            // A file moved where it stays on this device only (the desktop's Trash, a .nosync folder) needs its
+            // newest content here: fetched first, then moved. (`gio trash` does not copy on EXDEV, as mv does.)
+            guard mode != .exchange, let item = core.lookup(parent: from, name: name), item.hasContent, !item.isCurrent else {
+                return done(.failure(.core(.crossDevice(why))))
+            }
+            whenLocal(waiter, item.id, failed: { done(.failure($0)) }) {
+                done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try move() } })
+            }
+        } catch {
+            done(.failure(.core(error)))
+        }
     }
 
     // MARK: files

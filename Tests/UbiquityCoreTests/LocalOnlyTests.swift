@@ -102,6 +102,26 @@ import UbiquityTesting
         #expect(b.lookup("f.nosync") == nil && onRemote("f.nosync").isEmpty)
     }
 
+    /// The desktop's Trash (`.Trash-UID` made in the root) is local-only: a file `gio trash` moves into it leaves
+    /// the remote; restored from Recently Deleted on another device, it leaves that Trash here too and is back
+    /// where every device has it.
+    @Test func aFileInTheDesktopsTrashRestoredElsewhereComesBackHere() throws {
+        let a = try Device(remote, name: "a")
+        let b = try Device(remote, name: "b")
+        let trash = try a.container.makeDirectory(parent: a.container.rootID, name: ".Trash-1000", mode: 0o700)
+        #expect(a.container.item(trash.id)?.isLocalOnly == true)
+        let files = try a.container.makeDirectory(parent: trash.id, name: "files", mode: 0o700)
+        let f = try a.createFile("f.txt", bytes("trashed"))
+        #expect(eventually { b.lookup("f.txt") != nil && a.pending == 0 })
+        try a.container.rename(parent: a.docs, name: "f.txt", newParent: files.id, newName: "f.txt", noReplace: true)
+        #expect(eventually { b.lookup("f.txt") == nil && a.pending == 0 })
+        #expect(remote.allItems.allSatisfy { $0.name != ".Trash-1000" })
+        _ = try remote.restore(ids: [f.id], device: "b")
+        #expect(eventually { b.lookup("f.txt")?.id == f.id && a.lookup("f.txt")?.id == f.id })
+        #expect(a.container.item(f.id)?.isLocalOnly == false && a.content(f.id) == bytes("trashed"))
+        #expect(try a.container.listEntries(files.id).isEmpty)
+    }
+
     /// Content not downloaded: the flag starts the downloads and is refused until they are done; a move
     /// into a .nosync folder is refused with EXDEV (mv then copies, which downloads).
     @Test func contentNotHereIsDownloadedFirst() throws {

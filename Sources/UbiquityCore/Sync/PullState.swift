@@ -71,8 +71,9 @@ extension CoreState {
     mutating func applyRemoteItem(_ w: WireItem) throws {
         if w.id == rootID || w.parent == nil { return }
         guard var item = items[w.id] else { return try addRemoteItem(w) }
-        // A local-only item's remote copy is not this device's concern any more (its delete may be on the way).
-        if item.isLocalOnly { return }
+        // A local-only item's remote copy is not this device's concern any more (its delete may be on the way),
+        // unless a restore elsewhere brought it back.
+        if item.isLocalOnly, try !takesBack(&item, w) { return }
         if w.version <= item.remoteVersion { return }
         pullLog.debug("apply \(w.id) version \(w.version) sha \(w.sha256.prefix(8)) (here: base \(item.remoteVersion)\(item.isPending ? ", pending" : ""))")
         if item.isPending {
@@ -109,6 +110,22 @@ extension CoreState {
         if contentChanged && item.kind == .file && isPinned(item.id) {
             startDownload(item.id)
         }
+    }
+
+    /// A file this device moved where it stays local (the desktop's Trash, a `.nosync` folder) after it was
+    /// uploaded, whose delete went up, brought back live by a restore elsewhere (Part 17): the remote's place
+    /// wins, so the file is where every device has it. Not when it changed here since or is local-only by itself
+    /// (its own `.nosync` name), nor a folder (what is in it is local-only with it): then it stays, and the
+    /// restore is not seen here.
+    mutating func takesBack(_ item: inout Item, _ w: WireItem) throws -> Bool {
+        guard item.kind == .file, w.kind == .file, !w.deleted, !item.isLocalOnlyItself, !item.dirty,
+              item.remoteVersion == 0, let base = try store.leftRemoteBase(item.id), w.version > base, !isKeptOut(w)
+        else { return false }
+        pullLog.info("\(item.name): restored on another device, it leaves this device's local-only folder")
+        item.localOnlyAbove = false
+        item.metaDirty = false
+        item.remoteVersion = base
+        return true
     }
 
     /// Takes an item this device does not have.
