@@ -6,7 +6,7 @@
 //
 // What must hold: the remote keeps the history, so the list comes from a request, never made on a FUSE
 // worker: an opendir of a file's folder under `.versions`, or a lookup there of a name not known yet, asks the
-// remote on a thread of its own (Door/History.swift) and answers once it has (offline: the conflict versions
+// remote off the FUSE worker (Door/History.swift) and answers once it has (offline: the conflict versions
 // only, and the cause in the log). What was heard last is kept per file (`HistoryCache`) for the requests that
 // follow (getattr, lookup, open), which ask nothing. A past version is fetched (verified) at each open into a
 // copy of its own that lives as long as the descriptor (`PastContent`).

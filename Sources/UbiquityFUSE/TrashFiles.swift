@@ -8,7 +8,7 @@
 // these is listed, so that `getfattr -d` asks the remote nothing.
 //
 // What must hold: each of these is a request to the remote, answered through a completion (the core runs it
-// on a thread of its own), so no FUSE worker waits on the network; offline they fail at once with EIO and the
+// off the FUSE worker), so no FUSE worker waits on the network; offline they fail at once with EIO and the
 // cause in the log. `.list` is made at its open (a private unlinked file in the store's staging) and shows
 // size 0 (direct I/O: reads go on to its end), so a `stat` asks the remote nothing.
 import Foundation

@@ -6,7 +6,7 @@
 // for good, on every device.
 //
 // What must hold: the list comes from the remote, never asked on a FUSE worker: an opendir of `.trash`, or a
-// lookup under it of a name not known yet, asks on a thread of its own and answers once it has (offline: what
+// lookup under it of a name not known yet, asks the remote off the FUSE worker and answers once it has (offline: what
 // was heard last, and the cause in the log). What was heard last is kept (`TrashCache`) for the requests that
 // follow. Two entries of one folder never share a name: the newest delete keeps it, older ones are named
 // `stem (deleted YYYY-MM-DD HH.MM.SS).ext` (and a number when that is taken too); `.list` keeps its name.

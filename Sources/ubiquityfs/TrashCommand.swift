@@ -155,7 +155,8 @@ enum TrashCommand {
         if rc != 0 {
             let e = errno
             let what = name == "restore" ? "restore" : "empty Recently Deleted"
-            let why = e == ENOENT ? "not in Recently Deleted any more" : offline(mount) ?? String(cString: strerror(e))
+            let why = e == ENOENT ? "not in Recently Deleted any more"
+                : e == EBUSY ? Self.refusedNow : offline(mount) ?? String(cString: strerror(e))
             throw CommandFailure("cannot \(what) in \(mount): \(why)")
         }
     }
@@ -246,6 +247,7 @@ enum TrashCommand {
         switch e {
         case EINVAL: return "the remote keeps no state of it at that time (before its history starts, or not a folder it has)"
         case ENOENT: return "the remote has no such folder (never uploaded)"
+        case EBUSY: return Self.refusedNow
         default: return String(cString: strerror(e))
         }
     }
@@ -282,6 +284,10 @@ enum TrashCommand {
     }
 
     // MARK: helpers
+
+    /// What a refusal of the remote for what it holds now (409) means; the mount's log has its words.
+    static let refusedNow = "the remote refused it for what it holds now (a content no longer kept, a name or place "
+        + "taken; the mount's log says which): nothing was changed"
 
     /// Why a request through the mount failed when the mount knows the remote is away.
     static func offline(_ mount: String) -> String? {

@@ -1,5 +1,6 @@
 // Recently Deleted and version history (docs/HISTORY.md), as the adapter asks for them: the remote keeps them,
-// so each call is a request to the remote, run on a thread of its own and answered through a completion.
+// so each call is a request to the remote, run off the caller's thread (a few at a time) and answered through a
+// completion.
 //
 // What must hold: no call blocks its caller (a FUSE worker) on the network: the request runs on its own thread,
 // and while the remote is known to be unreachable the answer comes at once, as for an open offline. What a
@@ -86,29 +87,40 @@ extension Container {
         try replaceContent(id, from: paths.past(key), size: content.size)
     }
 
-    /// Runs `body` against the remote on a thread of its own and answers through `done`; at once, with the
-    /// cause, while the remote is known to be unreachable.
+    /// Runs `body` against the remote off the caller's thread (`remoteAsks`) and answers through `done`; at once,
+    /// with the cause, while the remote is known to be unreachable.
     private func askRemote<T>(_ what: String, done: @escaping Answer<T>,
                               _ body: @escaping @Sendable (RemoteClient) throws -> T) {
         if let since = offlineSince {
             return done(.failure(.io("\(what) needs the remote, unreachable since \(iso8601(nanoseconds: since))")))
         }
-        let remote = self.remote
-        let thread = Thread {
+        let remote = self.remote, log = self.log
+        Container.remoteAsks.addOperation {
             do { done(.success(try body(remote))) } catch let error as RemoteError {
+                log.warning("\(what) failed: \(error)")
                 done(.failure(Container.historyError(error, what)))
             } catch {
+                log.warning("\(what) failed: \(error)")
                 done(.failure(CoreError.from(error)))
             }
         }
-        thread.name = "remote-ask"
-        thread.start()
     }
+
+    /// Where requests to the remote made for the adapter run: a few at a time, so that a burst of them (a file
+    /// manager opening many folders under `.versions`) queues rather than starts a thread each.
+    private static let remoteAsks: OperationQueue = {
+        let queue = OperationQueue()
+        queue.name = "remote-ask"
+        queue.maxConcurrentOperationCount = 4
+        return queue
+    }()
 
     private static func historyError(_ error: RemoteError, _ what: String) -> CoreError {
         switch error {
         case .notFound: return .notFound
         case .rejected(_, let message): return .invalidArgument(message)
+        // Refused for what the remote holds now (a content no longer kept, a name taken): nothing was changed.
+        case .conflict(let message, _): return .busy(message)
         default: return .remote(error)
         }
     }
