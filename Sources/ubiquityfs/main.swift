@@ -5,11 +5,16 @@
 // (`fail`); results go to stdout. SIGPIPE is ignored, so a reader that goes away (`| head`) makes a write
 // error, not a kill. This file only dispatches: each command's work is in its own file.
 import Foundation
+import CFuse
 import Glibc
 import UbiquityBase
 
+/// The release: the number of the last part of the road it has (docs: README, "Where we stand").
+let ubiquityfsVersion = "0.17.0"
+
 let usage = """
 usage: ubiquityfs COMMAND [OPTIONS]
+       ubiquityfs --version
 
 commands:
   mount MOUNTPOINT [--remote URL[,URL...] --token-file FILE [--ca-file FILE]] [--container ID] [--store DIR]
@@ -53,6 +58,8 @@ do {
     switch command {
     case "--help", "-h", "help":
         print(usage)
+    case "--version", "-V":
+        print("ubiquityfs \(ubiquityfsVersion) (libfuse \(String(cString: fuse_pkgversion())))")
     case "mount":
         try MountCommand.run(words)
     case "unmount", "umount":

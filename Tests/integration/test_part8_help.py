@@ -12,7 +12,7 @@ SUBCOMMANDS = [
     ["evict"], ["download"], ["pin"], ["unpin"], ["sync"], ["check"], ["query"], ["kv"],
     ["kv", "get"], ["kv", "set"], ["kv", "delete"], ["kv", "list"], ["kv", "watch"],
 ]
-SCRIPTS = ["simulate", "demo", "test", "build", "setup", "bench", "measure-lazy-download"]
+SCRIPTS = ["simulate", "demo", "test", "build", "setup", "bench", "measure-lazy-download", "install"]
 
 
 def answers_usage(argv):

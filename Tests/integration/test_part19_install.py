@@ -1,0 +1,49 @@
+"""Part 19: installed like a Linux program. `scripts/install --prefix DIR` puts the binary, its man page and its
+bash completion where Linux keeps them; the installed command answers `--version` and works from PATH;
+`--uninstall` removes exactly what was installed."""
+import os
+import subprocess
+
+from conftest import BIN, ROOT, run
+
+
+def install(prefix, *extra, check=True):
+    return run(ROOT / "scripts" / "install", "--prefix", prefix, "--binary", BIN, *extra, check=check, timeout=120)
+
+
+def test_install_puts_the_command_its_man_page_and_completion_in_place_and_uninstall_removes_them(tmp_path):
+    prefix = tmp_path / "usr"
+    out = install(prefix).stdout
+    assert out.startswith("installed ubiquityfs ") and str(prefix) in out, out
+    files = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*") if p.is_file())
+    assert files == ["bin/ubiquityfs", "share/bash-completion/completions/ubiquityfs", "share/man/man1/ubiquityfs.1",
+                     "share/ubiquityfs/installed"], files
+
+    # On PATH, the README's commands are typed as they are shown.
+    env = dict(os.environ, PATH=f"{prefix / 'bin'}:{os.environ['PATH']}")
+    version = subprocess.run(["ubiquityfs", "--version"], capture_output=True, text=True, env=env)
+    assert version.returncode == 0 and version.stdout.startswith("ubiquityfs ") and "libfuse" in version.stdout
+    helped = subprocess.run(["ubiquityfs", "trash", "--help"], capture_output=True, text=True, env=env)
+    assert helped.returncode == 0 and "trash list" in helped.stdout
+
+    page = " ".join(run("man", "-l", prefix / "share" / "man" / "man1" / "ubiquityfs.1").stdout.split())
+    assert "ubiquityfs - a FUSE file system" in page and "MOUNTPOINT/.versions/PATH/" in page, page
+    assert "user.ubiquity.evict" in page and "getfattr(1)" in page
+    assert run("man", "--warnings", "-l", prefix / "share" / "man" / "man1" / "ubiquityfs.1").stderr == ""
+
+    completion = prefix / "share" / "bash-completion" / "completions" / "ubiquityfs"
+    def complete(*words):
+        script = (f"source '{completion}'; COMP_WORDS=({' '.join(words)}); COMP_CWORD={len(words) - 1}; "
+                  "_ubiquityfs; printf '%s\\n' \"${COMPREPLY[@]}\"")
+        return run("bash", "-c", script, cwd=tmp_path).stdout.split()
+    assert complete("ubiquityfs", "tr") == ["trash"]
+    assert complete("ubiquityfs", "trash", "re") == ["restore"]
+    assert complete("ubiquityfs", "mount", "--no-p") == ["--no-passthrough"]
+    assert complete("ubiquityfs", "status", "us") == ["usr"]  # a path
+
+    assert install(prefix, "--uninstall").stdout.strip() == f"removed ubiquityfs from {prefix}"
+    assert [p for p in prefix.rglob("*") if p.is_file()] == []
+    again = install(prefix, "--uninstall", check=False)
+    assert again.returncode == 1 and "nothing installed" in again.stderr
+    bad = install(prefix, "--nonsense", check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -1,0 +1,30 @@
+# bash completion of ubiquityfs (installed by scripts/install): commands, their actions and options, then
+# paths.
+_ubiquityfs() {
+    local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]:-} words
+    if ((COMP_CWORD == 1)); then
+        words="mount unmount status evict download pin unpin sync check query kv trash history rewind chunks remote --help --version"
+    else
+        case "$cmd" in
+            mount) words="--remote --token-file --ca-file --container --store --device --foreground --no-passthrough
+                          --download-timeout --no-download-for --cache-size --min-free --help" ;;
+            unmount|umount) words="--force --help" ;;
+            status|history) words="--json --help" ;;
+            download) words="--wait --help" ;;
+            sync) words="--wait --timeout --help" ;;
+            check) words="--store --repair --help" ;;
+            query) words="--scope --name --live --json --help" ;;
+            chunks) words="--json --summary --help" ;;
+            rewind) words="--to --dry-run --help" ;;
+            kv) ((COMP_CWORD == 2)) && words="get set delete list watch" || words="--json" ;;
+            trash) ((COMP_CWORD == 2)) && words="list restore empty" || words="--json" ;;
+            remote) ((COMP_CWORD == 2)) && words="serve seed usage user device" || words="--data --listen --metadata --blobs --help" ;;
+        esac
+    fi
+    if [[ $cur == -* || ( -n $words && $cur != */* && ($COMP_CWORD == 1 || ($COMP_CWORD == 2 && $cmd =~ ^(kv|trash|remote)$)) ) ]]; then
+        mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+    else
+        mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+    fi
+}
+complete -o filenames -F _ubiquityfs ubiquityfs
