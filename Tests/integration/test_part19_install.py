@@ -1,5 +1,5 @@
-"""Part 19: installed like a Linux program. `scripts/install --prefix DIR` puts the binary, its man page and its
-bash completion where Linux keeps them; the installed command answers `--version` and works from PATH;
+"""Part 19: installed like a Linux program. `scripts/install --prefix DIR` puts the binary, its man page, its
+bash completion, the systemd units and mount(8)'s helper where Linux keeps them; the installed command answers `--version` and works from PATH;
 `--uninstall` removes exactly what was installed."""
 import os
 import subprocess
@@ -16,7 +16,9 @@ def test_install_puts_the_command_its_man_page_and_completion_in_place_and_unins
     out = install(prefix).stdout
     assert out.startswith("installed ubiquityfs ") and str(prefix) in out, out
     files = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*") if p.is_file())
-    assert files == ["bin/ubiquityfs", "share/bash-completion/completions/ubiquityfs", "share/man/man1/ubiquityfs.1",
+    assert files == ["bin/ubiquityfs", "lib/systemd/system/ubiquityfs-remote.service",
+                     "lib/systemd/user/ubiquityfs.service", "sbin/mount.fuse.ubiquityfs",
+                     "share/bash-completion/completions/ubiquityfs", "share/man/man1/ubiquityfs.1",
                      "share/ubiquityfs/installed"], files
 
     # On PATH, the README's commands are typed as they are shown.
