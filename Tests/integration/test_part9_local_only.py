@@ -145,8 +145,11 @@ def test_content_not_here_is_downloaded_first(two):
     big = os.urandom(1 << 20)
     (d / "big.bin").write_bytes(big)
     (d / "other.bin").write_bytes(b"other" * 100)
+    (d / "proj").mkdir()
+    (d / "proj" / "inner.bin").write_bytes(b"inner" * 100)
     sync(a)
-    wait_until(lambda: (e / "big.bin").exists() and (e / "other.bin").exists(), what="the files on b")
+    wait_until(lambda: (e / "big.bin").exists() and (e / "other.bin").exists() and (e / "proj" / "inner.bin").exists(),
+               what="the files on b")
     assert attr(e / "big.bin", "downloadingStatus") == "notDownloaded"
     # The flag starts the download and is refused until the content is here.
     r = setattr_(e / "big.bin", "isExcludedFromSync", "1")
@@ -156,15 +159,19 @@ def test_content_not_here_is_downloaded_first(two):
     # (Compared with the bytes written, not with a's copy: excluded on b, the file leaves the remote, and a's
     # copy with it, as soon as b's push and a's pull have run.)
     assert (e / "big.bin").read_bytes() == big
-    # A rename into a .nosync folder refuses with EXDEV; mv then copies (downloading) and removes the original.
+    # A rename of a file into a .nosync folder downloads it first (gio trash, which moves into a local-only
+    # folder, does not copy on EXDEV as mv does); a folder holding files not here gets EXDEV, and mv copies it.
     (e / "stash.nosync").mkdir()
-    with pytest.raises(OSError) as err:
-        os.rename(e / "other.bin", e / "stash.nosync" / "other.bin")
-    assert err.value.errno == errno.EXDEV
-    run("mv", e / "other.bin", e / "stash.nosync" / "other.bin")
+    assert attr(e / "other.bin", "downloadingStatus") == "notDownloaded"
+    os.rename(e / "other.bin", e / "stash.nosync" / "other.bin")
     assert (e / "stash.nosync" / "other.bin").read_bytes() == b"other" * 100
+    with pytest.raises(OSError) as err:
+        os.rename(e / "proj", e / "stash.nosync" / "proj")
+    assert err.value.errno == errno.EXDEV
+    run("mv", e / "proj", e / "stash.nosync" / "proj")
+    assert (e / "stash.nosync" / "proj" / "inner.bin").read_bytes() == b"inner" * 100
     sync(b)
-    wait_until(lambda: not (d / "big.bin").exists() and not (d / "other.bin").exists(), what="both gone from a")
+    wait_until(lambda: not any((d / n).exists() for n in ("big.bin", "other.bin", "proj")), what="all gone from a")
 
 
 def test_status_of_fifos_and_sockets_says_local_only(two):
