@@ -20,6 +20,9 @@ static inline int ubq_fallocate(int fd, int mode, long long offset, long long le
     return fallocate(fd, mode, offset, length);
 }
 
+// The calling thread's id (gettid(2)), as the kernel sends it with a FUSE request.
+static inline int ubq_gettid(void) { return (int)gettid(); }
+
 // Returns free heap memory to the system (malloc_trim(3)).
 static inline void ubq_trim_heap(void) { malloc_trim(0); }
 

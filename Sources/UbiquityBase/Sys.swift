@@ -210,6 +210,9 @@ public func monotonicNanoseconds() -> Int64 {
     return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
 }
 
+/// The calling thread's id (gettid(2)): what the kernel sends as the caller of a FUSE request.
+public func currentThreadID() -> pid_t { pid_t(ubq_gettid()) }
+
 /// Random bytes from the kernel, as lowercase hex.
 public func randomHex(bytes count: Int) -> String {
     // Eight bytes from each draw of the system's generator (one getrandom call each).

@@ -42,6 +42,8 @@ public final class FileSystem: @unchecked Sendable {
     let histories = HistoryCache()
     /// Recently Deleted, as last asked for a listing of `.trash` (TrashTree.swift).
     let trash = TrashCache()
+    /// Repeats changes from elsewhere through the mount, for inotify's watchers (Watchers.swift).
+    let announcer = Announcer()
 
     /// The FUSE session while mounted: set by `mount`, cleared by `run` after the loop, read by the notifier queue
     /// (`run` drains that queue before it destroys the session).
@@ -96,6 +98,7 @@ public final class FileSystem: @unchecked Sendable {
         self.downloadPolicy = downloadPolicy
         inodes = InodeTable(rootID: core.rootID)
         core.observer = self
+        announcer.fs = self
     }
 
     // MARK: attributes

@@ -21,11 +21,14 @@ enum NodeID: Equatable, CustomStringConvertible {
     case trashList
     /// An entry of Recently Deleted under `.trash`, by its item id (TrashTree.swift).
     case trashItem(String)
+    /// A handle the announcer opened (Watchers.swift): it stands for nothing.
+    case announced
 
     init(parsing id: String) {
         if id == "kvc:" { self = .kvChanges; return }
         if id == "t:" { self = .trashDir; return }
         if id == "tl:" { self = .trashList; return }
+        if id == "an:" { self = .announced; return }
         if id.hasPrefix("ti:") { self = .trashItem(String(id.dropFirst(3))); return }
         if id.hasPrefix("kvj:") { self = NodeID.keyValue(String(id.dropFirst(4)), typed: true); return }
         if id.hasPrefix("kv:") { self = NodeID.keyValue(String(id.dropFirst(3)), typed: false); return }
@@ -57,6 +60,7 @@ enum NodeID: Equatable, CustomStringConvertible {
         case .trashDir: return "t:"
         case .trashList: return "tl:"
         case .trashItem(let item): return "ti:" + item
+        case .announced: return "an:"
         }
     }
 

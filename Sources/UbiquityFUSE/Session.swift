@@ -90,6 +90,7 @@ private func addNameOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.lookup = { req, parent, name in
         named(req, name, else: .notFound) { n in
             let r = reply(req), f = fs(req)
+            if f.announcer.isMine(r.caller), let e = f.announcedLookup(parent, n) { return deliver(r, f, e) }
             f.lookup(parent, n, done: answering(r) { deliver(r, f, $0) })
         }
     }
@@ -102,13 +103,17 @@ private func addNameOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.mkdir = { req, parent, name, mode in
         named(req, name) { n in
             let r = reply(req), f = fs(req)
-            do throws(CoreError) { deliver(r, f, try f.mkdir(parent, n, mode, r.caller)) } catch { r.fail(error) }
+            do throws(CoreError) {
+                deliver(r, f, f.announcer.isMine(r.caller) ? try f.announcedEntry(parent, n) : try f.mkdir(parent, n, mode, r.caller))
+            } catch { r.fail(error) }
         }
     }
     ops.mknod = { req, parent, name, mode, _ in
         named(req, name) { n in
             let r = reply(req), f = fs(req)
-            do throws(CoreError) { deliver(r, f, try f.mknod(parent, n, mode, r.caller)) } catch { r.fail(error) }
+            do throws(CoreError) {
+                deliver(r, f, f.announcer.isMine(r.caller) ? try f.announcedEntry(parent, n) : try f.mknod(parent, n, mode, r.caller))
+            } catch { r.fail(error) }
         }
     }
     // A name that is not valid UTF-8 is refused first, whatever the operation.
@@ -116,7 +121,9 @@ private func addNameOperations(_ ops: inout fuse_lowlevel_ops) {
         named(req, name) { n in
             let r = reply(req), f = fs(req)
             let text = bytes(target, target.map { strlen($0) } ?? 0)
-            do throws(CoreError) { deliver(r, f, try f.symlink(parent, n, target: text, r.caller)) } catch { r.fail(error) }
+            do throws(CoreError) {
+                deliver(r, f, f.announcer.isMine(r.caller) ? try f.announcedEntry(parent, n) : try f.symlink(parent, n, target: text, r.caller))
+            } catch { r.fail(error) }
         }
     }
     ops.readlink = { req, ino in
@@ -125,14 +132,16 @@ private func addNameOperations(_ ops: inout fuse_lowlevel_ops) {
     }
     ops.unlink = { req, parent, name in
         named(req, name, else: .notFound) { n in
-            let r = reply(req)
-            fs(req).remove(parent, n, directory: false, done: answering(r) { r.ok() })
+            let r = reply(req), f = fs(req)
+            if f.announcer.isMine(r.caller) { return r.ok() }
+            f.remove(parent, n, directory: false, done: answering(r) { r.ok() })
         }
     }
     ops.rmdir = { req, parent, name in
         named(req, name, else: .notFound) { n in
-            let r = reply(req)
-            fs(req).remove(parent, n, directory: true, done: answering(r) { r.ok() })
+            let r = reply(req), f = fs(req)
+            if f.announcer.isMine(r.caller) { return r.ok() }
+            f.remove(parent, n, directory: true, done: answering(r) { r.ok() })
         }
     }
 }
@@ -145,6 +154,7 @@ private func addMoveOperations(_ ops: inout fuse_lowlevel_ops) {
                 guard let mode = RenameMode(flags: flags) else {
                     return r.fail(CoreError.invalidArgument("unsupported rename flags"))
                 }
+                if fs(req).announcer.isMine(r.caller) { return r.ok() }
                 fs(req).rename(p, name, np, newName, mode: mode, waiter: r, done: answering(r) { r.ok() })
             }
         }
@@ -168,6 +178,13 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
     }
     ops.open = { req, ino, fi in
         let r = reply(req), f = fs(req), base = fi!.pointee
+        if f.announcer.isMine(r.caller) {
+            do throws(CoreError) {
+                let o = try f.announcedOpen()
+                if !r.open(o, base) { f.release(o.fh) }
+            } catch { r.fail(error) }
+            return
+        }
         f.open(ino, flags: base.flags, r.caller, waiter: r, done: answering(r) { o in
             if !r.open(o, base) { f.release(o.fh) }
         })
@@ -233,6 +250,9 @@ private func addAttributeOperations(_ ops: inout fuse_lowlevel_ops) {
     }
     ops.setattr = { req, ino, attr, toSet, fi in
         let r = reply(req)
+        if fs(req).announcer.isMine(r.caller) {
+            do throws(CoreError) { return r.attr(try fs(req).getattr(ino)) } catch { return r.fail(error) }
+        }
         fs(req).setattr(ino, changes(attr!.pointee, toSet), fh: fi?.pointee.fh, waiter: r, done: answering(r) { r.attr($0) })
     }
     ops.getxattr = { req, ino, name, size in
@@ -288,6 +308,7 @@ extension FileSystem {
         if passthrough && passthroughRefusal == nil && ubq_pt_install(se, 1) != 0 {
             passthroughRefusal = "the custom io was refused"
         }
+        announcer.mountpoint = mountpoint
         session = se
     }
 
@@ -316,7 +337,7 @@ extension FileSystem: ContainerObserver {
         }
     }
 
-    public func entryRemoved(parent: String, name: String, id: String) {
+    public func entryRemoved(parent: String, name: String, id: String, isDirectory: Bool) {
         guard let parentIno = inodes.known(parent) else { return }
         let child = inodes.known(id)
         notifier.async { [self] in
@@ -327,6 +348,9 @@ extension FileSystem: ContainerObserver {
                 fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
             }
         }
+        let dir = core.path(of: parent)
+        repeatElsewhere(.removed(parent: parent, name: name, id: id, isDirectory: isDirectory,
+                                 path: announcer.mountpoint + (dir.isEmpty ? "" : "/" + dir) + "/" + name))
     }
 
     public func entryAdded(parent: String, name: String) {
@@ -335,6 +359,12 @@ extension FileSystem: ContainerObserver {
             guard let se = session else { return }
             fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
         }
+        repeatElsewhere(.added(parent: parent, name: name))
+    }
+
+    public func changedElsewhere(_ id: String, contentChanged: Bool) {
+        guard let item = core.item(id), let parent = item.parent, inodes.known(parent) != nil else { return }
+        repeatElsewhere(.changed(id: id, content: contentChanged))
     }
 }
 

@@ -71,6 +71,7 @@ extension FileSystem {
         case .trashDir: return .trashDir
         case .trashList: return .trashList
         case .trashItem(let itemID): return trash.read { $0.entries[itemID] }.map { .trashItem($0) }
+        case .announced: return nil
         case .versionsDir(let itemID):
             // Every live item has its mirror (a file's holds its past versions); listings show only those that
             // lead to conflicts.

@@ -8,7 +8,7 @@ import Testing
                              .versionsDir(item: "4f2a9c"), .version(item: "4f2a9c", conflict: "c7"),
                              .pastVersion(item: "4f2a9c", version: 17),
                              .kvDir(typed: false), .kvDir(typed: true), .kvKey("theme", typed: false),
-                             .kvKey("a:b", typed: true), .kvChanges, .trashDir, .trashList]
+                             .kvKey("a:b", typed: true), .kvChanges, .trashDir, .trashList, .trashItem("4f2a9c"), .announced]
         for id in all { #expect(NodeID(parsing: id.description) == id) }
     }
 

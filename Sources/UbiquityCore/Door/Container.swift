@@ -26,10 +26,14 @@ import Glibc
 public protocol ContainerObserver: AnyObject, Sendable {
     /// Attributes, and content when `contentChanged`, of the item changed.
     func itemChanged(_ id: String, contentChanged: Bool)
-    /// `name` in directory `parent` no longer refers to item `id`.
-    func entryRemoved(parent: String, name: String, id: String)
+    /// `name` in directory `parent` no longer refers to item `id` (a folder when `isDirectory`).
+    func entryRemoved(parent: String, name: String, id: String, isDirectory: Bool)
     /// `name` in directory `parent` now refers to an item.
     func entryAdded(parent: String, name: String)
+    /// The item's attributes, and its content when `contentChanged`, were changed by another device (told after
+    /// `itemChanged`, which also follows downloads and evictions here). Names that come and go (the two
+    /// above) always come from elsewhere: a pull, a restore, the pusher giving way.
+    func changedElsewhere(_ id: String, contentChanged: Bool)
 }
 
 public struct ContainerConfig: Sendable {
@@ -67,8 +71,9 @@ public struct ContainerConfig: Sendable {
 
 /// A pending notification for the observer.
 enum Notice {
-    case changed(String, content: Bool)
-    case removed(parent: String, name: String, id: String)
+    /// `elsewhere`: a change that came from another device (not a download or an eviction here).
+    case changed(String, content: Bool, elsewhere: Bool = false)
+    case removed(parent: String, name: String, id: String, isDirectory: Bool)
     case added(parent: String, name: String)
 }
 
@@ -212,8 +217,11 @@ public final class Container: @unchecked Sendable {
         guard let observer, !effects.notices.isEmpty else { return }
         for n in effects.notices {
             switch n {
-            case .changed(let id, let content): observer.itemChanged(id, contentChanged: content)
-            case .removed(let parent, let name, let id): observer.entryRemoved(parent: parent, name: name, id: id)
+            case .changed(let id, let content, let elsewhere):
+                observer.itemChanged(id, contentChanged: content)
+                if elsewhere { observer.changedElsewhere(id, contentChanged: content) }
+            case .removed(let parent, let name, let id, let isDirectory):
+                observer.entryRemoved(parent: parent, name: name, id: id, isDirectory: isDirectory)
             case .added(let parent, let name): observer.entryAdded(parent: parent, name: name)
             }
         }
@@ -705,7 +713,7 @@ extension CoreState {
     mutating func unlink(_ item: Item) throws {
         guard let parent = item.parent, children[parent]?[item.name] == item.id else { return }
         children.unlist(item.name, in: parent)
-        notice(.removed(parent: parent, name: item.name, id: item.id))
+        notice(.removed(parent: parent, name: item.name, id: item.id, isDirectory: item.isDirectory))
         try entriesChanged(in: parent, remote: true)
     }
 
@@ -721,7 +729,7 @@ extension CoreState {
             let otherIsNewer = other.remoteVersion > item.remoteVersion && !other.isPending && !item.isPending
             if otherIsNewer { return }
             children.unlist(item.name, in: parent)
-            notice(.removed(parent: parent, name: other.name, id: other.id))
+            notice(.removed(parent: parent, name: other.name, id: other.id, isDirectory: other.isDirectory))
             if other.remoteVersion == 0 || other.isPending {
                 other.name = freeName(other.name, in: parent, avoiding: item.name)
                 other.metaDirty = true

@@ -106,7 +106,7 @@ extension CoreState {
         if moved { try place(&item) }
         if resolvedAgain { try store.saveChanged(item) } else { try store.save(item) }
         items[item.id] = item
-        notice(.changed(item.id, content: contentChanged))
+        notice(.changed(item.id, content: contentChanged, elsewhere: true))
         if contentChanged && item.kind == .file && isPinned(item.id) {
             startDownload(item.id)
         }

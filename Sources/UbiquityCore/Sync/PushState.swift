@@ -461,7 +461,7 @@ extension PushSide {
             if !cur.dirty && !current.deleted {
                 cur.size = current.size
                 cur.device = current.device
-                if cur.hasLocal && cur.localSHA != current.sha256 { s.notice(.changed(id, content: true)) }
+                if cur.hasLocal && cur.localSHA != current.sha256 { s.notice(.changed(id, content: true, elsewhere: true)) }
             }
             if !cur.metaDirty && !current.deleted { try s.takeRemoteMetadata(&cur, from: current) }
             // Reviving a tombstone: the conflict versions it lists went with the delete (whoever deleted saw
@@ -505,7 +505,7 @@ extension PushSide {
                 }
                 cur.takeContent(of: current)
                 cur.mtime = current.mtime
-                s.notice(.changed(id, content: true))
+                s.notice(.changed(id, content: true, elsewhere: true))
             }
             try s.store.saveChanged(cur)
             s.items[id] = cur

@@ -23,7 +23,7 @@ extension CoreState {
         try takeRemotePlace(&cur, from: current)
         cur.mode = Item.mode(current.mode, keepingLocalBitsOf: cur.mode)
         cur.xattrs = Xattrs.fromWire(current.xattrs)
-        notice(.changed(cur.id, content: false))
+        notice(.changed(cur.id, content: false, elsewhere: true))
     }
 
     /// True when the item lost its name here to another item (`place`): its name is no choice of this device,

@@ -1,0 +1,215 @@
+// Changes from other devices raise on this device the inotify events the same change made here would raise
+// (Part 19), so editors, `tail -F`, build watchers and file managers see them. The kernel raises those events
+// only for operations that pass through its VFS, so the daemon repeats each remote change through its own mount,
+// from one thread of its own (the announcer), and answers that thread's requests from what the core holds
+// already, changing nothing:
+//
+//   made elsewhere        looked up as absent, then mknod/mkdir/symlink      IN_CREATE
+//   removed elsewhere     looked up as still there, then unlink/rmdir        IN_DELETE
+//   moved elsewhere       the old name there and the new one absent, rename  IN_MOVED_FROM, IN_MOVED_TO
+//   attributes            chmod to the mode it has                           IN_ATTRIB
+//   content, local copy   opened for writing, truncated to its size, closed  IN_OPEN, IN_MODIFY, IN_CLOSE_WRITE
+//   content, no copy      chmod to the mode it has                           IN_ATTRIB
+//
+// What must hold: only requests of the announcer thread (the kernel sends the caller's thread id with each)
+// are answered this way, and only for the change it is repeating (`Scene`); nothing the announcer does reaches
+// the core. Only changes in folders the kernel holds an inode of are repeated: nobody can watch a folder the
+// kernel has not loaded (a watch pins its inode), so a first pull of a large container repeats nothing below
+// what was looked at. The announcer gets its changes through the notifier queue, after the kernel's caches were
+// told, holds no lock while it calls the mount, and nothing waits for it: a call that gets no answer (an
+// unmount under way) holds up nobody. A repeat that fails (a name taken again meanwhile, no permission to
+// chmod) is logged at debug level and given up: the change itself is in place already.
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityCore
+
+final class Announcer: @unchecked Sendable {
+    enum Change {
+        /// `name` in `parent` now names an item.
+        case added(parent: String, name: String)
+        /// `name` in `parent` (at `path` in the mount) no longer names item `id`, a folder when `isDirectory`.
+        case removed(parent: String, name: String, id: String, isDirectory: Bool, path: String)
+        case changed(id: String, content: Bool)
+    }
+
+    /// What the announcer is repeating now: names it looks up as absent, and names it looks up as still there.
+    struct Scene {
+        var absent: Set<String> = []
+        /// Item id and whether it is a folder, by name.
+        var present: [String: (id: String, isDirectory: Bool)] = [:]
+        static func key(_ parent: String, _ name: String) -> String { parent + "/" + name }
+    }
+
+    private struct State {
+        var queue: [Change] = []
+        var thread: pid_t = 0
+        var running = false
+        var scene = Scene()
+    }
+    private let state = Locked(State())
+    private let wake = DispatchSemaphore(value: 0)
+    private let log = Logger("watch")
+    /// The mount's path (set at mount).
+    var mountpoint = ""
+    /// Most changes kept waiting; past it the oldest are dropped (logged): a burst must not grow without bound.
+    static let backlog = 100_000
+
+    /// True for a request sent by the announcer thread.
+    func isMine(_ caller: Caller) -> Bool {
+        guard let pid = caller.pid else { return false }
+        return state.withLock { $0.running && $0.thread == pid }
+    }
+
+    /// The scene the announcer is in (for its own requests).
+    var scene: Scene { state.withLock { $0.scene } }
+
+    func add(_ change: Change) {
+        let start = state.withLock { s -> Bool in
+            if s.queue.count >= Announcer.backlog { s.queue.removeFirst(s.queue.count / 2) }
+            s.queue.append(change)
+            defer { s.running = true }
+            return !s.running
+        }
+        if start {
+            let thread = Thread { [self] in loop() }
+            thread.name = "announce"
+            thread.start()
+        } else {
+            wake.signal()
+        }
+    }
+
+    private func loop() {
+        state.withLock { $0.thread = currentThreadID() }
+        while true {
+            // A moment to gather what one remote change brings (a move is a removal and an addition).
+            usleep(20_000)
+            let batch = state.withLock { s -> [Change] in
+                defer { s.queue.removeAll() }
+                return s.queue
+            }
+            if batch.isEmpty {
+                if wake.wait(timeout: .now() + 5) == .timedOut {
+                    let done = state.withLock { s -> Bool in
+                        if !s.queue.isEmpty { return false }
+                        s.running = false
+                        return true
+                    }
+                    if done { return }
+                }
+                continue
+            }
+            repeatBatch(batch)
+        }
+    }
+
+    /// The file system it repeats changes through (set once, when that is made).
+    weak var fs: FileSystem?
+
+    private func repeatBatch(_ batch: [Change]) {
+        guard let fs else { return }
+        var done = Set<String>(), paired = Set<Int>()
+        for (index, change) in batch.enumerated() {
+            switch change {
+            case .removed(let parent, let name, let id, let isDir, let path):
+                let partner = batch.indices.first { j in
+                    guard !paired.contains(j), case .added(let p, let n) = batch[j] else { return false }
+                    return fs.core.lookup(parent: p, name: n)?.id == id
+                }
+                if let j = partner, case .added(let p, let n) = batch[j] {
+                    paired.insert(j)
+                    act("move", in: Scene(absent: [Scene.key(p, n)], present: [Scene.key(parent, name): (id, isDir)])) {
+                        rename(path, self.path(fs, p, n))
+                    }
+                } else {
+                    act("delete", in: Scene(present: [Scene.key(parent, name): (id, isDir)])) {
+                        isDir ? rmdir(path) : unlink(path)
+                    }
+                }
+                done.insert(id)
+            case .added(let parent, let name):
+                guard !paired.contains(index), let item = fs.core.lookup(parent: parent, name: name) else { continue }
+                let path = self.path(fs, parent, name)
+                act("create", in: Scene(absent: [Scene.key(parent, name)])) {
+                    switch item.kind {
+                    case .dir: return mkdir(path, 0o755)
+                    case .symlink: return symlink(item.target ?? "", path)
+                    case .file: return mknod(path, S_IFREG | 0o644, 0)
+                    case .fifo, .socket: return 0
+                    }
+                }
+                done.insert(item.id)
+            case .changed(let id, let content):
+                guard done.insert(id).inserted, let item = fs.core.item(id), let parent = item.parent else { continue }
+                let path = self.path(fs, parent, item.name)
+                if content && item.kind == .file && item.hasLocal && rewrite(path, size: item.size) { continue }
+                act("attributes", in: Scene()) { chmod(path, mode_t(item.mode) & 0o7777) }
+            }
+        }
+    }
+
+    /// Opens `path` for writing, truncates it to `size` and closes it.
+    private func rewrite(_ path: String, size: Int64) -> Bool {
+        var ok = false
+        act("content", in: Scene()) {
+            let fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { return -1 }
+            defer { close(fd) }
+            let rc = ftruncate(fd, off_t(size))
+            ok = rc == 0
+            return rc
+        }
+        return ok
+    }
+
+    private func act(_ what: String, in scene: Scene, _ call: () -> Int32) {
+        state.withLock { $0.scene = scene }
+        defer { state.withLock { $0.scene = Scene() } }
+        if call() != 0 { log.debug("the \(what) made elsewhere raised no event here: \(Errno.current)") }
+    }
+
+    private func path(_ fs: FileSystem, _ parent: String, _ name: String) -> String {
+        let dir = fs.core.path(of: parent)
+        return mountpoint + (dir.isEmpty ? "" : "/" + dir) + "/" + name
+    }
+}
+
+extension FileSystem {
+    // MARK: the announcer's own requests
+
+    /// lookup(2) from the announcer: the entry the change it repeats had (nil: look it up as any other).
+    func announcedLookup(_ parent: UInt64, _ name: String) -> Entry? {
+        guard let dirID = inodes.id(parent) else { return nil }
+        let key = Announcer.Scene.key(dirID, name), scene = announcer.scene
+        if scene.absent.contains(key) { return .negative(timeout: 0) }
+        guard let (id, isDirectory) = scene.present[key] else { return nil }
+        // Gone from the core (deleted elsewhere) or elsewhere now (moved): what the kernel needs to remove or
+        // move it, as the item was.
+        if let item = core.item(id) {
+            let ino = inodes.remember(id)
+            return Entry(ino: ino, attributes: attributes(item, ino: ino), timeout: 0)
+        }
+        let ino = inodes.remember(id)
+        let st = virtualAttributes(ino: ino, mode: isDirectory ? S_IFDIR | 0o755 : S_IFREG | 0o644, size: 0,
+                                   mtime: nowNanoseconds())
+        return Entry(ino: ino, attributes: st, timeout: 0)
+    }
+
+    /// mknod, mkdir or symlink from the announcer: the item made elsewhere, as it is.
+    func announcedEntry(_ parent: UInt64, _ name: String) throws(CoreError) -> Entry {
+        guard let dirID = inodes.id(parent), let item = core.lookup(parent: dirID, name: name) else { throw .notFound }
+        return entry(item)
+    }
+
+    /// open(2) from the announcer: a handle that reads and writes nothing.
+    func announcedOpen() throws(CoreError) -> Opened {
+        let fd: FileDescriptor
+        do { fd = try FileDescriptor.open("/dev/null", O_RDONLY) } catch { throw CoreError.from(error) }
+        return Opened(fh: addHandle(OpenFile(id: NodeID.announced.description, fd: fd, writable: false)), directIO: true)
+    }
+
+    func repeatElsewhere(_ change: Announcer.Change) {
+        notifier.async { [announcer] in announcer.add(change) }
+    }
+}
