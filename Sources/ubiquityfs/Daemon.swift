@@ -68,6 +68,9 @@ struct Daemon {
             log.warning("cannot write the pid file \(pidPath): \(error)")
         }
         defer { removeLeftover(pidPath) }
+        let notices = options.desktopNotices ? DesktopNotices(core: core, mountpoint: options.mountpoint) : nil
+        notices?.start()
+        defer { notices?.stop() }
         log.info("mounted \(options.container) at \(options.mountpoint) as device \(options.device), store \(options.store)")
         announceReady()
         fs.run()

@@ -47,6 +47,8 @@ enum MountCommand {
                          local content itself (FUSE passthrough) where it offers it (Linux 6.9+) and the
                          daemon runs with CAP_SYS_ADMIN; files still downloading keep the ordinary path
                          (--passthrough, the default, is accepted)
+      --no-notify        no desktop notifications (by default a new conflict, uploads failing for a minute, a
+                         full store and a refused key each raise one on the session bus, one per cause a minute)
       --no-download-for NAME,...
                          processes that may not download (names as in /proc/PID/comm; longer names match
                          their first 15 bytes): their opens of a file that is not local fail at once with
@@ -84,6 +86,8 @@ enum MountCommand {
         var minFree: SizeSpec?
         /// Ask the kernel for FUSE passthrough of local content (docs/PASSTHROUGH.md).
         var passthrough = true
+        /// Desktop notifications on the session bus (DesktopNotices.swift).
+        var desktopNotices = true
     }
 
     /// Without --cache-size: a quarter of the store's file system, a guest's share of a disk that is shared.
@@ -110,7 +114,7 @@ enum MountCommand {
                                                 "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
                                                 "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
-                                 switches: ["--foreground", "--help", "--passthrough", "--no-passthrough"])
+                                 switches: ["--foreground", "--help", "--passthrough", "--no-passthrough", "--no-notify"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("mount needs exactly one MOUNTPOINT") }
         let container = args.value("--container") ?? defaultContainer
@@ -140,7 +144,8 @@ enum MountCommand {
                 ?? DownloadPolicy.indexers,
             stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0,
             cacheSize: try size(args, "--cache-size", zeroAllowed: false),
-            minFree: try size(args, "--min-free", zeroAllowed: true), passthrough: !args.has("--no-passthrough"))
+            minFree: try size(args, "--min-free", zeroAllowed: true), passthrough: !args.has("--no-passthrough"),
+            desktopNotices: !args.has("--no-notify"))
         try checkMountpoint(options.mountpoint)
         if args.has("--foreground") {
             try Daemon(options: options, notify: ProcessInfo.processInfo.environment["UBIQUITYFS_NOTIFY"] == "1").run()

@@ -38,6 +38,22 @@ extension Container {
         }
     }
 
+    /// What a desktop notice tells (the command's DesktopNotices): the paths of pending items whose last push
+    /// failed, with why; and the key refusal, when the remote refuses this device's key.
+    public func uploadFailures() -> [(path: String, error: String)] {
+        read { s in
+            var out = s.keyRefused ? [(path: "", error: Self.keyRefusal)] : []
+            for (id, t) in s.transfers {
+                guard let error = t.uploadError, let item = s.items[id], item.isPending else { continue }
+                out.append((s.path(of: id), error))
+            }
+            return out
+        }
+    }
+
+    /// True while the remote refuses this device's key.
+    public var isKeyRefused: Bool { read { $0.keyRefused } }
+
     /// Records that a push of the item failed, with the reason `uploadingError` shows.
     func recordUploadFailure(_ id: String, _ error: Error) {
         mutate { (s: inout CoreState) in
