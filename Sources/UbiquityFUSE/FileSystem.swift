@@ -363,7 +363,7 @@ public final class FileSystem: @unchecked Sendable {
         guard isVirtual(id) else { return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done) }
         switch node(id) {
         case .version(let item, let c): openVersion(item, c, flags: flags, caller, waiter: waiter, done: done)
-        case .pastVersion(let item, let v):
+        case .pastVersion(_, let v):
             openPast(PastContent(sha256: v.sha256, size: v.size), id, flags: flags, caller, waiter: waiter, done: done)
         case .trashItem(let v) where v.kind == .file:
             openPast(PastContent(sha256: v.sha256, size: v.size), id, flags: flags, caller, waiter: waiter, done: done)

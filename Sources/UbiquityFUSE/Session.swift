@@ -348,9 +348,8 @@ extension FileSystem: ContainerObserver {
                 fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
             }
         }
-        let dir = core.path(of: parent)
         repeatElsewhere(.removed(parent: parent, name: name, id: id, isDirectory: isDirectory,
-                                 path: announcer.mountpoint + (dir.isEmpty ? "" : "/" + dir) + "/" + name))
+                                 path: announcer.path(self, parent, name)))
     }
 
     public func entryAdded(parent: String, name: String) {

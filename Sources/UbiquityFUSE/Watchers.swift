@@ -109,15 +109,18 @@ final class Announcer: @unchecked Sendable {
 
     private func repeatBatch(_ batch: [Change]) {
         guard let fs else { return }
+        // Where each item added in the batch is now: a removal of the same item is its move (one look-up each).
+        var addedAt: [String: Int] = [:]
+        for (j, change) in batch.enumerated() {
+            if case .added(let p, let n) = change, let id = fs.core.lookup(parent: p, name: n)?.id, addedAt[id] == nil {
+                addedAt[id] = j
+            }
+        }
         var done = Set<String>(), paired = Set<Int>()
         for (index, change) in batch.enumerated() {
             switch change {
             case .removed(let parent, let name, let id, let isDir, let path):
-                let partner = batch.indices.first { j in
-                    guard !paired.contains(j), case .added(let p, let n) = batch[j] else { return false }
-                    return fs.core.lookup(parent: p, name: n)?.id == id
-                }
-                if let j = partner, case .added(let p, let n) = batch[j] {
+                if let j = addedAt.removeValue(forKey: id), case .added(let p, let n) = batch[j] {
                     paired.insert(j)
                     act("move", in: Scene(absent: [Scene.key(p, n)], present: [Scene.key(parent, name): (id, isDir)])) {
                         rename(path, self.path(fs, p, n))
@@ -169,7 +172,8 @@ final class Announcer: @unchecked Sendable {
         if call() != 0 { log.debug("the \(what) made elsewhere raised no event here: \(Errno.current)") }
     }
 
-    private func path(_ fs: FileSystem, _ parent: String, _ name: String) -> String {
+    /// Where `name` in folder `parent` is in the mount.
+    func path(_ fs: FileSystem, _ parent: String, _ name: String) -> String {
         let dir = fs.core.path(of: parent)
         return mountpoint + (dir.isEmpty ? "" : "/" + dir) + "/" + name
     }
