@@ -173,6 +173,18 @@ def attr(path, name):
     return p.stdout if p.returncode == 0 else None
 
 
+def edit_in_turn(a, b, rel="Documents/notes.txt", times=5):
+    """Writes `rel` `times` times ("edit 0\n", "edit 1\n", ...), in turn on `a` and on `b`, each device waiting
+    for the other's edit before its own and uploading it (`sync`)."""
+    for i in range(times):
+        m = a if i % 2 == 0 else b
+        f = m / rel
+        if i > 0:
+            wait_until(lambda: f.exists() and f.read_text() == f"edit {i - 1}\n", timeout=30, what=f"edit {i - 1}")
+        f.write_text(f"edit {i}\n")
+        sync(m)
+
+
 PAST_VERSION = re.compile(r" \(v\d+, .*, \d{4}-\d\d-\d\d \d\d\.\d\d\.\d\d\)(\.[^.]*)?$")
 
 

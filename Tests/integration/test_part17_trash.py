@@ -5,7 +5,7 @@ import json
 import time
 import os
 
-from conftest import BIN, attr, run, sync, wait_until
+from conftest import BIN, attr, edit_in_turn, run, sync, wait_until
 
 
 def trash(*args, check=True):
@@ -80,12 +80,7 @@ def test_a_restore_into_a_taken_name_and_emptying(stub, mount_factory):
 def test_history_lists_the_versions_of_five_edits_on_two_devices(stub, mount_factory):
     a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
     f_a, f_b = a / "Documents" / "notes.txt", b / "Documents" / "notes.txt"
-    for i in range(5):
-        m, f = (a, f_a) if i % 2 == 0 else (b, f_b)
-        if i > 0:
-            wait_until(lambda: f.exists() and f.read_text() == f"edit {i - 1}\n", timeout=30, what=f"edit {i - 1}")
-        f.write_text(f"edit {i}\n")
-        sync(m)
+    edit_in_turn(a, b)
     out = run(BIN, "history", f_a).stdout.splitlines()
     assert out[0].startswith("STORED (UTC)")
     rows = json.loads(run(BIN, "history", "--json", f_b).stdout)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import PAST_VERSION, attr, conflict_versions_in, run, sync, wait_until
+from conftest import PAST_VERSION, attr, conflict_versions_in, edit_in_turn, run, sync, wait_until
 
 NAME = re.compile(r"^notes \(v(\d+), (laptop|desktop), \d{4}-\d\d-\d\d \d\d\.\d\d\.\d\d\)\.txt$")
 
@@ -24,12 +24,7 @@ def five_edits(stub, mount_factory):
     """`notes.txt` written five times, in turn on the laptop and on the desktop."""
     a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
     f_a, f_b = a / "Documents" / "notes.txt", b / "Documents" / "notes.txt"
-    for i in range(5):
-        m, f = (a, f_a) if i % 2 == 0 else (b, f_b)
-        if i > 0:
-            wait_until(lambda: f.exists() and f.read_text() == f"edit {i - 1}\n", timeout=30, what=f"edit {i - 1}")
-        f.write_text(f"edit {i}\n")
-        sync(m)
+    edit_in_turn(a, b)
     wait_until(lambda: f_a.read_text() == "edit 4\n" and f_b.read_text() == "edit 4\n", timeout=30, what="edit 4")
     return a, b
 
