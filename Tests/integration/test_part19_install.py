@@ -7,6 +7,11 @@ import subprocess
 from conftest import BIN, ROOT, run
 
 
+NAUTILUS_EXTENSION = "share/nautilus-python/extensions/ubiquityfs_nautilus.py"
+EMBLEMS = [f"share/icons/hicolor/scalable/emblems/emblem-ubiquityfs-{state}.svg"
+           for state in ("cloud", "conflict", "current", "downloading", "error", "uploading")]
+
+
 def install(prefix, *extra, check=True):
     return run(ROOT / "scripts" / "install", "--prefix", prefix, "--binary", BIN, *extra, check=check, timeout=120)
 
@@ -18,8 +23,8 @@ def test_install_puts_the_command_its_man_page_and_completion_in_place_and_unins
     files = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*") if p.is_file())
     assert files == ["bin/ubiquityfs", "lib/systemd/system/ubiquityfs-remote.service",
                      "lib/systemd/user/ubiquityfs.service", "sbin/mount.fuse.ubiquityfs",
-                     "share/bash-completion/completions/ubiquityfs", "share/man/man1/ubiquityfs.1",
-                     "share/ubiquityfs/installed"], files
+                     "share/bash-completion/completions/ubiquityfs"] + EMBLEMS + [
+                     "share/man/man1/ubiquityfs.1", NAUTILUS_EXTENSION, "share/ubiquityfs/installed"], files
 
     # On PATH, the README's commands are typed as they are shown.
     env = dict(os.environ, PATH=f"{prefix / 'bin'}:{os.environ['PATH']}")
@@ -49,3 +54,14 @@ def test_install_puts_the_command_its_man_page_and_completion_in_place_and_unins
     assert again.returncode == 1 and "nothing installed" in again.stderr
     bad = install(prefix, "--nonsense", check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_install_desktop_puts_only_the_file_managers_extension_and_uninstall_removes_it(tmp_path):
+    prefix = tmp_path / "usr"
+    out = install(prefix, "--desktop").stdout
+    assert out.startswith("installed GNOME Files' ubiquityfs extension in ") and "nautilus -q" in out, out
+    files = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*") if p.is_file())
+    assert files == EMBLEMS + [NAUTILUS_EXTENSION, "share/ubiquityfs/installed"], files
+    assert (prefix / NAUTILUS_EXTENSION).read_bytes() == (ROOT / "scripts" / "desktop" / "ubiquityfs_nautilus.py").read_bytes()
+    assert install(prefix, "--uninstall").stdout.strip() == f"removed ubiquityfs from {prefix}"
+    assert [p for p in prefix.rglob("*") if p.is_file()] == []
