@@ -9,6 +9,7 @@
 //   moved elsewhere       the old name there and the new one absent, rename  IN_MOVED_FROM, IN_MOVED_TO
 //   attributes            chmod to the mode it has                           IN_ATTRIB
 //   content, local copy   opened for writing, truncated to its size, closed  IN_OPEN, IN_MODIFY, IN_CLOSE_WRITE
+//     (held open elsewhere through passthrough: truncated by path)             IN_MODIFY
 //   content, no copy      chmod to the mode it has                           IN_ATTRIB
 //
 // What must hold: only requests of the announcer thread (the kernel sends the caller's thread id with each)
@@ -152,12 +153,18 @@ final class Announcer: @unchecked Sendable {
         }
     }
 
-    /// Opens `path` for writing, truncates it to `size` and closes it.
+    /// Opens `path` for writing, truncates it to `size` and closes it. Where the open fails (the kernel refuses
+    /// an ordinary open of a file other programs hold open through passthrough, with EIO), truncates it by
+    /// path: IN_MODIFY alone, which is what a reader following the file (`tail -F`) waits for.
     private func rewrite(_ path: String, size: Int64) -> Bool {
         var ok = false
         act("content", in: Scene()) {
             let fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { return -1 }
+            guard fd >= 0 else {
+                let rc = truncate(path, off_t(size))
+                ok = rc == 0
+                return rc
+            }
             defer { close(fd) }
             let rc = ftruncate(fd, off_t(size))
             ok = rc == 0

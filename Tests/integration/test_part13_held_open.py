@@ -2,7 +2,8 @@
 newer version arrived, never empties it. An open that fails changes nothing (not here, not on the remote, not
 on the other device); an O_TRUNC open that succeeds truncates the newest content, as on ext4. (What the holder
 then reads is ext4's answer too: cp truncates and rewrites the one file in place, so the holder sees the new
-bytes; only a new version from elsewhere, which replaces the file, leaves a holder its old bytes.)"""
+bytes; a new version from elsewhere that rewrites the file replaces it, which leaves a holder its old bytes,
+and one that only appends is appended in place, as a local append would be.)"""
 import os
 import random
 import subprocess
@@ -70,7 +71,9 @@ def test_cp_over_a_file_held_open_when_a_newer_version_arrived_keeps_it(stub, mo
 @pytest.mark.parametrize("passthrough", [True, False], ids=["passthrough", "no-passthrough"])
 def test_cat_gets_the_newest_version_while_another_program_holds_the_old(stub, mount_factory, passthrough):
     """Point 2: `exec 7<B/g.log`, an append on A, then `cat B/g.log` (and a write) on B succeed with the newest
-    content, while the holder keeps reading what it opened."""
+    content. The holder reads the appended lines too, as it would after an append on ext4 (Part 19: a version
+    that only lengthens a file held open is appended to it in place, so `tail -F` follows it); a version that
+    rewrites the file leaves it what it opened (the next test)."""
     extra = () if passthrough else ("--no-passthrough",)
     a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop", extra)
     rel = "Documents/g.log"
@@ -88,10 +91,29 @@ def test_cat_gets_the_newest_version_while_another_program_holds_the_old(stub, m
         assert run("grep", "-c", "line", b / rel).stdout == "2\n"
         run("sh", "-c", f"echo third line >> '{b / rel}'")
         assert run("cat", b / rel).stdout == "first line\nsecond line\nthird line\n"
-        assert holder.read() == "first line\n"
+        assert holder.read() == "first line\nsecond line\nthird line\n"
     sync(b)
     wait_until(lambda: (a / rel).read_text() == "first line\nsecond line\nthird line\n", timeout=30,
                what="b's append on a")
+
+
+@pytest.mark.parametrize("passthrough", [True, False], ids=["passthrough", "no-passthrough"])
+def test_a_holder_keeps_what_it_opened_when_the_file_is_rewritten_elsewhere(stub, mount_factory, passthrough):
+    """A new version from elsewhere that is not the old content with more at its end replaces the file, as a
+    rename over it would on ext4: `cat` gets the new content, the holder reads on in what it opened."""
+    extra = () if passthrough else ("--no-passthrough",)
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop", extra)
+    rel = "Documents/g.log"
+    (a / rel).write_text("first line\nsecond line\n")
+    sync(a)
+    wait_until(lambda: (b / rel).read_text() == "first line\nsecond line\n", timeout=30, what="g.log on b")
+    with open(b / rel) as holder:
+        assert holder.readline() == "first line\n"
+        (a / rel).write_text("FIRST LINE\nsecond line\nthird line\n")
+        sync(a)
+        wait_until(lambda: run("cat", b / rel).stdout == "FIRST LINE\nsecond line\nthird line\n", timeout=30,
+                   what="the rewritten g.log on b")
+        assert holder.read() == "second line\n"
 
 
 @pytest.mark.parametrize("seed", [1301, 1302])

@@ -135,3 +135,29 @@ def test_pythons_watchdog_sees_files_made_moved_and_deleted_on_the_other_device(
     finally:
         observer.stop()
         observer.join(timeout=10)
+
+
+def test_tail_follows_a_log_appended_on_the_other_device(stub, mount_factory):
+    """`tail -F` holds the log open and reads on from where it was at each IN_MODIFY: the lines appended on
+    the other device reach it through the descriptor it holds (a new version that only lengthens a file held
+    open is appended to its local copy in place), and a rewrite of the log from its start is followed too
+    (tail sees the file replaced and reads it anew)."""
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    log_a, log_b = a / "Documents" / "app.log", b / "Documents" / "app.log"
+    log_a.write_text("line 1\n")
+    sync(a)
+    wait_until(lambda: log_b.exists(), timeout=30, what="the log on the desktop")
+    tail = Watch("tail", "-F", "-n", "+1", log_b, ready="line 1")
+    try:
+        for n in (2, 3, 4):
+            with open(log_a, "a") as f:
+                f.write(f"line {n}\n")
+            sync(a)
+            tail.saw(f"line {n}")
+        assert [line for line in tail.lines if line.startswith("line")] == ["line 1", "line 2", "line 3", "line 4"]
+        log_a.write_text("rotated\n")
+        sync(a)
+        tail.saw("rotated")
+    finally:
+        tail.stop()
+    assert log_b.read_text() == "rotated\n"

@@ -202,6 +202,7 @@ extension Container {
     /// what is local is what the user has.
     /// The staging file is synced before (by the caller); the directory after, outside the lock.
     func installDownload(_ id: String, sha: String, staging: String, chunks: [Chunk] = []) throws -> Bool {
+        if let appended = try appendInPlace(id, sha: sha, staging: staging, chunks: chunks) { return appended }
         let installed = try mutateThrowing { s in try s.installDownload(id, sha: sha, staging: staging, chunks: chunks) }
         // Safe outside the lock: the decision and the rename are one step under it, so an open that comes after
         // the decision (an O_TRUNC, a writer) comes after the rename too, and the rename can never replace what
@@ -211,6 +212,37 @@ extension Container {
         // itself started one (and on ext4 that checkpoint's fsync commits the journal holding the rename).
         if installed { syncContentDirectory() }
         return installed
+    }
+
+    /// A file held open whose new version only adds bytes at its end (a log appended on another device) takes
+    /// them in place, so a reader at its end (`tail -F`) reads them through the descriptor it holds; a rename
+    /// would leave it the content it opened. nil where that is not the case: then the rename.
+    /// The old bytes are compared outside the lock; under it, the copy is still the one compared (same hash
+    /// recorded, same size on disk) or nothing is done. The new bytes are written and synced before the record names the
+    /// new version: a crash between the two leaves a record naming the old hash over the new version's
+    /// (verified) bytes, an older copy by its record, which the next open replaces with a fresh download.
+    /// (The record's size is the remote version's already: the local copy's is its file's.)
+    private func appendInPlace(_ id: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool? {
+        guard let copy = read({ s in s.heldCopy(id) }),
+              let source = try? FileDescriptor.open(staging, O_RDONLY | O_CLOEXEC) else { return nil }
+        defer { source.close() }
+        guard let target = try? FileDescriptor.open(paths.content(id), O_RDWR | O_CLOEXEC) else { return nil }
+        defer { target.close() }
+        func size(_ fd: FileDescriptor) -> Int64? { (try? fd.stat()).map { Int64($0.st_size) } }
+        guard let had = size(target), let grown = size(source), grown > had,
+              (try? sameBytes(target, source, count: had)) == true else { return nil }
+        return try mutateThrowing { s -> Bool? in
+            guard s.heldCopy(id) == copy, size(target) == had else { return nil }
+            var end = had
+            try source.forEachChunk(from: had, count: grown - had) { bytes in
+                try target.writeAll(bytes, at: end)
+                end += Int64(bytes.count)
+            }
+            try target.sync()
+            try s.recordAppendedDownload(id, sha: sha, chunks: chunks)
+            removeLeftover(staging)
+            return true
+        }
     }
 
     /// Records where the chunks of the content of `id` lie (uploaded from it), for downloads to copy from.
@@ -473,6 +505,25 @@ extension CoreState {
         }
     }
 
+    /// The hash of a file's verified local copy, when a program holds it open and none writes it.
+    func heldCopy(_ id: String) -> String? {
+        guard let item = items[id], !item.deleted, case .clean(let sha) = item.localContent,
+              let held = handles[id], held.open > 0, held.writers == 0 else { return nil }
+        return sha
+    }
+
+    /// The record of a download appended to the local copy in place (see `Container.appendInPlace`).
+    mutating func recordAppendedDownload(_ id: String, sha: String, chunks: [Chunk]) throws {
+        guard var item = items[id] else { return }
+        item.localSHA = sha
+        try store.save(item)
+        items[id] = item
+        recordChunkPlaces(id, chunks)
+        recountContent(id)
+        // From elsewhere: watchers of the file are told now that its new bytes are here to read.
+        notice(.changed(id, content: true, elsewhere: true))
+    }
+
     mutating func installDownload(_ id: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool {
         guard var item = items[id], !item.deleted, item.localContent != .dirty,
               (handles[id]?.writers ?? 0) == 0 else {
@@ -501,4 +552,19 @@ extension Container {
         var st = stat()
         return stat(paths.content(item.id), &st) == 0 ? Int64(st.st_size) : item.size
     }
+}
+
+/// True when the first `count` bytes of `a` and `b` are the same.
+func sameBytes(_ a: FileDescriptor, _ b: FileDescriptor, count: Int64) throws -> Bool {
+    var offset: Int64 = 0
+    var same = true
+    let other = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+    defer { other.deallocate() }
+    try a.forEachChunk(from: 0, count: count) { bytes in
+        guard same else { return }
+        let n = try b.read(into: UnsafeMutableRawBufferPointer(rebasing: other[0..<bytes.count]), at: offset)
+        same = n == bytes.count && memcmp(bytes.baseAddress!, other.baseAddress!, n) == 0
+        offset += Int64(n)
+    }
+    return same && offset == count
 }

@@ -107,7 +107,9 @@ extension CoreState {
         if resolvedAgain { try store.saveChanged(item) } else { try store.save(item) }
         items[item.id] = item
         notice(.changed(item.id, content: contentChanged, elsewhere: true))
-        if contentChanged && item.kind == .file && isPinned(item.id) {
+        // Kept current: a pinned file, and a local copy a program holds open (a reader following it, such as
+        // `tail -F`, then reads the new bytes: a version that only lengthens the file is appended in place).
+        if contentChanged && item.kind == .file && (isPinned(item.id) || (item.hasLocal && (handles[item.id]?.open ?? 0) > 0)) {
             startDownload(item.id)
         }
     }
