@@ -774,6 +774,26 @@ class Bench:
         self.res.add(w, "first pull of the container", "s", new["pull_s"], "old binary", old.get("pull_s"),
                      better="lower")
 
+    def wW(self):
+        """Watchers (Part 19): this mount's own requests while a burst of creates arrives from another device,
+        with and without a watcher on it (ubiquitybench/burst.py)."""
+        items = 5_000 if self.quick else 20_000
+        argv = [sys.executable, "-m", "ubiquitybench.burst", "--bin", BIN, "--items", str(items),
+                "--rounds", "1" if self.quick else "3", "--work", str(self.work / "burst")]
+        out = run(*argv, timeout=3600, cwd=ROOT / "bench").stdout
+        print(out, flush=True)
+        line = next(l for l in out.splitlines() if l.startswith("RESULT "))
+        r = json.loads(line[len("RESULT "):])
+        idle, burst, watched = r["idle"], r["burst"], r["watched"]
+        w = f"W: {items:,} creates from elsewhere"
+        self.res.add(w, "own work (2,000 files made, stat'ed, removed), watched burst", "s", watched["own_s"],
+                     "idle", idle["own_s"], better="lower", goal="<= 1.1x idle",
+                     goal_ok=watched["own_s"] <= 1.1 * idle["own_s"])
+        self.res.add(w, "own work, watched burst", "s", watched["own_s"], "unwatched burst", burst["own_s"],
+                     better="lower")
+        self.res.add(w, "burst listed whole, watched", "s", watched["listed_s"], "unwatched", burst["listed_s"],
+                     better="lower")
+
     def wC(self):
         """Content in chunks (Part 16): the cut and hashes on one core against sha256sum (what moves on the wire:
         workload D)."""
@@ -1115,7 +1135,7 @@ class Bench:
 
     def run(self, which):
         names = {"1": self.w1, "2": self.w2, "3": self.w3, "4": self.w4, "5": self.w5, "6": self.w6, "7": self.w7,
-                 "8": self.w8, "L": self.wL, "C": self.wC, "D": self.wD}
+                 "8": self.w8, "L": self.wL, "C": self.wC, "D": self.wD, "W": self.wW}
         for key in which:
             fn = names[key]
             print(f"== workload {key}: {fn.__name__} ({'quick' if self.quick else 'default'}, {self.reps} reps)",
