@@ -223,6 +223,20 @@ private final class PostgresTransaction: MetadataTransaction {
         return try (0..<r.count).map { try Self.decodeItem(r, $0) }
     }
 
+    func savepoint<T>(_ body: () throws -> T) throws -> T {
+        try conn.exec("SAVEPOINT entry")
+        do {
+            let result = try body()
+            try conn.exec("RELEASE SAVEPOINT entry")
+            return result
+        } catch {
+            // A failed rollback (the connection gone) is what the caller must hear of: the transaction is lost.
+            try conn.exec("ROLLBACK TO SAVEPOINT entry")
+            try conn.exec("RELEASE SAVEPOINT entry")
+            throw error
+        }
+    }
+
     private func int64(_ sql: String, _ params: [String?]) throws -> Int64? {
         let r = try conn.exec(sql, params)
         return r.count > 0 && !r.isNull(0, 0) ? r.int(0, 0) : nil

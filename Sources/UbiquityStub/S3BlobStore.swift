@@ -96,8 +96,12 @@ final class S3BlobStore: BlobStore, Sendable {
 
     func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool) throws -> Bool {
         defer { removeLeftover(tmpPath) }
-        if try !replacing && self.size(cid, sha256) != nil { return false }
         let key = self.key(cid, sha256)
+        // Known to be there: nothing to do. Not known: a large one is asked about first (not sent again for
+        // nothing), a small one is not (a round trip per small file of a batch); `If-None-Match: *` leaves an
+        // object that is there as it is.
+        if !replacing && lookups.withLock({ $0.known[key] }) != nil { return false }
+        if try !replacing && size > Int64(WireBatchLimits.maxInlineBytes) && self.size(cid, sha256) != nil { return false }
         // A damaged object is written over; otherwise only a missing one is written.
         let headers = (replacing ? [] : ["If-None-Match: *"]) + ["Content-Type: application/octet-stream"]
         let created = try upload(tmpPath, size: size, as: key, sha256: sha256, headers: headers)

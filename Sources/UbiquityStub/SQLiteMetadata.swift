@@ -69,6 +69,19 @@ private struct SQLiteTransaction: MetadataTransaction {
     let db: Database
     static let columns = "id, parent, name, kind, mode, mtime, size, sha256, version, deleted, device, xattrs, conflicts, target"
 
+    func savepoint<T>(_ body: () throws -> T) throws -> T {
+        try db.exec("SAVEPOINT entry")
+        do {
+            let result = try body()
+            try db.exec("RELEASE entry")
+            return result
+        } catch {
+            try db.exec("ROLLBACK TO entry")
+            try db.exec("RELEASE entry")
+            throw error
+        }
+    }
+
     private func int64(_ sql: String, _ params: [SQLValue]) throws -> Int64? {
         try db.first(sql, params) { $0.int(0) }
     }

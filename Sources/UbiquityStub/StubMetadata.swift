@@ -25,6 +25,9 @@ protocol StubMetadata: AnyObject, Sendable {
 
 /// The primitives a transaction offers. Items come back whole; rows never outlive the call.
 protocol MetadataTransaction {
+    /// Runs `body` inside a savepoint of the transaction: what it wrote is undone when it throws, the rest of
+    /// the transaction kept.
+    func savepoint<T>(_ body: () throws -> T) throws -> T
     /// The container's last sequence number, nil when there is no such container.
     func containerSeq(_ cid: String) throws -> Int64?
     /// Same, holding the container's row locked until the transaction ends.

@@ -975,7 +975,7 @@ extension StubServer {
                 if r.status == 208 { stats.appliedRetries += 1 }
                 guard r.status == 200 else { continue }
                 if p.entry.op == .put { stats.itemPuts += 1 } else { stats.itemDeletes += 1 }
-                if let blob = p.blob {
+                if p.storedBlob, let blob = p.blob {
                     stats.blobPuts += 1
                     stats.blobBytesIn += blob.written
                 }
@@ -984,8 +984,9 @@ extension StubServer {
         return answerUnlessLost(.json(200, WireBatchAnswer(results: results)))
     }
 
-    /// An entry with its inline content verified against the item's hash and size and, unless the stub
-    /// holds that blob already, written to a temporary file; content that does not match refuses the entry.
+    /// An entry with its inline content verified against the item's hash and size and written to a temporary
+    /// file (the store stores it unless it holds that blob already: asking it here would be a round trip per
+    /// entry to S3); content that does not match refuses the entry.
     private func prepareInline(_ entry: WireBatchEntry, _ cid: String) throws -> StubBatchEntry {
         var prepared = StubBatchEntry(entry: entry)
         guard let content = entry.content else { return prepared }
@@ -995,7 +996,7 @@ extension StubServer {
             prepared.refusal = StubFailure(400, "the inline content does not match the item's hash and size")
             return prepared
         }
-        if try bytes.isEmpty || store.blobSize(cid, item.sha256) != nil { return prepared }
+        if bytes.isEmpty { return prepared }
         let writer = try BlobWriter(tmpDir: store.tmpDir)
         bytes.withUnsafeBytes { writer.write($0) }
         _ = try writer.finish()

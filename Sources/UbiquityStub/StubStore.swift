@@ -60,11 +60,14 @@ enum WriteCondition {
 
 /// A batch entry as the store applies it: its inline content already written to a verified temporary file
 /// (`blob`, removed when the entry is let go unless it was moved into place), or the refusal found while
-/// checking it.
-struct StubBatchEntry {
+/// checking it. Unchecked: its blob writer is finished before the batch is applied, and only read after (the
+/// blob store's part of a batch runs on several threads, one entry on one thread).
+struct StubBatchEntry: @unchecked Sendable {
     var entry: WireBatchEntry
     var blob: BlobWriter?
     var refusal: StubFailure?
+    /// The blob was stored by this entry (the store did not hold it).
+    var storedBlob = false
 }
 
 final class StubStore: Sendable {
@@ -258,29 +261,37 @@ final class StubStore: Sendable {
     /// With a `change` id, a retry of the change last applied for the item and device throws `StubApplied`.
     func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition,
                  change: WireChangeID? = nil) throws -> WireItem {
-        // Ask the blob store first, outside the transaction (for S3 a round trip; the check inside then finds it
-        // known).
+        try askBlobStore(cid, about: body)
+        return try writing(cid) { tx in try put(tx, cid, id, body, condition, change: change) }
+    }
+
+    /// Asks the blob store about the contents an item names, outside any transaction (for S3 a round trip
+    /// each; the check inside then finds them known).
+    private func askBlobStore(_ cid: String, about body: WireItem) throws {
         for sha in [body.sha256] + body.conflicts.map(\.sha256) where isSHA256Hex(sha) { _ = try blobs.size(cid, sha) }
+    }
+
+    /// `putItem` inside a write transaction of the container.
+    private func put(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ body: WireItem,
+                     _ condition: WriteCondition, change: WireChangeID?) throws -> WireItem {
         let digest = WireApplied.digest(condition: condition.wire, item: body)
-        return try writing(cid) { tx in
-            try throwIfApplied(tx, cid, id, change, digest: digest)
-            let item = try validated(tx, cid, id, body)
-            let existing = try tx.item(cid, id)
-            switch condition {
-            case .ifNoneMatch:
-                if let existing { throw try moved(tx, cid, change, "the item exists", current: existing) }
-            case .ifMatch(let version):
-                guard let existing else { throw StubFailure(404, "no such item") }
-                guard existing.version == version else {
-                    throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
-                }
-                guard existing.kind == item.kind else { throw StubFailure(400, "an item cannot change kind") }
+        try throwIfApplied(tx, cid, id, change, digest: digest)
+        let item = try validated(tx, cid, id, body)
+        let existing = try tx.item(cid, id)
+        switch condition {
+        case .ifNoneMatch:
+            if let existing { throw try moved(tx, cid, change, "the item exists", current: existing) }
+        case .ifMatch(let version):
+            guard let existing else { throw StubFailure(404, "no such item") }
+            guard existing.version == version else {
+                throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
             }
-            if let parentID = item.parent { try checkPlace(tx, cid, id, parentID, item.name) }
-            let stored = try store(tx, cid, item)
-            try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
-            return stored
+            guard existing.kind == item.kind else { throw StubFailure(400, "an item cannot change kind") }
         }
+        if let parentID = item.parent { try checkPlace(tx, cid, id, parentID, item.name) }
+        let stored = try store(tx, cid, item)
+        try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
+        return stored
     }
 
     /// The new parent is a live directory, not the item nor below it, and holds no other live `name`.
@@ -305,80 +316,130 @@ final class StubStore: Sendable {
     /// Deletes an item seen at `version`, leaving a tombstone.
     func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String,
                     change: WireChangeID? = nil) throws -> WireItem {
+        try writing(cid) { tx in try delete(tx, cid, id, ifMatch: version, device: device, change: change) }
+    }
+
+    /// `deleteItem` inside a write transaction of the container.
+    private func delete(_ tx: any MetadataTransaction, _ cid: String, _ id: String, ifMatch version: Int64,
+                        device: String, change: WireChangeID?) throws -> WireItem {
         let digest = WireApplied.digest(condition: "delete \(version)", item: nil)
-        return try writing(cid) { tx in
-            try throwIfApplied(tx, cid, id, change, digest: digest)
-            guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
-            guard let existing = try tx.item(cid, id) else { throw StubFailure(404, "no such item") }
-            if existing.deleted { throw try moved(tx, cid, change, "the item is already deleted", current: existing) }
-            guard existing.version == version else {
-                throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
-            }
-            if existing.kind == .dir, let child = try tx.anyLiveChild(cid, parent: id) {
-                throw StubFailure(409, "the directory is not empty", current: child)
-            }
-            var tomb = existing
-            tomb.deleted = true
-            tomb.device = device
-            let stored = try store(tx, cid, tomb)
-            try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
-            return stored
+        try throwIfApplied(tx, cid, id, change, digest: digest)
+        guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
+        guard let existing = try tx.item(cid, id) else { throw StubFailure(404, "no such item") }
+        if existing.deleted { throw try moved(tx, cid, change, "the item is already deleted", current: existing) }
+        guard existing.version == version else {
+            throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
         }
+        if existing.kind == .dir, let child = try tx.anyLiveChild(cid, parent: id) {
+            throw StubFailure(409, "the directory is not empty", current: child)
+        }
+        var tomb = existing
+        tomb.deleted = true
+        tomb.device = device
+        let stored = try store(tx, cid, tomb)
+        try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
+        return stored
     }
 
     // MARK: Batch
 
-    /// Applies a batch's entries in order, each by the code of its single route in a transaction of its own
-    /// (an inline blob stored first): one refused entry changes nothing and the next go on. A failure that is
-    /// not a refusal (the disk, the database) ends the batch: the entries before it stay applied. The caller
-    /// has found the container (before writing inline contents); each entry's transaction checks it again.
-    /// Applies the entries in order until `deadline`. Once an entry was applied, the batch is answered whole:
-    /// the entries left when the deadline passes, or from one that fails for the server's own reasons (a
-    /// database restarting), are answered 503 unapplied, to be sent again, so that a slow batch finishes
-    /// within the client's timeout and what it applied is acknowledged. A first entry that fails so fails the
-    /// request.
+    /// Applies a batch's entries in order, each by the code of its single route, all in one transaction of
+    /// the container (one commit, one lock) with a savepoint each: one refused entry changes nothing and the
+    /// next go on. The blob store's part comes first, outside the transaction (inline contents stored, the
+    /// contents named asked about: for S3 round trips, which must not hold the container's lock). Applies the
+    /// entries in order until `deadline`: the entries left then, or from one that fails for the server's own
+    /// reasons (a database restarting, the blob store away), are answered 503 unapplied, to be sent again, and
+    /// the ones before are committed, so that a slow batch finishes within the client's timeout and what it
+    /// applied is acknowledged. A first entry that fails so fails the request, and so does a failed commit
+    /// (then nothing was applied).
     func batch(_ cid: String, _ entries: [StubBatchEntry], deadline: Date) throws -> [WireBatchResult] {
+        let (entries, failure) = preparingBlobs(cid, entries)
+        var upTo = entries.count, why = ""
+        if let failure {
+            if failure.index == 0 { throw failure.error }
+            upTo = failure.index
+            why = "not applied (\(failure.error)): send it again"
+        }
         var results: [WireBatchResult] = []
-        for (i, entry) in entries.enumerated() {
-            if i > 0 && Date() >= deadline {
-                return results + Self.unapplied(entries.count - i, "the batch ran out of time: not applied, send it again")
-            }
-            do {
-                results.append(WireBatchResult(status: 200, item: try apply(cid, entry)))
-            } catch let applied as StubApplied {
-                results.append(WireBatchResult(status: 208, current: applied.answer.current,
-                                               applied: applied.answer.applied))
-            } catch let f as StubFailure where f.status < 500 {
-                results.append(WireBatchResult(status: f.status, error: f.message, current: f.current, yours: f.yours))
-            } catch where i > 0 {
-                return results + Self.unapplied(entries.count - i, "not applied (\(error)): send it again")
+        try writing(cid) { tx in
+            results = [] // (a transaction run again on a fresh connection starts over)
+            for (i, entry) in entries[..<upTo].enumerated() {
+                if i > 0 && Date() >= deadline {
+                    results += Self.unapplied(upTo - i, "the batch ran out of time: not applied, send it again")
+                    return
+                }
+                do {
+                    results.append(WireBatchResult(status: 200, item: try tx.savepoint { try apply(tx, cid, entry) }))
+                } catch let applied as StubApplied {
+                    results.append(WireBatchResult(status: 208, current: applied.answer.current,
+                                                   applied: applied.answer.applied))
+                } catch let f as StubFailure where f.status < 500 {
+                    results.append(WireBatchResult(status: f.status, error: f.message, current: f.current, yours: f.yours))
+                } catch where i > 0 {
+                    results += Self.unapplied(upTo - i, "not applied (\(error)): send it again")
+                    return
+                }
             }
         }
-        return results
+        return results + Self.unapplied(entries.count - upTo, why)
     }
 
     private static func unapplied(_ count: Int, _ why: String) -> [WireBatchResult] {
         Array(repeating: WireBatchResult(status: 503, error: why), count: count)
     }
 
-    private func apply(_ cid: String, _ prepared: StubBatchEntry) throws -> WireItem {
+    /// The blob store's part of every entry, eight at a time (for S3 each a round trip or more), and the first
+    /// entry whose part failed for the server's own reasons, with why.
+    private func preparingBlobs(_ cid: String, _ entries: [StubBatchEntry])
+        -> ([StubBatchEntry], failure: (index: Int, error: any Error)?) {
+        let prepared = Locked(entries)
+        let failures = Locked([Int: any Error]())
+        let lanes = min(8, entries.count)
+        DispatchQueue.concurrentPerform(iterations: lanes) { lane in
+            for i in stride(from: lane, to: entries.count, by: lanes) {
+                var entry = entries[i]
+                do {
+                    try prepareBlobs(cid, &entry)
+                    prepared.withLock { $0[i] = entry }
+                } catch {
+                    failures.withLock { $0[i] = error }
+                }
+            }
+        }
+        let first = failures.withLock { $0.min { $0.key < $1.key } }
+        return (prepared.withLock { $0 }, first.map { (index: $0.key, error: $0.value) })
+    }
+
+    /// The blob store's part of a put entry: its inline content stored (content that does not match its hash
+    /// refuses the entry) and the contents its item names asked about.
+    private func prepareBlobs(_ cid: String, _ prepared: inout StubBatchEntry) throws {
+        guard prepared.refusal == nil, prepared.entry.op == .put, let item = prepared.entry.item else { return }
+        do {
+            if let blob = prepared.blob {
+                prepared.storedBlob = try blobs.put(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath,
+                                                    replacing: false)
+            }
+            try askBlobStore(cid, about: item)
+        } catch let f as StubFailure where f.status < 500 {
+            prepared.refusal = f
+        }
+    }
+
+    private func apply(_ tx: any MetadataTransaction, _ cid: String, _ prepared: StubBatchEntry) throws -> WireItem {
         if let refusal = prepared.refusal { throw refusal }
         let entry = prepared.entry
         switch entry.op {
         case .delete:
             guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
             guard let version = entry.ifMatch, version >= 0 else { throw StubFailure(400, "If-Match version needed") }
-            return try deleteItem(cid, entry.id, ifMatch: version, device: entry.device ?? "",
+            return try delete(tx, cid, entry.id, ifMatch: version, device: entry.device ?? "",
                               change: try checked(entry.changeID))
         case .put:
             guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
             guard let item = entry.item else { throw StubFailure(400, "a put needs an item") }
-            if let blob = prepared.blob {
-                _ = try blobs.put(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath, replacing: false)
-            }
             let condition: WriteCondition = entry.ifMatch.map { .ifMatch($0) } ?? .ifNoneMatch
             if case .ifMatch(let v) = condition, v < 0 { throw StubFailure(400, "bad If-Match version") }
-            return try putItem(cid, entry.id, item, condition, change: try checked(entry.changeID))
+            return try put(tx, cid, entry.id, item, condition, change: try checked(entry.changeID))
         }
     }
 

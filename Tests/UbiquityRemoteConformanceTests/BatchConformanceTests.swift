@@ -89,6 +89,33 @@ private func stored(_ r: BatchResult) -> WireItem? {
         #expect(try !s.remote.hasBlob(sha256: sha256Hex(Array("bad".utf8))))
     }
 
+    /// A batch is one transaction (Part 18: one commit, not one per entry): a reader of the feed sees its
+    /// entries all or none, never a part.
+    @Test(arguments: Backend.all) func aReaderOfTheFeedSeesABatchWholeOrNotAtAll(backend: Backend) throws {
+        let s = try backend.make(nil)
+        let before = try s.remote.changes(since: nil, waitSeconds: 0).token
+        let n = 400
+        nonisolated(unsafe) let remote = s.remote
+        let seen = Locked(Set<Int>()), writing = Locked(true)
+        let reader = DispatchGroup()
+        DispatchQueue.global().async(group: reader) {
+            while writing.withLock({ $0 }) {
+                var count = 0, token = before, more = true
+                while more, let page = try? remote.changes(since: token, waitSeconds: 0) {
+                    count += page.items.count
+                    token = page.token
+                    more = page.more
+                }
+                seen.withLock { _ = $0.insert(count) }
+            }
+        }
+        let results = try s.remote.batch((0..<n).map { .put(file("w\($0)"), ifMatch: nil) })
+        writing.withLock { $0 = false }
+        reader.wait()
+        #expect(results.compactMap(stored).count == n)
+        #expect(seen.withLock { $0 }.isSubset(of: [0, n]), "the feed showed part of a batch")
+    }
+
     @Test(arguments: Backend.all) func aBatchOverTheLimitsIsRefusedWhole(backend: Backend) throws {
         let s = try backend.make(nil)
         let many = (0...WireBatchLimits.maxEntries).map { WireBatchEntry.put(file("n\($0)"), ifMatch: nil) }
