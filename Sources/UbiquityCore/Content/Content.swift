@@ -218,9 +218,10 @@ extension Container {
     /// them in place, so a reader at its end (`tail -F`) reads them through the descriptor it holds; a rename
     /// would leave it the content it opened. nil where that is not the case: then the rename.
     /// The old bytes are compared outside the lock; under it, the copy is still the one compared (same hash
-    /// recorded, same size on disk) or nothing is done. The new bytes are written and synced before the record names the
-    /// new version: a crash between the two leaves a record naming the old hash over the new version's
-    /// (verified) bytes, an older copy by its record, which the next open replaces with a fresh download.
+    /// recorded, same size on disk) or nothing is done. The new bytes are written and synced before the record
+    /// names the new version: a crash between the two leaves a record naming the old hash over the new
+    /// version's (verified) bytes, an older copy by its record, which the next open replaces with a fresh
+    /// download.
     /// (The record's size is the remote version's already: the local copy's is its file's.)
     private func appendInPlace(_ id: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool? {
         guard let copy = read({ s in s.heldCopy(id) }),
