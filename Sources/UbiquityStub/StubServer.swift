@@ -761,13 +761,22 @@ extension StubServer {
             }
         case .item, .faults, .batch, .manifest, .missingChunks, .trashRestore, .trashEmpty, .rewind:
             if let length = ex.declaredLength, length > Int64(route.maxBodyBytes) {
-                return .error(413, "body larger than \(route.maxBodyBytes) bytes")
+                // A body a little over the limit is read and dropped, then refused: refused at once, the client
+                // may still be sending it when the connection closes, and lose the answer to the reset. A large
+                // one is refused at once (not read for nothing).
+                guard length <= Int64(Self.drainedBodyBytes) else {
+                    return .error(413, "body larger than \(route.maxBodyBytes) bytes")
+                }
+                ex.bodyTooLarge = true
             }
         default:
             break
         }
         return nil
     }
+
+    /// The largest body over a route's limit that is read (and dropped) before the 413.
+    static let drainedBodyBytes = 16 << 20
 
     private func consume(_ ex: Exchange, _ chunk: UnsafeRawBufferPointer) {
         if let writer = ex.writer {
