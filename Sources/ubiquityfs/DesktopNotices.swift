@@ -58,11 +58,10 @@ final class DesktopNotices: Sendable {
                  body: "\(mountpoint)/\(path) was changed on two devices at once; both versions are kept, the one "
                      + "from \(c.device) in \(mountpoint)/.versions/\(path)/")
         }
-        let failures = core.uploadFailures()
         if core.isKeyRefused {
             tell("key", now, summary: "Sync stopped: this device's key was refused",
                  body: "The remote refused the key of \(mountpoint); changes wait here until it is mounted with a valid key.")
-        } else if let first = failures.first {
+        } else if case let failures = core.uploadFailures(), let first = failures.first {
             let since = seen.withLock { s -> Date in
                 if s.failingSince == nil { s.failingSince = now }
                 return s.failingSince!
@@ -75,7 +74,7 @@ final class DesktopNotices: Sendable {
         } else {
             seen.withLock { $0.failingSince = nil }
         }
-        if ((try? core.rootAttributes()) ?? []).contains(where: { $0.name == "isStoreFull" && $0.value == "1" }) {
+        if core.isStoreFull {
             tell("full", now, summary: "The local store is full",
                  body: "Nothing more can be downloaded or written in \(mountpoint) until space is freed on its disk.")
         }

@@ -39,20 +39,21 @@ extension Container {
     }
 
     /// What a desktop notice tells (the command's DesktopNotices): the paths of pending items whose last push
-    /// failed, with why; and the key refusal, when the remote refuses this device's key.
+    /// failed, with why.
     public func uploadFailures() -> [(path: String, error: String)] {
         read { s in
-            var out = s.keyRefused ? [(path: "", error: Self.keyRefusal)] : []
-            for (id, t) in s.transfers {
-                guard let error = t.uploadError, let item = s.items[id], item.isPending else { continue }
-                out.append((s.path(of: id), error))
+            s.transfers.compactMap { id, t in
+                guard let error = t.uploadError, let item = s.items[id], item.isPending else { return nil }
+                return (s.path(of: id), error)
             }
-            return out
         }
     }
 
     /// True while the remote refuses this device's key.
     public var isKeyRefused: Bool { read { $0.keyRefused } }
+
+    /// True while remote changes wait for room on the store's full disk (the root's `isStoreFull`).
+    public var isStoreFull: Bool { read { $0.storeFullSince != nil } }
 
     /// Records that a push of the item failed, with the reason `uploadingError` shows.
     func recordUploadFailure(_ id: String, _ error: Error) {
