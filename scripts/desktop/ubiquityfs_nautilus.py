@@ -129,8 +129,7 @@ if Nautilus is not None:
     class UbiquityStateEmblems(GObject.GObject, Nautilus.InfoProvider, Nautilus.MenuProvider):
         def __init__(self):
             super().__init__()
-            self.passing = {}  # uri -> FileInfo read again every second while its state is passing
-            self.known = {}  # uri -> (attributes, is_directory), for the menu
+            self.passing = {}  # uri -> (FileInfo, its state): read again every second while the state is passing
             GLib.timeout_add_seconds(1, self.read_passing_again)
 
         # InfoProvider
@@ -141,9 +140,8 @@ if Nautilus is not None:
                 return
             uri, state = file.get_uri(), state_of(values)
             file.add_emblem(EMBLEMS[state])
-            self.known[uri] = (values, file.is_directory())
             if state in PASSING:
-                self.passing[uri] = file
+                self.passing[uri] = (file, state)
             else:
                 self.passing.pop(uri, None)
             log(f"emblem {path} {state}")
@@ -151,27 +149,29 @@ if Nautilus is not None:
         def read_passing_again(self):
             """Files draws an item again (and rebuilds an open menu) when its extension info is invalidated, so
             only an item whose state has changed is."""
-            for uri, file in list(self.passing.items()):
+            for uri, (file, state) in list(self.passing.items()):
                 values = attributes(local_path(uri))
-                if values is None or state_of(values) != state_of(self.known[uri][0]):
+                if values is None or state_of(values) != state:
                     del self.passing[uri]
                     file.invalidate_extension_info()
             return True
 
         # MenuProvider
         def get_file_items(self, files):
-            known = [(local_path(f.get_uri()), self.known.get(f.get_uri()), f) for f in files]
-            if not known or any(path is None or entry is None for path, entry, _ in known):
+            """The actions every selected item offers, from its attributes read now."""
+            paths = [local_path(f.get_uri()) for f in files]
+            values = [attributes(path) if path else None for path in paths]
+            if not files or any(v is None for v in values):
                 return []
             offered = None
-            for _, (values, is_directory), _ in known:
-                mine = actions_for(values, is_directory)
+            for v, f in zip(values, files):
+                mine = actions_for(v, f.is_directory())
                 offered = mine if offered is None else [a for a in offered if a in mine]
-            log(f"menu {' '.join(path for path, _, _ in known)} {','.join(offered)}")
+            log(f"menu {' '.join(paths)} {','.join(offered)}")
             items = []
             for action in offered:
                 item = Nautilus.MenuItem(name=f"UbiquityFS::{action}", label=ACTIONS[action][0])
-                item.connect("activate", self.activate, action, [(path, f) for path, _, f in known])
+                item.connect("activate", self.activate, action, list(zip(paths, files)))
                 items.append(item)
             return items
 
