@@ -19,26 +19,39 @@ public func inParallel<T>(_ parts: [T], width: Int,
         return
     }
     let state = Locked(ParallelState())
-    // The threads take what they share from here and are joined before the call returns (a thread may let go of
-    // its closure only after that: so `body` escapes).
-    nonisolated(unsafe) let body = body
-    nonisolated(unsafe) let parts = parts
+    // The threads share the body through `work`, emptied once they all ended: a Thread lets go of its closure only
+    // when it exits, after `group.leave()`, so what `body` holds (a container, whose store stays locked while it
+    // lives) must not wait for that.
+    let work = SharedWork(body: body, parts: parts)
     let group = DispatchGroup()
     for _ in 0..<min(width, parts.count) {
         group.enter()
         Thread {
             defer { group.leave() }
             while let i = state.withLock({ s -> Int? in
-                guard s.failure == nil, s.next < parts.count else { return nil }
+                guard s.failure == nil, s.next < work.parts.count else { return nil }
                 s.next += 1
                 return s.next - 1
             }) {
-                do { try body(parts[i]) { state.withLock { $0.failure == nil } } } catch {
+                do { try work.body!(work.parts[i]) { state.withLock { $0.failure == nil } } } catch {
                     state.withLock { if $0.failure == nil { $0.failure = error } }
                 }
             }
         }.start()
     }
     group.wait()
+    work.body = nil
     if let failure = state.withLock({ $0.failure }) { throw failure }
+}
+
+/// The body and parts of one `inParallel`: written before its threads start and after they all ended, read only
+/// between (the group's enter and wait order those), so no lock.
+private final class SharedWork<T>: @unchecked Sendable {
+    var body: ((T, _ goOn: @escaping () -> Bool) throws -> Void)?
+    let parts: [T]
+
+    init(body: @escaping (T, _ goOn: @escaping () -> Bool) throws -> Void, parts: [T]) {
+        self.body = body
+        self.parts = parts
+    }
 }
