@@ -62,6 +62,9 @@ final class Announcer: @unchecked Sendable {
         return state.withLock { $0.running && $0.thread == pid }
     }
 
+    /// True while its thread runs (it ends after a few idle seconds).
+    var isRunning: Bool { state.withLock { $0.running } }
+
     /// The scene the announcer is in (for its own requests).
     var scene: Scene { state.withLock { $0.scene } }
 
@@ -109,7 +112,7 @@ final class Announcer: @unchecked Sendable {
     weak var fs: FileSystem?
 
     private func repeatBatch(_ batch: [Change]) {
-        guard let fs else { return }
+        guard let fs, fs.session != nil else { return }
         // Where each item added in the batch is now: a removal of the same item is its move (one look-up each).
         var addedAt: [String: Int] = [:]
         for (j, change) in batch.enumerated() {
@@ -220,7 +223,12 @@ extension FileSystem {
         return Opened(fh: addHandle(OpenFile(id: NodeID.announced.description, fd: fd, writable: false)), directIO: true)
     }
 
+    /// Queues a change for the announcer, while mounted only: unmounted, its paths would be below "" (this
+    /// machine's own root) or below the bare mount point.
     func repeatElsewhere(_ change: Announcer.Change) {
-        notifier.async { [announcer] in announcer.add(change) }
+        notifier.async { [self] in
+            guard session != nil else { return }
+            announcer.add(change)
+        }
     }
 }

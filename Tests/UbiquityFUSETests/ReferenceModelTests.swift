@@ -102,4 +102,15 @@ import UbiquityBase
                       .rename(from: 0, to: 6),
                       .create(p: 0, name: 0)])
     }
+
+    /// CI, seed 141: a restart found the store "in use by another daemon". Remote changes started the announcer
+    /// (Watchers.swift) on an adapter that was never mounted: its thread held the adapter, and so the container
+    /// and its store's lock, past the crash; and it repeated each change on a path below "" (the root of this
+    /// machine's own file system: `mkdir /d`). Unmounted, nothing is repeated.
+    @Test func anAdapterNotMountedRepeatsNoChangeElsewhere() throws {
+        let run = try RefRun()
+        try run.run([.remoteWrite(name: 1, bytes: Array("ab".utf8)), .remoteMoveDir(from: 0, to: 1), .sync])
+        run.a.fs.notifier.sync {}
+        #expect(!run.a.fs.announcer.isRunning)
+    }
 }
