@@ -18,6 +18,14 @@
 #define UBQ_FUSE_INIT_EXT (1u << 30)
 #define UBQ_FUSE_PASSTHROUGH_FLAGS2 (1u << (37 - 32)) // FUSE_PASSTHROUGH is 1ULL << 37, carried in flags2
 #define UBQ_FOPEN_PASSTHROUGH (1u << 7)
+#define UBQ_FUSE_HANDLE_KILLPRIV_V2 (1u << 28)
+#define UBQ_FUSE_SETATTR 4
+#define UBQ_FUSE_OPEN 14
+#define UBQ_FUSE_WRITE 16
+#define UBQ_FUSE_CREATE 35
+#define UBQ_FATTR_KILL_SUIDGID (1u << 11)
+#define UBQ_FUSE_WRITE_KILL_SUIDGID (1u << 2)
+#define UBQ_FUSE_OPEN_KILL_SUIDGID (1u << 0)
 
 struct ubq_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define UBQ_FUSE_DEV_IOC_MAGIC 229
@@ -36,11 +44,19 @@ struct ubq_init_out {
     uint16_t request_timeout, unused[11];
 };
 struct ubq_open_out { uint64_t fh; uint32_t open_flags; int32_t backing_id; };
+// The leading fields of the requests that carry a kill flag (the rest is not read here).
+struct ubq_setattr_in { uint32_t valid; };
+struct ubq_open_in { uint32_t flags, open_flags; };
+struct ubq_write_in { uint64_t fh, offset; uint32_t size, write_flags; };
+struct ubq_create_in { uint32_t flags, mode, umask, open_flags; };
 #define UBQ_ENTRY_OUT_SIZE 128
 
 static int ubq_fd = -1;
 static int ubq_want;
-static _Atomic int ubq_offered, ubq_negotiated;
+static _Atomic int ubq_offered, ubq_negotiated, ubq_killpriv, ubq_killpriv_taken;
+// The kill flag of the request this thread read last: libfuse's loop threads each read a request and run its
+// handler on the same thread, so the handler's call of ubq_kills_suidgid sees its own request's flag.
+static _Thread_local int ubq_kill;
 static _Atomic uint64_t ubq_init_unique = UINT64_MAX;
 
 #define UBQ_MARKS 256
@@ -52,19 +68,48 @@ static ssize_t ubq_read(int fd, void *buf, size_t len, void *ud) {
     (void)ud;
     ssize_t n = read(fd, buf, len); // libfuse reads errno after -1: return as read(2) does
     if (n < 0) return n;
-    if ((size_t)n >= sizeof(struct ubq_in_header) + sizeof(struct ubq_init_in)) {
-        const struct ubq_in_header *h = buf;
-        if (h->opcode == UBQ_FUSE_INIT) {
-            const struct ubq_init_in *in = (const void *)(h + 1);
+    ubq_kill = 0;
+    if ((size_t)n < sizeof(struct ubq_in_header)) return n;
+    const struct ubq_in_header *h = buf;
+    const void *arg = h + 1;
+    size_t left = (size_t)n - sizeof(struct ubq_in_header);
+    switch (h->opcode) {
+    case UBQ_FUSE_INIT:
+        if (left >= sizeof(struct ubq_init_in)) {
+            const struct ubq_init_in *in = arg;
             int ext = (in->flags & UBQ_FUSE_INIT_EXT) != 0;
             atomic_store(&ubq_offered, ext && (in->flags2 & UBQ_FUSE_PASSTHROUGH_FLAGS2));
+            atomic_store(&ubq_killpriv, (in->flags & UBQ_FUSE_HANDLE_KILLPRIV_V2) != 0);
             atomic_store(&ubq_init_unique, h->unique);
         }
+        break;
+    case UBQ_FUSE_SETATTR:
+        if (left >= sizeof(struct ubq_setattr_in))
+            ubq_kill = (((const struct ubq_setattr_in *)arg)->valid & UBQ_FATTR_KILL_SUIDGID) != 0;
+        break;
+    case UBQ_FUSE_OPEN:
+        if (left >= sizeof(struct ubq_open_in))
+            ubq_kill = (((const struct ubq_open_in *)arg)->open_flags & UBQ_FUSE_OPEN_KILL_SUIDGID) != 0;
+        break;
+    case UBQ_FUSE_WRITE:
+        if (left >= sizeof(struct ubq_write_in))
+            ubq_kill = (((const struct ubq_write_in *)arg)->write_flags & UBQ_FUSE_WRITE_KILL_SUIDGID) != 0;
+        break;
+    case UBQ_FUSE_CREATE:
+        if (left >= sizeof(struct ubq_create_in))
+            ubq_kill = (((const struct ubq_create_in *)arg)->open_flags & UBQ_FUSE_OPEN_KILL_SUIDGID) != 0;
+        break;
     }
     return n;
 }
 
 static void ubq_amend_init(struct ubq_init_out *out) {
+    // Kernel 5.12+: the kernel stops asking for security.capability at every write to a file with no setuid or
+    // setgid bit (SB_NOSEC), and leaves the clearing of those bits to the daemon (ubq_kills_suidgid).
+    if (atomic_load(&ubq_killpriv)) {
+        out->flags |= UBQ_FUSE_HANDLE_KILLPRIV_V2;
+        atomic_store(&ubq_killpriv_taken, 1);
+    }
     if (!ubq_want || !atomic_load(&ubq_offered) || (out->flags & UBQ_FUSE_WRITEBACK_CACHE)) return;
     out->flags |= UBQ_FUSE_INIT_EXT;
     out->flags2 |= UBQ_FUSE_PASSTHROUGH_FLAGS2;
@@ -119,6 +164,8 @@ int ubq_pt_install(struct fuse_session *se, int want) {
 }
 
 int ubq_pt_negotiated(void) { return atomic_load(&ubq_negotiated); }
+int ubq_killpriv_negotiated(void) { return atomic_load(&ubq_killpriv_taken); }
+int ubq_kills_suidgid(void) { return ubq_kill; }
 int ubq_pt_offered(void) { return atomic_load(&ubq_offered); }
 
 int ubq_pt_backing_open(int fd) {

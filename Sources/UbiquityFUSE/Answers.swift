@@ -78,6 +78,9 @@ struct AttributeChanges: Sendable, Equatable {
     var gid: gid_t?
     var mtime: Int64?
     var atime: Int64?
+    /// The setuid and setgid bits go (a chown, or a truncation by a caller without CAP_FSETID), as the kernel
+    /// asks with FUSE_HANDLE_KILLPRIV_V2 instead of sending the mode itself.
+    var killsSUIDGID = false
 
     /// The same changes without the size.
     var withoutSize: AttributeChanges {

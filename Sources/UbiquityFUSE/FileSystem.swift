@@ -218,7 +218,11 @@ public final class FileSystem: @unchecked Sendable {
         guard let id = inodes.id(ino) else { return done(.failure(.core(.notFound))) }
         if isKVID(id) { return done(Result { () throws(AdapterError) in try kvSetattr(ino, id, changes, fh) }) }
         if isVirtual(id) { return done(.failure(.core(.readOnly))) }
-        withContent(waiter, id, attempt: 1, done: done) { [self] () throws(CoreError) in
+        var changes = changes
+        if changes.killsSUIDGID && changes.mode == nil, let mode = core.item(id).flatMap({ FileSystem.withoutSUIDGID($0.mode) }) {
+            changes.mode = mode
+        }
+        withContent(waiter, id, attempt: 1, done: done) { [self, changes] () throws(CoreError) in
             let item = try core.setAttributes(id, size: changes.size, mode: changes.mode, mtime: changes.mtime,
                                               atime: changes.atime, owner: try newOwner(id, changes))
             return Attributes(stat: attributes(item, ino: ino), timeout: cacheTimeout)
@@ -248,7 +252,7 @@ public final class FileSystem: @unchecked Sendable {
     static let keptChanging = AdapterError.core(.io("the content kept changing while fetched"))
 
     /// The owner that setattr sets (chown, chgrp, or both), or nil. The kernel has checked that the caller may
-    /// (default_permissions); the setuid and setgid bits a chown clears come as a mode in the same request.
+    /// (default_permissions); the setuid and setgid bits a chown clears come as `killsSUIDGID` (see setattr).
     private func newOwner(_ id: String, _ changes: AttributeChanges) throws(CoreError) -> Owner? {
         guard changes.changesOwner else { return nil }
         guard case .real(let item)? = node(id) else { throw .notFound }
@@ -357,10 +361,18 @@ public final class FileSystem: @unchecked Sendable {
         return (e, Opened(fh: fh, passthrough: passthrough))
     }
 
-    /// open(2): answered once the content is local (fetched first when it is not).
-    func open(_ ino: UInt64, flags: Int32, _ caller: Caller, waiter: Waiter, done: @escaping Completion<Opened>) {
+    /// open(2): answered once the content is local (fetched first when it is not). `killsSUIDGID`: an O_TRUNC
+    /// by a caller without CAP_FSETID, which clears the setuid and setgid bits (FUSE_HANDLE_KILLPRIV_V2).
+    func open(_ ino: UInt64, flags: Int32, _ caller: Caller, killsSUIDGID: Bool = false, waiter: Waiter,
+              done: @escaping Completion<Opened>) {
         guard let id = inodes.id(ino) else { return done(.failure(.core(.notFound))) }
-        guard isVirtual(id) else { return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done) }
+        guard isVirtual(id) else {
+            let done: Completion<Opened> = !killsSUIDGID ? done : { @Sendable [self] result in
+                if case .success = result { killSUIDGID(id) }
+                done(result)
+            }
+            return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done)
+        }
         switch node(id) {
         case .version(let item, let c): openVersion(item, c, flags: flags, caller, waiter: waiter, done: done)
         case .pastVersion(_, let v):
@@ -427,6 +439,26 @@ public final class FileSystem: @unchecked Sendable {
         }
     }
 
+    /// `mode` without its setuid bit, and without its setgid bit when the group may execute (the bits a write,
+    /// truncation or chown clears); nil when neither is there.
+    static func withoutSUIDGID(_ mode: UInt32) -> UInt32? {
+        var m = mode & ~UInt32(S_ISUID)
+        if mode & UInt32(S_IXGRP) != 0 { m &= ~UInt32(S_ISGID) }
+        return m == mode ? nil : m
+    }
+
+    /// Clears an item's setuid and setgid bits as a write does (FUSE_HANDLE_KILLPRIV_V2 leaves it to us), and
+    /// has the kernel read its mode again.
+    func killSUIDGID(_ id: String) {
+        guard let item = core.item(id), let mode = FileSystem.withoutSUIDGID(item.mode) else { return }
+        do {
+            _ = try core.setAttributes(id, size: nil, mode: mode, mtime: nil, atime: nil, owner: nil)
+            itemChanged(id, contentChanged: false)
+        } catch {
+            log.warning("cannot clear the setuid and setgid bits of \(core.path(of: id)): \(error)")
+        }
+    }
+
     func addHandle(_ file: OpenFile) -> UInt64 {
         handles.withLock { h in
             let fh = h.take()
@@ -449,9 +481,12 @@ public final class FileSystem: @unchecked Sendable {
         return file.fd
     }
 
-    func write(_ fh: UInt64, _ data: WriteData, at offset: off_t) throws(AdapterError) -> Int {
+    /// write(2) on the ordinary path. `killsSUIDGID`: the caller lacks CAP_FSETID, so the write clears the
+    /// setuid and setgid bits (FUSE_HANDLE_KILLPRIV_V2); writers of such files never get passthrough.
+    func write(_ fh: UInt64, _ data: WriteData, at offset: off_t, killsSUIDGID: Bool = false) throws(AdapterError) -> Int {
         guard let file = file(fh), file.writable else { throw .badHandle }
         if isKVID(file.id) { return try kvWrite(data, offset, file) }
+        if killsSUIDGID { killSUIDGID(file.id) }
         let n = try adapting { () throws(CoreError) in
             try core.write(file.id, through: file.fd) { data.write(file.fd.raw, offset) }
         }

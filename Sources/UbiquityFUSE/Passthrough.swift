@@ -157,8 +157,11 @@ extension FileSystem {
     /// gets marked, and a writable file is marked dirty now. Returns whether it is passthrough.
     /// An older local copy served while a newer version waits (an indexer's open) keeps the ordinary path:
     /// the kernel then reads it only up to the newer version's size, which the listing shows.
+    /// A writer of a file with a setuid or setgid bit keeps the ordinary path too: its writes must reach the
+    /// daemon to clear those bits (FUSE_HANDLE_KILLPRIV_V2: the kernel asks nothing at a passthrough write).
     func choosePassthrough(_ file: OpenFile, _ fh: UInt64) -> Bool {
-        guard passthroughOn, core.item(file.id)?.isCurrent == true else { return false }
+        guard passthroughOn, let item = core.item(file.id), item.isCurrent else { return false }
+        if file.writable && FileSystem.withoutSUIDGID(item.mode) != nil { return false }
         var undo: Int?
         file.mode = backings.choose(file.id, fd: file.fd.raw, fh: fh) {
             if file.writable { undo = try core.openedForUnseenWrites(file.id) }

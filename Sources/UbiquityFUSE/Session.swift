@@ -63,6 +63,7 @@ private func changes(_ attr: stat, _ toSet: Int32) -> AttributeChanges {
     if toSet & FUSE_SET_ATTR_GID != 0 { c.gid = attr.st_gid }
     c.mtime = time(FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr.st_mtim)
     c.atime = time(FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr.st_atim)
+    c.killsSUIDGID = ubq_kills_suidgid() != 0
     return c
 }
 
@@ -185,7 +186,7 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
             } catch { r.fail(error) }
             return
         }
-        f.open(ino, flags: base.flags, r.caller, waiter: r, done: answering(r) { o in
+        f.open(ino, flags: base.flags, r.caller, killsSUIDGID: ubq_kills_suidgid() != 0, waiter: r, done: answering(r) { o in
             if !r.open(o, base) { f.release(o.fh) }
         })
     }
@@ -196,7 +197,8 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.write_buf = { req, _, bufv, off, fi in
         let r = reply(req)
         let data = WriteData(count: fuse_buf_size(bufv!)) { fd, offset in ubq_write_buf_to_fd(bufv, fd, offset) }
-        do throws(AdapterError) { r.written(try fs(req).write(fi!.pointee.fh, data, at: off)) } catch { r.fail(error) }
+        let kills = ubq_kills_suidgid() != 0
+        do throws(AdapterError) { r.written(try fs(req).write(fi!.pointee.fh, data, at: off, killsSUIDGID: kills)) } catch { r.fail(error) }
     }
     ops.flush = { req, _, fi in
         let r = reply(req)
@@ -302,11 +304,12 @@ extension FileSystem {
             fuse_session_destroy(se)
             throw MountError(description: "cannot mount on \(mountpoint) (see the lines above)")
         }
-        // With passthrough asked for and allowed, our io sits between libfuse and /dev/fuse to amend INIT and
-        // open replies.
+        // Our io sits between libfuse and /dev/fuse to amend INIT (passthrough, the daemon clearing setuid bits)
+        // and open replies, and to read the kill flags of requests.
         if passthrough && !FileSystem.mayPassthrough { passthroughRefusal = "the daemon lacks CAP_SYS_ADMIN" }
-        if passthrough && passthroughRefusal == nil && ubq_pt_install(se, 1) != 0 {
-            passthroughRefusal = "the custom io was refused"
+        if ubq_pt_install(se, passthrough && passthroughRefusal == nil ? 1 : 0) != 0 {
+            passthroughRefusal = passthrough ? passthroughRefusal ?? "the custom io was refused" : nil
+            log.warning("the custom io was refused: the kernel asks for security.capability at every write")
         }
         announcer.mountpoint = mountpoint
         session = se

@@ -100,6 +100,41 @@ def test_chown_clears_setuid_and_setgid(shared):
     assert stat.S_IMODE(os.stat(f).st_mode) == 0o755
 
 
+def mode_of(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.parametrize("io", ["passthrough", "ordinary"])
+def test_a_write_or_truncation_by_another_user_clears_setuid_and_setgid(stub, mount_factory, io):
+    """With FUSE_HANDLE_KILLPRIV_V2 the kernel no longer asks for security.capability at every write, and the
+    daemon clears the bits itself: at a write, an O_TRUNC and a truncation by a caller without CAP_FSETID. The
+    setgid bit goes only where the group may execute; root (CAP_FSETID) keeps both."""
+    m = mount_factory(stub, extra=[] if io == "passthrough" else ["--no-passthrough"])
+    folder = m / "Documents" / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    cases = {"appended": ("sh", "-c", "echo more >> appended"), "overwritten": ("sh", "-c", ": > overwritten"),
+             "truncated": ("truncate", "-s", "2", "truncated"), "no-group-exec": ("sh", "-c", "echo x >> no-group-exec")}
+    for name in cases:
+        f = folder / name
+        f.write_text("#!/bin/sh\n")
+        os.chown(f, NOBODY, NOBODY)
+        f.chmod(0o2745 if name == "no-group-exec" else 0o6775)
+    kept = folder / "roots"
+    kept.write_text("#!/bin/sh\n")
+    kept.chmod(0o6775)
+    for command in cases.values():
+        as_nobody(folder, *command)
+    run("sh", "-c", f"echo more >> {kept}")
+    for name in ("appended", "overwritten", "truncated"):
+        wait_until(lambda: mode_of(folder / name) == 0o775, what=f"{name} without its setuid and setgid bits")
+    assert mode_of(folder / "no-group-exec") == 0o2745
+    assert mode_of(kept) == 0o6775
+    assert (folder / "appended").read_text() == "#!/bin/sh\nmore\n"
+    assert (folder / "truncated").read_text() == "#!"
+    assert (folder / "overwritten").read_text() == ""
+
+
 def test_a_setgid_folder_gives_new_items_its_group(shared):
     _, folder = shared
     run("chgrp", "5678", folder)
