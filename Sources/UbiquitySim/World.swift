@@ -139,6 +139,7 @@ let simLog = Logger("sim")
 struct HeldRead {
     let fd: FileDescriptor
     let sha: String
+    let size: Int
     var changedHere = false
 }
 
