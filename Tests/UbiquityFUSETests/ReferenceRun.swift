@@ -159,6 +159,7 @@ final class RefRun {
             try a.fs.create(parent, leaf, 0o644, .unknown)
         }.mapError { AdapterError.core($0) })
         let content = ModelContent([])
+        content.unclosedNew = true
         files[name] = ModelFile(local: content, remote: [])
         dirtyNames.insert(name)
         handles[p].append(ModelHandle(fh: opened.fh, content: content, writable: true, name: name))
@@ -235,6 +236,7 @@ final class RefRun {
             .mapError { AdapterError.core($0) })
         a.fs.release(hd.fh)
         handles[p].remove(at: i)
+        if hd.writable { for f in files.values { f.local?.unclosedNew = false } }
     }
 
     func truncate(_ name: String, _ size: Int) throws {
@@ -462,9 +464,19 @@ final class RefRun {
         try checkConverged()
     }
 
+    /// A kill -9 and a start: what was closed survives; a file created and not closed may be lost (whether it
+    /// is depends on what else wrote the store meanwhile), and then it is gone from the model too.
     func restart() throws {
         handles = handles.map { _ in [] }
         try a.crash()
+        let shown = Set(try a.allPaths())
+        for (name, f) in files where f.local?.unclosedNew == true {
+            f.local?.unclosedNew = false
+            if !shown.contains(name) {
+                files[name] = nil
+                dirtyNames.remove(name)
+            }
+        }
     }
 
     // MARK: checks

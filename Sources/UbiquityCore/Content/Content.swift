@@ -85,7 +85,10 @@ extension Container {
     /// it reaches that copy, not the item of the same id that an edit elsewhere brought back, and marks nothing
     /// (nor does a write to an item without local content: no handle of it can be on its content).
     public func willWrite(_ id: String, through fd: FileDescriptor? = nil) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in try s.willWrite(id, through: fd) }
+        try mutate { (s: inout CoreState) throws(CoreError) in
+            s.store.keepsRowsBack = s.store.isKeptBack(id) // a new file's first write before its close
+            try s.willWrite(id, through: fd)
+        }
     }
 
     /// An open for writing whose writes this process will not see (FUSE passthrough): the item is marked dirty
@@ -105,6 +108,7 @@ extension Container {
         try mutate { (s: inout CoreState) throws(CoreError) in
             if wroteUnseen { try s.wroteUnseen(id, through: fd) }
             try s.flushed(id)
+            try s.writeKeptBack()
         }
     }
 
@@ -142,6 +146,7 @@ extension Container {
                 if r.wroteUnseen { try s.wroteUnseen(id, through: fd) }
                 if r.wrote { try s.flushed(id) }
                 if let generation = r.unchangedSince { try s.wroteNothing(id, generation: generation) }
+                if r.writable { try s.writeKeptBack() }
                 s.closed(id, writable: r.writable)
             }
         } catch {

@@ -153,10 +153,18 @@ public final class Container: @unchecked Sendable {
 
     /// Stops the background loops; in-flight transfers are abandoned (their staging files are removed at the next start).
     public func stop() {
+        writeKeptBack()
         sync.stop()
         evictor.stop()
         downloads.stop()
         saveLastUses()
+    }
+
+    /// Writes the item rows kept back (Store.keptBack): at a flush point, and before the pusher reads its journal.
+    func writeKeptBack() {
+        do { try mutate { (s: inout CoreState) throws(CoreError) in try s.writeKeptBack() } } catch {
+            log.error("new files could not be saved: \(error)")
+        }
     }
 
     // MARK: locking and effects
@@ -306,6 +314,7 @@ public final class Container: @unchecked Sendable {
         try CoreState.checkName(name)
         return try mutate(room: .withReserveInPlace) {
             (s: inout CoreState) throws(CoreError) -> (Item, FileDescriptor) in
+            s.store.keepsRowsBack = true // until its close (Store.keptBack)
             let item = try s.create(parent: parent, name: name, kind: .file, mode: mode, target: nil, owner: owner)
             guard case .opened(let fd) = try s.open(item.id, writable: true, truncate: false, staleOK: false,
                                                    noDownload: false) else {
@@ -365,7 +374,8 @@ public final class Container: @unchecked Sendable {
                               owner: Owner? = nil) throws(CoreError) -> Item {
         guard let size else {
             return try mutate { (s: inout CoreState) throws(CoreError) -> Item in
-                try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime, owner: owner)
+                s.store.keepsRowsBack = s.store.isKeptBack(id) // a new file's chmod or utimens before its close
+                return try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime, owner: owner)
             }
         }
         return try gates.shared(id) { () throws(CoreError) -> Item in
@@ -524,6 +534,12 @@ extension CoreState {
                     mtime: now, ctime: now, size: size, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
                     remoteSize: size, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
                     metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [], target: target)
+    }
+
+    /// Writes the item rows kept back (Store.keptBack) in this operation's transaction (their last uses go
+    /// with it: `saveDueLastUses`).
+    mutating func writeKeptBack() throws(CoreError) {
+        do { try store.writeKeptBack() } catch { throw CoreError.from(error) }
     }
 
     /// Adds a new item to the index and the store, and wakes the pusher.

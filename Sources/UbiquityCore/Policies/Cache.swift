@@ -80,6 +80,8 @@ struct CacheAccount {
     /// Last open or close of each item (ns since the epoch), and what the store holds of it.
     var lastUsed: [String: Int64] = [:]
     var savedLastUsed: [String: Int64] = [:]
+    /// Last uses due to be saved, waiting for an operation that writes anyway (`saveDueLastUses`).
+    var dueLastUses: Set<String> = []
     /// Installed by a download and not opened since, with the time of the install.
     var awaitingOpen: [String: Int64] = [:]
     private(set) var recent: [Eviction] = []
@@ -176,13 +178,26 @@ extension CoreState {
         let t = now()
         cache.lastUsed[id] = t
         if let saved = cache.savedLastUsed[id], t - saved <= CacheAccount.saveStep { return }
-        // A failed save stays unsaved (in memory the time is exact) and goes with the next one: only the order
-        // of eviction after a crash depends on it.
+        // Saved by the next operation that writes the store anyway (an open or a close alone costs no
+        // transaction), or at stop: only the order of eviction after a crash depends on it.
+        cache.dueLastUses.insert(id)
+    }
+
+    /// Saves the last uses due (`touch`) in the open operation's transaction, when it writes anything: a
+    /// failed save stays due (in memory the time is exact) and goes with a later one.
+    mutating func saveDueLastUses() {
+        guard store.hasBegun, !store.keepsRowsBack, !cache.dueLastUses.isEmpty else { return }
+        var uses: [String: Int64] = [:]
+        for id in cache.dueLastUses where items[id].map({ !$0.deleted }) ?? false && !store.isKeptBack(id) {
+            if let t = cache.lastUsed[id] { uses[id] = t }
+        }
         do {
-            try store.saveLastUsed([id: t])
-            cache.savedLastUsed[id] = t
+            if !uses.isEmpty { try store.saveLastUsed(uses) }
+            cache.savedLastUsed.merge(uses) { $1 }
+            cache.dueLastUses.subtract(uses.keys)
+            cache.dueLastUses = cache.dueLastUses.filter { store.isKeptBack($0) }
         } catch {
-            log.warning("cannot save when \(id) was last used (eviction after a restart may take it early): \(error)")
+            log.warning("cannot save when \(uses.count) local copies were last used (eviction after a restart may take them early): \(error)")
         }
     }
 
@@ -279,6 +294,7 @@ extension Container {
                 return s.log.warning("cannot save when \(unsaved.count) local copies were last used: \(error)")
             }
             s.cache.savedLastUsed.merge(unsaved) { $1 }
+            s.cache.dueLastUses = []
         }
     }
 

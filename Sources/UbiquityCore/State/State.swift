@@ -171,7 +171,9 @@ struct CoreState {
             let before = effects
             do {
                 try store.begin()
+                defer { store.keepsRowsBack = false }
                 let result = try body(&self)
+                saveDueLastUses()
                 try store.commit()
                 items.undo = nil
                 children.undo = nil

@@ -161,6 +161,7 @@ public final class Store {
     /// writes never fails on a snapshot that another connection's commit made stale.
     func begin() throws {
         precondition(!inTransaction, "transactions do not nest")
+        keptAtBegin = keptBack
         inTransaction = true
         begun = false
         transactionFailure = nil
@@ -168,16 +169,30 @@ public final class Store {
 
     /// A commit that fails leaves the operation open: its owner rolls it back.
     func commit() throws {
+        if !keepsRowsBack && !keptBack.isEmpty
+            && DispatchTime.now().uptimeNanoseconds - keptSince > Store.keptBackNanoseconds {
+            try writeKeptBack()
+        }
         if db.isAutocommit, let failure = transactionFailure { throw failure }
-        if begun { try typed { try db.query("COMMIT") } }
+        if begun {
+            try typed { try db.query("COMMIT") }
+            commits += 1
+        }
         begun = false
         inTransaction = false
         keepReserve()
     }
 
+    /// Whether the open operation has written anything (so its commit costs a transaction anyway).
+    var hasBegun: Bool { begun }
+
+    /// Transactions committed since the store opened (what a test of an operation's cost counts).
+    private(set) var commits = 0
+
     /// Rolls back the open transaction, if it began and SQLite has not already rolled it back.
     func rollBack() {
         guard inTransaction else { return }
+        keptBack = keptAtBegin
         inTransaction = false
         begun = false
         if !db.isAutocommit { try? db.exec("ROLLBACK") }
@@ -434,7 +449,14 @@ public final class Store {
 
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
     func save(_ item: Item) throws {
-        try withReserve { try db.transaction { try write(item) } }
+        if keepBack(item, toJournalEnd: false) { return }
+        let kept = keptBack.removeValue(forKey: item.id)
+        try withReserve {
+            try db.transaction {
+                try write(item)
+                if kept?.toJournalEnd == true { try moveToJournalEnd(item) }
+            }
+        }
         changes?.note(item.id)
     }
 
@@ -464,18 +486,80 @@ public final class Store {
     /// is only saved: it is in the journal only while the remote holds a copy to delete).
     func saveChanged(_ item: Item) throws {
         if item.isLocalOnly { return try save(item) }
+        if keepBack(item, toJournalEnd: true) { return }
+        keptBack[item.id] = nil
         try withReserve {
             try db.transaction {
                 try write(item)
-                try db.query("INSERT OR REPLACE INTO pending(id, seq) VALUES(?, ?)", [.text(item.id), .int(nextSeq)])
+                try moveToJournalEnd(item)
             }
         }
-        nextSeq += 1
         changes?.note(item.id)
+    }
+
+    private func moveToJournalEnd(_ item: Item) throws {
+        if item.isLocalOnly { return }
+        try db.query("INSERT OR REPLACE INTO pending(id, seq) VALUES(?, ?)", [.text(item.id), .int(nextSeq)])
+        nextSeq += 1
+    }
+
+    // MARK: rows kept back (a new file until its close)
+
+    /// An item row held back from the database: written at the next flush point, moved to the end of the
+    /// pending journal then if a `saveChanged` asked for that.
+    private struct KeptRow {
+        var item: Item
+        var toJournalEnd: Bool
+        var order: Int
+    }
+
+    /// Rows that operations run with `keepsRowsBack` saved (a new file's create, its attributes and write marks
+    /// before its close): `writeKeptBack` writes them in one transaction with whatever else it commits, at the
+    /// file's flush or release, at the push loop's next pass, and at any commit once the oldest is a second
+    /// old. So creating, chmod, chown and utimens of a file before its close cost one commit, and what a program
+    /// closed is durable as before; a crash loses only rows of files no program had closed yet (their content
+    /// files are orphans then, removed at the next start).
+    private var keptBack: [String: KeptRow] = [:]
+    private var keptOrder = 0
+    private var keptSince: UInt64 = 0
+    /// The kept rows as the open operation began: its rollback puts them back.
+    private var keptAtBegin: [String: KeptRow] = [:]
+    /// Set by the core for one operation (`CoreState.transact`): its item saves are kept back.
+    var keepsRowsBack = false
+    static let keptBackNanoseconds: UInt64 = 1_000_000_000
+
+    /// Whether `id` has a row kept back.
+    func isKeptBack(_ id: String) -> Bool { keptBack[id] != nil }
+
+    private func keepBack(_ item: Item, toJournalEnd: Bool) -> Bool {
+        guard keepsRowsBack && inTransaction else { return false }
+        checkInTransaction()
+        if keptBack.isEmpty { keptSince = DispatchTime.now().uptimeNanoseconds }
+        let earlier = keptBack[item.id]
+        keptOrder += 1
+        keptBack[item.id] = KeptRow(item: item, toJournalEnd: toJournalEnd || earlier?.toJournalEnd == true,
+                                    order: earlier?.order ?? keptOrder)
+        changes?.note(item.id)
+        return true
+    }
+
+    /// Writes the rows kept back, in the order they were first kept, in the open operation's transaction.
+    func writeKeptBack() throws {
+        guard !keptBack.isEmpty else { return }
+        try withReserve {
+            try db.transaction {
+                for row in keptBack.values.sorted(by: { $0.order < $1.order }) {
+                    try write(row.item)
+                    if row.toJournalEnd { try moveToJournalEnd(row.item) }
+                }
+            }
+        }
+        keptBack = [:]
     }
 
     /// Removes an item for good.
     func delete(_ id: String) throws {
+        keptBack[id] = nil
         try withReserve {
             try db.transaction {
                 try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
@@ -548,11 +632,14 @@ public final class Store {
     }
 
     func isPending(_ id: String) throws -> Bool {
-        try typed { try db.first("SELECT 1 FROM pending WHERE id = ?", [.text(id)]) { _ in true } } ?? false
+        if keptBack[id]?.toJournalEnd == true { return true }
+        return try typed { try db.first("SELECT 1 FROM pending WHERE id = ?", [.text(id)]) { _ in true } } ?? false
     }
 
+    /// The journal's length, with the rows kept back that go into it (new files, which are not in it yet).
     func pendingCount() throws -> Int {
-        try typed { try db.first("SELECT count(*) FROM pending") { Int($0.int(0)) } } ?? 0
+        let kept = keptBack.values.count { $0.toJournalEnd }
+        return kept + (try typed { try db.first("SELECT count(*) FROM pending") { Int($0.int(0)) } } ?? 0)
     }
 
     /// Makes every change committed so far durable (see `Checkpointer`); called for fsync, outside any lock.

@@ -248,6 +248,7 @@ final class SyncLoops: Sendable {
     /// failure to read the journal is logged and shown on the mount root (`uploadingError`) until a pass reads it
     /// again.
     func pushAll() -> PushOutcome {
+        container.writeKeptBack() // new files not closed yet: their rows go into the journal first
         var aside: Set<String> = []
         while !isStopping {
             let next: [String]
