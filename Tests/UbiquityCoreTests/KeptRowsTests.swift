@@ -13,10 +13,13 @@ import UbiquityTesting
 
     /// A container with no background loop, on the same store each time (a reopen after a drop is a crash:
     /// nothing is written at a stop).
+    let time = Box<Int64>(1_800_000_000_000_000_000)
+
     func open() throws -> Container {
         _ = quietLogs
         var config = ContainerConfig(device: "laptop")
         config.environment.backgroundTransfers = false
+        config.environment.clock = { [time] in time.value }
         return try Container(store: try Store(directory: dir.path + "/store"), remote: remote, config: config)
     }
 
@@ -71,6 +74,16 @@ import UbiquityTesting
         #expect(throws: CoreError.exists) { _ = try c.createAndOpen(parent: docs, name: "open", mode: 0o600) }
         #expect(c.read { $0.store.isKeptBack(id) })
         try c.flushed(id)
+        #expect(!c.read { $0.store.isKeptBack(id) })
+    }
+
+    @Test func aKeptRowIsWrittenByTheFirstCommitASecondLater() throws {
+        let c = try open()
+        let id = try extract(c, "open", close: false)
+        _ = try c.makeDirectory(parent: docs, name: "d", mode: 0o755)
+        #expect(c.read { $0.store.isKeptBack(id) })
+        time.value += Store.keptBackNanoseconds + 1
+        _ = try c.makeDirectory(parent: docs, name: "e", mode: 0o755)
         #expect(!c.read { $0.store.isKeptBack(id) })
     }
 }

@@ -114,6 +114,7 @@ public final class Container: @unchecked Sendable {
         self.paths = store.paths
         self.checkpointer = store.checkpointer
         store.changes = changes
+        store.clock = config.environment.clock
         var s = CoreState(store: store, config: config)
         try s.load()
         do {

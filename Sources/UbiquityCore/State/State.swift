@@ -173,6 +173,9 @@ struct CoreState {
                 try store.begin()
                 defer { store.keepsRowsBack = false }
                 let result = try body(&self)
+                if !store.keepsRowsBack && store.hasKeptBack && now() - store.keptSince > Store.keptBackNanoseconds {
+                    try store.writeKeptBack()
+                }
                 saveDueLastUses()
                 try store.commit()
                 items.undo = nil

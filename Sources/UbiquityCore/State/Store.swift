@@ -169,10 +169,6 @@ public final class Store {
 
     /// A commit that fails leaves the operation open: its owner rolls it back.
     func commit() throws {
-        if !keepsRowsBack && !keptBack.isEmpty
-            && DispatchTime.now().uptimeNanoseconds - keptSince > Store.keptBackNanoseconds {
-            try writeKeptBack()
-        }
         if db.isAutocommit, let failure = transactionFailure { throw failure }
         if begun {
             try typed { try db.query("COMMIT") }
@@ -521,12 +517,18 @@ public final class Store {
     /// files are orphans then, removed at the next start).
     private var keptBack: [String: KeptRow] = [:]
     private var keptOrder = 0
-    private var keptSince: UInt64 = 0
+    /// When the oldest row kept back was kept (the core's clock, ns).
+    private(set) var keptSince: Int64 = 0
     /// The kept rows as the open operation began: its rollback puts them back.
     private var keptAtBegin: [String: KeptRow] = [:]
     /// Set by the core for one operation (`CoreState.transact`): its item saves are kept back.
     var keepsRowsBack = false
-    static let keptBackNanoseconds: UInt64 = 1_000_000_000
+    /// How long a row stays kept back at most: the first commit after that writes it.
+    static let keptBackNanoseconds: Int64 = 1_000_000_000
+    /// The core's clock (ns since the epoch), for `keptSince`.
+    var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1e9) }
+    /// Whether any row is kept back.
+    var hasKeptBack: Bool { !keptBack.isEmpty }
 
     /// Whether `id` has a row kept back.
     func isKeptBack(_ id: String) -> Bool { keptBack[id] != nil }
@@ -534,7 +536,7 @@ public final class Store {
     private func keepBack(_ item: Item, toJournalEnd: Bool) -> Bool {
         guard keepsRowsBack && inTransaction else { return false }
         checkInTransaction()
-        if keptBack.isEmpty { keptSince = DispatchTime.now().uptimeNanoseconds }
+        if keptBack.isEmpty { keptSince = clock() }
         let earlier = keptBack[item.id]
         keptOrder += 1
         keptBack[item.id] = KeptRow(item: item, toJournalEnd: toJournalEnd || earlier?.toJournalEnd == true,
