@@ -263,4 +263,25 @@ import UbiquityTesting
         #expect(CoreError.from(RemoteError.unreachable("down")) == .remote(.unreachable("down")))
         #expect(CoreError.from(corrupt).description.contains("malformed"))
     }
+
+    /// A delete removes the partial downloads of its item; it lists the staging folder only when a download was
+    /// staged since the folder was last found empty (not at every `rm`).
+    @Test func staleStagingIsLookedForOnlyAfterADownloadWasStaged() throws {
+        let store = try Store(directory: path)
+        let paths = store.paths
+        func plant(_ name: String) -> String {
+            let file = paths.staging + "/" + name
+            FileManager.default.createFile(atPath: file, contents: Data("part".utf8))
+            return file
+        }
+        paths.removeStaleStaging("a") // finds the folder empty
+        let unannounced = plant("a-0123456789abcdef")
+        paths.removeStaleStaging("a")
+        #expect(FileManager.default.fileExists(atPath: unannounced)) // no download staged since: not looked for
+        paths.staged.add()
+        let partial = plant("b-0123456789abcdef"), conflict = plant("b.c1-0123456789abcdef"), other = plant("c-0123")
+        paths.removeStaleStaging("b")
+        #expect(!FileManager.default.fileExists(atPath: partial) && !FileManager.default.fileExists(atPath: conflict))
+        #expect(FileManager.default.fileExists(atPath: other))
+    }
 }

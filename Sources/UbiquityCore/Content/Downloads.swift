@@ -337,7 +337,8 @@ final class Downloads: Sendable {
 
     /// Where a download of one version lands until it is verified.
     func stagingPath(_ key: String, _ sha: String) -> String {
-        container.paths.staging + "/" + key + "-" + sha.prefix(16)
+        container.paths.staged.add()
+        return container.paths.staging + "/" + key + "-" + sha.prefix(16)
     }
 
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.

@@ -742,6 +742,9 @@ func typed<T>(_ body: () throws -> T) throws -> T {
 /// The paths of a store's files.
 struct StorePaths: Sendable {
     let directory: String
+    /// Downloads staged since staging was last found without any (it is emptied at start): a delete looks for
+    /// partial downloads to remove only then, not with a listing of the folder at every `rm`.
+    let staged = StagedDownloads()
     var content: String { directory + "/content" }
     var staging: String { directory + "/staging" }
     func content(_ id: String) -> String { content + "/" + id }
@@ -758,11 +761,29 @@ struct StorePaths: Sendable {
     /// Without `path`: every partial download of the key and, for an item, of its conflict versions (the item
     /// or the version is gone).
     func removeStaleStaging(_ key: String, keeping path: String = "") {
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? []
+        guard let generation = staged.sinceNone else { return }
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? []
+        for name in names
         where (name.hasPrefix(key + "-") || (path.isEmpty && name.hasPrefix(key + "."))) && staging + "/" + name != path {
             removeLeftover(staging + "/" + name)
         }
+        if names.isEmpty { staged.foundNone(at: generation) }
     }
+}
+
+/// Counts downloads staged (`Downloads.stagingPath`), and whether any may be in the staging folder since a
+/// listing found it empty.
+final class StagedDownloads: Sendable {
+    private let state = Locked((staged: 0, emptyAt: 0))
+
+    func add() { state.withLock { $0.staged += 1 } }
+
+    /// The count now if a download was staged since the folder was last found empty, else nil.
+    var sinceNone: Int? { state.withLock { $0.staged == $0.emptyAt ? nil : $0.staged } }
+
+    /// A listing, begun when the count was `generation`, found the folder empty: no download was staged since
+    /// unless the count moved meanwhile.
+    func foundNone(at generation: Int) { state.withLock { if $0.staged == generation { $0.emptyAt = generation } } }
 }
 
 /// The lock that keeps a store to one daemon: a POSIX record lock on DIR/lock, held for the life of this value.
