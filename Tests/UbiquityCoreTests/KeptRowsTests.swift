@@ -86,4 +86,21 @@ import UbiquityTesting
         _ = try c.makeDirectory(parent: docs, name: "e", mode: 0o755)
         #expect(!c.read { $0.store.isKeptBack(id) })
     }
+
+    /// Small files go up in a batch with their content inline, read into memory: no copy of them is made in
+    /// staging (a burst of small files used to create and delete one file per upload there).
+    @Test func smallFilesGoUpWithNoCopyInStaging() throws {
+        let c = try open()
+        let id = try extract(c, "small")
+        _ = try extract(c, "small 2")
+        _ = try extract(c, "small 3")
+        func stagingTime() throws -> timespec { try FileDescriptor.open(c.stagingDirectory, O_RDONLY).stat().st_mtim }
+        let before = try stagingTime()
+        usleep(20_000)
+        while case .pushed = c.pushOnce() {}
+        #expect(c.item(id)?.isPending == false)
+        #expect(try remote.item(id).size == 5)
+        let after = try stagingTime()
+        #expect(after.tv_sec == before.tv_sec && after.tv_nsec == before.tv_nsec)
+    }
 }

@@ -337,8 +337,7 @@ final class Downloads: Sendable {
 
     /// Where a download of one version lands until it is verified.
     func stagingPath(_ key: String, _ sha: String) -> String {
-        container.paths.staged.add()
-        return container.paths.staging + "/" + key + "-" + sha.prefix(16)
+        container.paths.staging + "/" + key + "-" + sha.prefix(16)
     }
 
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
@@ -354,6 +353,7 @@ final class Downloads: Sendable {
         let staging = stagingPath(id, sha)
         removeStaleStaging(id, keeping: staging)
         let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
+        container.paths.staged.add() // after the file is there: a listing begun before it does not count it
         defer { fd.close() }
         var have = Int64(try fd.stat().st_size)
         if have > size { try fd.truncate(0); have = 0 }

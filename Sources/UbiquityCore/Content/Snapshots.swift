@@ -114,6 +114,52 @@ extension Container {
         throw RemoteError.localFile("\(self.path(of: id)) changed during each of 3 copies", cause: .busy)
     }
 
+    /// The content of a dirty file of at most `limit` bytes, read into memory between two writes, with its
+    /// generation at that moment (see `contentForUpload`, which a larger file takes): a batch's inline content
+    /// needs no copy in staging, so a burst of small files creates and deletes no file of its own. Nil when the
+    /// file is larger; a read that a write the gate does not see (FUSE passthrough) changed is taken again.
+    func smallContentForUpload(_ id: String, limit: Int) throws -> (bytes: [UInt8], generation: Int)? {
+        for _ in 0..<3 {
+            let read = try gates.exclusive(id) { () throws -> ReadForUpload in try readWhole(id, limit: limit) }
+            switch read {
+            case .tooLarge: return nil
+            case .changed: continue
+            case .read(let bytes):
+                let generation = update { s -> Int in
+                    s.fsyncedSinceSnapshot.remove(id)
+                    return s.contentGeneration[id] ?? 0
+                }
+                return (bytes, generation)
+            }
+        }
+        throw RemoteError.localFile("\(self.path(of: id)) changed during each of 3 reads", cause: .busy)
+    }
+
+    private enum ReadForUpload { case read([UInt8]), tooLarge, changed }
+
+    /// Reads the content file whole (the file's gate held), unless it is larger than `limit` or changed meanwhile.
+    private func readWhole(_ id: String, limit: Int) throws -> ReadForUpload {
+        let fd = try FileDescriptor.open(paths.content(id), O_RDONLY)
+        defer { fd.close() }
+        let before = try fd.stat()
+        let size = Int(before.st_size)
+        guard size <= limit else { return .tooLarge }
+        var bytes = [UInt8](repeating: 0, count: size + 1) // one more: a file that grew reads past its size
+        var got = 0
+        while got < bytes.count {
+            let n = try bytes.withUnsafeMutableBytes { buffer in
+                try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[got...]), at: Int64(got))
+            }
+            if n == 0 { break }
+            got += n
+        }
+        let after = try fd.stat()
+        guard got == size, after.st_size == before.st_size, after.st_mtim.tv_sec == before.st_mtim.tv_sec,
+              after.st_mtim.tv_nsec == before.st_mtim.tv_nsec else { return .changed }
+        bytes.removeLast()
+        return .read(bytes)
+    }
+
     /// Copies the content file to `copy` (the file's gate held); nil when the file changed under the copy.
     private func snapshot(_ id: String, _ path: String, to copy: String) throws -> Int? {
         let source = try FileDescriptor.open(path, O_RDONLY)

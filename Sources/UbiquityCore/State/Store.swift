@@ -771,8 +771,8 @@ struct StorePaths: Sendable {
     }
 }
 
-/// Counts downloads staged (`Downloads.stagingPath`), and whether any may be in the staging folder since a
-/// listing found it empty.
+/// Counts downloads staged (`Downloads.land`, once its file is there), and whether any may be in the staging
+/// folder since a listing found it empty.
 final class StagedDownloads: Sendable {
     private let state = Locked((staged: 0, emptyAt: 0))
 

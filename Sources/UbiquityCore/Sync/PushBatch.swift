@@ -160,24 +160,8 @@ struct BatchPusher {
         return Prepared(snap: snapNow, pushed: item, entry: entry)
     }
 
-    /// The content to push (see `contentForUpload`), when it is at most `limit` bytes.
+    /// The content to push (see `smallContentForUpload`), when it is at most `limit` bytes.
     private func inlineContent(_ id: String, limit: Int) throws -> ([UInt8], Int?)? {
-        let upload = try container.contentForUpload(id)
-        defer { upload.done() }
-        let fd = try FileDescriptor.open(upload.path, O_RDONLY)
-        defer { fd.close() }
-        let size = Int(try fd.stat().st_size)
-        guard size <= limit else { return nil }
-        var bytes = [UInt8](repeating: 0, count: size)
-        var got = 0
-        while got < size {
-            let n = try bytes.withUnsafeMutableBytes { buffer in
-                try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[got...]))
-            }
-            if n == 0 { break }
-            got += n
-        }
-        bytes.removeLast(size - got)
-        return (bytes, upload.generation)
+        try container.smallContentForUpload(id, limit: limit).map { ($0.bytes, $0.generation) }
     }
 }
