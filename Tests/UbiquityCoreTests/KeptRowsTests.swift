@@ -103,4 +103,28 @@ import UbiquityTesting
         let after = try stagingTime()
         #expect(after.tv_sec == before.tv_sec && after.tv_nsec == before.tv_nsec)
     }
+
+    /// The content file of a deleted file nothing holds is emptied and kept; the next new file takes it (no
+    /// inode freed and allocated: see SpareFiles). A deleted file still open keeps its content aside as before.
+    @Test func aNewFileTakesTheEmptiedContentFileOfADeletedOne() throws {
+        let c = try open()
+        let spares = c.read { $0.paths.spares }
+        let first = try extract(c, "first")
+        var st = stat()
+        #expect(stat(dir.path + "/store/content/" + first, &st) == 0)
+        let inode = st.st_ino
+        try c.remove(parent: docs, name: "first", directory: false)
+        #expect(spares.count == 1)
+        #expect(!FileManager.default.fileExists(atPath: dir.path + "/store/content/" + first))
+        let second = try extract(c, "second")
+        #expect(spares.count == 0)
+        #expect(stat(dir.path + "/store/content/" + second, &st) == 0 && st.st_ino == inode && st.st_size == 5)
+        #expect(c.lookup(parent: docs, name: "second")?.size == 5)
+
+        let (held, fd) = try c.createAndOpen(parent: docs, name: "held", mode: 0o600)
+        try c.remove(parent: docs, name: "held", directory: false)
+        #expect(spares.count == 0) // moved aside for the open descriptor, not emptied
+        try c.release(held.id, through: fd, .init(writable: true))
+        fd.close()
+    }
 }

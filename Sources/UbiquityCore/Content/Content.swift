@@ -403,7 +403,7 @@ extension CoreState {
         let id = item.id
         if handles[id] == nil {
             onCommit { s in
-                removeLeftover(s.paths.content(id))
+                s.paths.spares.give(s.paths.content(id)) // emptied for a new file (SpareFiles)
                 s.recountContent(id)
             }
             return

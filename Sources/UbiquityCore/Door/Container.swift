@@ -504,10 +504,12 @@ extension CoreState {
         if kind == .dir && parent == rootID && Item.isDesktopTrash(name) { item.excluded = true }
         if kind == .file {
             // Made before the item is saved: a failed save leaves an orphan, removed at the next start.
-            do {
-                let fd = try FileDescriptor.open(paths.content(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
-                fd.close()
-            } catch { throw CoreError.from(error) }
+            if !paths.spares.take(to: paths.content(item.id)) {
+                do {
+                    let fd = try FileDescriptor.open(paths.content(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+                    fd.close()
+                } catch { throw CoreError.from(error) }
+            }
         }
         try insertNew(item)
         return item
