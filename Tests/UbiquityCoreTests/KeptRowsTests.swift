@@ -105,7 +105,8 @@ import UbiquityTesting
     }
 
     /// The content file of a deleted file nothing holds is emptied and kept; the next new file takes it (no
-    /// inode freed and allocated: see SpareFiles). A deleted file still open keeps its content aside as before.
+    /// inode freed and allocated: see SpareFiles), unless it was large. A deleted file still open keeps its content
+    /// aside as before.
     @Test func aNewFileTakesTheEmptiedContentFileOfADeletedOne() throws {
         let c = try open()
         let spares = c.read { $0.paths.spares }
@@ -120,6 +121,14 @@ import UbiquityTesting
         #expect(spares.count == 0)
         #expect(stat(dir.path + "/store/content/" + second, &st) == 0 && st.st_ino == inode && st.st_size == 5)
         #expect(c.lookup(parent: docs, name: "second")?.size == 5)
+
+        let (large, lfd) = try c.createAndOpen(parent: docs, name: "large", mode: 0o600)
+        _ = try c.write(large.id, through: lfd) { ftruncate(lfd.raw, off_t(SpareFiles.largestKept + 1)) }
+        try c.flushed(large.id, through: lfd)
+        try c.release(large.id, through: lfd, .init(writable: true, wrote: true))
+        lfd.close()
+        try c.remove(parent: docs, name: "large", directory: false)
+        #expect(spares.count == 0) // removed: a large file is not emptied under the lock
 
         let (held, fd) = try c.createAndOpen(parent: docs, name: "held", mode: 0o600)
         try c.remove(parent: docs, name: "held", directory: false)
