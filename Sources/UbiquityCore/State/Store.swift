@@ -572,9 +572,8 @@ public final class Store {
             try db.transaction {
                 try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
-                try db.query("DELETE FROM meta WHERE key = ?", [.text("sent:" + id)])
-                try db.query("DELETE FROM meta WHERE key = ?", [.text("puts:" + id)])
-                try db.query("DELETE FROM meta WHERE key = ?", [.text("gone:" + id)])
+                try db.query("DELETE FROM meta WHERE key IN (?, ?, ?)",
+                             [.text("sent:" + id), .text("puts:" + id), .text("gone:" + id)])
                 try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM chunk_places WHERE id = ?", [.text(id)])
             }
