@@ -446,10 +446,12 @@ class Bench:
         n = sum(1 for _ in os.scandir(root / "flat"))
         assert n == self.dir_files, f"{n} entries in flat, want {self.dir_files}"
 
-    def meta_rows(self, W, metric, samples):
-        """Quotes ubiquityfs's median against each baseline measured: the disk, the FUSE floors and rclone."""
+    def meta_rows(self, W, metric, samples, floor_goal=1.5):
+        """Quotes ubiquityfs's median against each baseline measured: the disk, the FUSE floors and rclone.
+        Creating and deleting (Part 18) aim at 1.3 times the floor, reading metadata (Part 11) at 1.5."""
         u = median(samples["ubiquityfs"])
-        goals = {"direct": ("≤3", lambda r: r <= 3), "fuse floor": ("≤1.5", lambda r: r <= 1.5),
+        goals = {"direct": ("≤3", lambda r: r <= 3),
+                 "fuse floor": (f"≤{floor_goal}", lambda r: r <= floor_goal),
                  "bindfs": (None, None), "rclone": ("<1", lambda r: r < 1)}
         for base, (goal, ok) in goals.items():
             if not samples.get(base):
@@ -518,12 +520,13 @@ class Bench:
             return s
         n = self.loop_files
         self.meta_rows(W, f"shell loop creating {n} empty files",
-                       measure(f'i=0; while [ $i -lt {n} ]; do : > f$i; i=$((i+1)); done'))
+                       measure(f'i=0; while [ $i -lt {n} ]; do : > f$i; i=$((i+1)); done'), floor_goal=1.3)
         # 10,000 files through five file systems take long: 3 rounds here keep the default run near 15 minutes.
         for files, tarball in tarballs:
             rms = {r: [] for r in roots}
-            self.meta_rows(W, f"tar x of {files} files", measure(f"tar -xf {shlex.quote(str(tarball))}", rms))
-            self.meta_rows(W, f"rm -rf of {files} files", rms)
+            self.meta_rows(W, f"tar x of {files} files", measure(f"tar -xf {shlex.quote(str(tarball))}", rms),
+                           floor_goal=1.3)
+            self.meta_rows(W, f"rm -rf of {files} files", rms, floor_goal=1.3)
         if left_out:
             self.res.note(f"4: left out of the later create rounds after failing (see FAILED): "
                           f"{', '.join(sorted(left_out))}")
