@@ -141,8 +141,8 @@ struct SplitMix {
 /// A content file as the model sees it: shared by every handle opened on it.
 final class ModelContent {
     var bytes: [UInt8]
-    /// Created here and not closed for writing since (nor any other file: a close writes every row kept
-    /// back): the daemon keeps its row back until then (Store.keptBack), so a crash may lose it.
+    /// Created here and not closed for writing since: the daemon keeps its row back until then
+    /// (Store.keptBack), so a crash may lose it.
     var unclosedNew = false
     init(_ bytes: [UInt8]) { self.bytes = bytes }
 

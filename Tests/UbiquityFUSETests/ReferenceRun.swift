@@ -236,7 +236,7 @@ final class RefRun {
             .mapError { AdapterError.core($0) })
         a.fs.release(hd.fh)
         handles[p].remove(at: i)
-        if hd.writable { for f in files.values { f.local?.unclosedNew = false } }
+        if hd.writable { hd.content.unclosedNew = false }
     }
 
     func truncate(_ name: String, _ size: Int) throws {

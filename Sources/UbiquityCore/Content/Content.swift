@@ -108,7 +108,7 @@ extension Container {
         try mutate { (s: inout CoreState) throws(CoreError) in
             if wroteUnseen { try s.wroteUnseen(id, through: fd) }
             try s.flushed(id)
-            try s.writeKeptBack()
+            try s.writeKeptBack(only: [id])
         }
     }
 
@@ -146,7 +146,7 @@ extension Container {
                 if r.wroteUnseen { try s.wroteUnseen(id, through: fd) }
                 if r.wrote { try s.flushed(id) }
                 if let generation = r.unchangedSince { try s.wroteNothing(id, generation: generation) }
-                if r.writable { try s.writeKeptBack() }
+                if r.writable { try s.writeKeptBack(only: [id]) }
                 s.closed(id, writable: r.writable)
             }
         } catch {

@@ -161,10 +161,16 @@ public final class Container: @unchecked Sendable {
         saveLastUses()
     }
 
-    /// Writes the item rows kept back (Store.keptBack): at a flush point, and before the pusher reads its journal.
+    /// Writes the item rows kept back (Store.keptBack): before the pusher reads its journal, and at stop. On a
+    /// full disk too (the reserve, then evictions): a file whose close the full disk refused is uploaded once its
+    /// row is written, and can then be evicted to make room.
     func writeKeptBack() {
-        do { try mutate { (s: inout CoreState) throws(CoreError) in try s.writeKeptBack() } } catch {
-            log.error("new files could not be saved: \(error)")
+        do {
+            try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
+                if s.store.hasKeptBack { try s.writeKeptBack() }
+            }
+        } catch {
+            log.warning("new files not closed yet could not be saved: \(error)")
         }
     }
 
@@ -539,10 +545,10 @@ extension CoreState {
                     metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [], target: target)
     }
 
-    /// Writes the item rows kept back (Store.keptBack) in this operation's transaction (their last uses go
-    /// with it: `saveDueLastUses`).
-    mutating func writeKeptBack() throws(CoreError) {
-        do { try store.writeKeptBack() } catch { throw CoreError.from(error) }
+    /// Writes the item rows kept back (Store.keptBack; only those of `ids`, when given) in this operation's
+    /// transaction (their last uses go with it: `saveDueLastUses`).
+    mutating func writeKeptBack(only ids: Set<String>? = nil) throws(CoreError) {
+        do { try store.writeKeptBack(only: ids) } catch { throw CoreError.from(error) }
     }
 
     /// Adds a new item to the index and the store, and wakes the pusher.

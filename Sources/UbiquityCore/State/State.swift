@@ -173,7 +173,8 @@ struct CoreState {
                 try store.begin()
                 defer { store.keepsRowsBack = false }
                 let result = try body(&self)
-                if !store.keepsRowsBack && store.hasKeptBack && now() - store.keptSince > Store.keptBackNanoseconds {
+                if !store.keepsRowsBack && store.hasKeptBack && now() - store.keptSince > Store.keptBackNanoseconds
+                    && store.hasRoom {
                     try store.writeKeptBack()
                 }
                 saveDueLastUses()

@@ -516,11 +516,14 @@ public final class Store {
     }
 
     /// Rows that operations run with `keepsRowsBack` saved (a new file's create, its attributes and write marks
-    /// before its close): `writeKeptBack` writes them in one transaction with whatever else it commits, at the
-    /// file's flush or release, at the push loop's next pass, and at any commit once the oldest is a second
-    /// old. So creating, chmod, chown and utimens of a file before its close cost one commit, and what a program
-    /// closed is durable as before; a crash loses only rows of files no program had closed yet (their content
-    /// files are orphans then, removed at the next start).
+    /// before its close): `writeKeptBack` writes them in one transaction with whatever else it commits: a file's
+    /// own at its flush, fsync or release (its close then fails if they cannot be written: a full disk); all of
+    /// them at the push loop's next pass (with the reserve if need be: a file written while full is uploaded
+    /// and evicted only once its row is in) and at any commit once the oldest is a second old, while the store
+    /// has room (on a full disk a row that cannot be written must not fail every later operation). So creating,
+    /// chmod, chown and utimens of a file before its close cost one commit, and what a program closed is
+    /// durable as before; a crash loses only rows of files no program had closed yet (their content files are
+    /// orphans then, removed at the next start).
     private var keptBack: [String: KeptRow] = [:]
     private var keptOrder = 0
     /// When the oldest row kept back was kept (the core's clock, ns).
@@ -551,18 +554,20 @@ public final class Store {
         return true
     }
 
-    /// Writes the rows kept back, in the order they were first kept, in the open operation's transaction.
-    func writeKeptBack() throws {
-        guard !keptBack.isEmpty else { return }
+    /// Writes the rows kept back (only those of `ids`, when given), in the order they were first kept, in the
+    /// open operation's transaction.
+    func writeKeptBack(only ids: Set<String>? = nil) throws {
+        let rows = keptBack.values.filter { ids?.contains($0.item.id) ?? true }.sorted { $0.order < $1.order }
+        guard !rows.isEmpty else { return }
         try withReserve {
             try db.transaction {
-                for row in keptBack.values.sorted(by: { $0.order < $1.order }) {
+                for row in rows {
                     try write(row.item)
                     if row.toJournalEnd { try moveToJournalEnd(row.item) }
                 }
             }
         }
-        keptBack = [:]
+        for row in rows { keptBack[row.item.id] = nil }
     }
 
     /// Removes an item for good.
