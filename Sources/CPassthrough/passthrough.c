@@ -44,16 +44,17 @@ struct ubq_init_out {
     uint16_t request_timeout, unused[11];
 };
 struct ubq_open_out { uint64_t fh; uint32_t open_flags; int32_t backing_id; };
-// The leading fields of the requests that carry a kill flag (the rest is not read here).
-struct ubq_setattr_in { uint32_t valid; };
-struct ubq_open_in { uint32_t flags, open_flags; };
-struct ubq_write_in { uint64_t fh, offset; uint32_t size, write_flags; };
-struct ubq_create_in { uint32_t flags, mode, umask, open_flags; };
+// Where the requests that carry a kill flag keep it: the byte offset of its 32-bit field in the request's
+// argument (fuse_setattr_in.valid, fuse_open_in.open_flags, fuse_write_in.write_flags, fuse_create_in.open_flags).
+#define UBQ_SETATTR_VALID_AT 0
+#define UBQ_OPEN_FLAGS_AT 4
+#define UBQ_WRITE_FLAGS_AT 20
+#define UBQ_CREATE_FLAGS_AT 12
 #define UBQ_ENTRY_OUT_SIZE 128
 
 static int ubq_fd = -1;
 static int ubq_want;
-static _Atomic int ubq_offered, ubq_negotiated, ubq_killpriv, ubq_killpriv_taken;
+static _Atomic int ubq_offered, ubq_negotiated, ubq_killpriv;
 // The kill flag of the request this thread read last: libfuse's loop threads each read a request and run its
 // handler on the same thread, so the handler's call of ubq_kills_suidgid sees its own request's flag.
 static _Thread_local int ubq_kill;
@@ -63,6 +64,14 @@ static _Atomic uint64_t ubq_init_unique = UINT64_MAX;
 static pthread_mutex_t ubq_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { uint64_t fh; int32_t id; int used, done; } ubq_marks[UBQ_MARKS];
 static _Atomic int ubq_mark_count;
+
+// Whether the 32-bit field at `at` in a request argument of `left` bytes has `bit` set (0 if it is not there).
+static int ubq_has_bit(const void *arg, size_t left, size_t at, uint32_t bit) {
+    uint32_t field;
+    if (left < at + sizeof field) return 0;
+    memcpy(&field, (const char *)arg + at, sizeof field);
+    return (field & bit) != 0;
+}
 
 static ssize_t ubq_read(int fd, void *buf, size_t len, void *ud) {
     (void)ud;
@@ -83,22 +92,10 @@ static ssize_t ubq_read(int fd, void *buf, size_t len, void *ud) {
             atomic_store(&ubq_init_unique, h->unique);
         }
         break;
-    case UBQ_FUSE_SETATTR:
-        if (left >= sizeof(struct ubq_setattr_in))
-            ubq_kill = (((const struct ubq_setattr_in *)arg)->valid & UBQ_FATTR_KILL_SUIDGID) != 0;
-        break;
-    case UBQ_FUSE_OPEN:
-        if (left >= sizeof(struct ubq_open_in))
-            ubq_kill = (((const struct ubq_open_in *)arg)->open_flags & UBQ_FUSE_OPEN_KILL_SUIDGID) != 0;
-        break;
-    case UBQ_FUSE_WRITE:
-        if (left >= sizeof(struct ubq_write_in))
-            ubq_kill = (((const struct ubq_write_in *)arg)->write_flags & UBQ_FUSE_WRITE_KILL_SUIDGID) != 0;
-        break;
-    case UBQ_FUSE_CREATE:
-        if (left >= sizeof(struct ubq_create_in))
-            ubq_kill = (((const struct ubq_create_in *)arg)->open_flags & UBQ_FUSE_OPEN_KILL_SUIDGID) != 0;
-        break;
+    case UBQ_FUSE_SETATTR: ubq_kill = ubq_has_bit(arg, left, UBQ_SETATTR_VALID_AT, UBQ_FATTR_KILL_SUIDGID); break;
+    case UBQ_FUSE_OPEN: ubq_kill = ubq_has_bit(arg, left, UBQ_OPEN_FLAGS_AT, UBQ_FUSE_OPEN_KILL_SUIDGID); break;
+    case UBQ_FUSE_WRITE: ubq_kill = ubq_has_bit(arg, left, UBQ_WRITE_FLAGS_AT, UBQ_FUSE_WRITE_KILL_SUIDGID); break;
+    case UBQ_FUSE_CREATE: ubq_kill = ubq_has_bit(arg, left, UBQ_CREATE_FLAGS_AT, UBQ_FUSE_OPEN_KILL_SUIDGID); break;
     }
     return n;
 }
@@ -106,10 +103,7 @@ static ssize_t ubq_read(int fd, void *buf, size_t len, void *ud) {
 static void ubq_amend_init(struct ubq_init_out *out) {
     // Kernel 5.12+: the kernel stops asking for security.capability at every write to a file with no setuid or
     // setgid bit (SB_NOSEC), and leaves the clearing of those bits to the daemon (ubq_kills_suidgid).
-    if (atomic_load(&ubq_killpriv)) {
-        out->flags |= UBQ_FUSE_HANDLE_KILLPRIV_V2;
-        atomic_store(&ubq_killpriv_taken, 1);
-    }
+    if (atomic_load(&ubq_killpriv)) out->flags |= UBQ_FUSE_HANDLE_KILLPRIV_V2;
     if (!ubq_want || !atomic_load(&ubq_offered) || (out->flags & UBQ_FUSE_WRITEBACK_CACHE)) return;
     out->flags |= UBQ_FUSE_INIT_EXT;
     out->flags2 |= UBQ_FUSE_PASSTHROUGH_FLAGS2;
@@ -164,7 +158,6 @@ int ubq_pt_install(struct fuse_session *se, int want) {
 }
 
 int ubq_pt_negotiated(void) { return atomic_load(&ubq_negotiated); }
-int ubq_killpriv_negotiated(void) { return atomic_load(&ubq_killpriv_taken); }
 int ubq_kills_suidgid(void) { return ubq_kill; }
 int ubq_pt_offered(void) { return atomic_load(&ubq_offered); }
 

@@ -15,9 +15,6 @@ struct fuse_session;
 int ubq_pt_install(struct fuse_session *se, int want);
 /// 1 once the INIT reply asked for passthrough (the kernel offered it and we wanted it), else 0.
 int ubq_pt_negotiated(void);
-/// 1 once the INIT reply took FUSE_HANDLE_KILLPRIV_V2: the daemon clears setuid and setgid bits itself, where
-/// `ubq_kills_suidgid` says so (and the kernel no longer asks for security.capability at every write).
-int ubq_killpriv_negotiated(void);
 /// 1 when the request this thread read last (a write, a setattr, an open or a create) asks the daemon to
 /// clear the setuid bit, and the setgid bit if the group may execute; its handler calls this on that thread.
 int ubq_kills_suidgid(void);
