@@ -194,8 +194,7 @@ extension CoreState {
         do {
             if !uses.isEmpty { try store.saveLastUsed(uses) }
             cache.savedLastUsed.merge(uses) { $1 }
-            cache.dueLastUses.subtract(uses.keys)
-            cache.dueLastUses = cache.dueLastUses.filter { store.isKeptBack($0) }
+            cache.dueLastUses = cache.dueLastUses.filter { store.isKeptBack($0) } // saved with their rows later
         } catch {
             log.warning("cannot save when \(uses.count) local copies were last used (eviction after a restart may take them early): \(error)")
         }
