@@ -249,7 +249,10 @@ extension World {
     func createFile(_ dev: SimDevice, _ c: Container) throws -> String {
         let parent = try pickDir(dev)
         let name = rng.pick(fileNames)!
-        let item = try c.createFile(parent: parent.id, name: name, mode: 0o644)
+        // As a program does (open with O_CREAT, then close): the create's rows are kept back until that close.
+        let (item, fd) = try c.createAndOpen(parent: parent.id, name: name, mode: 0o644)
+        defer { fd.close() }
+        try c.release(item.id, through: fd, .init(writable: true))
         return try writeNew(dev, item.id, "create")
     }
 

@@ -103,6 +103,16 @@ import UbiquityBase
                       .create(p: 0, name: 0)])
     }
 
+    /// Seed 56201 (fresh): a file deleted here, a new one created under its name and lost unclosed with the
+    /// daemon; the model forgot that the name still had the delete to push, and let the other device edit it.
+    @Test func aNameWhoseNewFileWasLostInACrashStillHasItsDeleteToPush() {
+        expectAgrees([.remoteWrite(name: 0, bytes: Array("lhdak".utf8)),
+                      .unlink(name: 0),
+                      .create(p: 1, name: 0),
+                      .restart,
+                      .remoteWrite(name: 0, bytes: Array("hqzjaq".utf8))])
+    }
+
     /// CI, seed 141: a restart found the store "in use by another daemon". Remote changes started the announcer
     /// (Watchers.swift) on an adapter that was never mounted: its thread held the adapter, and so the container
     /// and its store's lock, past the crash; and it repeated each change on a path below "" (the root of this

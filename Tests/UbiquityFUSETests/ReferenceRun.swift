@@ -472,10 +472,8 @@ final class RefRun {
         let shown = Set(try a.allPaths())
         for (name, f) in files where f.local?.unclosedNew == true {
             f.local?.unclosedNew = false
-            if !shown.contains(name) {
-                files[name] = nil
-                dirtyNames.remove(name)
-            }
+            // Its name stays changed here until a sync: what the name held before may have a delete to push.
+            if !shown.contains(name) { files[name] = nil }
         }
     }
 

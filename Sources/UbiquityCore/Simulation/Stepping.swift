@@ -32,6 +32,7 @@ extension Container {
 
     /// Pushes the oldest pushable pending items, as the push loop does: one, or many in one batch.
     @_spi(Simulation) public func pushOnce() -> PushStep {
+        writeKeptBack() // as the push loop does first (a new folder's time, a new file not closed yet)
         let next: [String]
         do { next = try pushSide.nextPushableBatch(limit: WireBatchLimits.maxEntries) } catch {
             recordUploadFailure(rootID, error)
