@@ -136,4 +136,21 @@ import UbiquityTesting
         try c.release(held.id, through: fd, .init(writable: true))
         fd.close()
     }
+
+    /// A folder's row kept back beside a new file in it (its entries' time) does not keep back a chmod of the
+    /// folder: that is written at once (tar sets its folders' modes at the end; a kill -9 then lost them).
+    @Test func aFoldersChmodAfterANewFileInItIsWrittenAtOnce() throws {
+        var c: Container? = try open()
+        let folder = try c!.makeDirectory(parent: docs, name: "d", mode: 0o700)
+        let (item, fd) = try c!.createAndOpen(parent: folder.id, name: "f", mode: 0o600)
+        #expect(c!.read { $0.store.isKeptBack(folder.id) })
+        try c!.flushed(item.id, through: fd)
+        try c!.release(item.id, through: fd, .init(writable: true, wrote: true))
+        fd.close()
+        _ = try c!.setAttributes(folder.id, mode: 0o755, mtime: nil)
+        c = nil // kill -9
+        c = try open()
+        #expect(c!.item(folder.id)?.mode == 0o755)
+        #expect(c!.lookup(parent: folder.id, name: "f") != nil)
+    }
 }

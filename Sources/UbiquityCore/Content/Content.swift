@@ -86,7 +86,7 @@ extension Container {
     /// (nor does a write to an item without local content: no handle of it can be on its content).
     public func willWrite(_ id: String, through fd: FileDescriptor? = nil) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
-            s.store.keepsRowsBack = s.store.isKeptBack(id) // a new file's first write before its close
+            s.store.keepsRowsBack = s.isNewFileNotClosed(id) // its first write's mark waits for its close
             try s.willWrite(id, through: fd)
         }
     }

@@ -381,7 +381,7 @@ public final class Container: @unchecked Sendable {
                               owner: Owner? = nil) throws(CoreError) -> Item {
         guard let size else {
             return try mutate { (s: inout CoreState) throws(CoreError) -> Item in
-                s.store.keepsRowsBack = s.store.isKeptBack(id) // a new file's chmod or utimens before its close
+                s.store.keepsRowsBack = s.isNewFileNotClosed(id) // its chmod or utimens waits for its close
                 return try s.setAttributes(id, mode: mode, mtime: mtime, atime: atime, owner: owner)
             }
         }
@@ -543,6 +543,12 @@ extension CoreState {
                     mtime: now, ctime: now, size: size, remoteVersion: 0, remoteSHA: kind == .file ? emptySHA256 : "",
                     remoteSize: size, device: config.device, hasLocal: true, localSHA: nil, dirty: kind == .file,
                     metaDirty: true, deleted: false, pinned: false, xattrs: [:], conflicts: [], target: target)
+    }
+
+    /// A file whose row is kept back: created here and not closed yet (Store.keptBack). A folder's row kept back
+    /// beside it (its entries' time) is not that: a chmod of the folder is written at once.
+    func isNewFileNotClosed(_ id: String) -> Bool {
+        items[id]?.kind == .file && store.isKeptBack(id)
     }
 
     /// Writes the item rows kept back (Store.keptBack; only those of `ids`, when given) in this operation's
