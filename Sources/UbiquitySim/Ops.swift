@@ -241,6 +241,11 @@ extension World {
         dev.openWrites = [:]
         for held in dev.openReads.values { held.fd.close() }
         dev.openReads = [:]
+        // A delete kept back (not written yet: Store.keptBack) is lost with the crash, as an unlink of the last
+        // second is: the item comes back whole. It was never made, for the model.
+        if let c = dev.container {
+            model.deletes.removeAll { $0.device == dev.name && c.keepsDeleteBack($0.item) }
+        }
         dev.container = nil
         do { try open(dev) } catch { throw DeviceFailed(device: dev.name, cause: "it did not open again: \(error)") }
         return "restarted from the store"

@@ -115,6 +115,8 @@ import UbiquityTesting
         #expect(stat(dir.path + "/store/content/" + first, &st) == 0)
         let inode = st.st_ino
         try c.remove(parent: docs, name: "first", directory: false)
+        #expect(spares.count == 0) // not before the delete is written
+        c.writeKeptBack()
         #expect(spares.count == 1)
         #expect(!FileManager.default.fileExists(atPath: dir.path + "/store/content/" + first))
         let second = try extract(c, "second")
@@ -128,6 +130,7 @@ import UbiquityTesting
         try c.release(large.id, through: lfd, .init(writable: true, wrote: true))
         lfd.close()
         try c.remove(parent: docs, name: "large", directory: false)
+        c.writeKeptBack()
         #expect(spares.count == 0) // removed: a large file is not emptied under the lock
 
         let (held, fd) = try c.createAndOpen(parent: docs, name: "held", mode: 0o600)
@@ -152,5 +155,71 @@ import UbiquityTesting
         c = try open()
         #expect(c!.item(folder.id)?.mode == 0o755)
         #expect(c!.lookup(parent: folder.id, name: "f") != nil)
+    }
+
+    /// An unlink costs no commit of its own: its rows wait for the next commit, and the file's content stays
+    /// until then (`rm -rf` made one commit per file). Once written, the file is gone for good.
+    @Test func anUnlinkCostsNoCommitOfItsOwn() throws {
+        var c: Container? = try open()
+        let id = try extract(c!, "f")
+        let before = commits(c!)
+        try c!.remove(parent: docs, name: "f", directory: false)
+        #expect(commits(c!) == before)
+        #expect(c!.lookup(parent: docs, name: "f") == nil)
+        #expect(FileManager.default.fileExists(atPath: dir.path + "/store/content/" + id))
+        c!.writeKeptBack()
+        #expect(commits(c!) == before + 1)
+        #expect(!FileManager.default.fileExists(atPath: dir.path + "/store/content/" + id))
+        c = nil // kill -9
+        c = try open()
+        #expect(c!.lookup(parent: docs, name: "f") == nil && c!.item(id) == nil)
+    }
+
+    /// A crash before a delete is written brings the file back whole, as it was before the unlink: its content
+    /// goes only with its delete. A file pushed already comes back likewise, and its delete reaches the remote
+    /// once written.
+    @Test func aCrashBeforeADeleteIsWrittenBringsTheFileBackWhole() throws {
+        var c: Container? = try open()
+        let id = try extract(c!, "f")
+        let pushed = try extract(c!, "pushed")
+        while case .pushed = c!.pushOnce() {}
+        try c!.remove(parent: docs, name: "f", directory: false)
+        try c!.remove(parent: docs, name: "pushed", directory: false)
+        c = nil // kill -9
+        c = try open()
+        let back = try #require(c!.lookup(parent: docs, name: "f"))
+        #expect(back.id == id && back.size == 5)
+        #expect(try String(contentsOfFile: dir.path + "/store/content/" + id, encoding: .utf8) == "hello")
+        #expect(c!.lookup(parent: docs, name: "pushed")?.id == pushed)
+        try c!.remove(parent: docs, name: "pushed", directory: false)
+        while case .pushed = c!.pushOnce() {}
+        #expect(try remote.item(pushed).deleted)
+    }
+
+    /// A delete kept back goes with the next commit that writes anything: a new file closed under the freed name
+    /// is never beside the deleted one after a crash (the pull would have given one of them another name).
+    @Test func aKeptDeleteGoesWithTheNextCommitThatWrites() throws {
+        var c: Container? = try open()
+        let old = try extract(c!, "a")
+        while case .pushed = c!.pushOnce() {}
+        try c!.remove(parent: docs, name: "a", directory: false)
+        let new = try extract(c!, "a")
+        #expect(!c!.read { $0.store.hasKeptDeletes })
+        c = nil // kill -9
+        c = try open()
+        #expect(c!.lookup(parent: docs, name: "a")?.id == new)
+        #expect(c!.item(old)?.deleted ?? true)
+        #expect(try c!.read { s in try s.store.pendingIDs() }.contains(old)) // its delete still to push
+    }
+
+    /// A file held open keeps its delete written at once: its content moves aside for the open descriptor.
+    @Test func anUnlinkOfAFileHeldOpenIsWrittenAtOnce() throws {
+        let c = try open()
+        let (item, fd) = try c.createAndOpen(parent: docs, name: "held", mode: 0o600)
+        try c.flushed(item.id, through: fd)
+        try c.remove(parent: docs, name: "held", directory: false)
+        #expect(!c.read { $0.store.isKeptBack(item.id) })
+        try c.release(item.id, through: fd, .init(writable: true))
+        fd.close()
     }
 }

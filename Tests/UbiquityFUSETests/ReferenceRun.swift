@@ -19,6 +19,9 @@ final class RefRun {
     /// Names this device changed since the last sync (the other device's changes avoid them: they would be
     /// conflicts, which the simulation covers).
     var dirtyNames = Set<String>()
+    /// Files and folders removed here since the last sync or restart, with their item ids: their deletes may
+    /// still be kept back (Store.keptBack), and a crash then brings them back whole.
+    var removedSince: [String: (id: String, file: ModelFile?)] = [:]
     /// The network is down: nothing reaches the remote, and content that is not here cannot be had.
     var offline = false
     var step = 0
@@ -284,9 +287,11 @@ final class RefRun {
 
     func unlink(_ name: String) throws {
         guard inPlace(name) else { return }
+        let id = a.item(name)?.id
         let result = try a.remove(name, directory: false)
         guard files[name] != nil else { return try expectFailure("unlink of \(name), which is not there", result, ENOENT) }
         _ = try expectSuccess("unlink \(name)", result)
+        if let id { removedSince[name] = (id, files[name]) }
         files[name] = nil
         dirtyNames.insert(name)
     }
@@ -306,11 +311,13 @@ final class RefRun {
 
     func rmdir(_ dir: String) throws {
         guard dirs.contains(dir) else { return }
+        let id = a.item(dir)?.id
         let result = try a.remove(dir, directory: true)
         if allPaths.contains(where: { folder($0) == dir }) {
             return try expectFailure("rmdir of \(dir), which is not empty", result, ENOTEMPTY)
         }
         _ = try expectSuccess("rmdir \(dir)", result)
+        if let id { removedSince[dir] = (id, nil) }
         dirs.remove(dir)
         dirtyNames.insert(dir)
     }
@@ -445,6 +452,7 @@ final class RefRun {
             if let failure = b.pushAll() { throw violation("the other device: \(failure)") }
             try a.pullAll()
         }
+        removedSince = [:] // the push wrote every delete kept back first
         let writing = Set(files.keys.filter(hasWriter))
         if let failure {
             if writing.isEmpty { throw violation(failure) }
@@ -475,6 +483,11 @@ final class RefRun {
             // Its name stays changed here until a sync: what the name held before may have a delete to push.
             if !shown.contains(name) { files[name] = nil }
         }
+        // A delete not written yet is lost: the item is back under its name, as it was.
+        for (name, removed) in removedSince where a.item(name)?.id == removed.id {
+            if let file = removed.file { files[name] = file } else { dirs.insert(name) }
+        }
+        removedSince = [:]
     }
 
     // MARK: checks

@@ -402,6 +402,7 @@ extension CoreState {
         guard item.kind == .file else { return }
         let id = item.id
         if handles[id] == nil {
+            if store.keepsDelete(id) { return store.releaseContentWhenWritten(id) } // a crash brings it back whole
             onCommit { s in
                 s.paths.spares.give(s.paths.content(id)) // emptied for a new file (SpareFiles)
                 s.recountContent(id)

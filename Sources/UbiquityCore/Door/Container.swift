@@ -348,6 +348,10 @@ public final class Container: @unchecked Sendable {
             if directory && !item.isDirectory { throw .notDirectory }
             if !directory && item.isDirectory { throw .isDirectory }
             if directory && !(s.children[id] ?? [:]).isEmpty { throw .notEmpty }
+            // Its rows wait for the next commit (Store.keptBack): an unlink costs no commit of its own. Not for a
+            // file held open (its content moves aside at once) or one with conflict versions (their copies go),
+            // nor on a disk short of room (the room it frees may be wanted at once).
+            s.store.keepsRowsBack = s.handles[id] == nil && item.conflicts.isEmpty && s.hasAmpleRoom
             try s.deleteLocally(item)
         }
     }
@@ -551,7 +555,7 @@ extension CoreState {
         items[id]?.kind == .file && store.isKeptBack(id)
     }
 
-    /// Writes the item rows kept back (Store.keptBack; only those of `ids`, when given) in this operation's
+    /// Writes the item rows kept back (Store.keptBack; only those of `ids` and the deletes, when given) in this operation's
     /// transaction (their last uses go with it: `saveDueLastUses`).
     mutating func writeKeptBack(only ids: Set<String>? = nil) throws(CoreError) {
         do { try store.writeKeptBack(only: ids) } catch { throw CoreError.from(error) }

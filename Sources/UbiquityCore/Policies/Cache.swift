@@ -166,6 +166,15 @@ extension CoreState {
         if cache.used > config.cacheLimit { wakeEvictor() }
     }
 
+    /// Whether the store's file system has room to spare beyond the minimum kept free (`ampleRoom`): what a
+    /// delete frees may wait a second then (Store.keptBack).
+    var hasAmpleRoom: Bool {
+        var vfs = statvfs()
+        guard statvfs(paths.directory, &vfs) == 0 else { return false }
+        return Int64(vfs.f_bavail) * Int64(vfs.f_frsize) > max(config.minFreeBytes, 0) + CoreState.ampleRoom
+    }
+    static let ampleRoom: Int64 = 256 << 20
+
     /// Re-measures an item's content file and its unlinked copy.
     mutating func recountContent(_ id: String) {
         recount(id)

@@ -55,6 +55,9 @@ extension Container {
     /// Without background transfers: the downloads asked for (pins, requests) and not yet fetched.
     @_spi(Simulation) public var requestedDownloads: [String] { downloads.book.withLock { $0.requested } }
 
+    /// Whether the delete of `id` made here is kept back, not written yet (Store.keptBack): a crash now loses it.
+    @_spi(Simulation) public func keepsDeleteBack(_ id: String) -> Bool { read { $0.store.keepsDelete(id) } }
+
     /// Every item of the in-memory index, tombstones waiting to be pushed included, by id.
     @_spi(Simulation) public func indexSnapshot() -> [Item] { read { s in s.items.values.sorted { $0.id < $1.id } } }
 

@@ -173,10 +173,7 @@ struct CoreState {
                 try store.begin()
                 defer { store.keepsRowsBack = false }
                 let result = try body(&self)
-                if !store.keepsRowsBack && store.hasKeptBack && now() - store.keptSince > Store.keptBackNanoseconds
-                    && store.hasRoom {
-                    try store.writeKeptBack()
-                }
+                try writeKeptBackIfDue()
                 saveDueLastUses()
                 try store.commit()
                 items.undo = nil
@@ -184,6 +181,7 @@ struct CoreState {
                 let actions = commitActions
                 commitActions = []
                 for action in actions { action(&self) }
+                releaseContentOfWrittenDeletes()
                 if !unrecordedEvictions.isEmpty { recordEvictedCopies() }
                 return result
             } catch {
@@ -198,6 +196,31 @@ struct CoreState {
                     && evictCopyForRoom() { evictions += 1; continue }
                 throw error
             }
+        }
+    }
+}
+
+extension CoreState {
+    /// Writes the rows kept back (Store.keptBack) in the open operation's transaction when they are due: all of
+    /// them once the oldest is a second old (not in an operation that keeps its own rows back) or once too many
+    /// are kept, while the store has room; else the deletes kept back when the operation commits a write anyway.
+    mutating func writeKeptBackIfDue() throws {
+        guard store.hasKeptBack else { return }
+        let old = !store.keepsRowsBack && now() - store.keptSince > Store.keptBackNanoseconds
+        if (old || store.isKeptBackFull) && store.hasRoom {
+            try store.writeKeptBack()
+        } else if store.hasBegun {
+            try store.writeKeptDeletes()
+        }
+    }
+
+    /// Empties the content files of deleted items whose deletes the commit just made wrote (Store.keptBack),
+    /// unless the item is live here again with a copy (a newer row replaced its delete).
+    mutating func releaseContentOfWrittenDeletes() {
+        for id in store.takeReleasedContent() {
+            if let item = items[id], !item.deleted, item.hasLocal { continue }
+            paths.spares.give(paths.content(id)) // emptied for a new file (SpareFiles)
+            recountContent(id)
         }
     }
 }

@@ -162,7 +162,8 @@ public final class Store {
     /// writes never fails on a snapshot that another connection's commit made stale.
     func begin() throws {
         precondition(!inTransaction, "transactions do not nest")
-        keptAtBegin = keptBack
+        keptUndo = []
+        releasedAtBegin = releasedContent
         inTransaction = true
         begun = false
         transactionFailure = nil
@@ -177,6 +178,7 @@ public final class Store {
         }
         begun = false
         inTransaction = false
+        keptUndo = []
         keepReserve()
     }
 
@@ -189,8 +191,10 @@ public final class Store {
     /// Rolls back the open transaction, if it began and SQLite has not already rolled it back.
     func rollBack() {
         guard inTransaction else { return }
-        keptBack = keptAtBegin
         inTransaction = false
+        for (id, row) in keptUndo.reversed() { _ = setKept(id, row) }
+        keptUndo = []
+        releasedContent = releasedAtBegin
         begun = false
         if !db.isAutocommit { try? db.exec("ROLLBACK") }
     }
@@ -451,7 +455,7 @@ public final class Store {
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
     func save(_ item: Item) throws {
         if keepBack(item, toJournalEnd: false) { return }
-        let kept = keptBack.removeValue(forKey: item.id)
+        let kept = setKept(item.id, nil)
         try withReserve {
             try db.transaction {
                 try write(item)
@@ -488,7 +492,7 @@ public final class Store {
     func saveChanged(_ item: Item) throws {
         if item.isLocalOnly { return try save(item) }
         if keepBack(item, toJournalEnd: true) { return }
-        keptBack[item.id] = nil
+        _ = setKept(item.id, nil)
         try withReserve {
             try db.transaction {
                 try write(item)
@@ -505,85 +509,153 @@ public final class Store {
         nextSeq += 1
     }
 
-    // MARK: rows kept back (a new file until its close)
+    // MARK: rows kept back (a new file until its close, a delete)
 
     /// An item row held back from the database: written at the next flush point, moved to the end of the
-    /// pending journal then if a `saveChanged` asked for that.
+    /// pending journal then if a `saveChanged` asked for that. `item` nil: the item is removed for good then.
     private struct KeptRow {
-        var item: Item
+        var id: String
+        var item: Item?
         var toJournalEnd: Bool
         var order: Int
+        /// Its content file is emptied once the row is written (`releaseContentWhenWritten`).
+        var releasesContent = false
+        /// A delete: a tombstone to push, or an item removed for good.
+        var isDelete: Bool { item?.deleted ?? true }
     }
 
     /// Rows that operations run with `keepsRowsBack` saved (a new file's create, its attributes and write marks
-    /// before its close): `writeKeptBack` writes them in one transaction with whatever else it commits: a file's
-    /// own at its flush, fsync or release (its close then fails if they cannot be written: a full disk); all of
-    /// them at the push loop's next pass (with the reserve if need be: a file written while full is uploaded
-    /// and evicted only once its row is in) and at any commit once the oldest is a second old, while the store
-    /// has room (on a full disk a row that cannot be written must not fail every later operation). So creating,
-    /// chmod, chown and utimens of a file before its close cost one commit, and what a program closed is
-    /// durable as before; a crash loses only rows of files no program had closed yet (their content files are
-    /// orphans then, removed at the next start).
+    /// before its close; a delete): `writeKeptBack` writes them in one transaction with whatever else it
+    /// commits: a file's own at its flush, fsync or release (its close then fails if they cannot be written: a
+    /// full disk); all of them at the push loop's next pass (with the reserve if need be: a file written while
+    /// full is uploaded and evicted only once its row is in), at any commit once the oldest is a second old
+    /// while the store has room (on a full disk a row that cannot be written must not fail every later
+    /// operation), and once `keptBackLimit` are kept. The deletes kept back go with any commit that writes
+    /// anything: a name a delete freed and a later committed row took is never claimed twice after a crash.
+    /// So creating, chmod, chown and utimens of a file before its close cost one commit, a delete none of its
+    /// own, and what a program closed is durable as before; a crash loses only rows of files no program had
+    /// closed yet (their content files are orphans then, removed at the next start) and deletes of the last
+    /// second (those files are back whole: their content goes only once the delete is written).
     private var keptBack: [String: KeptRow] = [:]
     private var keptOrder = 0
+    /// How many of the rows kept back are deletes.
+    private var keptDeletes = 0
+    /// The open operation's changes of `keptBack`, earlier row first: its rollback puts them back.
+    private var keptUndo: [(id: String, row: KeptRow?)] = []
     /// When the oldest row kept back was kept (the core's clock, ns).
     private(set) var keptSince: Int64 = 0
-    /// The kept rows as the open operation began: its rollback puts them back.
-    private var keptAtBegin: [String: KeptRow] = [:]
     /// Set by the core for one operation (`CoreState.transact`): its item saves are kept back.
     var keepsRowsBack = false
     /// How long a row stays kept back at most: the first commit after that writes it.
     static let keptBackNanoseconds: Int64 = 1_000_000_000
+    /// How many rows are kept back at most (a few MB): the next commit writes them (`rm -rf` of a large tree).
+    static let keptBackLimit = 8192
     /// The core's clock (ns since the epoch), for `keptSince`.
     var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1e9) }
     /// Whether any row is kept back.
     var hasKeptBack: Bool { !keptBack.isEmpty }
+    /// Whether so many rows are kept back that the next commit writes them.
+    var isKeptBackFull: Bool { keptBack.count >= Store.keptBackLimit }
+    /// Whether any delete is kept back.
+    var hasKeptDeletes: Bool { keptDeletes > 0 }
 
     /// Whether `id` has a row kept back.
     func isKeptBack(_ id: String) -> Bool { keptBack[id] != nil }
 
+    /// Whether the row kept back for `id` is its delete.
+    func keepsDelete(_ id: String) -> Bool { keptBack[id]?.isDelete == true }
+
+    /// Content files of deleted items whose delete is written now (or replaced by a newer row): to empty once
+    /// the operation commits (`takeReleasedContent`).
+    private var releasedContent: [String] = []
+    private var releasedAtBegin: [String] = []
+
+    /// Replaces the row kept back for `id` (nil: none), noting the change for a rollback.
+    private func setKept(_ id: String, _ row: KeptRow?) -> KeptRow? {
+        let old: KeptRow? = if let row { keptBack.updateValue(row, forKey: id) } else { keptBack.removeValue(forKey: id) }
+        if inTransaction { keptUndo.append((id, old)) }
+        keptDeletes += (row?.isDelete == true ? 1 : 0) - (old?.isDelete == true ? 1 : 0)
+        if old?.releasesContent == true && row?.releasesContent != true { releasedContent.append(id) }
+        return old
+    }
+
     private func keepBack(_ item: Item, toJournalEnd: Bool) -> Bool {
+        keep(item.id, item, toJournalEnd: toJournalEnd)
+    }
+
+    private func keep(_ id: String, _ item: Item?, toJournalEnd: Bool) -> Bool {
         guard keepsRowsBack && inTransaction else { return false }
         checkInTransaction()
         if keptBack.isEmpty { keptSince = clock() }
-        let earlier = keptBack[item.id]
+        let earlier = keptBack[id]
         keptOrder += 1
-        keptBack[item.id] = KeptRow(item: item, toJournalEnd: toJournalEnd || earlier?.toJournalEnd == true,
-                                    order: earlier?.order ?? keptOrder)
-        changes?.note(item.id)
+        // A row that goes to the journal's end is written after those kept before it (a folder's delete after
+        // its files'), even when an earlier row of it (its entries' time) was kept first.
+        _ = setKept(id, KeptRow(id: id, item: item, toJournalEnd: toJournalEnd || earlier?.toJournalEnd == true,
+                                order: toJournalEnd ? keptOrder : earlier?.order ?? keptOrder,
+                                releasesContent: earlier?.releasesContent == true))
+        changes?.note(id)
         return true
     }
 
-    /// Writes the rows kept back (only those of `ids`, when given), in the order they were first kept, in the
-    /// open operation's transaction.
+    /// The content file of `id`, whose delete is kept back, is emptied only once that delete is written: a
+    /// crash before brings the file back whole.
+    func releaseContentWhenWritten(_ id: String) {
+        guard var row = keptBack[id], row.isDelete else { return }
+        row.releasesContent = true
+        _ = setKept(id, row)
+    }
+
+    /// The ids whose content files may be emptied now (their deletes are committed); called after a commit.
+    func takeReleasedContent() -> [String] {
+        defer { releasedContent = [] }
+        return releasedContent
+    }
+
+    /// Writes the rows kept back (only those of `ids` and the deletes, when given), in the order they were first
+    /// kept, in the open operation's transaction.
     func writeKeptBack(only ids: Set<String>? = nil) throws {
-        let rows = keptBack.values.filter { ids?.contains($0.item.id) ?? true }.sorted { $0.order < $1.order }
+        let rows = keptBack.values.filter { $0.isDelete || ids?.contains($0.id) ?? true }.sorted { $0.order < $1.order }
+        try write(rows)
+    }
+
+    /// Writes the deletes kept back, in the open operation's transaction.
+    func writeKeptDeletes() throws {
+        guard hasKeptDeletes else { return }
+        try write(keptBack.values.filter(\.isDelete).sorted { $0.order < $1.order })
+    }
+
+    private func write(_ rows: [KeptRow]) throws {
         guard !rows.isEmpty else { return }
         try withReserve {
             try db.transaction {
                 for row in rows {
-                    try write(row.item)
-                    if row.toJournalEnd { try moveToJournalEnd(row.item) }
+                    guard let item = row.item else { try removeRows(of: row.id); continue }
+                    try write(item)
+                    if row.toJournalEnd { try moveToJournalEnd(item) }
                 }
             }
         }
-        for row in rows { keptBack[row.item.id] = nil }
+        for row in rows { _ = setKept(row.id, nil) }
     }
 
     /// Removes an item for good.
     func delete(_ id: String) throws {
-        keptBack[id] = nil
+        if keep(id, nil, toJournalEnd: false) { return }
+        _ = setKept(id, nil)
         try withReserve {
-            try db.transaction {
-                try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
-                try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
-                try db.query("DELETE FROM meta WHERE key IN (?, ?, ?)",
-                             [.text("sent:" + id), .text("puts:" + id), .text("gone:" + id)])
-                try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
-                try db.query("DELETE FROM chunk_places WHERE id = ?", [.text(id)])
-            }
+            try db.transaction { try removeRows(of: id) }
         }
         changes?.note(id)
+    }
+
+    private func removeRows(of id: String) throws {
+        try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
+        try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
+        try db.query("DELETE FROM meta WHERE key IN (?, ?, ?)",
+                     [.text("sent:" + id), .text("puts:" + id), .text("gone:" + id)])
+        try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
+        try db.query("DELETE FROM chunk_places WHERE id = ?", [.text(id)])
     }
 
     // MARK: where chunks lie in local files (to copy rather than fetch)
@@ -645,7 +717,7 @@ public final class Store {
     }
 
     func isPending(_ id: String) throws -> Bool {
-        if keptBack[id]?.toJournalEnd == true { return true }
+        if let row = keptBack[id], row.item == nil || row.toJournalEnd { return row.item != nil }
         return try typed { try db.first("SELECT 1 FROM pending WHERE id = ?", [.text(id)]) { _ in true } } ?? false
     }
 
