@@ -197,17 +197,20 @@ def test_a_client_that_stops_reading_does_not_block_the_mount(stub, mount_factor
     try:
         q.gathered()
         stem = "x" * 200
+        # Far past what the stuck client's socket and its backlog (QueryServer.backlogLimit) hold, in batches
+        # that keep coming after that: with 2,000 files the output sometimes fitted, and no later batch came to
+        # find the client behind.
         run("python3", "-c", f"""
 import os
-for n in range(2000):
+for n in range(5000):
     open(os.path.join({str(m / 'Documents')!r}, '{stem}%04d' % n), 'w').close()
 """, timeout=120)
         added = set()
 
         def all_added(batch):
             added.update(paths(batch["added"]))
-            return len(added) == 2000
-        q.until(all_added, what="2,000 files added")
+            return len(added) == 5000
+        q.until(all_added, what="5,000 files added")
     finally:
         q.stop()
     # The stuck client was told it fell behind, and dropped.
