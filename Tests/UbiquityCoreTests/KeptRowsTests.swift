@@ -15,10 +15,10 @@ import UbiquityTesting
     /// nothing is written at a stop).
     let time = Box<Int64>(1_800_000_000_000_000_000)
 
-    func open() throws -> Container {
+    func open(background: Bool = false) throws -> Container {
         _ = quietLogs
         var config = ContainerConfig(device: "laptop")
-        config.environment.backgroundTransfers = false
+        config.environment.backgroundTransfers = background
         config.environment.clock = { [time] in time.value }
         return try Container(store: try Store(directory: dir.path + "/store"), remote: remote, config: config)
     }
@@ -221,5 +221,19 @@ import UbiquityTesting
         #expect(!c.read { $0.store.isKeptBack(item.id) })
         try c.release(item.id, through: fd, .init(writable: true))
         fd.close()
+    }
+
+    /// With background transfers, the content files of the deletes a commit wrote are emptied on the spares'
+    /// own thread (thousands come at once after an `rm -rf`), and leave the cache account at once.
+    @Test func theContentOfWrittenDeletesIsEmptiedOnTheSparesThread() throws {
+        let c = try open(background: true)
+        let spares = c.read { $0.paths.spares }
+        let ids = try (0..<3).map { try extract(c, "f\($0)") }
+        for i in 0..<3 { try c.remove(parent: docs, name: "f\(i)", directory: false) }
+        c.writeKeptBack()
+        #expect(c.read { s in ids.allSatisfy { s.cache.size($0) == 0 } })
+        spares.settle()
+        #expect(spares.count == 3)
+        for id in ids { #expect(!FileManager.default.fileExists(atPath: dir.path + "/store/content/" + id)) }
     }
 }

@@ -155,6 +155,7 @@ public final class Container: @unchecked Sendable {
     /// Stops the background loops; in-flight transfers are abandoned (their staging files are removed at the next start).
     public func stop() {
         writeKeptBack()
+        read { $0.paths.spares }.settle() // the content files of the deletes it wrote, emptied
         sync.stop()
         evictor.stop()
         downloads.stop()
@@ -555,8 +556,8 @@ extension CoreState {
         items[id]?.kind == .file && store.isKeptBack(id)
     }
 
-    /// Writes the item rows kept back (Store.keptBack; only those of `ids` and the deletes, when given) in this operation's
-    /// transaction (their last uses go with it: `saveDueLastUses`).
+    /// Writes the item rows kept back (Store.keptBack; only those of `ids` and the deletes, when given) in this
+    /// operation's transaction (their last uses go with it: `saveDueLastUses`).
     mutating func writeKeptBack(only ids: Set<String>? = nil) throws(CoreError) {
         do { try store.writeKeptBack(only: ids) } catch { throw CoreError.from(error) }
     }

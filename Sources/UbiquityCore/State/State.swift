@@ -215,13 +215,18 @@ extension CoreState {
     }
 
     /// Empties the content files of deleted items whose deletes the commit just made wrote (Store.keptBack),
-    /// unless the item is live here again with a copy (a newer row replaced its delete).
+    /// unless the item is live here again with a copy (a newer row replaced its delete). Thousands come at once
+    /// after an `rm -rf`: with background transfers they are emptied on the spares' own thread, not under the
+    /// lock nor on the thread of the request whose commit wrote them (no one uses a deleted item's file).
     mutating func releaseContentOfWrittenDeletes() {
-        for id in store.takeReleasedContent() {
-            if let item = items[id], !item.deleted, item.hasLocal { continue }
-            paths.spares.give(paths.content(id)) // emptied for a new file (SpareFiles)
-            recountContent(id)
+        let ids = store.takeReleasedContent().filter { id in !(items[id].map { !$0.deleted && $0.hasLocal } ?? false) }
+        guard !ids.isEmpty else { return }
+        guard config.environment.backgroundTransfers else {
+            for id in ids { paths.spares.give(paths.content(id)); recountContent(id) }
+            return
         }
+        for id in ids { cache.set(id, 0) }
+        paths.spares.giveLater(ids.map(paths.content))
     }
 }
 

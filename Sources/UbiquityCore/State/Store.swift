@@ -548,8 +548,8 @@ public final class Store {
     var keepsRowsBack = false
     /// How long a row stays kept back at most: the first commit after that writes it.
     static let keptBackNanoseconds: Int64 = 1_000_000_000
-    /// How many rows are kept back at most (a few MB): the next commit writes them (`rm -rf` of a large tree).
-    static let keptBackLimit = 8192
+    /// How many rows are kept back at most (some 10 MB): the next commit writes them (`rm -rf` of a large tree).
+    static let keptBackLimit = 32_768
     /// The core's clock (ns since the epoch), for `keptSince`.
     var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1e9) }
     /// Whether any row is kept back.
@@ -890,6 +890,17 @@ final class SpareFiles: Sendable {
         utimensat(AT_FDCWD, path, nil, 0)
         return true
     }
+
+    private let queue = DispatchQueue(label: "ubiquityfs.spares", qos: .utility)
+
+    /// Gives the files at `paths` (`give`) on the spares' own thread, in order. Those left undone at a stop are
+    /// orphans at the next start (`removeOrphanContent`).
+    func giveLater(_ paths: [String]) {
+        queue.async { for path in paths { self.give(path) } }
+    }
+
+    /// Waits until the files given later are given.
+    func settle() { queue.sync {} }
 
     /// Empties the content file at `path` (which nothing holds open) and keeps it as a spare, or removes it
     /// when enough are kept (or it cannot be emptied and moved).
