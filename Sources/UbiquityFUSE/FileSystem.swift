@@ -627,6 +627,9 @@ public final class FileSystem: @unchecked Sendable {
         return Entry(ino: 0, attributes: st, timeout: 0)
     }
 
+    /// fsync(2) of a folder: its deletes, kept back until the next commit, are written and made durable.
+    func fsyncdir() throws(CoreError) { try core.syncedDirectory() }
+
     func statfs() throws(CoreError) -> statvfs {
         var vfs = try core.storeFileSystemStats()
         vfs.f_namemax = UInt(WireRules.maxNameBytes)

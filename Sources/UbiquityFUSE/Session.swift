@@ -238,7 +238,10 @@ private func addDirectoryOperations(_ ops: inout fuse_lowlevel_ops) {
         reply(req).directory(page)
     }
     ops.releasedir = { req, _, fi in fs(req).releasedir(fi!.pointee.fh); reply(req).ok() }
-    ops.fsyncdir = { req, _, _, _ in reply(req).ok() }
+    ops.fsyncdir = { req, _, _, _ in
+        let r = reply(req)
+        do throws(CoreError) { try fs(req).fsyncdir(); r.ok() } catch { r.fail(error) }
+    }
     ops.statfs = { req, _ in
         let r = reply(req)
         do throws(CoreError) { r.statfs(try fs(req).statfs()) } catch { r.fail(error) }

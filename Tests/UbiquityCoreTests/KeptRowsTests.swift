@@ -232,8 +232,35 @@ import UbiquityTesting
         for i in 0..<3 { try c.remove(parent: docs, name: "f\(i)", directory: false) }
         c.writeKeptBack()
         #expect(c.read { s in ids.allSatisfy { s.cache.size($0) == 0 } })
+        // Out of the content folder at once, under the lock: a download of an item brought back meanwhile
+        // lands in a place of its own, which the spares' thread never empties.
+        for id in ids { #expect(!FileManager.default.fileExists(atPath: dir.path + "/store/content/" + id)) }
         spares.settle()
         #expect(spares.count == 3)
         for id in ids { #expect(!FileManager.default.fileExists(atPath: dir.path + "/store/content/" + id)) }
+    }
+
+    /// fsync(2) of a folder writes its deletes kept back: a crash after it keeps them.
+    @Test func anFsyncOfTheFolderWritesTheDeletesKeptBack() throws {
+        var c: Container? = try open()
+        let id = try extract(c!, "f")
+        try c!.remove(parent: docs, name: "f", directory: false)
+        try c!.syncedDirectory()
+        c = nil // kill -9
+        c = try open()
+        #expect(c!.lookup(parent: docs, name: "f") == nil && c!.item(id) == nil)
+    }
+
+    /// A delete kept back is not pushed before it is written here; in the journal the deletes kept back come
+    /// before the rows of the operation that writes them (a create after the delete that freed its name).
+    @Test func aKeptDeleteIsPushedOnlyOnceWrittenAndBeforeWhatFollows() throws {
+        let c = try open()
+        let old = try extract(c, "a")
+        while case .pushed = c.pushOnce() {}
+        try c.remove(parent: docs, name: "a", directory: false)
+        #expect(!c.read { $0.isPushable(old) })
+        let folder = try c.makeDirectory(parent: docs, name: "a", mode: 0o755)
+        #expect(try c.read { s in try s.store.pendingIDs() } == [old, folder.id])
+        #expect(c.read { $0.isPushable(old) })
     }
 }

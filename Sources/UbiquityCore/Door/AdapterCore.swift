@@ -47,6 +47,7 @@ public protocol AdapterCore: AnyObject, Sendable {
     func openedForUnseenWrites(_ id: String) throws(CoreError) -> Int?
     func flushed(_ id: String, wroteUnseen: Bool, through fd: FileDescriptor?) throws(CoreError)
     func synced(_ id: String, wroteUnseen: Bool, through fd: FileDescriptor?) throws(CoreError)
+    func syncedDirectory() throws(CoreError)
     func release(_ id: String, through fd: FileDescriptor, _ r: Container.Release) throws(CoreError)
     func localStat(_ item: Item) -> stat?
     func contentFileIdentity(_ id: String) -> (device: UInt64, inode: UInt64)?

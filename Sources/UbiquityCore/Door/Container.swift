@@ -171,8 +171,17 @@ public final class Container: @unchecked Sendable {
                 if s.store.hasKeptBack { try s.writeKeptBack() }
             }
         } catch {
-            log.warning("new files not closed yet could not be saved: \(error)")
+            log.warning("the rows kept back (new files not closed yet, deletes) could not be saved: \(error)")
         }
+    }
+
+    /// fsync of a folder: the rows kept back (its deletes, its new files' creates) are written, and what was
+    /// committed is made durable.
+    public func syncedDirectory() throws(CoreError) {
+        try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
+            if s.store.hasKeptBack { try s.writeKeptBack() }
+        }
+        do { try checkpointer.run() } catch { throw CoreError.from(error) }
     }
 
     // MARK: locking and effects
@@ -354,6 +363,7 @@ public final class Container: @unchecked Sendable {
             // nor on a disk short of room (the room it frees may be wanted at once).
             s.store.keepsRowsBack = s.handles[id] == nil && item.conflicts.isEmpty && s.hasAmpleRoom
             try s.deleteLocally(item)
+            if s.store.keepsRowsBack { s.wakePusher() } // its pass writes them first, also for a local-only item
         }
     }
 

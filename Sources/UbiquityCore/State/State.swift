@@ -201,23 +201,20 @@ struct CoreState {
 }
 
 extension CoreState {
-    /// Writes the rows kept back (Store.keptBack) in the open operation's transaction when they are due: all of
-    /// them once the oldest is a second old (not in an operation that keeps its own rows back) or once too many
-    /// are kept, while the store has room; else the deletes kept back when the operation commits a write anyway.
+    /// Writes the rows kept back (Store.keptBack) in the open operation's transaction when they are due: once
+    /// the oldest is a second old (not in an operation that keeps its own rows back) or once too many are kept,
+    /// while the store has room. (The deletes kept back go with any operation's first write: Store.write.)
     mutating func writeKeptBackIfDue() throws {
         guard store.hasKeptBack else { return }
         let old = !store.keepsRowsBack && now() - store.keptSince > Store.keptBackNanoseconds
-        if (old || store.isKeptBackFull) && store.hasRoom {
-            try store.writeKeptBack()
-        } else if store.hasBegun {
-            try store.writeKeptDeletes()
-        }
+        if (old || store.isKeptBackFull) && store.hasRoom { try store.writeKeptBack() }
     }
 
     /// Empties the content files of deleted items whose deletes the commit just made wrote (Store.keptBack),
     /// unless the item is live here again with a copy (a newer row replaced its delete). Thousands come at once
-    /// after an `rm -rf`: with background transfers they are emptied on the spares' own thread, not under the
-    /// lock nor on the thread of the request whose commit wrote them (no one uses a deleted item's file).
+    /// after an `rm -rf`: with background transfers they are moved out of the content folder here (a download
+    /// of the item brought back later lands in a place of its own) and emptied on the spares' own thread, not
+    /// under the lock nor on the thread of the request whose commit wrote them.
     mutating func releaseContentOfWrittenDeletes() {
         let ids = store.takeReleasedContent().filter { id in !(items[id].map { !$0.deleted && $0.hasLocal } ?? false) }
         guard !ids.isEmpty else { return }
@@ -226,7 +223,7 @@ extension CoreState {
             return
         }
         for id in ids { cache.set(id, 0) }
-        paths.spares.giveLater(ids.map(paths.content))
+        paths.spares.giveLater(ids.compactMap { paths.spares.setAside(paths.content($0), as: $0) })
     }
 }
 

@@ -143,6 +143,9 @@ public final class Store {
         if inTransaction && !begun {
             try typed { try db.query("BEGIN IMMEDIATE") }
             begun = true
+            // The deletes kept back go first, before the rows of this operation: in the journal a folder's
+            // delete stays after its files', and a create after the delete that freed its name.
+            if hasKeptDeletes { try writeKeptDeletes() }
         }
         if inTransaction, db.isAutocommit, let failure = transactionFailure { throw failure }
         do { return try body() } catch {
@@ -873,11 +876,20 @@ final class SpareFiles: Sendable {
     static let kept = 16_384
     static let largestKept: Int64 = 64 << 10
 
-    /// The spares left by an earlier run are kept.
+    /// The spares left by an earlier run are kept; files set aside and not given yet are removed.
     init(directory: String) {
         self.directory = directory
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { Int($0) != nil }
+        let all = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        for name in all where Int(name) == nil { removeLeftover(directory + "/" + name) }
+        let names = all.filter { Int($0) != nil }
         pool = Locked(Pool(names: names, next: names.compactMap { Int($0) }.max() ?? 0))
+    }
+
+    /// Moves the content file at `path` out of its folder, into this one under a name that is no spare's (to
+    /// be given later); nil when it is not there.
+    func setAside(_ path: String, as id: String) -> String? {
+        let aside = directory + "/going-" + id
+        return rename(path, aside) == 0 ? aside : nil
     }
 
     var count: Int { pool.withLock { $0.names.count } }

@@ -577,6 +577,9 @@ extension CoreState {
     ///
     func isPushable(_ id: String) -> Bool {
         guard let item = items[id] else { return false }
+        // Not before it is written here (the next pass writes it first): a crash must not find it gone
+        // from the remote and back here.
+        if store.keepsDelete(id) { return false }
         // The delete of a local-only item's remote copy goes by id, and no write here holds it up.
         if item.isLocalOnly { return true }
         if isBeingWritten(id) { return false }
