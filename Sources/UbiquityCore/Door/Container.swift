@@ -166,21 +166,21 @@ public final class Container: @unchecked Sendable {
     /// full disk too (the reserve, then evictions): a file whose close the full disk refused is uploaded once its
     /// row is written, and can then be evicted to make room.
     func writeKeptBack() {
-        do {
-            try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
-                if s.store.hasKeptBack { try s.writeKeptBack() }
-            }
-        } catch {
+        do { try writeKeptBackOrFail() } catch {
             log.warning("the rows kept back (new files not closed yet, deletes) could not be saved: \(error)")
+        }
+    }
+
+    private func writeKeptBackOrFail() throws(CoreError) {
+        try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
+            if s.store.hasKeptBack { try s.writeKeptBack() }
         }
     }
 
     /// fsync of a folder: the rows kept back (its deletes, its new files' creates) are written, and what was
     /// committed is made durable.
     public func syncedDirectory() throws(CoreError) {
-        try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
-            if s.store.hasKeptBack { try s.writeKeptBack() }
-        }
+        try writeKeptBackOrFail()
         do { try checkpointer.run() } catch { throw CoreError.from(error) }
     }
 

@@ -169,9 +169,7 @@ extension CoreState {
     /// Whether the store's file system has room to spare beyond the minimum kept free (`ampleRoom`): what a
     /// delete frees may wait a second then (Store.keptBack).
     var hasAmpleRoom: Bool {
-        var vfs = statvfs()
-        guard statvfs(paths.directory, &vfs) == 0 else { return false }
-        return Int64(vfs.f_bavail) * Int64(vfs.f_frsize) > max(config.minFreeBytes, 0) + CoreState.ampleRoom
+        (paths.freeBytes ?? 0) > max(config.minFreeBytes, 0) + CoreState.ampleRoom
     }
     static let ampleRoom: Int64 = 256 << 20
 
@@ -307,11 +305,7 @@ extension Container {
     }
 
     /// Free bytes on the store's file system (for an unprivileged writer).
-    func freeBytes() -> Int64 {
-        var vfs = statvfs()
-        guard statvfs(paths.directory, &vfs) == 0 else { return .max }
-        return Int64(vfs.f_bavail) * Int64(vfs.f_frsize)
-    }
+    func freeBytes() -> Int64 { paths.freeBytes ?? .max }
 
     /// The usage the evictor brings the store down to once it passed the limit.
     var lowWaterMark: Int64 { config.cacheLimit - config.cacheLimit / 10 }

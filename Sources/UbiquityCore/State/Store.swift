@@ -833,6 +833,13 @@ struct StorePaths: Sendable {
     /// Downloads staged since staging was last found without any (it is emptied at start): a delete looks for
     /// partial downloads to remove only then, not with a listing of the folder at every `rm`.
     let staged = StagedDownloads()
+
+    /// Free bytes on the store's file system (for an unprivileged writer); nil when it cannot be read.
+    var freeBytes: Int64? {
+        var vfs = statvfs()
+        guard statvfs(directory, &vfs) == 0 else { return nil }
+        return Int64(vfs.f_bavail) * Int64(vfs.f_frsize)
+    }
     var content: String { directory + "/content" }
     var staging: String { directory + "/staging" }
     func content(_ id: String) -> String { content + "/" + id }
