@@ -46,3 +46,19 @@ def test_what_tar_extracted_after_an_rm_rf_survives_a_kill_9(stub, mount_factory
     names = sorted(os.listdir(loop))
     assert len(names) == 50
     assert all(stat.S_IMODE(os.stat(loop / n).st_mode) == 0o640 and os.stat(loop / n).st_size == 0 for n in names)
+
+
+def test_an_rm_made_durable_by_fsync_of_its_folder_survives_a_kill_9(stub, mount_factory):
+    """A delete waits for the next commit (up to a second): an fsync of the folder, as a program that must not
+    see the file again does (sync -f DIR would not do: it syncs the file system, not the folder), writes it."""
+    m = mount_factory(stub)
+    folder = m / "Documents" / "d"
+    folder.mkdir()
+    run("sh", "-c", "for i in $(seq 20); do echo $i > f$i; done", cwd=folder)
+    run("sh", "-c", "rm f1 f2 f3 && python3 -c 'import os; fd = os.open(\".\", os.O_RDONLY); os.fsync(fd)'",
+        cwd=folder)
+    m.kill_daemon(signal.SIGKILL)  # at once: the push loop had no time to write the deletes
+    m.mount()
+    names = sorted(os.listdir(folder), key=lambda n: int(n[1:]))
+    assert names == [f"f{i}" for i in range(4, 21)]
+    assert (folder / "f20").read_text() == "20\n"
