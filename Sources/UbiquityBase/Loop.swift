@@ -1,5 +1,6 @@
 // One background loop on a thread of its own, run the same way everywhere: a name (seen in `top -H`, gdb and
-// the logs), a wake that cuts its pause short, a stop it sees at its next look, and a join that waits for it.
+// the logs), a priority (below the threads answering requests, for work nobody waits on), a wake that cuts its
+// pause short, a stop it sees at its next look, and a join that waits for it.
 //
 // What must hold: the flags are a `Locked` value, a leaf lock: no code runs under it but the flag updates here,
 // and every change of them wakes the threads waiting on them (a pause, a join). Once `join` has returned true,
@@ -18,10 +19,25 @@ public final class Loop: Sendable {
         var away = false
     }
 
+    /// How the loop's thread competes for the CPU.
+    public enum Priority: Sendable {
+        /// As the threads answering requests: work a request waits for (a download an open waits on).
+        case asRequests
+        /// Below them (nice `Loop.backgroundNice`): work nobody waits for now (syncing, evicting), which then
+        /// takes what the CPU has left while programs use the mount, and all of it when they do not.
+        case background
+    }
+    /// The nice value of a background loop's thread.
+    public static let backgroundNice: Int32 = 10
+
     public let name: String
+    public let priority: Priority
     private let flags = Locked(Flags())
 
-    public init(name: String) { self.name = name }
+    public init(name: String, priority: Priority = .asRequests) {
+        self.name = name
+        self.priority = priority
+    }
 
     /// Starts `body` on a new thread named after the loop; a loop starts once (a second start is ignored). The
     /// body runs until it sees `isStopping` (or `away` answers nil) and returns.
@@ -32,10 +48,11 @@ public final class Loop: Sendable {
         }
         guard first else { return }
         let thread = Thread { [self] in
+            nameCurrentThread(name)
+            if priority == .background { lowerCurrentThreadPriority(to: Loop.backgroundNice) }
             body()
             change { $0.running = false; $0.away = false }
         }
-        thread.name = name
         if let stackSize { thread.stackSize = stackSize }
         thread.start()
     }

@@ -213,6 +213,21 @@ public func monotonicNanoseconds() -> Int64 {
 /// The calling thread's id (gettid(2)): what the kernel sends as the caller of a FUSE request.
 public func currentThreadID() -> pid_t { pid_t(ubq_gettid()) }
 
+/// Names the calling thread (the first 15 bytes), as `top -H`, `ps -L` and gdb show it.
+public func nameCurrentThread(_ name: String) { ubq_name_thread(name) }
+
+/// Lowers the calling thread's CPU priority to the nice value given, when it is higher than the thread's own
+/// (Linux keeps one per thread; raising it back would need a privilege, so it is only ever lowered). A thread
+/// doing background work (syncing, evicting) lowered this way leaves the CPU to the threads answering
+/// programs' requests when both want it, and runs at full speed when the machine is otherwise idle.
+public func lowerCurrentThreadPriority(to nice: Int32) {
+    let tid = id_t(ubq_gettid())
+    errno = 0
+    let now = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), tid)
+    guard errno == 0, now < nice else { return }
+    _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), tid, nice)
+}
+
 /// Random bytes from the kernel, as lowercase hex.
 public func randomHex(bytes count: Int) -> String {
     // Eight bytes from each draw of the system's generator (one getrandom call each).

@@ -76,9 +76,12 @@ final class Announcer: @unchecked Sendable {
             return !s.running
         }
         if start {
-            let thread = Thread { [self] in loop() }
-            thread.name = "announce"
-            thread.start()
+            // Below the threads answering programs' requests: a burst from elsewhere must not slow them.
+            Thread { [self] in
+                nameCurrentThread("announce")
+                lowerCurrentThreadPriority(to: Loop.backgroundNice)
+                loop()
+            }.start()
         } else {
             wake.signal()
         }

@@ -13,7 +13,7 @@ import UbiquityCore
 final class DesktopNotices: Sendable {
     private let core: Container
     private let mountpoint: String
-    private let loop = Loop(name: "notices")
+    private let loop = Loop(name: "notices", priority: .background)
     private let log = Logger("notices")
     private struct Seen {
         /// Conflict versions told already (item id + version id).

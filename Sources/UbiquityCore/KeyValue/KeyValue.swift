@@ -40,8 +40,8 @@ public final class KeyValueStore: Sendable {
     /// The wall clock of its writes' times (the environment's, as the container's: a test or a simulation
     /// may give its own).
     private let clock: @Sendable () -> Int64
-    private let pusher = Loop(name: "kv-push")
-    private let feeder = Loop(name: "kv-feed")
+    private let pusher = Loop(name: "kv-push", priority: .background)
+    private let feeder = Loop(name: "kv-feed", priority: .background)
     static let keptChanges = 1000
 
     /// Opens the store's tables in `directory`'s database. `account` names the remote account and container

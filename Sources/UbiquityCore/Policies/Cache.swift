@@ -404,7 +404,7 @@ extension Container {
 /// The background loop that keeps the local store under its limit: it sleeps until woken (usage passed the
 /// limit) or a few seconds passed (free space is checked then), and runs the container's `evictIfNeeded`.
 final class Evictor: Sendable {
-    private let loop = Loop(name: "evict")
+    private let loop = Loop(name: "evict", priority: .background)
     static let tickSeconds = 5.0
 
     /// Starts the loop; it holds the container only for a pass, and ends once the container is gone.

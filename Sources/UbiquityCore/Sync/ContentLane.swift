@@ -33,7 +33,7 @@ final class ContentLane: Sendable {
     /// of after `stop` is freed once the upload in flight ends.
     private weak let container: Container?
     private let environment: CoreEnvironment
-    private let loop = Loop(name: "upload")
+    private let loop = Loop(name: "upload", priority: .background)
     private let state = Locked(State())
     private let log = Logger("push")
 
