@@ -11,7 +11,50 @@ import UbiquityTesting
 import Glibc
 #endif
 
+/// Tells the test thread when the first remote items were applied, and holds the applying thread (between two
+/// steps, the lock let go) until the test thread has read the state.
+private final class FirstAddition: ContainerObserver, @unchecked Sendable {
+    let seen = DispatchSemaphore(value: 0)
+    let read = DispatchSemaphore(value: 0)
+    private let once = Locked(false)
+
+    func entryAdded(parent: String, name: String) {
+        guard once.withLock({ o in defer { o = true }; return !o }) else { return }
+        seen.signal()
+        _ = read.wait(timeout: .now() + 20)
+    }
+    func itemChanged(_ id: String, contentChanged: Bool) {}
+    func entryRemoved(parent: String, name: String, id: String, isDirectory: Bool) {}
+    func changedElsewhere(_ id: String, contentChanged: Bool) {}
+}
+
 @Suite struct GivingWayTests {
+    @Test func aPageOfRemoteChangesLetsARequestInBeforeItsEnd() throws {
+        let device = try Device(MemoryRemote(), name: "here")
+        let docs = device.docs
+        let page = (0..<1_000).map { i in
+            WireItem(id: "burst-\(i)", parent: docs, name: "f\(i)", kind: .file, mode: 0o644, mtime: 1_700_000_000,
+                     size: 0, sha256: "", version: Int64(100 + i), deleted: false, device: "there", xattrs: [:],
+                     conflicts: [])
+        }
+        let observer = FirstAddition()
+        device.container.observer = observer
+        let applied = DispatchSemaphore(value: 0)
+        Thread {
+            try? device.container.pullSide.applyRemote(page, token: nil)
+            applied.signal()
+        }.start()
+        #expect(observer.seen.wait(timeout: .now() + 20) == .success)
+        // A request now gets in while the page is still being applied: the first step's items are there, not all.
+        let ids = page.map(\.id)
+        let seenByTheRequest = device.container.read { s in ids.count { s.items[$0] != nil } }
+        observer.read.signal()
+        #expect(applied.wait(timeout: .now() + 20) == .success)
+        #expect(seenByTheRequest > 0)
+        #expect(seenByTheRequest < page.count)
+        #expect(device.container.read { s in ids.count { s.items[$0] != nil } } == page.count)
+    }
+
     @Test func theStoresLogIsCheckpointedOutsideTheCommitThatFillsIt() throws {
         let dir = TempDir()
         let db = try Database(path: dir.path + "/t.sqlite")

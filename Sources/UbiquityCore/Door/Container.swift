@@ -17,6 +17,7 @@
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a content gate, then `Backings`, then `state`,
 // then the leaves.
 import Foundation
+import Synchronization
 import UbiquityBase
 #if canImport(Glibc)
 import Glibc
@@ -189,8 +190,34 @@ public final class Container: @unchecked Sendable {
     /// Reads the state under the lock.
     @inline(__always)
     func read<T, E: Error>(_ body: (CoreState) throws(E) -> T) throws(E) -> T {
-        try state.withLock { (s: inout CoreState) throws(E) -> T in try body(s) }
+        try withState { (s: inout CoreState) throws(E) -> T in try body(s) }
     }
+
+    /// Threads waiting for the state's lock now (`othersWaiting`).
+    private let waiting = Atomic<Int>(0)
+
+    /// Runs `body` holding the state's lock, counted in `waiting` until it has it.
+    @inline(__always)
+    private func withState<T, E: Error>(_ body: (inout CoreState) throws(E) -> T) throws(E) -> T {
+        waiting.add(1, ordering: .relaxed)
+        return try state.withLock { (s: inout CoreState) throws(E) -> T in
+            waiting.subtract(1, ordering: .relaxed)
+            return try body(&s)
+        }
+    }
+
+    /// True when another thread waits for the state's lock: a long step under it (a page of remote changes)
+    /// ends early and lets that thread in (PullSide.applyRemote, then `giveWay`).
+    var othersWaiting: Bool { waiting.load(ordering: .relaxed) > 0 }
+
+    /// Waits, a few milliseconds at most, until the threads waiting for the state's lock have it: a long task
+    /// done in steps calls it between two steps, so that a request of the mount goes first. Without it the
+    /// task's own thread took the lock again before a woken waiter could (the lock is not fair), and requests
+    /// waited out the whole task.
+    func giveWay() {
+        for _ in 0..<Container.giveWayPolls where othersWaiting { usleep(100) }
+    }
+    private static let giveWayPolls = 50
 
     /// Runs one operation under the lock as one transaction (State.swift), then delivers what it queued for
     /// after the lock: notices to the observer, wake-ups of the pusher and the evictor, downloads to start.
@@ -214,7 +241,7 @@ public final class Container: @unchecked Sendable {
     /// hot paths (every write of a program, every chunk of a transfer). A store write in it is a bug, caught
     /// as one outside any transaction (Store.checkInTransaction).
     func update<T>(_ body: (inout CoreState) -> T) -> T {
-        let (result, effects) = state.withLock { s -> (T, Effects) in
+        let (result, effects) = withState { s -> (T, Effects) in
             let result = body(&s)
             defer { s.effects = Effects() }
             return (result, s.effects)
@@ -226,7 +253,7 @@ public final class Container: @unchecked Sendable {
     /// `mutate` for an operation that throws errors other than CoreError: the sync loops', whose records lead
     /// to free space (an upload acknowledged makes its copy evictable), hence their room.
     func mutateThrowing<T>(room: FullDiskRoom = .evictions, _ body: (inout CoreState) throws -> T) throws -> T {
-        let (result, effects) = state.withLock { s -> (Result<T, Error>, Effects) in
+        let (result, effects) = withState { s -> (Result<T, Error>, Effects) in
             let result = Result { try s.transact(room: room, body) }
             defer { s.effects = Effects() }
             return (result, s.effects)
@@ -283,7 +310,7 @@ public final class Container: @unchecked Sendable {
 
     /// How many live subdirectories a directory has (its link count is 2 more).
     public func subdirectoryCount(_ id: String) -> Int {
-        state.withLock { s in
+        withState { s in
             let items = s.items
             return s.children.directoryCount(in: id) { items[$0]?.isDirectory == true }
         }

@@ -25,6 +25,9 @@ final class SyncLoops: Sendable {
     private weak let owner: Container?
     private let environment: CoreEnvironment
     private let log = Logger("sync")
+    // At the priority of the threads answering requests, not below: both take the container's lock for steps of
+    // milliseconds, and a thread set below them held it while the CPU went elsewhere, so requests waited on it
+    // longer (their steps give way to waiting requests instead: PullSide.applyRemote).
     private let puller = Loop(name: "pull")
     private let pusher = Loop(name: "push")
     /// Where large content goes up, beside the push loop (ContentLane.swift).
@@ -190,7 +193,9 @@ final class SyncLoops: Sendable {
     /// Applies remote items, and the feed position they bring (nil: items fetched one by one, no position).
     private func apply(_ items: [WireItem], token: String?) throws {
         try container.pullSide.applyRemote(items, token: token)
-        if !items.isEmpty { wakePusher() }
+        // A remote change may let a local one go up (a place refused before). Not a local change: the pusher
+        // gathers bursts of those, and a burst from elsewhere must not keep it from seeing a local one pause.
+        if !items.isEmpty { pusher.wake() }
     }
 
     /// Fetches again, one by one, the items whose remote change the puller refused (a move that would have
