@@ -72,28 +72,6 @@ public final class Database {
     deinit {
         for stmt in statements.values { sqlite3_finalize(stmt) }
         sqlite3_close_v2(handle)
-        walHook?.release()
-    }
-
-    /// The closure `afterWALCommit` installed, kept alive while the connection is open.
-    private var walHook: Unmanaged<WALHook>?
-    private final class WALHook {
-        let body: (Int) -> Void
-        init(_ body: @escaping (Int) -> Void) { self.body = body }
-    }
-
-    /// Calls `body` after each commit in WAL mode with the pages the log holds then (sqlite3_wal_hook), on the
-    /// committing thread: it must be quick. This replaces SQLite's automatic checkpoint, which ran inside the
-    /// commit that crossed 1,000 pages (writing the pages back and syncing the file on the committer's
-    /// thread): `body` now decides when to checkpoint, and where.
-    public func afterWALCommit(_ body: @escaping (Int) -> Void) {
-        walHook?.release()
-        let hook = Unmanaged.passRetained(WALHook(body))
-        walHook = hook
-        sqlite3_wal_hook(handle, { context, _, _, pages in
-            Unmanaged<WALHook>.fromOpaque(context!).takeUnretainedValue().body(Int(pages))
-            return SQLITE_OK
-        }, hook.toOpaque())
     }
 
     private func check(_ rc: Int32) throws {

@@ -60,9 +60,6 @@ public final class Store {
         do {
             db = try Database(path: directory + "/state.sqlite")
             try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF;")
-            db.afterWALCommit { [checkpointer] pages in
-                if pages >= Checkpointer.pagesBeforeCheckpoint { checkpointer.runSoon() }
-            }
             try createSchema()
             _ = try db.query("SELECT count(*) FROM items")
         } catch {
@@ -999,19 +996,10 @@ final class StoreLock: Sendable {
 /// Makes committed changes durable (they are otherwise durable at the next checkpoint: WAL mode with
 /// synchronous=NORMAL): a checkpoint syncs the log first. It runs on a database connection of its own, so an
 /// fsync waits for the disk without holding the container's lock; a passive checkpoint never blocks a writer.
-/// The store's own connection makes no automatic checkpoint: once a commit leaves the log at
-/// `pagesBeforeCheckpoint` pages or more, one runs here on a queue of its own (`runSoon`). SQLite's automatic
-/// one ran inside that commit, under the container's lock, and a burst of changes from elsewhere then held
-/// every request of the mount for its 20-30 ms each quarter of a second.
 final class Checkpointer: Sendable {
     private let path: String
     /// Opened at the first checkpoint.
     private let db = Locked<Database?>(nil)
-    /// A checkpoint is queued and has not begun.
-    private let queued = Locked(false)
-    private let queue = DispatchQueue(label: "ubiquityfs.checkpoint", qos: .utility)
-    /// SQLite's own default for its automatic checkpoint.
-    static let pagesBeforeCheckpoint = 1000
 
     init(path: String) { self.path = path }
 
@@ -1019,20 +1007,6 @@ final class Checkpointer: Sendable {
         try db.withLock { db in
             if db == nil { db = try Database(path: path) }
             try db!.exec("PRAGMA wal_checkpoint(PASSIVE)")
-        }
-    }
-
-    /// Queues a checkpoint unless one is queued already; returns at once (it is called inside a commit).
-    func runSoon() {
-        let first = queued.withLock { q in
-            defer { q = true }
-            return !q
-        }
-        guard first else { return }
-        queue.async { [weak self] in
-            guard let self else { return }
-            queued.withLock { $0 = false }
-            do { try run() } catch { Logger("store").warning("checkpoint of the store's log failed: \(error)") }
         }
     }
 }

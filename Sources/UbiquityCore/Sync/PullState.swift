@@ -29,15 +29,15 @@ extension PullSide {
     var feedToken: String? { get throws { try read { s in try s.store.meta("token") } } }
 
     /// Applies remote items and the feed position they bring (nil: items fetched one by one) in steps: each
-    /// step is one store transaction, and the position is recorded with the last. A step ends early when
-    /// another thread waits for the container's lock (a request of the mount): a page of the feed holds up to
-    /// 1,000 items, and applied in one hold of the lock it kept every request waiting tens of milliseconds
-    /// (Part 19's burst of 20,000 creates from elsewhere slowed this device's own work by 70 %). Applying a page
-    /// in steps is safe: the feed is in version order, so what is applied before a crash or a failure is a
-    /// shorter page, and an item applied twice is skipped the second time (its version is not newer). Pinned
-    /// files whose content changed start downloading after each step. On a full store disk the rest waits (the
-    /// caller tries again later) and leaves the store's reserve alone: the evictor needs it to make room, and
-    /// the pusher to record the uploads that let it.
+    /// step is one store transaction of up to `mostItemsPerStep` items, and the position is recorded with the
+    /// last. A step ends early once another thread waits for the container's lock (a request of the mount) and
+    /// it has held the lock `stepNanoseconds`: a request waits a few milliseconds at most behind a burst from
+    /// elsewhere (Part 19), and a pull nobody waits for commits no more often than before. Applying a page in
+    /// steps is safe: the feed is in version order, so what is applied before a crash or a failure is a shorter
+    /// page, and an item applied twice is skipped the second time (its version is not newer). Pinned files whose
+    /// content changed start downloading after each step. On a full store disk the rest waits (the caller tries
+    /// again later) and leaves the store's reserve alone: the evictor needs it to make room, and the pusher to
+    /// record the uploads that let it.
     func applyRemote(_ items: [WireItem], token: String?) throws {
         let newest = items.map(\.version).max()
         var start = items.startIndex
@@ -49,19 +49,24 @@ extension PullSide {
         } while start < items.endIndex
     }
 
-    /// The most items applied in one hold of the container's lock when nobody waits for it.
-    static let mostItemsPerStep = 64
+    /// The most items applied in one hold of the container's lock (a page of the feed holds up to 1,000).
+    static let mostItemsPerStep = 1_000
+    /// How long a step holds the lock at least before it lets a waiting request in (each step costs a commit).
+    static let stepNanoseconds: Int64 = 2_000_000
 
-    /// Applies `items` in order until another thread waits for the lock (at least one); with the last of a
-    /// page, the feed position. Answers how many it applied.
+    /// Applies `items` in order, until another thread waits for the lock once the step has held it
+    /// `stepNanoseconds` (at least one item); with the last of a page, the feed position. Answers how many it
+    /// applied.
     private func applyRemoteStep(_ items: ArraySlice<WireItem>, token: String?, newest: Int64?, last: Bool) throws -> Int {
         do {
             return try mutateThrowing(room: .withReserveInPlace) { s in
                 var applied = 0
+                let start = monotonicNanoseconds()
                 for w in items {
                     try s.applyRemoteItem(w)
                     applied += 1
-                    if applied < items.count && container.othersWaiting { return applied }
+                    if applied < items.count && container.othersWaiting
+                        && monotonicNanoseconds() - start >= PullSide.stepNanoseconds { return applied }
                 }
                 if last, let token { try s.store.setMeta("token", token) }
                 if last, token != nil, let newest {
