@@ -23,8 +23,9 @@ public final class Loop: Sendable {
     public enum Priority: Sendable {
         /// As the threads answering requests: work a request waits for (a download an open waits on).
         case asRequests
-        /// Below them (nice `Loop.backgroundNice`): work nobody waits for now (syncing, evicting), which then
-        /// takes what the CPU has left while programs use the mount, and all of it when they do not.
+        /// Below them (nice `Loop.backgroundNice`): work nobody waits for now (large uploads, evicting), which
+        /// then takes what the CPU has left while programs use the mount, and all of it when they do not. Not for
+        /// a loop that holds a lock requests wait for: set lower, it held the lock while the CPU went elsewhere.
         case background
     }
     /// The nice value of a background loop's thread.

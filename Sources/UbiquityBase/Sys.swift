@@ -218,7 +218,7 @@ public func nameCurrentThread(_ name: String) { ubq_name_thread(name) }
 
 /// Lowers the calling thread's CPU priority to the nice value given, when it is higher than the thread's own
 /// (Linux keeps one per thread; raising it back would need a privilege, so it is only ever lowered). A thread
-/// doing background work (syncing, evicting) lowered this way leaves the CPU to the threads answering
+/// doing background work (large uploads, evicting) lowered this way leaves the CPU to the threads answering
 /// programs' requests when both want it, and runs at full speed when the machine is otherwise idle.
 public func lowerCurrentThreadPriority(to nice: Int32) {
     let tid = id_t(ubq_gettid())
