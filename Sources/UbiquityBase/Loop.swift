@@ -31,6 +31,13 @@ public final class Loop: Sendable {
     /// The nice value of a background loop's thread.
     public static let backgroundNice: Int32 = 10
 
+    /// Names the calling thread and sets its priority, as a loop's thread does when it begins (also for a
+    /// thread of its own that is not a loop's: the announcer's).
+    public static func enterThread(named name: String, priority: Priority) {
+        nameCurrentThread(name)
+        if priority == .background { lowerCurrentThreadPriority(to: backgroundNice) }
+    }
+
     public let name: String
     public let priority: Priority
     private let flags = Locked(Flags())
@@ -49,8 +56,7 @@ public final class Loop: Sendable {
         }
         guard first else { return }
         let thread = Thread { [self] in
-            nameCurrentThread(name)
-            if priority == .background { lowerCurrentThreadPriority(to: Loop.backgroundNice) }
+            Loop.enterThread(named: name, priority: priority)
             body()
             change { $0.running = false; $0.away = false }
         }

@@ -78,8 +78,7 @@ final class Announcer: @unchecked Sendable {
         if start {
             // Below the threads answering programs' requests: a burst from elsewhere must not slow them.
             Thread { [self] in
-                nameCurrentThread("announce")
-                lowerCurrentThreadPriority(to: Loop.backgroundNice)
+                Loop.enterThread(named: "announce", priority: .background)
                 loop()
             }.start()
         } else {
