@@ -145,7 +145,7 @@ public final class Store {
             begun = true
             // The deletes kept back go first, before the rows of this operation: in the journal a folder's
             // delete stays after its files', and a create after the delete that freed its name.
-            if hasKeptDeletes { try writeKeptDeletes() }
+            try writeKeptDeletes()
         }
         if inTransaction, db.isAutocommit, let failure = transactionFailure { throw failure }
         do { return try body() } catch {

@@ -43,8 +43,8 @@ extension PullSide {
         var start = items.startIndex
         repeat {
             let end = min(start + PullSide.mostItemsPerStep, items.endIndex)
-            let applied = try applyRemoteStep(items[start..<end], token: token, newest: newest, last: end == items.endIndex)
-            start += applied
+            let last = end == items.endIndex
+            start += try applyRemoteStep(items[start..<end], token: last ? token : nil, newest: last ? newest : nil)
             if start < end { container.giveWay() }
         } while start < items.endIndex
     }
@@ -55,9 +55,9 @@ extension PullSide {
     static let stepNanoseconds: Int64 = 2_000_000
 
     /// Applies `items` in order, until another thread waits for the lock once the step has held it
-    /// `stepNanoseconds` (at least one item); with the last of a page, the feed position. Answers how many it
-    /// applied.
-    private func applyRemoteStep(_ items: ArraySlice<WireItem>, token: String?, newest: Int64?, last: Bool) throws -> Int {
+    /// `stepNanoseconds` (at least one item); once all are applied, the feed position `token` (given with the
+    /// last step of a page). Answers how many it applied.
+    private func applyRemoteStep(_ items: ArraySlice<WireItem>, token: String?, newest: Int64?) throws -> Int {
         do {
             return try mutateThrowing(room: .withReserveInPlace) { s in
                 var applied = 0
@@ -68,8 +68,8 @@ extension PullSide {
                     if applied < items.count && container.othersWaiting
                         && monotonicNanoseconds() - start >= PullSide.stepNanoseconds { return applied }
                 }
-                if last, let token { try s.store.setMeta("token", token) }
-                if last, token != nil, let newest {
+                if let token { try s.store.setMeta("token", token) }
+                if token != nil, let newest {
                     s.settledDeletes = s.settledDeletes.filter { $0.value > newest }
                 }
                 s.storeFullSince = nil
