@@ -161,3 +161,23 @@ def test_tail_follows_a_log_appended_on_the_other_device(stub, mount_factory):
     finally:
         tail.stop()
     assert log_b.read_text() == "rotated\n"
+
+
+def test_the_daemons_threads_are_named_and_the_repeats_run_below_requests(stub, mount_factory):
+    """`ps -L` (as `top -H`) names each of the daemon's threads; the announcer that repeats changes from
+    elsewhere and the upload lane run at nice 10, the pull and push loops at the priority of the threads
+    answering requests."""
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    os.listdir(b / "Documents")  # loaded here: its changes from elsewhere are repeated
+    (a / "Documents" / "new.txt").write_text("made on the laptop\n")
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "new.txt").exists(), timeout=30, what="new.txt on the desktop")
+    (pid,) = b.daemon_pids()
+    out = run("ps", "-L", "-o", "comm=,ni=", "-p", pid).stdout  # the announcer ends after 5 idle seconds
+    nice = {}
+    for line in out.splitlines():
+        name, value = line.rsplit(None, 1)
+        nice.setdefault(name.strip(), set()).add(int(value))
+    assert nice.get("announce") == {10}, out
+    assert nice.get("upload") == {10}, out
+    assert nice.get("pull") == {0} and nice.get("push") == {0}, out
