@@ -55,7 +55,7 @@ public final class FileSystem: @unchecked Sendable {
     /// The open file and directory handles, by number.
     private struct Handles {
         var files: [UInt64: OpenFile] = [:]
-        var dirs: [UInt64: [DirEntry]] = [:]
+        var dirs: [UInt64: OpenDirectory] = [:]
         var next: UInt64 = 1
 
         mutating func take() -> UInt64 {
@@ -91,6 +91,16 @@ public final class FileSystem: @unchecked Sendable {
         let id: String?
         /// The type bits of the entry's mode.
         let type: mode_t
+        /// The inode number listings show for it (`d_ino`): InodeTable.number of its node.
+        var number: UInt64 = 0
+    }
+
+    /// One open directory handle: its folder, and the listing its reads go through, taken at each read from
+    /// offset 0 (the first one, and each after a rewinddir(3), which must see the folder as it is then:
+    /// generic/471), so later offsets name the same entries however the folder changes meanwhile.
+    struct OpenDirectory {
+        let id: String
+        var list: [DirEntry] = []
     }
 
     public init(core: any AdapterCore, downloadPolicy: DownloadPolicy = DownloadPolicy(noDownloadFor: [])) {
@@ -103,9 +113,9 @@ public final class FileSystem: @unchecked Sendable {
 
     // MARK: attributes
 
-    func attributes(_ item: Item, ino: UInt64) -> stat {
+    func attributes(_ item: Item) -> stat {
         var st = stat()
-        st.st_ino = UInt(ino)
+        st.st_ino = UInt(inodes.number(item.id))
         let owner = core.config.owner(of: item)
         st.st_uid = owner.uid
         st.st_gid = owner.gid
@@ -153,7 +163,7 @@ public final class FileSystem: @unchecked Sendable {
     /// An entry counting one lookup. Virtual nodes are not cached by the kernel.
     func entry(_ id: String, _ node: Node) -> Entry {
         let ino = inodes.remember(id)
-        return Entry(ino: ino, attributes: attributes(node, ino: ino), timeout: node.isVirtual ? 0 : cacheTimeout)
+        return Entry(ino: ino, attributes: attributes(node, of: id), timeout: node.isVirtual ? 0 : cacheTimeout)
     }
 
     func entry(_ item: Item) -> Entry { entry(item.id, .real(item)) }
@@ -209,7 +219,7 @@ public final class FileSystem: @unchecked Sendable {
 
     func getattr(_ ino: UInt64) throws(CoreError) -> Attributes {
         guard let id = inodes.id(ino), let node = node(id) else { throw .notFound }
-        return Attributes(stat: attributes(node, ino: ino), timeout: node.isVirtual ? 0 : cacheTimeout)
+        return Attributes(stat: attributes(node, of: id), timeout: node.isVirtual ? 0 : cacheTimeout)
     }
 
     /// setattr(2). Truncating to a non-zero size needs the old content: it is fetched first when not local.
@@ -225,7 +235,7 @@ public final class FileSystem: @unchecked Sendable {
         withContent(waiter, id, attempt: 1, done: done) { [self, changes] () throws(CoreError) in
             let item = try core.setAttributes(id, size: changes.size, mode: changes.mode, mtime: changes.mtime,
                                               atime: changes.atime, owner: try newOwner(id, changes))
-            return Attributes(stat: attributes(item, ino: ino), timeout: cacheTimeout)
+            return Attributes(stat: attributes(item), timeout: cacheTimeout)
         }
     }
 
@@ -591,39 +601,53 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     func opendir(_ ino: UInt64) throws(CoreError) -> Opened {
-        guard let id = inodes.id(ino) else { throw .notFound }
-        var list = [DirEntry(name: ".", id: nil, type: S_IFDIR), DirEntry(name: "..", id: nil, type: S_IFDIR)]
-        for child in try children(id) {
-            let type = child.kind.map(FileSystem.fileType) ?? node(child.id)?.fileType ?? S_IFREG
-            list.append(DirEntry(name: child.name, id: child.id, type: type))
-        }
+        guard let id = inodes.id(ino), let node = node(id) else { throw .notFound }
+        guard node.fileType == S_IFDIR else { throw .notDirectory }
         let fh = handles.withLock { h in
             let fh = h.take()
-            h.dirs[fh] = list
+            h.dirs[fh] = OpenDirectory(id: id)
             return fh
         }
         return Opened(fh: fh)
+    }
+
+    /// The listing of folder `id`, `.` and `..` first, each entry with its inode number.
+    private func entries(_ id: String) throws(CoreError) -> [DirEntry] {
+        var up = InodeTable.rootIno // (the root's `..` is outside the mount; a virtual folder's is not kept)
+        if case .real(let item)? = node(id), let parent = item.parent { up = inodes.number(parent) }
+        var list = [DirEntry(name: ".", id: nil, type: S_IFDIR, number: inodes.number(id)),
+                    DirEntry(name: "..", id: nil, type: S_IFDIR, number: up)]
+        for child in try children(id) {
+            let type = child.kind.map(FileSystem.fileType) ?? node(child.id)?.fileType ?? S_IFREG
+            list.append(DirEntry(name: child.name, id: child.id, type: type, number: inodes.number(child.id)))
+        }
+        return list
     }
 
     func releasedir(_ fh: UInt64) {
         handles.withLock { $0.dirs[fh] = nil }
     }
 
-    /// The listing a directory handle took at its opendir.
-    func listing(_ fh: UInt64) -> [DirEntry] {
-        handles.withLock { $0.dirs[fh] ?? [] }
+    /// The listing a directory handle reads from `offset` (OpenDirectory says when it is taken). A folder
+    /// removed since its opendir lists nothing, as on ext4.
+    func listing(_ fh: UInt64, from offset: Int) -> [DirEntry] {
+        guard offset == 0 else { return handles.withLock { $0.dirs[fh]?.list ?? [] } }
+        guard let id = handles.withLock({ $0.dirs[fh]?.id }) else { return [] }
+        let list = (try? entries(id)) ?? []
+        handles.withLock { $0.dirs[fh]?.list = list }
+        return list
     }
 
-    /// The inode a plain readdir shows for an entry (1 for `.`, `..` and names not looked up yet).
-    func listedIno(_ e: DirEntry) -> UInt64 { e.id.flatMap { inodes.known($0) } ?? 1 }
+    /// The inode number a plain readdir shows for an entry.
+    func listedIno(_ e: DirEntry) -> UInt64 { e.number }
 
-    /// The entry readdirplus gives for `e`, listed in the directory of inode `ino`: a node's counts a lookup;
-    /// `.` and `..` (and a node gone since the opendir) count none.
-    func listedEntry(_ e: DirEntry, in ino: UInt64) -> Entry {
+    /// The entry readdirplus gives for `e`: a node's counts a lookup; `.` and `..` (and a node gone since the
+    /// listing) count none.
+    func listedEntry(_ e: DirEntry) -> Entry {
         if let id = e.id, let node = node(id) { return entry(id, node) }
         var st = stat()
-        st.st_mode = S_IFDIR
-        st.st_ino = e.name == "." ? UInt(ino) : 1
+        st.st_mode = e.type
+        st.st_ino = UInt(e.number)
         return Entry(ino: 0, attributes: st, timeout: 0)
     }
 

@@ -1,7 +1,11 @@
-// The inode table: FUSE inode numbers for the core's stable item ids, with the kernel's lookup counts.
-// Every entry reply adds one lookup; forget subtracts; an inode is dropped at zero. The root (1) is permanent.
-// An inode number is never given out twice (an item forgotten and met again gets a new one), so entry replies
-// keep generation 0.
+// The inode table: FUSE node ids for the core's stable item ids, with the kernel's lookup counts, and the inode
+// number (`st_ino`, `d_ino`) each node shows. The two are different things. A node id names the kernel's inode
+// while the kernel holds it: every entry reply adds one lookup; forget subtracts; the node id is dropped at zero,
+// and is never given out twice (an item forgotten and met again gets a new one), so entry replies keep
+// generation 0. The inode number is a property of the item (`number`): a function of its id alone, so it stays
+// the same across forgets, retired node ids, remounts, evictions and renames, on every mount of the store, and
+// is never another item's (ids are 128 random bits). GNU tar, git, rsync -H and find rely on it, and the kernel
+// forgets inodes whenever memory is short. The root is node 1 and inode 1, and is permanent.
 //
 // What must hold: all state is read and changed under `table`'s lock, a leaf (nothing is called while it is held).
 // `remember` counts each entry reply (given back with `forget` when the reply does not reach the kernel) and
@@ -16,9 +20,25 @@ import UbiquityBase
 /// Every loop thread uses it; all its state is in `table`.
 final class InodeTable: Sendable {
     static let rootIno: UInt64 = 1
+    private let rootID: String
     private let table: Locked<Table>
 
-    init(rootID: String) { table = Locked(Table(rootID: rootID)) }
+    init(rootID: String) {
+        self.rootID = rootID
+        table = Locked(Table(rootID: rootID))
+    }
+
+    /// The inode number programs see for the node `id` (an item's or a virtual node's id), whether or not the
+    /// kernel holds it: 1 for the root, else 62 bits of the id's FNV-1a hash, with bit 62 set for virtual nodes
+    /// (so no virtual node shares an item's number) and never 0 or 1. Item ids are 128 random bits: two items
+    /// share a number with odds of about n²/2⁶³ (one in ten million for a million items).
+    func number(_ id: String) -> UInt64 {
+        if id == rootID { return InodeTable.rootIno }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in id.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        let number = hash & (1 << 62 - 1) | (NodeID(parsing: id).isVirtual ? 1 << 62 : 0)
+        return number < 2 ? number + 2 : number
+    }
 
     /// The item id of an inode the kernel holds.
     func id(_ ino: UInt64) -> String? { table.withLock { $0.byIno[ino]?.id } }

@@ -200,7 +200,7 @@ extension FileSystem {
             file.wrote = true
             file.wroteData = true
         }
-        return Attributes(stat: attributes(node, ino: ino), timeout: 0)
+        return Attributes(stat: attributes(node, of: id), timeout: 0)
     }
 
     func kvRemove(_ dirID: String, _ name: String) throws(CoreError) {

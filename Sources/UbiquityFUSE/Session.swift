@@ -228,12 +228,13 @@ private func addDirectoryOperations(_ ops: inout fuse_lowlevel_ops) {
     }
     ops.readdir = { req, _, size, off, fi in
         let f = fs(req)
-        reply(req).directory(DirectoryPacking.plain(f.listing(fi!.pointee.fh), from: Int(off), size: size, ino: f.listedIno))
+        reply(req).directory(DirectoryPacking.plain(f.listing(fi!.pointee.fh, from: Int(off)), from: Int(off), size: size,
+                                                    ino: f.listedIno))
     }
-    ops.readdirplus = { req, ino, size, off, fi in
+    ops.readdirplus = { req, _, size, off, fi in
         let f = fs(req)
-        let page = DirectoryPacking.plus(f.listing(fi!.pointee.fh), from: Int(off), size: size,
-                                         entry: { f.listedEntry($0, in: ino) },
+        let page = DirectoryPacking.plus(f.listing(fi!.pointee.fh, from: Int(off)), from: Int(off), size: size,
+                                         entry: { f.listedEntry($0) },
                                          unused: { if $0.ino != 0 { f.forget($0.ino, 1) } })
         reply(req).directory(page)
     }

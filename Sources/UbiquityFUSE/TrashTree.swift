@@ -95,14 +95,14 @@ extension FileSystem {
     }
 
     /// Attributes of an entry of the trash tree: read-only, owned by the mounting user.
-    func trashAttributes(_ v: WireVersion, ino: UInt64) -> stat {
+    func trashAttributes(_ v: WireVersion, number: UInt64) -> stat {
         switch v.kind {
         case .dir:
-            return virtualAttributes(ino: ino, mode: S_IFDIR | (mode_t(v.mode) & 0o555), size: 4096, mtime: v.mtime)
+            return virtualAttributes(number: number, mode: S_IFDIR | (mode_t(v.mode) & 0o555), size: 4096, mtime: v.mtime)
         case .symlink:
-            return virtualAttributes(ino: ino, mode: S_IFLNK | 0o777, size: Int64(v.target?.utf8.count ?? 0), mtime: v.mtime)
+            return virtualAttributes(number: number, mode: S_IFLNK | 0o777, size: Int64(v.target?.utf8.count ?? 0), mtime: v.mtime)
         default:
-            return virtualAttributes(ino: ino, mode: S_IFREG | (mode_t(v.mode) & 0o555), size: v.size, mtime: v.mtime)
+            return virtualAttributes(number: number, mode: S_IFREG | (mode_t(v.mode) & 0o555), size: v.size, mtime: v.mtime)
         }
     }
 

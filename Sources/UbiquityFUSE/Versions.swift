@@ -175,39 +175,40 @@ extension FileSystem {
         return (name[..<dot], name[dot...])
     }
 
-    /// Attributes of a node.
-    func attributes(_ node: Node, ino: UInt64) -> stat {
+    /// Attributes of a node, whose id is `id`.
+    func attributes(_ node: Node, of id: String) -> stat {
+        let number = inodes.number(id)
         switch node {
         case .real(let item):
-            return attributes(item, ino: ino)
+            return attributes(item)
         case .versionsDir(let item):
-            return virtualAttributes(ino: ino, mode: S_IFDIR | FileSystem.versionsDirMode(item), size: 4096,
+            return virtualAttributes(number: number, mode: S_IFDIR | FileSystem.versionsDirMode(item), size: 4096,
                                      mtime: item.mtime, owner: core.config.owner(of: item))
         case .version(let item, let c):
             // Versions are not the container's own files: no blocks, so `du` of the mount leaves them out.
-            return virtualAttributes(ino: ino, mode: S_IFREG | (mode_t(item.mode) & 0o555), size: c.size, mtime: c.mtime,
+            return virtualAttributes(number: number, mode: S_IFREG | (mode_t(item.mode) & 0o555), size: c.size, mtime: c.mtime,
                                      owner: core.config.owner(of: item))
         case .pastVersion(let item, let v):
-            return virtualAttributes(ino: ino, mode: S_IFREG | (mode_t(item.mode) & 0o555), size: v.size, mtime: v.mtime,
+            return virtualAttributes(number: number, mode: S_IFREG | (mode_t(item.mode) & 0o555), size: v.size, mtime: v.mtime,
                                      owner: core.config.owner(of: item))
         case .kvDir(let typed):
-            var st = virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+            var st = virtualAttributes(number: number, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
             if !typed { st.st_nlink = 3 } // and .json's `..`
             return st
         case .kvKey(let key, let typed):
             // (A value that cannot be read shows as empty: the read of it then fails with EIO.)
-            return virtualAttributes(ino: ino, mode: S_IFREG | 0o644, size: Int64(((try? kvBytes(key, typed: typed)) ?? []).count),
+            return virtualAttributes(number: number, mode: S_IFREG | 0o644, size: Int64(((try? kvBytes(key, typed: typed)) ?? []).count),
                                      mtime: nowNanoseconds())
         case .kvChanges:
-            return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: Int64(kvChangeBytes().count),
+            return virtualAttributes(number: number, mode: S_IFREG | 0o444, size: Int64(kvChangeBytes().count),
                                      mtime: nowNanoseconds())
         case .trashDir:
-            return virtualAttributes(ino: ino, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+            return virtualAttributes(number: number, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
         case .trashItem(let v):
-            return trashAttributes(v, ino: ino)
+            return trashAttributes(v, number: number)
         case .trashList:
             // Made at its open (a request to the remote): a stat asks nothing, and reads go on to the end.
-            return virtualAttributes(ino: ino, mode: S_IFREG | 0o444, size: 0, mtime: nowNanoseconds())
+            return virtualAttributes(number: number, mode: S_IFREG | 0o444, size: 0, mtime: nowNanoseconds())
         }
     }
 
@@ -221,9 +222,9 @@ extension FileSystem {
 
     /// Attributes of a read-only virtual node, owned by `owner` (nil: the mounting user, for the nodes that
     /// stand for no item).
-    func virtualAttributes(ino: UInt64, mode: mode_t, size: Int64, mtime: Int64, owner: Owner? = nil) -> stat {
+    func virtualAttributes(number: UInt64, mode: mode_t, size: Int64, mtime: Int64, owner: Owner? = nil) -> stat {
         var st = stat()
-        st.st_ino = UInt(ino)
+        st.st_ino = UInt(number)
         st.st_mode = mode
         st.st_nlink = mode & S_IFMT == S_IFDIR ? 2 : 1
         st.st_uid = (owner ?? core.config.owner).uid

@@ -203,11 +203,10 @@ extension FileSystem {
         // Gone from the core (deleted elsewhere) or elsewhere now (moved): what the kernel needs to remove or
         // move it, as the item was.
         if let item = core.item(id) {
-            let ino = inodes.remember(id)
-            return Entry(ino: ino, attributes: attributes(item, ino: ino), timeout: 0)
+            return Entry(ino: inodes.remember(id), attributes: attributes(item), timeout: 0)
         }
         let ino = inodes.remember(id)
-        let st = virtualAttributes(ino: ino, mode: isDirectory ? S_IFDIR | 0o755 : S_IFREG | 0o644, size: 0,
+        let st = virtualAttributes(number: inodes.number(id), mode: isDirectory ? S_IFDIR | 0o755 : S_IFREG | 0o644, size: 0,
                                    mtime: nowNanoseconds())
         return Entry(ino: ino, attributes: st, timeout: 0)
     }

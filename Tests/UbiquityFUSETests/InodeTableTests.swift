@@ -1,6 +1,8 @@
-// The inode table: the kernel's lookup counts decide how long an inode lives, the root lives forever, and an
-// inode number is never given to a second item (so the generation can stay 0).
+// The inode table: the kernel's lookup counts decide how long a node id lives, the root lives forever, a node id
+// is never given to a second item (so the generation can stay 0), and the inode number programs see is the
+// item's own, whatever happens to its node ids.
 import Dispatch
+import Foundation
 import Testing
 @testable import UbiquityFUSE
 
@@ -91,5 +93,37 @@ import Testing
         }
         #expect(table.count == 1)
         for id in ids { #expect(table.known(id) == nil) }
+    }
+
+    @Test func anItemKeepsItsInodeNumberThroughForgetsAndRetiredNodeIDs() {
+        let id = "0123456789abcdef0123456789abcdef"
+        let number = table.number(id)
+        let first = table.remember(id)
+        table.forget(first, 1)                // the kernel dropped it (echo 2 > /proc/sys/vm/drop_caches)
+        let second = table.remember(id)
+        #expect(second != first && table.number(id) == number)
+        table.retire(second)
+        let third = table.remember(id)
+        #expect(third != second && table.number(id) == number)
+        // Another table over the same store (a remount) shows the same number.
+        #expect(InodeTable(rootID: "root").number(id) == number)
+    }
+
+    @Test func inodeNumbersKeepToTheirSpaces() {
+        #expect(table.number("root") == InodeTable.rootIno)
+        var seen = Set<UInt64>()
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<100_000 {
+            let id = String(format: "%016llx%016llx", rng.next() as UInt64, rng.next() as UInt64)
+            let n = table.number(id)
+            #expect(n > 1 && n < 1 << 62, "an item's number is below the virtual nodes' space")
+            seen.insert(n)
+        }
+        #expect(seen.count == 100_000, "no two of 100,000 random ids share a number")
+        for id in ["v:root", "c:0123456789abcdef0123456789abcdef:77", "kv:key", "t:", "ti:0123"] {
+            let n = table.number(id)
+            #expect(n >= 1 << 62 && n < 1 << 63, "\(id) is in the virtual nodes' space")
+        }
+        #expect(table.number("kv:a") != table.number("kv:b"))
     }
 }
