@@ -218,8 +218,19 @@ public final class FileSystem: @unchecked Sendable {
     func forget(_ ino: UInt64, _ count: UInt64) { inodes.forget(ino, count) }
 
     func getattr(_ ino: UInt64) throws(CoreError) -> Attributes {
-        guard let id = inodes.id(ino), let node = node(id) else { throw .notFound }
-        return Attributes(stat: attributes(node, of: id), timeout: node.isVirtual ? 0 : cacheTimeout)
+        guard let id = inodes.id(ino) else { throw .notFound }
+        guard let node = node(id) else {
+            guard let removed = inodes.removed(ino) else { throw .notFound }
+            return Attributes(stat: removed, timeout: 0)
+        }
+        return Attributes(stat: shown(attributes(node, of: id), through: ino), timeout: node.isVirtual ? 0 : cacheTimeout)
+    }
+
+    /// Attributes as node `ino` shows them: with a retired node's own inode number (InodeTable.number(ofNode:)).
+    private func shown(_ attributes: stat, through ino: UInt64) -> stat {
+        var st = attributes
+        if let number = inodes.number(ofNode: ino) { st.st_ino = UInt(number) }
+        return st
     }
 
     /// setattr(2). Truncating to a non-zero size needs the old content: it is fetched first when not local.
@@ -235,7 +246,7 @@ public final class FileSystem: @unchecked Sendable {
         withContent(waiter, id, attempt: 1, done: done) { [self, changes] () throws(CoreError) in
             let item = try core.setAttributes(id, size: changes.size, mode: changes.mode, mtime: changes.mtime,
                                               atime: changes.atime, owner: try newOwner(id, changes))
-            return Attributes(stat: attributes(item), timeout: cacheTimeout)
+            return Attributes(stat: shown(attributes(item), through: ino), timeout: cacheTimeout)
         }
     }
 
@@ -322,7 +333,19 @@ public final class FileSystem: @unchecked Sendable {
         if isKVID(dirID) && !directory { return try kvRemove(dirID, name) }
         if isVirtual(dirID) && !directory { return try unlinkVersion(dirID, name) }
         if isVirtual(dirID) || isVersionsName(dirID, name) { throw .readOnly }
+        let held = heldFolder(dirID, name)
         try core.remove(parent: dirID, name: name, directory: directory)
+        held?()
+    }
+
+    /// For a folder at `name` in `dirID` that the kernel holds, what keeps its attributes once a removal or a
+    /// rename over it has succeeded (InodeTable.keepRemoved); nil for anything else.
+    private func heldFolder(_ dirID: String, _ name: String) -> (() -> Void)? {
+        guard let item = core.lookup(parent: dirID, name: name), item.isDirectory, inodes.known(item.id) != nil else {
+            return nil
+        }
+        let st = attributes(item)
+        return { [inodes] in inodes.keepRemoved(item.id, st) }
     }
 
     /// rename(2) and renameat2(2); a version's (onto its own file) may wait for the version's content.
@@ -337,7 +360,9 @@ public final class FileSystem: @unchecked Sendable {
             if mode == .exchange {
                 try core.exchange(parent: from, name: name, newParent: to, newName: newName)
             } else {
+                let held = heldFolder(to, newName)
                 try core.rename(parent: from, name: name, newParent: to, newName: newName, noReplace: mode == .noReplace)
+                held?()
             }
         }
         do throws(CoreError) {

@@ -95,18 +95,30 @@ import Testing
         for id in ids { #expect(table.known(id) == nil) }
     }
 
-    @Test func anItemKeepsItsInodeNumberThroughForgetsAndRetiredNodeIDs() {
+    @Test func anItemKeepsItsInodeNumberThroughForgets() {
         let id = "0123456789abcdef0123456789abcdef"
         let number = table.number(id)
         let first = table.remember(id)
+        #expect(table.number(ofNode: first) == number)
         table.forget(first, 1)                // the kernel dropped it (echo 2 > /proc/sys/vm/drop_caches)
         let second = table.remember(id)
-        #expect(second != first && table.number(id) == number)
-        table.retire(second)
-        let third = table.remember(id)
-        #expect(third != second && table.number(id) == number)
+        #expect(second != first && table.number(id) == number && table.number(ofNode: second) == number)
         // Another table over the same store (a remount) shows the same number.
         #expect(InodeTable(rootID: "root").number(id) == number)
+    }
+
+    @Test func aRetiredNodeKeepsItsNumberAndTheNameLeadsToANewOne() {
+        let id = "0123456789abcdef0123456789abcdef"
+        let old = table.remember(id), number = table.number(id)
+        table.retire(old)                     // its content replaced while held: a file replaced by rename
+        let new = table.remember(id)
+        #expect(table.number(ofNode: old) == number, "the holders see the number they saw")
+        #expect(table.number(ofNode: new) == table.number(id) && table.number(id) != number)
+        table.forget(old, 1)
+        table.forget(new, 1)
+        #expect(table.number(ofNode: new) == nil)
+        let again = table.remember(id)
+        #expect(table.number(ofNode: again) == table.number(id) && table.number(id) != number)
     }
 
     @Test func inodeNumbersKeepToTheirSpaces() {

@@ -183,3 +183,27 @@ def test_rewinddir_shows_entries_made_and_removed_since_the_folder_was_opened(st
     script = ('opendir D, $ARGV[0] or die; my @first = readdir D; open F, ">$ARGV[0]/newer" or die; close F;'
               ' rewinddir D; print join(",", sort grep {!/^\\./} readdir D)')
     assert run("perl", "-e", script, rw).stdout == "new,newer"
+
+
+FSTAT_AFTER = """
+import os, sys
+os.chdir(sys.argv[1])
+os.mkdir("e"); os.mkdir("a"); os.mkdir("b")
+open("f", "w").close(); open("g", "w").close()
+fd = os.open("e", os.O_RDONLY); os.rmdir("e")
+print(os.fstat(fd).st_nlink, os.path.exists("e"))
+fd = os.open("b", os.O_RDONLY); os.rename("a", "b")
+st = os.fstat(fd)
+print(st.st_nlink, oct(st.st_mode))
+fd = os.open("g", os.O_RDONLY); os.rename("f", "g")
+print(os.fstat(fd).st_nlink)
+"""
+
+
+def test_fstat_of_an_open_folder_after_it_was_removed_or_renamed_over(stub, mount_factory):
+    """xfstests generic/035: fstat(2) through a descriptor still open on a folder that rmdir or a rename over
+    it removed answers with link count 0, as ext4 does, not ENOENT (files already did)."""
+    m = mount_factory(stub)
+    p = run("python3", "-c", FSTAT_AFTER, m / "Documents", check=False)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:3] == ["0 False", "0 0o40755", "0"]
