@@ -172,7 +172,8 @@ enum TrashCommand {
         if n < 0 {
             let e = errno
             let why = e == ENODATA || e == ENOTSUP ? "not a file in a ubiquityfs mount"
-                : e == ENOENT ? "no history on the remote (never uploaded)" : String(cString: strerror(e))
+                : e == ENOENT ? (exists(path) ? "no history on the remote (never uploaded)" : "no such file or folder")
+                : String(cString: strerror(e))
             throw CommandFailure("cannot read the history of \(path): \(why)")
         }
         let versions: [WireVersion]
@@ -206,9 +207,10 @@ enum TrashCommand {
         }
         guard to <= Int64(Date().timeIntervalSince1970 * 1e9) else { throw CommandFailure("\(text) is in the future") }
         var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: dir, isDirectory: &isDir), isDir.boolValue else {
-            throw CommandFailure("\(dir) is not a folder")
+        guard FileManager.default.fileExists(atPath: dir, isDirectory: &isDir) else {
+            throw CommandFailure("cannot rewind \(dir): no such file or folder")
         }
+        guard isDir.boolValue else { throw CommandFailure("\(dir) is not a folder") }
         let root = try mountRoot(of: dir)
         if let pending = try StatusCommand.attribute(root, "pendingChanges"), pending != "0" {
             throw CommandFailure("\(pending) change(s) of this device wait to upload; run 'ubiquityfs sync --wait \(root)' first (a rewind works on what the remote has)")
@@ -250,6 +252,12 @@ enum TrashCommand {
         case EBUSY: return Self.refusedNow
         default: return String(cString: strerror(e))
         }
+    }
+
+    /// Whether `path` names anything (a link too, even a dangling one).
+    private static func exists(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0
     }
 
     /// The root of the mount `path` lies in: the nearest folder above it (or itself) that says how many changes wait.
