@@ -1,6 +1,8 @@
 // The content lane: the content of large files (those that go up in chunks: over the container's chunk
-// format's `chunkedAbove`) goes up on a thread of its own, so that the push loop goes on with everything else
-// (a small file saved while a film uploads is on the remote in seconds, not after it).
+// format's `chunkedAbove`) goes up on threads of their own, so that the push loop goes on with everything else
+// (a small file saved while a film uploads is on the remote in seconds, not after it). `parallel` uploads run
+// at once, each taking the next file queued, so one long upload (a film, the hash of a terabyte-long sparse
+// file) holds back none of the files queued after it.
 //
 // What must hold: the lane only uploads content (blobs, chunks, manifests: named by their hash, they change no
 // item and no name), never an item; the item's put stays with the push loop and its rules. A content the lane
@@ -11,6 +13,7 @@
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the lane's lock is a leaf; the
 // container's steps are called with it released.
+import Foundation
 import UbiquityBase
 
 final class ContentLane: Sendable {
@@ -23,7 +26,7 @@ final class ContentLane: Sendable {
 
     private struct State {
         var queue: [String] = []
-        var inFlight: String?
+        var inFlight: Set<String> = []
         var uploaded: [String: Uploaded] = [:]
         /// Items whose upload failed, with the time (the environment's clock) of their next try.
         var retryAt: [String: Int64] = [:]
@@ -33,7 +36,9 @@ final class ContentLane: Sendable {
     /// of after `stop` is freed once the upload in flight ends.
     private weak let container: Container?
     private let environment: CoreEnvironment
-    private let loop = Loop(name: "upload", priority: .background)
+    /// How many uploads run at once.
+    static let parallel = 3
+    private let loops = (0..<ContentLane.parallel).map { _ in Loop(name: "upload", priority: .background) }
     private let state = Locked(State())
     private let log = Logger("push")
 
@@ -42,16 +47,22 @@ final class ContentLane: Sendable {
         self.environment = container.config.environment
     }
 
-    func start(onUploaded: @escaping @Sendable () -> Void) { loop.start { [self] in run(onUploaded) } }
-    func stop() { loop.stop() }
-    func join(timeout seconds: Double) -> Bool { loop.join(timeout: seconds) }
+    func start(onUploaded: @escaping @Sendable () -> Void) {
+        for loop in loops { loop.start { [self] in run(loop, onUploaded) } }
+    }
+    func stop() { for loop in loops { loop.stop() } }
+    /// True when every upload thread ended within `seconds` (in all).
+    func join(timeout seconds: Double) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        return loops.allSatisfy { $0.join(timeout: max(0, deadline.timeIntervalSinceNow)) }
+    }
 
     /// True while the lane runs: large content goes up on it, not inline.
-    var isRunning: Bool { loop.isRunning && !loop.isStopping }
+    var isRunning: Bool { loops.allSatisfy { $0.isRunning && !$0.isStopping } }
 
     /// The items the lane holds: the push loop leaves them until the lane is done with them.
     var held: Set<String> {
-        state.withLock { s in Set(s.queue).union(s.retryAt.keys).union(s.inFlight.map { [$0] } ?? []) }
+        state.withLock { s in Set(s.queue).union(s.retryAt.keys).union(s.inFlight) }
     }
 
     /// The content uploaded for `id` at `generation`, taken (once); nil when there is none for it yet, and
@@ -68,12 +79,12 @@ final class ContentLane: Sendable {
 
     private func ask(_ id: String) {
         state.withLock { s in
-            if s.inFlight != id && !s.queue.contains(id) && s.retryAt[id] == nil { s.queue.append(id) }
+            if !s.inFlight.contains(id) && !s.queue.contains(id) && s.retryAt[id] == nil { s.queue.append(id) }
         }
-        loop.wake()
+        for loop in loops { loop.wake() }
     }
 
-    private func run(_ onUploaded: @Sendable () -> Void) {
+    private func run(_ loop: Loop, _ onUploaded: @Sendable () -> Void) {
         var backoff = Backoff.sync
         while !loop.isStopping {
             let now = environment.clock()
@@ -82,21 +93,21 @@ final class ContentLane: Sendable {
                 continue
             }
             guard let container else { return }
-            log.debug("upload \(id): on the content lane")
+            log.info("upload of \(container.path(of: id)) on the content lane")
             switch upload(id, container) {
             case .uploaded(let done):
                 backoff.reset()
-                state.withLock { s in s.inFlight = nil; s.uploaded[id] = done }
+                state.withLock { s in s.inFlight.remove(id); s.uploaded[id] = done }
                 container.clearUploadFailure(id)
                 onUploaded()
             case .stopped:
-                state.withLock { s in s.inFlight = nil }
+                state.withLock { s in _ = s.inFlight.remove(id) }
                 onUploaded() // the push loop takes the item again once its writes pause
             case .failed(let error):
                 log.warning("upload of \(container.path(of: id)) failed: \(error)")
                 container.recordUploadFailure(id, error)
                 let at = now + backoff.delay(in: environment)
-                state.withLock { s in s.inFlight = nil; s.retryAt[id] = at }
+                state.withLock { s in s.inFlight.remove(id); s.retryAt[id] = at }
             }
         }
     }
@@ -106,12 +117,13 @@ final class ContentLane: Sendable {
         state.withLock { s in
             if let due = s.retryAt.first(where: { $0.value <= now })?.key {
                 s.retryAt[due] = nil
-                s.inFlight = due
+                s.inFlight.insert(due)
                 return due
             }
             guard !s.queue.isEmpty else { return nil }
-            s.inFlight = s.queue.removeFirst()
-            return s.inFlight
+            let id = s.queue.removeFirst()
+            s.inFlight.insert(id)
+            return id
         }
     }
 

@@ -359,6 +359,10 @@ struct Pusher {
         if let generation = upload.generation { snap.generation = generation }
         let generation = snap.generation
         let wanted = { [push, id] in push.isStillToUpload(id, generation: generation) }
+        // Uploading from the first read of the copy: a large file is read and hashed whole before anything
+        // goes (a terabyte-long sparse file's zeros too), and its status says so meanwhile, at 0%.
+        push.setUploadProgress(id, uploading: true, done: 0, total: item.size)
+        defer { push.setUploadProgress(id, uploading: false, done: 0, total: 0) }
         let (sha, size) = try send(upload.path, while: wanted)
         item.remoteSHA = sha
         item.remoteSize = size
