@@ -207,3 +207,25 @@ def test_fstat_of_an_open_folder_after_it_was_removed_or_renamed_over(stub, moun
     p = run("python3", "-c", FSTAT_AFTER, m / "Documents", check=False)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[:3] == ["0 False", "0 0o40755", "0"]
+
+
+SEEKDIR = r'''
+opendir D, $ARGV[0] or die;
+my (@at, @names);
+while (1) { my $t = telldir D; my $n = readdir D; last unless defined $n; push @at, $t; push @names, $n; }
+my $bad = 0;
+for my $k (reverse 0 .. $#at) { seekdir D, $at[$k]; my $n = readdir D; $bad++ if $n ne $names[$k]; }
+print scalar(@names), " ", $bad;
+'''
+
+
+def test_seekdir_to_each_telldir_position_reads_the_same_entry(stub, mount_factory):
+    """xfstests generic/676: every position telldir(3) gave, sought again with seekdir(3), reads the entry it
+    read the first time (a folder of 1,000 names: several pages of the kernel's readdir)."""
+    m = mount_factory(stub)
+    d = m / "Documents" / "many"
+    d.mkdir()
+    for i in range(1000):
+        (d / f"name-{i:04d}-{'x' * (i % 40)}").write_text("")
+    forget_inodes()
+    assert run("perl", "-e", SEEKDIR, d).stdout == "1002 0"
