@@ -68,7 +68,8 @@ public final class FileSystem: @unchecked Sendable {
 
     /// One open file: the content file's descriptor and what was done through it.
     final class OpenFile {
-        let id: String
+        /// Its file (changed only by a save by rename, which makes the new file's handles the file's: `merge`).
+        var id: String
         let fd: FileDescriptor
         let writable: Bool
         var wrote = false
@@ -334,8 +335,18 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(dirID) && !directory { return try unlinkVersion(dirID, name) }
         if isVirtual(dirID) || isVersionsName(dirID, name) { throw .readOnly }
         let held = heldFolder(dirID, name)
-        try core.remove(parent: dirID, name: name, directory: directory)
+        let saved = try core.remove(parent: dirID, name: name, directory: directory)
         held?()
+        if let saved { merge(saved) }
+    }
+
+    /// After a save by rename: the new file's node, which the kernel has at the file's name, stands for the
+    /// file kept, as do the new file's handles still open (the core moved their counts), and the kernel asks
+    /// again for its attributes (its inode number is the kept file's).
+    private func merge(_ saved: SavedOver) {
+        inodes.merge(saved.new, into: saved.kept)
+        handles.withLock { h in for file in h.files.values where file.id == saved.new { file.id = saved.kept } }
+        itemChanged(saved.kept, contentChanged: false)
     }
 
     /// For a folder at `name` in `dirID` that the kernel holds, what keeps its attributes once a removal or a
@@ -361,8 +372,10 @@ public final class FileSystem: @unchecked Sendable {
                 try core.exchange(parent: from, name: name, newParent: to, newName: newName)
             } else {
                 let held = heldFolder(to, newName)
-                try core.rename(parent: from, name: name, newParent: to, newName: newName, noReplace: mode == .noReplace)
+                let saved = try core.rename(parent: from, name: name, newParent: to, newName: newName,
+                                            noReplace: mode == .noReplace)
                 held?()
+                if let saved { merge(saved) }
             }
         }
         do throws(CoreError) {

@@ -78,6 +78,18 @@ final class InodeTable: Sendable {
         }
     }
 
+    /// After a save by rename (SavedOver): the node of the new file `moved`, which the kernel now has at the
+    /// file's name, stands for the file `id` that went on with its content, and shows its number; the node `id`
+    /// had, which the kernel takes as unlinked, stays `id`'s until forgotten.
+    func merge(_ moved: String, into id: String) {
+        table.withLock { t in
+            guard let ino = t.byID[moved] else { return }
+            t.byID[moved] = nil
+            t.byID[id] = ino
+            t.byIno[ino] = (id, t.byIno[ino]!.lookups, t.renumbered[id] ?? 0)
+        }
+    }
+
     /// The kernel dropped `count` lookups of an inode.
     func forget(_ ino: UInt64, _ count: UInt64) {
         guard ino != InodeTable.rootIno else { return }

@@ -487,8 +487,10 @@ extension World {
         let noReplace = rng.chance(0.5)
         let from = c.path(of: item.id)
         if let target, target.id != item.id, !noReplace { supersede(dev, target, conflicts: true) }
-        try c.rename(parent: item.parent!, name: item.name, newParent: newParent, newName: newName,
-                     noReplace: noReplace)
+        if let saved = try c.rename(parent: item.parent!, name: item.name, newParent: newParent, newName: newName,
+                                    noReplace: noReplace) {
+            return "\(from) " + savedByRename(dev, saved)
+        }
         deliberate(dev, item.id)
         if let target, target.id != item.id { try recordDelete(dev, target) }
         return "\(from) -> \(c.path(of: item.id)) [\(short(item.id))]\(target.map { $0.id != item.id ? " replacing [\(short($0.id))]" : "" } ?? "")"
@@ -500,9 +502,23 @@ extension World {
         guard let item = rng.pick(pool) else { throw Skip(why: "nothing") }
         let path = c.path(of: item.id)
         supersede(dev, item, conflicts: true)
-        try c.remove(parent: item.parent!, name: item.name, directory: directory)
+        if let saved = try c.remove(parent: item.parent!, name: item.name, directory: directory) {
+            return "\(path) [\(short(item.id))], the backup of " + savedByRename(dev, saved)
+        }
         try recordDelete(dev, item)
         return "\(path) [\(short(item.id))]"
+    }
+
+    /// A save by rename (Container.rename and remove): the kept file goes on with the new file's content, an
+    /// edit of it; what was written to the new file, and what of it was replaced since, is the kept file's now.
+    func savedByRename(_ dev: SimDevice, _ saved: SavedOver) -> String {
+        for i in model.written.indices where model.written[i].item == saved.new { model.written[i].item = saved.kept }
+        let prefix = Model.key(saved.new, "")
+        for key in model.superseded where key.hasPrefix(prefix) {
+            model.superseded.insert(Model.key(saved.kept, String(key.dropFirst(prefix.count))))
+        }
+        deliberate(dev, saved.kept)
+        return "saved over \(dev.container.path(of: saved.kept)) [\(short(saved.kept))], new [\(short(saved.new))]"
     }
 
     func changeMode(_ dev: SimDevice, _ c: Container) throws -> String {

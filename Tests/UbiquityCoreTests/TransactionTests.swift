@@ -41,6 +41,7 @@ final class SmallDisk {
 }
 
 @Suite struct TransactionTests {
+    /// (The rename is a save by rename: its content files move before the commit, and back on its rollback.)
     @Test func aFullDiskDuringARenameOverAFileLeavesBothNames() throws {
         try #require(getuid() == 0, "mounting a small tmpfs needs root")
         let disk = try SmallDisk(megabytes: 8)
@@ -67,11 +68,14 @@ final class SmallDisk {
         #expect(stored.first { $0.id == a.id }?.name == "a.txt")
         #expect(stored.first { $0.id == b.id }?.name == "b.txt")
 
-        // With room again the same rename goes through.
+        // With room again the same rename goes through, as a save by rename (a.txt never went up): b.txt keeps
+        // its id and takes a.txt's content.
         try removeFile(disk.path + "/filler")
-        try dev.container.rename(parent: dev.docs, name: "a.txt", newParent: dev.docs, newName: "b.txt", noReplace: false)
-        #expect(dev.lookup("b.txt")?.id == a.id && dev.lookup("a.txt") == nil)
-        #expect(dev.content(a.id) == bytes("the file that moves"))
+        let saved = try dev.container.rename(parent: dev.docs, name: "a.txt", newParent: dev.docs, newName: "b.txt",
+                                             noReplace: false)
+        #expect(saved == SavedOver(new: a.id, kept: b.id))
+        #expect(dev.lookup("b.txt")?.id == b.id && dev.lookup("a.txt") == nil)
+        #expect(dev.content(b.id) == bytes("the file that moves"))
         #expect(try dev.container.checkStore(repair: false).isClean)
     }
 

@@ -34,8 +34,9 @@ public protocol AdapterCore: AnyObject, Sendable {
     func makeDirectory(parent: String, name: String, mode: UInt32, owner: Owner?) throws(CoreError) -> Item
     func createSymlink(parent: String, name: String, target: String, owner: Owner?) throws(CoreError) -> Item
     func createLocalNode(parent: String, name: String, kind: ItemKind, mode: UInt32, owner: Owner?) throws(CoreError) -> Item
-    func remove(parent: String, name: String, directory: Bool) throws(CoreError)
-    func rename(parent: String, name: String, newParent: String, newName: String, noReplace: Bool) throws(CoreError)
+    /// A remove or a rename that completes a save by rename answers it (SavedOver), nil otherwise.
+    func remove(parent: String, name: String, directory: Bool) throws(CoreError) -> SavedOver?
+    func rename(parent: String, name: String, newParent: String, newName: String, noReplace: Bool) throws(CoreError) -> SavedOver?
     func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError)
     func setAttributes(_ id: String, size: Int64?, mode: UInt32?, mtime: Int64?, atime: Int64?,
                        owner: Owner?) throws(CoreError) -> Item

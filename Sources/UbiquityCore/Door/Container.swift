@@ -377,31 +377,42 @@ public final class Container: @unchecked Sendable {
         }
     }
 
-    /// Removes a file (`directory` false) or an empty directory (`directory` true).
-    public func remove(parent: String, name: String, directory: Bool) throws(CoreError) {
-        try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
+    /// Removes a file (`directory` false) or an empty directory (`directory` true). Answers the save it
+    /// completes when the file is the backup of a save by rename (CoreState.saveOverBackup), nil otherwise.
+    @discardableResult
+    public func remove(parent: String, name: String, directory: Bool) throws(CoreError) -> SavedOver? {
+        let saved = try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) -> SavedOver? in
             _ = try s.liveDirectory(parent)
             guard let id = s.children[parent]?[name], let item = s.items[id] else { throw .notFound }
             if directory && !item.isDirectory { throw .notDirectory }
             if !directory && item.isDirectory { throw .isDirectory }
             if directory && !(s.children[id] ?? [:]).isEmpty { throw .notEmpty }
+            if !directory, let saved = try s.saveOverBackup(item) { return saved }
             // Its rows wait for the next commit (Store.keptBack): an unlink costs no commit of its own. Not for a
             // file held open (its content moves aside at once) or one with conflict versions (their copies go),
             // nor on a disk short of room (the room it frees may be wanted at once).
             s.store.keepsRowsBack = s.handles[id] == nil && item.conflicts.isEmpty && s.hasAmpleRoom
             try s.deleteLocally(item)
             if s.store.keepsRowsBack { s.wakePusher() } // its pass writes them first, also for a local-only item
+            return nil
         }
+        if saved != nil { syncContentDirectory() } // durable after the lock, as replaceContent's rename
+        return saved
     }
 
     /// rename(2): moves `name` in `parent` to `newName` in `newParent`, replacing a compatible target unless
-    /// `noReplace`. One transaction: a failure (a full disk) leaves both names as they were.
+    /// `noReplace`. One transaction: a failure (a full disk) leaves both names as they were. Answers the save
+    /// when the moved file took the place of the one it replaced as its new content (a save by rename:
+    /// CoreState.savesOver), nil for a plain rename.
+    @discardableResult
     public func rename(parent: String, name: String, newParent: String, newName: String,
-                       noReplace: Bool) throws(CoreError) {
+                       noReplace: Bool) throws(CoreError) -> SavedOver? {
         try CoreState.checkName(newName)
-        try mutate { (s: inout CoreState) throws(CoreError) in
+        let saved = try mutate { (s: inout CoreState) throws(CoreError) -> SavedOver? in
             try s.rename(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace)
         }
+        if saved != nil { syncContentDirectory() } // durable after the lock, as replaceContent's rename
+        return saved
     }
 
     /// renameat2's RENAME_EXCHANGE: `name` in `parent` and `newName` in `newParent` swap places in one step.
@@ -654,11 +665,11 @@ extension CoreState {
     }
 
     mutating func rename(parent: String, name: String, newParent: String, newName: String,
-                         noReplace: Bool) throws(CoreError) {
+                         noReplace: Bool) throws(CoreError) -> SavedOver? {
         _ = try liveDirectory(parent)
         _ = try liveDirectory(newParent)
         guard let id = children[parent]?[name], var item = items[id] else { throw .notFound }
-        if parent == newParent && sameName(name, newName) { return }
+        if parent == newParent && sameName(name, newName) { return nil }
         if item.isDirectory && isAncestor(id, of: newParent) {
             throw .invalidArgument("cannot move a directory into itself")
         }
@@ -668,6 +679,10 @@ extension CoreState {
             if target.isDirectory && !item.isDirectory { throw .isDirectory }
             if !target.isDirectory && item.isDirectory { throw .notDirectory }
             if target.isDirectory && !(children[targetID] ?? [:]).isEmpty { throw .notEmpty }
+            if try savesOver(item, target) {
+                try save(item, over: target, at: (newParent, newName))
+                return SavedOver(new: id, kept: target.id)
+            }
             try deleteLocally(target)
         }
         children.unlist(name, in: parent)
@@ -680,6 +695,109 @@ extension CoreState {
         children.list(id, in: newParent, as: newName)
         try entriesChanged(in: parent)
         if newParent != parent { try entriesChanged(in: newParent) }
+        if item.kind == .file { movedAway(id, from: parent, name) }
+        return nil
+    }
+
+    /// Remembers that file `id` left `name` in `parent` (its backup may come back as the file: saveOverBackup).
+    /// Only the last moments' moves are kept.
+    mutating func movedAway(_ id: String, from parent: String, _ name: String) {
+        let now = now()
+        if movedAway.count >= 256 { // (a loop of renames: pruned now and then, not at each)
+            movedAway = movedAway.filter { now - $0.value.at < CoreState.backupWindow }
+            if movedAway.count >= 256 { movedAway.removeAll() }
+        }
+        movedAway[id] = (parent, name, now)
+    }
+
+    /// How long after a file was renamed away its removal can complete a save (saveOverBackup).
+    static let backupWindow: Int64 = 60_000_000_000
+
+    /// The backup-then-rename save (vim's `backupcopy=no`, Word and others): the old file was renamed to a
+    /// backup name moments ago, a new file took its name, and now the backup is removed. The old file then
+    /// takes the new one's place and content as a save by rename (`save(_:over:at:)`) rather than going.
+    mutating func saveOverBackup(_ old: Item) throws(CoreError) -> SavedOver? {
+        guard let away = movedAway[old.id], now() - away.at < CoreState.backupWindow,
+              let newID = children[away.parent]?[away.name], newID != old.id, let new = items[newID],
+              try savesOver(new, old) else { return nil }
+        try save(new, over: old, at: (away.parent, away.name))
+        return SavedOver(new: newID, kept: old.id)
+    }
+
+    /// Whether renaming `new` over `target` is a save by rename (editors, atomic writers: a new file written
+    /// beside the old one, then renamed over it), which keeps `target` as the file with `new`'s content: both
+    /// are files in the container (not local-only), `new` was made here and has never reached the remote (no
+    /// version, no create sent: nothing else knows it), and no program holds `target` open (the holders of a
+    /// file renamed over keep what they opened, the old file). `new` may still be open: the kernel sends the
+    /// release of a closed file after close(2) returns, so the rename can come first; its handles become the
+    /// file's.
+    func savesOver(_ new: Item, _ target: Item) throws(CoreError) -> Bool {
+        guard new.kind == .file, target.kind == .file, !new.isLocalOnly, !target.isLocalOnly, new.hasLocal,
+              new.remoteVersion == 0, handles[target.id] == nil else { return false }
+        do { return try !store.createWasSent(new.id) } catch { throw CoreError.from(error) }
+    }
+
+    /// A save by rename (`savesOver`): `target` takes `new`'s content, mode, times, owner and attributes as
+    /// a local edit, and the name `place` (where the save leaves the file), keeping its id, its history and
+    /// its conflicts (a concurrent edit elsewhere becomes a conflict version, as for any edit); `new`, which
+    /// nothing else knows, goes. Its content file becomes the target's before the commit (the target's own set
+    /// aside in staging, dropped once committed), so no crash loses the saved bytes; a rollback (a full disk)
+    /// puts both back. What memory alone holds (the new file's handles, which become the target's) changes once
+    /// the commit is made.
+    mutating func save(_ new: Item, over target: Item, at place: (parent: String, name: String)) throws(CoreError) {
+        var item = target
+        item.parent = place.parent
+        item.name = place.name
+        item.hasLocal = true
+        item.dirty = true
+        item.localSHA = nil
+        item.size = new.size
+        item.mode = new.mode
+        item.mtime = new.mtime
+        item.atime = new.atime
+        item.owner = new.owner
+        item.xattrs = new.xattrs
+        item.ctime = now()
+        item.metaDirty = true
+        contentGeneration[target.id, default: 0] += 1
+        do { try store.delete(new.id) } catch { throw CoreError.from(error) }
+        items[new.id] = nil
+        children.unlist(new.name, in: new.parent!)
+        children.unlist(target.name, in: target.parent!)
+        children.list(target.id, in: place.parent, as: place.name)
+        try saveLocalChange(item)
+        for folder in Set([new.parent!, target.parent!, place.parent]) { try entriesChanged(in: folder) }
+        try moveContent(of: new.id, over: target.id)
+        let (newID, id) = (new.id, target.id)
+        onCommit { s in
+            s.contentGeneration[newID] = nil
+            s.movedAway[id] = nil
+            s.handles[id] = s.handles.removeValue(forKey: newID)
+            s.lastWrite[id] = s.lastWrite.removeValue(forKey: newID)
+            if s.fsyncedSinceSnapshot.remove(newID) != nil { s.fsyncedSinceSnapshot.insert(id) }
+            s.recountContent(newID)
+            s.recountContent(id)
+        }
+        notice(.changed(target.id, content: true))
+    }
+
+    /// Moves the content file of `new` to be `id`'s, `id`'s own set aside until the commit (then removed) and
+    /// both put back on a rollback.
+    mutating func moveContent(of new: String, over id: String) throws(CoreError) {
+        let (from, to, aside) = (paths.content(new), paths.content(id), paths.staging + "/" + id + ".before-save")
+        let hadCopy = FileManager.default.fileExists(atPath: to)
+        do {
+            if hadCopy { try renameFile(to, aside) }
+            do { try renameFile(from, to) } catch {
+                if hadCopy { try? renameFile(aside, to) }
+                throw error
+            }
+        } catch { throw CoreError.from(error) }
+        onRollBack { _ in
+            try? renameFile(to, from)
+            if hadCopy { try? renameFile(aside, to) }
+        }
+        if hadCopy { onCommit { _ in removeLeftover(aside) } }
     }
 
     mutating func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError) {

@@ -358,3 +358,10 @@ public struct ItemStatus: Equatable, Sendable {
 func percent(_ done: Int64, _ total: Int64) -> Int {
     total <= 0 ? 100 : Int(min(100, done * 100 / total))
 }
+
+/// A save by rename (CoreState.savesOver): the new file `new` went, and the file `kept` took its place, as that
+/// file with the new one's content.
+public struct SavedOver: Equatable, Sendable {
+    public let new: String
+    public let kept: String
+}

@@ -12,8 +12,9 @@
 //   (handles, transfers, marks) are memory only and are not rolled back. `Container.update` changes memory
 //   alone, without a transaction, on the hot paths; `Container.read` only looks.
 // - File-system effects that cannot be undone (removing or moving a content file) are queued with `onCommit`
-//   and run after the commit, still under the lock; notices to the observer and wake-ups of the loops are
-//   delivered after the lock is let go.
+//   and run after the commit, still under the lock; one that must come before the commit (a save by rename
+//   moves content files first, so no crash loses the saved bytes) queues its undoing with `onRollBack`.
+//   Notices to the observer and wake-ups of the loops are delivered after the lock is let go.
 // - No network call and no wait for another thread ever happens inside `withLock`.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): this is the container's lock: after a content
@@ -98,6 +99,8 @@ struct CoreState {
     /// remote version, or an edit elsewhere reviving a file resolved and then deleted here, does not bring them
     /// back. Conflict ids are random and never reused, so the set only grows (by a few bytes a resolution).
     var discardedConflicts: Set<String> = []
+    /// Files renamed here in the last moments: where each was, and when (Container.swift, saveOverBackup).
+    var movedAway: [String: (parent: String, name: String, at: Int64)] = [:]
     /// Conflict versions this device added to a file's list (the losing side of a conflict it resolved) that the
     /// remote has not stored yet (kept in the store): a later push that meets a newer remote version lists them
     /// on top of the remote's list, which cannot have them. One left behind by a delete is never listed again.
@@ -129,6 +132,7 @@ struct CoreState {
     var cache = CacheAccount()
     var effects = Effects()
     private var commitActions: [(inout CoreState) -> Void] = []
+    private var rollBackActions: [(inout CoreState) -> Void] = []
 
     init(store: Store, config: ContainerConfig) {
         self.store = store
@@ -150,6 +154,10 @@ struct CoreState {
     /// Runs `action` once the mutation's transaction has committed (under the lock); dropped on a rollback.
     mutating func onCommit(_ action: @escaping (inout CoreState) -> Void) { commitActions.append(action) }
 
+    /// Runs `action` if the mutation's transaction rolls back (after the store's rollback, the last queued
+    /// first); dropped on a commit.
+    mutating func onRollBack(_ action: @escaping (inout CoreState) -> Void) { rollBackActions.append(action) }
+
     // MARK: one mutation
 
     /// Runs one operation as one transaction: its store writes commit together, or neither they nor its changes
@@ -168,6 +176,7 @@ struct CoreState {
             items.undo = []
             children.undo = []
             commitActions = []
+            rollBackActions = []
             let before = effects
             do {
                 try store.begin()
@@ -178,6 +187,7 @@ struct CoreState {
                 try store.commit()
                 items.undo = nil
                 children.undo = nil
+                rollBackActions = []
                 let actions = commitActions
                 commitActions = []
                 for action in actions { action(&self) }
@@ -189,6 +199,9 @@ struct CoreState {
                 items.rollBack()
                 children.rollBack()
                 commitActions = []
+                let undo = rollBackActions
+                rollBackActions = []
+                for action in undo.reversed() { action(&self) }
                 effects = before
                 guard room == .evictions else { throw error }
                 if !retried && store.giveUpReserve(after: error) { retried = true; continue }
