@@ -517,6 +517,9 @@ extension World {
         for key in model.superseded where key.hasPrefix(prefix) {
             model.superseded.insert(Model.key(saved.kept, String(key.dropFirst(prefix.count))))
         }
+        // A program's descriptors on the new file are on the kept one now (the core moved their handles).
+        if let fd = dev.openWrites.removeValue(forKey: saved.new) { dev.openWrites[saved.kept] = fd }
+        if let held = dev.openReads.removeValue(forKey: saved.new) { dev.openReads[saved.kept] = held }
         deliberate(dev, saved.kept)
         return "saved over \(dev.container.path(of: saved.kept)) [\(short(saved.kept))], new [\(short(saved.new))]"
     }
