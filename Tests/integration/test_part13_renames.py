@@ -14,17 +14,19 @@ def test_a_file_moved_into_a_new_folder_during_an_upload_stays_there(stub_factor
     a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
     docs = a / "Documents"
     stub.stop()
-    # Two large files (each uploads on its own, after the batch that chose them), written while the remote is
-    # away so that one push pass takes both.
-    for name in ("one.bin", "two.bin"):
-        (docs / name).write_bytes(os.urandom(48 * MiB))
+    # More large files than the content lane uploads at once (three: each uploads on its own, after the batch
+    # that chose them, and one at least waits its turn), written while the remote is away so that one push
+    # pass takes them all.
+    names = ("one.bin", "two.bin", "three.bin", "four.bin")
+    for name in names:
+        (docs / name).write_bytes(os.urandom(32 * MiB))
     stub.start()
-    wait_until(lambda: attr(docs / "one.bin", "isUploading") == "1" or attr(docs / "two.bin", "isUploading") == "1",
+    wait_until(lambda: any(attr(docs / name, "isUploading") == "1" for name in names),
                timeout=60, interval=0.02, what="an upload under way")
     (docs / "new").mkdir()
     (docs / "new" / "deeper").mkdir()
     moved = docs / "new" / "deeper"
-    for name in ("one.bin", "two.bin"):
+    for name in names:
         if attr(docs / name, "isUploading") != "1":
             os.rename(docs / name, moved / name)
     sync(a, timeout=120)
