@@ -363,7 +363,9 @@ extension CoreState {
         if item.size == Int64(st.st_size) && item.mtime == mtime { return } // already recorded
         item.size = Int64(st.st_size)
         item.mtime = mtime
-        item.ctime = mtime
+        // Never back: the content file's time comes from the kernel's coarse clock, and a change recorded just
+        // before (a truncate, a rename) may hold a later time of the fine one.
+        item.ctime = max(item.ctime, mtime)
         try saveLocalChange(item)
     }
 
