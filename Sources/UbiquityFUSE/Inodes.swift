@@ -14,8 +14,9 @@
 // What must hold: all state is read and changed under `table`'s lock, a leaf (nothing is called while it is held).
 // `remember` counts each entry reply (given back with `forget` when the reply does not reach the kernel) and
 // `forget` takes the kernel's counts, so the counts are the kernel's; an underflow is a bug (asserted in a debug
-// build, clamped in a release one). Numbers only grow (`next`), and both maps drop an inode together, but for a
-// retired inode (`retire`), which `byID` has already let go while the kernel still holds it.
+// build, clamped in a release one). Node ids only grow (`next`), and both maps drop a node together, but for a
+// retired node (`retire`) and the node a save by rename left unlinked (`merge`), which `byID` has already let
+// go while the kernel still holds them.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): a leaf.
 import Foundation
