@@ -2135,6 +2135,34 @@ extension Regression {
                 Step(.move, on: 0, seed: 0x85c3714047405b79, after: 2205000000),
              ]))
 
+    /// a holds b.txt open for a write when d's move of it into z arrives: the pull left the pending file where
+    /// it was, z looked empty on a, and a's rmdir deleted z on the remote under the moved file; the pusher's
+    /// merge then brought z back. A file whose change here is its content alone now takes the remote's place
+    /// at once, so z is not empty on a. (The 15 steps the shrinker kept of seed 43002834's generated plan.)
+    static let aFileWrittenHereTakesAMoveMadeElsewhereAtOnce = Regression(
+        "aFileWrittenHereTakesAMoveMadeElsewhereAtOnce",
+        Plan(seed: 43002834, devices: 4, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.02, dropResponse: 0.09, duplicate: 0.06, staleFeed: 0.0,
+                               slowTransfer: 0.19, corrupt: 0.04, missingChunk: 0.05, crashInTransfer: 0.05),
+             chunkFormat: ChunkFormat(chunkedAbove: 512, minSize: 32, averageSize: 128, maxSize: 512),
+             steps: [
+                Step(.pull, on: 3, seed: 0xcad2472de9af018b, after: 23000000),
+                Step(.pull, on: 2, seed: 0x9b28a2b9837dc005, after: 3231000000),
+                Step(.create, on: 2, seed: 0x84867ee964637913, after: 2632000000),
+                Step(.create, on: 2, seed: 0xf20fd75a526206b5, after: 1678000000),
+                Step(.pull, on: 0, seed: 0x53614781d2ed8b35, after: 2429000000),
+                Step(.mkdir, on: 0, seed: 0xcf4cbdd34b8c59fa, after: 452000000),
+                Step(.push, on: 0, seed: 0xdf9672b63664e1f9, after: 2270000000),
+                Step(.push, on: 2, seed: 0x4a2b47923f12a323, after: 4795000000),
+                Step(.pull, on: 3, seed: 0xbbcd0a7490586a3a, after: 2215000000),
+                Step(.move, on: 3, seed: 0xfa679e2190196c21, after: 1957000000),
+                Step(.pull, on: 0, seed: 0x8b7b126c3cd8b8e0, after: 2404000000),
+                Step(.push, on: 3, seed: 0xdc9c57d187662f1d, after: 253000000),
+                Step(.beginWrite, on: 0, seed: 0x3b32fdcc3a2a8306, after: 2111000000),
+                Step(.pull, on: 0, seed: 0xbaa486c0d5cefbc0, after: 0),
+                Step(.rmdir, on: 0, seed: 0xc2c2372b756466a8, after: 4585000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -2182,5 +2210,6 @@ extension Regression {
         aFolderDeletedHereThatHoldsTheMovedItemsNewName,
         aRestartKeepsTheNameForTheItemTheRemoteGaveItLater,
         aFolderThatComesBackAtAStalePlaceLeavesTheNameToTheNewerItem,
+        aFileWrittenHereTakesAMoveMadeElsewhereAtOnce,
     ]
 }

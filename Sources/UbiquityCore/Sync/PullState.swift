@@ -112,6 +112,7 @@ extension CoreState {
         if item.isPending {
             // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet.
             if item.deleted && w.deleted { try store.delete(item.id); items[item.id] = nil }
+            try takeMetadataWhileContentPending(&item, w)
             return
         }
         if w.deleted { return try removeRemotelyDeleted(item, tombstone: w) }
@@ -145,6 +146,22 @@ extension CoreState {
         if contentChanged && item.kind == .file && (isPinned(item.id) || (item.hasLocal && (handles[item.id]?.open ?? 0) > 0)) {
             startDownload(item.id)
         }
+    }
+
+    /// A file whose change here is its content alone takes a move, rename, mode or xattrs made elsewhere at
+    /// once, as the pusher's merge takes them later (`mergePush`, `recordConflict`): until then this device
+    /// would show the file where it no longer is, and a folder it left here empty that is not empty on the
+    /// remote (an rmdir here would delete it there). Its base version stays, so the pusher still meets the
+    /// remote's version and merges the content onto it. Not where the remote's place is not one here (a folder
+    /// not yet known or deleted here, below the item itself, a local-only folder).
+    mutating func takeMetadataWhileContentPending(_ item: inout Item, _ w: WireItem) throws {
+        guard !item.metaDirty, !item.deleted, !item.isLocalOnly, !w.deleted, let p = w.parent,
+              let dir = items[p], dir.isDirectory, !dir.deleted, !isAncestor(item.id, of: p), !isKeptOut(w),
+              item.place != w.place || item.metadata.mode != w.metadata.mode || item.xattrs != w.metadata.xattrs
+        else { return }
+        try takeRemoteMetadata(&item, from: w)
+        try store.saveChanged(item)
+        items[item.id] = item
     }
 
     /// A file this device moved where it stays local (the desktop's Trash, a `.nosync` folder) after it was
