@@ -81,8 +81,9 @@ extension StubStore {
         return try tx.history(cid, item.id).first { $0.version == item.version && $0.deleted }
     }
 
-    /// What was deleted in a folder (its delete row `folder`) at most `HistoryRules.folderWindow` before it,
-    /// recursively, parents before children: what `rm -rf` removed with it. Nothing for a file.
+    /// What was deleted in a folder (its delete row `folder`) at most `HistoryRules.folderWindow` before it
+    /// (and not after it: a folder brought back and deleted from again), recursively, parents before children:
+    /// what `rm -rf` removed with it. Nothing for a file.
     func deletedWith(_ tx: any MetadataTransaction, _ cid: String, folder: WireVersion) throws -> [WireVersion] {
         guard folder.kind == .dir else { return [] }
         let since = folder.at - HistoryRules.folderWindow
@@ -90,7 +91,8 @@ extension StubStore {
         var folders = [folder.id]
         var seen: Set<String> = [folder.id]
         while let next = folders.popLast() {
-            for row in try tx.trash(cid, parent: next) where row.at >= since && seen.insert(row.id).inserted {
+            for row in try tx.trash(cid, parent: next)
+            where row.at >= since && row.at <= folder.at && seen.insert(row.id).inserted {
                 found.append(row)
                 if row.kind == .dir { folders.append(row.id) }
             }
@@ -251,7 +253,15 @@ private struct Restoration {
     /// One id asked for: live already (answered as it is), or in Recently Deleted (brought back), else 404.
     mutating func restoreAsked(_ id: String) throws {
         guard let item = try tx.item(cid, id) else { throw StubFailure(404, "no such item \(id)") }
-        guard item.deleted else { return note(item) }
+        guard item.deleted else {
+            note(item)
+            // A folder that came back earlier as the folder of an item restored alone: asked for itself, it
+            // brings back what was deleted with it then, as its restore would have.
+            if item.kind == .dir, let row = try tx.history(cid, id).first(where: { $0.deleted }) {
+                try reviveDeleted(with: row)
+            }
+            return
+        }
         guard let row = try StubStore.trashRow(tx, cid, of: item) else {
             throw StubFailure(404, "\(id) is not in Recently Deleted")
         }

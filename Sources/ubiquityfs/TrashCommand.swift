@@ -137,15 +137,18 @@ enum TrashCommand {
     // MARK: restore and empty
 
     /// The ids of the items at `paths` in Recently Deleted (the newest delete of each path); a path that is not
-    /// there fails the whole command.
+    /// there fails the whole command. A folder back already (as the folder of an item restored alone) whose
+    /// items deleted with it are still there is named by their parent: its restore brings them back.
     private static func ids(_ paths: [String], mount: String) throws -> [String] {
         let all = try readList(mount)
         return try paths.map { p in
             let path = relative(p, to: mount)
-            guard let found = all.first(where: { $0.path == path }) else {
-                throw CommandFailure("\(path) is not in Recently Deleted (see 'ubiquityfs trash list \(mount)')")
+            if let found = all.first(where: { $0.path == path }) { return found.id }
+            if let inside = all.first(where: { ($0.path as NSString).deletingLastPathComponent == path }),
+               let folder = inside.parent {
+                return folder
             }
-            return found.id
+            throw CommandFailure("\(path) is not in Recently Deleted (see 'ubiquityfs trash list \(mount)')")
         }
     }
 

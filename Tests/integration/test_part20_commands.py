@@ -1,5 +1,8 @@
-"""Part 20, point 7: the safety nets' commands say plainly what is wrong with a path they are given."""
-from conftest import BIN, run
+"""Part 20, point 7: the safety nets' commands say plainly what is wrong with a path they are given, and a
+folder brought back in parts comes back whole."""
+import os
+
+from conftest import BIN, run, sync, wait_until
 
 
 def test_history_and_rewind_of_a_path_that_does_not_exist_say_so(stub, mount_factory):
@@ -10,3 +13,29 @@ def test_history_and_rewind_of_a_path_that_does_not_exist_say_so(stub, mount_fac
     assert "never uploaded" not in p.stderr
     p = run(BIN, "rewind", m / "Documents" / "nowhere", "--to", "2026-01-01T00:00:00Z", "--dry-run", check=False)
     assert p.returncode != 0 and "no such file or folder" in p.stderr, p.stderr
+
+
+def test_a_folder_restored_after_one_of_its_files_brings_the_rest(two):
+    """`trash restore M p/a` brings back a and the folder p; `trash restore M p` then brings back what was
+    deleted with p (before: "p is not in Recently Deleted", and p/b and p/c were left as entries of their own)."""
+    _, a, b = two
+    p = a / "Documents" / "p"
+    p.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (p / name).write_text(f"{name}\n")
+    sync(a)
+    run("rm", "-rf", p)
+    sync(a)
+    wait_until(lambda: not (b / "Documents" / "p").exists(), timeout=30, what="p gone on b")
+    assert run(BIN, "trash", "restore", b.path, "Documents/p/a.txt").stdout == "restored Documents/p/a.txt\n"
+    assert sorted(os.listdir(b / "Documents" / "p")) == ["a.txt"]
+    listed = run(BIN, "trash", "list", b.path).stdout
+    assert "Documents/p/b.txt" in listed and "Documents/p/c.txt" in listed
+    assert run(BIN, "trash", "restore", b.path, "Documents/p").stdout == "restored Documents/p\n"
+    for m in (b, a):
+        wait_until(lambda: sorted(os.listdir(m / "Documents" / "p")) == ["a.txt", "b.txt", "c.txt"], timeout=30,
+                   what=f"all of p on {m.device}")
+        assert (m / "Documents" / "p" / "c.txt").read_text() == "c.txt\n"
+    assert "Documents/p" not in run(BIN, "trash", "list", b.path).stdout
+    nothing = run(BIN, "trash", "restore", b.path, "Documents/p", check=False)
+    assert nothing.returncode == 1 and "not in Recently Deleted" in nothing.stderr
