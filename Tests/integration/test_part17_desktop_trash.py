@@ -49,6 +49,11 @@ def test_gio_trash_puts_a_file_into_recently_deleted_on_every_device(stub, mount
     wait_until(lambda: (a / "Documents" / "report.txt").exists(), timeout=30, what="the restore on the laptop")
     assert (a / "Documents" / "report.txt").read_text() == "quarterly figures\n"
     assert not (trash_dir / "files" / "report.txt").exists()
+    # Its record in the Trash goes with it (Part 20: before, report.txt.trashinfo stayed, and the desktop's
+    # Trash listed a file that was not there).
+    assert os.listdir(trash_dir / "info") == []
+    listed = gio("list", "trash://", home=home)
+    assert listed.returncode == 0 and "report.txt" not in listed.stdout, (listed.stdout, listed.stderr)
     assert attr(a / "Documents" / "report.txt", "isUbiquitous") == "1"
     (a / "Documents" / "report.txt").write_text("revised figures\n")
     sync(a)

@@ -88,6 +88,21 @@ extension CoreState {
         item.metaDirty = true
     }
 
+    /// A file leaving the desktop's trash folder (`.Trash-UID/files/NAME`) other than by the desktop (a restore
+    /// elsewhere) leaves its record there too (`.Trash-UID/info/NAME.trashinfo`, the freedesktop.org trash
+    /// specification's), or the desktop's Trash would list a file that is not in it.
+    mutating func forgetDesktopTrashRecord(of item: Item) throws {
+        guard let filesID = item.parent, let files = items[filesID], files.name == "files",
+              let trashID = files.parent, let trash = items[trashID], trash.parent == rootID,
+              Item.isDesktopTrash(trash.name), let infoID = children[trashID]?["info"],
+              let recordID = children[infoID]?[item.name + ".trashinfo"], let record = items[recordID],
+              record.kind == .file, record.isLocalOnly else { return }
+        try store.delete(recordID)
+        items[recordID] = nil
+        try unlink(record)
+        releaseContent(of: record)
+    }
+
     /// True when a remote item must not be taken here: it would be local-only here (inside a folder that is
     /// local-only here, or named `.nosync`). It stays on the remote, unseen on this device.
     func isKeptOut(_ w: WireItem) -> Bool {

@@ -174,6 +174,7 @@ extension CoreState {
               item.remoteVersion == 0, let base = try store.leftRemoteBase(item.id), w.version > base, !isKeptOut(w)
         else { return false }
         pullLog.info("\(item.name): restored on another device, it leaves this device's local-only folder")
+        try forgetDesktopTrashRecord(of: item)
         item.localOnlyAbove = false
         item.metaDirty = false
         item.remoteVersion = base
