@@ -340,6 +340,11 @@ public enum WireRules {
     /// setuid file (`cp -a` out of the mount by root kept it).
     public static let sharedModeBits: UInt32 = 0o777
 
+    /// The name an item takes for a moment in its folder on the remote to free its own name (a device's push of
+    /// an exchange or a rotation of names); its next push gives it its place. A delete that comes first leaves
+    /// the tombstone under the place it had before (Recently Deleted lists and restores it there).
+    public static func asideName(_ id: String) -> String { ".\(id).moving" }
+
     /// The end of a name that keeps an item on one device (Apple's `.nosync` rule).
     public static let noSyncSuffix = ".nosync"
     /// The names the mount gives to folders of its own in its root.

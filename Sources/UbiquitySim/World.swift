@@ -210,7 +210,7 @@ final class World {
     /// it makes way for lands only at the item's next push, so a delete made elsewhere in between is a delete
     /// concurrent with that move.
     func reached(_ device: String, _ w: WireItem) {
-        if w.name == ".\(w.id).moving" { return }
+        if w.name == WireRules.asideName(w.id) { return }
         model.reached(device: device, item: w.id, parent: w.parent, version: w.version)
     }
 

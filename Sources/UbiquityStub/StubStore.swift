@@ -336,6 +336,11 @@ final class StubStore: Sendable {
         var tomb = existing
         tomb.deleted = true
         tomb.device = device
+        if existing.name == WireRules.asideName(id),
+           let before = try tx.history(cid, id).first(where: { !$0.deleted && $0.name != existing.name }) {
+            tomb.parent = before.parent
+            tomb.name = before.name
+        }
         let stored = try store(tx, cid, tomb)
         try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
         return stored

@@ -182,6 +182,25 @@ private func row(_ v: Int64, _ at: Int64, deleted: Bool = false) -> HistoryStamp
         #expect(root.map(\.path) == [""] && root.first?.device == "stub")
     }
 
+    /// An item that stepped aside (`WireRules.asideName`, a device's exchange of names) and was deleted before
+    /// its move landed is listed and restored under the place it had before (after fsstress, two entries of
+    /// Recently Deleted showed as `.ID.moving`).
+    @Test func aDeleteOfAnItemSteppedAsideKeepsItsNameBefore() throws {
+        let f = try Fixture()
+        _ = try f.openContainer()
+        let folder = try f.putItem(dir("f1", "docs")).decode(WireItem.self)
+        let a = try makeFile(f, "a1", "a.txt", "words", parent: folder.id)
+        var aside = a
+        aside.parent = WireRules.documentsID
+        aside.name = WireRules.asideName(a.id)
+        let moved = try f.putItem(aside, ifMatch: a.version).decode(WireItem.self)
+        try delete(f, moved)
+        let trash = try f.call("GET", "/v1/containers/\(cid)/trash").decode(WireTrash.self).items
+        #expect(trash.map(\.path) == ["Documents/docs/a.txt"])
+        let restored = try f.call("POST", "/v1/containers/\(cid)/trash/restore", json: WireRestoreRequest(ids: ["a1"], device: "x"))
+        #expect(try restored.decode(WireRestored.self).restored.map { "\($0.parent ?? "") \($0.name)" } == ["f1 a.txt"])
+    }
+
     @Test func usageCountsLiveHistoryAndTrashOnce() throws {
         let f = try Fixture()
         _ = try f.openContainer()

@@ -195,7 +195,7 @@ struct Pusher {
     }
 
     /// The name an item takes on the remote while it steps aside.
-    static func asideName(_ id: String) -> String { ".\(id).moving" }
+    static func asideName(_ id: String) -> String { WireRules.asideName(id) }
 
     /// Brings back an item deleted here that the remote kept, as the remote has it. The folders the remote has
     /// it below are taken first where they still lie below it here (a stale state: their moves out are yet
