@@ -251,8 +251,9 @@ private func addDirectoryOperations(_ ops: inout fuse_lowlevel_ops) {
 
 private func addAttributeOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.getattr = { req, ino, _ in
-        let r = reply(req)
-        do throws(CoreError) { r.attr(try fs(req).getattr(ino)) } catch { r.fail(error) }
+        let r = reply(req), f = fs(req)
+        if f.announcer.isMine(r.caller), let a = f.announcedAttributes(ino) { return r.attr(a) }
+        do throws(CoreError) { r.attr(try f.getattr(ino)) } catch { r.fail(error) }
     }
     ops.setattr = { req, ino, attr, toSet, fi in
         let r = reply(req)
@@ -346,17 +347,18 @@ extension FileSystem: ContainerObserver {
 
     public func entryRemoved(parent: String, name: String, id: String, isDirectory: Bool) {
         guard let parentIno = inodes.known(parent) else { return }
-        let child = inodes.known(id)
+        // The entry only: the announcer's unlink, rmdir or rename then removes or moves it through the kernel, as
+        // the same change made here would, and raises its events. (Told an item was deleted, the kernel raised
+        // IN_DELETE_SELF and ended the watches on a folder moved elsewhere, refused every look inside a folder
+        // deleted elsewhere, and kept the name of a file it held as absent: the announcer's repeats then failed
+        // with ENOENT and raised nothing.)
         notifier.async { [self] in
             guard let se = session else { return }
-            if let child {
-                fuse_lowlevel_notify_delete(se, parentIno, child, name, name.utf8.count)
-            } else {
-                fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
-            }
+            fuse_lowlevel_notify_inval_entry(se, parentIno, name, name.utf8.count)
         }
-        repeatElsewhere(.removed(parent: parent, name: name, id: id, isDirectory: isDirectory,
-                                 path: announcer.path(self, parent, name)))
+        // Below a folder removed too (`rm -rf` elsewhere), the path is found from the folder's (`repeatBatch`).
+        let path = parent == core.rootID || core.item(parent) != nil ? announcer.path(self, parent, name) : nil
+        repeatElsewhere(.removed(parent: parent, name: name, id: id, isDirectory: isDirectory, path: path))
     }
 
     public func entryAdded(parent: String, name: String) {

@@ -29,8 +29,9 @@ final class Announcer: @unchecked Sendable {
     enum Change {
         /// `name` in `parent` now names an item.
         case added(parent: String, name: String)
-        /// `name` in `parent` (at `path` in the mount) no longer names item `id`, a folder when `isDirectory`.
-        case removed(parent: String, name: String, id: String, isDirectory: Bool, path: String)
+        /// `name` in `parent` (at `path` in the mount; nil when `parent` is gone too) no longer names item `id`, a
+        /// folder when `isDirectory`.
+        case removed(parent: String, name: String, id: String, isDirectory: Bool, path: String?)
         case changed(id: String, content: Bool)
     }
 
@@ -122,17 +123,19 @@ final class Announcer: @unchecked Sendable {
                 addedAt[id] = j
             }
         }
+        let removedAt = removedPaths(batch)
         var done = Set<String>(), paired = Set<Int>()
         for (index, change) in batch.enumerated() {
             switch change {
-            case .removed(let parent, let name, let id, let isDir, let path):
+            case .removed(let parent, let name, let id, let isDir, _):
+                guard let path = removedAt[index] else { continue }
                 if let j = addedAt.removeValue(forKey: id), case .added(let p, let n) = batch[j] {
                     paired.insert(j)
-                    act("move", in: Scene(absent: [Scene.key(p, n)], present: [Scene.key(parent, name): (id, isDir)])) {
+                    act("move", of: path, in: Scene(absent: [Scene.key(p, n)], present: [Scene.key(parent, name): (id, isDir)])) {
                         rename(path, self.path(fs, p, n))
                     }
                 } else {
-                    act("delete", in: Scene(present: [Scene.key(parent, name): (id, isDir)])) {
+                    act("delete", of: path, in: Scene(present: removedChain(from: index, in: batch))) {
                         isDir ? rmdir(path) : unlink(path)
                     }
                 }
@@ -140,7 +143,7 @@ final class Announcer: @unchecked Sendable {
             case .added(let parent, let name):
                 guard !paired.contains(index), let item = fs.core.lookup(parent: parent, name: name) else { continue }
                 let path = self.path(fs, parent, name)
-                act("create", in: Scene(absent: [Scene.key(parent, name)])) {
+                act("create", of: path, in: Scene(absent: [Scene.key(parent, name)])) {
                     switch item.kind {
                     case .dir: return mkdir(path, 0o755)
                     case .symlink: return symlink(item.target ?? "", path)
@@ -153,9 +156,46 @@ final class Announcer: @unchecked Sendable {
                 guard done.insert(id).inserted, let item = fs.core.item(id), let parent = item.parent else { continue }
                 let path = self.path(fs, parent, item.name)
                 if content && item.kind == .file && item.hasLocal && rewrite(path, size: item.size) { continue }
-                act("attributes", in: Scene()) { chmod(path, mode_t(item.mode) & 0o7777) }
+                act("attributes", of: path, in: Scene()) { chmod(path, mode_t(item.mode) & 0o7777) }
             }
         }
+    }
+
+    /// Where each item removed in the batch was, by its index. One below a folder removed in the same batch
+    /// (`rm -rf` elsewhere: the files go before their folder, and all are gone from the core by now) was below
+    /// that folder's path; one whose folder is nowhere to be found is not repeated.
+    private func removedPaths(_ batch: [Change]) -> [Int: String] {
+        var at: [Int: String] = [:], byID: [String: String] = [:]
+        var unknown: [(index: Int, parent: String, name: String, id: String)] = []
+        for (index, change) in batch.enumerated() {
+            guard case .removed(let parent, let name, let id, _, let path) = change else { continue }
+            if let path { at[index] = path; byID[id] = path } else { unknown.append((index, parent, name, id)) }
+        }
+        while true {
+            let found = unknown.filter { byID[$0.parent] != nil }
+            if found.isEmpty { return at }
+            for r in found {
+                let path = byID[r.parent]! + "/" + r.name
+                at[r.index] = path
+                byID[r.id] = path
+            }
+            unknown.removeAll { byID[$0.id] != nil }
+        }
+    }
+
+    /// The names the removal at `index` needs looked up as still there: its own, and those of the folders above
+    /// it removed in the same batch (gone from the core, they are still on the path to it).
+    private func removedChain(from index: Int, in batch: [Change]) -> [String: (id: String, isDirectory: Bool)] {
+        var byID: [String: (parent: String, name: String, isDirectory: Bool)] = [:]
+        for case .removed(let parent, let name, let id, let isDir, _) in batch { byID[id] = (parent, name, isDir) }
+        guard case .removed(let parent, let name, let id, let isDir, _) = batch[index] else { return [:] }
+        var present = [Scene.key(parent, name): (id: id, isDirectory: isDir)]
+        var up = parent
+        while let folder = byID[up], present.count <= byID.count {
+            present[Scene.key(folder.parent, folder.name)] = (up, folder.isDirectory)
+            up = folder.parent
+        }
+        return present
     }
 
     /// Opens `path` for writing, truncates it to `size` and closes it. Where the open fails (the kernel refuses
@@ -163,7 +203,7 @@ final class Announcer: @unchecked Sendable {
     /// path: IN_MODIFY alone, which is what a reader following the file (`tail -F`) waits for.
     private func rewrite(_ path: String, size: Int64) -> Bool {
         var ok = false
-        act("content", in: Scene()) {
+        act("content", of: path, in: Scene()) {
             let fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else {
                 let rc = truncate(path, off_t(size))
@@ -178,10 +218,10 @@ final class Announcer: @unchecked Sendable {
         return ok
     }
 
-    private func act(_ what: String, in scene: Scene, _ call: () -> Int32) {
+    private func act(_ what: String, of path: String, in scene: Scene, _ call: () -> Int32) {
         state.withLock { $0.scene = scene }
         defer { state.withLock { $0.scene = Scene() } }
-        if call() != 0 { log.debug("the \(what) made elsewhere raised no event here: \(Errno.current)") }
+        if call() != 0 { log.debug("the \(what) of \(path) made elsewhere raised no event here: \(Errno.current)") }
     }
 
     /// Where `name` in folder `parent` is in the mount.
@@ -205,10 +245,22 @@ extension FileSystem {
         if let item = core.item(id) {
             return Entry(ino: inodes.remember(id), attributes: attributes(item), timeout: 0)
         }
-        let ino = inodes.remember(id)
-        let st = virtualAttributes(number: inodes.number(id), mode: isDirectory ? S_IFDIR | 0o755 : S_IFREG | 0o644, size: 0,
-                                   mtime: nowNanoseconds())
-        return Entry(ino: ino, attributes: st, timeout: 0)
+        return Entry(ino: inodes.remember(id), attributes: goneAttributes(id, isDirectory: isDirectory), timeout: 0)
+    }
+
+    /// getattr(2) from the announcer of an item gone from the core that the change it repeats still has (a
+    /// folder deleted elsewhere with its files, which the kernel checks on the way to each of them); nil for
+    /// any other.
+    func announcedAttributes(_ ino: UInt64) -> Attributes? {
+        guard let id = inodes.id(ino), core.item(id) == nil,
+              let gone = announcer.scene.present.values.first(where: { $0.id == id }) else { return nil }
+        return Attributes(stat: goneAttributes(id, isDirectory: gone.isDirectory), timeout: 0)
+    }
+
+    /// What the kernel is told of an item gone from the core while the announcer repeats its removal.
+    private func goneAttributes(_ id: String, isDirectory: Bool) -> stat {
+        virtualAttributes(number: inodes.number(id), mode: isDirectory ? S_IFDIR | 0o755 : S_IFREG | 0o644, size: 0,
+                          mtime: nowNanoseconds())
     }
 
     /// mknod, mkdir or symlink from the announcer: the item made elsewhere, as it is.

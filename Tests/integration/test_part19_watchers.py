@@ -181,3 +181,32 @@ def test_the_daemons_threads_are_named_and_the_repeats_run_below_requests(stub, 
     assert nice.get("announce") == {10}, out
     assert nice.get("upload") == {10}, out
     assert nice.get("pull") == {0} and nice.get("push") == {0}, out
+
+
+def test_a_folder_moved_and_removed_elsewhere_raises_the_events_of_a_move_and_of_each_delete(stub, mount_factory):
+    """Part 20 (7): a folder renamed on the other device right after a change of a file in it is a move here
+    (before: DELETE_SELF, and the watch was lost: later changes in it raised nothing), and `rm -rf` of a folder
+    there raises IN_DELETE here for each file in it, as it does on the device that ran it."""
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    (a / "Documents" / "d1").mkdir()
+    (a / "Documents" / "d1" / "x").write_text("one\n")
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "d1" / "x").exists(), timeout=30, what="d1/x on the desktop")
+    assert (b / "Documents" / "d1" / "x").read_text() == "one\n"  # read here, so the kernel holds d1 and x
+    w = Watch("inotifywait", "-m", "-r", "--format", "%e %w%f", b / "Documents", ready="Watches established")
+    try:
+        (a / "Documents" / "d1" / "x").write_text("two\n")
+        os.rename(a / "Documents" / "d1", a / "Documents" / "d1r")
+        sync(a)
+        w.saw("MOVED_FROM,ISDIR " + str(b / "Documents" / "d1"), "MOVED_TO,ISDIR " + str(b / "Documents" / "d1r"))
+        (a / "Documents" / "d1r" / "y").write_text("new\n")
+        sync(a)
+        w.saw("CREATE " + str(b / "Documents" / "d1r" / "y"))
+        run("rm", "-rf", a / "Documents" / "d1r")
+        sync(a)
+        w.saw("DELETE " + str(b / "Documents" / "d1r" / "x"), "DELETE " + str(b / "Documents" / "d1r" / "y"),
+              "DELETE,ISDIR " + str(b / "Documents" / "d1r"))
+        assert not any(line.startswith("DELETE_SELF") and line.endswith("/d1/") for line in w.lines), w.lines
+    finally:
+        w.stop()
+    assert os.listdir(b / "Documents") == []
