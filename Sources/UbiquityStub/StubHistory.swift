@@ -46,7 +46,27 @@ extension StubStore {
         return try writing(cid) { tx in
             var restore = Restoration(store: self, tx: tx, cid: cid, device: device, asked: Set(ids))
             for id in HistoryInput.unique(ids) { try restore.restoreAsked(id) }
+            // The folders' newer versions reach every device by the feed, the restoring one too.
+            try storeFoldersAgain(tx, cid, filledIn: restore.answer)
             return restore.answer
+        }
+    }
+
+    /// Stores once more, after them, each folder of `written` that entries written after it went into. A device
+    /// shows a folder's time as its newest version has it, but entries arriving after that version show the
+    /// time of their arrival there (as a change made elsewhere); the folder's own last version sets it back. (A
+    /// folder a rewind or a restore brought back showed its old time on a device mounted after, and the time
+    /// of the rewind on the devices that were online.) Answers the folders as stored again.
+    @discardableResult
+    func storeFoldersAgain(_ tx: any MetadataTransaction, _ cid: String, filledIn written: [WireItem]) throws -> [WireItem] {
+        var parentsAfter = Set<String>(), again: [WireItem] = []
+        for w in written.reversed() {
+            if w.kind == .dir, !w.deleted, parentsAfter.contains(w.id) { again.append(w) }
+            if let p = w.parent { parentsAfter.insert(p) }
+        }
+        return try again.reversed().map { folder in
+            guard let now = try tx.item(cid, folder.id), now.version == folder.version else { return folder }
+            return try store(tx, cid, now)
         }
     }
 
@@ -114,7 +134,9 @@ extension StubStore {
             }
             return try writing(cid) { tx in
                 let plan = try rewindPlan(tx, cid, request, now: now)
-                for item in plan.writes { _ = try store(tx, cid, item) }
+                var written: [WireItem] = []
+                for item in plan.writes { written.append(try store(tx, cid, item)) }
+                try storeFoldersAgain(tx, cid, filledIn: written)
                 return plan.changes
             }
         } catch let refusal as RewindRefusal {
