@@ -347,17 +347,29 @@ public enum WireRules {
 
     /// The end of a name that keeps an item on one device (Apple's `.nosync` rule).
     public static let noSyncSuffix = ".nosync"
+    /// The ends of the names of an SQLite database's companions (`t.db-wal`, `t.db-shm`, `t.db-journal`): they
+    /// belong to the database as one program on one machine has it open (a write-ahead log, a shared-memory
+    /// index, a rollback journal), and mean nothing, or harm, anywhere else. The database file travels (SQLite
+    /// writes what was committed into it at its checkpoints and last close); they stay on their device.
+    public static let databaseCompanionSuffixes = ["-wal", "-shm", "-journal"]
+
+    /// True for a name that keeps an item on one device: `.nosync`, and a database's companions.
+    public static func staysOnOneDevice(_ name: String) -> Bool {
+        name.hasSuffix(noSyncSuffix)
+            || databaseCompanionSuffixes.contains { name.count > $0.count && name.hasSuffix($0) }
+    }
     /// The names the mount gives to folders of its own in its root.
     public static let mountRootNames = [".versions", ".kvstore", ".trash"]
 
     /// Why no item on the remote may have this name in folder `parent`, or nil: a name the mount gives a meaning
     /// of its own. `.versions`, `.kvstore` and `.trash` in the root would show twice there (and `kv set` would
-    /// write an ordinary file); a name ending in `.nosync` marks an item no device shows or uploads.
+    /// write an ordinary file); a name ending in `.nosync`, `-wal`, `-shm` or `-journal` marks an item no device
+    /// shows or uploads (`staysOnOneDevice`).
     public static func reservedNameProblem(_ name: String, parent: String) -> String? {
         if parent == rootID && mountRootNames.contains(where: { Array($0.utf8) == Array(name.utf8) }) {
             return "\(name) is the name of the mount's own folder in the root"
         }
-        if name.hasSuffix(noSyncSuffix) { return "a name ending in \(noSyncSuffix) is kept on one device only" }
+        if staysOnOneDevice(name) { return "\(name) is kept on one device only (a .nosync name or a database's -wal, -shm or -journal)" }
         return nil
     }
 

@@ -74,11 +74,11 @@ public struct Item: Equatable, Sendable {
     /// Only files have content to store, download, upload or evict.
     public var hasContent: Bool { kind == .file }
     /// Local-only by itself: a fifo or a socket (the kernel carries their data; only the node is ours), a name
-    /// ending in `.nosync` (Apple's rule), or the user's excluded flag. Everything below such a folder is too.
+    /// ending in `.nosync` (Apple's rule) or a database's companion's (`WireRules.staysOnOneDevice`), or the
+    /// user's excluded flag. Everything below such a folder is too.
     public var isLocalOnlyItself: Bool {
-        kind == .fifo || kind == .socket || excluded || name.hasSuffix(Item.noSyncSuffix)
+        kind == .fifo || kind == .socket || excluded || WireRules.staysOnOneDevice(name)
     }
-    public static let noSyncSuffix = WireRules.noSyncSuffix
     /// Lives on this device only: never uploaded, never evicted, never listed on other devices.
     public var isLocalOnly: Bool { localOnlyAbove || isLocalOnlyItself }
     /// Has changes to send to the remote. For a local-only item only one: the delete of the copy the remote

@@ -106,7 +106,7 @@ extension CoreState {
     /// True when a remote item must not be taken here: it would be local-only here (inside a folder that is
     /// local-only here, or named `.nosync`). It stays on the remote, unseen on this device.
     func isKeptOut(_ w: WireItem) -> Bool {
-        w.name.hasSuffix(Item.noSyncSuffix) || isLocalOnlyFolder(w.parent)
+        WireRules.staysOnOneDevice(w.name) || isLocalOnlyFolder(w.parent)
     }
 }
 

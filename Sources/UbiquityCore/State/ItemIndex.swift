@@ -279,7 +279,7 @@ struct PackedItem {
 
     /// Local-only by itself, as `Item.isLocalOnlyItself`, from the packed fields.
     var isLocalOnlyItself: Bool {
-        kind == .fifo || kind == .socket || flags.contains(.excluded) || name.hasSuffix(Item.noSyncSuffix)
+        kind == .fifo || kind == .socket || flags.contains(.excluded) || WireRules.staysOnOneDevice(name)
     }
 }
 
