@@ -10,6 +10,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
+import threading
 import os
 import re
 import urllib.parse
@@ -57,6 +58,51 @@ class SeaweedFS:
 
 
 fuse_missing = not os.path.exists("/dev/fuse")
+
+
+def forget_inodes():
+    """What memory pressure does: the kernel drops its dentries and inodes (FUSE sends FORGET for them)."""
+    Path("/proc/sys/vm/drop_caches").write_text("2\n")
+
+
+@contextlib.contextmanager
+def dropping_caches(every=0.5):
+    """The kernel forgetting inodes every `every` seconds while the block runs."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(every):
+            forget_inodes()
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+
+
+# UBIQUITYFS_DROP_CACHES=SECONDS: the kernel forgets inodes every SECONDS during every test (by hand:
+# `UBIQUITYFS_DROP_CACHES=0.5 scripts/test`); the modules that ask for `caches_dropped` run so always.
+DROP_EVERY = float(os.environ.get("UBIQUITYFS_DROP_CACHES") or 0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def caches_dropped_everywhere():
+    if not DROP_EVERY:
+        yield
+        return
+    with dropping_caches(DROP_EVERY):
+        yield
+
+
+@pytest.fixture(scope="module")
+def caches_dropped():
+    """Memory pressure for a whole module (`pytestmark = pytest.mark.usefixtures("caches_dropped")`): the
+    programs it drives run while the kernel forgets inodes every half second."""
+    with dropping_caches(DROP_EVERY or 0.5):
+        yield
 
 
 @pytest.fixture

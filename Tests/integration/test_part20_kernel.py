@@ -3,36 +3,10 @@ in listings) is its own: the same after the kernel forgets the inode (echo 2 > /
 memory pressure does), after renames, evictions and remounts; GNU tar, git and find, which rely on it, work
 while the kernel drops its caches; and a directory handle read again from its start (rewinddir) sees the folder
 as it is then (xfstests generic/471)."""
-import contextlib
 import os
 import tarfile
-import threading
-from pathlib import Path
 
-from conftest import BIN, run, sync
-
-
-def forget_inodes():
-    """What memory pressure does: the kernel drops its dentries and inodes (FUSE sends FORGET for them)."""
-    Path("/proc/sys/vm/drop_caches").write_text("2\n")
-
-
-@contextlib.contextmanager
-def dropping_caches(every=0.5):
-    """The kernel forgetting inodes every `every` seconds while the block runs."""
-    stop = threading.Event()
-
-    def loop():
-        while not stop.wait(every):
-            forget_inodes()
-
-    t = threading.Thread(target=loop, daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        t.join()
+from conftest import BIN, dropping_caches, forget_inodes, run, sync
 
 
 def numbers(*paths):

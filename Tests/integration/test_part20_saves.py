@@ -5,7 +5,12 @@ inode number and its history goes on (`ubiquityfs history` lists the previous co
 import os
 import signal
 
+import pytest
+
 from conftest import BIN, conflict_versions_in, run, sync, wait_until
+
+# Run while the kernel forgets inodes every half second, as memory pressure makes it (Part 20, point 5).
+pytestmark = pytest.mark.usefixtures("caches_dropped")
 
 
 def versions(path):

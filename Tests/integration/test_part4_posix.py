@@ -9,7 +9,12 @@ import stat
 import time
 
 
+import pytest
+
 from conftest import fails
+
+# Run while the kernel forgets inodes every half second, as memory pressure makes it (Part 20, point 5).
+pytestmark = pytest.mark.usefixtures("caches_dropped")
 
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2

@@ -11,6 +11,9 @@ import pytest
 
 from conftest import BIN, CONTAINER, run, wait_until, sync
 
+# Run while the kernel forgets inodes every half second, as memory pressure makes it (Part 20, point 5).
+pytestmark = pytest.mark.usefixtures("caches_dropped")
+
 LINKS = {"rel": "../up/file.txt", "abs": "/etc/hostname", "dangling": "no such thing", "todir": "sub",
          "utf8": "résumé ☃"}
 
