@@ -175,13 +175,23 @@ extension FileSystem {
     /// writes since the last look reached the content file unseen, possibly after a push that began at its open
     /// had already marked the item clean: the core records them first.
     func flushed(_ file: OpenFile) throws(CoreError) {
-        try core.flushed(file.id, wroteUnseen: wroteUnseen(file), through: file.fd)
+        let unseen = wroteUnseen(file)
+        try core.flushed(file.id, wroteUnseen: unseen, through: file.fd)
+        if unseen { attributesChangedUnseen(file) }
     }
 
     /// An fsync of a written handle asks for a snapshot, after what a flush records.
     func synced(_ file: OpenFile) throws(CoreError) {
-        try core.synced(file.id, wroteUnseen: wroteUnseen(file), through: file.fd)
+        let unseen = wroteUnseen(file)
+        try core.synced(file.id, wroteUnseen: unseen, through: file.fd)
+        if unseen { attributesChangedUnseen(file) }
     }
+
+    /// Once what a passthrough writer wrote unseen is recorded (its size, its time: writes through a mapping
+    /// too), the kernel, which served those writes itself and keeps the attributes it had, is told to ask for
+    /// them again: `stat` after a write through `mmap` and its msync or close shows the new mtime and ctime at
+    /// once (xfstests generic/080, 215), not once the attribute timeout has run out.
+    private func attributesChangedUnseen(_ file: OpenFile) { itemChanged(file.id, contentChanged: false) }
 
     /// The release of a file handle, in one core call: what a flush records for a written handle, and for a
     /// passthrough writer that changed nothing (an open for writing without a write, as `touch` makes) the mark
@@ -193,6 +203,7 @@ extension FileSystem {
             if case .passthrough = file.mode { release.unchangedSince = backings.untouched(file) }
         }
         try core.release(file.id, through: file.fd, release)
+        if release.wroteUnseen { attributesChangedUnseen(file) }
     }
 
     /// Whether a passthrough writer's content file changed since the last look (which this one now is).

@@ -75,7 +75,7 @@ def test_the_extensions_states_and_actions_on_a_real_mount(stub, mount_factory):
 def files_window(tmp_path):
     """Starts Xvfb, a session bus and GNOME Files with the extension from this tree; yields a function that
     opens a folder, and the extension's log file. Everything is stopped at the end."""
-    for program in ("nautilus", "Xvfb", "xdotool", "import"):
+    for program in ("nautilus", "Xvfb", "xdotool", "import", "xdpyinfo"):
         if not shutil.which(program):
             pytest.skip(f"{program} is missing: run scripts/setup --desktop")
     if not list(Path("/usr/lib").glob("*/nautilus/extensions-4/libnautilus-python.so")):
@@ -91,11 +91,19 @@ def files_window(tmp_path):
     log = tmp_path / "extension.log"
     log.touch()
     read_fd, write_fd = os.pipe()
-    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1100x700x24", "-nolisten", "tcp"],
-                            pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    xvfb_log = tmp_path / "xvfb.log"
+    # -noreset: when its last client leaves, Xvfb would start over and write its display number again, into a
+    # pipe nobody reads: it then ended ("Cannot write display number"), and Files found no display (the test
+    # failed so about one run in two). The pipe stays open until the end all the same.
+    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-noreset", "-screen", "0", "1100x700x24",
+                             "-nolisten", "tcp"],
+                            pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=open(xvfb_log, "ab"))
     os.close(write_fd)
     display = ":" + os.read(read_fd, 16).decode().strip()
-    os.close(read_fd)
+    # The display answers before anything uses it (xdpyinfo connects as GNOME Files will).
+    wait_until(lambda: run("xdpyinfo", "-display", display, check=False).returncode == 0 or xvfb.poll() is not None,
+               timeout=30, what=f"Xvfb on {display}")
+    assert xvfb.poll() is None, f"Xvfb on {display} ended: {xvfb_log.read_text()[-800:]}"
     env = dict(os.environ, DISPLAY=display, HOME=str(home), XDG_DATA_HOME=str(home / ".local" / "share"),
                XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"),
                XDG_DATA_DIRS="/usr/share", XDG_RUNTIME_DIR=str(tmp_path), GSK_RENDERER="cairo",
@@ -124,6 +132,7 @@ def files_window(tmp_path):
     os.kill(int(bus[1]), 15)
     xvfb.terminate()
     xvfb.wait(timeout=10)
+    os.close(read_fd)
 
 
 def emblems_logged(log):
