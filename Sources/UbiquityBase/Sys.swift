@@ -196,6 +196,14 @@ public func makeDirectories(_ path: String, mode: Int = 0o700) throws {
                                             attributes: [.posixPermissions: mode])
 }
 
+/// A time as nanoseconds since the epoch in 64 bits (from 1677 to 2262, the range every time here is kept in),
+/// a time beyond that range held at its end, as a file system holds a time beyond the range it can store (a file
+/// dated after 2262 by `touch -d` overflowed the multiplication and ended the daemon: xfstests generic/634).
+public func nanoseconds(_ t: timespec) -> Int64 {
+    let limit = Int64.max / 1_000_000_000 - 1
+    return min(max(Int64(t.tv_sec), -limit), limit) * 1_000_000_000 + Int64(t.tv_nsec)
+}
+
 /// The current wall-clock time in nanoseconds since the epoch.
 public func nowNanoseconds() -> Int64 {
     var ts = timespec()

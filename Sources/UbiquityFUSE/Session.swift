@@ -53,7 +53,7 @@ private func answering<T>(_ r: Reply, _ send: @escaping @Sendable (T) -> Void) -
 private func changes(_ attr: stat, _ toSet: Int32) -> AttributeChanges {
     func time(_ flag: Int32, _ now: Int32, _ value: timespec) -> Int64? {
         if toSet & now != 0 { return nowNanoseconds() }
-        if toSet & flag != 0 { return Int64(value.tv_sec) * 1_000_000_000 + Int64(value.tv_nsec) }
+        if toSet & flag != 0 { return nanoseconds(value) }
         return nil
     }
     var c = AttributeChanges()

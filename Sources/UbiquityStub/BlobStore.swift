@@ -184,7 +184,7 @@ final class FileBlobStore: BlobStore, Sendable {
             guard let sha = storedHash(name, suffix: suffix) else { continue }
             var st = stat()
             guard stat(dir + "/" + cid + "/" + name, &st) == 0 else { continue }
-            let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+            let mtime = nanoseconds(st.st_mtim)
             found.append(StoredBlob(sha256: sha, size: Int64(st.st_size), stored: mtime))
         }
         return found

@@ -212,7 +212,7 @@ final class S3BlobStore: BlobStore, Sendable {
                 let p = cacheDir + "/" + cid + "/" + name
                 var st = stat()
                 guard stat(p, &st) == 0 else { continue }
-                files.append((p, Int64(st.st_size), Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)))
+                files.append((p, Int64(st.st_size), nanoseconds(st.st_mtim)))
             }
         }
         var total = files.reduce(0) { $0 + $1.size }

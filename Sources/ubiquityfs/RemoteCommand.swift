@@ -306,7 +306,7 @@ enum RemoteCommand {
         }
         var st = stat()
         guard stat(source, &st) == 0 else { throw UsageError("cannot read \(source): \(Errno.current)") }
-        let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        let mtime = nanoseconds(st.st_mtim)
         let mode = UInt32(st.st_mode & 0o7777)
         if isDir.boolValue {
             _ = try server.seed(container: container, path: dest, contents: .directory, device: device, mtime: mtime,

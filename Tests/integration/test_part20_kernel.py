@@ -231,3 +231,22 @@ def test_a_write_through_mmap_shows_its_mtime_once_the_file_is_closed(stub, moun
     wait_until(lambda: os.stat(f).st_mtime_ns > before.st_mtime_ns and os.stat(f).st_ctime_ns > before.st_ctime_ns,
                timeout=3, interval=0.05, what="the new mtime and ctime, well within the attribute timeout")
     assert f.read_bytes()[:5] == b"bbbba"
+
+
+def test_times_far_in_the_past_and_future_are_kept_or_held_at_the_range_end(stub, mount_factory):
+    """xfstests generic/634: `touch -d` of a date after 2262 ended the daemon (its nanoseconds overflowed 64
+    bits; every later request got ENOTCONN). Such a time is held at the end of the range kept (2262), as a file
+    system holds a time beyond the range it can store; one before 1970 is kept as it is (it showed as 1970)."""
+    m = mount_factory(stub)
+    f = m / "Documents" / "f"
+    f.write_text("x\n")
+    run("touch", "-d", "1960-01-02 03:04:05 UTC", f)
+    assert os.stat(f).st_mtime == -315521755
+    p = run("touch", "-d", "2514-05-30 01:53:03 UTC", f, check=False)
+    assert p.returncode == 0, p.stderr
+    assert 9_200_000_000 < os.stat(f).st_mtime < 9_223_372_037
+    run("touch", "-d", "@-9999999999999", f)
+    assert os.stat(f).st_mtime <= -2**31  # held at a range's end (the kernel's for FUSE, here)
+    (m / "Documents" / "g").write_text("the mount still answers\n")
+    sync(m)
+    assert run("getfattr", "-n", "user.ubiquity.isUploaded", "--only-values", f).stdout == "1"

@@ -359,7 +359,7 @@ extension CoreState {
         var st = stat()
         guard stat(paths.content(id), &st) == 0 else { throw .io("content file missing") }
         recountContent(id)
-        let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        let mtime = nanoseconds(st.st_mtim)
         if item.size == Int64(st.st_size) && item.mtime == mtime { return } // already recorded
         item.size = Int64(st.st_size)
         item.mtime = mtime

@@ -199,7 +199,7 @@ extension CoreState {
         let seen = lastWrite[id] ?? 0
         var st = stat()
         guard stat(paths.content(id), &st) == 0 else { return seen }
-        let mtime = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        let mtime = nanoseconds(st.st_mtim)
         return max(seen, min(mtime, now()))
     }
 }

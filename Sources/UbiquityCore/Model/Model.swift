@@ -67,7 +67,7 @@ public struct Item: Equatable, Sendable {
     public var localOnlyAbove = false
 
     /// The modification time programs see: for a directory also the last change of its entries.
-    public var shownMTime: Int64 { max(mtime, entriesMTime) }
+    public var shownMTime: Int64 { entriesMTime == 0 ? mtime : max(mtime, entriesMTime) } // 0: none (a time before 1970 stays)
     public var shownATime: Int64 { atime ?? mtime }
 
     public var isDirectory: Bool { kind == .dir }
