@@ -124,6 +124,8 @@ final class Announcer: @unchecked Sendable {
             }
         }
         let removedAt = removedPaths(batch)
+        var removals: [String: (parent: String, name: String, isDirectory: Bool)] = [:]
+        for case .removed(let parent, let name, let id, let isDir, _) in batch { removals[id] = (parent, name, isDir) }
         var done = Set<String>(), paired = Set<Int>()
         for (index, change) in batch.enumerated() {
             switch change {
@@ -135,7 +137,7 @@ final class Announcer: @unchecked Sendable {
                         rename(path, self.path(fs, p, n))
                     }
                 } else {
-                    act("delete", of: path, in: Scene(present: removedChain(from: index, in: batch))) {
+                    act("delete", of: path, in: Scene(present: removedChain(id, in: removals))) {
                         isDir ? rmdir(path) : unlink(path)
                     }
                 }
@@ -183,17 +185,15 @@ final class Announcer: @unchecked Sendable {
         }
     }
 
-    /// The names the removal at `index` needs looked up as still there: its own, and those of the folders above
-    /// it removed in the same batch (gone from the core, they are still on the path to it).
-    private func removedChain(from index: Int, in batch: [Change]) -> [String: (id: String, isDirectory: Bool)] {
-        var byID: [String: (parent: String, name: String, isDirectory: Bool)] = [:]
-        for case .removed(let parent, let name, let id, let isDir, _) in batch { byID[id] = (parent, name, isDir) }
-        guard case .removed(let parent, let name, let id, let isDir, _) = batch[index] else { return [:] }
-        var present = [Scene.key(parent, name): (id: id, isDirectory: isDir)]
-        var up = parent
-        while let folder = byID[up], present.count <= byID.count {
-            present[Scene.key(folder.parent, folder.name)] = (up, folder.isDirectory)
-            up = folder.parent
+    /// The names the removal of `id` needs looked up as still there: its own, and those of the folders above it
+    /// removed in the same batch (`removals`; gone from the core, they are still on the path to it).
+    private func removedChain(_ id: String, in removals: [String: (parent: String, name: String, isDirectory: Bool)])
+        -> [String: (id: String, isDirectory: Bool)] {
+        var present: [String: (id: String, isDirectory: Bool)] = [:]
+        var cur = id
+        while let r = removals[cur], present.count <= removals.count {
+            present[Scene.key(r.parent, r.name)] = (cur, r.isDirectory)
+            cur = r.parent
         }
         return present
     }
