@@ -107,14 +107,18 @@ def mode_of(path):
 @pytest.mark.parametrize("io", ["passthrough", "ordinary"])
 def test_a_write_or_truncation_by_another_user_clears_setuid_and_setgid(stub, mount_factory, io):
     """With FUSE_HANDLE_KILLPRIV_V2 the kernel no longer asks for security.capability at every write, and the
-    daemon clears the bits itself: at a write, an O_TRUNC and a truncation by a caller without CAP_FSETID. The
+    daemon clears the bits itself: at a write, an O_TRUNC, a truncation and a fallocate by a caller without
+    CAP_FSETID (for a fallocate, which does not say, a caller other than root). The
     setgid bit goes only where the group may execute; root (CAP_FSETID) keeps both."""
     m = mount_factory(stub, extra=[] if io == "passthrough" else ["--no-passthrough"])
     folder = m / "Documents" / "shared"
     folder.mkdir()
     folder.chmod(0o777)
     cases = {"appended": ("sh", "-c", "echo more >> appended"), "overwritten": ("sh", "-c", ": > overwritten"),
-             "truncated": ("truncate", "-s", "2", "truncated"), "no-group-exec": ("sh", "-c", "echo x >> no-group-exec")}
+             "truncated": ("truncate", "-s", "2", "truncated"), "no-group-exec": ("sh", "-c", "echo x >> no-group-exec"),
+             # A fallocate, a punched hole and a zeroed range (xfstests generic/683-685: the bits stayed).
+             "allocated": ("fallocate", "-l", "64", "allocated"), "punched": ("fallocate", "-p", "-l", "2", "punched"),
+             "zeroed": ("fallocate", "-z", "-l", "2", "zeroed")}
     for name in cases:
         f = folder / name
         f.write_text("#!/bin/sh\n")
@@ -126,7 +130,7 @@ def test_a_write_or_truncation_by_another_user_clears_setuid_and_setgid(stub, mo
     for command in cases.values():
         as_nobody(folder, *command)
     run("sh", "-c", f"echo more >> {kept}")
-    for name in ("appended", "overwritten", "truncated"):
+    for name in ("appended", "overwritten", "truncated", "allocated", "punched", "zeroed"):
         wait_until(lambda: mode_of(folder / name) == 0o775, what=f"{name} without its setuid and setgid bits")
     assert mode_of(folder / "no-group-exec") == 0o2745
     assert mode_of(kept) == 0o6775
