@@ -544,8 +544,7 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     /// fallocate(2) on the content file: allocating, punching or zeroing changes the content like a write.
-    /// fallocate(2). `killsSUIDGID`: the caller lacks CAP_FSETID, so it clears the setuid and setgid bits as a
-    /// write does.
+    /// `killsSUIDGID`: the caller lacks CAP_FSETID, so it clears the setuid and setgid bits as a write does.
     func fallocate(_ fh: UInt64, mode: Int32, offset: off_t, length: off_t, killsSUIDGID: Bool = false) throws(AdapterError) {
         guard let file = file(fh), file.writable else { throw .badHandle }
         if killsSUIDGID { killSUIDGID(file.id) }

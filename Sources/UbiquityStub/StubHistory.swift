@@ -56,17 +56,16 @@ extension StubStore {
     /// shows a folder's time as its newest version has it, but entries arriving after that version show the
     /// time of their arrival there (as a change made elsewhere); the folder's own last version sets it back. (A
     /// folder a rewind or a restore brought back showed its old time on a device mounted after, and the time
-    /// of the rewind on the devices that were online.) Answers the folders as stored again.
-    @discardableResult
-    func storeFoldersAgain(_ tx: any MetadataTransaction, _ cid: String, filledIn written: [WireItem]) throws -> [WireItem] {
+    /// of the rewind on the devices that were online.)
+    func storeFoldersAgain(_ tx: any MetadataTransaction, _ cid: String, filledIn written: [WireItem]) throws {
         var parentsAfter = Set<String>(), again: [WireItem] = []
         for w in written.reversed() {
             if w.kind == .dir, !w.deleted, parentsAfter.contains(w.id) { again.append(w) }
             if let p = w.parent { parentsAfter.insert(p) }
         }
-        return try again.reversed().map { folder in
-            guard let now = try tx.item(cid, folder.id), now.version == folder.version else { return folder }
-            return try store(tx, cid, now)
+        for folder in again.reversed() {
+            guard let now = try tx.item(cid, folder.id), now.version == folder.version else { continue }
+            _ = try store(tx, cid, now)
         }
     }
 

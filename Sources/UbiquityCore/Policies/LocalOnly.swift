@@ -97,10 +97,7 @@ extension CoreState {
               Item.isDesktopTrash(trash.name), let infoID = children[trashID]?["info"],
               let recordID = children[infoID]?[item.name + ".trashinfo"], let record = items[recordID],
               record.kind == .file, record.isLocalOnly else { return }
-        try store.delete(recordID)
-        items[recordID] = nil
-        try unlink(record)
-        releaseContent(of: record)
+        try removeHere(record)
     }
 
     /// True when a remote item must not be taken here: it would be local-only here (inside a folder that is

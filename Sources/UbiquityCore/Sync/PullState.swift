@@ -156,9 +156,13 @@ extension CoreState {
     /// not yet known or deleted here, below the item itself, a local-only folder).
     mutating func takeMetadataWhileContentPending(_ item: inout Item, _ w: WireItem) throws {
         guard !item.metaDirty, !item.deleted, !item.isLocalOnly, !w.deleted, let p = w.parent,
-              let dir = items[p], dir.isDirectory, !dir.deleted, !isAncestor(item.id, of: p), !isKeptOut(w),
-              item.place != w.place || item.metadata.mode != w.metadata.mode || item.xattrs != w.metadata.xattrs
+              let dir = items[p], dir.isDirectory, !dir.deleted, !isAncestor(item.id, of: p), !isKeptOut(w)
         else { return }
+        // Its time is its content's, written here: what else differs is what it takes.
+        let remote = w.metadata
+        var here = item.metadata
+        here.mtime = remote.mtime
+        guard here != remote else { return }
         try takeRemoteMetadata(&item, from: w)
         try store.saveChanged(item)
         items[item.id] = item
@@ -212,6 +216,12 @@ extension CoreState {
         if item.isDirectory && hasLocalChanges(below: item.id) {
             return try reviveDeletedFolder(item, tombstone: tombstone)
         }
+        try removeHere(item)
+    }
+
+    /// Drops an item from this device with nothing to push: its row, its name (the kernel's caches are told),
+    /// its content and its leftovers.
+    mutating func removeHere(_ item: Item) throws {
         try store.delete(item.id)
         items[item.id] = nil
         try unlink(item)

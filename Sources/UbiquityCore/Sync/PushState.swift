@@ -418,7 +418,7 @@ extension PushSide {
             if let current, !current.deleted, let p = current.parent, let dir = s.items[p], dir.isDirectory,
                !dir.deleted, !s.isAncestor(id, of: p) {
                 // Not the name of a step aside (Pusher.stepAside): the item keeps its own there.
-                target = (p, current.name == Pusher.asideName(id) ? cur.name : current.name)
+                target = (p, current.name == WireRules.asideName(id) ? cur.name : current.name)
             } else if s.children[target.parent]?[target.name] != nil {
                 target.name = s.freeName(target.name, in: target.parent)
             }

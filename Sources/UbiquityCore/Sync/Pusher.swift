@@ -188,14 +188,11 @@ struct Pusher {
     /// step aside, and it lists no conflict version this device has not seen.
     private func isOwnWrite(_ current: WireItem, deleted item: Item) -> Bool {
         // A step aside (an exchange's or a rotation's, `stepAside`) changes nothing but the name.
-        let name = current.name == Pusher.asideName(id) ? item.name : current.name
+        let name = current.name == WireRules.asideName(id) ? item.name : current.name
         let known = current.device == container.config.device
             || (current.sha256 == item.remoteSHA && current.metadata.named(name) == item.metadata)
         return known && push.hasSeenConflicts(current.conflicts, listedBy: item)
     }
-
-    /// The name an item takes on the remote while it steps aside.
-    static func asideName(_ id: String) -> String { WireRules.asideName(id) }
 
     /// Brings back an item deleted here that the remote kept, as the remote has it. The folders the remote has
     /// it below are taken first where they still lie below it here (a stale state: their moves out are yet
@@ -550,7 +547,7 @@ struct Pusher {
     /// place. Other devices may see that name until the item's next push lands.
     private func stepAside(_ wire: WireItem, pushed: Item, in folder: String? = nil) throws {
         var aside = wire
-        aside.name = Pusher.asideName(id)
+        aside.name = WireRules.asideName(id)
         if let folder { aside.parent = folder }
         let ifMatch = pushed.remoteVersion == 0 ? nil : pushed.remoteVersion // (nil: a create)
         let change = changeID(condition: "aside " + (ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *"), item: aside)
