@@ -28,11 +28,16 @@ public struct HTTPTimeouts: Sendable {
     public var requestSeconds: Int = 30
     /// Blob transfers: abort when less than 1 byte/s moves for this long. Big transfers have no total limit.
     public var stallSeconds: Int = 30
+    /// Downloads (a blob, its chunks, its manifest): the silence allowed, at most `stallSeconds`. A mount sets it
+    /// to its --download-timeout, so an open that waits for a download never waits out a longer silence.
+    public var downloadSilenceSeconds: Int
 
-    public init(connectSeconds: Int = 5, requestSeconds: Int = 30, stallSeconds: Int = 30) {
+    public init(connectSeconds: Int = 5, requestSeconds: Int = 30, stallSeconds: Int = 30,
+                downloadSilenceSeconds: Int? = nil) {
         self.connectSeconds = connectSeconds
         self.requestSeconds = requestSeconds
         self.stallSeconds = stallSeconds
+        self.downloadSilenceSeconds = min(stallSeconds, downloadSilenceSeconds ?? stallSeconds)
     }
 }
 
@@ -220,7 +225,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         }
         let r = try perform("PUT", url(["v1", "containers", container, "blobs", sha256]),
                             headers: ["Content-Type: application/octet-stream"],
-                            source: .file(fd, length: size), timeout: .stall, progress: progress)
+                            source: .file(fd, length: size), timeout: .stall(timeouts.stallSeconds), progress: progress)
         guard (200...299).contains(r.status) else {
             throw HTTPMapping.error(status: r.status, body: r.body, blobUpload: true)
         }
@@ -232,7 +237,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         let start = max(0, offset)
         let headers = start > 0 ? ["Range: bytes=\(start)-"] : []
         let r = try perform("GET", url(["v1", "containers", container, "blobs", sha256]), headers: headers,
-                            sink: .file(fd, offset: start), timeout: .stall, progress: progress)
+                            sink: .file(fd, offset: start), timeout: .stall(timeouts.downloadSilenceSeconds),
+                            progress: progress)
         switch r.status {
         case 200, 206:
             if r.fileOffset == start {
@@ -273,7 +279,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     public func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64,
                               progress: TransferProgress?) throws(RemoteError) {
         let r = try perform("GET", url(["v1", "containers", container, "blobs", sha256]),
-                            sink: .file(fd, offset: 0, base: fileOffset), timeout: .stall, progress: progress)
+                            sink: .file(fd, offset: 0, base: fileOffset),
+                            timeout: .stall(timeouts.downloadSilenceSeconds), progress: progress)
         guard r.status == 200 else { throw HTTPMapping.error(status: r.status, body: r.body) }
     }
 
@@ -288,7 +295,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     /// GET .../manifests/{sha}; nil when there is none (the version is one blob, or the server knows no chunks).
     public func manifest(sha256: String) throws(RemoteError) -> WireManifest? {
         do throws(RemoteError) {
-            let manifest: WireManifest = try json("GET", url(["v1", "containers", container, "manifests", sha256]))
+            let manifest: WireManifest = try json("GET", url(["v1", "containers", container, "manifests", sha256]),
+                                                  timeout: .request(min(timeouts.requestSeconds, timeouts.downloadSilenceSeconds)))
             return manifest
         } catch {
             if case .notFound = error { return nil }
@@ -360,8 +368,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     enum Timeout {
         /// A whole-request limit in seconds.
         case request(Int)
-        /// No total limit; abort when the transfer stalls for `stallSeconds`.
-        case stall
+        /// No total limit; abort when nothing moves for this many seconds.
+        case stall(Int)
     }
 
     /// A JSON request whose 2xx answer decodes to `T`; any other status becomes its RemoteError.
@@ -439,11 +447,11 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         switch timeout ?? .request(timeouts.requestSeconds) {
         case .request(let s):
             _ = ubq_easy_setopt_long(h, CURLOPT_TIMEOUT, max(1, s))
-        case .stall:
+        case .stall(let s):
             // libcurl's check as a backstop; the exact one runs in the progress callback.
             _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, 1)
-            _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, max(1, timeouts.stallSeconds))
-            req.stallLimit = Int64(max(1, timeouts.stallSeconds)) * 1_000_000_000
+            _ = ubq_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, max(1, s))
+            req.stallLimit = Int64(max(1, s)) * 1_000_000_000
         }
         _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, req.errorBuffer)
         // Large receive buffers: one write to the file per 512 KiB rather than per 16 KiB.
@@ -515,7 +523,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
                          url: String) -> RemoteError {
         let hp = HTTPMapping.hostPort(url)
         if req.stalled {
-            return .unreachable("transfer with \(hp) stalled: nothing moved for \(timeouts.stallSeconds) s")
+            return .unreachable("transfer with \(hp) stalled: nothing moved for \((req.stallLimit ?? 0) / 1_000_000_000) s")
         }
         if req.cancelled || code == CURLE_ABORTED_BY_CALLBACK && req.localFailure == nil { return .cancelled }
         if let local = req.localFailure { return local }
@@ -538,8 +546,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
             return .unreachable("cannot resolve the host of \(hp): \(curlText)")
         case CURLE_OPERATION_TIMEDOUT:
-            if case .stall = timeout, req.status != 0 {
-                return .unreachable("transfer with \(hp) stalled for \(timeouts.stallSeconds) s")
+            if case .stall(let seconds) = timeout, req.status != 0 {
+                return .unreachable("transfer with \(hp) stalled for \(max(1, seconds)) s")
             }
             return .unreachable("no answer from \(hp) in time: \(curlText)")
         case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE:

@@ -37,6 +37,7 @@ struct Daemon {
         let (urls, token, stub) = try remote()
         defer { stub?.stop() }
         let client = HTTPRemoteClient(baseURLs: urls, token: token, container: options.container,
+                                      timeouts: HTTPTimeouts(downloadSilenceSeconds: options.downloadTimeout),
                                       device: options.device, caFile: options.caFile)
         let url = urls.joined(separator: ",")
         var config = ContainerConfig(device: options.device)
