@@ -12,13 +12,22 @@ import UbiquityBase
 import UbiquityCore
 
 /// Who sent a request.
-struct Caller: Sendable {
+struct Caller: Sendable, Equatable {
     /// The process (nil when the kernel does not say).
     var pid: pid_t?
     /// Its user and group: the owner of what it creates (nil: the mounting user's).
     var owner: Owner?
 
     static let unknown = Caller(pid: nil, owner: nil)
+
+    /// Whether a change of a file by this caller that clears the setuid and setgid bits keeps a setgid bit the
+    /// group may not execute: when it is root (taken to hold CAP_FSETID, as a fallocate does not say) or in the
+    /// file's group `gid`, by its own group or a supplementary one (the kernel's rule; xfstests generic/683).
+    func keepsSetGID(ofGroup gid: UInt32) -> Bool {
+        guard let owner else { return true }
+        if owner.uid == 0 || owner.gid == gid { return true }
+        return pid.map { supplementaryGroups($0).contains(gid) } ?? false
+    }
 }
 
 /// A name's node and its attributes; a non-zero `ino` counts one lookup. Inode 0 is a negative entry (the name
@@ -78,9 +87,9 @@ struct AttributeChanges: Sendable, Equatable {
     var gid: gid_t?
     var mtime: Int64?
     var atime: Int64?
-    /// The setuid and setgid bits go (a chown, or a truncation by a caller without CAP_FSETID), as the kernel
-    /// asks with FUSE_HANDLE_KILLPRIV_V2 instead of sending the mode itself.
-    var killsSUIDGID = false
+    /// The caller, when the setuid and setgid bits go (a chown, or a truncation by a caller without
+    /// CAP_FSETID), as the kernel asks with FUSE_HANDLE_KILLPRIV_V2 instead of sending the mode itself.
+    var clearsSUIDGID: Caller?
 
     /// The same changes without the size.
     var withoutSize: AttributeChanges {

@@ -50,6 +50,15 @@ func processName(_ tid: pid_t) -> [UInt8]? {
     return comm
 }
 
+/// The supplementary groups of the process of thread `tid` (its /proc/TID/status), or none when they cannot
+/// be read.
+func supplementaryGroups(_ tid: pid_t) -> [UInt32] {
+    guard let status = readSmallFile("/proc/\(tid)/status") else { return [] }
+    let line = status.split(separator: UInt8(ascii: "\n")).first { $0.starts(with: Array("Groups:".utf8)) }
+    return String(decoding: line?.dropFirst(7) ?? [], as: UTF8.self)
+        .split(whereSeparator: { $0 == " " || $0 == "\t" }).compactMap { UInt32($0) }
+}
+
 /// The first 4 KiB of a file, or nil when it cannot be read.
 private func readSmallFile(_ path: String) -> [UInt8]? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)

@@ -241,7 +241,8 @@ public final class FileSystem: @unchecked Sendable {
         if isKVID(id) { return done(Result { () throws(AdapterError) in try kvSetattr(ino, id, changes, fh) }) }
         if isVirtual(id) { return done(.failure(.core(.readOnly))) }
         var changes = changes
-        if changes.killsSUIDGID && changes.mode == nil, let mode = core.item(id).flatMap({ FileSystem.withoutSUIDGID($0.mode) }) {
+        if let clearer = changes.clearsSUIDGID, changes.mode == nil,
+           let mode = core.item(id).flatMap({ withoutSUIDGID($0, by: clearer) }) {
             changes.mode = mode
         }
         withContent(waiter, id, attempt: 1, done: done) { [self, changes] () throws(CoreError) in
@@ -274,7 +275,7 @@ public final class FileSystem: @unchecked Sendable {
     static let keptChanging = AdapterError.core(.io("the content kept changing while fetched"))
 
     /// The owner that setattr sets (chown, chgrp, or both), or nil. The kernel has checked that the caller may
-    /// (default_permissions); the setuid and setgid bits a chown clears come as `killsSUIDGID` (see setattr).
+    /// (default_permissions); the setuid and setgid bits a chown clears come as `clearsSUIDGID` (see setattr).
     private func newOwner(_ id: String, _ changes: AttributeChanges) throws(CoreError) -> Owner? {
         guard changes.changesOwner else { return nil }
         guard case .real(let item)? = node(id) else { throw .notFound }
@@ -409,16 +410,16 @@ public final class FileSystem: @unchecked Sendable {
         return (e, Opened(fh: fh, passthrough: passthrough))
     }
 
-    /// open(2): answered once the content is local (fetched first when it is not). `killsSUIDGID`: an O_TRUNC
+    /// open(2): answered once the content is local (fetched first when it is not). `clearsSUIDGID`: an O_TRUNC
     /// by a caller without CAP_FSETID, which clears the setuid and setgid bits (FUSE_HANDLE_KILLPRIV_V2).
-    func open(_ ino: UInt64, flags: Int32, _ caller: Caller, killsSUIDGID: Bool = false, waiter: Waiter,
+    func open(_ ino: UInt64, flags: Int32, _ caller: Caller, clearsSUIDGID: Caller? = nil, waiter: Waiter,
               done: @escaping Completion<Opened>) {
         guard let id = inodes.id(ino) else { return done(.failure(.core(.notFound))) }
         guard isVirtual(id) else {
-            let done: Completion<Opened> = !killsSUIDGID ? done : { @Sendable [self] result in
-                if case .success = result { killSUIDGID(id) }
+            let done: Completion<Opened> = clearsSUIDGID.map { clearer in { @Sendable [self] result in
+                if case .success = result { clearSUIDGID(id, by: clearer) }
                 done(result)
-            }
+            } } ?? done
             return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done)
         }
         switch node(id) {
@@ -487,18 +488,21 @@ public final class FileSystem: @unchecked Sendable {
         }
     }
 
-    /// `mode` without its setuid bit, and without its setgid bit when the group may execute (the bits a write,
-    /// truncation or chown clears); nil when neither is there.
-    static func withoutSUIDGID(_ mode: UInt32) -> UInt32? {
-        var m = mode & ~UInt32(S_ISUID)
-        if mode & UInt32(S_IXGRP) != 0 { m &= ~UInt32(S_ISGID) }
-        return m == mode ? nil : m
+    /// An item's mode after a write, truncation or chown by `caller` that clears the setuid and setgid bits:
+    /// setuid goes; setgid goes where the group may execute, or where the caller may not keep it
+    /// (`Caller.keepsSetGID`); nil when nothing goes.
+    func withoutSUIDGID(_ item: Item, by caller: Caller) -> UInt32? {
+        var m = item.mode & ~UInt32(S_ISUID)
+        if item.mode & UInt32(S_IXGRP) != 0 || !caller.keepsSetGID(ofGroup: core.config.owner(of: item).gid) {
+            m &= ~UInt32(S_ISGID)
+        }
+        return m == item.mode ? nil : m
     }
 
-    /// Clears an item's setuid and setgid bits as a write does (FUSE_HANDLE_KILLPRIV_V2 leaves it to us), and
-    /// has the kernel read its mode again.
-    func killSUIDGID(_ id: String) {
-        guard let item = core.item(id), let mode = FileSystem.withoutSUIDGID(item.mode) else { return }
+    /// Clears an item's setuid and setgid bits as a write by `caller` does (FUSE_HANDLE_KILLPRIV_V2 leaves it to
+    /// us), and has the kernel read its mode again.
+    func clearSUIDGID(_ id: String, by caller: Caller) {
+        guard let item = core.item(id), let mode = withoutSUIDGID(item, by: caller) else { return }
         do {
             _ = try core.setAttributes(id, size: nil, mode: mode, mtime: nil, atime: nil, owner: nil)
             itemChanged(id, contentChanged: false)
@@ -529,12 +533,12 @@ public final class FileSystem: @unchecked Sendable {
         return file.fd
     }
 
-    /// write(2) on the ordinary path. `killsSUIDGID`: the caller lacks CAP_FSETID, so the write clears the
-    /// setuid and setgid bits (FUSE_HANDLE_KILLPRIV_V2); writers of such files never get passthrough.
-    func write(_ fh: UInt64, _ data: WriteData, at offset: off_t, killsSUIDGID: Bool = false) throws(AdapterError) -> Int {
+    /// write(2) on the ordinary path. `clearsSUIDGID`: the caller, which lacks CAP_FSETID, so the write clears
+    /// the setuid and setgid bits (FUSE_HANDLE_KILLPRIV_V2); writers of such files never get passthrough.
+    func write(_ fh: UInt64, _ data: WriteData, at offset: off_t, clearsSUIDGID: Caller? = nil) throws(AdapterError) -> Int {
         guard let file = file(fh), file.writable else { throw .badHandle }
         if isKVID(file.id) { return try kvWrite(data, offset, file) }
-        if killsSUIDGID { killSUIDGID(file.id) }
+        if let clearer = clearsSUIDGID { clearSUIDGID(file.id, by: clearer) }
         let n = try adapting { () throws(CoreError) in
             try core.write(file.id, through: file.fd) { data.write(file.fd.raw, offset) }
         }
@@ -544,10 +548,11 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     /// fallocate(2) on the content file: allocating, punching or zeroing changes the content like a write.
-    /// `killsSUIDGID`: the caller lacks CAP_FSETID, so it clears the setuid and setgid bits as a write does.
-    func fallocate(_ fh: UInt64, mode: Int32, offset: off_t, length: off_t, killsSUIDGID: Bool = false) throws(AdapterError) {
+    /// `clearsSUIDGID`: the caller, which lacks CAP_FSETID, so it clears the setuid and setgid bits as a write
+    /// does.
+    func fallocate(_ fh: UInt64, mode: Int32, offset: off_t, length: off_t, clearsSUIDGID: Caller? = nil) throws(AdapterError) {
         guard let file = file(fh), file.writable else { throw .badHandle }
-        if killsSUIDGID { killSUIDGID(file.id) }
+        if let clearer = clearsSUIDGID { clearSUIDGID(file.id, by: clearer) }
         // Like a write: the item turns dirty first, and no snapshot sees the change half done.
         let allocated = try adapting { () throws(CoreError) in
             try core.write(file.id, through: file.fd) {

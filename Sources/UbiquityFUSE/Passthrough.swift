@@ -161,7 +161,7 @@ extension FileSystem {
     /// daemon to clear those bits (FUSE_HANDLE_KILLPRIV_V2: the kernel asks nothing at a passthrough write).
     func choosePassthrough(_ file: OpenFile, _ fh: UInt64) -> Bool {
         guard passthroughOn, let item = core.item(file.id), item.isCurrent else { return false }
-        if file.writable && FileSystem.withoutSUIDGID(item.mode) != nil { return false }
+        if file.writable && item.mode & UInt32(S_ISUID | S_ISGID) != 0 { return false }
         var undo: Int?
         file.mode = backings.choose(file.id, fd: file.fd.raw, fh: fh) {
             if file.writable { undo = try core.openedForUnseenWrites(file.id) }

@@ -50,7 +50,7 @@ private func answering<T>(_ r: Reply, _ send: @escaping @Sendable (T) -> Void) -
 }
 
 /// What a setattr request changes.
-private func changes(_ attr: stat, _ toSet: Int32) -> AttributeChanges {
+private func changes(_ attr: stat, _ toSet: Int32, _ caller: Caller) -> AttributeChanges {
     func time(_ flag: Int32, _ now: Int32, _ value: timespec) -> Int64? {
         if toSet & now != 0 { return nowNanoseconds() }
         if toSet & flag != 0 { return nanoseconds(value) }
@@ -63,7 +63,7 @@ private func changes(_ attr: stat, _ toSet: Int32) -> AttributeChanges {
     if toSet & FUSE_SET_ATTR_GID != 0 { c.gid = attr.st_gid }
     c.mtime = time(FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr.st_mtim)
     c.atime = time(FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr.st_atim)
-    c.killsSUIDGID = ubq_kills_suidgid() != 0
+    c.clearsSUIDGID = ubq_kills_suidgid() != 0 ? caller : nil
     return c
 }
 
@@ -186,7 +186,7 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
             } catch { r.fail(error) }
             return
         }
-        f.open(ino, flags: base.flags, r.caller, killsSUIDGID: ubq_kills_suidgid() != 0, waiter: r, done: answering(r) { o in
+        f.open(ino, flags: base.flags, r.caller, clearsSUIDGID: ubq_kills_suidgid() != 0 ? r.caller : nil, waiter: r, done: answering(r) { o in
             if !r.open(o, base) { f.release(o.fh) }
         })
     }
@@ -197,8 +197,8 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.write_buf = { req, _, bufv, off, fi in
         let r = reply(req)
         let data = WriteData(count: fuse_buf_size(bufv!)) { fd, offset in ubq_write_buf_to_fd(bufv, fd, offset) }
-        let kills = ubq_kills_suidgid() != 0
-        do throws(AdapterError) { r.written(try fs(req).write(fi!.pointee.fh, data, at: off, killsSUIDGID: kills)) } catch { r.fail(error) }
+        let clears = ubq_kills_suidgid() != 0 ? r.caller : nil
+        do throws(AdapterError) { r.written(try fs(req).write(fi!.pointee.fh, data, at: off, clearsSUIDGID: clears)) } catch { r.fail(error) }
     }
     ops.flush = { req, _, fi in
         let r = reply(req)
@@ -213,9 +213,10 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
         let r = reply(req)
         // A write says when its caller lacks CAP_FSETID; a fallocate says nothing (FUSE_HANDLE_KILLPRIV_V2 leaves
         // the clearing to the daemon): a caller other than root is taken to lack it (xfstests generic/683-685).
-        let kills = (r.caller.owner?.uid ?? 0) != 0
+        let caller = r.caller
+        let clears = (caller.owner?.uid ?? 0) != 0 ? caller : nil
         do throws(AdapterError) {
-            try fs(req).fallocate(fi!.pointee.fh, mode: mode, offset: off, length: len, killsSUIDGID: kills)
+            try fs(req).fallocate(fi!.pointee.fh, mode: mode, offset: off, length: len, clearsSUIDGID: clears)
             r.ok()
         } catch { r.fail(error) }
     }
@@ -266,7 +267,7 @@ private func addAttributeOperations(_ ops: inout fuse_lowlevel_ops) {
         if fs(req).announcer.isMine(r.caller) {
             do throws(CoreError) { return r.attr(try fs(req).getattr(ino)) } catch { return r.fail(error) }
         }
-        fs(req).setattr(ino, changes(attr!.pointee, toSet), fh: fi?.pointee.fh, waiter: r, done: answering(r) { r.attr($0) })
+        fs(req).setattr(ino, changes(attr!.pointee, toSet, r.caller), fh: fi?.pointee.fh, waiter: r, done: answering(r) { r.attr($0) })
     }
     ops.getxattr = { req, ino, name, size in
         named(req, name, else: .noAttribute) { n in
