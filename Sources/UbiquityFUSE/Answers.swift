@@ -21,11 +21,13 @@ struct Caller: Sendable, Equatable {
     static let unknown = Caller(pid: nil, owner: nil)
 
     /// Whether a change of a file by this caller that clears the setuid and setgid bits keeps a setgid bit the
-    /// group may not execute: when it is root (taken to hold CAP_FSETID, as a fallocate does not say) or in the
-    /// file's group `gid`, by its own group or a supplementary one (the kernel's rule; xfstests generic/683).
-    func keepsSetGID(ofGroup gid: UInt32) -> Bool {
+    /// group may not execute: when it holds CAP_FSETID or is in the file's group `gid`, by its own group or a
+    /// supplementary one (the kernel's rule; xfstests generic/683). `mayHoldFSETID`: the request does not say
+    /// whether it holds the capability (a chown, a fallocate), so root is taken to; a write, a truncation and an
+    /// O_TRUNC open say it does not.
+    func keepsSetGID(ofGroup gid: UInt32, mayHoldFSETID: Bool) -> Bool {
         guard let owner else { return true }
-        if owner.uid == 0 || owner.gid == gid { return true }
+        if (mayHoldFSETID && owner.uid == 0) || owner.gid == gid { return true }
         return pid.map { supplementaryGroups($0).contains(gid) } ?? false
     }
 }

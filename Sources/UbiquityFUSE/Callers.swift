@@ -50,21 +50,27 @@ func processName(_ tid: pid_t) -> [UInt8]? {
     return comm
 }
 
-/// The supplementary groups of the process of thread `tid` (its /proc/TID/status), or none when they cannot
-/// be read.
+/// The supplementary groups of the process of thread `tid` (its /proc/TID/status, read whole: the list may be
+/// long), or none when they cannot be read.
 func supplementaryGroups(_ tid: pid_t) -> [UInt32] {
-    guard let status = readSmallFile("/proc/\(tid)/status") else { return [] }
+    guard let status = readSmallFile("/proc/\(tid)/status", limit: 1 << 20) else { return [] }
     let line = status.split(separator: UInt8(ascii: "\n")).first { $0.starts(with: Array("Groups:".utf8)) }
     return String(decoding: line?.dropFirst(7) ?? [], as: UTF8.self)
         .split(whereSeparator: { $0 == " " || $0 == "\t" }).compactMap { UInt32($0) }
 }
 
-/// The first 4 KiB of a file, or nil when it cannot be read.
-private func readSmallFile(_ path: String) -> [UInt8]? {
+/// The first `limit` bytes of a file (4 KiB by default), or nil when it cannot be read.
+private func readSmallFile(_ path: String, limit: Int = 4096) -> [UInt8]? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
+    var bytes: [UInt8] = []
     var buf = [UInt8](repeating: 0, count: 4096)
-    let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-    return n < 0 ? nil : Array(buf.prefix(n))
+    while bytes.count < limit {
+        let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit - bytes.count)) }
+        if n < 0 { return nil }
+        if n == 0 { break }
+        bytes += buf.prefix(n)
+    }
+    return bytes
 }

@@ -242,7 +242,7 @@ public final class FileSystem: @unchecked Sendable {
         if isVirtual(id) { return done(.failure(.core(.readOnly))) }
         var changes = changes
         if let clearer = changes.clearsSUIDGID, changes.mode == nil,
-           let mode = core.item(id).flatMap({ withoutSUIDGID($0, by: clearer) }) {
+           let mode = core.item(id).flatMap({ withoutSUIDGID($0, by: clearer, mayHoldFSETID: changes.changesOwner) }) {
             changes.mode = mode
         }
         withContent(waiter, id, attempt: 1, done: done) { [self, changes] () throws(CoreError) in
@@ -417,7 +417,7 @@ public final class FileSystem: @unchecked Sendable {
         guard let id = inodes.id(ino) else { return done(.failure(.core(.notFound))) }
         guard isVirtual(id) else {
             let done: Completion<Opened> = clearsSUIDGID.map { clearer in { @Sendable [self] result in
-                if case .success = result { clearSUIDGID(id, by: clearer) }
+                if case .success = result { clearSUIDGID(id, by: clearer, mayHoldFSETID: false) }
                 done(result)
             } } ?? done
             return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done)
@@ -491,9 +491,10 @@ public final class FileSystem: @unchecked Sendable {
     /// An item's mode after a write, truncation or chown by `caller` that clears the setuid and setgid bits:
     /// setuid goes; setgid goes where the group may execute, or where the caller may not keep it
     /// (`Caller.keepsSetGID`); nil when nothing goes.
-    func withoutSUIDGID(_ item: Item, by caller: Caller) -> UInt32? {
+    func withoutSUIDGID(_ item: Item, by caller: Caller, mayHoldFSETID: Bool) -> UInt32? {
         var m = item.mode & ~UInt32(S_ISUID)
-        if item.mode & UInt32(S_IXGRP) != 0 || !caller.keepsSetGID(ofGroup: core.config.owner(of: item).gid) {
+        if item.mode & UInt32(S_ISGID) != 0, item.mode & UInt32(S_IXGRP) != 0
+            || !caller.keepsSetGID(ofGroup: core.config.owner(of: item).gid, mayHoldFSETID: mayHoldFSETID) {
             m &= ~UInt32(S_ISGID)
         }
         return m == item.mode ? nil : m
@@ -501,8 +502,8 @@ public final class FileSystem: @unchecked Sendable {
 
     /// Clears an item's setuid and setgid bits as a write by `caller` does (FUSE_HANDLE_KILLPRIV_V2 leaves it to
     /// us), and has the kernel read its mode again.
-    func clearSUIDGID(_ id: String, by caller: Caller) {
-        guard let item = core.item(id), let mode = withoutSUIDGID(item, by: caller) else { return }
+    func clearSUIDGID(_ id: String, by caller: Caller, mayHoldFSETID: Bool) {
+        guard let item = core.item(id), let mode = withoutSUIDGID(item, by: caller, mayHoldFSETID: mayHoldFSETID) else { return }
         do {
             _ = try core.setAttributes(id, size: nil, mode: mode, mtime: nil, atime: nil, owner: nil)
             itemChanged(id, contentChanged: false)
@@ -538,7 +539,7 @@ public final class FileSystem: @unchecked Sendable {
     func write(_ fh: UInt64, _ data: WriteData, at offset: off_t, clearsSUIDGID: Caller? = nil) throws(AdapterError) -> Int {
         guard let file = file(fh), file.writable else { throw .badHandle }
         if isKVID(file.id) { return try kvWrite(data, offset, file) }
-        if let clearer = clearsSUIDGID { clearSUIDGID(file.id, by: clearer) }
+        if let clearer = clearsSUIDGID { clearSUIDGID(file.id, by: clearer, mayHoldFSETID: false) }
         let n = try adapting { () throws(CoreError) in
             try core.write(file.id, through: file.fd) { data.write(file.fd.raw, offset) }
         }
@@ -552,7 +553,7 @@ public final class FileSystem: @unchecked Sendable {
     /// does.
     func fallocate(_ fh: UInt64, mode: Int32, offset: off_t, length: off_t, clearsSUIDGID: Caller? = nil) throws(AdapterError) {
         guard let file = file(fh), file.writable else { throw .badHandle }
-        if let clearer = clearsSUIDGID { clearSUIDGID(file.id, by: clearer) }
+        if let clearer = clearsSUIDGID { clearSUIDGID(file.id, by: clearer, mayHoldFSETID: true) }
         // Like a write: the item turns dirty first, and no snapshot sees the change half done.
         let allocated = try adapting { () throws(CoreError) in
             try core.write(file.id, through: file.fd) {

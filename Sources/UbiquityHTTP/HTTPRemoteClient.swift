@@ -23,14 +23,16 @@ import Glibc
 
 public struct HTTPTimeouts: Sendable {
     /// Time allowed to open the TCP connection.
-    public var connectSeconds: Int = 5
+    public let connectSeconds: Int
     /// Whole-request limit for small JSON requests (a long poll gets its wait on top).
-    public var requestSeconds: Int = 30
-    /// Blob transfers: abort when less than 1 byte/s moves for this long. Big transfers have no total limit.
-    public var stallSeconds: Int = 30
-    /// Downloads (a blob, its chunks, its manifest): the silence allowed, at most `stallSeconds`. A mount sets it
-    /// to its --download-timeout, so an open that waits for a download never waits out a longer silence.
-    public var downloadSilenceSeconds: Int
+    public let requestSeconds: Int
+    /// Uploads of blobs and chunks: abort when less than 1 byte/s moves for this long (from the connection on).
+    /// Big transfers have no total limit.
+    public let stallSeconds: Int
+    /// Downloads (a blob, its chunks, its manifest): the silence allowed, from the connection on (so it covers
+    /// the server's time to its first byte too), at most `stallSeconds`. A mount sets it to its
+    /// --download-timeout, so an open that waits for a download never waits out a longer silence.
+    public let downloadSilenceSeconds: Int
 
     public init(connectSeconds: Int = 5, requestSeconds: Int = 30, stallSeconds: Int = 30,
                 downloadSilenceSeconds: Int? = nil) {
@@ -296,7 +298,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     public func manifest(sha256: String) throws(RemoteError) -> WireManifest? {
         do throws(RemoteError) {
             let manifest: WireManifest = try json("GET", url(["v1", "containers", container, "manifests", sha256]),
-                                                  timeout: .request(min(timeouts.requestSeconds, timeouts.downloadSilenceSeconds)))
+                                                  timeout: .stall(timeouts.downloadSilenceSeconds))
             return manifest
         } catch {
             if case .notFound = error { return nil }

@@ -37,7 +37,8 @@ enum MountCommand {
       --store DIR        the device's backing store (default: DATA/stores/ID/DEVICE)
       --device NAME      this device's name (default: the host name)
       --foreground       stay attached; log to stderr unless --log-file
-      --download-timeout how long an open waits for content before failing with EIO (default 30)
+      --download-timeout how long an open waits for content before failing with EIO, and the longest silence a
+                         download may have (default 30, at least 1)
       --cache-size SIZE  the most the local copies of files may take: bytes with K, M, G or T (powers of 1024),
                          or a percentage of the store's file system (default 25%); past it the least recently
                          used files that are uploaded, not pinned and not open are evicted, down to 90% of it
@@ -96,6 +97,13 @@ enum MountCommand {
     /// writes when other programs fill the disk.
     static func defaultMinFree(fileSystemBytes: Int64) -> Int64 { min(SizeSpec.percent(5).bytes(of: fileSystemBytes), 1 << 30) }
 
+    /// The --download-timeout in seconds (30 when not given), at least 1.
+    static func downloadTimeout(_ args: Arguments) throws -> Int {
+        guard let seconds = try args.int("--download-timeout") else { return 30 }
+        guard seconds >= 1 else { throw UsageError("--download-timeout takes seconds, 1 or more; not \(seconds)") }
+        return seconds
+    }
+
     /// Parses a --cache-size or --min-free value, or says in one line what it takes.
     static func size(_ args: Arguments, _ name: String, zeroAllowed: Bool) throws -> SizeSpec? {
         guard let text = args.value(name) else { return nil }
@@ -139,7 +147,7 @@ enum MountCommand {
             remoteURLs: remoteURLs, tokenFile: args.value("--token-file").map(absolutePath),
             caFile: args.value("--ca-file").map(absolutePath),
             logLevel: level, logFile: args.value("--log-file").map(absolutePath),
-            downloadTimeout: try args.int("--download-timeout") ?? 30,
+            downloadTimeout: try downloadTimeout(args),
             noDownloadFor: args.value("--no-download-for").map { $0.split(separator: ",").map(String.init) }
                 ?? DownloadPolicy.indexers,
             stubBandwidth: try args.int("--stub-bandwidth") ?? 0, stubLatency: try args.int("--stub-latency-ms") ?? 0,

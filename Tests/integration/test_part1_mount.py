@@ -260,6 +260,9 @@ class TestCommandLine:
         self.expect_one_line(run(BIN, "mount", mp, *common, "--bogus", check=False), "unknown option")
         self.expect_one_line(run(BIN, "mount", mp, *common, "--container", "not a container", check=False),
                              "container id")
+        # 0 was taken, and made every download's allowed silence 1 s.
+        self.expect_one_line(run(BIN, "mount", mp, *common, "--download-timeout", "0", check=False),
+                             "--download-timeout takes seconds, 1 or more")
         bad = tmp_path / "badtoken"
         bad.write_text("0" * 64)
         bad.chmod(0o600)  # (open to others, it is refused before the remote is asked: test_part15_server)

@@ -133,17 +133,25 @@ def test_a_write_or_truncation_by_another_user_clears_setuid_and_setgid(stub, mo
         f = folder / name
         f.write_text("x\n")
         f.chmod(0o6666)
+    # The same file written by nobody with root's group among its supplementary groups: setgid stays.
+    member = folder / "written-by-a-member"
+    member.write_text("x\n")
+    member.chmod(0o2666)
     kept = folder / "roots"
     kept.write_text("#!/bin/sh\n")
     kept.chmod(0o6775)
     for command in (*cases.values(), *other_group.values()):
         as_nobody(folder, *command)
+    run("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--groups=0", "sh", "-c", "echo x >> written-by-a-member",
+        cwd=folder)
     run("sh", "-c", f"echo more >> {kept}")
     for name in ("appended", "overwritten", "truncated", "allocated", "punched", "zeroed"):
         wait_until(lambda: mode_of(folder / name) == 0o775, what=f"{name} without its setuid and setgid bits")
     for name in other_group:
         wait_until(lambda: mode_of(folder / name) == 0o666, what=f"{name} without its setuid and setgid bits")
     assert mode_of(folder / "no-group-exec") == 0o2745, "nobody is in the file's group: setgid stays"
+    assert mode_of(member) == 0o2666, "a supplementary group is the file's: setgid stays"
+    assert member.read_text() == "x\nx\n"
     assert mode_of(kept) == 0o6775
     assert (folder / "appended").read_text() == "#!/bin/sh\nmore\n"
     assert (folder / "truncated").read_text() == "#!"
