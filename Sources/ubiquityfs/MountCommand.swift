@@ -199,10 +199,11 @@ enum MountCommand {
     static func checkMountpoint(_ path: String) throws {
         var st = stat()
         // statvfs always reaches a FUSE daemon (stat may be answered from the kernel's cache): a dead one
-        // answers ENOTCONN.
+        // answers ENOTCONN, or ECONNABORTED (kernel 6.18, at times, after a kill -9).
+        let daemonGone = { errno == ENOTCONN || errno == ECONNABORTED }
         var vfs = statvfs()
-        if statvfs(path, &vfs) != 0 && errno == ENOTCONN || stat(path, &st) != 0 {
-            if errno == ENOTCONN {
+        if statvfs(path, &vfs) != 0 && daemonGone() || stat(path, &st) != 0 {
+            if daemonGone() {
                 FileHandle.standardError.write(Data(
                     "ubiquityfs: \(path) was left mounted by a daemon that is gone; cleaning it up\n".utf8))
                 _ = runTool("/bin/fusermount3", ["-u", "-z", path])

@@ -52,7 +52,8 @@ def test_kill_after_close_before_upload(stub, mount_factory):
     try:
         os.close(fd)
     except OSError as e:
-        assert e.errno == errno.ENOTCONN
+        # ENOTCONN, or ECONNABORTED (kernel 6.18, at times): both say the daemon is gone.
+        assert e.errno in (errno.ENOTCONN, errno.ECONNABORTED), e
     stub.start()
     a.mount()
     for name, data in files.items():

@@ -40,6 +40,15 @@ def run(*args, check=True, timeout=60, **kw):
 _auth_files = {}
 
 
+def exists(pid):
+    """Whether process `pid` is still running: not gone, and not a zombie (which has closed its files)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def curl_auth(token):
     """curl's `-H @FILE` for the bearer token: a file only its owner may read (mkstemp's 0600), one per token, so
     that the token never shows on a command line, where any user's `ps` would see it."""
@@ -267,22 +276,25 @@ class Mount:
         return [int(p) for p in out]
 
     def kill_daemon(self, sig=signal.SIGKILL, timeout=20):
-        """Sends `sig` to the daemon, then SIGKILL if it has not ended after half the timeout."""
+        """Sends `sig` to the daemon, then SIGKILL if it has not ended after half the timeout; returns once the
+        process is gone or a zombie: its command line empties, so `pgrep -f` stops finding it, before it has
+        closed /dev/fuse, and a mount made then found the old one still there."""
         deadline = time.monotonic() + timeout
-        for pid in self.daemon_pids():
+        pids = self.daemon_pids()
+        for pid in pids:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         try:
-            wait_until(lambda: not self.daemon_pids(), timeout=timeout / 2, what="daemon exit")
+            wait_until(lambda: not any(map(exists, pids)), timeout=timeout / 2, what="daemon exit")
         except TimedOut:
-            for pid in self.daemon_pids():
+            for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            wait_until(lambda: not self.daemon_pids(), timeout=max(1.0, deadline - time.monotonic()),
+            wait_until(lambda: not any(map(exists, pids)), timeout=max(1.0, deadline - time.monotonic()),
                        what="daemon exit")
 
     def sync(self, timeout=60):
