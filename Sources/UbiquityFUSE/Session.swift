@@ -50,6 +50,10 @@ private func answering<T>(_ r: Reply, _ send: @escaping @Sendable (T) -> Void) -
 }
 
 /// What a setattr request changes.
+/// The caller, when the request in hand says it clears the setuid and setgid bits (FUSE_HANDLE_KILLPRIV_V2's flag of
+/// a write, an O_TRUNC open, a truncation or a chown), else nil.
+private func clearer(_ caller: Caller) -> Caller? { ubq_kills_suidgid() != 0 ? caller : nil }
+
 private func changes(_ attr: stat, _ toSet: Int32, _ caller: Caller) -> AttributeChanges {
     func time(_ flag: Int32, _ now: Int32, _ value: timespec) -> Int64? {
         if toSet & now != 0 { return nowNanoseconds() }
@@ -63,7 +67,7 @@ private func changes(_ attr: stat, _ toSet: Int32, _ caller: Caller) -> Attribut
     if toSet & FUSE_SET_ATTR_GID != 0 { c.gid = attr.st_gid }
     c.mtime = time(FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr.st_mtim)
     c.atime = time(FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr.st_atim)
-    c.clearsSUIDGID = ubq_kills_suidgid() != 0 ? caller : nil
+    c.clearsSUIDGID = clearer(caller)
     return c
 }
 
@@ -186,7 +190,7 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
             } catch { r.fail(error) }
             return
         }
-        f.open(ino, flags: base.flags, r.caller, clearsSUIDGID: ubq_kills_suidgid() != 0 ? r.caller : nil, waiter: r, done: answering(r) { o in
+        f.open(ino, flags: base.flags, r.caller, clearsSUIDGID: clearer(r.caller), waiter: r, done: answering(r) { o in
             if !r.open(o, base) { f.release(o.fh) }
         })
     }
@@ -197,7 +201,7 @@ private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.write_buf = { req, _, bufv, off, fi in
         let r = reply(req)
         let data = WriteData(count: fuse_buf_size(bufv!)) { fd, offset in ubq_write_buf_to_fd(bufv, fd, offset) }
-        let clears = ubq_kills_suidgid() != 0 ? r.caller : nil
+        let clears = clearer(r.caller)
         do throws(AdapterError) { r.written(try fs(req).write(fi!.pointee.fh, data, at: off, clearsSUIDGID: clears)) } catch { r.fail(error) }
     }
     ops.flush = { req, _, fi in

@@ -524,8 +524,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     private func failure(code: CURLcode, request req: CurlRequest, osErrno: Int, timeout: Timeout?,
                          url: String) -> RemoteError {
         let hp = HTTPMapping.hostPort(url)
-        if req.stalled {
-            return .unreachable("transfer with \(hp) stalled: nothing moved for \((req.stallLimit ?? 0) / 1_000_000_000) s")
+        if req.stalled, case .stall(let seconds) = timeout {
+            return .unreachable("transfer with \(hp) stalled: nothing moved for \(max(1, seconds)) s")
         }
         if req.cancelled || code == CURLE_ABORTED_BY_CALLBACK && req.localFailure == nil { return .cancelled }
         if let local = req.localFailure { return local }
