@@ -99,6 +99,32 @@ import UbiquityTesting
         try a.container.evict(doc.id)
     }
 
+    /// The adapter learns of a save by rename after the core made it: a release on another thread can still
+    /// name the new file then. It gives the handle back to the file all the same; counted as still open for
+    /// writing, the file would refuse every download and eviction for good (and serve its older copy).
+    @Test func aReleaseThatStillNamesTheNewFileGivesTheHandleBackToTheFile() throws {
+        let link = Link(remote)
+        let a = try Device(link, name: "a")
+        let doc = try a.createFile("doc.txt", bytes("first"))
+        #expect(eventually { a.pending == 0 })
+        link.offline = true
+        let temp = try a.container.createFile(parent: a.docs, name: "t", mode: 0o644)
+        guard case .opened(let fd) = try a.container.open(temp.id, writable: true, truncate: true) else {
+            Issue.record("an open with O_TRUNC must not fetch")
+            return
+        }
+        try a.container.willWrite(temp.id, through: fd)
+        try fd.writeAll(bytes("second"))
+        #expect(try a.container.rename(parent: a.docs, name: "t", newParent: a.docs, newName: "doc.txt",
+                                       noReplace: false) == SavedOver(new: temp.id, kept: doc.id))
+        try a.container.release(temp.id, through: fd, Container.Release(writable: true, wrote: true))
+        fd.close()
+        link.offline = false
+        a.nudge()
+        #expect(eventually { a.pending == 0 && remote.lookup(path: "Documents/doc.txt")?.sha256 == sha256Hex(bytes("second")) })
+        try a.container.evict(doc.id)
+    }
+
     @Test func aFileHeldOpenIsReplacedByARenameOverIt() throws {
         let link = Link(remote)
         let a = try Device(link, name: "a")

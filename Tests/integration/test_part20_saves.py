@@ -4,6 +4,7 @@ writes the new one and removes the backup (vim with backupcopy=no, Word), saves 
 inode number and its history goes on (`ubiquityfs history` lists the previous content as a version)."""
 import os
 import signal
+import subprocess
 
 import pytest
 
@@ -128,3 +129,37 @@ def test_a_save_by_rename_racing_an_edit_elsewhere_keeps_both_as_a_conflict(two)
                    what=f"no second file on {m.device}")
     contents = {da.read_text(), db.read_text()}
     assert len(contents) == 1 and contents <= {"edited on b\n", "saved on a\n"}
+
+
+def test_quick_saves_by_rename_leave_the_files_free_to_evict_and_to_update(two):
+    """Programs that save by rename the moment they close (the kernel's release of the new file can reach the
+    mount while the rename is being made) leave their files held by nothing: each evicts, and an edit on the
+    other device arrives. Before, a release that lost the race to the rename left its file counted as open for
+    writing for good: every eviction was refused and every download of a newer version thrown away, the older
+    copy served."""
+    stub, a, b = two
+    names = [f"quick{k}.txt" for k in range(4)]
+    for n in names:
+        (a / "Documents" / n).write_text("0\n")
+    sync(a)
+    saver = """
+import os, sys
+path = sys.argv[1]
+for i in range(1, 201):
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{i}\\n")
+    os.rename(path + ".tmp", path)
+"""
+    procs = [subprocess.Popen(["python3", "-c", saver, str(a / "Documents" / n)]) for n in names]
+    assert [p.wait(timeout=120) for p in procs] == [0] * len(names)
+    sync(a)
+    for n in names:
+        da, db = a / "Documents" / n, b / "Documents" / n
+        assert da.read_text() == "200\n"
+        evict = run("setfattr", "-n", "user.ubiquity.evict", str(da), check=False)
+        assert evict.returncode == 0, evict.stderr
+        wait_until(lambda: db.exists() and db.read_text() == "200\n", timeout=30, what=f"the last save of {n} on b")
+        db.write_text("edited on b\n")
+    sync(b)
+    for n in names:
+        wait_until(lambda: (a / "Documents" / n).read_text() == "edited on b\n", timeout=30, what=f"b's edit of {n} on a")

@@ -84,8 +84,11 @@ extension Container {
     /// `fd` is the handle's descriptor: while a copy that a delete moved aside is held open, a write through
     /// it reaches that copy, not the item of the same id that an edit elsewhere brought back, and marks nothing
     /// (nor does a write to an item without local content: no handle of it can be on its content).
+    /// Here and below, `id` is the file the handle was opened on; the core knows which file has it now
+    /// (`CoreState.handleOwner`).
     public func willWrite(_ id: String, through fd: FileDescriptor? = nil) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
+            let id = s.handleOwner(id)
             s.store.keepsRowsBack = s.isNewFileNotClosed(id) // its first write's mark waits for its close
             try s.willWrite(id, through: fd)
         }
@@ -106,6 +109,7 @@ extension Container {
     /// have begun and ended unaware of them).
     public func flushed(_ id: String, wroteUnseen: Bool = false, through fd: FileDescriptor? = nil) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
+            let id = s.handleOwner(id)
             if wroteUnseen { try s.wroteUnseen(id, through: fd) }
             try s.flushed(id)
             try s.writeKeptBack(only: [id])
@@ -143,6 +147,7 @@ extension Container {
     public func release(_ id: String, through fd: FileDescriptor, _ r: Release) throws(CoreError) {
         do {
             try mutate { (s: inout CoreState) throws(CoreError) in
+                let id = s.handleOwner(id)
                 if r.wroteUnseen { try s.wroteUnseen(id, through: fd) }
                 if r.wrote { try s.flushed(id) }
                 if let generation = r.unchangedSince { try s.wroteNothing(id, generation: generation) }
@@ -377,11 +382,13 @@ extension CoreState {
         try saveLocalChange(item)
     }
 
-    mutating func closed(_ id: String, writable: Bool) {
+    mutating func closed(_ handle: String, writable: Bool) {
+        let id = handleOwner(handle)
         guard var h = handles[id] else { return }
         h.open -= 1
         if writable { h.writers -= 1 }
         handles[id] = h.open > 0 ? h : nil
+        if h.open == 0 && !handedOver.isEmpty { handedOver = handedOver.filter { $0.value != id } }
         touch(id)
         if h.open == 0 && unlinked.removeValue(forKey: id) != nil {
             removeLeftover(paths.unlinked(id))
@@ -513,6 +520,9 @@ extension CoreState {
             Logger("content").warning("cannot record the chunks of \(id): \(error)")
         }
     }
+
+    /// The file whose handle count holds a handle opened on `id`: `id`, or the file it was saved over by rename.
+    func handleOwner(_ id: String) -> String { handedOver[id] ?? id }
 
     /// The hash of a file's verified local copy, when a program holds it open and none writes it.
     func heldCopy(_ id: String) -> String? {

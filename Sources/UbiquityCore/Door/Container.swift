@@ -772,7 +772,11 @@ extension CoreState {
         onCommit { s in
             s.contentGeneration[newID] = nil
             s.movedAway[id] = nil
-            s.handles[id] = s.handles.removeValue(forKey: newID)
+            if let moved = s.handles.removeValue(forKey: newID) {
+                s.handles[id] = moved
+                for (from, to) in s.handedOver where to == newID { s.handedOver[from] = id }
+                s.handedOver[newID] = id
+            }
             s.lastWrite[id] = s.lastWrite.removeValue(forKey: newID)
             if s.fsyncedSinceSnapshot.remove(newID) != nil { s.fsyncedSinceSnapshot.insert(id) }
             s.recountContent(newID)

@@ -85,6 +85,10 @@ struct CoreState {
     var children = Listings()
     /// Open handles per item: total and writable.
     var handles: [String: (open: Int, writers: Int)] = [:]
+    /// New files saved by rename over another (`save(_:over:at:)`) while open, each to the file their handles
+    /// became: the adapter learns of the save after it is made, so a handle may still name the new file. Each
+    /// entry goes once that file has no handle open (all it took over are closed then).
+    var handedOver: [String: String] = [:]
     /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
     var contentGeneration: [String: Int] = [:]
     var transfers: [String: TransferState] = [:]
