@@ -402,12 +402,10 @@ public final class FileSystem: @unchecked Sendable {
         if let dirID = inodes.id(parent), isKVID(dirID) { return try kvCreate(dirID, name) }
         let dirID = try makingIn(parent, name)
         let (item, fd) = try core.createAndOpen(parent: dirID, name: name, mode: UInt32(mode), owner: caller.owner)
-        let file = OpenFile(id: item.id, fd: fd, writable: true)
-        let fh = addHandle(file)
-        let passthrough = choosePassthrough(file, fh)
         let e = entry(item)
-        file.ino = e.ino
-        return (e, Opened(fh: fh, passthrough: passthrough))
+        let file = OpenFile(id: item.id, fd: fd, writable: true, ino: e.ino)
+        let fh = addHandle(file)
+        return (e, Opened(fh: fh, passthrough: choosePassthrough(file, fh)))
     }
 
     /// open(2): answered once the content is local (fetched first when it is not). `clearsSUIDGID`: an O_TRUNC

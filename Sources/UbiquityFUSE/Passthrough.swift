@@ -36,41 +36,44 @@ struct ContentStamp: Equatable {
 /// How one handle was opened, as far as passthrough is concerned (with the backing id it was opened on).
 enum OpenMode: Equatable { case uncounted, ordinary, passthrough(Int32) }
 
-/// The open handles of each item by mode, and the backing ids of items opened with passthrough: one per content
-/// file (device and inode), since a content file replaced (evicted and fetched again, or a newer version) while
-/// the kernel's release of an older open is still on its way must not get the older file's id.
+/// The open handles of each kernel inode by mode, and the backing ids of inodes opened with passthrough: one per
+/// content file (device and inode), since a content file replaced (evicted and fetched again, or a newer version)
+/// while the kernel's release of an older open is still on its way must not get the older file's id. By kernel
+/// inode, as the kernel counts them: a save by rename makes the new file's inode the saved file's, with the
+/// handles open on it (an item id would change under them).
 final class Backings: Sendable {
     private struct Backing { let file: (UInt64, UInt64); let id: Int32; var opens: Int }
     /// An open passthrough writer: its content file's stamp at the open and at the last look, and the token
     /// to undo its open's mark if it writes nothing (`Container.openedForUnseenWrites`).
     private struct Writer { let file: FileSystem.OpenFile; let opened: ContentStamp?; var stamp: ContentStamp?; let undo: Int? }
     private struct Table {
-        var ordinary: [String: Int] = [:]
-        var backing: [String: [Backing]] = [:]
+        var ordinary: [UInt64: Int] = [:]
+        var backing: [UInt64: [Backing]] = [:]
         var writers: [ObjectIdentifier: Writer] = [:]
     }
     private let table = Locked(Table())
 
-    /// Chooses the mode of a new handle `fh` on `fd`: passthrough when the item has no ordinary handle and a
-    /// backing id can be had and marked on the reply; then `prepare` runs (still under the lock, so no other
-    /// open of the item sees the choice before it is complete) and may refuse by throwing.
-    func choose(_ id: String, fd: Int32, fh: UInt64, prepare: () throws -> Void) -> OpenMode {
+    /// Chooses the mode of a new handle `fh` on `fd`, opened on kernel inode `ino`: passthrough when the inode
+    /// has no ordinary handle and a backing id can be had and marked on the reply; then `prepare` runs (still
+    /// under the lock, so no other open of the inode sees the choice before it is complete) and may refuse by
+    /// throwing.
+    func choose(_ ino: UInt64, fd: Int32, fh: UInt64, prepare: () throws -> Void) -> OpenMode {
         table.withLock { t in
             var st = stat()
-            if t.ordinary[id] == nil, fstat(fd, &st) == 0 {
+            if t.ordinary[ino] == nil, fstat(fd, &st) == 0 {
                 let file = (UInt64(st.st_dev), UInt64(st.st_ino))
-                var list = t.backing[id] ?? []
+                var list = t.backing[ino] ?? []
                 let known = list.firstIndex { $0.file == file }
                 let bid = known.map { list[$0].id } ?? ubq_pt_backing_open(fd)
                 if bid > 0, ubq_pt_mark(fh, bid) == 0, (try? prepare()) != nil {
                     if let known { list[known].opens += 1 } else { list.append(Backing(file: file, id: bid, opens: 1)) }
-                    t.backing[id] = list
+                    t.backing[ino] = list
                     return .passthrough(bid)
                 }
                 if bid > 0 { _ = ubq_pt_unmark(fh) }
                 if bid > 0 && known == nil { _ = ubq_pt_backing_close(bid) }
             }
-            t.ordinary[id, default: 0] += 1
+            t.ordinary[ino, default: 0] += 1
             return .ordinary
         }
     }
@@ -112,17 +115,17 @@ final class Backings: Sendable {
     func released(_ file: FileSystem.OpenFile) {
         table.withLock { t in
             t.writers[ObjectIdentifier(file)] = nil
-            let id = file.id
+            let ino = file.ino
             switch file.mode {
             case .uncounted: return
             case .ordinary:
-                let n = (t.ordinary[id] ?? 1) - 1
-                t.ordinary[id] = n > 0 ? n : nil
+                let n = (t.ordinary[ino] ?? 1) - 1
+                t.ordinary[ino] = n > 0 ? n : nil
             case .passthrough(let bid):
-                guard var list = t.backing[id], let i = list.firstIndex(where: { $0.id == bid }) else { return }
+                guard var list = t.backing[ino], let i = list.firstIndex(where: { $0.id == bid }) else { return }
                 list[i].opens -= 1
                 if list[i].opens == 0 { list.remove(at: i); _ = ubq_pt_backing_close(bid) }
-                t.backing[id] = list.isEmpty ? nil : list
+                t.backing[ino] = list.isEmpty ? nil : list
             }
         }
     }
@@ -160,10 +163,10 @@ extension FileSystem {
     /// A writer of a file with a setuid or setgid bit keeps the ordinary path too: its writes must reach the
     /// daemon to clear those bits (FUSE_HANDLE_KILLPRIV_V2: the kernel asks nothing at a passthrough write).
     func choosePassthrough(_ file: OpenFile, _ fh: UInt64) -> Bool {
-        guard passthroughOn, let item = core.item(file.id), item.isCurrent else { return false }
+        guard passthroughOn, file.ino != 0, let item = core.item(file.id), item.isCurrent else { return false }
         if file.writable && item.mode & UInt32(S_ISUID | S_ISGID) != 0 { return false }
         var undo: Int?
-        file.mode = backings.choose(file.id, fd: file.fd.raw, fh: fh) {
+        file.mode = backings.choose(file.ino, fd: file.fd.raw, fh: fh) {
             if file.writable { undo = try core.openedForUnseenWrites(file.id) }
         }
         guard case .passthrough = file.mode else { return false }

@@ -163,3 +163,31 @@ for i in range(1, 201):
     sync(b)
     for n in names:
         wait_until(lambda: (a / "Documents" / n).read_text() == "edited on b\n", timeout=30, what=f"b's edit of {n} on a")
+
+
+def test_a_file_saved_by_rename_while_the_new_file_is_still_open_opens_again(stub, mount_factory):
+    """A program renames its new file over the old one before closing it (or the kernel's release comes after
+    the rename): the file opens again at once, to read and to write, while that handle is still open, and
+    the handle's last writes are the file's. Before, with FUSE passthrough, each such open failed with EIO: the
+    kernel's inode held the new file's backing file, and the open asked for a second one."""
+    m = mount_factory(stub, "laptop")
+    assert "FUSE passthrough negotiated" in (m.store / "ubiquityfs.log").read_text(errors="replace")
+    doc = m / "Documents" / "held.txt"
+    doc.write_text("one\n")
+    sync(m)
+    run("python3", "-c", """
+import os, sys
+path = sys.argv[1]
+with open(path + ".tmp", "a") as held:
+    held.write("two\\n")
+    held.flush()
+    os.rename(path + ".tmp", path)
+    with open(path) as f:
+        assert f.read() == "two\\n"
+    with open(path, "a") as f:
+        f.write("three\\n")
+    held.write("four\\n")
+""", str(doc))
+    sync(m)
+    assert doc.read_text() == "two\nthree\nfour\n"
+    assert len(versions(doc)) >= 2, "the save is an edit: the first content is a version"
