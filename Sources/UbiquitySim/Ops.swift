@@ -167,7 +167,7 @@ extension World {
         let c = dev.container!
         guard let fd = dev.openWrites.removeValue(forKey: id) else { throw Skip(why: "not open") }
         dev.openReads[id]?.changedHere = true
-        defer { fd.close(); c.closed(id, writable: true) }
+        defer { fd.close(); c.closed(dev.releasedAs.removeValue(forKey: id) ?? id, writable: true) }
         let bytes = newBytes(dev)
         guard let item = c.item(id), try writesTheItem(fd, c, id) else {
             try writeThroughTheGate(c, id, fd, bytes, at: nil)
@@ -241,6 +241,7 @@ extension World {
         dev.openWrites = [:]
         for held in dev.openReads.values { held.fd.close() }
         dev.openReads = [:]
+        dev.releasedAs = [:]
         // A delete kept back (not written yet: Store.keptBack) is lost with the crash, as an unlink of the last
         // second is: the item comes back whole. It was never made, for the model.
         if let c = dev.container {
@@ -440,7 +441,7 @@ extension World {
     /// the run otherwise.
     func finishRead(_ dev: SimDevice, _ id: String) throws -> String {
         guard let held = dev.openReads.removeValue(forKey: id) else { return "not held" }
-        defer { held.fd.close(); dev.container.closed(id, writable: false) }
+        defer { held.fd.close(); dev.container.closed(dev.releasedAs.removeValue(forKey: id) ?? id, writable: false) }
         let bytes = try readAll(held.fd)
         if !held.changedHere && (bytes.count < held.size || sha256Hex(Array(bytes.prefix(held.size))) != held.sha) {
             readViolations.append("held reader: [\(short(id))] on \(dev.name) read other bytes at #\(stepIndex) than at its open")
@@ -520,6 +521,11 @@ extension World {
         // A program's descriptors on the new file are on the kept one now (the core moved their handles).
         if let fd = dev.openWrites.removeValue(forKey: saved.new) { dev.openWrites[saved.kept] = fd }
         if let held = dev.openReads.removeValue(forKey: saved.new) { dev.openReads[saved.kept] = held }
+        // Its release may still name the new file (it raced the save): half the time it does.
+        let held = dev.openWrites[saved.kept] != nil || dev.openReads[saved.kept] != nil
+        if let named = dev.releasedAs.removeValue(forKey: saved.new) ?? (held && rng.chance(0.5) ? saved.new : nil) {
+            dev.releasedAs[saved.kept] = named
+        }
         deliberate(dev, saved.kept)
         return "saved over \(dev.container.path(of: saved.kept)) [\(short(saved.kept))], new [\(short(saved.new))]"
     }

@@ -123,6 +123,9 @@ final class SimDevice {
     /// hash of what it read at its open, and whether this device changed the file since (its own writes reach
     /// the same open file, as on any file system).
     var openReads: [String: HeldRead] = [:]
+    /// Held files saved over by rename whose release still names the new file, by the file they are now: the
+    /// adapter learns of a save after the core made it, so a release racing it gives that id.
+    var releasedAs: [String: String] = [:]
 
     init(index: Int, dir: String, link: SimLink, ids: IDSource) {
         self.index = index

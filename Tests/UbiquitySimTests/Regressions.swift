@@ -2163,6 +2163,24 @@ extension Regression {
                 Step(.rmdir, on: 0, seed: 0xc2c2372b756466a8, after: 4585000000),
              ]))
 
+    /// c saves a.txt over c.md by rename while a.txt is still open for writing, and the close names a.txt (a
+    /// release racing the save): the core had moved the handle to c.md and the release found none under a.txt,
+    /// so c.md stayed open for writing for good and its change never went up. (The 5 steps the shrinker kept of
+    /// seed 280524037's generated plan.)
+    static let aReleaseNamingTheNewFileClosesTheSavedFile = Regression(
+        "aReleaseNamingTheNewFileClosesTheSavedFile",
+        Plan(seed: 280524037, devices: 3, feedPage: 6,
+             rates: FaultRates(dropRequest: 0.02, dropResponse: 0.0, duplicate: 0.06, staleFeed: 0.03,
+                               slowTransfer: 0.04, corrupt: 0.04, missingChunk: 0.03, crashInTransfer: 0.03),
+             chunkFormat: ChunkFormat(chunkedAbove: 128, minSize: 8, averageSize: 32, maxSize: 128),
+             steps: [
+                Step(.pull, on: 2, seed: 0x4000be0f12e9b842, after: 2035000000),
+                Step(.create, on: 2, seed: 0xef023ec23e4ec078, after: 1082000000),
+                Step(.beginWrite, on: 2, seed: 0xb2cdf09d769b1ccb, after: 0),
+                Step(.create, on: 2, seed: 0x79b59bcdd22776b6, after: 1894000000),
+                Step(.rename, on: 2, seed: 0xf6b92fa2a1487821, after: 309000000),
+             ]))
+
     /// Every recorded shrunk trace.
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
@@ -2211,5 +2229,6 @@ extension Regression {
         aRestartKeepsTheNameForTheItemTheRemoteGaveItLater,
         aFolderThatComesBackAtAStalePlaceLeavesTheNameToTheNewerItem,
         aFileWrittenHereTakesAMoveMadeElsewhereAtOnce,
+        aReleaseNamingTheNewFileClosesTheSavedFile,
     ]
 }
