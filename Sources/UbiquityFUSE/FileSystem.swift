@@ -260,7 +260,7 @@ public final class FileSystem: @unchecked Sendable {
             let value = try body()
             done(.success(value))
         } catch .wouldBlock {
-            if attempt >= FileSystem.fetchAttempts { return done(.failure(FileSystem.keptChanging)) }
+            if attempt >= FileSystem.fetchAttempts { return done(.failure(keptChanging(id))) }
             whenLocal(waiter, id, failed: { done(.failure($0)) }) { [self] in
                 withContent(waiter, id, attempt: attempt + 1, done: done, body)
             }
@@ -272,7 +272,12 @@ public final class FileSystem: @unchecked Sendable {
     /// How often an open or a truncation fetches content that something else (an eviction, a newer version)
     /// took away again before it could be used.
     static let fetchAttempts = 5
-    static let keptChanging = AdapterError.core(.io("the content kept changing while fetched"))
+    /// The failure (EIO) of an open or a read whose fetches were overtaken each time (evicted, or a newer version
+    /// arrived), logged: nothing else says why the program got EIO.
+    func keptChanging(_ id: String) -> AdapterError {
+        log.warning("gave up on \(core.path(of: id)) after \(FileSystem.fetchAttempts) fetches: each was evicted or overtaken by a newer version before it could open")
+        return .core(.io("the content kept changing while fetched"))
+    }
 
     /// The owner that setattr sets (chown, chgrp, or both), or nil. The kernel has checked that the caller may
     /// (default_permissions); the setuid and setgid bits a chown clears come as `clearsSUIDGID` (see setattr).
@@ -476,7 +481,7 @@ public final class FileSystem: @unchecked Sendable {
                 let passthrough = choosePassthrough(file, fh)
                 done(.success(Opened(fh: fh, keepCache: !passthrough, passthrough: passthrough)))
             case .fetch:
-                if attempt >= FileSystem.fetchAttempts { return done(.failure(FileSystem.keptChanging)) }
+                if attempt >= FileSystem.fetchAttempts { return done(.failure(keptChanging(id))) }
                 whenLocal(waiter, id, staleOK: true, failed: { done(.failure($0)) }) { [self] in
                     openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: attempt + 1, done: done)
                 }
