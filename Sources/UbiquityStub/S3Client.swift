@@ -46,6 +46,7 @@ public struct S3Location: Sendable, CustomStringConvertible {
         }
         var values = environment
         if let file = credentialsFile {
+            if let why = secretFileRefusal(file) { throw StubError("refusing the S3 credentials file: \(why)") }
             guard let data = FileManager.default.contents(atPath: file) else {
                 throw StubError("cannot read the S3 credentials file \(file)")
             }

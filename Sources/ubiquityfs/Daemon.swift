@@ -27,6 +27,11 @@ struct Daemon {
 
     func run() throws {
         if notify { setsid() }
+        // The store holds every name, hash, attribute and key-value of the container: what the daemon makes
+        // there (the database and its log, content, staging, the log file, the query socket) is its user's
+        // alone, whatever the umask it was started with. Modes of items come from the kernel's requests, not
+        // from this mask.
+        umask(0o077)
         try makeDirectories(options.store)
         let logFile = options.logFile ?? (notify ? options.store + "/ubiquityfs.log" : nil)
         Log.shared.configure(level: options.logLevel, path: logFile)

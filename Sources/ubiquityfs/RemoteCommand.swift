@@ -260,6 +260,7 @@ enum RemoteCommand {
         let cert = args.value("--tls-cert"), key = args.value("--tls-key")
         guard (cert == nil) == (key == nil) else { throw UsageError("--tls-cert and --tls-key go together") }
         guard let cert, let key else { return (nil, nil) }
+        if let why = secretFileRefusal(key) { throw StubError("refusing the TLS key: \(why)") }
         func read(_ path: String, _ what: String) throws -> String {
             guard let data = FileManager.default.contents(atPath: path), !data.isEmpty else {
                 throw StubError("cannot read the TLS \(what) \(path)")
