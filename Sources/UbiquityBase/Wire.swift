@@ -358,18 +358,42 @@ public enum WireRules {
         name.hasSuffix(noSyncSuffix)
             || databaseCompanionSuffixes.contains { name.count > $0.count && name.hasSuffix($0) }
     }
+
+    /// True for a name that keeps an item on one device in folder `parent`: those of `staysOnOneDevice`, and
+    /// the desktop's trash folders in the root (each device's own, as each disk has its own).
+    public static func staysOnOneDevice(_ name: String, parent: String?) -> Bool {
+        staysOnOneDevice(name, inRoot: { parent == rootID })
+    }
+
+    /// The same, where finding whether the folder is the root costs more than a look at the name.
+    public static func staysOnOneDevice(_ name: String, inRoot: () -> Bool) -> Bool {
+        staysOnOneDevice(name) || (isDesktopTrashName(name) && inRoot())
+    }
+
+    /// True for the names of the freedesktop.org trash specification's per-mount trash folders (`.Trash`,
+    /// `.Trash-UID`), which `gio trash` (GNOME Files' Delete) makes in a mount's root and moves items into.
+    public static func isDesktopTrashName(_ name: String) -> Bool {
+        if name == ".Trash" { return true }
+        guard name.hasPrefix(".Trash-") else { return false }
+        let uid = name.utf8.dropFirst(7)
+        return !uid.isEmpty && uid.count <= 10 && uid.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+    }
     /// The names the mount gives to folders of its own in its root.
     public static let mountRootNames = [".versions", ".kvstore", ".trash"]
 
     /// Why no item on the remote may have this name in folder `parent`, or nil: a name the mount gives a meaning
-    /// of its own. `.versions`, `.kvstore` and `.trash` in the root would show twice there (and `kv set` would
-    /// write an ordinary file); a name ending in `.nosync`, `-wal`, `-shm` or `-journal` marks an item no device
-    /// shows or uploads (`staysOnOneDevice`).
+    /// of its own, one list for the server and the mount. `.versions`, `.kvstore` and `.trash` in the root would
+    /// show twice there (and `kv set` would write an ordinary file); a name ending in `.nosync`, `-wal`, `-shm` or
+    /// `-journal`, and `.Trash` or `.Trash-UID` in the root, mark an item no device shows or uploads
+    /// (`staysOnOneDevice`).
     public static func reservedNameProblem(_ name: String, parent: String) -> String? {
         if parent == rootID && mountRootNames.contains(where: { Array($0.utf8) == Array(name.utf8) }) {
             return "\(name) is the name of the mount's own folder in the root"
         }
-        if staysOnOneDevice(name) { return "\(name) is kept on one device only (a .nosync name or a database's -wal, -shm or -journal)" }
+        if staysOnOneDevice(name, parent: parent) {
+            return "\(name) is kept on one device only (a .nosync name, a database's -wal, -shm or -journal, or a "
+                + "desktop's trash folder in the root)"
+        }
         return nil
     }
 

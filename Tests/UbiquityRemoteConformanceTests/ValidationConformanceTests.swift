@@ -37,7 +37,8 @@ import UbiquityCore
     /// Part 15: the names the mount gives a meaning of its own are no item's, whoever writes them.
     @Test(arguments: Backend.all) func theNamesTheMountReservesAreRefused(backend: Backend) throws {
         let s = try backend.make(nil)
-        for name in [".versions", ".kvstore"] {
+        // Part 21: the desktop's trash folders in the root too (a folder renamed .Trash-0 there synced).
+        for name in [".versions", ".kvstore", ".Trash", ".Trash-0", ".Trash-1002"] {
             #expect(status(failure({ try s.remote.putItem(directory("r1", in: WireRules.rootID, name: name), ifMatch: nil) })) == 400,
                     "\(name) in the root")
             #expect(try s.remote.putItem(directory("ok" + name.dropFirst(), name: name), ifMatch: nil).name == name,

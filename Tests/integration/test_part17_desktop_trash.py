@@ -30,7 +30,7 @@ def test_gio_trash_puts_a_file_into_recently_deleted_on_every_device(stub, mount
     assert (trash_dir / "files" / "report.txt").read_text() == "quarterly figures\n"
     info = (trash_dir / "info" / "report.txt.trashinfo").read_text()
     assert "Path=Documents/report.txt" in info, info
-    assert attr(trash_dir, "isExcludedFromSync") == "1"
+    assert attr(trash_dir, "isUbiquitous") == "0"  # by its name in the root, as a .nosync folder
     # The desktop's Trash lists it.
     listed = gio("list", "trash://", home=home)
     assert listed.returncode == 0 and "report.txt" in listed.stdout, (listed.stdout, listed.stderr)

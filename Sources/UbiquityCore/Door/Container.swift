@@ -560,7 +560,6 @@ extension CoreState {
         var item = newItem(parent: parent, name: name, kind: kind, mode: mode, target: target)
         own(&item, by: owner ?? config.owner, in: dir)
         item.localOnlyAbove = isLocalOnlyFolder(parent)
-        if kind == .dir && parent == rootID && Item.isDesktopTrash(name) { item.excluded = true }
         if kind == .file {
             // Made before the item is saved: a failed save leaves an orphan, removed at the next start.
             if !paths.spares.take(to: paths.content(item.id)) {

@@ -74,10 +74,10 @@ public struct Item: Equatable, Sendable {
     /// Only files have content to store, download, upload or evict.
     public var hasContent: Bool { kind == .file }
     /// Local-only by itself: a fifo or a socket (the kernel carries their data; only the node is ours), a name
-    /// ending in `.nosync` (Apple's rule) or a database's companion's (`WireRules.staysOnOneDevice`), or the
-    /// user's excluded flag. Everything below such a folder is too.
+    /// ending in `.nosync` (Apple's rule) or a database's companion's, a desktop's trash folder in the root
+    /// (`WireRules.staysOnOneDevice`), or the user's excluded flag. Everything below such a folder is too.
     public var isLocalOnlyItself: Bool {
-        kind == .fifo || kind == .socket || excluded || WireRules.staysOnOneDevice(name)
+        kind == .fifo || kind == .socket || excluded || WireRules.staysOnOneDevice(name, parent: parent)
     }
     /// Lives on this device only: never uploaded, never evicted, never listed on other devices.
     public var isLocalOnly: Bool { localOnlyAbove || isLocalOnlyItself }

@@ -1,7 +1,8 @@
 // Local-only items (Apple's `.nosync` rule and `isExcludedFromSync`): a fifo or socket, a name ending in
 // `.nosync`, an item the user excluded, and everything below such a folder live on this device only
-// (`Item.isLocalOnly`). The desktop's trash folder in the root (`Item.isDesktopTrash`) is made excluded, so
-// what a file manager moves to the Trash leaves the remote, into Recently Deleted on every device. An item that becomes local-only after it was uploaded leaves the remote (its delete
+// (`Item.isLocalOnly`). So does the desktop's trash folder in the root (`WireRules.isDesktopTrashName`, made or
+// renamed there), so what a file manager moves to the Trash leaves the remote, into Recently Deleted on every
+// device. An item that becomes local-only after it was uploaded leaves the remote (its delete
 // is pushed; other devices see it deleted) and keeps its local copy, complete and never evicted; one that
 // becomes ubiquitous again is pushed as new, written over its old tombstone when it has one.
 //
@@ -13,17 +14,6 @@
 // item that would be local-only here is kept out (`isKeptOut`); eviction refuses local-only files.
 import Foundation
 import UbiquityBase
-
-extension Item {
-    /// True for the names of the freedesktop.org trash specification's per-mount trash folders (`.Trash`,
-    /// `.Trash-UID`), which `gio trash` (GNOME Files' Delete) makes in the mount's root and moves items into.
-    public static func isDesktopTrash(_ name: String) -> Bool {
-        if name == ".Trash" { return true }
-        guard name.hasPrefix(".Trash-") else { return false }
-        let uid = name.dropFirst(7)
-        return !uid.isEmpty && uid.utf8.count <= 10 && uid.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
-    }
-}
 
 extension CoreState {
     /// True when the folder `id` is local-only (so is everything below it).
@@ -94,16 +84,17 @@ extension CoreState {
     mutating func forgetDesktopTrashRecord(of item: Item) throws {
         guard let filesID = item.parent, let files = items[filesID], files.name == "files",
               let trashID = files.parent, let trash = items[trashID], trash.parent == rootID,
-              Item.isDesktopTrash(trash.name), let infoID = children[trashID]?["info"],
+              WireRules.isDesktopTrashName(trash.name), let infoID = children[trashID]?["info"],
               let recordID = children[infoID]?[item.name + ".trashinfo"], let record = items[recordID],
               record.kind == .file, record.isLocalOnly else { return }
         try removeHere(record)
     }
 
     /// True when a remote item must not be taken here: it would be local-only here (inside a folder that is
-    /// local-only here, or named `.nosync`). It stays on the remote, unseen on this device.
+    /// local-only here, or named `.nosync` or as the root's desktop trash). It stays on the remote, unseen on
+    /// this device.
     func isKeptOut(_ w: WireItem) -> Bool {
-        WireRules.staysOnOneDevice(w.name) || isLocalOnlyFolder(w.parent)
+        WireRules.staysOnOneDevice(w.name, parent: w.parent) || isLocalOnlyFolder(w.parent)
     }
 }
 

@@ -279,7 +279,8 @@ struct PackedItem {
 
     /// Local-only by itself, as `Item.isLocalOnlyItself`, from the packed fields.
     var isLocalOnlyItself: Bool {
-        kind == .fifo || kind == .socket || flags.contains(.excluded) || WireRules.staysOnOneDevice(name)
+        kind == .fifo || kind == .socket || flags.contains(.excluded)
+            || WireRules.staysOnOneDevice(name, inRoot: { parent.optionalString == WireRules.rootID })
     }
 }
 
