@@ -203,12 +203,14 @@ extension FileSystem {
             return virtualAttributes(number: number, mode: S_IFREG | 0o444, size: Int64(kvChangeBytes().count),
                                      mtime: nowNanoseconds())
         case .trashDir:
-            return virtualAttributes(number: number, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+            // The mounting user's alone (Part 21): what was deleted from folders closed to others, and its
+            // paths and hashes in `.list`, must not be read through it by them (a root mount has allow_other).
+            return virtualAttributes(number: number, mode: S_IFDIR | 0o700, size: 4096, mtime: nowNanoseconds())
         case .trashItem(let v):
             return trashAttributes(v, number: number)
         case .trashList:
             // Made at its open (a request to the remote): a stat asks nothing, and reads go on to the end.
-            return virtualAttributes(number: number, mode: S_IFREG | 0o444, size: 0, mtime: nowNanoseconds())
+            return virtualAttributes(number: number, mode: S_IFREG | 0o400, size: 0, mtime: nowNanoseconds())
         }
     }
 

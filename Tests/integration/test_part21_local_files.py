@@ -31,3 +31,20 @@ def mode_of(path):
         return path.lstat().st_mode
     except FileNotFoundError:
         return None
+
+
+def test_recently_deleted_is_the_mounting_users_alone(stub, mount_factory):
+    # Before Part 21, `.trash` was 0755 and `.list` 0444: on a mount made by root (allow_other), any local user
+    # listed the paths and hashes of what was deleted from folders closed to them, and read its content.
+    m = mount_factory(stub)
+    private = m / "Documents" / "private"
+    private.mkdir()
+    private.chmod(0o700)
+    (private / "salary.txt").write_text("confidential\n")
+    run(BIN, "sync", "--wait", "--timeout", "30", m.path)
+    (private / "salary.txt").unlink()
+    run(BIN, "sync", "--wait", "--timeout", "30", m.path)
+    assert "salary.txt" in run("cat", m / ".trash" / ".list").stdout  # the owner reads it
+    for command in (["cat", ".trash/.list"], ["ls", ".trash"], ["cat", ".trash/salary.txt"]):
+        p = run("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command, cwd=m.path, check=False)
+        assert p.returncode != 0 and "Permission denied" in p.stderr, (command, p.stdout, p.stderr)
