@@ -88,6 +88,20 @@ static enum MHD_Result ubq_header_seen_one(void *cls, enum MHD_ValueKind kind, c
     return MHD_YES;
 }
 
+static enum MHD_Result ubq_header_count_one(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind; (void)value;
+    struct ubq_header_seen *seen = cls;
+    if (key != NULL && strcasecmp(key, seen->name) == 0) seen->conflict += 1;
+    return MHD_YES;
+}
+
+// How many times the request carries header `name`.
+static inline int ubq_mhd_header_count(struct MHD_Connection *connection, const char *name) {
+    struct ubq_header_seen seen = { name, NULL, 0 };
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, ubq_header_count_one, &seen);
+    return seen.conflict;
+}
+
 // Whether the request carries header `name` twice with different values (two Content-Lengths: a request that
 // two parsers on its way would split differently).
 static inline int ubq_mhd_header_conflicts(struct MHD_Connection *connection, const char *name) {

@@ -714,9 +714,27 @@ extension StubServer {
         return ex
     }
 
+    /// Why the request's length could be read two ways (the ground of request smuggling behind a proxy), or nil:
+    /// two different Content-Lengths, a Transfer-Encoding beside a Content-Length, two Transfer-Encodings, or
+    /// one that is not plain `chunked`. (libmicrohttpd 0.9.75 reads the chunked body then, ignoring the length.)
+    private func framingProblem(_ connection: OpaquePointer) -> String? {
+        if ubq_mhd_header_conflicts(connection, "Content-Length") != 0 { return "conflicting Content-Length headers" }
+        let encodings = ubq_mhd_header_count(connection, "Transfer-Encoding")
+        guard encodings > 0 else { return nil }
+        if header(connection, "Content-Length") != nil { return "both Content-Length and Transfer-Encoding" }
+        if encodings > 1 { return "Transfer-Encoding twice" }
+        let encoding = header(connection, "Transfer-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased()
+        return encoding == "chunked" ? nil : "Transfer-Encoding other than chunked"
+    }
+
     private func precheck(_ connection: OpaquePointer, _ ex: Exchange) -> Reply? {
         if case .unknown = ex.route { return .error(404, "no such route") }
-        if ubq_mhd_header_conflicts(connection, "Content-Length") != 0 { return .error(400, "conflicting Content-Length headers") }
+        if let framing = framingProblem(connection) {
+            // Closed after the answer: what follows on the connection is not read as a request of its own.
+            var r = Reply.error(400, framing)
+            r.headers.append(("Connection", "close"))
+            return r
+        }
         guard ex.route.allowedMethods.contains(ex.method) else {
             var r = Reply.error(405, "method not allowed")
             r.headers.append(("Allow", ex.route.allowedMethods.joined(separator: ", ")))
