@@ -186,6 +186,23 @@ final class PostgresMetadata: StubMetadata, Sendable {
         }
     }
 
+    /// A session-level advisory lock (`pg_advisory_lock` of the name's 64-bit hash) on a connection of its own,
+    /// held while `body` runs. A connection lost meanwhile lets the lock go with its session: it is not given
+    /// back, and the failure to unlock is not the body's.
+    func withSharedLock<T>(_ name: String, _ body: () throws -> T) throws -> T {
+        let conn = try take()
+        do {
+            try conn.exec("SELECT pg_advisory_lock(hashtextextended($1, 0))", [name])
+        } catch {
+            if conn.isHealthy { give(conn) }
+            throw error
+        }
+        defer {
+            if (try? conn.exec("SELECT pg_advisory_unlock(hashtextextended($1, 0))", [name])) != nil { give(conn) }
+        }
+        return try body()
+    }
+
     private func take() throws -> PGConnection {
         if let c = idle.withLock({ $0.popLast() }), c.isHealthy { return c }
         return try PGConnection(url: url)

@@ -62,6 +62,9 @@ final class SQLiteMetadata: StubMetadata, Sendable {
     }
 
     func close() {}
+
+    /// One server per SQLite store (its data folder): the caller's own lock is the only one there is.
+    func withSharedLock<T>(_ name: String, _ body: () throws -> T) throws -> T { try body() }
 }
 
 /// The primitives on the one connection, called under the metadata's lock.

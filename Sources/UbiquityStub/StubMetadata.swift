@@ -20,6 +20,9 @@ protocol StubMetadata: AnyObject, Sendable {
     func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T
     /// How other servers' commits reach this process's long polls.
     var notifier: any ChangeNotifier { get }
+    /// Runs `body` (outside any transaction) holding the lock named `name` as every server on this metadata
+    /// store sees it; within one process the caller holds its own lock of that name first.
+    func withSharedLock<T>(_ name: String, _ body: () throws -> T) throws -> T
     func close()
 }
 

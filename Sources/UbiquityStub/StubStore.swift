@@ -616,7 +616,7 @@ final class StubStore: Sendable {
     /// Runs `body` holding the container's manifest lock: a manifest's put while it checks its chunks and
     /// stores it, a collection pass while it finds the chunks the manifests keep and removes the others. So a
     /// put either finds its chunk removed (409, and the client uploads it again) or its manifest is seen by the
-    /// pass. (One server's lock: servers that share a store do not see each other's.)
+    /// pass. This server's lock, then the one every server sharing the metadata store sees.
     func withManifestLock<T>(_ cid: String, _ body: () throws -> T) throws -> T {
         let lock = manifestLocks.withLock { locks in
             if let lock = locks[cid] { return lock }
@@ -624,7 +624,7 @@ final class StubStore: Sendable {
             locks[cid] = lock
             return lock
         }
-        return try lock.withLock(body)
+        return try lock.withLock { try meta.withSharedLock("ubiquityfs manifests " + cid, body) }
     }
 
     // MARK: Seeding

@@ -152,4 +152,6 @@ final class Box<T>: @unchecked Sendable {
         while value == nil { cond.wait() }
         return value!
     }
+    /// Whether the answer came already.
+    var isSet: Bool { cond.lock(); defer { cond.unlock() }; return value != nil }
 }

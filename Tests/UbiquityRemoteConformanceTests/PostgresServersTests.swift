@@ -82,4 +82,34 @@ import UbiquityHTTP
         notifier.wait(after: before, until: Date(timeIntervalSinceNow: 30))
         #expect(notifier.generation > before, "the other store's commit reached this one's notifier")
     }
+
+    /// Part 21: the manifest lock is every server's. Before, it was each process's own: a collection pass on one
+    /// server removed a chunk while another server held the lock to store a manifest naming it (checked, then
+    /// stored without it).
+    @Test(.enabled(if: PostgresCluster.available, "PostgreSQL binaries missing (scripts/setup installs postgresql-15)"),
+          .timeLimit(.minutes(1)))
+    func aCollectionPassOnOneServerWaitsForAManifestPutOnTheOther() throws {
+        let (servers, clients, dir) = try twoServers()
+        defer {
+            for s in servers { s.stop() }
+            try? FileManager.default.removeItem(atPath: dir)
+        }
+        let cid = "iCloud.com.example.conformance"
+        _ = try clients[0].openContainer()
+        let bytes = Array("a chunk no item names yet".utf8)
+        let path = dir + "/chunk"
+        FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        let sha = sha256Hex(bytes)
+        try clients[0].uploadChunk(sha256: sha, size: Int64(bytes.count), fromFile: path, at: 0, progress: nil)
+        let passEnded = Box<[String]>()
+        var endedWhileHeld = false
+        try servers[0].store.withManifestLock(cid) {
+            // As a manifest's put on server 1 holds it, between its check of the chunk and its store.
+            Thread { passEnded.set(Result { try servers[1].collector.collect(now: Int64.max / 2) }) }.start()
+            usleep(1_000_000)
+            endedWhileHeld = passEnded.isSet
+        }
+        #expect(!endedWhileHeld, "server 2's pass waited for server 1's lock")
+        #expect(try passEnded.wait().get().contains("\(cid)/\(sha)"), "and ran after it")
+    }
 }
