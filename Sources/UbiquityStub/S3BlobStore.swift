@@ -197,6 +197,10 @@ final class S3BlobStore: BlobStore, Sendable {
         }
         let got = try fd.stat().st_size
         guard digest == sha256, Int64(got) == size else {
+            // Damaged in the blob store (a second read says so), not on the way: it counts as absent from now on.
+            if (try? isSound(cid, sha256, size: size)) == false, (try? delete(cid, sha256)) != nil {
+                Logger("s3").error("blob \(sha256) of \(cid) is damaged in the blob store: taken away, so that its next upload stores it again")
+            }
             throw StubFailure(503, "blob store returned \(got) bytes hashing to \(digest ?? "?"), not the blob")
         }
         try makeDirectories(cacheDir + "/" + cid)
@@ -220,6 +224,13 @@ final class S3BlobStore: BlobStore, Sendable {
             removeLeftover(f.path)
             total -= f.size
         }
+    }
+
+    /// The cached copy goes; the object too when it is damaged in the blob store itself.
+    func setAsideDamaged(_ cid: String, _ sha256: String, size: Int64) throws {
+        removeLeftover(cachePath(cid, sha256))
+        guard try !isSound(cid, sha256, size: size) else { return }
+        try delete(cid, sha256)
     }
 
     func delete(_ cid: String, _ sha256: String) throws {

@@ -572,14 +572,20 @@ final class BlobStream {
     /// Opens a blob of the given size for reading.
     let open: (String, Int64) throws -> FileDescriptor
     let isStopping: () -> Bool
+    /// Told of a blob of the given size whose bytes, read whole, do not hash to its name.
+    let damaged: (String, Int64) -> Void
+    /// The blob hashed as it goes out (the body reads it whole, from its start), and the position of its next byte.
+    private var hashing: (index: Int, next: Int64)?
+    private var hasher = SHA256Hasher()
     /// The segment whose blob is open, and its file.
     private var current: (index: Int, fd: FileDescriptor)?
     private let log = Logger("stub")
 
     init(_ segments: [ContentSegment], offset: Int64, length: Int64, bandwidth: Int64,
-         open: @escaping (String, Int64) throws -> FileDescriptor, isStopping: @escaping () -> Bool) {
+         open: @escaping (String, Int64) throws -> FileDescriptor, isStopping: @escaping () -> Bool,
+         damaged: @escaping (String, Int64) -> Void = { _, _ in }) {
         self.segments = segments; self.offset = offset; self.length = length; self.bandwidth = bandwidth
-        self.open = open; self.isStopping = isStopping
+        self.open = open; self.isStopping = isStopping; self.damaged = damaged
     }
 
     deinit { current?.fd.close() }
@@ -629,11 +635,39 @@ final class BlobStream {
         do {
             let got = try file(of: i, blob: blob).read(into: UnsafeMutableRawBufferPointer(start: buf, count: n),
                                                        at: position - segment.start)
-            return got > 0 ? got : nil
+            guard got > 0 else {
+                log.error("blob \(blob) is shorter than its \(segment.length) bytes: cut, and set aside as damaged")
+                damaged(blob, segment.length)
+                return nil
+            }
+            return sound(i, segment, blob, at: position, UnsafeRawBufferPointer(start: buf, count: got)) ? got : nil
         } catch {
             log.warning("cannot serve blob \(blob): \(error)")
             return nil
         }
+    }
+
+    /// Hashes a blob's bytes as they go out when the body reads it whole from its start. False for its last
+    /// bytes when they make another hash than its name: they are not sent (the body is cut, so no reader gets
+    /// the whole of wrong bytes), and the blob is set aside as damaged (`damaged`).
+    private func sound(_ i: Int, _ segment: ContentSegment, _ blob: String, at position: Int64,
+                       _ bytes: UnsafeRawBufferPointer) -> Bool {
+        if position == segment.start {
+            hasher = SHA256Hasher()
+            hashing = (i, position)
+        }
+        guard let h = hashing, h.index == i, h.next == position else { return true } // read in part: unchecked
+        hasher.update(bytes)
+        let next = position + Int64(bytes.count)
+        guard next == segment.end else {
+            hashing = (i, next)
+            return true
+        }
+        hashing = nil
+        guard hasher.finalizeHex() != blob else { return true }
+        log.error("blob \(blob) does not hash to its name: cut, and set aside as damaged")
+        damaged(blob, segment.length)
+        return false
     }
 
     /// The open file of segment `i`, the blob `blob`: opened now (and the one before closed) when it is not.
@@ -1141,8 +1175,9 @@ extension StubServer {
                 headers.append(("Content-Range", "bytes \(a)-\(b)/\(size)"))
             }
         }
+        let damaged: (String, Int64) -> Void = { [store] blob, blobSize in store.setAsideDamaged(cid, blob, size: blobSize) }
         let stream = BlobStream(content.segments, offset: start, length: length, bandwidth: config.bandwidth,
-                                open: open, isStopping: stopping)
+                                open: open, isStopping: stopping, damaged: damaged)
         try stream.openFirst()
         (stream.dropAfter, stream.corrupt) = counters.takeDownloadFaults(length: length)
         counters.update {

@@ -540,13 +540,19 @@ final class StubStore: Sendable {
     }
 
     /// What a blob GET of `sha256` serves: the blob, else the content of the manifest stored under the hash
-    /// (its chunks in order, zeros for its holes); nil when neither is stored.
+    /// (its chunks in order, zeros for its holes); nil when neither is stored, or when a chunk the manifest
+    /// names is not (set aside as damaged): then an upload of the content sends the chunk again.
     func content(_ cid: String, _ sha256: String) throws -> StoredContent? {
         if let size = try blobs.size(cid, sha256) {
             let whole = ContentSegment(start: 0, length: size, blob: sha256)
             return StoredContent(size: size, segments: size == 0 ? [] : [whole])
         }
         guard let manifest = try manifest(cid, sha256) else { return nil }
+        var seen = Set<String>()
+        for chunk in manifest.chunks {
+            guard let sha = chunk.sha256, seen.insert(sha).inserted else { continue }
+            if try blobs.size(cid, sha) == nil { return nil }
+        }
         var start: Int64 = 0
         let segments = manifest.chunks.map { chunk in
             defer { start += chunk.size }
@@ -561,6 +567,14 @@ final class StubStore: Sendable {
     func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool = false) throws -> Bool {
         guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
         return try blobs.put(cid, sha256, size: size, tmpPath: tmpPath, replacing: replacing)
+    }
+
+    /// Sets aside a blob a read found not to hash to its name: from now on it counts as absent (a GET answers
+    /// 404, `chunks/missing` lists it), and the next upload of any file holding it stores it again.
+    func setAsideDamaged(_ cid: String, _ sha256: String, size: Int64) {
+        do { try blobs.setAsideDamaged(cid, sha256, size: size) } catch {
+            Logger("stub").error("cannot set aside the damaged blob \(sha256) of \(cid): \(error)")
+        }
     }
 
     /// Whether the stored blob's bytes hash to its name (all of them read from the blob store).

@@ -1,0 +1,41 @@
+"""Part 21 point 8: a chunk damaged in the remote's store counts as missing everywhere. A read that finds it
+does not hash to its name is cut before its last bytes and sets it aside, `chunks/missing` then lists it, and
+the next upload of any file holding it stores it again."""
+import json
+import os
+import subprocess
+
+from conftest import CONTAINER, curl_auth, run, sync, wait_until
+
+
+def test_a_damaged_chunk_is_missing_until_an_upload_of_it_repairs_it(two):
+    stub, a, b = two
+    data = os.urandom(6 << 20)  # chunked (over 4 MiB)
+    (a / "Documents" / "f.bin").write_bytes(data)
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "f.bin").exists(), what="f.bin listed on b")
+    blobs = stub.data / "blobs" / CONTAINER
+    manifest = json.loads(next(blobs.glob("*.chunks")).read_text())
+    chunk = manifest["chunks"][1]["sha256"]
+    damaged = bytearray((blobs / chunk).read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    (blobs / chunk).write_bytes(damaged)
+
+    assert not readable(b / "Documents" / "f.bin")
+    # Before Part 21 the chunk still counted as present: no device's upload ever sent it again.
+    asked = subprocess.run(["curl", "-s", "-H", curl_auth(stub.token), "-H", "Content-Type: application/json",
+                            "--data-binary", json.dumps({"chunks": [chunk]}),
+                            f"{stub.url}/v1/containers/{CONTAINER}/chunks/missing"],
+                           capture_output=True, text=True, timeout=30)
+    assert json.loads(asked.stdout)["chunks"] == [chunk], asked.stdout
+
+    run("cp", a / "Documents" / "f.bin", a / "Documents" / "g.bin")  # holds the same chunks
+    sync(a)
+    wait_until(lambda: readable(b / "Documents" / "f.bin"), timeout=60,
+               what="f.bin readable on b once the chunk went up again")
+    assert (b / "Documents" / "f.bin").read_bytes() == data
+
+
+def readable(path):
+    """Whether `cat` reads the whole file."""
+    return subprocess.run(["cat", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
