@@ -42,6 +42,8 @@ protocol BlobStore: AnyObject, Sendable {
     /// stored bytes are so (not only a cache's): it then counts as absent, so `chunks/missing` lists it and
     /// the next upload of it stores it again.
     func setAsideDamaged(_ cid: String, _ sha256: String, size: Int64) throws
+    /// Whether a damaged copy of the blob was set aside (and is kept to say so).
+    func wasSetAside(_ cid: String, _ sha256: String) -> Bool
     /// Every blob stored for the container (not its manifests).
     func list(_ cid: String) throws -> [StoredBlob]
 
@@ -144,6 +146,10 @@ final class FileBlobStore: BlobStore, Sendable {
     func setAsideDamaged(_ cid: String, _ sha256: String, size: Int64) throws {
         guard try !isSound(cid, sha256, size: size) else { return }
         try renameFile(path(cid, sha256), path(cid, sha256) + ".damaged")
+    }
+
+    func wasSetAside(_ cid: String, _ sha256: String) -> Bool {
+        FileManager.default.fileExists(atPath: path(cid, sha256) + ".damaged")
     }
 
     func delete(_ cid: String, _ sha256: String) throws {

@@ -226,6 +226,9 @@ final class S3BlobStore: BlobStore, Sendable {
         }
     }
 
+    /// Nothing is kept of an object taken away.
+    func wasSetAside(_ cid: String, _ sha256: String) -> Bool { false }
+
     /// The cached copy goes; the object too when it is damaged in the blob store itself.
     func setAsideDamaged(_ cid: String, _ sha256: String, size: Int64) throws {
         removeLeftover(cachePath(cid, sha256))

@@ -500,6 +500,8 @@ final class Exchange {
     var blobAlreadyThere = false
     /// The stored blob was found damaged: this upload replaces it.
     var replacingBlob = false
+    /// Refused before its body is read (its length could be read two ways).
+    var refusedAtOnce = false
     /// An answer settled before the body arrived: the body is drained, then this goes out.
     var pending: Reply?
     var answered = false
@@ -640,34 +642,34 @@ final class BlobStream {
                 damaged(blob, segment.length)
                 return nil
             }
-            return sound(i, segment, blob, at: position, UnsafeRawBufferPointer(start: buf, count: got)) ? got : nil
+            checkSound(i, segment, blob, at: position, UnsafeRawBufferPointer(start: buf, count: got))
+            return got
         } catch {
             log.warning("cannot serve blob \(blob): \(error)")
             return nil
         }
     }
 
-    /// Hashes a blob's bytes as they go out when the body reads it whole from its start. False for its last
-    /// bytes when they make another hash than its name: they are not sent (the body is cut, so no reader gets
-    /// the whole of wrong bytes), and the blob is set aside as damaged (`damaged`).
-    private func sound(_ i: Int, _ segment: ContentSegment, _ blob: String, at position: Int64,
-                       _ bytes: UnsafeRawBufferPointer) -> Bool {
+    /// Hashes a blob's bytes as they go out when the body reads it whole from its start; when its last bytes
+    /// make another hash than its name, the blob is set aside as damaged (`damaged`). They still go out: the
+    /// reader's own check refuses them and says the content is corrupt, and its next try finds the blob absent.
+    private func checkSound(_ i: Int, _ segment: ContentSegment, _ blob: String, at position: Int64,
+                            _ bytes: UnsafeRawBufferPointer) {
         if position == segment.start {
             hasher = SHA256Hasher()
             hashing = (i, position)
         }
-        guard let h = hashing, h.index == i, h.next == position else { return true } // read in part: unchecked
+        guard let h = hashing, h.index == i, h.next == position else { return } // read in part: unchecked
         hasher.update(bytes)
         let next = position + Int64(bytes.count)
         guard next == segment.end else {
             hashing = (i, next)
-            return true
+            return
         }
         hashing = nil
-        guard hasher.finalizeHex() != blob else { return true }
-        log.error("blob \(blob) does not hash to its name: cut, and set aside as damaged")
+        guard hasher.finalizeHex() != blob else { return }
+        log.error("blob \(blob) does not hash to its name: set aside as damaged")
         damaged(blob, segment.length)
-        return false
     }
 
     /// The open file of segment `i`, the blob `blob`: opened now (and the one before closed) when it is not.
@@ -711,7 +713,7 @@ extension StubServer {
             if let pending = ex.pending {
                 // Refuse a large or unsized body at once rather than drain it (MHD then closes the connection).
                 let hasBody = header(connection, "Transfer-Encoding") != nil || (ex.declaredLength ?? 0) > 0
-                if hasBody && (ex.declaredLength == nil || ex.declaredLength! > 1 << 20) {
+                if ex.refusedAtOnce || hasBody && (ex.declaredLength == nil || ex.declaredLength! > 1 << 20) {
                     ex.answered = true
                     return send(connection, ex, pending)
                 }
@@ -762,13 +764,15 @@ extension StubServer {
     }
 
     private func precheck(_ connection: OpaquePointer, _ ex: Exchange) -> Reply? {
-        if case .unknown = ex.route { return .error(404, "no such route") }
         if let framing = framingProblem(connection) {
-            // Closed after the answer: what follows on the connection is not read as a request of its own.
+            // Closed after the answer, and answered before any body is read: what follows on the connection is
+            // not read as a request of its own.
+            ex.refusedAtOnce = true
             var r = Reply.error(400, framing)
             r.headers.append(("Connection", "close"))
             return r
         }
+        if case .unknown = ex.route { return .error(404, "no such route") }
         guard ex.route.allowedMethods.contains(ex.method) else {
             var r = Reply.error(405, "method not allowed")
             r.headers.append(("Allow", ex.route.allowedMethods.joined(separator: ", ")))
@@ -1148,7 +1152,7 @@ extension StubServer {
     private func getBlob(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
         guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
         collector.touch(cid, sha)
-        guard let content = try store.content(cid, sha) else { throw StubFailure(404, "no such blob") }
+        guard let content = try store.content(cid, sha) else { throw StubFailure(404, try store.absence(cid, sha)) }
         let size = content.size
         var headers: [(String, String)] = [("Accept-Ranges", "bytes"), ("X-Content-SHA256", sha),
                                            ("Content-Type", "application/octet-stream")]

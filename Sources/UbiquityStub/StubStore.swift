@@ -569,6 +569,17 @@ final class StubStore: Sendable {
         return try blobs.put(cid, sha256, size: size, tmpPath: tmpPath, replacing: replacing)
     }
 
+    /// Why a blob GET of `sha256` finds nothing: its stored copy, or one of its chunks', was found corrupt and
+    /// set aside (until a device uploads it again), or it is simply not there.
+    func absence(_ cid: String, _ sha256: String) throws -> String {
+        var damaged = blobs.wasSetAside(cid, sha256)
+        if !damaged, let manifest = try manifest(cid, sha256) {
+            damaged = manifest.chunks.contains { $0.sha256.map { blobs.wasSetAside(cid, $0) } ?? false }
+        }
+        return damaged ? "no such blob: its stored copy was corrupt and is set aside until a device uploads it again"
+            : "no such blob"
+    }
+
     /// Sets aside a blob a read found not to hash to its name: from now on it counts as absent (a GET answers
     /// 404, `chunks/missing` lists it), and the next upload of any file holding it stores it again.
     func setAsideDamaged(_ cid: String, _ sha256: String, size: Int64) {

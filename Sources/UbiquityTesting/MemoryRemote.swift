@@ -444,7 +444,9 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         try locked {
             try checkOnline()
             guard isSHA256Hex(sha256) else { throw Self.bad("bad blob hash") }
-            return sha256 == emptySHA256 || blobs[sha256] != nil || manifests[sha256] != nil
+            // (A manifest one of whose chunks is gone is no content, as on the stub.)
+            return sha256 == emptySHA256 || blobs[sha256] != nil
+                || manifests[sha256].map { $0.chunks.allSatisfy { $0.sha256.map { blobs[$0] != nil } ?? true } } ?? false
         }
     }
 

@@ -161,7 +161,8 @@ final class BlobHarness {
         #expect(loc.region == "eu-west-1" && loc.accessKey == "AKID" && loc.secretKey == "SECRET")
         #expect(!loc.description.contains("SECRET"))
         let file = NSTemporaryDirectory() + "ubq-creds-\(randomHex(bytes: 4))"
-        _ = FileManager.default.createFile(atPath: file, contents: Data("# test\naws_access_key_id = K2\nAWS_SECRET_ACCESS_KEY=S2\n".utf8))
+        _ = FileManager.default.createFile(atPath: file, contents: Data("# test\naws_access_key_id = K2\nAWS_SECRET_ACCESS_KEY=S2\n".utf8),
+                                           attributes: [.posixPermissions: 0o600]) // (others may not read it)
         defer { try? FileManager.default.removeItem(atPath: file) }
         let fromFile = try S3Location(url: "s3://b?endpoint=http://h:1", credentialsFile: file, environment: env)
         #expect(fromFile.accessKey == "K2" && fromFile.secretKey == "S2" && fromFile.prefix == "")

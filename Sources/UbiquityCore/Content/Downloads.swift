@@ -289,7 +289,7 @@ final class Downloads: Sendable {
     private func probeWhileHanging() {
         guard container.config.environment.backgroundTransfers else { return }
         let remote = container.remote, prober = prober
-        prober.start { [weak self] in
+        prober.start { [weak self, weak container] in
             while !prober.isStopping {
                 guard self?.book.withLock({ $0.remoteHangs }) == true else {
                     prober.pause(nanoseconds: Int64.max / 2)
@@ -298,11 +298,15 @@ final class Downloads: Sendable {
                 guard let answered = prober.away({ (try? remote.hasBlob(sha256: Downloads.probeHash)) != nil }) else {
                     return // stopped meanwhile: nothing of the owner is touched
                 }
-                if answered {
-                    self?.container.remoteAnswered()
-                } else {
-                    prober.pause(nanoseconds: Downloads.probeSeconds * 1_000_000_000)
+                if answered, let container, let self {
+                    // (The downloads' own return too: the root's state may have been cleared meanwhile by an
+                    // answer that refused the key, which leaves them hanging.)
+                    withExtendedLifetime(container) {
+                        container.remoteAnswered()
+                        self.remoteIsBack()
+                    }
                 }
+                prober.pause(nanoseconds: Downloads.probeSeconds * 1_000_000_000)
             }
         }
         prober.wake()
