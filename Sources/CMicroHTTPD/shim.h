@@ -16,8 +16,8 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                                MHD_AccessHandlerCallback handler, void *handler_cls,
                                                MHD_RequestCompletedCallback completed, void *completed_cls,
                                                MHD_NotifyConnectionCallback notify, void *notify_cls,
-                                               unsigned int idle_timeout_seconds, unsigned int per_ip_limit,
-                                               unsigned int total_limit, const char *tls_cert, const char *tls_key) {
+                                               unsigned int idle_timeout_seconds, unsigned int total_limit,
+                                               const char *tls_cert, const char *tls_key) {
     struct sockaddr_in v4;
     struct sockaddr_in6 v6;
     const struct sockaddr *addr;
@@ -45,7 +45,6 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                                 MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                                 MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
                                 MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
-                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
                                 MHD_OPTION_CONNECTION_LIMIT, total_limit,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                                 MHD_OPTION_END);
@@ -55,7 +54,6 @@ static inline struct MHD_Daemon *ubq_mhd_start(const char *host, uint16_t port,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                             MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
                             MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_seconds,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
                             MHD_OPTION_CONNECTION_LIMIT, total_limit,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                             MHD_OPTION_END);

@@ -61,9 +61,9 @@ public struct StubConfig: Sendable {
     public var retention = HistoryRetention.standard
     /// The server's clock (ns since the epoch) for history and retention; nil is the system's. Tests set it.
     public var clock: (@Sendable () -> Int64)?
-    /// Connections one client address may hold at once: one address that opens many (half-sent requests, a
-    /// slow-connection attack) cannot take the connections every other client needs. An idle mount holds 3.
-    public var connectionsPerAddress = 128
+    /// How connections are shared out among strangers, device keys and users (ConnectionWatch.swift): nothing
+    /// is counted per address, which many honest clients may share.
+    public var shares = ConnectionShares()
     /// A connection that sends nothing (between requests, or in the middle of one) this long is closed. A long
     /// poll is not idle: it waits in its handler, where this timeout does not run.
     public var idleTimeoutSeconds = 30
@@ -165,7 +165,7 @@ public final class StubServer: @unchecked Sendable {
                               recheckSeconds: config.recheckSeconds, clock: config.clock ?? nowNanoseconds)
         collector = BlobCollector(store: store, graceSeconds: config.blobGraceSeconds, retention: config.retention)
         accounts = Accounts(meta: store.meta)
-        watch = ConnectionWatch(headerSeconds: config.headerSeconds)
+        watch = ConnectionWatch(headerSeconds: config.headerSeconds, shares: config.shares)
         token = try Self.openAccounts(accounts, tokenPath: config.tokenPath)
     }
 
@@ -250,7 +250,7 @@ public final class StubServer: @unchecked Sendable {
                 } else {
                     watch.closed(UInt(bitPattern: connection))
                 }
-            }, me, UInt32(config.idleTimeoutSeconds), UInt32(config.connectionsPerAddress), UInt32(config.connectionLimit),
+            }, me, UInt32(config.idleTimeoutSeconds), UInt32(config.connectionLimit),
                tlsCertificate, tlsKey)
             guard let d else {
                 let why = Errno.current
@@ -782,6 +782,13 @@ extension StubServer {
         do {
             switch try accounts.authenticate(header(connection, "Authorization")) {
             case .success(let account):
+                if let why = watch.identified(UInt(bitPattern: connection), device: account.device, user: account.user) {
+                    ex.refusedAtOnce = true // its body unread: the connection closes after the answer
+                    var r = Reply.error(429, "too many connections: \(why); close one and try again")
+                    r.headers.append(("Connection", "close"))
+                    r.headers.append(("Retry-After", "1"))
+                    return r
+                }
                 ex.account = account
                 ex.route = ex.route.scoped(account.prefix)
             case .failure(let refusal):

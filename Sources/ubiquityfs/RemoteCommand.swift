@@ -19,7 +19,8 @@ enum RemoteCommand {
                                    [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE]
                                    [--blob-grace SECONDS] [--blob-collect-every SECONDS] [--blob-cache-mb N]
                                    [--keep-deleted DAYS] [--keep-versions POLICY]
-                                   [--batch-seconds N] [--test-routes]
+                                   [--batch-seconds N] [--connections-per-device N] [--connections-per-user N]
+                                   [--test-routes]
 
     Runs the remote stub (the "cloud") until SIGINT or SIGTERM. Every request needs a device key of a user,
     and sees that user's containers only (see `ubiquityfs remote user --help`). The first start on a new
@@ -35,6 +36,12 @@ enum RemoteCommand {
       --batch-seconds N  apply the entries of one batch request for N seconds at most (default 10); the rest
                          are answered 503 unapplied and the client sends them again at once, so a slow
                          database never makes a batch outlast the client's 30 s wait
+      --connections-per-device N, --connections-per-user N
+                         connections one device key (default 64), and the devices of one user together
+                         (default 256), may hold at once; a request past them is answered 429 and its connection
+                         closed. A connection that has sent no valid key yet owes its first request header
+                         within 5 s, and such connections together hold at most 256: past that the oldest one
+                         still owing its header is cut. Nothing is counted per address. Limits hit are logged
       --test-routes      also serve /v1/stats (every container's blobs and counters) and /v1/faults (failures
                          injected into other clients' requests): for the tests and the bench only, never on a
                          server anyone else reaches
@@ -99,7 +106,8 @@ enum RemoteCommand {
                                                 "--log-level", "--max-blob", "--token-file", "--tls-cert", "--tls-key",
                                                 "--metadata", "--metadata-password-file", "--blobs", "--s3-credentials", "--blob-grace",
                                                 "--blob-collect-every", "--blob-cache-mb", "--batch-seconds",
-                                                "--keep-deleted", "--keep-versions"],
+                                                "--keep-deleted", "--keep-versions", "--connections-per-device",
+                                                "--connections-per-user"],
                                  switches: ["--help", "--test-routes"])
         if args.has("--help") { return print(serveHelp) }
         guard let data = args.value("--data") else { throw UsageError("remote serve needs --data DIR") }
@@ -131,6 +139,8 @@ enum RemoteCommand {
         config.tokenFile = args.value("--token-file").map(absolutePath)
         config.testRoutes = args.has("--test-routes")
         if let s = try args.int("--batch-seconds") { config.batchSeconds = Double(s) }
+        if let n = try args.int("--connections-per-device") { config.shares.perDevice = try atLeastOne(n, "--connections-per-device") }
+        if let n = try args.int("--connections-per-user") { config.shares.perUser = try atLeastOne(n, "--connections-per-user") }
         config.retention = try retention(args)
         (config.tlsCertificate, config.tlsKey) = try tlsFiles(args)
         try configureBlobs(&config, args)
@@ -148,6 +158,11 @@ enum RemoteCommand {
         FileHandle.standardError.write(Data("ubiquityfs remote: serving \(url)\(token)\n".utf8))
         waitForTermination(signals)
         server.stop()
+    }
+
+    private static func atLeastOne(_ n: Int, _ option: String) throws -> Int {
+        guard n >= 1 else { throw UsageError("\(option) takes a whole number of 1 or more, not \(n)") }
+        return n
     }
 
     /// What the history keeps, from --keep-deleted and --keep-versions.

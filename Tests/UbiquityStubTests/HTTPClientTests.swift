@@ -55,6 +55,8 @@ import UbiquityCore
         #expect(HTTPMapping.error(status: 400, body: Self.errorBody("bad name")) == .rejected(status: 400, message: "bad name"))
         #expect(HTTPMapping.error(status: 413, body: []) == .rejected(status: 413, message: "HTTP 413"))
         #expect(HTTPMapping.error(status: 416, body: Self.errorBody("range")) == .rejected(status: 416, message: "range"))
+        // Too many connections of one key or user: the server's load, not the request; tried again later.
+        #expect(HTTPMapping.error(status: 429, body: Self.errorBody("too many")).isTransient)
         #expect(HTTPMapping.error(status: 422, body: Self.errorBody("hash")) == .misplaced("hash"))
         #expect(HTTPMapping.error(status: 422, body: Self.errorBody("hash"), blobUpload: true) == .corrupt("hash"))
         #expect(HTTPMapping.error(status: 500, body: Self.errorBody("boom")) == .server(status: 500, message: "boom"))
