@@ -203,6 +203,10 @@ final class PostgresMetadata: StubMetadata, Sendable {
         return try body()
     }
 
+    /// Each transaction has a connection of its own (made when none is idle): none waits for another's turn
+    /// here, only for the rows it locks.
+    var othersWaiting: Bool { false }
+
     private func take() throws -> PGConnection {
         if let c = idle.withLock({ $0.popLast() }), c.isHealthy { return c }
         return try PGConnection(url: url)

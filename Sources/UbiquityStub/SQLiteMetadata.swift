@@ -1,6 +1,8 @@
 // The embedded metadata storage: one SQLite file, `DATA/stub.sqlite`, in the schema the stub has always used
-// (an existing data directory opens unchanged). One process owns the file; its lock serialises every
-// transaction, so a transaction sees and makes one whole state, and commits wake the in-process notifier.
+// (an existing data directory opens unchanged). One process owns the file; its one connection serves every
+// transaction in turn, first come first served (so one client's long batch, which gives its turn up while others
+// wait, never stalls another's request for long), so a transaction sees and makes one whole state, and commits
+// wake the in-process notifier.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the connection's, then the notifier's (a commit
 // wakes it).
@@ -8,8 +10,8 @@ import Foundation
 import UbiquityBase
 
 final class SQLiteMetadata: StubMetadata, Sendable {
-    /// The connection, one transaction at a time.
-    private let connection: Locked<Database>
+    /// The connection, one transaction at a time, in the order they asked.
+    private let connection: Turns<Database>
     private let local = LocalNotifier()
     var notifier: any ChangeNotifier { local }
 
@@ -50,16 +52,18 @@ final class SQLiteMetadata: StubMetadata, Sendable {
         }
         // Tables made before rows kept xattrs gain the column, NULL in their old rows (xattrs unknown).
         try db.addColumnIfMissing("history", "xattrs", "TEXT")
-        connection = Locked(db)
+        connection = Turns(db)
     }
 
     func write<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
-        try connection.withLock { db in try db.transaction { try body(SQLiteTransaction(db: db)) } }
+        try connection.withTurn { db in try db.transaction { try body(SQLiteTransaction(db: db)) } }
     }
 
     func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
-        try connection.withLock { db in try body(SQLiteTransaction(db: db)) }
+        try connection.withTurn { db in try body(SQLiteTransaction(db: db)) }
     }
+
+    var othersWaiting: Bool { connection.othersWaiting }
 
     func close() {}
 

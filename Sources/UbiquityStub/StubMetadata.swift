@@ -23,6 +23,9 @@ protocol StubMetadata: AnyObject, Sendable {
     /// Runs `body` (outside any transaction) holding the lock named `name` as every server on this metadata
     /// store sees it; within one process the caller holds its own lock of that name first.
     func withSharedLock<T>(_ name: String, _ body: () throws -> T) throws -> T
+    /// Whether other requests wait for the transaction running now to end (asked by it, to give its turn up).
+    /// On PostgreSQL transactions run side by side, and only those on one container wait for each other there.
+    var othersWaiting: Bool { get }
     func close()
 }
 

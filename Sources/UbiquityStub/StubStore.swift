@@ -356,7 +356,9 @@ final class StubStore: Sendable {
     /// reasons (a database restarting, the blob store away), are answered 503 unapplied, to be sent again, and
     /// the ones before are committed, so that a slow batch finishes within the client's timeout and what it
     /// applied is acknowledged. A first entry that fails so fails the request, and so does a failed commit
-    /// (then nothing was applied).
+    /// (then nothing was applied). Once it has applied entries for `turnSeconds` while other requests wait
+    /// for the store (`StubMetadata.othersWaiting`), it ends the same way: one client's long batch stalls no
+    /// other for longer than that.
     func batch(_ cid: String, _ entries: [StubBatchEntry], deadline: Date) throws -> [WireBatchResult] {
         let (entries, failure) = preparingBlobs(cid, entries)
         var upTo = entries.count, why = ""
@@ -368,9 +370,14 @@ final class StubStore: Sendable {
         var results: [WireBatchResult] = []
         try writing(cid) { tx in
             results = [] // (a transaction run again on a fresh connection starts over)
+            let turnEnd = Date(timeIntervalSinceNow: Self.turnSeconds)
             for (i, entry) in entries[..<upTo].enumerated() {
                 if i > 0 && Date() >= deadline {
                     results += Self.unapplied(upTo - i, "the batch ran out of time: not applied, send it again")
+                    return
+                }
+                if i > 0 && Date() >= turnEnd && meta.othersWaiting {
+                    results += Self.unapplied(upTo - i, "the batch gave its turn to other requests: not applied, send it again")
                     return
                 }
                 do {
@@ -388,6 +395,9 @@ final class StubStore: Sendable {
         }
         return results + Self.unapplied(entries.count - upTo, why)
     }
+
+    /// How long a batch applies entries while other requests wait for the store.
+    static let turnSeconds: TimeInterval = 0.05
 
     private static func unapplied(_ count: Int, _ why: String) -> [WireBatchResult] {
         Array(repeating: WireBatchResult(status: 503, error: why), count: count)

@@ -1,0 +1,53 @@
+// Part 21, point 2: one client's load does not stall another's. On the embedded store every request takes turns
+// on the one database connection, first come first served, and a batch gives its turn up (answering the rest
+// 503, sent again at once by the client) once it has held it a moment while others wait.
+import Foundation
+import Testing
+import UbiquityBase
+@testable import UbiquityStub
+
+@Suite struct FairnessTests {
+    /// `count` folders, each in the one before, below `top` (in Documents).
+    private func nested(_ top: String, _ count: Int) -> [StubBatchEntry] {
+        (0..<count).map { i in
+            let parent = i == 0 ? WireRules.documentsID : "\(top)-\(i - 1)"
+            let item = WireItem(id: "\(top)-\(i)", parent: parent, name: "\(top)-\(i)", kind: .dir, mode: 0o755, mtime: 1,
+                                size: 0, sha256: "")
+            return StubBatchEntry(entry: .put(item, ifMatch: nil))
+        }
+    }
+
+    /// Sends `entries` as a client does: what a batch answers 503 goes again at once, until all are applied.
+    private func sendAll(_ store: StubStore, _ cid: String, _ entries: [StubBatchEntry]) throws {
+        var left = entries[...]
+        while !left.isEmpty {
+            let results = try store.batch(cid, Array(left), deadline: Date(timeIntervalSinceNow: 10))
+            let applied = results.prefix { $0.status != 503 }.count
+            #expect(results[..<applied].allSatisfy { $0.status == 200 }, "\(results.first { $0.status != 200 }.map { "\($0.status) \($0.error ?? "")" } ?? "")")
+            left = left.dropFirst(applied)
+        }
+    }
+
+    @Test func anotherContainersWriteGoesBetweenTheTurnsOfALongBatch() throws {
+        let f = try Fixture()
+        let store = f.server.store
+        _ = try store.ensureContainer("iCloud.com.example.busy")
+        _ = try store.ensureContainer("iCloud.com.example.quiet")
+        let busyDone = Locked(false)
+        let busy = DispatchGroup()
+        DispatchQueue.global().async(group: busy) {
+            // A batch of 1,000 nested folders (seconds of work: before, it held the store all that time).
+            try? self.sendAll(store, "iCloud.com.example.busy", self.nested("b", 1000))
+            busyDone.withLock { $0 = true }
+        }
+        Thread.sleep(forTimeInterval: 0.05)
+        var quietBeforeBusy: [Bool] = []
+        for k in 0..<3 {
+            try sendAll(store, "iCloud.com.example.quiet", nested("q\(k)", 1))
+            quietBeforeBusy.append(!busyDone.withLock { $0 })
+        }
+        busy.wait()
+        #expect(quietBeforeBusy == [true, true, true], "the quiet container's writes waited for the busy one's")
+        #expect(try store.reading("iCloud.com.example.busy") { try $0.containerSeq("iCloud.com.example.busy") } ?? 0 >= 1000)
+    }
+}
