@@ -207,9 +207,13 @@ public struct WireManifest: Codable, Equatable, Sendable {
     }
 
     /// Why the manifest is malformed, or nil: every data chunk a hash and 1 to `WireChunkLimits.maxChunkBytes`
-    /// bytes, every hole at least one byte, the sizes adding up to `size`, at most `maxChunks` chunks.
+    /// bytes, every hole at least one byte, the sizes adding up to `size`, at most `maxChunks` chunks and
+    /// `maxFileBytes` bytes.
     public var problem: String? {
         guard isSHA256Hex(sha256) else { return "bad manifest hash" }
+        guard (0...WireChunkLimits.maxFileBytes).contains(size) else {
+            return "a file holds at most \(WireChunkLimits.maxFileBytes >> 40) TiB (holes included)"
+        }
         guard !chunks.isEmpty, chunks.count <= WireChunkLimits.maxChunks else {
             return "a manifest holds 1 to \(WireChunkLimits.maxChunks) chunks"
         }
@@ -246,6 +250,9 @@ public enum WireChunkLimits {
     /// A chunk's bytes (the standard format cuts at 4 MiB at most; a little room for a later one). No chunk
     /// format may cut larger (`ChunkFormat.problem`).
     public static let maxChunkBytes: Int64 = 8 << 20
+    /// A file's size, holes included: about the most ext4 holds with 4 KiB blocks (a device could seldom keep
+    /// more), and an end to a sparse file of exabytes whose zeros a reader would be sent without end.
+    public static let maxFileBytes: Int64 = 16 << 40
     /// Chunks in one manifest: 64 GiB (the largest blob) at the standard format's smallest cut, 256 KiB. A
     /// file that a smaller format cuts into more goes up as one blob.
     public static let maxChunks = 262_144

@@ -119,6 +119,13 @@ private struct Chunked {
         bad.size += 1 // the chunks no longer add up to it
         #expect(status(failure({ try s.remote.putManifest(bad) })) == 400)
         #expect(try s.remote.manifest(sha256: bad.sha256) == nil)
+        // A file of holes past the largest one the wire carries (before, 4 EiB of holes was taken, and a reader
+        // was sent gigabytes of zeros).
+        var holes = c.manifest
+        holes.chunks.append(WireChunk(sha256: nil, size: 4 << 60))
+        holes.size += 4 << 60
+        #expect(status(failure({ try s.remote.putManifest(holes) })) == 400)
+        #expect(try s.remote.manifest(sha256: holes.sha256) == nil)
     }
 
     /// A bounded range (`bytes=A-B`) that starts in one chunk and ends in the next, through the wire itself (the
