@@ -383,14 +383,21 @@ final class Downloads: Sendable {
 
     /// Downloads one version into staging, verifies it and installs it. Resumes a partial staging file.
     /// Returns false when the item changed here meanwhile and the download was dropped. Makes room under the
-    /// local store limit first, and holds it until the content is installed.
+    /// local store limit first for its data (a sparse file's holes take none), and holds it until the content
+    /// is installed; data that could never fit on the store's disk fails at once, and nothing is evicted for it.
     func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
-        container.makeRoom(for: id, bytes: size)
-        defer { container.roomUsed(size) }
-        return try land(id, sha: sha, size: size)
+        let manifest = size > container.config.chunkFormat.chunkedAbove ? try container.remote.manifest(sha256: sha) : nil
+        let data = manifest.map { $0.chunks.reduce(0) { $0 + ($1.isHole ? 0 : $1.size) } } ?? size
+        if let capacity = container.paths.capacityBytes, data > capacity - max(container.config.minFreeBytes, 0) {
+            throw CoreError.io("its \(mebibytes(data)) of data could never fit here: the store's disk holds "
+                               + "\(mebibytes(capacity)) in all (--min-free \(mebibytes(container.config.minFreeBytes)) kept free)")
+        }
+        container.makeRoom(for: id, bytes: data)
+        defer { container.roomUsed(data) }
+        return try land(id, sha: sha, size: size, manifest: manifest)
     }
 
-    private func land(_ id: String, sha: String, size: Int64) throws -> Bool {
+    private func land(_ id: String, sha: String, size: Int64, manifest: WireManifest?) throws -> Bool {
         let staging = stagingPath(id, sha)
         removeStaleStaging(id, keeping: staging)
         let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
@@ -399,7 +406,6 @@ final class Downloads: Sendable {
         var have = Int64(try fd.stat().st_size)
         if have > size { try fd.truncate(0); have = 0 }
         let landed = LandedBytes(fd)
-        let manifest = size > container.config.chunkFormat.chunkedAbove ? try container.remote.manifest(sha256: sha) : nil
         if let manifest {
             try landChunks(id, manifest, sha: sha, size: size, into: fd, staging: staging, landed: landed)
         } else if have < size {
@@ -522,3 +528,6 @@ final class LandedBytes {
         try? fd.punchHole(at: offset, length: length)
     }
 }
+
+/// `bytes` in MiB with one decimal ("80.0 MiB").
+private func mebibytes(_ bytes: Int64) -> String { String(format: "%.1f MiB", Double(bytes) / 1_048_576) }

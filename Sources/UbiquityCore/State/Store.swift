@@ -840,6 +840,12 @@ struct StorePaths: Sendable {
         guard statvfs(directory, &vfs) == 0 else { return nil }
         return Int64(vfs.f_bavail) * Int64(vfs.f_frsize)
     }
+    /// The bytes the store's disk holds in all, as this user may use them (its reserved blocks left out).
+    var capacityBytes: Int64? {
+        var vfs = statvfs()
+        guard statvfs(directory, &vfs) == 0 else { return nil }
+        return (Int64(vfs.f_blocks) - Int64(vfs.f_bfree) + Int64(vfs.f_bavail)) * Int64(vfs.f_frsize)
+    }
     var content: String { directory + "/content" }
     var staging: String { directory + "/staging" }
     func content(_ id: String) -> String { content + "/" + id }
