@@ -1,7 +1,8 @@
 // Shares the server's connections out so that no client shuts an honest one out:
 // - A stranger (a connection that has sent no request with a valid key yet) owes a whole request header within
-//   `strangerHeaderSeconds` of connecting; strangers together hold at most `strangers` connections: past that,
-//   the oldest stranger still owing its header is cut. A flood of half-sent requests, from one address or from
+//   `strangerHeaderSeconds` of connecting, and a request of its with a body is answered at once and closed;
+//   strangers together hold at most `strangers` connections: past that, the oldest stranger is cut. A flood of
+//   half-sent requests or trickled bodies, from one address or from
 //   many, so never takes a slot from a client that sends its requests (nothing is counted per address: a NAT, a
 //   proxy or a shared machine puts many honest clients behind one).
 // - A connection known by its key owes its next header within `headerSeconds` of its last answer; a device key
@@ -29,10 +30,11 @@ public struct ConnectionShares: Sendable {
     public var strangers = 256
     /// How long a stranger may take to send its first request header.
     public var strangerHeaderSeconds = 5
-    /// Connections one device key holds at once (an idle mount holds 2, a busy one up to 6).
-    public var perDevice = 64
+    /// Connections one device key holds at once (an idle mount holds 2; a busy one some 30: its downloads'
+    /// and uploads' chunk streams and the connections it keeps alive between them).
+    public var perDevice = 256
     /// Connections the devices of one user hold at once.
-    public var perUser = 256
+    public var perUser = 512
     public init() {}
 }
 
@@ -68,14 +70,15 @@ final class ConnectionWatch: Sendable {
         self.shares = shares
     }
 
-    /// A new connection; past the strangers' share, the oldest strangers owing a header make room.
+    /// A new connection; past the strangers' share, the oldest strangers make room (one in the middle of a
+    /// request too: a stranger's only requests are a health check and one refused at once).
     func started(_ connection: UInt, fd: Int32, now: Int64 = monotonicNanoseconds()) {
         state.withLock { s in
             s.entries[connection] = Entry(fd: fd, opened: now, waitingSince: now)
             let strangers = s.entries.filter { $0.value.owner == nil && !$0.value.cut }
             guard strangers.count > shares.strangers else { return }
-            let owing = strangers.filter { $0.value.waitingSince != nil }.sorted { $0.value.opened < $1.value.opened }
-            for (key, entry) in owing.prefix(strangers.count - shares.strangers) {
+            let oldest = strangers.sorted { $0.value.opened < $1.value.opened }
+            for (key, entry) in oldest.prefix(strangers.count - shares.strangers) {
                 cut(key, entry, &s, limit: "connections that sent no valid key (more than \(shares.strangers) at once)")
             }
             report(&s, now: now)
@@ -140,10 +143,10 @@ final class ConnectionWatch: Sendable {
 
     /// Shuts the connection's socket down; a cut for a limit (not a deadline) counts as a hit of it.
     private func cut(_ key: UInt, _ entry: Entry, _ s: inout State, limit: String?) {
+        if let limit { s.hits[limit, default: [:]][peer(entry.fd), default: 0] += 1 } // (before the socket goes)
         shutdown(entry.fd, Int32(SHUT_RDWR))
         s.entries[key]?.cut = true
         s.entries[key]?.waitingSince = nil
-        if let limit { s.hits[limit, default: [:]][peer(entry.fd), default: 0] += 1 }
     }
 
     /// Logs the limits hit since the last report, at most once per `reportSeconds`.

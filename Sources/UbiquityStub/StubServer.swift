@@ -710,9 +710,17 @@ extension StubServer {
             watch.requestBegan(UInt(bitPattern: connection))
             let ex = begin(connection: connection, url: url, method: method)
             context.pointee = Unmanaged.passRetained(ex).toOpaque()
+            let hasBody = header(connection, "Transfer-Encoding") != nil || (ex.declaredLength ?? 0) > 0
+            if hasBody && ex.account == nil {
+                // No request without a valid key carries a body: answered at once and closed, so that no
+                // stranger holds a connection by trickling one (ConnectionWatch cuts strangers owing a header).
+                ex.answered = true
+                var reply = ex.pending ?? .error(400, "a request without a valid key carries no body")
+                reply.headers.append(("Connection", "close"))
+                return send(connection, ex, reply)
+            }
             if let pending = ex.pending {
                 // Refuse a large or unsized body at once rather than drain it (MHD then closes the connection).
-                let hasBody = header(connection, "Transfer-Encoding") != nil || (ex.declaredLength ?? 0) > 0
                 if ex.refusedAtOnce || hasBody && (ex.declaredLength == nil || ex.declaredLength! > 1 << 20) {
                     ex.answered = true
                     return send(connection, ex, pending)

@@ -34,14 +34,15 @@ enum RemoteCommand {
                          (--ca-file). Without them it serves plain HTTP, and only on loopback: --listen on any
                          other address is refused
       --batch-seconds N  apply the entries of one batch request for N seconds at most (default 10); the rest
-                         are answered 503 unapplied and the client sends them again at once, so a slow
+                         are answered 503 unapplied and the client sends them again, so a slow
                          database never makes a batch outlast the client's 30 s wait
       --connections-per-device N, --connections-per-user N
-                         connections one device key (default 64), and the devices of one user together
-                         (default 256), may hold at once; a request past them is answered 429 and its connection
+                         connections one device key (default 256), and the devices of one user together
+                         (default 512), may hold at once; a request past them is answered 429 and its connection
                          closed. A connection that has sent no valid key yet owes its first request header
-                         within 5 s, and such connections together hold at most 256: past that the oldest one
-                         still owing its header is cut. Nothing is counted per address. Limits hit are logged
+                         within 5 s, a request of its with a body is answered at once and closed, and such
+                         connections together hold at most 256: past that the oldest is cut. Nothing is
+                         counted per address. Each limit hit is logged, at most once per 10 s per limit
       --test-routes      also serve /v1/stats (every container's blobs and counters) and /v1/faults (failures
                          injected into other clients' requests): for the tests and the bench only, never on a
                          server anyone else reaches

@@ -88,6 +88,28 @@ def test_slow_connections_from_many_addresses_leave_room_for_a_new_one(tmp_path,
         stub.stop()
 
 
+def test_strangers_trickling_bodies_hold_no_connection(tmp_path, many_files):
+    """A request without a valid key that announces a body is answered at once and closed: 300 of them, each
+    trickling a body of 1 MB, leave room for everyone else (a stranger in a request was never cut)."""
+    stub = Stub(tmp_path / "remote").start()
+    held = []
+    try:
+        for k in range(300):
+            s = socket.create_connection(("127.0.0.1", stub.port), timeout=10)
+            key = f"Authorization: Bearer {'f' * 64}\r\n" if k % 2 else ""  # a wrong key, or none
+            s.sendall(f"PUT /v1/containers/{CONTAINER}/blobs/{'0' * 64} HTTP/1.1\r\nHost: x\r\n{key}"
+                      "Content-Length: 1000000\r\n\r\nx".encode())
+            held.append(s)
+        assert answered(stub, "127.0.0.1")
+        for s in held[:5]:
+            s.settimeout(10)
+            assert s.recv(4096).split(b" ")[1] == b"401"
+    finally:
+        for s in held:
+            s.close()
+        stub.stop()
+
+
 def test_one_device_key_holds_a_bounded_number_of_connections(tmp_path):
     """Connections are counted per device key: past its share, a key's new connection is answered 429 with one
     plain line and closed, the limit is logged, and the key is answered again once it gave one back."""
