@@ -1,6 +1,6 @@
 // Part 21, point 2: one client's load does not stall another's. On the embedded store every request takes turns
 // on the one database connection, first come first served, and a batch gives its turn up (answering the rest
-// 503, sent again at once by the client) once it has held it a moment while others wait.
+// 503, sent again by the client) once it has held it a moment while others wait.
 import Foundation
 import Testing
 import UbiquityBase
@@ -17,14 +17,38 @@ import UbiquityBase
         }
     }
 
-    /// Sends `entries` as a client does: what a batch answers 503 goes again at once, until all are applied.
-    private func sendAll(_ store: StubStore, _ cid: String, _ entries: [StubBatchEntry]) throws {
-        var left = entries[...]
+    /// Sends `entries` as a client does: what a batch answers 503 goes again, until all are applied. Answers
+    /// how many requests that took.
+    @discardableResult
+    private func sendAll(_ store: StubStore, _ cid: String, _ entries: [StubBatchEntry]) throws -> Int {
+        var left = entries[...], requests = 0
         while !left.isEmpty {
+            requests += 1
             let results = try store.batch(cid, Array(left), deadline: Date(timeIntervalSinceNow: 10))
             let applied = results.prefix { $0.status != 503 }.count
             #expect(results[..<applied].allSatisfy { $0.status == 200 }, "\(results.first { $0.status != 200 }.map { "\($0.status) \($0.error ?? "")" } ?? "")")
             left = left.dropFirst(applied)
+        }
+        return requests
+    }
+
+    /// Turns: one holder at a time, whoever asks; a holder alone sees nobody waiting.
+    @Test func turnsAreTakenOneAtATime() {
+        final class Counter: @unchecked Sendable { var value = 0; var inside = 0; var overlapped = false }
+        let turns = Turns(Counter())
+        #expect(turns.withTurn { _ in turns.othersWaiting } == false)
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            for _ in 0..<2000 {
+                turns.withTurn { c in
+                    c.inside += 1
+                    if c.inside > 1 { c.overlapped = true }
+                    c.value += 1
+                    c.inside -= 1
+                }
+            }
+        }
+        turns.withTurn { c in
+            #expect(c.value == 16_000 && !c.overlapped)
         }
     }
 
@@ -33,11 +57,12 @@ import UbiquityBase
         let store = f.server.store
         _ = try store.ensureContainer("iCloud.com.example.busy")
         _ = try store.ensureContainer("iCloud.com.example.quiet")
-        let busyDone = Locked(false)
+        let busyDone = Locked(false), busyRequests = Locked(0)
         let busy = DispatchGroup()
         DispatchQueue.global().async(group: busy) {
             // A batch of 1,000 nested folders (seconds of work: before, it held the store all that time).
-            try? self.sendAll(store, "iCloud.com.example.busy", self.nested("b", 1000))
+            let requests = (try? self.sendAll(store, "iCloud.com.example.busy", self.nested("b", 1000))) ?? 0
+            busyRequests.withLock { $0 = requests }
             busyDone.withLock { $0 = true }
         }
         Thread.sleep(forTimeInterval: 0.05)
@@ -48,6 +73,7 @@ import UbiquityBase
         }
         busy.wait()
         #expect(quietBeforeBusy == [true, true, true], "the quiet container's writes waited for the busy one's")
+        #expect(busyRequests.withLock { $0 } > 1, "the busy batch gave its turn up (it had begun before the quiet writes)")
         #expect(try store.reading("iCloud.com.example.busy") { try $0.containerSeq("iCloud.com.example.busy") } ?? 0 >= 1000)
     }
 }
