@@ -21,9 +21,7 @@ extension Downloads {
     /// `landed` hashes the whole file as its chunks land in order.
     func landChunks(_ key: String, _ manifest: WireManifest, sha: String, size: Int64, into fd: FileDescriptor,
                     staging: String, landed: LandedBytes) throws {
-        guard manifest.sha256 == sha, manifest.size == size, manifest.problem == nil else {
-            throw RemoteError.corrupt("the remote's chunk list does not describe the version asked for")
-        }
+        try Downloads.check(manifest, sha: sha, size: size)
         var wanted: [(index: Int, sha: String, offset: Int64, size: Int64)] = []
         var ends: [Int64] = []
         var offset: Int64 = 0

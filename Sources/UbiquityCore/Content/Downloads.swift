@@ -113,7 +113,8 @@ final class Downloads: Sendable {
         case .failed(let e): removeStaleStaging(key); record(key, error: e.description); result = .failure(e)
         case .fetch(let sha, let size):
             do {
-                _ = try transfer(key, sha: sha, size: size)
+                var data = size
+                _ = try transfer(key, sha: sha, size: size, data: &data)
                 record(key, error: nil)
                 result = .success(())
             } catch {
@@ -233,8 +234,9 @@ final class Downloads: Sendable {
             case .fetch(let s, let n): sha = s; size = n
             }
             if let failure = failureWhileRemoteHangs(id, seen: seen) { return failure }
+            var data = size
             do {
-                let installed = try transfer(id, sha: sha, size: size)
+                let installed = try transfer(id, sha: sha, size: size, data: &data)
                 container.remoteAnswered()
                 record(id, error: nil)
                 // Installed: the next target() says done, or names a newer version that arrived meanwhile.
@@ -250,7 +252,7 @@ final class Downloads: Sendable {
                     log.warning("download of \(id) met a full disk; evicting to make room and retrying")
                 }
                 madeRoom = true
-                container.makeRoomAfterNoSpace(for: id, bytes: size)
+                container.makeRoomAfterNoSpace(for: id, bytes: data)
             } catch let error as RemoteError where error.isTransient {
                 if begunOnline && graceEnd == nil { graceEnd = min(deadline, monotonicNanoseconds() + Downloads.outageGrace) }
                 if let failure = retryAfter(error, id, seen: seen, deadline: deadline, graceEnd: graceEnd, backoff: &backoff) {
@@ -385,9 +387,13 @@ final class Downloads: Sendable {
     /// Returns false when the item changed here meanwhile and the download was dropped. Makes room under the
     /// local store limit first for its data (a sparse file's holes take none), and holds it until the content
     /// is installed; data that could never fit on the store's disk fails at once, and nothing is evicted for it.
-    func transfer(_ id: String, sha: String, size: Int64) throws -> Bool {
+    /// `data`: the bytes of data the version holds, once known (room made after a full disk is for those).
+    func transfer(_ id: String, sha: String, size: Int64, data: inout Int64) throws -> Bool {
         let manifest = size > container.config.chunkFormat.chunkedAbove ? try container.remote.manifest(sha256: sha) : nil
-        let data = manifest.map { $0.chunks.reduce(0) { $0 + ($1.isHole ? 0 : $1.size) } } ?? size
+        if let manifest {
+            try Self.check(manifest, sha: sha, size: size)
+            data = manifest.chunks.reduce(0) { $0 + ($1.isHole ? 0 : $1.size) } // (bounded: checked)
+        }
         if let capacity = container.paths.capacityBytes, data > capacity - max(container.config.minFreeBytes, 0) {
             throw CoreError.io("its \(mebibytes(data)) of data could never fit here: the store's disk holds "
                                + "\(mebibytes(capacity)) in all (--min-free \(mebibytes(container.config.minFreeBytes)) kept free)")
@@ -395,6 +401,14 @@ final class Downloads: Sendable {
         container.makeRoom(for: id, bytes: data)
         defer { container.roomUsed(data) }
         return try land(id, sha: sha, size: size, manifest: manifest)
+    }
+
+    /// Refuses a chunk list that does not describe the version asked for, or is malformed (its sizes then
+    /// could overflow a sum).
+    static func check(_ manifest: WireManifest, sha: String, size: Int64) throws {
+        guard manifest.sha256 == sha, manifest.size == size, manifest.problem == nil else {
+            throw RemoteError.corrupt("the remote's chunk list does not describe the version asked for")
+        }
     }
 
     private func land(_ id: String, sha: String, size: Int64, manifest: WireManifest?) throws -> Bool {
