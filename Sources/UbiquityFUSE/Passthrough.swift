@@ -2,8 +2,8 @@
 // writes the content file itself, without read or write requests to us.
 //
 // What must hold: the kernel refuses (EIO) to mix, on one inode, opens with and without passthrough, and two
-// passthrough opens on different backing ids; so per item either every open handle is ordinary or every one
-// is passthrough on the one backing id, registered at the first such open and dropped at the last release.
+// passthrough opens on different backing ids; so per kernel inode either every open handle is ordinary or every
+// one is passthrough on the one backing id, registered at the first such open and dropped at the last release.
 // A file opened for writing this way is marked dirty at its open (no write reaches us to mark it; undone at
 // its release if the content file is as it was at the open, so an open without a write pushes nothing). Its writes
 // are found by looking at the content file (its ctime and size against the last look, per handle) at each flush,

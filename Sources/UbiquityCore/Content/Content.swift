@@ -84,8 +84,9 @@ extension Container {
     /// `fd` is the handle's descriptor: while a copy that a delete moved aside is held open, a write through
     /// it reaches that copy, not the item of the same id that an edit elsewhere brought back, and marks nothing
     /// (nor does a write to an item without local content: no handle of it can be on its content).
-    /// Here and below, `id` is the file the handle was opened on; the core knows which file has it now
-    /// (`CoreState.handleOwner`).
+    /// Here and in `write`, `openedForUnseenWrites`, `flushed`, `synced`, `release` and `closed`, `id` names the
+    /// file the handle was opened on, which a save by rename may have made part of another since: each looks up
+    /// the file that has the handle now (`CoreState.handleOwner`).
     public func willWrite(_ id: String, through fd: FileDescriptor? = nil) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
             let id = s.handleOwner(id)
@@ -97,7 +98,8 @@ extension Container {
     /// An open for writing whose writes this process will not see (FUSE passthrough): the item is marked dirty
     /// now as by a write (durably, before any write can land), and its quiet period starts now. Returns the
     /// content generation after the mark when the item was clean and on the remote before (for `Release`).
-    public func openedForUnseenWrites(_ id: String) throws(CoreError) -> Int? {
+    public func openedForUnseenWrites(_ handle: String) throws(CoreError) -> Int? {
+        let id = read { $0.handleOwner(handle) }
         let wasClean = read { s in s.items[id].map { !$0.dirty && $0.remoteVersion > 0 } ?? false }
         try write(id) { () }
         return wasClean ? read { s in s.contentGeneration[id] ?? 0 } : nil
@@ -120,7 +122,7 @@ extension Container {
     public func synced(_ id: String, wroteUnseen: Bool = false, through fd: FileDescriptor? = nil) throws(CoreError) {
         try flushed(id, wroteUnseen: wroteUnseen, through: fd)
         do { try checkpointer.run() } catch { throw CoreError.from(error) }
-        snapshotRequested(id)
+        snapshotRequested(read { $0.handleOwner(id) })
     }
 
     /// What the release of a handle records besides the handle itself.

@@ -57,7 +57,8 @@ extension Container {
     /// Runs one write of a program into an open file's content: the item is marked dirty first (durably, before
     /// the write is acknowledged), and no snapshot sees the write half done. `fd`: the handle's descriptor (see
     /// `willWrite`).
-    public func write<T>(_ id: String, through fd: FileDescriptor? = nil, _ body: () -> T) throws(CoreError) -> T {
+    public func write<T>(_ handle: String, through fd: FileDescriptor? = nil, _ body: () -> T) throws(CoreError) -> T {
+        let id = read { $0.handleOwner(handle) }
         try willWrite(id, through: fd)
         return gates.shared(id) {
             let result = body()
