@@ -403,6 +403,30 @@ public final class FileSystem: @unchecked Sendable {
 
     // MARK: files
 
+    /// open(2) with O_CREAT of a name the kernel found free (`flags`: the open's): made and opened. A name taken
+    /// meanwhile (by an item that came from another device after the kernel's lookup) is opened as open(2) opens
+    /// a file that is there, unless O_EXCL asked for a new one (EEXIST).
+    func create(_ parent: UInt64, _ name: String, _ mode: mode_t, flags: Int32, _ caller: Caller,
+                clearsSUIDGID: Caller?, waiter: Waiter, done: @escaping Completion<(Entry, Opened)>) {
+        do throws(CoreError) {
+            done(.success(try create(parent, name, mode, caller)))
+        } catch .exists where flags & O_EXCL == 0 {
+            let e: Entry
+            do throws(CoreError) { e = try lookup(parent, name) } catch { return done(.failure(.core(error))) }
+            guard e.ino != 0 else { return done(.failure(.core(.exists))) }
+            open(e.ino, flags: flags, caller, clearsSUIDGID: clearsSUIDGID, waiter: waiter) { [self] result in
+                switch result {
+                case .success(let opened): done(.success((e, opened)))
+                case .failure(let error):
+                    forget(e.ino, 1)
+                    done(.failure(error))
+                }
+            }
+        } catch {
+            done(.failure(.core(error)))
+        }
+    }
+
     func create(_ parent: UInt64, _ name: String, _ mode: mode_t, _ caller: Caller) throws(CoreError) -> (Entry, Opened) {
         if let dirID = inodes.id(parent), isKVID(dirID) { return try kvCreate(dirID, name) }
         let dirID = try makingIn(parent, name)

@@ -171,14 +171,14 @@ private func addMoveOperations(_ ops: inout fuse_lowlevel_ops) {
 private func addFileOperations(_ ops: inout fuse_lowlevel_ops) {
     ops.create = { req, parent, name, mode, fi in
         named(req, name) { n in
-            let r = reply(req), f = fs(req)
-            do throws(CoreError) {
-                let (e, o) = try f.create(parent, n, mode, r.caller)
-                if !r.create(e, o, fi!.pointee) {
+            let r = reply(req), f = fs(req), base = fi!.pointee
+            f.create(parent, n, mode, flags: base.flags, r.caller, clearsSUIDGID: clearer(r.caller), waiter: r,
+                     done: answering(r) { (e, o) in
+                if !r.create(e, o, base) {
                     f.forget(e.ino, 1)
                     f.release(o.fh)
                 }
-            } catch { r.fail(error) }
+            })
         }
     }
     ops.open = { req, ino, fi in
