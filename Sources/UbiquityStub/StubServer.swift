@@ -712,11 +712,12 @@ extension StubServer {
             context.pointee = Unmanaged.passRetained(ex).toOpaque()
             let hasBody = header(connection, "Transfer-Encoding") != nil || (ex.declaredLength ?? 0) > 0
             if hasBody && ex.account == nil {
-                // No request without a valid key carries a body: answered at once and closed, so that no
-                // stranger holds a connection by trickling one (ConnectionWatch cuts strangers owing a header).
+                // A request without a valid key (refused, or a health check) is answered without its body and its
+                // connection closed, so that no stranger holds one by trickling a body (ConnectionWatch cuts
+                // strangers owing a header).
                 ex.answered = true
-                var reply = ex.pending ?? .error(400, "a request without a valid key carries no body")
-                reply.headers.append(("Connection", "close"))
+                var reply = ex.pending ?? finish(connection: connection, ex)
+                if !reply.headers.contains(where: { $0.0 == "Connection" }) { reply.headers.append(("Connection", "close")) }
                 return send(connection, ex, reply)
             }
             if let pending = ex.pending {
