@@ -395,8 +395,9 @@ final class Downloads: Sendable {
             data = manifest.chunks.reduce(0) { $0 + ($1.isHole ? 0 : $1.size) } // (bounded: checked)
         }
         if let capacity = container.paths.capacityBytes, data > capacity - max(container.config.minFreeBytes, 0) {
-            throw CoreError.io("its \(mebibytes(data)) of data could never fit here: the store's disk holds "
-                               + "\(mebibytes(capacity)) in all (--min-free \(mebibytes(container.config.minFreeBytes)) kept free)")
+            throw CoreError.io("no space for it here: its \(mebibytes(data)) of data could never fit on the store's "
+                               + "disk, which holds \(mebibytes(capacity)) in all (--min-free "
+                               + "\(mebibytes(container.config.minFreeBytes)) kept free)")
         }
         container.makeRoom(for: id, bytes: data)
         defer { container.roomUsed(data) }
