@@ -166,6 +166,16 @@ public struct FileDescriptor: Sendable, Hashable {
     }
 }
 
+/// A byte count for people: B, KiB, MiB, GiB, TiB ("80.0 MiB").
+public func readableSize(_ n: Int64) -> String {
+    var value = Double(n)
+    for unit in ["B", "KiB", "MiB", "GiB"] {
+        if value < 1024 { return unit == "B" ? "\(n) B" : String(format: "%.1f", value) + " " + unit }
+        value /= 1024
+    }
+    return String(format: "%.1f TiB", value)
+}
+
 /// The size of the file at `path`.
 public func fileSize(_ path: String) throws(Errno) -> Int64 {
     var st = stat()

@@ -208,7 +208,7 @@ enum RemoteCommand {
             return print(String(decoding: data, as: UTF8.self))
         }
         printTable([["USER", "CONTAINER", "LIVE", "HISTORY", "TRASH"]]
-                   + rows.map { [$0.user, $0.container, bytes($0.live), bytes($0.history), bytes($0.trash)] })
+                   + rows.map { [$0.user, $0.container, readableSize($0.live), readableSize($0.history), readableSize($0.trash)] })
     }
 
     /// Columns padded to their widest cell, the numbers' to the right.
@@ -221,16 +221,6 @@ enum RemoteCommand {
             }
             print(cells.joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
-    }
-
-    /// A byte count for people: B, KiB, MiB, GiB, TiB.
-    static func bytes(_ n: Int64) -> String {
-        var value = Double(n)
-        for unit in ["B", "KiB", "MiB", "GiB"] {
-            if value < 1024 { return unit == "B" ? "\(n) B" : String(format: "%.1f", value) + " " + unit }
-            value /= 1024
-        }
-        return String(format: "%.1f TiB", value)
     }
 
     /// The PostgreSQL database of --metadata, if given, and its password from --metadata-password-file.

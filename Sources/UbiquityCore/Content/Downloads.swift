@@ -395,9 +395,9 @@ final class Downloads: Sendable {
             data = manifest.chunks.reduce(0) { $0 + ($1.isHole ? 0 : $1.size) } // (bounded: checked)
         }
         if let capacity = container.paths.capacityBytes, data > capacity - max(container.config.minFreeBytes, 0) {
-            throw CoreError.io("no space for it here: its \(mebibytes(data)) of data could never fit on the store's "
-                               + "disk, which holds \(mebibytes(capacity)) in all (--min-free "
-                               + "\(mebibytes(container.config.minFreeBytes)) kept free)")
+            throw CoreError.io("no space for it here: its \(readableSize(data)) of data could never fit on the store's "
+                               + "disk, which holds \(readableSize(capacity)) in all (--min-free "
+                               + "\(readableSize(container.config.minFreeBytes)) kept free)")
         }
         container.makeRoom(for: id, bytes: data)
         defer { container.roomUsed(data) }
@@ -543,6 +543,3 @@ final class LandedBytes {
         try? fd.punchHole(at: offset, length: length)
     }
 }
-
-/// `bytes` in MiB with one decimal ("80.0 MiB").
-private func mebibytes(_ bytes: Int64) -> String { String(format: "%.1f MiB", Double(bytes) / 1_048_576) }
