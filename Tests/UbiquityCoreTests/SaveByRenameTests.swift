@@ -69,9 +69,8 @@ import UbiquityTesting
         #expect(a.lookup("old.txt")?.id == other.id && a.container.item(old.id)?.deleted != false)
     }
 
-    /// The kernel sends the release of a closed file after close(2) returns: the rename can come first. The
-    /// new file's handle becomes the file's, and what it writes is the file's.
-    @Test func aNewFileStillOpenIsSavedOverAndItsHandleGoesOnWithTheFile() throws {
+    /// Device a with doc.txt uploaded, offline, and a new file `t` a program holds open for writing (truncated).
+    func heldNewFile() throws -> (Link, Device, Item, Item, FileDescriptor) {
         let link = Link(remote)
         let a = try Device(link, name: "a")
         let doc = try a.createFile("doc.txt", bytes("first"))
@@ -79,9 +78,15 @@ import UbiquityTesting
         link.offline = true
         let temp = try a.container.createFile(parent: a.docs, name: "t", mode: 0o644)
         guard case .opened(let fd) = try a.container.open(temp.id, writable: true, truncate: true) else {
-            Issue.record("an open with O_TRUNC must not fetch")
-            return
+            throw CoreError.io("an open with O_TRUNC must not fetch")
         }
+        return (link, a, doc, temp, fd)
+    }
+
+    /// The kernel sends the release of a closed file after close(2) returns: the rename can come first. The
+    /// new file's handle becomes the file's, and what it writes is the file's.
+    @Test func aNewFileStillOpenIsSavedOverAndItsHandleGoesOnWithTheFile() throws {
+        let (link, a, doc, temp, fd) = try heldNewFile()
         try a.container.willWrite(temp.id)
         try fd.writeAll(bytes("sec"))
         try a.container.flushed(temp.id)
@@ -103,16 +108,7 @@ import UbiquityTesting
     /// name the new file then. It gives the handle back to the file all the same; counted as still open for
     /// writing, the file would refuse every download and eviction for good (and serve its older copy).
     @Test func aReleaseThatStillNamesTheNewFileGivesTheHandleBackToTheFile() throws {
-        let link = Link(remote)
-        let a = try Device(link, name: "a")
-        let doc = try a.createFile("doc.txt", bytes("first"))
-        #expect(eventually { a.pending == 0 })
-        link.offline = true
-        let temp = try a.container.createFile(parent: a.docs, name: "t", mode: 0o644)
-        guard case .opened(let fd) = try a.container.open(temp.id, writable: true, truncate: true) else {
-            Issue.record("an open with O_TRUNC must not fetch")
-            return
-        }
+        let (link, a, doc, temp, fd) = try heldNewFile()
         try a.container.willWrite(temp.id, through: fd)
         try fd.writeAll(bytes("second"))
         #expect(try a.container.rename(parent: a.docs, name: "t", newParent: a.docs, newName: "doc.txt",
