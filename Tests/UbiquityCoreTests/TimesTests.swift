@@ -132,6 +132,33 @@ import UbiquityTesting
         #expect(c.pushOnce() == .idle && remote.lookup(path: "Documents/d")?.mtime == 1_000)
     }
 
+    /// Nested folders timed after they were filled (rsync -a, tar and cp -a set the deepest first) owe their last
+    /// pushes together; those go deepest first, so each folder's version follows its sub-folder's, and a device
+    /// that takes them all in one pull shows every folder's own time. It showed the time its sub-folder arrived
+    /// when a folder went before its sub-folder (test_part7_times' rsync -a case failed so under load).
+    @Test func nestedFoldersTimedAfterFillingShowTheirTimesOnADeviceThatTakesThemAtOnce() throws {
+        let dirs = (TempDir(), TempDir())
+        func device(_ name: String, _ dir: TempDir) throws -> Container {
+            var config = ContainerConfig(device: name)
+            config.environment.backgroundTransfers = false
+            return try Container(store: try Store(directory: dir.path + "/store"), remote: remote, config: config)
+        }
+        let a = try device("a", dirs.0), b = try device("b", dirs.1)
+        _ = try a.pullOnce()
+        _ = try b.pullOnce()
+        var parent = WireRules.documentsID, folders: [String] = []
+        for k in 0..<5 {
+            parent = try a.makeDirectory(parent: parent, name: "d\(k)", mode: 0o755).id
+            folders.append(parent)
+        }
+        _ = try a.createFile(parent: parent, name: "f", mode: 0o644)
+        for (k, id) in folders.enumerated().reversed() { _ = try a.setAttributes(id, mode: nil, mtime: 1_000 + Int64(k)) }
+        for _ in 0..<40 where try a.pendingChanges > 0 { _ = a.pushOnce() }
+        #expect(try a.pendingChanges == 0)
+        _ = try b.pullOnce()
+        #expect(folders.map { b.item($0)?.shownMTime } == (0..<5).map { 1_000 + Int64($0) })
+    }
+
     /// The count of subdirectories stays exact through adds, removals and replacements of names.
     @Test func nameTableCountsDirectories() {
         let dirs: Set<String> = ["d1", "d2", "d3"]

@@ -47,16 +47,21 @@ extension PushSide {
     }
 
     /// Once nothing else waits to go up, the folders timed after their entries go up once more, with the time
-    /// they have (see `timedAfterEntries`).
+    /// they have (see `timedAfterEntries`): those with no such folder in them first, the folders above them at
+    /// the next call. So each folder's version follows those of the folders in it, and a device that takes them
+    /// all in one pull places a sub-folder before its folder's time comes, not after (it showed the time the
+    /// sub-folder arrived). (A batch puts an item's pending folders before it, so one round would not do.)
     private func pushTimesAfterEntries() throws {
         try mutateThrowing { s in
             guard try s.store.pendingCount() == 0 else { return }
-            for id in s.timedAfterEntries where s.owesTimeAfterEntries(id) {
+            let owed = s.timedAfterEntries.filter { s.owesTimeAfterEntries($0) }
+            let deepest = owed.filter { id in !owed.contains { $0 != id && s.isAncestor(id, of: $0) } }
+            for id in deepest {
                 guard var dir = s.items[id] else { continue }
                 dir.metaDirty = true
                 try s.saveLocalChange(dir)
             }
-            s.timedAfterEntries = []
+            s.timedAfterEntries = owed.subtracting(deepest)
         }
     }
 
