@@ -166,6 +166,21 @@ public final class Accounts: Sendable {
         }
     }
 
+    /// The user's limits, the standard ones where none was set.
+    public func limits(_ user: String) throws -> UserLimits { try meta.read { try $0.limits(user).limits } }
+
+    /// The limits set for the user (nil: the standard one); `change` edits them.
+    @discardableResult
+    public func setLimits(_ user: String, _ change: (inout LimitSettings) -> Void) throws -> LimitSettings {
+        try meta.write { tx in
+            guard try tx.users().contains(where: { $0.name == user }) else { throw StubError("there is no user \(user)") }
+            var settings = try tx.limits(user)
+            change(&settings)
+            try tx.setLimits(user, settings)
+            return settings
+        }
+    }
+
     public func revoke(user: String, device: String) throws {
         let outcome = try meta.write { tx -> String? in
             guard let d = try tx.devices(owner: user).first(where: { $0.name == device }) else {

@@ -141,6 +141,11 @@ final class ConnectionWatch: Sendable {
         }
     }
 
+    /// Counts a refusal for a limit other than the connections' (a user's quota) in the same report.
+    func limitHit(_ limit: String, by who: String) {
+        state.withLock { $0.hits[limit, default: [:]][who, default: 0] += 1 }
+    }
+
     /// Shuts the connection's socket down; a cut for a limit (not a deadline) counts as a hit of it.
     private func cut(_ key: UInt, _ entry: Entry, _ s: inout State, limit: String?) {
         if let limit { s.hits[limit, default: [:]][peer(entry.fd), default: 0] += 1 } // (before the socket goes)

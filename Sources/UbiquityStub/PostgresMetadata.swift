@@ -509,6 +509,7 @@ private final class PostgresTransaction: MetadataTransaction {
 
     func deleteUser(_ name: String) throws -> Bool {
         try conn.exec("DELETE FROM devices WHERE owner = $1", [name])
+        try conn.exec("DELETE FROM user_limits WHERE name = $1", [name])
         return try conn.exec("DELETE FROM users WHERE name = $1 RETURNING name", [name]).count > 0
     }
 
@@ -537,6 +538,23 @@ private final class PostgresTransaction: MetadataTransaction {
         let r = try conn.exec("SELECT d.owner, d.name, d.created, d.revoked, u.prefix FROM devices d "
                               + "JOIN users u ON u.name = d.owner WHERE d.key_hash = $1", [keyHash])
         return r.count > 0 ? (Self.decodeDevice(r, 0), r.text(0, 4)) : nil
+    }
+
+    func limits(_ user: String) throws -> LimitSettings {
+        let r = try conn.exec("SELECT storage, containers, items FROM user_limits WHERE name = $1", [user])
+        guard r.count > 0 else { return LimitSettings() }
+        func value(_ c: Int) -> Int64? { r.isNull(0, c) ? nil : r.int(0, c) }
+        return LimitSettings(storage: value(0), containers: value(1), items: value(2))
+    }
+
+    func setLimits(_ user: String, _ limits: LimitSettings) throws {
+        try conn.exec("INSERT INTO user_limits (name, storage, containers, items) VALUES ($1, $2, $3, $4) "
+                      + "ON CONFLICT (name) DO UPDATE SET storage = $2, containers = $3, items = $4",
+                      [user, limits.storage.map(String.init), limits.containers.map(String.init), limits.items.map(String.init)])
+    }
+
+    func liveItemCount(_ cid: String) throws -> Int64 {
+        try conn.exec("SELECT count(*) FROM items WHERE container = $1 AND NOT deleted", [cid]).int(0, 0)
     }
 }
 

@@ -359,6 +359,7 @@ private struct SQLiteTransaction: MetadataTransaction {
 
     func deleteUser(_ name: String) throws -> Bool {
         try db.query("DELETE FROM devices WHERE owner = ?", [.text(name)])
+        try db.query("DELETE FROM user_limits WHERE name = ?", [.text(name)])
         try db.query("DELETE FROM users WHERE name = ?", [.text(name)])
         return db.changes > 0
     }
@@ -391,5 +392,22 @@ private struct SQLiteTransaction: MetadataTransaction {
                      + "JOIN users u ON u.name = d.owner WHERE d.key_hash = ?", [.text(keyHash)]) {
             (Self.decodeDevice($0), $0.text(4))
         }
+    }
+
+    func limits(_ user: String) throws -> LimitSettings {
+        try db.first("SELECT storage, containers, items FROM user_limits WHERE name = ?", [.text(user)]) { r in
+            LimitSettings(storage: r.isNull(0) ? nil : r.int(0), containers: r.isNull(1) ? nil : r.int(1),
+                          items: r.isNull(2) ? nil : r.int(2))
+        } ?? LimitSettings()
+    }
+
+    func setLimits(_ user: String, _ limits: LimitSettings) throws {
+        func value(_ v: Int64?) -> SQLValue { v.map { .int($0) } ?? .null }
+        try db.query("INSERT OR REPLACE INTO user_limits (name, storage, containers, items) VALUES (?, ?, ?, ?)",
+                     [.text(user), value(limits.storage), value(limits.containers), value(limits.items)])
+    }
+
+    func liveItemCount(_ cid: String) throws -> Int64 {
+        try db.first("SELECT count(*) FROM items WHERE container = ? AND deleted = 0", [.text(cid)]) { $0.int(0) } ?? 0
     }
 }

@@ -119,6 +119,11 @@ protocol MetadataTransaction {
     func revokeDevice(owner: String, name: String, at: Int64) throws -> Bool
     /// The device whose key hashes to `keyHash`, with its user's prefix.
     func device(keyHash: String) throws -> (StubDevice, String)?
+    /// The limits set for the user (each nil where the standard one holds).
+    func limits(_ user: String) throws -> LimitSettings
+    func setLimits(_ user: String, _ limits: LimitSettings) throws
+    /// The container's live items (for the item limit, Quotas.swift).
+    func liveItemCount(_ cid: String) throws -> Int64
 }
 
 /// The accounts' tables, the same on every engine (INTEGER is 64 bits in both).
@@ -130,6 +135,8 @@ enum AccountTables {
         CREATE TABLE IF NOT EXISTS devices (owner TEXT NOT NULL, name TEXT NOT NULL, key_hash TEXT NOT NULL UNIQUE,
             created BIGINT NOT NULL, revoked BIGINT, PRIMARY KEY (owner, name))
         """,
+        // A user's limits (Quotas.swift); a NULL, or no row, is the standard limit.
+        "CREATE TABLE IF NOT EXISTS user_limits (name TEXT PRIMARY KEY, storage BIGINT, containers BIGINT, items BIGINT)",
     ]
 }
 

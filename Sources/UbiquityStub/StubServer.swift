@@ -304,6 +304,13 @@ public final class StubServer: @unchecked Sendable {
         }.sorted { ($0.user, $0.container) < ($1.user, $1.container) }
     }
 
+    /// What each user stores now, with their limits (`remote usage`), by name.
+    public func userUsage() throws -> [UserUsage] {
+        try accounts.users().map { user in
+            try store.usage(user: user.name, prefix: user.prefix, limits: accounts.limits(user.name))
+        }
+    }
+
     /// Creates a file or directory directly in a container, as if from another device: makes missing parents
     /// along `path` (relative to the container root) and replaces the content of an existing file.
     public func seed(container: String, path: String, contents: SeedContent, device: String,
@@ -823,6 +830,13 @@ extension StubServer {
                     ex.blobAlreadyThere = !ex.replacingBlob
                     if ex.replacingBlob { log.warning("blob \(sha) of \(cid) is damaged in the store: the upload replaces it") }
                 }
+                if !ex.blobAlreadyThere && !ex.replacingBlob, let account = ex.account {
+                    let usage = try usage(account)
+                    if usage.storage + length > usage.limits.storage {
+                        logLimit(account, "storage quota")
+                        return failureReply(QuotaRefusal.storage(usage, adding: length))
+                    }
+                }
                 if !ex.blobAlreadyThere { ex.writer = try BlobWriter(tmpDir: store.tmpDir) }
             } catch {
                 return failureReply(error)
@@ -887,6 +901,13 @@ extension StubServer {
                 let faults = try decode(WireFaults.self, ex.body)
                 return .json(200, try counters.arm(faults))
             case .container(let cid):
+                if let account = ex.account, try !store.containerExists(cid) {
+                    let usage = try usage(account)
+                    if usage.containers >= usage.limits.containers {
+                        logLimit(account, "container limit")
+                        throw QuotaRefusal.containers(usage)
+                    }
+                }
                 var opened = try store.ensureContainer(cid)
                 opened.container = ContainerScope.wireID(cid)
                 return .json(200, opened)
@@ -1008,8 +1029,16 @@ extension StubServer {
             }
             let body = try decode(WireItem.self, ex.body)
             let change = try changeID(connection, device: header(connection, "X-Device") ?? body.device)
+            if case .ifNoneMatch = condition, let account = ex.account {
+                let usage = try usage(account)
+                if usage.items >= usage.limits.items {
+                    logLimit(account, "item limit")
+                    throw QuotaRefusal.items(usage)
+                }
+            }
             do {
                 let stored = try store.putItem(cid, id, body, condition, change: change)
+                if case .ifNoneMatch = condition { store.meter.created(cid, items: 1) }
                 counters.update { $0.itemPuts += 1 }
                 return answerUnlessLost(.json(200, stored))
             } catch let applied as StubApplied {
@@ -1048,8 +1077,10 @@ extension StubServer {
             throw StubFailure(413, "inline content over \(WireBatchLimits.maxInlineTotal) bytes in all")
         }
         guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
-        let prepared = try entries.map { try prepareInline($0, cid) }
+        var prepared = try entries.map { try prepareInline($0, cid) }
+        if let account = ex.account { prepared = try withinLimits(account, prepared) }
         let results = try store.batch(cid, prepared, deadline: Date(timeIntervalSinceNow: config.batchSeconds))
+        store.meter.created(cid, items: Int64(zip(prepared, results).filter { $0.0.isCreate && $0.1.status == 200 }.count))
         counters.update { stats in
             stats.batches += 1
             for (p, r) in zip(prepared, results) {
@@ -1063,6 +1094,45 @@ extension StubServer {
             }
         }
         return answerUnlessLost(.json(200, WireBatchAnswer(results: results)))
+    }
+
+    /// The entries refused for taking the user past a limit: a create past the item limit, new inline content
+    /// past the storage quota (Quotas.swift). The others are left as they were.
+    private func withinLimits(_ account: Account, _ prepared: [StubBatchEntry]) throws -> [StubBatchEntry] {
+        guard prepared.contains(where: { $0.refusal == nil && ($0.isCreate || $0.blob != nil) }) else { return prepared }
+        let usage = try usage(account)
+        var items = usage.items, bytes = usage.storage
+        return prepared.map { entry in
+            var entry = entry
+            guard entry.refusal == nil else { return entry }
+            if entry.isCreate {
+                guard items < usage.limits.items else {
+                    logLimit(account, "item limit")
+                    entry.refusal = QuotaRefusal.items(usage)
+                    return entry
+                }
+                items += 1
+            }
+            if let written = entry.blob?.written {
+                guard bytes + written <= usage.limits.storage else {
+                    logLimit(account, "storage quota")
+                    entry.refusal = QuotaRefusal.storage(usage, adding: written)
+                    return entry
+                }
+                bytes += written
+            }
+            return entry
+        }
+    }
+
+    /// What the account's user stores now, against their limits.
+    private func usage(_ account: Account) throws -> UserUsage {
+        try store.usage(user: account.user, prefix: account.prefix, limits: accounts.limits(account.user))
+    }
+
+    /// Counts a refusal for one of the user's limits in the watch's rate-limited report of limits hit.
+    private func logLimit(_ account: Account, _ limit: String) {
+        watch.limitHit(limit, by: "user \(account.user) device \(account.device)")
     }
 
     /// An entry with its inline content verified against the item's hash and size and written to a temporary

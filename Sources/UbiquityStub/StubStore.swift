@@ -37,6 +37,9 @@ struct StubFailure: Error, CustomStringConvertible {
         self.status = status; self.message = message; self.current = current; self.yours = yours
     }
     var description: String { "\(status) \(message)" }
+    /// A refusal of the request (or batch entry) itself, not the server's trouble: a 4xx, or the user's quota
+    /// (507), which a batch answers for the entry alone.
+    var isEntrysOwn: Bool { status < 500 || status == QuotaRefusal.status }
 }
 
 /// A retry of a change already applied: answered `208` with what it made and the item now (not a failure).
@@ -68,6 +71,9 @@ struct StubBatchEntry: @unchecked Sendable {
     var refusal: StubFailure?
     /// The blob was stored by this entry (the store did not hold it).
     var storedBlob = false
+
+    /// A put that may only create (no If-Match): a new item, for the item limit.
+    var isCreate: Bool { entry.op == .put && entry.ifMatch == nil }
 }
 
 final class StubStore: Sendable {
@@ -80,12 +86,15 @@ final class StubStore: Sendable {
     private let manifestLocks = Locked<[String: NSLock]>([:])
     /// The server's clock (ns since the epoch): the `at` of history rows and the `now` of retention.
     let clock: @Sendable () -> Int64
+    /// What each container stores, for the users' limits (Quotas.swift).
+    let meter: UsageMeter
 
     /// `metadata` nil is the embedded default, `DATA/stub.sqlite`; `blobs` nil the files under `DATA/blobs`.
     init(dataDir: String, metadata: (any StubMetadata)? = nil, blobs: BlobStore? = nil,
          recheckSeconds: TimeInterval = 1, clock: @escaping @Sendable () -> Int64 = nowNanoseconds) throws {
         recheckInterval = recheckSeconds
         self.clock = clock
+        meter = UsageMeter(clock: clock)
         tmpDir = dataDir + "/tmp"
         self.blobs = try blobs ?? FileBlobStore(dir: dataDir + "/blobs", tmpDir: tmpDir)
         try makeDirectories(tmpDir)
@@ -385,7 +394,7 @@ final class StubStore: Sendable {
                 } catch let applied as StubApplied {
                     results.append(WireBatchResult(status: 208, current: applied.answer.current,
                                                    applied: applied.answer.applied))
-                } catch let f as StubFailure where f.status < 500 {
+                } catch let f as StubFailure where f.isEntrysOwn {
                     results.append(WireBatchResult(status: f.status, error: f.message, current: f.current, yours: f.yours))
                 } catch where i > 0 {
                     results += Self.unapplied(upTo - i, "not applied (\(error)): send it again")
@@ -433,9 +442,10 @@ final class StubStore: Sendable {
             if let blob = prepared.blob {
                 prepared.storedBlob = try blobs.put(cid, item.sha256, size: blob.written, tmpPath: blob.tmpPath,
                                                     replacing: false)
+                if prepared.storedBlob { meter.stored(cid, bytes: blob.written) }
             }
             try askBlobStore(cid, about: item)
-        } catch let f as StubFailure where f.status < 500 {
+        } catch let f as StubFailure where f.isEntrysOwn {
             prepared.refusal = f
         }
     }
@@ -576,7 +586,9 @@ final class StubStore: Sendable {
     /// `replacing`: the stored blob was found damaged (`blobIsSound`), and these bytes replace it.
     func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool = false) throws -> Bool {
         guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
-        return try blobs.put(cid, sha256, size: size, tmpPath: tmpPath, replacing: replacing)
+        let created = try blobs.put(cid, sha256, size: size, tmpPath: tmpPath, replacing: replacing)
+        if created { meter.stored(cid, bytes: size) }
+        return created
     }
 
     /// Why a blob GET of `sha256` finds nothing: its stored copy, or one of its chunks', was found corrupt and
@@ -606,6 +618,22 @@ final class StubStore: Sendable {
     /// Every container's id.
     func containerIDs() throws -> [String] {
         try meta.read { try $0.containerIDs() }
+    }
+
+    /// The stored ids of the containers of the user with `prefix` ("": the single-token store's user).
+    func containerIDs(prefix: String) throws -> [String] {
+        try containerIDs().filter { prefix.isEmpty ? !$0.contains("~") : $0.hasPrefix(prefix) }
+    }
+
+    /// What the user with `prefix` stores now (as `UsageMeter` counts it), against `limits`.
+    func usage(user: String, prefix: String, limits: UserLimits) throws -> UserUsage {
+        let cids = try containerIDs(prefix: prefix)
+        var usage = UserUsage(user: user, storage: 0, containers: Int64(cids.count), items: 0, limits: limits)
+        for cid in cids {
+            usage.storage += try meter.bytes(cid) { try blobs.list(cid).reduce(0) { $0 + $1.size } }
+            usage.items += try meter.items(cid) { try meta.read { try $0.liveItemCount(cid) } }
+        }
+        return usage
     }
 
     /// Removes the blob (or the manifest) with `delete` if no live item, no conflict version of one and no kept

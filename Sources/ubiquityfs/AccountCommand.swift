@@ -7,11 +7,13 @@
 import Foundation
 import Glibc
 import UbiquityBase
+import UbiquityCore
 import UbiquityStub
 
 enum AccountCommand {
     static let help = """
     usage: ubiquityfs remote user add|remove NAME --data DIR [--metadata postgresql://... [--metadata-password-file F]]
+           ubiquityfs remote user add|set NAME [--quota SIZE] [--containers N] [--items N] --data DIR [--metadata ...]
            ubiquityfs remote user list --data DIR [--metadata ...]
            ubiquityfs remote device add USER DEVICE --key-file FILE --data DIR [--metadata ...]
            ubiquityfs remote device list [USER] --data DIR [--metadata ...]
@@ -23,6 +25,11 @@ enum AccountCommand {
     `device revoke` refuses the key from its next request on; the device's mount keeps its changes queued
     until it is mounted with a new key. `user remove` removes the user and every key of its devices; its
     containers stay in the store, and a user added later under that name does not get them.
+    Each user's limits, shared by all of the user's containers: --quota, the bytes stored (K, M, G or T,
+    powers of 1024; kept versions and Recently Deleted count too), --containers and --items (live files,
+    folders and links). `default` sets a limit back to the standard one (1T, 100 containers, 1000000
+    items); `user list` shows them, `remote usage` what each user has. Past a limit the server refuses
+    what would add (507 over quota) and keeps what is stored; the devices keep their changes queued.
     The first time a store is opened it gets the user `default`, whose device `token` has the key in DIR/token
     (or --token-file) when that file exists: what the single-token remote had.
     Names are 1 to 64 of A-Z a-z 0-9 . - _, not starting with . or -. Run them on the machine of the server,
@@ -30,22 +37,35 @@ enum AccountCommand {
     """
 
     static func run(_ kind: String, _ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--data", "--metadata", "--metadata-password-file", "--token-file", "--key-file"],
+        let args = try Arguments(words, valued: ["--data", "--metadata", "--metadata-password-file", "--token-file", "--key-file",
+                                                 "--quota", "--containers", "--items"],
                                  switches: ["--help"])
         if args.has("--help") { return print(help) }
         guard let action = args.positional.first else { throw UsageError("remote \(kind) needs add, remove, list or revoke") }
         let names = Array(args.positional.dropFirst())
+        let limits = try limitChanges(args)
+        if !limits.isEmpty && !(kind == "user" && ["add", "set"].contains(action)) {
+            throw UsageError("--quota, --containers and --items go with remote user add or set")
+        }
         let accounts = try open(args)
         defer { accounts.close() }
         switch (kind, action, names.count) {
         case ("user", "add", 1):
             try accounts.addUser(names[0])
+            if !limits.isEmpty { try accounts.setLimits(names[0]) { for change in limits { change(&$0) } } }
             say("added user \(names[0])")
+        case ("user", "set", 1):
+            guard !limits.isEmpty else { throw UsageError("remote user set needs --quota, --containers or --items") }
+            try accounts.setLimits(names[0]) { for change in limits { change(&$0) } }
+            let now = try accounts.limits(names[0])
+            say("user \(names[0]): \(describe(now))")
         case ("user", "remove", 1):
             try accounts.removeUser(names[0])
             say("removed user \(names[0]) and every key of its devices")
         case ("user", "list", 0):
-            for user in try accounts.users() { say("\(user.name) \(isoDate(user.created))") }
+            for user in try accounts.users() {
+                say("\(user.name) \(isoDate(user.created)) \(describe(try accounts.limits(user.name)))")
+            }
         case ("device", "add", 2):
             try addDevice(accounts, user: names[0], device: names[1], keyFile: args.value("--key-file"))
         case ("device", "list", 0...1):
@@ -56,9 +76,38 @@ enum AccountCommand {
             try accounts.revoke(user: names[0], device: names[1])
             say("revoked the key of \(names[0])'s device \(names[1])")
         default:
-            throw UsageError(kind == "user" ? "remote user takes add NAME, remove NAME or list"
+            throw UsageError(kind == "user" ? "remote user takes add NAME, set NAME, remove NAME or list"
                                             : "remote device takes add USER DEVICE, list [USER] or revoke USER DEVICE")
         }
+    }
+
+    /// The changes --quota, --containers and --items ask for (`default`: back to the standard limit).
+    private static func limitChanges(_ args: Arguments) throws -> [(inout LimitSettings) -> Void] {
+        var changes: [(inout LimitSettings) -> Void] = []
+        if let text = args.value("--quota") {
+            let value: Int64?
+            if text == "default" { value = nil } else {
+                guard case .bytes(let n)? = SizeSpec.parse(text), n > 0 else {
+                    throw UsageError("--quota takes bytes with K, M, G or T (powers of 1024), like 50G, or default; not '\(text)'")
+                }
+                value = n
+            }
+            changes.append { $0.storage = value }
+        }
+        for (name, key) in [("--containers", \LimitSettings.containers), ("--items", \LimitSettings.items)] {
+            guard let text = args.value(name) else { continue }
+            let value: Int64?
+            if text == "default" { value = nil } else {
+                guard let n = Int64(text), n >= 0 else { throw UsageError("\(name) takes a count or default; not '\(text)'") }
+                value = n
+            }
+            changes.append { $0[keyPath: key] = value }
+        }
+        return changes
+    }
+
+    private static func describe(_ l: UserLimits) -> String {
+        "quota \(readableSize(l.storage)), at most \(l.containers) containers and \(l.items) items"
     }
 
     private static func open(_ args: Arguments) throws -> Accounts {

@@ -83,10 +83,13 @@ enum RemoteCommand {
     usage: ubiquityfs remote usage --data DIR [--metadata postgresql://... [--metadata-password-file FILE]]
                                    [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE] [--json]
 
-    Shows, per container, the bytes of the blobs its live files name (LIVE, with their conflict versions), the
-    bytes only the kept versions of live items add (HISTORY) and those only Recently Deleted adds (TRASH). A
-    blob, or a chunk of a file kept in chunks, counts once, in the first of the three that names it. It reads
-    the store only (run it beside the servers); --json prints the same as a list of objects.
+    Shows, per user, what their limits count against them (`remote user set`): the bytes of every blob stored
+    for their containers (STORED, against QUOTA: live files, kept versions, Recently Deleted and blobs not
+    collected yet), their containers and their live items. Then, per container, the bytes of the blobs its
+    live files name (LIVE, with their conflict versions), the bytes only the kept versions of live items add
+    (HISTORY) and those only Recently Deleted adds (TRASH). A blob, or a chunk of a file kept in chunks,
+    counts once, in the first of the three that names it. It reads the store only (run it beside the
+    servers); --json prints the same as {"users": [...], "containers": [...]}.
     """
 
     static func run(_ words: [String]) throws {
@@ -202,13 +205,26 @@ enum RemoteCommand {
             throw StubError("no remote store in \(config.dataDir)")
         }
         umask(0o077)
-        let rows = try StubServer(config: config).usage()
+        let server = try StubServer(config: config)
+        let rows = try server.usage(), users = try server.userUsage()
         if args.has("--json") {
-            let data = try JSONEncoder.wire.encode(rows)
+            let data = try JSONEncoder.wire.encode(UsageReport(users: users, containers: rows))
             return print(String(decoding: data, as: UTF8.self))
         }
+        printTable([["USER", "STORED", "QUOTA", "CONTAINERS", "ITEMS"]]
+                   + users.map { u in
+                       [u.user, readableSize(u.storage), readableSize(u.limits.storage),
+                        "\(u.containers) of \(u.limits.containers)", "\(u.items) of \(u.limits.items)"]
+                   })
+        print("")
         printTable([["USER", "CONTAINER", "LIVE", "HISTORY", "TRASH"]]
                    + rows.map { [$0.user, $0.container, readableSize($0.live), readableSize($0.history), readableSize($0.trash)] })
+    }
+
+    /// `remote usage --json`: each user against their limits, then each container's bytes.
+    private struct UsageReport: Encodable {
+        let users: [UserUsage]
+        let containers: [StubUsage]
     }
 
     /// Columns padded to their widest cell, the numbers' to the right.
