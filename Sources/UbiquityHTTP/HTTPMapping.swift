@@ -78,7 +78,8 @@ enum HTTPMapping {
 
     /// The RemoteError for a non-success HTTP answer. 422 is a refused place for an item, and for a blob upload
     /// (`blobUpload`) bytes that do not hash to their name; 429 (a key or a user holding its share of the
-    /// server's connections) is the server's, tried again later, as a 5xx.
+    /// server's connections) is the server's, tried again later, as a 5xx; 507 is the user's quota (or item or
+    /// container limit), a refusal of its own.
     static func error(status: Int, body: [UInt8], blobUpload: Bool = false) -> RemoteError {
         let decoded = decodeError(body)
         let msg = message(status: status, body: body, decoded: decoded)
@@ -89,6 +90,7 @@ enum HTTPMapping {
         case 412: return .preconditionFailed(current: decoded?.current, yours: decoded?.yours)
         case 422 where blobUpload: return .corrupt(msg)
         case 422: return .misplaced(msg)
+        case 507: return .overQuota(msg)
         case 429, 500...599: return .server(status: status, message: msg)
         default: return .rejected(status: status, message: msg)
         }

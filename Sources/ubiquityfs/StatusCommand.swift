@@ -44,7 +44,7 @@ enum StatusCommand {
 
     /// What only the mount root shows: changes waiting, whether the remote is away, whether the store's disk is
     /// full, and the local store's usage, limit and recent evictions.
-    static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "isStoreFull", "storeFullSince",
+    static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "isStoreFull", "storeFullSince", "isOverQuota",
                             "cacheUsed", "cacheLimit", "recentlyEvicted"]
 
     /// A fifo or socket in a mount: the kernel lets no `user.*` attribute be read on one, so its status is told
@@ -161,6 +161,7 @@ enum StatusCommand {
         let remote = r["isOffline"] == "1" ? "offline since \(r["offlineSince"] ?? "?") (the remote cannot be reached)"
             : "online"
         print("\(r["path"] ?? ""): \(r["pendingChanges"] ?? "0") change(s) waiting to upload; \(remote)")
+        if r["isOverQuota"] == "1" { print("uploads refused: \(r["uploadingError"] ?? "over quota")") }
     }
 
     /// The mount root's local store: usage against the limit, then the latest evictions.

@@ -31,7 +31,7 @@ extension Container {
                 downloadingError: t.downloadError,
                 // The root's: the pusher could not read the journal (Sync.pushAll), or the key was refused.
                 uploadingError: item.isPending ? t.uploadError
-                    : id == s.rootID ? t.uploadError ?? (s.keyRefused ? Self.keyRefusal : nil) : nil,
+                    : id == s.rootID ? t.uploadError ?? (s.keyRefused ? Self.keyRefusal : nil) ?? s.quotaRefusal : nil,
                 pinned: s.isPinned(id),
                 isUbiquitous: !item.isLocalOnly,
                 isExcludedFromSync: item.excluded)
@@ -52,6 +52,9 @@ extension Container {
     /// True while the remote refuses this device's key.
     public var isKeyRefused: Bool { read { $0.keyRefused } }
 
+    /// True while a change waiting to upload was last refused for the user's quota on the remote.
+    public var isOverQuota: Bool { read { $0.isOverQuota } }
+
     /// True while remote changes wait for room on the store's full disk (the root's `isStoreFull`).
     public var isStoreFull: Bool { read { $0.storeFullSince != nil } }
 
@@ -61,6 +64,7 @@ extension Container {
             s.updateTransfer(id) {
                 $0.isUploading = false
                 $0.uploadError = "\(error)"
+                $0.overQuota = (error as? RemoteError)?.isOverQuota ?? false
             }
         }
     }
@@ -186,7 +190,7 @@ extension Container {
     /// since when) remote changes wait for room on the store's full disk, and the local
     /// store's usage, limit and latest evictions (read-only).
     public func rootAttributes() throws(CoreError) -> [(name: String, value: String)] {
-        let (since, fullSince) = read { ($0.offlineSince, $0.storeFullSince) }
+        let (since, fullSince, overQuota) = read { ($0.offlineSince, $0.storeFullSince, $0.isOverQuota) }
         let pending: Int
         do { pending = try pendingChanges } catch { throw CoreError.from(error) }
         var list = [(name: "pendingChanges", value: String(pending)),
@@ -194,6 +198,7 @@ extension Container {
         if let since { list.append((name: "offlineSince", value: iso8601(nanoseconds: since))) }
         list.append((name: "isStoreFull", value: fullSince == nil ? "0" : "1"))
         if let fullSince { list.append((name: "storeFullSince", value: iso8601(nanoseconds: fullSince))) }
+        list.append((name: "isOverQuota", value: overQuota ? "1" : "0"))
         let cache = cacheStatus()
         list.append((name: "cacheUsed", value: String(cache.used)))
         list.append((name: "cacheLimit", value: cache.limit.map(String.init) ?? "none"))
@@ -219,9 +224,20 @@ extension CoreState {
     mutating func updateTransfer(_ id: String, _ change: (inout TransferState) -> Void) {
         var t = transfers[id] ?? TransferState()
         change(&t)
+        if t.uploadError == nil { t.overQuota = false }
+        if t.overQuota { quotaRefused.insert(id) } else { quotaRefused.remove(id) }
         transfers[id] = t
         store.changes?.note(id)
     }
+
+    /// Why the remote refuses to store more for this user (the last quota refusal of a change still waiting to
+    /// upload), or nil.
+    var quotaRefusal: String? {
+        for id in quotaRefused where items[id]?.isPending == true { return transfers[id]?.uploadError }
+        return nil
+    }
+
+    var isOverQuota: Bool { quotaRefusal != nil }
 
     /// True if the item or a directory above it is pinned.
     func isPinned(_ id: String) -> Bool {

@@ -333,6 +333,8 @@ public struct TransferState: Equatable, Sendable {
     public var uploadedBytes: Int64 = 0
     public var uploadTotal: Int64 = 0
     public var uploadError: String?
+    /// The last push failed for the user's quota on the remote (`RemoteError.overQuota`); false with no error.
+    public var overQuota = false
     public init() {}
 }
 

@@ -41,6 +41,9 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
     case server(status: Int, message: String)
     /// The caller cancelled the transfer.
     case cancelled
+    /// The remote refused to store more for this user (its quota, or its limit on items or containers): the
+    /// change stays queued here and is tried again later (not `isTransient`: it backs off, as a refusal).
+    case overQuota(String)
     /// The bytes that arrived could not be written here: the local disk is full.
     case localDiskFull(String)
     /// A file here that the transfer reads or writes failed (not the remote's doing), with the errno.
@@ -59,10 +62,13 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
         case .corrupt(let m): return "corrupt data: \(m)"
         case .server(let s, let m): return "remote error (\(s)): \(m)"
         case .cancelled: return "cancelled"
+        case .overQuota(let m): return m.hasPrefix("over quota") ? m : "over quota: \(m)"
         case .localDiskFull(let m): return "no space left here: \(m)"
         case .localFile(let m, let cause): return "\(m): \(cause)"
         }
     }
+
+    public var isOverQuota: Bool { if case .overQuota = self { return true } else { return false } }
 
     /// Worth trying again later: the network or the server, not the request.
     public var isTransient: Bool {

@@ -92,6 +92,9 @@ struct CoreState {
     /// Bumped on every local content change, so the pusher can tell whether what it uploaded is still current.
     var contentGeneration: [String: Int] = [:]
     var transfers: [String: TransferState] = [:]
+    /// The items whose last push the remote refused for the user's quota (`TransferState.overQuota`), kept by
+    /// `updateTransfer`.
+    var quotaRefused: Set<String> = []
     /// Items deleted (here or elsewhere) while programs still hold them open, as they were, with `deleted` set:
     /// as on ext4 the descriptors keep working until the last close, on content moved aside to `unlinkedPath`.
     var unlinked: [String: Item] = [:]
