@@ -294,14 +294,27 @@ public final class StubServer: @unchecked Sendable {
     /// The bytes each container's live items, history and Recently Deleted name (`remote usage`), by user and
     /// container.
     public func usage() throws -> [StubUsage] {
-        let users = try accounts.users()
-        return try store.containerIDs().map { cid in
+        try store.containerIDs().map { cid in
             var usage = try store.usage(cid)
             usage.container = ContainerScope.wireID(cid)
-            let prefix = cid.firstIndex(of: "~").map { String(cid[...$0]) } ?? ""
-            usage.user = users.first { $0.prefix == prefix }?.name ?? "(removed user)"
+            usage.user = try owner(of: cid)
             return usage
         }.sorted { ($0.user, $0.container) < ($1.user, $1.container) }
+    }
+
+    /// `remote check`: every container's blobs and manifests read, and what is damaged or missing (StubCheck.swift).
+    public func check(repair: Bool) throws -> CheckReport {
+        var report = CheckReport()
+        for cid in try store.containerIDs() {
+            try store.check(cid, user: try owner(of: cid), wireID: ContainerScope.wireID(cid), repair: repair, into: &report)
+        }
+        return report
+    }
+
+    /// The name of the user a stored container id belongs to.
+    private func owner(of cid: String) throws -> String {
+        let prefix = cid.firstIndex(of: "~").map { String(cid[...$0]) } ?? ""
+        return try accounts.users().first { $0.prefix == prefix }?.name ?? "(removed user)"
     }
 
     /// What each user stores now, with their limits (`remote usage`), by name.

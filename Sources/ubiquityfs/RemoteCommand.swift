@@ -92,15 +92,29 @@ enum RemoteCommand {
     servers); --json prints the same as {"users": [...], "containers": [...]}.
     """
 
+    static let checkHelp = """
+    usage: ubiquityfs remote check --data DIR [--metadata postgresql://... [--metadata-password-file FILE]]
+                                   [--blobs s3://BUCKET?endpoint=URL[&region=R]] [--s3-credentials FILE] [--repair] [--json]
+
+    Reads every blob and manifest of every container and checks that each hashes to its name, then lists every
+    live file (and conflict version) whose content no sound blob holds. --repair sets each damaged blob aside,
+    as a server does when a read finds one: it then counts as absent everywhere, and the next upload of any file
+    holding it stores it again. A file listed as missing is lost on the remote until a device that has it
+    uploads it again (edit it there, or copy it back in). Runs beside the servers. Exits 0 when nothing is
+    damaged or missing, 1 when something is (after --repair: when a file's content is missing).
+    """
+
     static func run(_ words: [String]) throws {
-        guard let sub = words.first else { throw UsageError("remote needs 'serve', 'seed', 'usage', 'user' or 'device'") }
+        guard let sub = words.first else { throw UsageError("remote needs 'serve', 'seed', 'usage', 'check', 'user' or 'device'") }
         let rest = Array(words.dropFirst())
         switch sub {
         case "serve": try serve(rest)
         case "seed": try seed(rest)
         case "usage": try usage(rest)
+        case "check": try check(rest)
         case "user", "device": try AccountCommand.run(sub, rest)
-        case "--help", "-h": print(serveHelp + "\n\n" + seedHelp + "\n\n" + usageHelp + "\n\n" + AccountCommand.help)
+        case "--help", "-h":
+            print([serveHelp, seedHelp, usageHelp, checkHelp, AccountCommand.help].joined(separator: "\n\n"))
         default: throw UsageError("unknown remote command '\(sub)'")
         }
     }
@@ -195,17 +209,7 @@ enum RemoteCommand {
                                                  "--s3-credentials"],
                                  switches: ["--help", "--json"])
         if args.has("--help") { return print(usageHelp) }
-        guard let data = args.value("--data") else { throw UsageError("remote usage needs --data DIR") }
-        var config = StubConfig(dataDir: absolutePath(data))
-        try configureBlobs(&config, args)
-        (config.metadataURL, config.metadataPassword) = try metadata(args)
-        var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: config.dataDir, isDirectory: &isDir), isDir.boolValue,
-              config.metadataURL != nil || FileManager.default.fileExists(atPath: config.dataDir + "/stub.sqlite") else {
-            throw StubError("no remote store in \(config.dataDir)")
-        }
-        umask(0o077)
-        let server = try StubServer(config: config)
+        let server = try existingStore(args, "remote usage")
         let rows = try server.usage(), users = try server.userUsage()
         if args.has("--json") {
             let data = try JSONEncoder.wire.encode(UsageReport(users: users, containers: rows))
@@ -219,6 +223,51 @@ enum RemoteCommand {
         print("")
         printTable([["USER", "CONTAINER", "LIVE", "HISTORY", "TRASH"]]
                    + rows.map { [$0.user, $0.container, readableSize($0.live), readableSize($0.history), readableSize($0.trash)] })
+    }
+
+    /// `remote check`: what is damaged or missing in the store, and with --repair the damaged blobs set aside.
+    static func check(_ words: [String]) throws {
+        let args = try Arguments(words, valued: ["--data", "--metadata", "--metadata-password-file", "--blobs",
+                                                 "--s3-credentials"],
+                                 switches: ["--help", "--json", "--repair"])
+        if args.has("--help") { return print(checkHelp) }
+        let repair = args.has("--repair")
+        let report = try existingStore(args, "remote check").check(repair: repair)
+        if args.has("--json") {
+            print(String(decoding: try JSONEncoder.wire.encode(report), as: UTF8.self))
+        } else {
+            print("checked \(report.containers) container(s): \(report.blobs) blob(s) of \(readableSize(report.bytes)), "
+                  + "\(report.manifests) manifest(s)")
+            for f in report.findings {
+                let at = "\(f.user) \(f.container)"
+                switch f.kind {
+                case .damagedBlob:
+                    print("damaged blob \(f.sha256) of \(at): " + (f.setAside ? "set aside; the next upload of it stores it again"
+                                                                           : "--repair sets it aside"))
+                case .damagedManifest:
+                    print("unreadable manifest \(f.sha256) of \(at): the next upload of its file stores it again")
+                case .missingContent:
+                    print("missing content of \(at) \(f.path ?? "?") (\(f.sha256)): upload it again from a device that has it")
+                }
+            }
+        }
+        let left = repair ? report.findings.contains { $0.kind == .missingContent } : !report.findings.isEmpty
+        if left { exit(1) }
+    }
+
+    /// The server of an existing store named by --data (and --metadata, --blobs), for the commands that read it.
+    private static func existingStore(_ args: Arguments, _ command: String) throws -> StubServer {
+        guard let data = args.value("--data") else { throw UsageError("\(command) needs --data DIR") }
+        var config = StubConfig(dataDir: absolutePath(data))
+        try configureBlobs(&config, args)
+        (config.metadataURL, config.metadataPassword) = try metadata(args)
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: config.dataDir, isDirectory: &isDir), isDir.boolValue,
+              config.metadataURL != nil || FileManager.default.fileExists(atPath: config.dataDir + "/stub.sqlite") else {
+            throw StubError("no remote store in \(config.dataDir)")
+        }
+        umask(0o077)
+        return try StubServer(config: config)
     }
 
     /// `remote usage --json`: each user against their limits, then each container's bytes.

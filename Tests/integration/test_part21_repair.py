@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 
-from conftest import CONTAINER, curl_auth, run, sync, wait_until
+from conftest import BIN, CONTAINER, curl_auth, run, sync, wait_until
 
 
 def test_a_damaged_chunk_is_missing_until_an_upload_of_it_repairs_it(two):
@@ -39,3 +39,40 @@ def test_a_damaged_chunk_is_missing_until_an_upload_of_it_repairs_it(two):
 def readable(path):
     """Whether `cat` reads the whole file."""
     return subprocess.run(["cat", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+
+
+def remote_check(stub, *extra):
+    return run(BIN, "remote", "check", "--data", stub.data, *extra, check=False, timeout=120)
+
+
+def test_remote_check_finds_damage_repair_sets_it_aside_and_lists_the_files_to_upload_again(two):
+    stub, a, b = two
+    data = os.urandom(6 << 20)
+    (a / "Documents" / "sub").mkdir()
+    (a / "Documents" / "sub" / "f.bin").write_bytes(data)
+    (a / "Documents" / "small.txt").write_text("small\n")
+    sync(a)
+    clean = remote_check(stub)
+    assert clean.returncode == 0 and clean.stdout.startswith("checked 1 container(s): "), clean
+    blobs = stub.data / "blobs" / CONTAINER
+    chunk = json.loads(next(blobs.glob("*.chunks")).read_text())["chunks"][0]["sha256"]
+    damaged = bytearray((blobs / chunk).read_bytes())
+    damaged[100] ^= 0xFF
+    (blobs / chunk).write_bytes(damaged)
+
+    found = remote_check(stub)
+    assert found.returncode == 1 and f"damaged blob {chunk} of default {CONTAINER}: --repair sets it aside" in found.stdout, found
+    assert (blobs / chunk).exists(), "without --repair nothing changes"
+    repaired = remote_check(stub, "--repair")
+    assert repaired.returncode == 1, repaired
+    assert "set aside; the next upload of it stores it again" in repaired.stdout
+    missing = [line for line in repaired.stdout.splitlines() if line.startswith("missing content")]
+    assert len(missing) == 1 and f"default {CONTAINER} Documents/sub/f.bin" in missing[0], repaired.stdout
+    report = json.loads(remote_check(stub, "--json").stdout)
+    assert [f["path"] for f in report["findings"] if f["kind"] == "missingContent"] == ["Documents/sub/f.bin"], report
+
+    # The device that has it uploads it again (a copy holds the same chunks): nothing is missing any more.
+    run("cp", a / "Documents" / "sub" / "f.bin", a / "Documents" / "copy.bin")
+    sync(a)
+    wait_until(lambda: remote_check(stub).returncode == 0, timeout=60, what="a clean check after the upload")
+    assert (b / "Documents" / "sub" / "f.bin").read_bytes() == data
