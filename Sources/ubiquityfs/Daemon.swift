@@ -31,7 +31,7 @@ struct Daemon {
         // there (the database and its log, content, staging, the log file, the query socket) is its user's
         // alone, whatever the umask it was started with. Modes of items come from the kernel's requests, not
         // from this mask.
-        umask(0o077)
+        let userMask = UInt32(umask(0o077))
         try makeDirectories(options.store)
         let logFile = options.logFile ?? (notify ? options.store + "/ubiquityfs.log" : nil)
         Log.shared.configure(level: options.logLevel, path: logFile)
@@ -47,6 +47,7 @@ struct Daemon {
         let url = urls.joined(separator: ",")
         var config = ContainerConfig(device: options.device)
         config.downloadTimeoutSeconds = options.downloadTimeout
+        config.arrivingModeCap = userMask & 0o022
         (config.cacheLimit, config.minFreeBytes) = storeLimits()
         log.info("local store limit \(config.cacheLimit) bytes, keeping \(config.minFreeBytes) bytes free")
         let core = try Container(store: store, remote: client, config: config)

@@ -17,7 +17,7 @@ import UbiquityBase
         var item = Item(id: "f1", parent: nil, name: "", kind: .file, mode: 0, mtime: 0, ctime: 0, size: 0,
                         remoteVersion: 0, remoteSHA: "", remoteSize: 0, device: "", hasLocal: false, localSHA: nil,
                         dirty: false, metaDirty: false, deleted: false, pinned: false, xattrs: [:], conflicts: [])
-        item.adopt(wire(name: name, xattrs: Xattrs.toWire(xattrs)))
+        item.adopt(wire(name: name, xattrs: Xattrs.toWire(xattrs)), capping: 0)
         return item
     }
 
@@ -27,6 +27,17 @@ import UbiquityBase
         #expect(item(name: nfc).metadata != item(name: nfd).metadata)
         #expect(item(name: nfc).metadata == item(name: nfc).metadata)
         #expect(item(name: nfc).metadata != wire(name: nfd).metadata)
+    }
+
+    /// A mode from the wire: setuid, setgid and sticky stay this device's; of the capped bits (group and other
+    /// write, by the mounting user's umask) it may take away but not add.
+    @Test func aModeFromTheWireKeepsLocalBitsAndAddsNoCappedOnes() {
+        #expect(Item.mode(0o777, keepingLocalBitsOf: 0o755, capping: 0o022) == 0o755)
+        #expect(Item.mode(0o777, keepingLocalBitsOf: 0, capping: 0o002) == 0o775)
+        #expect(Item.mode(0o777, keepingLocalBitsOf: 0o775, capping: 0o022) == 0o775)
+        #expect(Item.mode(0o700, keepingLocalBitsOf: 0o777, capping: 0o022) == 0o700)
+        #expect(Item.mode(0o6777, keepingLocalBitsOf: 0o1755, capping: 0o022) == 0o1755)
+        #expect(Item.mode(0o777, keepingLocalBitsOf: 0, capping: 0) == 0o777)
     }
 
     @Test func aLocalItemAndTheWireStateItCameFromHaveEqualMetadata() {

@@ -2,7 +2,7 @@
 import os
 import stat
 
-from conftest import BIN, run
+from conftest import BIN, run, wait_until
 
 
 def test_what_the_daemon_makes_in_its_store_is_its_users_alone_whatever_the_umask(stub, mount_factory):
@@ -48,3 +48,37 @@ def test_recently_deleted_is_the_mounting_users_alone(stub, mount_factory):
     for command in (["cat", ".trash/.list"], ["ls", ".trash"], ["cat", ".trash/salary.txt"]):
         p = run("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command, cwd=m.path, check=False)
         assert p.returncode != 0 and "Permission denied" in p.stderr, (command, p.stdout, p.stderr)
+
+
+def mounted_with_umask(mount_factory, stub, device, mask):
+    m = mount_factory(stub, device, mount=False)
+    old = os.umask(mask)
+    try:
+        m.mount()
+    finally:
+        os.umask(old)
+    return m
+
+
+def test_group_and_world_write_from_another_device_never_arrive_past_the_mounting_users_umask(stub, mount_factory):
+    # Before Part 21 a folder made 0777 on one device was 0777 on every other: any local user of those machines
+    # could plant files in it, which then synced everywhere.
+    a = mounted_with_umask(mount_factory, stub, "laptop", 0o022)
+    b = mounted_with_umask(mount_factory, stub, "desktop", 0o022)
+    team = mounted_with_umask(mount_factory, stub, "team", 0o002)
+    shared = a / "Documents" / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "f.txt").write_text("x\n")
+    (shared / "f.txt").chmod(0o666)
+    run(BIN, "sync", "--wait", "--timeout", "30", a.path)
+    on_b, on_team = b / "Documents" / "shared", team / "Documents" / "shared"
+    wait_until(lambda: (on_b / "f.txt").exists() and (on_team / "f.txt").exists(), timeout=30, what="f.txt on b and team")
+    assert (mode_of(on_b) & 0o777, mode_of(on_b / "f.txt") & 0o777) == (0o755, 0o644)
+    assert (mode_of(on_team) & 0o777, mode_of(on_team / "f.txt") & 0o777) == (0o775, 0o664), "umask 002: group write arrives"
+    assert mode_of(shared) & 0o777 == 0o777, "the device that set it keeps it"
+    # The user of b may still open it up here, and taking bits away arrives everywhere.
+    on_b.chmod(0o777)
+    assert mode_of(on_b) & 0o777 == 0o777
+    (shared / "f.txt").chmod(0o600)
+    wait_until(lambda: mode_of(on_b / "f.txt") & 0o777 == 0o600, timeout=30, what="the narrower mode on b")

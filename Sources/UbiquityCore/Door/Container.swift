@@ -61,6 +61,10 @@ public struct ContainerConfig: Sendable {
     /// The mounting user: on this device the owner of every item that has no owner of its own here, as every
     /// item from another device has not (ownership is never synced).
     public var owner = Owner(uid: getuid(), gid: getgid())
+    /// Mode bits (of 0o022, group and other write) that a mode from another device may not add to an item here
+    /// (it may take them away): the mounting user's umask's, so that a folder made world-writable elsewhere
+    /// does not let this machine's other users write into it. 0: every mode arrives as sent.
+    public var arrivingModeCap: UInt32 = 0
     public init(device: String) { self.device = device }
 
     /// Who owns `item` on this device.

@@ -97,14 +97,14 @@ public struct Item: Equatable, Sendable {
     }
 
     /// Takes the remote's state of the item: place, metadata, and the newest remote content.
-    public mutating func adopt(_ w: WireItem) {
+    public mutating func adopt(_ w: WireItem, capping cap: UInt32) {
         // A time set elsewhere shows as set, as a time set here does (Container.setAttributes). A folder's
         // new version also covers the entries that arrived before it: its device pushes a time set after
         // filling it once more after them (CoreState.timedAfterEntries).
         if w.mtime != mtime || kind == .dir { entriesMTime = 0 }
         parent = w.parent
         name = w.name
-        mode = Item.mode(w.mode, keepingLocalBitsOf: mode)
+        mode = Item.mode(w.mode, keepingLocalBitsOf: mode, capping: cap)
         mtime = w.mtime
         size = w.size
         remoteVersion = w.version
@@ -175,9 +175,10 @@ extension Item {
     }
 
     /// A mode from the wire with the bits that are this device's alone (setuid, setgid, sticky) kept from
-    /// `local`.
-    static func mode(_ wire: UInt32, keepingLocalBitsOf local: UInt32) -> UInt32 {
-        (wire & WireRules.sharedModeBits) | (local & 0o7777 & ~WireRules.sharedModeBits)
+    /// `local`, and of the bits in `cap` (`ContainerConfig.arrivingModeCap`) only those `local` has already:
+    /// another device can take them away here, never add them.
+    static func mode(_ wire: UInt32, keepingLocalBitsOf local: UInt32, capping cap: UInt32) -> UInt32 {
+        (wire & WireRules.sharedModeBits & ~(cap & ~local)) | (local & 0o7777 & ~WireRules.sharedModeBits)
     }
 }
 

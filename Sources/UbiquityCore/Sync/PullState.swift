@@ -134,7 +134,7 @@ extension CoreState {
         let moved = item.place != w.place || children[w.parent!]?[w.name] != item.id
         if moved { try unlink(item) }
         let oldConflicts = item.conflicts
-        item.adopt(w)
+        item.adopt(w, capping: config.arrivingModeCap)
         let resolvedAgain = keepResolutions(&item)
         pruneConflictFiles(item.id, old: oldConflicts, new: item.conflicts)
         if moved { try place(&item) }
@@ -202,7 +202,7 @@ extension CoreState {
                         ctime: now(), size: 0, remoteVersion: 0, remoteSHA: "", remoteSize: 0,
                         device: "", hasLocal: w.kind != .file, localSHA: nil, dirty: false, metaDirty: false,
                         deleted: false, pinned: false, xattrs: [:], conflicts: [])
-        item.adopt(w)
+        item.adopt(w, capping: config.arrivingModeCap)
         try place(&item)
         if item.kind == .file && isPinned(item.parent!) { startDownload(item.id) }
         if keepResolutions(&item) { try store.saveChanged(item) } else { try store.save(item) }

@@ -223,7 +223,7 @@ extension PushSide {
                 item.remoteVersion = min(item.remoteVersion, w.version - 1)
                 try s.store.markRefused(id)
             } else {
-                item.adopt(w)
+                item.adopt(w, capping: s.config.arrivingModeCap)
                 // Conflict versions resolved here before the delete stay resolved on the item that came back.
                 let kept = w.conflicts.filter { !s.discardedConflicts.contains($0.id) }
                 if kept != w.conflicts {
