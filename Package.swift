@@ -48,7 +48,8 @@ let package = Package(
         .testTarget(name: "UbiquityFUSETests",
                     dependencies: ["UbiquityFUSE", "CFuse", "UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .testTarget(name: "UbiquityStubTests",
-                    dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP", "UbiquityTesting"]),
+                    dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP", "UbiquityTesting",
+                                   "UbiquitySim"]),
         // One suite of the RemoteClient promises (docs/WIRE.md), run against every backend.
         .testTarget(name: "UbiquityRemoteConformanceTests",
                     dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityTesting", "UbiquityStub", "UbiquityHTTP"]),

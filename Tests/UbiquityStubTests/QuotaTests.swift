@@ -4,6 +4,7 @@
 import Foundation
 import Testing
 import UbiquityBase
+import UbiquitySim
 @testable import UbiquityStub
 
 @Suite struct QuotaTests {
@@ -26,6 +27,32 @@ import UbiquityBase
         try f.server.accounts.setLimits(Accounts.firstUser) { $0.storage = nil }
         #expect(try f.putBlob(second).status == 201)
         #expect(try f.server.userUsage().first { $0.user == Accounts.firstUser }?.storage == 120)
+    }
+
+    /// Random uploads of a few blobs, some again, while the quota changes now and then: each answer is the one
+    /// a model of the stored bytes gives (200 for bytes held already, 507 past the quota, else 201). A fresh seed
+    /// each run (QUOTA_SEED repeats one), named in every failure.
+    @Test func uploadsUnderAChangingQuotaAnswerAsAModelOfTheStoredBytes() throws {
+        let seed = ProcessInfo.processInfo.environment["QUOTA_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...1 << 40)
+        var rng = SimRNG(seed: seed)
+        let f = try Fixture()
+        _ = try f.openContainer()
+        let pool = (0..<10).map { i in Array(repeating: UInt8(i), count: 10 + rng.int(90)) }
+        var stored: [String: Int64] = [:]
+        var quota: Int64?
+        for step in 0..<60 {
+            if rng.chance(0.15) {
+                quota = rng.chance(0.2) ? nil : Int64(rng.int(600))
+                try f.server.accounts.setLimits(Accounts.firstUser) { $0.storage = quota }
+            }
+            let blob = pool[rng.int(pool.count)], sha = sha256Hex(blob)
+            let used = stored.values.reduce(0, +)
+            let expected = stored[sha] != nil ? 200 : quota.map { used + Int64(blob.count) > $0 } == true ? 507 : 201
+            let got = try f.putBlob(blob).status
+            #expect(got == expected, "seed \(seed), step \(step): \(blob.count) bytes with \(used) stored, quota \(quota.map(String.init) ?? "none")")
+            if got == 201 { stored[sha] = Int64(blob.count) }
+        }
+        #expect(try f.server.userUsage().first { $0.user == Accounts.firstUser }?.storage == stored.values.reduce(0, +), "seed \(seed)")
     }
 
     @Test func aBatchPastTheLimitsRefusesOnlyTheEntriesThatAdd() throws {
