@@ -44,13 +44,21 @@ class SeaweedFS:
     def stop(self):
         run(ROOT / "scripts" / "seaweedfs", "stop", self.dir, timeout=60)
 
+    def signed_curl(self, *args):
+        """curl with the session's credentials (given on its standard input, never on a command line)."""
+        c = dict(line.split("=", 1) for line in self.credentials.read_text().splitlines() if "=" in line)
+        return run("curl", "-s", "--fail", "--aws-sigv4", "aws:amz:us-east-1:s3", "-K", "-", *args,
+                   input=f'user = "{c["AWS_ACCESS_KEY_ID"]}:{c["AWS_SECRET_ACCESS_KEY"]}"\n')
+
     def keys(self, prefix):
         """The keys in the session's bucket under `prefix` (read with curl, signed; it never touches a blob)."""
-        c = dict(line.split("=", 1) for line in self.credentials.read_text().splitlines() if "=" in line)
         url = f"{self.endpoint}/ubiquity-tests?list-type=2&prefix={urllib.parse.quote(prefix, safe='')}"
-        p = run("curl", "-s", "--fail", "--aws-sigv4", "aws:amz:us-east-1:s3", "-K", "-", url,
-                input=f'user = "{c["AWS_ACCESS_KEY_ID"]}:{c["AWS_SECRET_ACCESS_KEY"]}"\n')
-        return re.findall(r"<Key>([^<]*)</Key>", p.stdout)
+        return re.findall(r"<Key>([^<]*)</Key>", self.signed_curl(url).stdout)
+
+    def overwrite(self, key, path):
+        """Puts the bytes of the file at `path` in place of the object `key` of the session's bucket."""
+        self.signed_curl("-X", "PUT", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "--data-binary", f"@{path}",
+                         f"{self.endpoint}/ubiquity-tests/{key}")
 
     def stub_args(self, prefix):
         """`remote serve` options for blobs in the session's bucket under `prefix`."""

@@ -76,3 +76,19 @@ def test_remote_check_finds_damage_repair_sets_it_aside_and_lists_the_files_to_u
     sync(a)
     wait_until(lambda: remote_check(stub).returncode == 0, timeout=60, what="a clean check after the upload")
     assert (b / "Documents" / "sub" / "f.bin").read_bytes() == data
+
+
+def test_remote_check_finds_a_damaged_object_in_s3(seaweedfs, stub_factory, mount_factory, tmp_path):
+    prefix = "it-check-" + os.urandom(4).hex()
+    stub = stub_factory("remote", extra=seaweedfs.stub_args(prefix))
+    a = mount_factory(stub)
+    (a / "Documents" / "doc.txt").write_text("kept in S3\n")
+    sync(a)
+    blobs = ["--data", stub.data, *seaweedfs.stub_args(prefix)]
+    assert run(BIN, "remote", "check", *blobs, check=False).returncode == 0
+    key = next(k for k in seaweedfs.keys(prefix) if "/blobs/" in k and not k.endswith(".chunks"))
+    (tmp_path / "bad").write_text("not what was kept\n")
+    seaweedfs.overwrite(key, tmp_path / "bad")
+    found = run(BIN, "remote", "check", *blobs, "--repair", check=False, timeout=120)
+    assert found.returncode == 1 and "damaged blob" in found.stdout, found
+    assert f"missing content of default {CONTAINER} Documents/doc.txt" in found.stdout, found.stdout
