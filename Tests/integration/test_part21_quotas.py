@@ -38,6 +38,8 @@ def test_over_quota_a_change_waits_writes_get_edquot_and_all_goes_up_once_there_
     cp = run("cp", tmp_path / "c.txt", docs / "c.txt", check=False)
     assert cp.returncode == 1 and "Disk quota exceeded" in cp.stderr, cp
     assert (docs / "c.txt").read_text() == "written over quota\n"
+    # A file that stays on this device (`.nosync`) is no upload: it is written without a word.
+    assert run("cp", tmp_path / "c.txt", docs / "scratch.nosync", check=False).returncode == 0
     # The operator's view: what bob stores against his quota.
     bob = usage_of(stub, "bob")
     assert bob["storage"] == 700 * 1024 and bob["limits"]["storage"] == 1 << 20 and bob["containers"] == 1, bob

@@ -116,8 +116,9 @@ extension Container {
             try s.flushed(id)
             try s.writeKeptBack(only: [id])
         }
-        // Kept here all the same: it goes up once the user has room on the remote.
-        if let refusal = read({ $0.quotaRefusal }) { throw .quotaExceeded(refusal + "; kept on this device until there is room") }
+        // Kept here all the same: it goes up once the user has room on the remote (a local-only file never does).
+        let refusal = read { s in s.items[s.handleOwner(id)]?.isLocalOnly == false ? s.quotaRefusal : nil }
+        if let refusal { throw .quotaExceeded(refusal + "; kept on this device until there is room") }
     }
 
     /// fsync: what the store knows of the item is made durable too (its content the caller syncs itself).
