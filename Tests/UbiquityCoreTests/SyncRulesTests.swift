@@ -38,6 +38,13 @@ import UbiquityBase
         #expect(Item.mode(0o700, keepingLocalBitsOf: 0o777, capping: 0o022) == 0o700)
         #expect(Item.mode(0o6777, keepingLocalBitsOf: 0o1755, capping: 0o022) == 0o1755)
         #expect(Item.mode(0o777, keepingLocalBitsOf: 0, capping: 0) == 0o777)
+        // What the cap held back is kept, and goes with the item's metadata (so with its pushes) as it came.
+        var it = item(name: "f")
+        it.mode = 0o644
+        it.takeMode(0o666, capping: 0o022)
+        #expect((it.mode, it.cappedModeBits, it.sharedMode, it.metadata.mode) == (0o644, 0o022, 0o666, 0o666))
+        it.takeMode(0o640, capping: 0o022)
+        #expect((it.mode, it.cappedModeBits, it.sharedMode) == (0o640, 0, 0o640))
     }
 
     @Test func aLocalItemAndTheWireStateItCameFromHaveEqualMetadata() {

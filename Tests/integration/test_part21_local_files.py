@@ -77,6 +77,13 @@ def test_group_and_world_write_from_another_device_never_arrive_past_the_mountin
     assert (mode_of(on_b) & 0o777, mode_of(on_b / "f.txt") & 0o777) == (0o755, 0o644)
     assert (mode_of(on_team) & 0o777, mode_of(on_team / "f.txt") & 0o777) == (0o775, 0o664), "umask 002: group write arrives"
     assert mode_of(shared) & 0o777 == 0o777, "the device that set it keeps it"
+    # An edit on b sends the bits b holds back as they came: the others keep them.
+    with open(on_b / "f.txt", "a") as f:
+        f.write("edited on b\n")
+    run(BIN, "sync", "--wait", "--timeout", "30", b.path)
+    wait_until(lambda: (shared / "f.txt").read_text() == "x\nedited on b\n", timeout=30, what="b's edit on a")
+    assert (mode_of(shared / "f.txt") & 0o777, mode_of(on_team / "f.txt") & 0o777) == (0o666, 0o664)
+    assert mode_of(on_b / "f.txt") & 0o777 == 0o644
     # The user of b may still open it up here, and taking bits away arrives everywhere.
     on_b.chmod(0o777)
     assert mode_of(on_b) & 0o777 == 0o777

@@ -839,7 +839,7 @@ extension CoreState {
         guard var item = gone ? unlinked[id] : items[id] else { throw .notFound }
         let unchanged = item
         // What shows is compared: a time set to what `stat` says changes nothing.
-        if let mode { item.mode = mode & 0o7777 }
+        if let mode { item.mode = mode & 0o7777; item.cappedModeBits = 0 }
         // A time set explicitly is what shows, also on a directory whose entries changed later (tar, rsync
         // and cp -a set a folder's time after filling it).
         if let mtime, mtime != item.shownMTime { item.mtime = mtime; item.entriesMTime = 0 }

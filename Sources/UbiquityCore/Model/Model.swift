@@ -65,6 +65,10 @@ public struct Item: Equatable, Sendable {
     /// A folder above the item is local-only (not persisted: the store and the container derive it from the
     /// parents, see `Item.markLocalOnlyAbove`).
     public var localOnlyAbove = false
+    /// Group and other write bits the remote's mode has that this device's cap (`ContainerConfig.arrivingModeCap`)
+    /// kept from arriving: sent back with every push of the item, so that a push from here never takes them from
+    /// the other devices; a chmod here clears them (the mode is then the one set here).
+    public var cappedModeBits: UInt32 = 0
 
     /// The modification time programs see: for a directory also the last change of its entries.
     public var shownMTime: Int64 { entriesMTime == 0 ? mtime : max(mtime, entriesMTime) } // 0: none (a time before 1970 stays)
@@ -104,7 +108,7 @@ public struct Item: Equatable, Sendable {
         if w.mtime != mtime || kind == .dir { entriesMTime = 0 }
         parent = w.parent
         name = w.name
-        mode = Item.mode(w.mode, keepingLocalBitsOf: mode, capping: cap)
+        takeMode(w.mode, capping: cap)
         mtime = w.mtime
         size = w.size
         remoteVersion = w.version
@@ -171,7 +175,7 @@ struct ItemMetadata: Equatable {
 extension Item {
     var place: ItemPlace { ItemPlace(parent: parent, name: name) }
     var metadata: ItemMetadata {
-        ItemMetadata(place: place, mode: mode & WireRules.sharedModeBits, mtime: mtime, xattrs: xattrs)
+        ItemMetadata(place: place, mode: sharedMode, mtime: mtime, xattrs: xattrs)
     }
 
     /// A mode from the wire with the bits that are this device's alone (setuid, setgid, sticky) kept from
@@ -180,6 +184,17 @@ extension Item {
     static func mode(_ wire: UInt32, keepingLocalBitsOf local: UInt32, capping cap: UInt32) -> UInt32 {
         (wire & WireRules.sharedModeBits & ~(cap & ~local)) | (local & 0o7777 & ~WireRules.sharedModeBits)
     }
+
+    /// Takes a mode from the wire (`mode(_:keepingLocalBitsOf:capping:)`), keeping the bits the cap held back
+    /// in `cappedModeBits`.
+    mutating func takeMode(_ wire: UInt32, capping cap: UInt32) {
+        let taken = Item.mode(wire, keepingLocalBitsOf: mode, capping: cap)
+        cappedModeBits = wire & WireRules.sharedModeBits & ~taken
+        mode = taken
+    }
+
+    /// The mode the remote has, or gets at this device's next push: the one here with the bits the cap held back.
+    var sharedMode: UInt32 { (mode | cappedModeBits) & WireRules.sharedModeBits }
 }
 
 extension WireItem {

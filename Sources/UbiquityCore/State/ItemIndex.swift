@@ -225,6 +225,7 @@ struct PackedItem {
         var localSHA: String?
         var remoteSHA: String?
         var remoteSize: Int64?
+        var cappedModeBits: UInt32 = 0
     }
 
     init(code: ItemCode, parent: ItemCode, name: String, mtime: Int64, ctime: Int64, size: Int64,
@@ -242,7 +243,7 @@ struct PackedItem {
                                       (item.localOnlyAbove, .localOnlyAbove)]
         for (on, flag) in pairs where on { flags.insert(flag) }
         var extras = Extras(xattrs: item.xattrs, conflicts: item.conflicts, target: item.target, atime: item.atime,
-                            owner: item.owner, entriesMTime: item.entriesMTime)
+                            owner: item.owner, entriesMTime: item.entriesMTime, cappedModeBits: item.cappedModeBits)
         var digest = Digest()
         if let d = Digest(item.remoteSHA) { digest = d; flags.insert(.remoteDigest) } else if !item.remoteSHA.isEmpty {
             extras.remoteSHA = item.remoteSHA
@@ -253,7 +254,7 @@ struct PackedItem {
         if item.remoteSize != item.size { extras.remoteSize = item.remoteSize }
         let rare = !extras.xattrs.isEmpty || !extras.conflicts.isEmpty || extras.target != nil || extras.atime != nil
             || extras.owner != nil || extras.entriesMTime != 0 || extras.localSHA != nil || extras.remoteSHA != nil
-            || extras.remoteSize != nil
+            || extras.remoteSize != nil || extras.cappedModeBits != 0
         if rare { flags.insert(.extras) }
         let packed = PackedItem(code: ItemCode(item.id), parent: ItemCode(item.parent), name: item.name,
                                 mtime: item.mtime, ctime: item.ctime, size: item.size, remoteVersion: item.remoteVersion,
@@ -274,7 +275,8 @@ struct PackedItem {
                     deleted: flags.contains(.deleted), pinned: flags.contains(.pinned), xattrs: x.xattrs,
                     conflicts: x.conflicts, target: x.target, atime: x.atime, owner: x.owner,
                     entriesMTime: x.entriesMTime,
-                    excluded: flags.contains(.excluded), localOnlyAbove: flags.contains(.localOnlyAbove))
+                    excluded: flags.contains(.excluded), localOnlyAbove: flags.contains(.localOnlyAbove),
+                    cappedModeBits: x.cappedModeBits)
     }
 
     /// Local-only by itself, as `Item.isLocalOnlyItself`, from the packed fields.

@@ -242,6 +242,7 @@ public final class Store {
         ("excluded", "INTEGER NOT NULL DEFAULT 0"),
         ("uid", "INTEGER"),
         ("gid", "INTEGER"),
+        ("capped_mode", "INTEGER NOT NULL DEFAULT 0"),
     ]
 
     /// Removes every leftover of an interrupted download (nothing in staging is ever served) and every copy of a
@@ -364,13 +365,13 @@ public final class Store {
     private static let columns = """
         id, parent, name, kind, mode, mtime, ctime, size, remote_version, remote_sha, remote_size, device,
         has_local, local_sha, dirty, meta_dirty, deleted, pinned, xattrs, conflicts, target, atime, entries_mtime,
-        excluded, uid, gid
+        excluded, uid, gid, capped_mode
         """
 
     /// An upsert, not INSERT OR REPLACE: a row saved again is updated where it lies (the same rowid, its id's
     /// index entry untouched), where a replace deleted it and inserted it anew, writing more pages per commit.
     private static let insertItem = "INSERT INTO items(\(columns)) VALUES("
-        + Array(repeating: "?", count: 26).joined(separator: ",") + ") ON CONFLICT(id) DO UPDATE SET "
+        + Array(repeating: "?", count: 27).joined(separator: ",") + ") ON CONFLICT(id) DO UPDATE SET "
         + columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.dropFirst()
             .map { "\($0) = excluded.\($0)" }.joined(separator: ", ")
 
@@ -416,7 +417,7 @@ public final class Store {
             conflicts: try Store.decodeConflicts(row.text(19), of: id),
             target: row.optionalText(20),
             atime: row.isNull(21) ? nil : row.int(21), owner: Store.owner(row),
-            entriesMTime: row.int(22), excluded: row.int(23) != 0)
+            entriesMTime: row.int(22), excluded: row.int(23) != 0, cappedModeBits: UInt32(truncatingIfNeeded: row.int(26)))
     }
 
     /// The owner kept in columns 24 and 25 (both set or both null).
@@ -428,7 +429,8 @@ public final class Store {
     /// The packed form of a row that has none of the rare fields (PackedItem.Extras), else nil.
     private static func packed(_ row: Row) -> PackedItem? {
         let empty = row.withText(18) { $0.elementsEqual("{}".utf8) } && row.withText(19) { $0.elementsEqual("[]".utf8) }
-        guard empty, row.isNull(20), row.isNull(21), row.isNull(24), row.int(22) == 0, row.int(10) == row.int(7) else {
+        guard empty, row.isNull(20), row.isNull(21), row.isNull(24), row.int(22) == 0, row.int(10) == row.int(7),
+              row.int(26) == 0 else {
             return nil
         }
         var flags: PackedItem.Flags = [.live]
@@ -479,6 +481,7 @@ public final class Store {
             item.target.map { .text($0) } ?? .null,
             item.atime.map { .int($0) } ?? .null, .int(item.entriesMTime), .int(item.excluded ? 1 : 0),
             item.owner.map { .int(Int64($0.uid)) } ?? .null, item.owner.map { .int(Int64($0.gid)) } ?? .null,
+            .int(Int64(item.cappedModeBits)),
         ])
         if !item.isPending {
             try db.query("DELETE FROM pending WHERE id = ?", [.text(item.id)])

@@ -432,7 +432,7 @@ struct Pusher {
 
     /// The remote's form of the item as this device pushes it.
     func wireItem(_ item: Item) -> WireItem {
-        var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.mode & WireRules.sharedModeBits,
+        var wire = WireItem(id: id, parent: item.parent, name: item.name, kind: item.kind, mode: item.sharedMode,
                             mtime: item.mtime, size: item.kind == .dir ? 0 : item.remoteSize,
                             sha256: item.hasContent ? item.remoteSHA : "", device: container.config.device,
                             xattrs: Xattrs.toWire(item.xattrs), conflicts: item.conflicts, target: item.target)

@@ -21,7 +21,7 @@ extension CoreState {
     /// Only the content changed here: the item takes the remote's name, place, mode and attributes.
     mutating func takeRemoteMetadata(_ cur: inout Item, from current: WireItem) throws {
         try takeRemotePlace(&cur, from: current)
-        cur.mode = Item.mode(current.mode, keepingLocalBitsOf: cur.mode, capping: config.arrivingModeCap)
+        cur.takeMode(current.mode, capping: config.arrivingModeCap)
         cur.xattrs = Xattrs.fromWire(current.xattrs)
         notice(.changed(cur.id, content: false, elsewhere: true))
     }
