@@ -4,6 +4,7 @@ queued, says so in its status, and a program that writes meanwhile gets EDQUOT a
 import hashlib
 import json
 import os
+import socket
 
 from conftest import BIN, Mount, attr, curl_auth, run, sync, wait_until
 from test_part15_accounts import accounts, new_key
@@ -122,3 +123,21 @@ def test_limits_on_postgresql_hold_on_every_server(pg_url, stub_factory, tmp_pat
     refused = put(one, f"/v1/containers/iCloud.com.example.a/blobs/{hashlib.sha256(other.encode()).hexdigest()}", other)
     assert refused.endswith(" 507") and "stores 1.5 KiB of 2.0 KiB" in refused, refused
     assert usage_of(one, "erin")["storage"] == 1500
+
+
+def test_a_blob_past_the_quota_is_refused_from_its_length_before_its_body_is_read(stub, tmp_path):
+    # Before quotas a 64 GiB body was read in full (the server answered "100 Continue" and took it).
+    accounts(stub, "user", "add", "fred", "--quota", "1G")
+    key = open(new_key(stub, tmp_path, "fred", "laptop").token_file).read().strip()
+    container = "/v1/containers/iCloud.com.example.fred"
+    put = run("curl", "-s", "-w", " %{http_code}", "-X", "PUT", "-H", curl_auth(key), stub.url + container).stdout
+    assert put.endswith(" 200"), put
+    host, port = stub.url.removeprefix("http://").split(":")
+    request = (f"PUT {container}/blobs/{'ab' * 32} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+               f"Content-Length: {64 << 30}\r\nExpect: 100-continue\r\n\r\n").encode()
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(request)  # and not one byte of the body
+        answer = s.recv(65536).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 507 "), answer
+    assert "fred stores 0 B of 1.0 GiB and this needs 64.0 GiB more" in answer, answer
+    assert usage_of(stub, "fred")["storage"] == 0
