@@ -47,6 +47,9 @@ let package = Package(
         .testTarget(name: "UbiquitySimTests", dependencies: ["UbiquitySim"]),
         .testTarget(name: "UbiquityFUSETests",
                     dependencies: ["UbiquityFUSE", "CFuse", "UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
+        // The adapter against a model of POSIX plus the sync rules: random operations, no kernel (ARCHITECTURE.md).
+        .testTarget(name: "UbiquityReferenceModelTests",
+                    dependencies: ["UbiquityFUSE", "UbiquityBase", "UbiquityCore", "UbiquityTesting"]),
         .testTarget(name: "UbiquityStubTests",
                     dependencies: ["UbiquityBase", "UbiquityCore", "UbiquityStub", "UbiquityHTTP", "UbiquityTesting",
                                    "UbiquitySim"]),

@@ -114,7 +114,7 @@ import UbiquityTesting
 
     /// A folder timed after its entries owes one more push once they are up (`timedAfterEntries`); until that
     /// push, neither the count of changes nor the folder says that nothing waits (`sync --wait` returned before
-    /// it after `rsync -a`, and the folders went up after: test_part7_noop.py failed once in about 12 runs).
+    /// it after `rsync -a`, and the folders went up after: test_no_op_changes.py failed once in about 12 runs).
     @Test func aFolderTimedAfterItsEntriesIsPendingUntilItsLastPush() throws {
         let dir = TempDir()
         var config = ContainerConfig(device: "a")
@@ -135,7 +135,7 @@ import UbiquityTesting
     /// Nested folders timed after they were filled (rsync -a, tar and cp -a set the deepest first) owe their last
     /// pushes together; those go deepest first, so each folder's version follows its sub-folder's, and a device
     /// that takes them all in one pull shows every folder's own time. It showed the time its sub-folder arrived
-    /// when a folder went before its sub-folder (test_part7_times' rsync -a case failed so under load).
+    /// when a folder went before its sub-folder (test_times' rsync -a case failed so under load).
     @Test func nestedFoldersTimedAfterFillingShowTheirTimesOnADeviceThatTakesThemAtOnce() throws {
         let dirs = (TempDir(), TempDir())
         func device(_ name: String, _ dir: TempDir) throws -> Container {

@@ -128,7 +128,7 @@ final class Tally: @unchecked Sendable {
     }
 
     /// A download asked for shows 0% until bytes arrive, also while it waits for a worker: it read 100% (no
-    /// total known yet), and test_part2_status saw progress fall from 100 to 4.
+    /// total known yet), and test_status_attributes saw progress fall from 100 to 4.
     @Test func aQueuedDownloadShowsNoProgress() throws {
         let remote = HeldRemote(count: 8)
         let dev = try Device(remote, name: "a")

@@ -1,7 +1,7 @@
 """The benchmarks of ubiquityfs (`scripts/bench`, which runs `python3 -m ubiquitybench`), and the helpers they
 share with the integration tests (`harness`).
 
-  harness       running commands, waiting, a remote stub and a mount: also Tests/integration/conftest.py's
+  harness       running commands, waiting, a remote stub and a mount: also Tests/mounts/conftest.py's
   common        the bench's container, the cleanup of what it started, the baselines, measuring helpers
   report        rows against baselines, alternation of contenders, the table and the plot
   suite         the workloads of scripts/bench (w1 ... w8, wL)

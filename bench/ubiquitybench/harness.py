@@ -1,6 +1,6 @@
 """What the integration tests and the bench share: running commands, waiting, a remote stub process and a mount.
 
-Tests/integration/conftest.py and every workload of the bench import these; nothing here knows pytest. A
+Tests/mounts/conftest.py and every workload of the bench import these; nothing here knows pytest. A
 failure raises `CommandFailed` or `TimedOut`, both AssertionErrors, so that a test fails and the bench says why.
 Stdlib only.
 """
@@ -160,7 +160,7 @@ class Stub:
         self.data.mkdir(parents=True, exist_ok=True)
         log = open(self.log_file, "ab")
         metadata = ["--metadata", self.metadata] if self.metadata else []
-        if getattr(self.metadata, "password_file", None):  # a PGURL (tests/integration/conftest.py)
+        if getattr(self.metadata, "password_file", None):  # a PGURL (Tests/mounts/conftest.py)
             metadata += ["--metadata-password-file", self.metadata.password_file]
         self.proc = subprocess.Popen(
             [self.binary, "remote", "serve", "--data", self.data, "--listen", f"127.0.0.1:{self.port}",

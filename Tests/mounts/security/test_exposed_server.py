@@ -8,8 +8,7 @@ import stat
 import subprocess
 import time
 
-from conftest import BIN, CONTAINER, Stub, curl_auth, run, sync, wait_until
-from test_part12_tls_failover import certificate, serve, stop
+from conftest import BIN, CONTAINER, certificate, curl_auth, run, serve, stop, Stub, sync, wait_until
 
 
 def status(stub, method, path, body=None):
@@ -171,7 +170,7 @@ def test_setuid_setgid_and_sticky_never_travel(stub, mount_factory, tmp_path):
     # Before Part 15 b showed -rwsr-sr-x, and `cp -a` of it by root made a setuid file outside the mount.
     wait_until(lambda: run("stat", "-c", "%a", b / "Documents" / "tool").stdout.strip() == "755", timeout=30,
                what="the tool's mode on b")
-    # (Without its group and world write bits where b's umask takes them: test_part21_local_files.)
+    # (Without its group and world write bits where b's umask takes them: test_local_files.)
     mask = os.umask(0)
     os.umask(mask)
     assert run("stat", "-c", "%a", b / "Documents" / "shared").stdout.strip() == format(0o777 & ~(mask & 0o022), "o")

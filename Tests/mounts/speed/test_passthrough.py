@@ -8,13 +8,12 @@ import time
 
 import pytest
 
-from conftest import run, sync
+from conftest import run, sync, same_on
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FUSE passthrough needs CAP_SYS_ADMIN")
 
 
 def wait_same(m, rel, data):
-    from test_part7_content import same_on
     same_on(m, rel, data)
 
 

@@ -300,7 +300,7 @@ class TestCommandLine:
                              "--download-timeout takes seconds, 1 or more")
         bad = tmp_path / "badtoken"
         bad.write_text("0" * 64)
-        bad.chmod(0o600)  # (open to others, it is refused before the remote is asked: test_part15_server)
+        bad.chmod(0o600)  # (open to others, it is refused before the remote is asked: test_exposed_server)
         self.expect_one_line(run(BIN, "mount", mp, "--remote", stub.url, "--token-file", bad, "--store",
                                  tmp_path / "s2", check=False, timeout=60), "refused the token")
         self.expect_one_line(run(BIN, "mount", mp, "--remote", "http://127.0.0.1:9", "--token-file",

@@ -7,13 +7,7 @@ import os
 
 import pytest
 
-from conftest import BIN, CONTAINER, run, sync, wait_until
-
-
-def remote_names(stub):
-    """Names of every live item the stub holds."""
-    feed = stub.request("GET", f"/v1/containers/{CONTAINER}/changes?limit=10000")
-    return {i["name"] for i in feed["items"] if not i["deleted"]}
+from conftest import BIN, remote_names, run, sync, wait_until
 
 
 def attr(path, name):

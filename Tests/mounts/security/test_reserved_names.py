@@ -1,8 +1,7 @@
 """Part 21 point 7: one list of the names the mount gives a meaning of its own, kept by the server and the mount
 alike. The desktop's trash folders in the root (`.Trash`, `.Trash-UID`) belong to each device, whether made
 there or renamed there."""
-from conftest import run, sync, wait_until
-from test_part9_local_only import attr, remote_names
+from conftest import attr, remote_names, run, sync, wait_until
 
 
 def test_a_folder_renamed_as_the_desktop_trash_in_the_root_stays_on_its_device(two):

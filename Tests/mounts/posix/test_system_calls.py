@@ -1,7 +1,7 @@
 """POSIX semantics on a real mount, in the spirit of pjdfstest (which Debian does not package): each system
 call's success cases and its errno for the usual mistakes. What does not apply to a ubiquity container is
 checked to fail plainly: hard links and device files (EPERM), ownership (chown is accepted and changes
-nothing, as on other cloud mounts). Symbolic links, fifos and sockets work (test_part7_links.py)."""
+nothing, as on other cloud mounts). Symbolic links, fifos and sockets work (test_links_tar_rsync_git.py)."""
 import ctypes
 import errno
 import os

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import run, sync, wait_until
+from conftest import sync, wait_until
 
 REFUSALS = ("corrupt data", "bytes early", "bytes, not the")
 MiB = 1 << 20

@@ -2,7 +2,6 @@
 import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 

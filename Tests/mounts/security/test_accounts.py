@@ -1,22 +1,8 @@
 """Part 15: accounts and device keys. Users and keys are made with `ubiquityfs remote user|device`, devices mount
 with their own key, and what each sees is read with ls, cat and getfattr."""
 import os
-import stat
 
-from conftest import BIN, attr, curl_auth, run, sync, wait_until
-
-
-class Keyed:
-    """The stub as one device's key sees it: the stub's URL and that device's key file."""
-
-    def __init__(self, stub, key_file):
-        self.url = stub.url
-        self.token_file = key_file
-
-
-def accounts(stub, *words, check=True):
-    metadata = ["--metadata", stub.metadata, "--metadata-password-file", stub.metadata.password_file] if stub.metadata else []
-    return run(BIN, "remote", *words, "--data", stub.data, *metadata, check=check)
+from conftest import BIN, accounts, attr, curl_auth, new_key, run, sync, wait_until
 
 
 def http_status(stub, key_file, method, path):
@@ -24,14 +10,6 @@ def http_status(stub, key_file, method, path):
     key = open(key_file).read().strip()
     return run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "-H", curl_auth(key),
                stub.url + path).stdout
-
-
-def new_key(stub, tmp_path, user, device):
-    key = tmp_path / f"{user}-{device}.key"
-    out = accounts(stub, "device", "add", user, device, "--key-file", key).stdout
-    assert str(key) in out and stat.S_IMODE(os.stat(key).st_mode) == 0o600
-    assert open(key).read().strip() not in out, "the key is never printed"
-    return Keyed(stub, key)
 
 
 def test_a_key_opens_its_own_users_containers_only(stub, mount_factory, tmp_path):

@@ -10,16 +10,7 @@ import subprocess
 import threading
 import time
 
-import pytest
-
-from conftest import BIN, run, wait_until, attr, sync, conflict_versions_in
-
-
-def same_on(m, rel, data, timeout=30):
-    def check():
-        p = m / rel
-        return p.exists() and p.stat().st_size == len(data) and p.read_bytes() == data
-    wait_until(check, timeout=timeout, what=f"{rel} to match the model on {m.device}")
+from conftest import run, wait_until, attr, sync, conflict_versions_in, same_on
 
 
 def test_evict_racing_writers_loses_nothing(two):

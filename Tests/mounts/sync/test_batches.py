@@ -5,7 +5,6 @@ import hashlib
 import os
 import random
 import signal
-import time
 
 from conftest import run, sync, wait_until
 

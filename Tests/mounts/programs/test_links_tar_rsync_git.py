@@ -4,12 +4,11 @@ locally and stay on their device. Hard links and device nodes stay refused with 
 import errno
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, CONTAINER, run, wait_until, sync
+from conftest import CONTAINER, run, wait_until, sync
 
 # Run while the kernel forgets inodes every half second, as memory pressure makes it (Part 20, point 5).
 pytestmark = pytest.mark.usefixtures("caches_dropped")

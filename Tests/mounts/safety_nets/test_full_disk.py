@@ -6,8 +6,6 @@ import errno
 import os
 import subprocess
 
-import pytest
-
 from conftest import BIN, attr, mount_with_store_on, run, small_ext4_at, sync, wait_until
 
 MiB = 1 << 20

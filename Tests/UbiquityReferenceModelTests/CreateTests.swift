@@ -1,6 +1,6 @@
 // open(2) with O_CREAT of a name that an item from another device took after the kernel's lookup found it free:
 // the kernel sends a create, and the file that is there is opened, as open(2) opens it (EEXIST only for
-// O_EXCL). Before, every such open failed with EEXIST (test_part15_fuzz, writes on two devices at once).
+// O_EXCL). Before, every such open failed with EEXIST (test_wire_fuzz, writes on two devices at once).
 import Foundation
 import Glibc
 import Testing

@@ -8,6 +8,9 @@ its test.
 """
 import contextlib
 import shutil
+import signal
+import stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -307,3 +310,67 @@ def mount_with_store_on(mount_factory, stub, disk, *extra):
     m.store = disk / "store"
     m.mount()
     return m
+
+
+def same_on(m, rel, data, timeout=30):
+    """Waits until `rel` on mount `m` holds exactly `data`."""
+    def check():
+        p = m / rel
+        return p.exists() and p.stat().st_size == len(data) and p.read_bytes() == data
+    wait_until(check, timeout=timeout, what=f"{rel} to match the model on {m.device}")
+
+
+# Helpers of the tests of accounts, servers and names, shared by several folders -----------------------------
+
+class Keyed:
+    """The stub as one device's key sees it: the stub's URL and that device's key file."""
+
+    def __init__(self, stub, key_file):
+        self.url = stub.url
+        self.token_file = key_file
+
+
+def accounts(stub, *words, check=True):
+    metadata = ["--metadata", stub.metadata, "--metadata-password-file", stub.metadata.password_file] if stub.metadata else []
+    return run(BIN, "remote", *words, "--data", stub.data, *metadata, check=check)
+
+
+def new_key(stub, tmp_path, user, device):
+    key = tmp_path / f"{user}-{device}.key"
+    out = accounts(stub, "device", "add", user, device, "--key-file", key).stdout
+    assert str(key) in out and stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    assert open(key).read().strip() not in out, "the key is never printed"
+    return Keyed(stub, key)
+
+
+def serve(data: Path, *extra, listen="127.0.0.1:0"):
+    """Starts `remote serve` with extra options; returns (process, URL)."""
+    data.mkdir(parents=True, exist_ok=True)
+    endpoint = data / "endpoint"
+    log = open(data / "stub.log", "ab")
+    proc = subprocess.Popen([BIN, "remote", "serve", "--data", data, "--listen", listen,
+                             "--endpoint-file", endpoint, *extra], stdout=log, stderr=log)
+    wait_until(lambda: endpoint.exists() or proc.poll() is not None, timeout=20, what="stub endpoint")
+    assert proc.poll() is None, (data / "stub.log").read_text()
+    return proc, endpoint.read_text().strip()
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+
+
+def certificate(directory: Path, name="server", names="IP:127.0.0.1,DNS:localhost"):
+    """A self-signed certificate for 127.0.0.1 and localhost (or `names`): (cert, key) paths."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+        "-addext", "subjectAltName=" + names)
+    return cert, key
+
+
+def remote_names(stub):
+    """Names of every live item the stub holds."""
+    feed = stub.request("GET", f"/v1/containers/{CONTAINER}/changes?limit=10000")
+    return {i["name"] for i in feed["items"] if not i["deleted"]}

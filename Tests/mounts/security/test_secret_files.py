@@ -6,8 +6,7 @@ import pwd
 
 import pytest
 
-from conftest import BIN, run
-from test_part12_tls_failover import certificate
+from conftest import BIN, certificate, run
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 

@@ -15,7 +15,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from conftest import BIN, attr, run, sync, wait_until
+from conftest import BIN, attr, certificate, run, serve, stop, sync, wait_until
 
 FORWARDER = r'''
 import socket, sys, threading
@@ -60,33 +60,6 @@ class Remote:
     def __init__(self, url, token_file):
         self.url = url
         self.token_file = token_file
-
-
-def serve(data: Path, *extra, listen="127.0.0.1:0"):
-    """Starts `remote serve` with extra options; returns (process, URL)."""
-    data.mkdir(parents=True, exist_ok=True)
-    endpoint = data / "endpoint"
-    log = open(data / "stub.log", "ab")
-    proc = subprocess.Popen([BIN, "remote", "serve", "--data", data, "--listen", listen,
-                             "--endpoint-file", endpoint, *extra], stdout=log, stderr=log)
-    wait_until(lambda: endpoint.exists() or proc.poll() is not None, timeout=20, what="stub endpoint")
-    assert proc.poll() is None, (data / "stub.log").read_text()
-    return proc, endpoint.read_text().strip()
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
-
-
-def certificate(directory: Path, name="server", names="IP:127.0.0.1,DNS:localhost"):
-    """A self-signed certificate for 127.0.0.1 and localhost (or `names`): (cert, key) paths."""
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
-        "-addext", "subjectAltName=" + names)
-    return cert, key
 
 
 def sha(path):

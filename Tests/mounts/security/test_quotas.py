@@ -6,8 +6,7 @@ import json
 import os
 import socket
 
-from conftest import BIN, Mount, attr, curl_auth, run, sync, wait_until
-from test_part15_accounts import accounts, new_key
+from conftest import BIN, accounts, attr, curl_auth, Mount, new_key, run, sync, wait_until
 
 
 def md5(path):
