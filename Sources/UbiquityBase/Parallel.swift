@@ -2,11 +2,16 @@
 //
 // What must hold: at most `width` threads run `body`, each part once, taken in order; after the first failure no
 // part starts and the parts still running are told to stop (`goOn` answers false); `inParallel` returns only
-// once every thread has ended, then throws that first failure. The lock guards the next part and the failure
-// only (a leaf); `body` runs outside it.
+// once every thread has ended, then throws that first failure. The lock guards the next part, the failure and
+// the body (a leaf); `body` runs outside it.
 import Foundation
 
-private struct ParallelState {
+/// The state the threads of one `inParallel` share, under one lock: the next part, the first failure, and the
+/// body, let go of once they all ended (see below).
+private struct ParallelState<T> {
+    typealias Body = (T, _ goOn: @escaping () -> Bool) throws -> Void
+    let parts: [T]
+    var body: Body?
     var next = 0
     var failure: Error?
 }
@@ -18,40 +23,29 @@ public func inParallel<T>(_ parts: [T], width: Int,
         for part in parts { try body(part) { true } }
         return
     }
-    let state = Locked(ParallelState())
-    // The threads share the body through `work`, emptied once they all ended: a Thread lets go of its closure only
-    // when it exits, after `group.leave()`, so what `body` holds (a container, whose store stays locked while it
-    // lives) must not wait for that.
-    let work = SharedWork(body: body, parts: parts)
+    // The threads reach the body through `state`, whose body is emptied once they all ended: a Thread lets go of
+    // its closure only when it exits, after `group.leave()`, so what `body` holds (a container, whose store stays
+    // locked while it lives) must not wait for that.
+    let state = Locked(ParallelState(parts: parts, body: body))
     let group = DispatchGroup()
     for _ in 0..<min(width, parts.count) {
         group.enter()
         Thread {
             defer { group.leave() }
-            while let i = state.withLock({ s -> Int? in
-                guard s.failure == nil, s.next < work.parts.count else { return nil }
+            while let (part, run) = state.withLock({ s -> (T, ParallelState<T>.Body)? in
+                guard s.failure == nil, s.next < s.parts.count, let body = s.body else { return nil }
                 s.next += 1
-                return s.next - 1
+                return (s.parts[s.next - 1], body)
             }) {
-                do { try work.body!(work.parts[i]) { state.withLock { $0.failure == nil } } } catch {
+                do { try run(part) { state.withLock { $0.failure == nil } } } catch {
                     state.withLock { if $0.failure == nil { $0.failure = error } }
                 }
             }
         }.start()
     }
     group.wait()
-    work.body = nil
-    if let failure = state.withLock({ $0.failure }) { throw failure }
-}
-
-/// The body and parts of one `inParallel`: written before its threads start and after they all ended, read only
-/// between (the group's enter and wait order those), so no lock.
-private final class SharedWork<T>: @unchecked Sendable {
-    var body: ((T, _ goOn: @escaping () -> Bool) throws -> Void)?
-    let parts: [T]
-
-    init(body: @escaping (T, _ goOn: @escaping () -> Bool) throws -> Void, parts: [T]) {
-        self.body = body
-        self.parts = parts
-    }
+    if let failure = state.withLock({ s -> Error? in
+        s.body = nil
+        return s.failure
+    }) { throw failure }
 }

@@ -109,7 +109,6 @@ public final class FileSystem: @unchecked Sendable {
         self.downloadPolicy = downloadPolicy
         inodes = InodeTable(rootID: core.rootID)
         core.observer = self
-        announcer.fs = self
     }
 
     // MARK: attributes

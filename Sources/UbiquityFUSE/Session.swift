@@ -327,8 +327,8 @@ extension FileSystem {
             passthroughRefusal = passthrough ? passthroughRefusal ?? "the custom io was refused" : nil
             log.warning("the custom io was refused: the kernel asks for security.capability at every write")
         }
-        announcer.mountpoint = mountpoint
         session = se
+        announcer.start(self, at: mountpoint)
     }
 
     /// Serves requests until the file system is unmounted or a signal ends the loop; then unmounts.
@@ -340,6 +340,7 @@ extension FileSystem {
         fuse_remove_signal_handlers(se)
         session = nil
         notifier.sync {}
+        announcer.stop()
         fuse_session_unmount(se)
         fuse_session_destroy(se)
     }

@@ -25,7 +25,7 @@ import Glibc
 import UbiquityBase
 import UbiquityCore
 
-final class Announcer: @unchecked Sendable {
+final class Announcer: Sendable {
     enum Change {
         /// `name` in `parent` now names an item.
         case added(parent: String, name: String)
@@ -45,77 +45,73 @@ final class Announcer: @unchecked Sendable {
 
     private struct State {
         var queue: [Change] = []
+        /// The announcer thread's id, once its loop has begun.
         var thread: pid_t = 0
-        var running = false
         var scene = Scene()
+        /// The file system it repeats changes through, and where that is mounted (both set at the mount).
+        weak var fs: FileSystem?
+        var mountpoint = ""
     }
     private let state = Locked(State())
-    private let wake = DispatchSemaphore(value: 0)
+    // Below the threads answering programs' requests: a burst from elsewhere must not slow them.
+    private let loop = Loop(name: "announce", priority: .background)
     private let log = Logger("watch")
-    /// The mount's path (set at mount).
-    var mountpoint = ""
     /// Most changes kept waiting; past it the oldest are dropped (logged): a burst must not grow without bound.
     static let backlog = 100_000
+
+    /// Starts repeating changes through `fs`, mounted at `mountpoint`; until then, changes are dropped.
+    func start(_ fs: FileSystem, at mountpoint: String) {
+        state.withLock {
+            $0.fs = fs
+            $0.mountpoint = mountpoint
+        }
+        loop.start { [self] in run() }
+    }
+
+    /// Ends the thread, waiting a moment for it: a repeat that is waiting for an answer of a mount whose loop
+    /// has ended gets it at the unmount, and the thread then ends by itself.
+    func stop() { loop.stopAndJoin(timeout: 1) }
 
     /// True for a request sent by the announcer thread.
     func isMine(_ caller: Caller) -> Bool {
         guard let pid = caller.pid else { return false }
-        return state.withLock { $0.running && $0.thread == pid }
+        return state.withLock { $0.thread != 0 && $0.thread == pid }
     }
 
-    /// True while its thread runs (it ends after a few idle seconds).
-    var isRunning: Bool { state.withLock { $0.running } }
+    /// True while its thread runs (from the mount to the unmount).
+    var isRunning: Bool { loop.isRunning }
 
     /// The scene the announcer is in (for its own requests).
     var scene: Scene { state.withLock { $0.scene } }
 
     func add(_ change: Change) {
-        let start = state.withLock { s -> Bool in
+        guard loop.isRunning else { return }
+        state.withLock { s in
             if s.queue.count >= Announcer.backlog { s.queue.removeFirst(s.queue.count / 2) }
             s.queue.append(change)
-            defer { s.running = true }
-            return !s.running
         }
-        if start {
-            // Below the threads answering programs' requests: a burst from elsewhere must not slow them.
-            Thread { [self] in
-                Loop.enterThread(named: "announce", priority: .background)
-                loop()
-            }.start()
-        } else {
-            wake.signal()
-        }
+        loop.wake()
     }
 
-    private func loop() {
+    private func run() {
         state.withLock { $0.thread = currentThreadID() }
-        while true {
+        while !loop.isStopping {
+            if state.withLock({ $0.queue.isEmpty }) {
+                loop.pause(nanoseconds: 60_000_000_000)
+                continue
+            }
             // A moment to gather what one remote change brings (a move is a removal and an addition).
             usleep(20_000)
             let batch = state.withLock { s -> [Change] in
                 defer { s.queue.removeAll() }
                 return s.queue
             }
-            if batch.isEmpty {
-                if wake.wait(timeout: .now() + 5) == .timedOut {
-                    let done = state.withLock { s -> Bool in
-                        if !s.queue.isEmpty { return false }
-                        s.running = false
-                        return true
-                    }
-                    if done { return }
-                }
-                continue
-            }
             repeatBatch(batch)
         }
     }
 
-    /// The file system it repeats changes through (set once, when that is made).
-    weak var fs: FileSystem?
-
     private func repeatBatch(_ batch: [Change]) {
-        guard let fs, fs.session != nil else { return }
+        guard let fs = state.withLock({ $0.fs }), fs.session != nil else { return }
         // Where each item added in the batch is now: a removal of the same item is its move (one look-up each).
         var addedAt: [String: Int] = [:]
         for (j, change) in batch.enumerated() {
@@ -227,7 +223,7 @@ final class Announcer: @unchecked Sendable {
     /// Where `name` in folder `parent` is in the mount.
     func path(_ fs: FileSystem, _ parent: String, _ name: String) -> String {
         let dir = fs.core.path(of: parent)
-        return mountpoint + (dir.isEmpty ? "" : "/" + dir) + "/" + name
+        return state.withLock { $0.mountpoint } + (dir.isEmpty ? "" : "/" + dir) + "/" + name
     }
 }
 

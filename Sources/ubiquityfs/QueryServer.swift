@@ -7,8 +7,8 @@
 // kept in its own buffer; when a batch is due while more than `backlogLimit` bytes of earlier batches wait, the
 // client has fallen behind: its waiting batches are dropped, it is sent `{"fellBehind":true}` and closed.
 //
-// What must hold: the clients, their views and `directoryPaths` belong to the serving thread alone; only
-// `stopping` is shared, under `stopLock`. The core is reached through its public calls, one short look at a
+// What must hold: the clients, their views and `directoryPaths` are a `QueryServing`'s, made on the loop's
+// thread and touched by no other; only the loop's flags are shared. The core is reached through its public calls, one short look at a
 // time, and never while a client is waited for: every send is non-blocking, and a line partly sent is finished
 // before anything else goes to that client, so lines stay whole. The change stream is followed only while a
 // live client is connected, so it keeps nothing for nobody. The socket is mode 0600 before it listens.
@@ -73,9 +73,7 @@ final class QueryClient {
     }
 }
 
-final class QueryServer: @unchecked Sendable {
-    // @unchecked: `listenFD` is set by `start` before the loop starts; the clients and the paths are touched
-    // only by the loop's thread.
+final class QueryServer: Sendable {
     static let interval: Int64 = 250_000_000
     static let backlogLimit = 512 * 1024
     /// How long a closing client may take to read its last lines.
@@ -84,17 +82,7 @@ final class QueryServer: @unchecked Sendable {
     let core: Container
     let path: String
     private let log = Logger("query")
-    private var listenFD: Int32 = -1
-    private var clients: [QueryClient] = []
-    /// The last path of each directory shown to anyone: a directory whose path changed takes its descendants
-    /// along into the batch (their paths changed too).
-    private var directoryPaths: [String: String] = [:]
     private let loop = Loop(name: "query")
-    private let dates: ISO8601DateFormatter = {
-        let f = ISO8601DateFormatter()
-        f.timeZone = TimeZone(identifier: "UTC")
-        return f
-    }()
 
     init(core: Container, path: String) {
         self.core = core
@@ -125,8 +113,7 @@ final class QueryServer: @unchecked Sendable {
             close(fd)
             throw MountFailure("cannot serve the query socket \(path): \(why)")
         }
-        listenFD = fd
-        loop.start { [self] in serve() }
+        loop.start { [core, loop] in QueryServing(core: core, listenFD: fd, loop: loop).serve() }
     }
 
     /// Stops serving: the loop closes every client and the socket within one poll (a quarter second).
@@ -134,11 +121,34 @@ final class QueryServer: @unchecked Sendable {
         if !loop.stopAndJoin(timeout: 5) { log.warning("the query loop did not stop within 5 s") }
         unlink(path)
     }
+}
+
+/// The query loop's own state and work, made on the loop's thread and touched by no other.
+private final class QueryServing {
+    let core: Container
+    private let listenFD: Int32
+    private let loop: Loop
+    private let log = Logger("query")
+    private var clients: [QueryClient] = []
+    /// The last path of each directory shown to anyone: a directory whose path changed takes its descendants
+    /// along into the batch (their paths changed too).
+    private var directoryPaths: [String: String] = [:]
+    private let dates: ISO8601DateFormatter = {
+        let f = ISO8601DateFormatter()
+        f.timeZone = TimeZone(identifier: "UTC")
+        return f
+    }()
+
+    init(core: Container, listenFD: Int32, loop: Loop) {
+        self.core = core
+        self.listenFD = listenFD
+        self.loop = loop
+    }
 
     private var isStopping: Bool { loop.isStopping }
 
-    private func serve() {
-        var nextBatch = monotonicNanoseconds() + Self.interval
+    func serve() {
+        var nextBatch = monotonicNanoseconds() + QueryServer.interval
         while !isStopping {
             var fds = [pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)]
             for c in clients {
@@ -151,7 +161,7 @@ final class QueryServer: @unchecked Sendable {
             }
             if monotonicNanoseconds() >= nextBatch {
                 sendBatch()
-                nextBatch = monotonicNanoseconds() + Self.interval
+                nextBatch = monotonicNanoseconds() + QueryServer.interval
             }
             closeFinished()
         }
@@ -286,7 +296,7 @@ final class QueryServer: @unchecked Sendable {
         let (added, changed) = (told.added, told.changed)
         let removed = told.removed.map { jsonLine(["id": $0.id, "path": $0.path]) }
         if added.isEmpty && changed.isEmpty && removed.isEmpty { return }
-        if c.backlog > Self.backlogLimit {
+        if c.backlog > QueryServer.backlogLimit {
             log.info("a query client fell behind (\(c.backlog) bytes waiting); dropping it")
             c.fallBehind()
         } else {
@@ -300,7 +310,7 @@ final class QueryServer: @unchecked Sendable {
     private func closeFinished() {
         let before = clients.count
         clients.removeAll { c in
-            let finished = c.dead || (c.closingSince.map { !c.waiting || -$0.timeIntervalSinceNow > Self.closingGrace } ?? false)
+            let finished = c.dead || (c.closingSince.map { !c.waiting || -$0.timeIntervalSinceNow > QueryServer.closingGrace } ?? false)
             if finished { close(c.fd) }
             return finished
         }

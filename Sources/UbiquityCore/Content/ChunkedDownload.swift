@@ -72,38 +72,51 @@ extension Downloads {
 
 /// Hashes a file being landed chunk by chunk, out of order, in order: as the chunks from the start on are all
 /// there, `LandedBytes` hashes them (and starts writing them to disk), so that little is left for the end. One
-/// thread hashes at a time; a chunk that arrives meanwhile does not wait for it (the next arrival, or the end,
-/// hashes on).
-final class HashFrontier: @unchecked Sendable {
-    // @unchecked: `there`, `next` and `end` under `lock`; `landed` under `hashing`.
-    private let lock = NSLock()
-    private let hashing = NSLock()
+/// thread hashes at a time (the one that set `hashing`); a chunk that arrives meanwhile does not wait for it,
+/// and that thread hashes on to the new frontier before it lets go.
+///
+/// Lock order (docs/ARCHITECTURE.md): `frontier` is a leaf, never held while hashing; `landed` is held only by
+/// the thread that set `hashing`, so nobody ever waits for it.
+final class HashFrontier: Sendable {
+    private struct Frontier {
+        var there: [Bool]
+        var next = 0
+        var end: Int64 = 0
+        var hashing = false
+    }
     private let ends: [Int64]
-    private var there: [Bool]
-    private var next = 0
-    private var end: Int64 = 0
-    private let landed: LandedBytes
+    private let frontier: Locked<Frontier>
+    private let landed: Locked<LandedBytes>
 
     /// `ends`: where each chunk ends; `missing`: the chunks not there yet.
     init(ends: [Int64], missing: [Int], landed: LandedBytes) {
         self.ends = ends
-        self.landed = landed
-        there = Array(repeating: true, count: ends.count)
+        self.landed = Locked(landed)
+        var there = Array(repeating: true, count: ends.count)
         for i in missing { there[i] = false }
+        frontier = Locked(Frontier(there: there))
         arrived(nil)
     }
 
     func arrived(_ index: Int?) {
-        lock.withLock {
-            if let index { there[index] = true }
-            while next < there.count && there[next] {
-                end = ends[next]
-                next += 1
+        var upTo = frontier.withLock { f -> Int64? in
+            if let index { f.there[index] = true }
+            while f.next < f.there.count && f.there[f.next] {
+                f.end = ends[f.next]
+                f.next += 1
+            }
+            if f.hashing { return nil }
+            f.hashing = true
+            return f.end
+        }
+        while let end = upTo {
+            landed.withLock { $0.follow(to: end) }
+            upTo = frontier.withLock { f -> Int64? in
+                if f.end > end { return f.end }
+                f.hashing = false
+                return nil
             }
         }
-        guard hashing.try() else { return }
-        defer { hashing.unlock() }
-        landed.follow(to: lock.withLock { end })
     }
 }
 

@@ -173,7 +173,7 @@ def test_the_daemons_threads_are_named_and_the_repeats_run_below_requests(stub, 
     sync(a)
     wait_until(lambda: (b / "Documents" / "new.txt").exists(), timeout=30, what="new.txt on the desktop")
     (pid,) = b.daemon_pids()
-    out = run("ps", "-L", "-o", "comm=,ni=", "-p", pid).stdout  # the announcer ends after 5 idle seconds
+    out = run("ps", "-L", "-o", "comm=,ni=", "-p", pid).stdout
     nice = {}
     for line in out.splitlines():
         name, value = line.rsplit(None, 1)
