@@ -268,6 +268,18 @@ public func removeLeftover(_ path: String) {
 
 private let leftoverLog = Logger("files")
 
+/// The names in folder `path`, for `purpose` (said in the log): none when it does not exist; none either when
+/// it cannot be read, and then the cause is logged, so a listing that fails is never taken silently for an
+/// empty folder.
+public func folderNames(_ path: String, for purpose: String) -> [String] {
+    do { return try FileManager.default.contentsOfDirectory(atPath: path) } catch {
+        if access(path, F_OK) == 0 || errno != ENOENT {
+            leftoverLog.warning("cannot list \(path) (\(purpose)): \(error)")
+        }
+        return []
+    }
+}
+
 /// Why a file that holds a secret (a token, a key) may not be trusted, or nil (also when it does not exist).
 /// It must belong to this process's user and be open to nobody else: a file another user owns was chosen by
 /// them, who then know the secret; one others can read has told it already.

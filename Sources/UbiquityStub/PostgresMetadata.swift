@@ -386,17 +386,18 @@ private final class PostgresTransaction: MetadataTransaction {
 
     // MARK: History
 
-    private static func decodeVersion(_ r: PGRows, _ i: Int) -> WireVersion {
-        WireVersion(id: r.text(i, 0), version: r.int(i, 1), at: r.int(i, 2), path: r.text(i, 3), deleted: r.bool(i, 4),
+    private static func decodeVersion(_ r: PGRows, _ i: Int) throws -> WireVersion {
+        // Stored xattrs that do not decode are a damaged row: an error, as for an item, never a version without them.
+        try WireVersion(id: r.text(i, 0), version: r.int(i, 1), at: r.int(i, 2), path: r.text(i, 3), deleted: r.bool(i, 4),
                     parent: r.optionalText(i, 5), name: r.text(i, 6), kind: ItemKind(rawValue: r.text(i, 7)) ?? .file,
                     mode: UInt32(truncatingIfNeeded: r.int(i, 8)), mtime: r.int(i, 9), size: r.int(i, 10),
                     sha256: r.text(i, 11), device: r.text(i, 12), target: r.optionalText(i, 13),
-                    xattrs: r.optionalText(i, 14).flatMap { try? MetadataCoding.xattrs($0) })
+                    xattrs: r.optionalText(i, 14).map { try MetadataCoding.xattrs($0) })
     }
 
     private func versions(_ sql: String, _ params: [String?]) throws -> [WireVersion] {
         let r = try conn.exec(sql, params)
-        return (0..<r.count).map { Self.decodeVersion(r, $0) }
+        return try (0..<r.count).map { try Self.decodeVersion(r, $0) }
     }
 
     func appendHistory(_ cid: String, _ row: WireVersion) throws {

@@ -38,7 +38,7 @@ final class S3BlobStore: BlobStore, Sendable {
         self.cacheDir = cacheDir
         self.cacheLimit = cacheLimit
         try makeDirectories(cacheDir + "/tmp")
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: cacheDir + "/tmp")) ?? [] {
+        for name in folderNames(cacheDir + "/tmp", for: "cut-short fetches to remove") {
             removeLeftover(cacheDir + "/tmp/" + name)
         }
         do {
@@ -111,7 +111,12 @@ final class S3BlobStore: BlobStore, Sendable {
         }
         remember(key, size)
         // The verified upload is also the first cached copy.
-        if (try? makeDirectories(cacheDir + "/" + cid)) != nil { try? renameFile(tmpPath, cachePath(cid, sha256)) }
+        do {
+            try makeDirectories(cacheDir + "/" + cid)
+            try renameFile(tmpPath, cachePath(cid, sha256))
+        } catch {
+            Logger("s3").warning("cannot keep blob \(sha256) of \(cid) in the cache \(cacheDir) (its reads go to the blob store): \(error)")
+        }
         return created
     }
 
@@ -210,9 +215,8 @@ final class S3BlobStore: BlobStore, Sendable {
     /// Drops the least recently used cached copies until the cache is under its limit.
     private func evict(keeping: String) {
         var files: [(path: String, size: Int64, used: Int64)] = []
-        let fm = FileManager.default
-        for cid in (try? fm.contentsOfDirectory(atPath: cacheDir)) ?? [] where cid != "tmp" {
-            for name in (try? fm.contentsOfDirectory(atPath: cacheDir + "/" + cid)) ?? [] {
+        for cid in folderNames(cacheDir, for: "the cache's containers") where cid != "tmp" {
+            for name in folderNames(cacheDir + "/" + cid, for: "the cache's copies") {
                 let p = cacheDir + "/" + cid + "/" + name
                 var st = stat()
                 guard stat(p, &st) == 0 else { continue }

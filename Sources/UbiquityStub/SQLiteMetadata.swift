@@ -227,17 +227,18 @@ private struct SQLiteTransaction: MetadataTransaction {
 
     // MARK: History
 
-    private static func decodeVersion(_ r: Row) -> WireVersion {
-        WireVersion(id: r.text(0), version: r.int(1), at: r.int(2), path: r.text(3), deleted: r.int(4) != 0,
+    private static func decodeVersion(_ r: Row) throws -> WireVersion {
+        // Stored xattrs that do not decode are a damaged row: an error, as for an item, never a version without them.
+        try WireVersion(id: r.text(0), version: r.int(1), at: r.int(2), path: r.text(3), deleted: r.int(4) != 0,
                     parent: r.optionalText(5), name: r.text(6), kind: ItemKind(rawValue: r.text(7)) ?? .file,
                     mode: UInt32(truncatingIfNeeded: r.int(8)), mtime: r.int(9), size: r.int(10), sha256: r.text(11),
                     device: r.text(12), target: r.optionalText(13),
-                    xattrs: r.optionalText(14).flatMap { try? MetadataCoding.xattrs($0) })
+                    xattrs: r.optionalText(14).map { try MetadataCoding.xattrs($0) })
     }
 
     private func versions(_ sql: String, _ params: [SQLValue]) throws -> [WireVersion] {
         var rows: [WireVersion] = []
-        try db.forEach(sql, params) { rows.append(Self.decodeVersion($0)) }
+        try db.forEach(sql, params) { rows.append(try Self.decodeVersion($0)) }
         return rows
     }
 

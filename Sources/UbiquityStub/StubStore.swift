@@ -99,9 +99,7 @@ final class StubStore: Sendable {
         self.blobs = try blobs ?? FileBlobStore(dir: dataDir + "/blobs", tmpDir: tmpDir)
         try makeDirectories(tmpDir)
         // Leftovers of uploads cut short by a crash.
-        if let names = try? FileManager.default.contentsOfDirectory(atPath: tmpDir) {
-            for name in names { removeLeftover(tmpDir + "/" + name) }
-        }
+        for name in folderNames(tmpDir, for: "uploads cut short to remove") { removeLeftover(tmpDir + "/" + name) }
         meta = try metadata ?? SQLiteMetadata(path: dataDir + "/stub.sqlite")
     }
 

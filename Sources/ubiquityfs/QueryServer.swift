@@ -230,7 +230,9 @@ private final class QueryServing {
         c.flush()
     }
 
-    /// Every item below the root, depth first in name order (a folder, then what is in it).
+    /// Every item below the root, depth first in name order (a folder, then what is in it). A folder that went
+    /// meanwhile lists as empty: what it held went with it (`list` reads memory only, and fails for no other
+    /// reason).
     private func allItems() -> [String] {
         var ids: [String] = []
         var stack = Array(((try? core.list(core.rootID)) ?? []).reversed())

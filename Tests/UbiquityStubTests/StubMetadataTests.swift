@@ -57,4 +57,23 @@ import UbiquityBase
         #expect(back.map { "\($0.what) \($0.path)" } == ["move Documents/old"])
         #expect(try store.item(cid, "d1").name == "old" && store.trash(cid).isEmpty)
     }
+
+    /// Stored extended attributes of a kept version that do not decode are a damaged row: reading the history
+    /// fails, as reading a live item with such a row does. Before, the version came back without its xattrs,
+    /// and a restore of it would have taken them away on every device.
+    @Test func aKeptVersionWithDamagedXattrsIsAnErrorNotAVersionWithout() throws {
+        let dir = NSTemporaryDirectory() + "stubmeta-" + randomHex(bytes: 8)
+        try makeDirectories(dir)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let server = try StubServer(config: StubConfig(dataDir: dir))
+        let store = server.store
+        _ = try store.ensureContainer(cid)
+        var item = try store.item(cid, "documents")
+        item.xattrs = ["user.color": "cmVk"]
+        _ = try store.putItem(cid, "documents", item, .ifMatch(item.version))
+        #expect(try store.history(cid, "documents").first?.xattrs == ["user.color": "cmVk"])
+        let db = try Database(path: dir + "/stub.sqlite")
+        try db.query("UPDATE history SET xattrs = '{not json' WHERE id = 'documents'", [])
+        #expect(throws: (any Error).self) { try store.history(cid, "documents") }
+    }
 }

@@ -159,7 +159,10 @@ final class LocalChunks {
     func copy(_ sha: String, size: Int64, to target: FileDescriptor, at offset: Int64) -> Bool {
         var places: [(id: String, offset: Int64, size: Int64)] = []
         if let item, let chunk = byHash[sha] { places.append((item, chunk.offset, chunk.size)) }
-        places += (try? container.read { s in try s.store.chunkPlaces(sha) }) ?? []
+        do { places += try container.read { s in try s.store.chunkPlaces(sha) } } catch {
+            // Only a speed-up: the chunk is fetched instead.
+            Logger("download").warning("cannot look up where chunk \(sha) is held here (it is fetched): \(error)")
+        }
         for place in places where place.size == size {
             guard let fd = file(place.id), let bytes = read(fd, at: place.offset, count: size),
                   sha256Hex(bytes) == sha else { continue }

@@ -76,6 +76,8 @@ public final class Store {
     /// The size of the reserve.
     static let reserveBytes: Int64 = 1 << 20
     private var hasReserve = false
+    /// Why the reserve could not be made last time, when the cause was other than a lack of room.
+    private var reserveFailure: String?
 
     /// Whether the reserve is in place, making it again first if there is room for it: false while the disk is
     /// too full for it. What only takes space (remote changes) waits for this, so that the reserve and what
@@ -86,14 +88,28 @@ public final class Store {
         return hasReserve
     }
 
-    /// Makes sure the reserve file exists (quietly does nothing when there is no room for it).
+    /// Makes sure the reserve file exists (quietly does nothing when there is no room for it; any other cause
+    /// is logged, once until it changes).
     private func keepReserve() {
         guard !hasReserve else { return }
-        if let fd = try? FileDescriptor.open(reservePath, O_WRONLY | O_CREAT, mode: 0o600) {
-            hasReserve = posix_fallocate(fd.raw, 0, off_t(Store.reserveBytes)) == 0
+        do {
+            let fd = try FileDescriptor.open(reservePath, O_WRONLY | O_CREAT, mode: 0o600)
+            let rc = posix_fallocate(fd.raw, 0, off_t(Store.reserveBytes))
             fd.close()
+            hasReserve = rc == 0
             if !hasReserve { removeLeftover(reservePath) }
+            noteReserveFailure(rc == 0 || rc == ENOSPC || rc == EDQUOT ? nil : "\(Errno(rc))")
+        } catch {
+            noteReserveFailure(error == .noSpace || error == .quota ? nil : "\(error)")
         }
+    }
+
+    /// Logs why the reserve cannot be made, when that is new.
+    private func noteReserveFailure(_ cause: String?) {
+        if let cause, cause != reserveFailure {
+            Logger("store").warning("cannot make the reserve file \(reservePath): \(cause)")
+        }
+        reserveFailure = cause
     }
 
     /// Runs a database write; when the disk is full, gives up the reserve and tries once more. Inside a
@@ -866,7 +882,7 @@ struct StorePaths: Sendable {
     /// or the version is gone).
     func removeStaleStaging(_ key: String, keeping path: String = "") {
         guard let generation = staged.sinceNone else { return }
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? []
+        let names = folderNames(staging, for: "partial downloads to remove")
         for name in names
         where (name.hasPrefix(key + "-") || (path.isEmpty && name.hasPrefix(key + "."))) && staging + "/" + name != path {
             removeLeftover(staging + "/" + name)
@@ -895,7 +911,7 @@ final class SpareFiles: Sendable {
     /// The spares left by an earlier run are kept; files set aside and not given yet are removed.
     init(directory: String) {
         self.directory = directory
-        let all = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        let all = folderNames(directory, for: "spare content files")
         for name in all where Int(name) == nil { removeLeftover(directory + "/" + name) }
         let names = all.filter { Int($0) != nil }
         pool = Locked(Pool(names: names, next: names.compactMap { Int($0) }.max() ?? 0))
