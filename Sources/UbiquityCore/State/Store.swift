@@ -359,7 +359,7 @@ public final class Store {
     /// The remote does not hold the item (any more): a create sent before is not there.
     func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
 
-    /// The last puts sent for an item, encoded by the caller (SyncState `markSent`).
+    /// The last puts sent for an item, encoded by the caller (`PushSide.markSent`, PushState.swift).
     func sentPuts(_ id: String) throws -> String? { try meta("puts:" + id) }
     func setSentPuts(_ id: String, _ puts: String) throws { try setMeta("puts:" + id, puts) }
     func forgetSentPuts(_ id: String) throws { try removeMeta("puts:" + id) }

@@ -88,7 +88,7 @@ struct Pusher {
         try push.dropFromJournal(id)
     }
 
-    /// Pushes the item that must go first so that `other` can go (see SyncState `firstToPush`), as a push
+    /// Pushes the item that must go first so that `other` can go (see `PushSide.firstToPush`, PushState.swift), as a push
     /// this one waits for.
     private func pushFirst(_ other: String) throws {
         try Pusher(container: container, id: other, waiting: waiting + [id]).run()
