@@ -12,8 +12,8 @@
 // before it returns. A merge (`apply`) keeps the winner by `wins(over:)` alone; a local pending write that loses
 // is dropped. The feed position (`seq`) moves in the same transaction as the entries it covers, and an answer
 // read against a position reset meanwhile is dropped. A write the remote refuses for good is dropped here and
-// the feed read again from 0. A database error in `value` or `keys` is logged as an error and thrown, for the
-// caller to answer it (the adapter: EIO).
+// the feed read again from 0. A database error in `value` or `keys` is logged as an error and thrown for the
+// caller to answer.
 import Foundation
 import UbiquityBase
 
