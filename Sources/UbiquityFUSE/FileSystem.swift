@@ -634,7 +634,7 @@ public final class FileSystem: @unchecked Sendable {
     /// `failed` otherwise.
     func whenLocal(_ waiter: Waiter, _ id: String, staleOK: Bool = false,
                    failed: @escaping @Sendable (AdapterError) -> Void, then: @escaping @Sendable () -> Void) {
-        waitFor(waiter, start: { done in _ = core.fetch(id, done: done) }, fallback: { [self] error in
+        waitFor(waiter, start: { done in core.fetch(id, done: done) }, fallback: { [self] error in
             guard staleOK, core.item(id)?.hasLocal == true else { return false }
             log.warning("serving the older local copy of \(core.path(of: id)): \(error)")
             return true

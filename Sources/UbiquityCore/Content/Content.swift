@@ -174,13 +174,8 @@ extension Container {
     public func currentSize(_ item: Item) -> Int64 { Container.currentSize(item, paths) }
 
     /// Fetches the newest content of a file, calling `done` once it is local (or failed, or gave up).
-    /// Returns a token to cancel the wait (the transfer itself goes on).
-    public func fetch(_ id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) -> Int {
+    public func fetch(_ id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) {
         downloads.wait(for: id, done: done)
-    }
-
-    public func cancelFetchWait(_ id: String, token: Int) {
-        downloads.cancelWait(for: id, token: token)
     }
 
     /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.

@@ -89,14 +89,12 @@ final class Downloads: Sendable {
     }
 
     /// Registers a waiter for the item's content and starts the transfer if none runs.
-    func wait(for id: String, done: @escaping Waiter) -> Int {
-        let token = book.withLock { b in
-            defer { b.nextToken += 1 }
+    func wait(for id: String, done: @escaping Waiter) {
+        book.withLock { b in
             b.waiters[id, default: [:]][b.nextToken] = done
-            return b.nextToken
+            b.nextToken += 1
         }
         start(id)
-        return token
     }
 
     /// Without background transfers: remembers the key for the owner's next `downloadOnce`.
@@ -150,10 +148,6 @@ final class Downloads: Sendable {
             return b.retryWhenBack.subtracting(running).sorted()
         }
         for id in ids { start(id) }
-    }
-
-    func cancelWait(for id: String, token: Int) {
-        book.withLock { $0.waiters[id]?[token] = nil }
     }
 
     /// Queues a background transfer of the item unless one is queued or runs already. From now on it shows as

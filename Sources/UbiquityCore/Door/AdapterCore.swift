@@ -1,5 +1,7 @@
-// All that the FUSE adapter may call of the core: the one protocol it holds (`FileSystem.core`). Container is
-// its one implementation; the push and pull sides (`Container.pushSide`, `.pullSide`), the loops and the
+// All that the FUSE adapter may call of the core (`FileSystem.core`), as one protocol per role, each about the
+// size of a file system's metadata door: the container's own facts, names and attributes, content, status and
+// actions, conflict versions, and Recently Deleted with history. `AdapterCore` is all of them; Container is
+// their one implementation; the push and pull sides (`Container.pushSide`, `.pullSide`), the loops and the
 // simulation's steps (`@_spi(Simulation)`) are not part of it, so the adapter cannot reach them.
 //
 // What must hold: each call that changes anything is one operation of the core (one `mutate`, one transaction)
@@ -11,8 +13,8 @@ import UbiquityBase
 import Glibc
 #endif
 
-public protocol AdapterCore: AnyObject, Sendable {
-    // MARK: the container
+/// The container itself: its root, its configuration, the observer of changes from elsewhere, its store's disk.
+public protocol ContainerFacts: AnyObject, Sendable {
     var rootID: String { get }
     var config: ContainerConfig { get }
     /// Told of changes from elsewhere, to invalidate the kernel's caches. Held weakly.
@@ -20,8 +22,10 @@ public protocol AdapterCore: AnyObject, Sendable {
     func rootAttributes() throws(CoreError) -> [(name: String, value: String)]
     func storeFileSystemStats() throws(CoreError) -> statvfs
     func makeStagingFile(prefix: String) throws(CoreError) -> FileDescriptor
+}
 
-    // MARK: items and names
+/// Items by id and by name, listings, and the changes of the namespace and of attributes.
+public protocol NamesAndAttributes: AnyObject, Sendable {
     func item(_ id: String) -> Item?
     func unlinkedItem(_ id: String) -> Item?
     func lookup(parent: String, name: String) -> Item?
@@ -40,10 +44,12 @@ public protocol AdapterCore: AnyObject, Sendable {
     func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError)
     func setAttributes(_ id: String, size: Int64?, mode: UInt32?, mtime: Int64?, atime: Int64?,
                        owner: Owner?) throws(CoreError) -> Item
+}
 
-    // MARK: content
+/// A file's content: opens (which may wait for a download), writes, flushes, syncs and releases.
+public protocol ContentDoor: AnyObject, Sendable {
     func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool, noDownload: Bool) throws(CoreError) -> Container.Opening
-    func fetch(_ id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) -> Int
+    func fetch(_ id: String, done: @escaping @Sendable (Result<Void, CoreError>) -> Void)
     func write<T>(_ id: String, through fd: FileDescriptor?, _ body: () -> T) throws(CoreError) -> T
     func openedForUnseenWrites(_ id: String) throws(CoreError) -> Int?
     func flushed(_ id: String, wroteUnseen: Bool, through fd: FileDescriptor?) throws(CoreError)
@@ -52,19 +58,24 @@ public protocol AdapterCore: AnyObject, Sendable {
     func release(_ id: String, through fd: FileDescriptor, _ r: Container.Release) throws(CoreError)
     func localStat(_ item: Item) -> stat?
     func contentFileIdentity(_ id: String) -> (device: UInt64, inode: UInt64)?
-    func evict(_ id: String) throws(CoreError)
-    func requestDownload(_ id: String) throws(CoreError)
-    func setPinned(_ id: String, _ on: Bool) throws(CoreError)
-    func setExcludedFromSync(_ id: String, _ on: Bool) throws(CoreError)
+}
 
-    // MARK: status and extended attributes
+/// The `user.ubiquity.*` status, user xattrs, and the actions on an item (evict, download, pin, exclude).
+public protocol StatusAndActions: AnyObject, Sendable {
     func status(_ id: String) throws(CoreError) -> ItemStatus
     func userXattr(_ id: String, _ name: String) throws(CoreError) -> [UInt8]
     func userXattrNames(_ id: String) -> [String]
     func setUserXattr(_ id: String, _ name: String, _ value: [UInt8], create: Bool, replace: Bool) throws(CoreError)
     func removeUserXattr(_ id: String, _ name: String) throws(CoreError)
 
-    // MARK: conflict versions
+    func evict(_ id: String) throws(CoreError)
+    func requestDownload(_ id: String) throws(CoreError)
+    func setPinned(_ id: String, _ on: Bool) throws(CoreError)
+    func setExcludedFromSync(_ id: String, _ on: Bool) throws(CoreError)
+}
+
+/// Conflict versions: listed, opened, fetched, evicted, discarded, promoted.
+public protocol ConflictsAndVersions: AnyObject, Sendable {
     func conflictedItems() -> [Item]
     func hasLocalConflict(_ id: String, _ conflict: String) -> Bool
     func openConflictVersion(item id: String, conflict: String) throws(CoreError) -> FileDescriptor
@@ -73,8 +84,10 @@ public protocol AdapterCore: AnyObject, Sendable {
     func discardConflict(_ id: String, _ conflict: String) throws(CoreError)
     func promoteConflict(_ id: String, _ conflict: String) throws(CoreError)
     func resolveKeepingCurrent(_ id: String) throws(CoreError)
+}
 
-    // MARK: Recently Deleted and history (requests to the remote, answered through a completion)
+/// Recently Deleted, history, rewind and past versions: requests to the remote, answered through a completion.
+public protocol HistoryAndTrash: AnyObject, Sendable {
     func recentlyDeleted(done: @escaping Container.Answer<[WireVersion]>)
     func history(_ id: String, done: @escaping Container.Answer<[WireVersion]>)
     func restoreFromTrash(_ ids: [String], done: @escaping Container.Answer<[WireItem]>)
@@ -85,4 +98,9 @@ public protocol AdapterCore: AnyObject, Sendable {
     func restorePast(_ id: String, _ content: PastContent) throws(CoreError)
 }
 
-extension Container: AdapterCore {}
+/// All the adapter may call.
+public typealias AdapterCore = ContainerFacts & NamesAndAttributes & ContentDoor & StatusAndActions
+    & ConflictsAndVersions & HistoryAndTrash
+
+extension Container: ContainerFacts, NamesAndAttributes, ContentDoor, StatusAndActions, ConflictsAndVersions,
+    HistoryAndTrash {}

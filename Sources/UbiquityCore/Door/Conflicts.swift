@@ -28,7 +28,7 @@ extension Container {
     /// Fetches a conflict version's content, calling `done` once it is local or failed.
     public func fetchConflict(_ id: String, _ conflict: String,
                               done: @escaping @Sendable (Result<Void, CoreError>) -> Void) {
-        _ = downloads.wait(for: id + "." + conflict, done: done)
+        downloads.wait(for: id + "." + conflict, done: done)
     }
 
     /// Drops the local copy of a conflict version (it stays on the remote).

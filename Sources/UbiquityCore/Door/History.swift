@@ -58,7 +58,7 @@ extension Container {
     /// Fetches a past version's content (verified) for one open, calling `done` once it is here or failed.
     public func fetchPast(_ content: PastContent, done: @escaping @Sendable (Result<Void, CoreError>) -> Void) {
         if content.size == 0 { return done(.success(())) }
-        _ = downloads.wait(for: content.description, done: done)
+        downloads.wait(for: content.description, done: done)
     }
 
     /// Opens the copy `fetchPast` brought, read-only, and lets go of its name: it lives as long as the
