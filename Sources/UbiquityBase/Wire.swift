@@ -385,8 +385,10 @@ public enum WireRules {
         let uid = name.utf8.dropFirst(7)
         return !uid.isEmpty && uid.count <= 10 && uid.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
     }
+    /// The mount's own folders in its root: conflict and past versions, the key-value store, Recently Deleted.
+    public static let versionsFolder = ".versions", keyValueFolder = ".kvstore", trashFolder = ".trash"
     /// The names the mount gives to folders of its own in its root.
-    public static let mountRootNames = [".versions", ".kvstore", ".trash"]
+    public static let mountRootNames = [versionsFolder, keyValueFolder, trashFolder]
 
     /// Why no item on the remote may have this name in folder `parent`, or nil: a name the mount gives a meaning
     /// of its own, one list for the server and the mount. `.versions`, `.kvstore` and `.trash` in the root would

@@ -9,8 +9,8 @@
 // AdapterServices.swift), never the store. An `Entry` counts one lookup and an `Opened` holds a handle: whoever
 // cannot deliver one gives it back (`forget`, `release`; Session.swift does it when an answer does not reach
 // the kernel). Kernel cache notices go through the `notifier` queue, never on a request's own thread (libfuse: a
-// notice there can deadlock with the request). `.versions` and `.kvstore` in the root are never an item's name
-// (`isVersionsName`).
+// notice there can deadlock with the request). `.versions`, `.kvstore` and `.trash` in the root are never an item's name
+// (`isMountRootName`).
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the handles' and the session's are leaves,
 // never held over a core call.
@@ -171,10 +171,10 @@ public final class FileSystem: @unchecked Sendable {
     /// True for ids of the versions directory's virtual nodes.
     func isVirtual(_ id: String) -> Bool { NodeID(parsing: id).isVirtual }
 
-    /// True for the names `.versions`, `.kvstore` and `.trash` in the mount root, which no item may take.
-    func isVersionsName(_ parent: String, _ name: String) -> Bool {
-        parent == core.rootID && (sameName(name, FileSystem.versionsName) || sameName(name, FileSystem.kvName)
-                                  || sameName(name, FileSystem.trashName))
+    /// True for the names of the mount's own folders in its root (`.versions`, `.kvstore`, `.trash`: the one
+    /// list the server keeps too, `WireRules.mountRootNames`), which no item may take.
+    func isMountRootName(_ parent: String, _ name: String) -> Bool {
+        parent == core.rootID && WireRules.mountRootNames.contains { sameName(name, $0) }
     }
 
     /// The directory behind inode `parent` in which something is to be made: not a virtual one, and not under
@@ -182,7 +182,7 @@ public final class FileSystem: @unchecked Sendable {
     private func makingIn(_ parent: UInt64, _ name: String) throws(CoreError) -> String {
         guard let dirID = inodes.id(parent) else { throw .notFound }
         if isVirtual(dirID) { throw .readOnly }
-        if isVersionsName(dirID, name) { throw .exists }
+        if isMountRootName(dirID, name) { throw .exists }
         return dirID
     }
 
@@ -338,7 +338,7 @@ public final class FileSystem: @unchecked Sendable {
         guard let dirID = inodes.id(parent) else { throw .notFound }
         if isKVID(dirID) && !directory { return try kvRemove(dirID, name) }
         if isVirtual(dirID) && !directory { return try unlinkVersion(dirID, name) }
-        if isVirtual(dirID) || isVersionsName(dirID, name) { throw .readOnly }
+        if isVirtual(dirID) || isMountRootName(dirID, name) { throw .readOnly }
         let held = heldFolder(dirID, name)
         let saved = try core.remove(parent: dirID, name: name, directory: directory)
         held?()
@@ -368,7 +368,7 @@ public final class FileSystem: @unchecked Sendable {
     func rename(_ parent: UInt64, _ name: String, _ newParent: UInt64, _ newName: String, mode: RenameMode,
                 waiter: Waiter, done: @escaping Completion<Void>) {
         guard let from = inodes.id(parent), let to = inodes.id(newParent) else { return done(.failure(.core(.notFound))) }
-        if isVirtual(to) || isVersionsName(from, name) || isVersionsName(to, newName) || (isVirtual(from) && mode == .exchange) {
+        if isVirtual(to) || isMountRootName(from, name) || isMountRootName(to, newName) || (isVirtual(from) && mode == .exchange) {
             return done(.failure(.core(.readOnly)))
         }
         if isVirtual(from) { return renameVersion(from, name, to, newName, waiter: waiter, done: done) }

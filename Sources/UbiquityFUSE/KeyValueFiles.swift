@@ -22,7 +22,7 @@ import UbiquityBase
 import UbiquityCore
 
 extension FileSystem {
-    static let kvName = ".kvstore"
+    static let kvName = WireRules.keyValueFolder
     static let kvJSONName = ".json"
     static let kvChangesName = ".changes"
     static let kvDirID = NodeID.kvDir(typed: false).description

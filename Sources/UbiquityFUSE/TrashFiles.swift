@@ -17,7 +17,7 @@ import UbiquityBase
 import UbiquityCore
 
 extension FileSystem {
-    static let trashName = ".trash"
+    static let trashName = WireRules.trashFolder
     static let trashListName = ".list"
     static let trashDirID = NodeID.trashDir.description
     static let trashListID = NodeID.trashList.description

@@ -55,7 +55,7 @@ enum Node {
 }
 
 extension FileSystem {
-    static let versionsName = ".versions"
+    static let versionsName = WireRules.versionsFolder
 
     static func versionsDirID(_ item: String) -> String { NodeID.versionsDir(item: item).description }
     static func versionID(_ item: String, _ conflict: String) -> String {
