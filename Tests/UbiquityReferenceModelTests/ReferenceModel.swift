@@ -49,6 +49,14 @@ enum RefOp: Equatable, CustomStringConvertible {
     case moveDir(from: Int, to: Int)
     /// The other device renames a folder: it may race this device's changes inside it.
     case remoteMoveDir(from: Int, to: Int)
+    /// setxattr(2) of a user attribute (`key` indexes `xattrKeys`) on a file.
+    case setXattr(name: Int, key: Int, value: [UInt8])
+    /// removexattr(2) of a user attribute: ENODATA where it is not set.
+    case removeXattr(name: Int, key: Int)
+    /// The other device sets a user attribute on a file.
+    case remoteSetXattr(name: Int, key: Int, value: [UInt8])
+    /// listxattr(2) and getxattr(2) of a file's user attributes.
+    case xattrs(name: Int)
     /// Both devices push and pull until nothing is left.
     case sync
     /// The network goes down or comes back (for both devices).
@@ -60,6 +68,7 @@ enum RefOp: Equatable, CustomStringConvertible {
     /// Folders, two of them inside the others: a folder moves into another one and back.
     static let dirs = ["d", "e", "d/e", "e/d"]
     static let processes = 2
+    static let xattrKeys = ["user.k0", "user.k1"]
 
     var description: String {
         switch self {
@@ -81,6 +90,10 @@ enum RefOp: Equatable, CustomStringConvertible {
         case .rmdir(let d): return ".rmdir(dir: \(d))"
         case .moveDir(let f, let t): return ".moveDir(from: \(f), to: \(t))"
         case .remoteMoveDir(let f, let t): return ".remoteMoveDir(from: \(f), to: \(t))"
+        case .setXattr(let n, let k, let v): return ".setXattr(name: \(n), key: \(k), value: \(v))"
+        case .removeXattr(let n, let k): return ".removeXattr(name: \(n), key: \(k))"
+        case .remoteSetXattr(let n, let k, let v): return ".remoteSetXattr(name: \(n), key: \(k), value: \(v))"
+        case .xattrs(let n): return ".xattrs(name: \(n))"
         case .sync: return ".sync"
         case .network(let up): return ".network(up: \(up))"
         case .restart: return ".restart"
@@ -98,7 +111,8 @@ enum RefOp: Equatable, CustomStringConvertible {
         let d = rng.below(dirs.count), other = rng.below(dirs.count)
         func bytes() -> [UInt8] { (0..<(1 + rng.below(6))).map { _ in UInt8(97 + rng.below(26)) } }
         let kind = [OpenKind.read, .readWrite, .truncate][rng.below(3)]
-        switch rng.below(100) {
+        let key = rng.below(xattrKeys.count)
+        switch rng.below(106) {
         case 0..<8: return .create(p: p, name: n)
         case 8..<21: return .open(p: p, name: n, kind)
         case 21..<23: return .interruptedOpen(p: p, name: n, kind)
@@ -119,7 +133,11 @@ enum RefOp: Equatable, CustomStringConvertible {
         case 88..<90: return .remoteMoveDir(from: d, to: other)
         case 90..<96: return .sync
         case 96..<98: return .network(up: rng.below(2) == 0)
-        default: return .restart
+        case 98..<100: return .restart
+        case 100..<102: return .setXattr(name: n, key: key, value: bytes())
+        case 102..<103: return .removeXattr(name: n, key: key)
+        case 103..<104: return .remoteSetXattr(name: n, key: key, value: bytes())
+        default: return .xattrs(name: n)
         }
     }
 }
@@ -166,6 +184,8 @@ struct ModelFile {
     var stale = false
     /// The names it left here since the last sync reached the remote.
     var leftNames: Set<String> = []
+    /// Its user extended attributes (of `RefOp.xattrKeys`), which go with it to every device.
+    var xattrs: [String: [UInt8]] = [:]
 
     /// What a program that opens the file now reads.
     var visible: [UInt8] { (local != nil && !stale) ? local!.bytes : remote }
@@ -366,6 +386,14 @@ final class RefDevice {
         _ = try fs.write(opened.fh, WriteData(bytes), at: 0)
         try fs.flush(opened.fh)
         fs.release(opened.fh)
+    }
+
+    /// The user attributes of `RefOp.xattrKeys` that listxattr names on `ino`, each with what getxattr reads.
+    func userXattrs(_ ino: UInt64) throws -> [String: [UInt8]] {
+        let names = try fs.listxattr(ino).split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+        var found: [String: [UInt8]] = [:]
+        for name in names where RefOp.xattrKeys.contains(name) { found[name] = try fs.getxattr(ino, name) }
+        return found
     }
 
     /// rename(2) from one path to another (folders must exist).

@@ -93,6 +93,7 @@ final class RefRun {
     }
 
     func name(_ n: Int) -> String { RefOp.files[n % RefOp.files.count] }
+    func xattrKey(_ k: Int) -> String { RefOp.xattrKeys[k % RefOp.xattrKeys.count] }
     func dir(_ n: Int) -> String { RefOp.dirs[n % RefOp.dirs.count] }
 
     /// The folder of a path ("" for the root).
@@ -147,6 +148,10 @@ final class RefRun {
         case .rmdir(let d): try rmdir(dir(d))
         case .moveDir(let f, let t): try moveDir(dir(f), dir(t))
         case .remoteMoveDir(let f, let t): try remoteMoveDir(dir(f), dir(t))
+        case .setXattr(let n, let k, let v): try setXattr(name(n), xattrKey(k), v)
+        case .removeXattr(let n, let k): try removeXattr(name(n), xattrKey(k))
+        case .remoteSetXattr(let n, let k, let v): try remoteSetXattr(name(n), xattrKey(k), v)
+        case .xattrs(let n): try checkXattrs(name(n))
         case .sync: try sync()
         case .network(let up):
             offline = !up
@@ -423,6 +428,57 @@ final class RefRun {
         if done { moveFolder(from, to) }
     }
 
+    // MARK: user extended attributes
+
+    /// The inode of `name` when the model has the file there; nil when neither has it (a violation when only
+    /// one of them does).
+    func fileIno(_ name: String) throws -> UInt64? {
+        guard inPlace(name) else { return nil }
+        let ino = try a.ino(name)
+        if (ino != nil) != (files[name] != nil) {
+            throw violation(ino == nil ? "\(name) is not found" : "\(name) is found, the model has no such name")
+        }
+        return ino
+    }
+
+    func setXattr(_ name: String, _ key: String, _ value: [UInt8]) throws {
+        guard let ino = try fileIno(name) else { return }
+        _ = try expectSuccess("setxattr \(key) of \(name)", Result { () throws(AdapterError) in
+            try a.fs.setxattr(ino, key, value, flags: 0)
+        })
+        files[name]?.xattrs[key] = value
+        dirtyNames.insert(name)
+    }
+
+    func removeXattr(_ name: String, _ key: String) throws {
+        guard let ino = try fileIno(name) else { return }
+        let result = Result { () throws(CoreError) in try a.fs.removexattr(ino, key) }.mapError { AdapterError.core($0) }
+        guard files[name]?.xattrs[key] != nil else {
+            return try expectFailure("removexattr \(key) of \(name), which has none", result, ENODATA)
+        }
+        _ = try expectSuccess("removexattr \(key) of \(name)", result)
+        files[name]?.xattrs[key] = nil
+        dirtyNames.insert(name)
+    }
+
+    func remoteSetXattr(_ name: String, _ key: String, _ value: [UInt8]) throws {
+        let done = try remote(touching: [name, folder(name)]) {
+            guard b.item(name)?.kind == .file, let ino = try b.ino(name) else { return false }
+            _ = try expectSuccess("the other device's setxattr", Result { () throws(AdapterError) in
+                try b.fs.setxattr(ino, key, value, flags: 0)
+            })
+            return true
+        }
+        if done { files[name]?.xattrs[key] = value }
+    }
+
+    /// listxattr and getxattr of a file's user attributes here say what the model says.
+    func checkXattrs(_ name: String) throws {
+        guard let ino = try fileIno(name), let f = files[name] else { return }
+        let shown = try a.userXattrs(ino)
+        if shown != f.xattrs { throw violation("\(name) shows the attributes \(shown), the model \(f.xattrs)") }
+    }
+
     /// Whether `a` downloaded `name`, or replaced (installed) or dropped a stale copy of it: a cache policy,
     /// not a result.
     func reconcile(_ name: String) {
@@ -512,6 +568,8 @@ final class RefRun {
             if item.remoteSHA != sha(f.visible) && !(f.visible.isEmpty && item.remoteSize == 0) {
                 throw violation("after a sync the remote holds other bytes for \(name) than \(text(f.visible))")
             }
+            let theirs = item.xattrs.filter { RefOp.xattrKeys.contains($0.key) }
+            if theirs != f.xattrs { throw violation("after a sync the other device has the attributes \(theirs) on \(name), the model \(f.xattrs)") }
         }
     }
 
@@ -526,6 +584,7 @@ final class RefRun {
             let got = try a.read(opened.fh)
             a.fs.release(opened.fh)
             if got != f.visible { throw violation("at the end \(name) reads \(text(got)), the model says \(text(f.visible))") }
+            try checkXattrs(name)
         }
     }
 
