@@ -1,6 +1,7 @@
 // A reference model of the mount, as mountpoint-s3's reference tests have one: random sequences of
 // operations from several processes on one device (open, read, write, O_TRUNC, truncate, rename, unlink,
-// evict, close), with changes arriving from a second device, syncs, and crashes with a restart. Each operation
+// evict, close, user extended attributes), with changes arriving from a second device, conflicts made on purpose
+// and resolved with `mv` or `rm` of the version, syncs, and crashes with a restart. Each operation
 // goes to the adapter's own operations (FileSystem, with its answers as values), as the kernel would send it,
 // and to a model of what a POSIX file system plus the sync rules must show; every answer and every byte read is
 // compared with the model. Both devices are stepped on the test's thread (no background threads), so a
@@ -57,6 +58,11 @@ enum RefOp: Equatable, CustomStringConvertible {
     case remoteSetXattr(name: Int, key: Int, value: [UInt8])
     /// listxattr(2) and getxattr(2) of a file's user attributes.
     case xattrs(name: Int)
+    /// Both devices write a synced file while they miss each other: one write wins, the other is kept as a
+    /// conflict version under `.versions` on both.
+    case conflict(name: Int, here: [UInt8], there: [UInt8])
+    /// A conflict version made current (`mv` onto its file) or discarded (`rm`).
+    case resolve(name: Int, promote: Bool)
     /// Both devices push and pull until nothing is left.
     case sync
     /// The network goes down or comes back (for both devices).
@@ -94,6 +100,8 @@ enum RefOp: Equatable, CustomStringConvertible {
         case .removeXattr(let n, let k): return ".removeXattr(name: \(n), key: \(k))"
         case .remoteSetXattr(let n, let k, let v): return ".remoteSetXattr(name: \(n), key: \(k), value: \(v))"
         case .xattrs(let n): return ".xattrs(name: \(n))"
+        case .conflict(let n, let h, let t): return ".conflict(name: \(n), here: \(h), there: \(t))"
+        case .resolve(let n, let p): return ".resolve(name: \(n), promote: \(p))"
         case .sync: return ".sync"
         case .network(let up): return ".network(up: \(up))"
         case .restart: return ".restart"
@@ -112,7 +120,7 @@ enum RefOp: Equatable, CustomStringConvertible {
         func bytes() -> [UInt8] { (0..<(1 + rng.below(6))).map { _ in UInt8(97 + rng.below(26)) } }
         let kind = [OpenKind.read, .readWrite, .truncate][rng.below(3)]
         let key = rng.below(xattrKeys.count)
-        switch rng.below(106) {
+        switch rng.below(110) {
         case 0..<8: return .create(p: p, name: n)
         case 8..<21: return .open(p: p, name: n, kind)
         case 21..<23: return .interruptedOpen(p: p, name: n, kind)
@@ -137,7 +145,9 @@ enum RefOp: Equatable, CustomStringConvertible {
         case 100..<102: return .setXattr(name: n, key: key, value: bytes())
         case 102..<103: return .removeXattr(name: n, key: key)
         case 103..<104: return .remoteSetXattr(name: n, key: key, value: bytes())
-        default: return .xattrs(name: n)
+        case 104..<106: return .xattrs(name: n)
+        case 106..<108: return .conflict(name: n, here: bytes(), there: bytes())
+        default: return .resolve(name: n, promote: rng.below(2) == 0)
         }
     }
 }
@@ -186,6 +196,8 @@ struct ModelFile {
     var leftNames: Set<String> = []
     /// Its user extended attributes (of `RefOp.xattrKeys`), which go with it to every device.
     var xattrs: [String: [UInt8]] = [:]
+    /// The contents of its unresolved conflict versions.
+    var conflicts: [[UInt8]] = []
 
     /// What a program that opens the file now reads.
     var visible: [UInt8] { (local != nil && !stale) ? local!.bytes : remote }

@@ -113,6 +113,34 @@ import UbiquityBase
                       .remoteWrite(name: 0, bytes: Array("hqzjaq".utf8))])
     }
 
+    /// Seed 11362, after the model took conflicts and attributes: a version from elsewhere that only adds bytes at
+    /// the end of a copy held open for reading is appended in place, so the holder reads the new bytes (the
+    /// model had given the holder the content it opened; the product is right, `tail -F` needs it).
+    @Test func aNewVersionThatOnlyAppendsReachesAReaderInPlace() {
+        expectAgrees([.create(p: 0, name: 1),
+                      .close(p: 0, h: 2),
+                      .sync,
+                      .open(p: 1, name: 1, .read),
+                      .remoteWrite(name: 1, bytes: Array("hjbgz".utf8)),
+                      .open(p: 0, name: 1, .readWrite),
+                      .read(p: 1, h: 0)])
+    }
+
+    /// Both devices write a file while they miss each other, then the conflict version is made current or
+    /// discarded: one version wins on both devices, the other is listed under `.versions` until resolved.
+    @Test func aConflictIsKeptAsAVersionAndResolvedByMvOrRm() {
+        for promote in [true, false] {
+            expectAgrees([.remoteWrite(name: 0, bytes: Array("one".utf8)),
+                          .setXattr(name: 0, key: 0, value: Array("x".utf8)),
+                          .conflict(name: 0, here: Array("here".utf8), there: Array("there".utf8)),
+                          .status(name: 0),
+                          .xattrs(name: 0),
+                          .resolve(name: 0, promote: promote),
+                          .status(name: 0),
+                          .sync])
+        }
+    }
+
     /// CI, seed 141: a restart found the store "in use by another daemon". Remote changes started the announcer
     /// (Watchers.swift) on an adapter that was never mounted: its thread held the adapter, and so the container
     /// and its store's lock, past the crash; and it repeated each change on a path below "" (the root of this

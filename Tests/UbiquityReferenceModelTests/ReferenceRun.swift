@@ -17,7 +17,7 @@ final class RefRun {
     var dirs = Set<String>()
     var handles = [[ModelHandle]](repeating: [], count: RefOp.processes)
     /// Names this device changed since the last sync (the other device's changes avoid them: they would be
-    /// conflicts, which the simulation covers).
+    /// conflicts, which only the `conflict` step makes, on purpose, once all is synced).
     var dirtyNames = Set<String>()
     /// Files and folders removed here since the last sync or restart, with their item ids: their deletes may
     /// still be kept back (Store.keptBack), and a crash then brings them back whole.
@@ -152,6 +152,8 @@ final class RefRun {
         case .removeXattr(let n, let k): try removeXattr(name(n), xattrKey(k))
         case .remoteSetXattr(let n, let k, let v): try remoteSetXattr(name(n), xattrKey(k), v)
         case .xattrs(let n): try checkXattrs(name(n))
+        case .conflict(let n, let here, let there): try conflict(n, here, there)
+        case .resolve(let n, let promote): try resolve(n, promote: promote)
         case .sync: try sync()
         case .network(let up):
             offline = !up
@@ -197,8 +199,7 @@ final class RefRun {
             f.stale = false
             dirtyNames.insert(name)
         } else if f.local == nil || (needsContent && !offline) {
-            f.local = ModelContent(f.remote) // fetched
-            f.stale = false
+            install(&f) // fetched
         } // (offline, a stale copy is served: the newest cannot be had)
         files[name] = f
         handles[p].append(ModelHandle(fh: opened.fh, content: f.local!, writable: kind != .read, name: name))
@@ -232,7 +233,10 @@ final class RefRun {
         let downloading = f.local == nil ? "notDownloaded" : f.stale ? "downloaded" : "current"
         let shown = try value(.downloadingStatus)
         if shown != downloading { throw violation("\(name) shows downloadingStatus \(shown), the model \(downloading)") }
-        if try value(.hasUnresolvedConflicts) != "0" { throw violation("\(name) shows a conflict where none can be") }
+        let conflicted = f.conflicts.isEmpty ? "0" : "1"
+        if try value(.hasUnresolvedConflicts) != conflicted {
+            throw violation("\(name) shows hasUnresolvedConflicts \(try value(.hasUnresolvedConflicts)), the model \(conflicted)")
+        }
         if !dirtyNames.contains(name) && !hasWriter(name), try value(.isUploaded) != "1" {
             throw violation("\(name) is not shown uploaded, though a sync took it and nothing changed it since")
         }
@@ -268,7 +272,7 @@ final class RefRun {
             } else if size == 0 {
                 f.local = ModelContent([])
             } else {
-                if f.local == nil || f.stale { f.local = ModelContent(f.remote) }
+                if f.local == nil || f.stale { install(&f) }
                 f.local!.truncate(size)
             }
             f.stale = false
@@ -279,7 +283,8 @@ final class RefRun {
     }
 
     func rename(_ from: String, _ to: String) throws {
-        guard inPlace(from), inPlace(to) else { return }
+        // (Over a file in conflict: whether it keeps its versions depends on whether this is a save by rename.)
+        guard inPlace(from), inPlace(to), files[to]?.conflicts.isEmpty != false else { return }
         let result = try a.rename(from, to)
         guard let f = files[from] else { return try expectFailure("rename of \(from), which is not there", result, ENOENT) }
         _ = try expectSuccess("rename \(from) → \(to)", result)
@@ -405,6 +410,7 @@ final class RefRun {
     }
 
     func remoteRename(_ from: String, _ to: String) throws {
+        guard files[to]?.conflicts.isEmpty != false else { return }
         let done = try remote(touching: [from, to, folder(from), folder(to)]) {
             guard b.item(from) != nil, from != to, try b.place(to) != nil else { return false }
             _ = try expectSuccess("the other device's rename", try b.rename(from, to))
@@ -426,6 +432,91 @@ final class RefRun {
             return true
         }
         if done { moveFolder(from, to) }
+    }
+
+    // MARK: conflict versions
+
+    /// Both devices write a file while they miss each other (once all is synced; the `n`th of the files nobody
+    /// here holds open and that have no conflict yet): the write with the later time wins everywhere, the other
+    /// is kept as a conflict version on both devices.
+    func conflict(_ n: Int, _ here: [UInt8], _ there: [UInt8]) throws {
+        // Everything else synced first: the pushes below take every change here along.
+        guard !offline, here != there else { return }
+        try sync()
+        guard dirtyNames.isEmpty else { return }
+        let eligible = files.keys.sorted().filter { files[$0].map { $0.conflicts.isEmpty && !isHeld($0) } == true }
+        guard !eligible.isEmpty else { return }
+        let name = eligible[n % eligible.count]
+        var f = files[name]!
+        // (A write of the bytes the file holds already changes nothing, and makes no conflict.)
+        guard here != f.remote, there != f.remote else { return }
+        try b.pullAll()
+        try a.writeWhole(name, here)
+        try b.writeWhole(name, there)
+        if let failure = b.pushAll() { throw violation("the other device: \(failure)") }
+        for _ in 0..<2 {
+            _ = a.pushAll()
+            try b.pullAll()
+            _ = b.pushAll()
+            try a.pullAll()
+        }
+        guard let item = a.item(name) else { throw violation("\(name) is gone after a conflict") }
+        let (winner, loser) = item.remoteSHA == sha(there) ? (there, here) : (here, there)
+        if item.remoteSHA != sha(winner) { throw violation("after a conflict \(name) holds neither write") }
+        f.local = f.local ?? ModelContent([])
+        f.local!.bytes = here
+        f.remote = winner
+        f.stale = winner != here
+        f.conflicts = [loser]
+        files[name] = f
+        reconcile(name)
+    }
+
+    /// Whether a handle here holds the file's local content.
+    func isHeld(_ f: ModelFile) -> Bool {
+        guard let local = f.local else { return false }
+        return handles.joined().contains { $0.content === local }
+    }
+
+    /// The names of the conflict versions of `name` under `.versions` (past versions left out).
+    func conflictVersions(_ name: String) throws -> [String] {
+        guard let ino = try a.ino(FileSystem.versionsName + "/" + name) else { return [] }
+        let dir = try a.fs.opendir(ino)
+        defer { a.fs.releasedir(dir.fh) }
+        return a.fs.listing(dir.fh, from: 0).map(\.name).filter { $0 != "." && $0 != ".." && !$0.contains(" (v") }
+    }
+
+    /// What a conflict version of `name` reads.
+    func readVersion(_ name: String, _ version: String) throws -> [UInt8] {
+        let opened = try expectSuccess("the open of the version \(version)", try a.open(FileSystem.versionsName + "/" + name + "/" + version, flags: O_RDONLY))
+        defer { a.fs.release(opened.fh) }
+        return try a.read(opened.fh)
+    }
+
+    /// `mv` of a conflict version onto its file (it becomes the file's content, a change here) or `rm` of it;
+    /// of the `n`th file in conflict.
+    func resolve(_ n: Int, promote: Bool) throws {
+        let conflicted = files.keys.sorted().filter { files[$0]?.conflicts.isEmpty == false }
+        guard !offline, !conflicted.isEmpty else { return }
+        let name = conflicted[n % conflicted.count]
+        var f = files[name]!
+        guard let version = try conflictVersions(name).first else { throw violation("\(name) lists no conflict version") }
+        let bytes = try readVersion(name, version)
+        guard let at = f.conflicts.firstIndex(of: bytes) else {
+            throw violation("the conflict version of \(name) reads \(text(bytes)), the model \(f.conflicts.map(text))")
+        }
+        let path = FileSystem.versionsName + "/" + name + "/" + version
+        if promote {
+            if isHeld(f) { return }
+            _ = try expectSuccess("mv of \(version) onto \(name)", try a.rename(path, name))
+            f.local = ModelContent(bytes)
+            f.stale = false
+        } else {
+            _ = try expectSuccess("rm of \(version)", try a.remove(path, directory: false))
+        }
+        f.conflicts.remove(at: at)
+        files[name] = f
+        dirtyNames.insert(name)
     }
 
     // MARK: user extended attributes
@@ -479,13 +570,27 @@ final class RefRun {
         if shown != f.xattrs { throw violation("\(name) shows the attributes \(shown), the model \(f.xattrs)") }
     }
 
+    /// The newest version installed here. A local copy that programs hold open for reading only, and whose new
+    /// version only adds bytes at its end (a log appended on another device), takes them in place, so its
+    /// readers read them through their descriptors (`tail -F`; Container.appendInPlace); otherwise the new
+    /// version is a new content, and the handles keep the one they opened.
+    func install(_ f: inout ModelFile) {
+        let holders = f.local.map { local in handles.joined().filter { $0.content === local } } ?? []
+        if let local = f.local, f.stale, !holders.isEmpty, !holders.contains(where: \.writable),
+           f.remote.count > local.bytes.count, f.remote.starts(with: local.bytes) {
+            local.bytes = f.remote
+        } else {
+            f.local = ModelContent(f.remote)
+        }
+        f.stale = false
+    }
+
     /// Whether `a` downloaded `name`, or replaced (installed) or dropped a stale copy of it: a cache policy,
     /// not a result.
     func reconcile(_ name: String) {
         guard var f = files[name], f.stale || f.local == nil, let item = a.item(name) else { return }
         if item.isCurrent {
-            f.local = ModelContent(f.remote)
-            f.stale = false
+            install(&f)
         } else if !item.hasLocal {
             f.local = nil
             f.stale = false
@@ -554,8 +659,9 @@ final class RefRun {
         guard let versions = try a.ino(FileSystem.versionsName) else { throw violation(".versions is missing") }
         let dir = try a.fs.opendir(versions)
         defer { a.fs.releasedir(dir.fh) }
-        let listed = a.fs.listing(dir.fh, from: 0).count - 2
-        if listed != 0 { throw violation(".versions lists \(listed) entries: a conflict where none can be") }
+        let listed = Set(a.fs.listing(dir.fh, from: 0).map(\.name)).subtracting([".", ".."])
+        let expected = Set(files.filter { !$0.value.conflicts.isEmpty }.keys.map { String($0.split(separator: "/")[0]) })
+        if listed != expected { throw violation(".versions lists \(listed.sorted()), the model's conflicts lead to \(expected.sorted())") }
     }
 
     /// After a sync with nothing open for writing: the other device has every name with this one's bytes.
@@ -567,6 +673,9 @@ final class RefRun {
             guard let item = b.item(name) else { throw violation("the other device has no \(name)") }
             if item.remoteSHA != sha(f.visible) && !(f.visible.isEmpty && item.remoteSize == 0) {
                 throw violation("after a sync the remote holds other bytes for \(name) than \(text(f.visible))")
+            }
+            if Set(item.conflicts.map(\.sha256)) != Set(f.conflicts.map(sha)) {
+                throw violation("after a sync the other device has \(item.conflicts.count) conflict versions of \(name), the model \(f.conflicts.count)")
             }
             let theirs = item.xattrs.filter { RefOp.xattrKeys.contains($0.key) }
             if theirs != f.xattrs { throw violation("after a sync the other device has the attributes \(theirs) on \(name), the model \(f.xattrs)") }
@@ -585,6 +694,10 @@ final class RefRun {
             a.fs.release(opened.fh)
             if got != f.visible { throw violation("at the end \(name) reads \(text(got)), the model says \(text(f.visible))") }
             try checkXattrs(name)
+            let versions = try conflictVersions(name).map { try readVersion(name, $0) }
+            if versions.sorted(by: { $0.lexicographicallyPrecedes($1) }) != f.conflicts.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+                throw violation("at the end the conflict versions of \(name) read \(versions.map(text)), the model \(f.conflicts.map(text))")
+            }
         }
     }
 
