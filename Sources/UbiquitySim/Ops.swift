@@ -135,8 +135,14 @@ extension World {
 
     /// Makes the content current, as an open and close would.
     func ensureLocal(_ dev: SimDevice, _ id: String) throws {
-        try openFile(dev, id, writable: false).close()
-        dev.container.closed(id, writable: false)
+        release(dev.container, id, try openFile(dev, id, writable: false), writable: false)
+    }
+
+    /// close(2) as the adapter makes it: the core's `release` (an error of which the adapter only logs: the
+    /// close is done), then the descriptor closed.
+    func release(_ c: Container, _ id: String, _ fd: FileDescriptor, writable: Bool) {
+        try? c.release(id, through: fd, .init(writable: writable))
+        fd.close()
     }
 
     /// A program writes a whole file: open(O_WRONLY|O_TRUNC), write, close.
@@ -145,10 +151,8 @@ extension World {
         guard case .opened(let fd) = try c.open(id, writable: true, truncate: true) else {
             throw Skip(why: "not ready")
         }
-        defer { c.closed(id, writable: true) }
-        try c.willWrite(id, through: fd)
-        try fd.writeAll(bytes)
-        fd.close()
+        defer { release(c, id, fd, writable: true) }
+        try writeThroughTheGate(c, id, fd, bytes, at: 0)
         stamp(dev.container.contentPath(id))
         try c.flushed(id)
     }
@@ -167,7 +171,7 @@ extension World {
         let c = dev.container!
         guard let fd = dev.openWrites.removeValue(forKey: id) else { throw Skip(why: "not open") }
         dev.openReads[id]?.changedHere = true
-        defer { fd.close(); c.closed(dev.releasedAs.removeValue(forKey: id) ?? id, writable: true) }
+        defer { release(c, dev.releasedAs.removeValue(forKey: id) ?? id, fd, writable: true) }
         let bytes = newBytes(dev)
         guard let item = c.item(id), try writesTheItem(fd, c, id) else {
             try writeThroughTheGate(c, id, fd, bytes, at: nil)
@@ -325,11 +329,10 @@ extension World {
                               _ write: (FileDescriptor) throws -> String) throws -> String {
         let f = try pickFile(dev)
         let fd = try openFile(dev, f.id, writable: true)
-        defer { fd.close(); c.closed(f.id, writable: true) }
+        defer { release(c, f.id, fd, writable: true) }
         supersede(dev, f, conflicts: false)
         deliberate(dev, f.id)
-        try c.willWrite(f.id, through: fd)
-        let done = try write(fd)
+        let done = try c.write(f.id, through: fd) { Result { try write(fd) } }.get()
         stamp(c.contentPath(f.id))
         try c.flushed(f.id)
         recordContent(dev, f.id, what)
@@ -342,7 +345,7 @@ extension World {
         if size != 0 { try ensureLocal(dev, f.id) }
         supersede(dev, f, conflicts: false)
         deliberate(dev, f.id)
-        _ = try c.truncate(f.id, to: size)
+        _ = try c.setAttributes(f.id, size: size, mode: nil, mtime: nil, atime: nil, owner: nil)
         recordContent(dev, f.id, "truncate")
         return "\(c.path(of: f.id)) [\(short(f.id))] to \(size)"
     }
@@ -425,7 +428,7 @@ extension World {
         if dev.openReads[f.id] != nil { throw Skip(why: "already held") }
         let fd = try openFile(dev, f.id, writable: false)
         let bytes: [UInt8]
-        do { bytes = try readAll(fd) } catch { fd.close(); c.closed(f.id, writable: false); throw error }
+        do { bytes = try readAll(fd) } catch { release(c, f.id, fd, writable: false); throw error }
         dev.openReads[f.id] = HeldRead(fd: fd, sha: sha256Hex(bytes), size: bytes.count)
         return "\(c.path(of: f.id)) [\(short(f.id))] \(bytes.count) bytes, held open"
     }
@@ -441,7 +444,7 @@ extension World {
     /// the run otherwise.
     func finishRead(_ dev: SimDevice, _ id: String) throws -> String {
         guard let held = dev.openReads.removeValue(forKey: id) else { return "not held" }
-        defer { held.fd.close(); dev.container.closed(dev.releasedAs.removeValue(forKey: id) ?? id, writable: false) }
+        defer { release(dev.container, dev.releasedAs.removeValue(forKey: id) ?? id, held.fd, writable: false) }
         let bytes = try readAll(held.fd)
         if !held.changedHere && (bytes.count < held.size || sha256Hex(Array(bytes.prefix(held.size))) != held.sha) {
             readViolations.append("held reader: [\(short(id))] on \(dev.name) read other bytes at #\(stepIndex) than at its open")

@@ -87,7 +87,7 @@ extension Container {
     /// Here and in `write`, `openedForUnseenWrites`, `flushed`, `synced`, `release` and `closed`, `id` names the
     /// file the handle was opened on, which a save by rename may have made part of another since: each looks up
     /// the file that has the handle now (`CoreState.handleOwner`).
-    public func willWrite(_ id: String, through fd: FileDescriptor? = nil) throws(CoreError) {
+    func willWrite(_ id: String, through fd: FileDescriptor? = nil) throws(CoreError) {
         try mutate { (s: inout CoreState) throws(CoreError) in
             let id = s.handleOwner(id)
             s.store.keepsRowsBack = s.isNewFileNotClosed(id) // its first write's mark waits for its close
@@ -166,7 +166,7 @@ extension Container {
     }
 
     /// Records a handle closed.
-    public func closed(_ id: String, writable: Bool) {
+    func closed(_ id: String, writable: Bool) {
         mutate { (s: inout CoreState) in s.closed(id, writable: writable) }
     }
 
@@ -180,7 +180,7 @@ extension Container {
 
     /// Truncates a file to `size`. A non-empty size needs the content local; the caller fetches it first.
     /// The size the file has already changes nothing (and needs no content).
-    public func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
+    func truncate(_ id: String, to size: Int64) throws(CoreError) -> Item {
         try gates.shared(id) { () throws(CoreError) -> Item in
             try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) -> Item in
                 try s.truncate(id, to: size)
