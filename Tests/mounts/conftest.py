@@ -312,6 +312,25 @@ def mount_with_store_on(mount_factory, stub, disk, *extra):
     return m
 
 
+def freeze(pid, timeout=60):
+    """SIGSTOP to process `pid`, then waits until every thread of it has stopped. The kernel stops a process's
+    threads one after another, once the thread that takes the signal runs: until then, on a loaded machine,
+    another thread woken by a request still answers it (the hung-remote test read a file through a stub it
+    had just stopped: it is what failed it under load)."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def all_stopped():
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if state not in ("T", "t"):
+                return False
+        return True
+    wait_until(all_stopped, timeout=timeout, what=f"every thread of process {pid} stopped")
+
+
 def same_on(m, rel, data, timeout=30):
     """Waits until `rel` on mount `m` holds exactly `data`."""
     def check():

@@ -4,7 +4,7 @@ downloadingError; no open waits out the download timeout. The mount root says of
 import re
 import time
 
-from conftest import BIN, run, wait_until, attr
+from conftest import BIN, run, wait_until, attr, freeze
 
 
 def test_offline_open_is_answered_at_once(stub, mount_factory):
@@ -74,7 +74,7 @@ def test_a_hung_remote_fails_the_next_opens_at_once_and_downloads_go_on_when_it_
     for name in ("one", "two"):
         run("setfattr", "-n", "user.ubiquity.evict", docs / f"{name}.txt")
     run(BIN, "download", "--wait", docs / "kept.txt")
-    os.kill(stub.proc.pid, signal.SIGSTOP)
+    freeze(stub.proc.pid)
     try:
         first = run("cat", docs / "one.txt", check=False)
         assert first.returncode == 1 and "Input/output error" in first.stderr, first

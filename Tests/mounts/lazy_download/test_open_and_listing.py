@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, attr, run, wait_until
+from conftest import BIN, attr, run, wait_until, freeze
 
 
 def make_tree(base: Path, big_size=3 << 20):
@@ -237,7 +237,7 @@ def test_a_mount_whose_connection_was_aborted_is_cleaned_up(seeded, mount_factor
     if not (connection / "abort").exists():
         pytest.skip("no fusectl here to abort a FUSE connection with")
     (pid,) = m.daemon_pids()
-    os.kill(pid, signal.SIGSTOP)  # it reads no request now, and cannot unmount by itself
+    freeze(pid)  # it reads no request now, and cannot unmount by itself
     mount = subprocess.Popen([str(a) for a in m.args()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # The new mount's look at the old one waits on the stopped daemon; then the connection is aborted.

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, conflict_versions_in, run, sync, wait_until
+from conftest import BIN, conflict_versions_in, run, sync, wait_until, freeze
 
 # Run while the kernel forgets inodes every half second, as memory pressure makes it (Part 20, point 5).
 pytestmark = pytest.mark.usefixtures("caches_dropped")
@@ -112,7 +112,7 @@ def test_a_save_by_rename_racing_an_edit_elsewhere_keeps_both_as_a_conflict(two)
     da.write_text("base\n")
     sync(a)
     wait_until(lambda: db.exists() and db.read_text() == "base\n", timeout=30, what="race.txt on b")
-    os.kill(stub.proc.pid, signal.SIGSTOP)  # neither device can see the other's change meanwhile
+    freeze(stub.proc.pid)  # neither device can see the other's change meanwhile
     try:
         db.write_text("edited on b\n")
         tmp = a / "Documents" / ".race.txt.tmp"

@@ -6,7 +6,7 @@ import os
 import random
 import signal
 
-from conftest import run, sync, wait_until
+from conftest import run, sync, wait_until, freeze
 
 
 def tree(root):
@@ -66,7 +66,7 @@ def test_a_batch_entry_refused_by_a_name_clash_takes_a_free_name(stub, mount_fac
     (a / "Documents" / "plan.txt").write_text("laptop plan\n")
     pids = a.daemon_pids()
     for pid in pids:
-        os.kill(pid, signal.SIGSTOP)  # A keeps its changes to itself until B's plan.txt is on the remote
+        freeze(pid)  # A keeps its changes to itself until B's plan.txt is on the remote
     try:
         stub.start()
         (b / "Documents" / "plan.txt").write_text("desktop plan\n")
