@@ -54,6 +54,8 @@ final class Link: RemoteClient, @unchecked Sendable {
     let feedBlocked = Box(false)
     /// Called before every item write is forwarded.
     let beforePut = Box<(@Sendable (WireItem) -> Void)?>(nil)
+    /// Called once an item write is stored on the remote, before its answer comes back.
+    let afterPut = Box<(@Sendable (WireItem) -> Void)?>(nil)
     /// The next N item writes (puts and deletes) land but their answer is lost, and the link goes down.
     let loseAnswers = Box(0)
     init(_ remote: MemoryRemote) { self.remote = remote }
@@ -77,7 +79,9 @@ final class Link: RemoteClient, @unchecked Sendable {
     func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
         try check()
         beforePut.value?(item)
-        return try answer(try remote.putItem(item, ifMatch: ifMatch, change: change))
+        let stored = try remote.putItem(item, ifMatch: ifMatch, change: change)
+        afterPut.value?(stored)
+        return try answer(stored)
     }
     func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
         try check(); return try answer(try remote.deleteItem(id, ifMatch: ifMatch, change: change))

@@ -330,6 +330,14 @@ extension PushSide {
         }
     }
 
+    /// Whether an answered push left a version the puller skipped to fetch again (and clears it).
+    func takeRefetchDue() -> Bool {
+        update { s in
+            defer { s.refetchDue = false }
+            return s.refetchDue
+        }
+    }
+
     /// The remote forgot the item: its create is to be sent afresh.
     func forgetCreateSent(_ id: String) throws { try mutateThrowing { s in try s.store.forgetCreateSent(id) } }
 
@@ -556,6 +564,10 @@ extension CoreState {
     /// See `Container.acknowledgePush`.
     mutating func acknowledgePushLocked(_ id: String, stored: WireItem, snap: PushSnapshot, pushed: Item) throws {
         guard var cur = items[id] else { return }
+        if let skipped = skippedWhilePending.removeValue(forKey: id), skipped > stored.version {
+            try store.markRefused(id)
+            refetchDue = true
+        }
         cur.remoteVersion = stored.version
         cur.remoteSHA = stored.sha256
         cur.remoteSize = stored.size

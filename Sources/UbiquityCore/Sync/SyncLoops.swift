@@ -199,8 +199,9 @@ final class SyncLoops: Sendable {
     }
 
     /// Fetches again, one by one, the items whose remote change the puller refused (a move that would have
-    /// made a cycle here) and applies them: the local move in the way may have given way since. A change
-    /// still refused is marked again. A failure to reach the remote leaves the marks for the next time.
+    /// made a cycle here) or skipped while a push of the item that landed before it was still unanswered
+    /// (`CoreState.skippedWhilePending`), and applies them: the local move in the way may have given way since.
+    /// A change still refused is marked again. A failure to reach the remote leaves the marks for the next time.
     func refetchRefused() {
         let ids: [String]
         do { ids = try container.pullSide.takeRefused() } catch {
@@ -285,6 +286,7 @@ final class SyncLoops: Sendable {
     /// BatchPushFailure naming its item. Answers the items left for the content lane.
     @discardableResult
     func push(_ ids: [String]) throws -> Set<String> {
+        defer { if container.pushSide.takeRefetchDue() { refetchRefused() } }
         guard ids.count > 1 else {
             guard let id = ids.first else { return [] }
             do { try Pusher(container: container, id: id).run() } catch is UploadAside { return [id] } catch {
