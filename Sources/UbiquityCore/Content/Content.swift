@@ -110,14 +110,14 @@ extension Container {
     /// (FUSE passthrough) since the last flush; they are recorded first as one write (dirty again: a push may
     /// have begun and ended unaware of them).
     public func flushed(_ id: String, wroteUnseen: Bool = false, through fd: FileDescriptor? = nil) throws(CoreError) {
-        try mutate { (s: inout CoreState) throws(CoreError) in
+        let refusal = try mutate { (s: inout CoreState) throws(CoreError) -> String? in
             let id = s.handleOwner(id)
             if wroteUnseen { try s.wroteUnseen(id, through: fd) }
             try s.flushed(id)
             try s.writeKeptBack(only: [id])
+            // Kept here all the same: it goes up once the user has room on the remote (a local-only file never does).
+            return s.items[id]?.isLocalOnly == false ? s.quotaRefusal : nil
         }
-        // Kept here all the same: it goes up once the user has room on the remote (a local-only file never does).
-        let refusal = read { s in s.items[s.handleOwner(id)]?.isLocalOnly == false ? s.quotaRefusal : nil }
         if let refusal { throw .quotaExceeded(refusal + "; kept on this device until there is room") }
     }
 

@@ -200,11 +200,7 @@ extension PushSide {
 
     /// Forgets an item whose delete the remote has (at version `tombstone`, when known).
     func forgetDeleted(_ id: String, tombstone: Int64? = nil) throws {
-        try mutateThrowing { s in
-            try s.store.delete(id)
-            s.items[id] = nil
-            if let tombstone { s.settledDeletes[id] = tombstone }
-        }
+        try mutateThrowing { s in try s.forgetDeletedLocked(id, tombstone: tombstone) }
     }
 
     /// Brings back an item deleted here that the remote kept, as the remote has it. Where the remote has it
@@ -355,11 +351,7 @@ extension PushSide {
             for p in puts {
                 try s.acknowledgePushLocked(p.snap.item.id, stored: p.stored, snap: p.snap, pushed: p.pushed)
             }
-            for d in deletes {
-                try s.store.delete(d.id)
-                s.items[d.id] = nil
-                if let tombstone = d.tombstone { s.settledDeletes[d.id] = tombstone }
-            }
+            for d in deletes { try s.forgetDeletedLocked(d.id, tombstone: d.tombstone) }
         }
     }
 
@@ -559,6 +551,14 @@ extension CoreState {
     func owesTimeAfterEntries(_ id: String) -> Bool {
         guard timedAfterEntries.contains(id), let dir = items[id] else { return false }
         return dir.isDirectory && !dir.deleted && !dir.isLocalOnly
+    }
+
+    /// See `PushSide.forgetDeleted`.
+    mutating func forgetDeletedLocked(_ id: String, tombstone: Int64?) throws {
+        try store.delete(id)
+        items[id] = nil
+        skippedWhilePending[id] = nil
+        if let tombstone { settledDeletes[id] = tombstone }
     }
 
     /// See `Container.acknowledgePush`.
