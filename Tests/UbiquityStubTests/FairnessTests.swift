@@ -59,13 +59,17 @@ import UbiquityBase
         _ = try store.ensureContainer("iCloud.com.example.quiet")
         let busyDone = Locked(false), busyRequests = Locked(0)
         let busy = DispatchGroup()
-        DispatchQueue.global().async(group: busy) {
-            // A batch of 1,000 nested folders (seconds of work: before, it held the store all that time).
-            let requests = (try? self.sendAll(store, "iCloud.com.example.busy", self.nested("b", 1000))) ?? 0
-            busyRequests.withLock { $0 = requests }
-            busyDone.withLock { $0 = true }
+        // The test holds the store until the busy batch waits for it, so that the batch has its turn first
+        // and the quiet writes below ask while it runs, however slowly the threads start.
+        try store.meta.read { _ in
+            DispatchQueue.global().async(group: busy) {
+                // A batch of 1,000 nested folders (seconds of work: before, it held the store all that time).
+                let requests = (try? self.sendAll(store, "iCloud.com.example.busy", self.nested("b", 1000))) ?? 0
+                busyRequests.withLock { $0 = requests }
+                busyDone.withLock { $0 = true }
+            }
+            while !store.meta.othersWaiting { Thread.sleep(forTimeInterval: 0.001) }
         }
-        Thread.sleep(forTimeInterval: 0.05)
         var quietBeforeBusy: [Bool] = []
         for k in 0..<3 {
             try sendAll(store, "iCloud.com.example.quiet", nested("q\(k)", 1))
