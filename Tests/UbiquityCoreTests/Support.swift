@@ -194,6 +194,19 @@ final class Device: @unchecked Sendable {
         guard case .opened(let fd) = try container.open(id, writable: true, truncate: true) else {
             throw CoreError.io("an open with O_TRUNC must not fetch")
         }
+        try fill(id, fd, bytes, mtimeSeconds: mtimeSeconds)
+    }
+
+    /// Made open, as the adapter's create does: no push can take the file empty between its making and its
+    /// first write (a create sent, even to a link that is down, makes it a file the remote may know).
+    func createFile(_ name: String, _ bytes: [UInt8], in parent: String? = nil, mtimeSeconds: Int? = nil) throws -> Item {
+        let (item, fd) = try container.createAndOpen(parent: parent ?? docs, name: name, mode: 0o644)
+        try fill(item.id, fd, bytes, mtimeSeconds: mtimeSeconds)
+        return container.item(item.id)!
+    }
+
+    /// Writes `bytes` through `fd`, opened for writing, and closes it as a release does.
+    private func fill(_ id: String, _ fd: FileDescriptor, _ bytes: [UInt8], mtimeSeconds: Int?) throws {
         try container.willWrite(id)
         let path = container.contentPath(id)
         try fd.writeAll(bytes)
@@ -204,12 +217,6 @@ final class Device: @unchecked Sendable {
         }
         try container.flushed(id)
         container.closed(id, writable: true)
-    }
-
-    func createFile(_ name: String, _ bytes: [UInt8], in parent: String? = nil, mtimeSeconds: Int? = nil) throws -> Item {
-        let item = try container.createFile(parent: parent ?? docs, name: name, mode: 0o644)
-        try write(item.id, bytes, mtimeSeconds: mtimeSeconds)
-        return container.item(item.id)!
     }
 }
 
