@@ -9,8 +9,9 @@
 // AdapterServices.swift), never the store. An `Entry` counts one lookup and an `Opened` holds a handle: whoever
 // cannot deliver one gives it back (`forget`, `release`; Session.swift does it when an answer does not reach
 // the kernel). Kernel cache notices go through the `notifier` queue, never on a request's own thread (libfuse: a
-// notice there can deadlock with the request). `.versions`, `.kvstore` and `.trash` in the root are never an item's name
-// (`isMountRootName`).
+// notice there can deadlock with the request). A request on a node of the mount's own trees (`.versions`,
+// `.kvstore`, `.trash`) goes to its tree (VirtualTrees.swift: `route`), once; their names in the root are never
+// an item's (`isMountRootName`).
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the handles' and the session's are leaves,
 // never held over a core call.
@@ -124,9 +125,8 @@ public final class FileSystem: @unchecked Sendable {
         st.st_nlink = 1
         switch item.kind {
         case .dir:
-            // `.` and the entry in its parent, and each subdirectory's `..` (the root's `.versions`, `.trash`
-            // and `.kvstore` too).
-            let virtualDirs = item.id == core.rootID ? (kv == nil ? 2 : 3) : 0
+            // `.` and the entry in its parent, and each subdirectory's `..` (the root's trees' folders too).
+            let virtualDirs = item.id == core.rootID ? trees.filter(\.isShown).count : 0
             st.st_nlink = UInt(2 + core.subdirectoryCount(item.id) + virtualDirs)
             st.st_size = 4096
         case .file:
@@ -168,20 +168,17 @@ public final class FileSystem: @unchecked Sendable {
 
     func entry(_ item: Item) -> Entry { entry(item.id, .real(item)) }
 
-    /// True for ids of the versions directory's virtual nodes.
-    func isVirtual(_ id: String) -> Bool { NodeID(parsing: id).isVirtual }
-
     /// True for the names of the mount's own folders in its root (`.versions`, `.kvstore`, `.trash`: the one
     /// list the server keeps too, `WireRules.mountRootNames`), which no item may take.
     func isMountRootName(_ parent: String, _ name: String) -> Bool {
         parent == core.rootID && WireRules.mountRootNames.contains { sameName(name, $0) }
     }
 
-    /// The directory behind inode `parent` in which something is to be made: not a virtual one, and not under
-    /// the names the root keeps.
+    /// The item's directory behind inode `parent` in which something is to be made, not under the names the
+    /// root keeps (a tree's folder is read-only but to its own `create`).
     private func makingIn(_ parent: UInt64, _ name: String) throws(CoreError) -> String {
         guard let dirID = inodes.id(parent) else { throw .notFound }
-        if isVirtual(dirID) { throw .readOnly }
+        guard case .item = route(dirID) else { throw .readOnly }
         if isMountRootName(dirID, name) { throw .exists }
         return dirID
     }
@@ -199,19 +196,14 @@ public final class FileSystem: @unchecked Sendable {
         ask(answer)
     }
 
-    /// How to ask the remote again for the listing of the folder behind `ino`, when the remote keeps it: a
-    /// file's under `.versions` (its past versions), `.trash`, or, for a lookup, a folder in `.trash`.
-    func remoteListing(_ ino: UInt64, opening: Bool) -> ((@escaping @Sendable () -> Void) -> Void)? {
-        if let item = fileMirror(ino) { return { [self] in refreshHistory(item, then: $0) } }
-        guard let id = inodes.id(ino), let folder = FileSystem.trashFolder(id), folder.isEmpty || !opening else { return nil }
-        return { [self] in refreshTrash(then: $0) }
-    }
-
     /// A name not found is a negative entry, cached like positive ones; remote creations invalidate it.
     func lookup(_ parent: UInt64, _ name: String) throws(CoreError) -> Entry {
         guard let dirID = inodes.id(parent) else { throw .notFound }
         if name.utf8.count > WireRules.maxNameBytes { throw .nameTooLong }
-        guard let (id, node) = try child(dirID, name) else { return .negative(timeout: isVirtual(dirID) ? 0 : cacheTimeout) }
+        guard let (id, node) = try child(dirID, name) else {
+            guard case .item = route(dirID) else { return .negative(timeout: 0) }
+            return .negative(timeout: cacheTimeout)
+        }
         return entry(id, node)
     }
 
@@ -219,7 +211,7 @@ public final class FileSystem: @unchecked Sendable {
 
     func getattr(_ ino: UInt64) throws(CoreError) -> Attributes {
         guard let id = inodes.id(ino) else { throw .notFound }
-        guard let node = node(id) else {
+        guard let node = try node(id) else {
             guard let removed = inodes.removed(ino) else { throw .notFound }
             return Attributes(stat: removed, timeout: 0)
         }
@@ -237,8 +229,15 @@ public final class FileSystem: @unchecked Sendable {
     func setattr(_ ino: UInt64, _ changes: AttributeChanges, fh: UInt64?, waiter: Waiter,
                  done: @escaping Completion<Attributes>) {
         guard let id = inodes.id(ino) else { return done(.failure(.core(.notFound))) }
-        if isKVID(id) { return done(Result { () throws(AdapterError) in try kvSetattr(ino, id, changes, fh) }) }
-        if isVirtual(id) { return done(.failure(.core(.readOnly))) }
+        switch route(id) {
+        case .item: break
+        case .tree(let tree, let parsed):
+            return done(Result { () throws(AdapterError) in
+                guard let node = try adapting({ () throws(CoreError) in try tree.node(parsed) }) else { throw .core(.readOnly) }
+                return try tree.setattr(id, node, changes, fh: fh)
+            })
+        case .none: return done(.failure(.core(.readOnly)))
+        }
         var changes = changes
         if let clearer = changes.clearsSUIDGID, changes.mode == nil,
            let mode = core.item(id).flatMap({ withoutSUIDGID($0, by: clearer, mayHoldFSETID: changes.changesOwner) }) {
@@ -282,7 +281,7 @@ public final class FileSystem: @unchecked Sendable {
     /// (default_permissions); the setuid and setgid bits a chown clears come as `clearsSUIDGID` (see setattr).
     private func newOwner(_ id: String, _ changes: AttributeChanges) throws(CoreError) -> Owner? {
         guard changes.changesOwner else { return nil }
-        guard case .real(let item)? = node(id) else { throw .notFound }
+        guard case .real(let item)? = try node(id) else { throw .notFound }
         var owner = core.config.owner(of: item)
         if let uid = changes.uid { owner.uid = uid }
         if let gid = changes.gid { owner.gid = gid }
@@ -304,7 +303,10 @@ public final class FileSystem: @unchecked Sendable {
 
     func readlink(_ ino: UInt64) throws(CoreError) -> String {
         guard let id = inodes.id(ino) else { throw .notFound }
-        if case .trashItem(let v)? = node(id), let target = v.target { return target }
+        if case .tree(let tree, let parsed) = route(id) {
+            guard let node = try tree.node(parsed) else { throw .notFound }
+            return try tree.readlink(node)
+        }
         guard let item = core.item(id) else { throw .notFound }
         guard let target = item.target else { throw .invalidArgument("not a symbolic link") }
         return target
@@ -326,19 +328,19 @@ public final class FileSystem: @unchecked Sendable {
         }
     }
 
-    /// unlink(2) and rmdir(2); in `.trash`, a request to the remote.
+    /// unlink(2) and rmdir(2); in a tree, what its `remove` does (in `.trash`, a request to the remote).
     func remove(_ parent: UInt64, _ name: String, directory: Bool, done: @escaping Completion<Void>) {
-        if let dirID = inodes.id(parent), let folder = FileSystem.trashFolder(dirID) {
-            return emptyTrashEntry(folder, name, directory: directory, done: done)
+        guard let dirID = inodes.id(parent) else { return done(.failure(.core(.notFound))) }
+        switch route(dirID) {
+        case .item:
+            done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try remove(dirID, name, directory: directory) } })
+        case .tree(let tree, let parsed): tree.remove(in: parsed, name, directory: directory, done: done)
+        case .none: done(.failure(.core(.readOnly)))
         }
-        done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try remove(parent, name, directory: directory) } })
     }
 
-    func remove(_ parent: UInt64, _ name: String, directory: Bool) throws(CoreError) {
-        guard let dirID = inodes.id(parent) else { throw .notFound }
-        if isKVID(dirID) && !directory { return try kvRemove(dirID, name) }
-        if isVirtual(dirID) && !directory { return try unlinkVersion(dirID, name) }
-        if isVirtual(dirID) || isMountRootName(dirID, name) { throw .readOnly }
+    private func remove(_ dirID: String, _ name: String, directory: Bool) throws(CoreError) {
+        if isMountRootName(dirID, name) { throw .readOnly }
         let held = heldFolder(dirID, name)
         let saved = try core.remove(parent: dirID, name: name, directory: directory)
         held?()
@@ -368,10 +370,15 @@ public final class FileSystem: @unchecked Sendable {
     func rename(_ parent: UInt64, _ name: String, _ newParent: UInt64, _ newName: String, mode: RenameMode,
                 waiter: Waiter, done: @escaping Completion<Void>) {
         guard let from = inodes.id(parent), let to = inodes.id(newParent) else { return done(.failure(.core(.notFound))) }
-        if isVirtual(to) || isMountRootName(from, name) || isMountRootName(to, newName) || (isVirtual(from) && mode == .exchange) {
+        guard case .item = route(to), !isMountRootName(from, name), !isMountRootName(to, newName) else {
             return done(.failure(.core(.readOnly)))
         }
-        if isVirtual(from) { return renameVersion(from, name, to, newName, waiter: waiter, done: done) }
+        switch route(from) {
+        case .item: break
+        case .tree(let tree, let parsed) where mode != .exchange:
+            return tree.rename(parsed, name, to: to, newName, waiter: waiter, done: done)
+        case .tree, .none: return done(.failure(.core(.readOnly)))
+        }
         let move = { @Sendable [self] () throws(CoreError) in
             if mode == .exchange {
                 try core.exchange(parent: from, name: name, newParent: to, newName: newName)
@@ -427,7 +434,7 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     func create(_ parent: UInt64, _ name: String, _ mode: mode_t, _ caller: Caller) throws(CoreError) -> (Entry, Opened) {
-        if let dirID = inodes.id(parent), isKVID(dirID) { return try kvCreate(dirID, name) }
+        if let dirID = inodes.id(parent), case .tree(let tree, let parsed) = route(dirID) { return try tree.create(in: parsed, name) }
         let dirID = try makingIn(parent, name)
         let (item, fd) = try core.createAndOpen(parent: dirID, name: name, mode: UInt32(mode), owner: caller.owner)
         let e = entry(item)
@@ -441,25 +448,22 @@ public final class FileSystem: @unchecked Sendable {
     func open(_ ino: UInt64, flags: Int32, _ caller: Caller, clearsSUIDGID: Caller? = nil, waiter: Waiter,
               done: @escaping Completion<Opened>) {
         guard let id = inodes.id(ino) else { return done(.failure(.core(.notFound))) }
-        guard isVirtual(id) else {
-            let done: Completion<Opened> = clearsSUIDGID.map { clearer in { @Sendable [self] result in
-                if case .success = result { clearSUIDGID(id, by: clearer, mayHoldFSETID: false) }
-                done(result)
-            } } ?? done
-            return openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done)
+        switch route(id) {
+        case .item: break
+        case .tree(let tree, let parsed):
+            do throws(CoreError) {
+                guard let node = try tree.node(parsed) else { throw .notFound }
+                return tree.open(id, node, flags: flags, caller, waiter: waiter, done: done)
+            } catch {
+                return done(.failure(.core(error)))
+            }
+        case .none: return done(.failure(.core(.notFound)))
         }
-        switch node(id) {
-        case .version(let item, let c): openVersion(item, c, flags: flags, caller, waiter: waiter, done: done)
-        case .pastVersion(_, let v):
-            openPast(PastContent(sha256: v.sha256, size: v.size), id, flags: flags, caller, waiter: waiter, done: done)
-        case .trashItem(let v) where v.kind == .file:
-            openPast(PastContent(sha256: v.sha256, size: v.size), id, flags: flags, caller, waiter: waiter, done: done)
-        case .trashItem: done(.failure(.core(.isDirectory)))
-        case .versionsDir, .kvDir, .trashDir: done(.failure(.core(.isDirectory)))
-        case .trashList: openTrashList(flags: flags, done: done)
-        case .kvKey, .kvChanges: done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try kvOpen(id, flags: flags) } })
-        default: done(.failure(.core(.notFound)))
-        }
+        let done: Completion<Opened> = clearsSUIDGID.map { clearer in { @Sendable [self] result in
+            if case .success = result { clearSUIDGID(id, by: clearer, mayHoldFSETID: false) }
+            done(result)
+        } } ?? done
+        openFile(id, ino, flags: flags, caller, waiter: waiter, attempt: 1, done: done)
     }
 
     /// Whether handles opened on kernel inode `ino` use a content file that is no longer the item's (evicted, or
@@ -564,7 +568,7 @@ public final class FileSystem: @unchecked Sendable {
     /// the setuid and setgid bits (FUSE_HANDLE_KILLPRIV_V2); writers of such files never get passthrough.
     func write(_ fh: UInt64, _ data: WriteData, at offset: off_t, clearsSUIDGID: Caller? = nil) throws(AdapterError) -> Int {
         guard let file = file(fh), file.writable else { throw .badHandle }
-        if isKVID(file.id) { return try kvWrite(data, offset, file) }
+        if case .tree(let tree, _) = route(file.id) { return try tree.write(data, at: offset, file) }
         if let clearer = clearsSUIDGID { clearSUIDGID(file.id, by: clearer, mayHoldFSETID: false) }
         let n = try adapting { () throws(CoreError) in
             try core.write(file.id, through: file.fd) { data.write(file.fd.raw, offset) }
@@ -602,13 +606,14 @@ public final class FileSystem: @unchecked Sendable {
 
     func flush(_ fh: UInt64) throws(CoreError) {
         guard let file = file(fh) else { return }
-        if isKVID(file.id) { return try kvCommit(file) }
+        if case .tree(let tree, _) = route(file.id) { return try tree.flush(file) }
         if file.wrote { try flushed(file) }
     }
 
     func fsync(_ fh: UInt64) throws(AdapterError) {
         guard let file = file(fh) else { return }
-        if isKVID(file.id) { return } // a key's value is durable once committed at close
+        // A virtual node's handle is a private copy: nothing to make durable (a key's value is, once committed).
+        guard case .item = route(file.id) else { return }
         do { try file.fd.dataSync() } catch { throw .system(error) }
         if file.wrote { try adapting { () throws(CoreError) in try synced(file) } }
     }
@@ -617,12 +622,12 @@ public final class FileSystem: @unchecked Sendable {
     /// no answer to carry an error (the flush before it had): the log keeps it.
     func release(_ fh: UInt64) {
         guard let file = handles.withLock({ $0.files.removeValue(forKey: fh) }) else { return }
-        if isKVID(file.id) {
-            do { try kvCommit(file, releasing: true) } catch { log.error("release of \(file.id): the value is not stored: \(error)") }
-        }
         // (Before the close: a passthrough writer's last writes are found on its descriptor.)
-        if !isVirtual(file.id) {
+        switch route(file.id) {
+        case .item:
             do { try released(file) } catch { log.error("release of \(file.id): \(error)") }
+        case .tree(let tree, _): tree.release(file)
+        case .none: break
         }
         file.fd.close()
         backings.released(file)
@@ -664,8 +669,8 @@ public final class FileSystem: @unchecked Sendable {
 
     // MARK: directories
 
-    /// opendir(2); a file's folder under `.versions` lists its past versions, and `.trash` Recently Deleted, as
-    /// the remote tells them now.
+    /// opendir(2); a tree's folder that the remote keeps (a file's past versions under `.versions`, `.trash`)
+    /// is listed as the remote tells it now.
     func opendir(_ ino: UInt64, done: @escaping Completion<Opened>) {
         let answer = { @Sendable [self] in done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try opendir(ino) } }) }
         guard let ask = remoteListing(ino, opening: true) else { return answer() }
@@ -673,7 +678,7 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     func opendir(_ ino: UInt64) throws(CoreError) -> Opened {
-        guard let id = inodes.id(ino), let node = node(id) else { throw .notFound }
+        guard let id = inodes.id(ino), let node = try node(id) else { throw .notFound }
         guard node.fileType == S_IFDIR else { throw .notDirectory }
         let fh = handles.withLock { h in
             let fh = h.take()
@@ -686,11 +691,12 @@ public final class FileSystem: @unchecked Sendable {
     /// The listing of folder `id`, `.` and `..` first, each entry with its inode number.
     private func entries(_ id: String) throws(CoreError) -> [DirEntry] {
         var up = InodeTable.rootIno // (the root's `..` is outside the mount; a virtual folder's is not kept)
-        if case .real(let item)? = node(id), let parent = item.parent { up = inodes.number(parent) }
+        if case .real(let item)? = try node(id), let parent = item.parent { up = inodes.number(parent) }
         var list = [DirEntry(name: ".", id: nil, type: S_IFDIR, number: inodes.number(id)),
                     DirEntry(name: "..", id: nil, type: S_IFDIR, number: up)]
         for child in try children(id) {
-            let type = child.kind.map(FileSystem.fileType) ?? node(child.id)?.fileType ?? S_IFREG
+            var type = child.kind.map(FileSystem.fileType) ?? S_IFREG
+            if child.kind == nil, let node = try node(child.id) { type = node.fileType }
             list.append(DirEntry(name: child.name, id: child.id, type: type, number: inodes.number(child.id)))
         }
         return list
@@ -716,7 +722,8 @@ public final class FileSystem: @unchecked Sendable {
     /// The entry readdirplus gives for `e`: a node's counts a lookup; `.` and `..` (and a node gone since the
     /// listing) count none.
     func listedEntry(_ e: DirEntry) -> Entry {
-        if let id = e.id, let node = node(id) { return entry(id, node) }
+        // (A node that cannot be read now is listed without attributes, as one gone since the listing.)
+        if let id = e.id, let node = (try? node(id)) ?? nil { return entry(id, node) }
         var st = stat()
         st.st_mode = e.type
         st.st_ino = UInt(e.number)

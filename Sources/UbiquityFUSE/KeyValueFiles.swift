@@ -21,65 +21,88 @@ import Glibc
 import UbiquityBase
 import UbiquityCore
 
-extension FileSystem {
-    static let kvName = WireRules.keyValueFolder
-    static let kvJSONName = ".json"
-    static let kvChangesName = ".changes"
-    static let kvDirID = NodeID.kvDir(typed: false).description
-    static let kvJSONDirID = NodeID.kvDir(typed: true).description
-    static let kvChangesID = NodeID.kvChanges.description
+/// `.kvstore`: a file per key, as text and (under `.json`) as typed JSON, and the change records.
+struct KeyValueTree: VirtualTree {
+    let fs: FileSystem
+    var kv: KeyValueStore? { fs.kv }
 
-    func isKVID(_ id: String) -> Bool { NodeID(parsing: id).isKeyValue }
+    static let jsonName = ".json"
+    static let changesName = ".changes"
+    static let textID = NodeID.kvDir(typed: false), jsonID = NodeID.kvDir(typed: true)
 
-    static func kvKeyID(_ key: String, typed: Bool) -> String { NodeID.kvKey(key, typed: typed).description }
+    var folderName: String { WireRules.keyValueFolder }
+    var folderID: NodeID { KeyValueTree.textID }
+    var isShown: Bool { kv != nil }
 
-    /// The node of a kv id: a key's node exists while the key has a value or a handle is open on it. A store
-    /// that cannot be read throws (EIO at a lookup, a listing, an open), never "no such key".
-    func kvNode(_ id: String) throws(CoreError) -> Node? {
+    func owns(_ id: NodeID) -> Bool { id.isKeyValue }
+
+    /// A key's node exists while the key has a value or a handle is open on it. A store that cannot be read
+    /// throws (EIO at a lookup, a listing, an open, a stat), never "no such key".
+    func node(_ id: NodeID) throws(CoreError) -> Node? {
         guard let kv else { return nil }
-        switch NodeID(parsing: id) {
+        switch id {
         case .kvDir(let typed): return .kvDir(typed: typed)
         case .kvChanges: return .kvChanges
         case .kvKey(let key, let typed):
-            guard try kv.value(key) != nil || kvOpenIDs().contains(id) else { return nil }
+            guard try kv.value(key) != nil || openIDs().contains(id.description) else { return nil }
             return .kvKey(key, typed: typed)
         default: return nil
         }
     }
 
-    func kvChildren(typed: Bool) throws(CoreError) -> [(name: String, id: String)] {
-        var list: [(name: String, id: String)] = []
-        if !typed { list = [(FileSystem.kvJSONName, FileSystem.kvJSONDirID), (FileSystem.kvChangesName, FileSystem.kvChangesID)] }
+    func children(_ id: NodeID, _ node: Node) throws(CoreError) -> [Listed] {
+        guard case .kvDir(let typed) = node else { throw .notDirectory }
+        var list: [Listed] = []
+        if !typed {
+            list = [(KeyValueTree.jsonName, KeyValueTree.jsonID.description, nil),
+                    (KeyValueTree.changesName, NodeID.kvChanges.description, nil)]
+        }
         // The names .json and .changes are taken in .kvstore itself: such keys show under .json only.
-        for key in try kv?.keys() ?? [] where typed || (key != FileSystem.kvJSONName && key != FileSystem.kvChangesName) {
-            list.append((key, FileSystem.kvKeyID(key, typed: typed)))
+        for key in try kv?.keys() ?? [] where typed || !KeyValueTree.isFolderOwnName(key) {
+            list.append((key, NodeID.kvKey(key, typed: typed).description, nil))
         }
         return list
     }
 
-    /// The child `name` of a kv directory (or `.kvstore` in the root); nil when `parent` is neither.
-    func kvChild(_ parent: String, _ name: String) throws(CoreError) -> (id: String, node: Node)?? {
-        if parent == core.rootID && sameName(name, FileSystem.kvName) {
-            return .some(try kvNode(FileSystem.kvDirID).map { (FileSystem.kvDirID, $0) })
-        }
-        guard parent == FileSystem.kvDirID || parent == FileSystem.kvJSONDirID else { return nil }
-        let typed = parent == FileSystem.kvJSONDirID
-        if !typed && name == FileSystem.kvJSONName { return .some((FileSystem.kvJSONDirID, .kvDir(typed: true))) }
-        if !typed && name == FileSystem.kvChangesName { return .some((FileSystem.kvChangesID, .kvChanges)) }
+    /// `.json` and `.changes`, the names `.kvstore` keeps for itself.
+    static func isFolderOwnName(_ name: String) -> Bool { name == jsonName || name == changesName }
+
+    func child(_ parent: NodeID, _ name: String) throws(CoreError) -> (id: String, node: Node)? {
+        guard case .kvDir(let typed) = parent else { return nil }
+        if !typed && name == KeyValueTree.jsonName { return (KeyValueTree.jsonID.description, .kvDir(typed: true)) }
+        if !typed && name == KeyValueTree.changesName { return (NodeID.kvChanges.description, .kvChanges) }
         if name.utf8.count > KVLimits.maxKeyBytes { throw .nameTooLong }
-        let id = FileSystem.kvKeyID(name, typed: typed)
-        return .some(try kvNode(id).map { (id, $0) })
+        let id = NodeID.kvKey(name, typed: typed)
+        return try node(id).map { (id.description, $0) }
+    }
+
+    func attributes(_ node: Node, number: UInt64) -> stat {
+        switch node {
+        case .kvDir(let typed):
+            var st = fs.virtualAttributes(number: number, mode: S_IFDIR | 0o755, size: 4096, mtime: nowNanoseconds())
+            if !typed { st.st_nlink = 3 } // and .json's `..`
+            return st
+        case .kvKey(let key, let typed):
+            // (A value that cannot be read shows as empty: the read of it then fails with EIO.)
+            return fs.virtualAttributes(number: number, mode: S_IFREG | 0o644,
+                                        size: Int64(((try? bytes(key, typed: typed)) ?? []).count), mtime: nowNanoseconds())
+        case .kvChanges:
+            return fs.virtualAttributes(number: number, mode: S_IFREG | 0o444, size: Int64(changeBytes().count),
+                                        mtime: nowNanoseconds())
+        default:
+            return stat()
+        }
     }
 
     /// A key's content as read through the mount.
-    func kvBytes(_ key: String, typed: Bool) throws(CoreError) -> [UInt8] {
+    func bytes(_ key: String, typed: Bool) throws(CoreError) -> [UInt8] {
         guard let value = try kv?.value(key) else { return [] }
         if !typed, case .string(let s) = value { return Array(s.utf8) }
         return ((try? Array(JSONEncoder.wire.encode(value))) ?? []) + [0x0a]
     }
 
     /// The value a file's bytes stand for.
-    func kvValue(_ bytes: [UInt8], typed: Bool) throws(CoreError) -> KVValue {
+    func value(_ bytes: [UInt8], typed: Bool) throws(CoreError) -> KVValue {
         if typed {
             guard let v = try? JSONDecoder().decode(KVValue.self, from: Data(bytes)) else {
                 throw .invalidArgument("not a typed JSON value")
@@ -89,19 +112,19 @@ extension FileSystem {
         return KVValue(text: bytes)
     }
 
-    func kvChangeBytes() -> [UInt8] {
+    func changeBytes() -> [UInt8] {
         var out: [UInt8] = []
         for c in kv?.changeRecords() ?? [] { out += ((try? Array(JSONEncoder.wire.encode(c))) ?? []) + [0x0a] }
         return out
     }
 
     /// Ids of keys with a handle open (a key being created has no value before its close).
-    func kvOpenIDs() -> Set<String> { Set(openFiles().map(\.id).filter { $0.hasPrefix("kv") }) }
+    func openIDs() -> Set<String> { Set(fs.openFiles().map(\.id).filter { NodeID(parsing: $0).isKeyValue }) }
 
     /// Keys being created: a handle is open on them and they have no value yet.
-    func kvNewKeys() throws(CoreError) -> Set<String> {
+    func newKeys() throws(CoreError) -> Set<String> {
         var keys = Set<String>()
-        for id in kvOpenIDs() {
+        for id in openIDs() {
             guard case .kvKey(let key, _) = NodeID(parsing: id), try kv?.value(key) == nil else { continue }
             keys.insert(key)
         }
@@ -110,58 +133,66 @@ extension FileSystem {
 
     // MARK: operations
 
-    func kvCreate(_ dirID: String, _ name: String) throws(CoreError) -> (Entry, Opened) {
-        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { throw .readOnly }
+    func create(in parent: NodeID, _ name: String) throws(CoreError) -> (Entry, Opened) {
+        guard case .kvDir(let typed) = parent else { throw .readOnly }
         if name.utf8.count > KVLimits.maxKeyBytes { throw .nameTooLong }
-        if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
-            throw .exists
-        }
-        let id = FileSystem.kvKeyID(name, typed: dirID == FileSystem.kvJSONDirID)
+        if !typed && KeyValueTree.isFolderOwnName(name) { throw .exists }
+        let id = NodeID.kvKey(name, typed: typed)
         // A new key past the count is refused here, not only at close, which shells do not check.
-        if try kv?.value(name) == nil, try kvNewKeys().subtracting([name]).count + (kv?.keys().count ?? 0) >= KVLimits.maxKeys {
+        if try kv?.value(name) == nil, try newKeys().subtracting([name]).count + (kv?.keys().count ?? 0) >= KVLimits.maxKeys {
             throw .quotaExceeded("over the quota (more than \(KVLimits.maxKeys) keys)")
         }
-        let file = try kvHandle(id, content: [], writable: true)
+        let file = try handle(id.description, content: [], writable: true)
         file.wrote = true
-        let fh = addHandle(file)
+        let fh = fs.addHandle(file)
         // (The key's node exists from here on: a handle is open on it.)
-        guard let node = node(id) else {
-            release(fh)
+        let made: Node?
+        do { made = try node(id) } catch {
+            fs.release(fh)
+            throw error
+        }
+        guard let made else {
+            fs.release(fh)
             throw .notFound
         }
-        return (entry(id, node), Opened(fh: fh, directIO: true))
+        return (fs.entry(id.description, made), Opened(fh: fh, directIO: true))
     }
 
-    func kvOpen(_ id: String, flags: Int32) throws(CoreError) -> Opened {
+    func open(_ id: String, _ node: Node, flags: Int32, _ caller: Caller, waiter: Waiter,
+              done: @escaping Completion<Opened>) {
+        done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try open(id, node, flags: flags) } })
+    }
+
+    private func open(_ id: String, _ node: Node, flags: Int32) throws(CoreError) -> Opened {
         let writable = flags & O_ACCMODE != O_RDONLY
         let truncate = flags & O_TRUNC != 0
         let content: [UInt8]
-        switch node(id) {
+        switch node {
         case .kvChanges:
             if writable { throw .readOnly }
-            content = kvChangeBytes()
+            content = changeBytes()
         case .kvKey(let key, let typed):
-            content = truncate ? [] : try kvBytes(key, typed: typed)
+            content = truncate ? [] : try bytes(key, typed: typed)
         default:
-            throw .notFound
+            throw .isDirectory
         }
-        let file = try kvHandle(id, content: content, writable: writable)
+        let file = try handle(id, content: content, writable: writable)
         file.wrote = writable && truncate
-        return Opened(fh: addHandle(file), directIO: true)
+        return Opened(fh: fs.addHandle(file), directIO: true)
     }
 
     /// A handle on a private unlinked file in the store's staging area, holding `content`.
-    private func kvHandle(_ id: String, content: [UInt8], writable: Bool) throws(CoreError) -> OpenFile {
-        let fd = try core.makeStagingFile(prefix: "kv")
+    private func handle(_ id: String, content: [UInt8], writable: Bool) throws(CoreError) -> FileSystem.OpenFile {
+        let fd = try fs.core.makeStagingFile(prefix: "kv")
         do { try fd.writeAll(content) } catch {
             fd.close()
             throw CoreError.from(error) // the store's own file: EIO, or ENOSPC
         }
-        return OpenFile(id: id, fd: fd, writable: writable)
+        return FileSystem.OpenFile(id: id, fd: fd, writable: writable)
     }
 
-    func kvWrite(_ data: WriteData, _ offset: off_t, _ file: OpenFile) throws(AdapterError) -> Int {
-        let limit = file.id.hasPrefix(FileSystem.kvJSONDirID) ? KVLimits.maxBodyBytes : KVLimits.maxTotalBytes
+    func write(_ data: WriteData, at offset: off_t, _ file: FileSystem.OpenFile) throws(AdapterError) -> Int {
+        let limit = KeyValueTree.isTyped(file) ? KVLimits.maxBodyBytes : KVLimits.maxTotalBytes
         if Int(offset) + data.count > limit {
             file.refused = .fileTooBig
             throw .core(.fileTooBig)
@@ -173,39 +204,55 @@ extension FileSystem {
         return n
     }
 
+    private static func isTyped(_ file: FileSystem.OpenFile) -> Bool {
+        if case .kvKey(_, let typed) = NodeID(parsing: file.id) { return typed }
+        return false
+    }
+
+    func flush(_ file: FileSystem.OpenFile) throws(CoreError) { try commit(file) }
+
+    func release(_ file: FileSystem.OpenFile) {
+        do { try commit(file, releasing: true) } catch {
+            fs.log.error("release of \(file.id): the value is not stored: \(error)")
+        }
+    }
+
     /// Makes a written handle's bytes the key's value. Over a limit: the error and nothing stored; the
     /// handle's bytes are dropped either way, so release does not try again. A handle only opened with O_TRUNC
     /// (or created) commits its empty value at release, so a write refused after it stores nothing.
-    func kvCommit(_ file: OpenFile, releasing: Bool = false) throws(CoreError) {
-        guard file.wrote, file.wroteData || releasing, let kv else { return }
+    private func commit(_ file: FileSystem.OpenFile, releasing: Bool = false) throws(CoreError) {
+        guard file.wrote, file.wroteData || releasing, let kv, case .kvKey(let key, let typed) = NodeID(parsing: file.id) else {
+            return
+        }
         file.wrote = false
         file.wroteData = false
         if let refused = file.refused { throw refused }
-        let typed = file.id.hasPrefix(FileSystem.kvJSONDirID)
-        let key = String(file.id.dropFirst(typed ? 4 : 3))
         let size = Int(lseek(file.fd.raw, 0, SEEK_END))
         var bytes = [UInt8](repeating: 0, count: max(0, size))
         let got = bytes.withUnsafeMutableBytes { pread(file.fd.raw, $0.baseAddress, $0.count, 0) }
         if got != bytes.count { throw .io("cannot read the written value back") }
-        try kv.set(key, try kvValue(bytes, typed: typed))
+        try kv.set(key, try value(bytes, typed: typed))
     }
 
-    func kvSetattr(_ ino: UInt64, _ id: String, _ changes: AttributeChanges, _ fh: UInt64?) throws(AdapterError) -> Attributes {
-        guard let node = node(id), case .kvKey = node else { throw .core(.readOnly) }
+    func setattr(_ id: String, _ node: Node, _ changes: AttributeChanges, fh: UInt64?) throws(AdapterError) -> Attributes {
+        guard case .kvKey = node else { throw .core(.readOnly) }
         if let size = changes.size {
-            guard let fh, let file = file(fh), file.writable else { throw .core(.readOnly) }
+            guard let fh, let file = fs.file(fh), file.writable else { throw .core(.readOnly) }
             if Int(size) > KVLimits.maxBodyBytes { throw .core(.fileTooBig) }
             if ftruncate(file.fd.raw, off_t(size)) != 0 { throw .system(.current) }
             file.refused = nil
             file.wrote = true
             file.wroteData = true
         }
-        return Attributes(stat: attributes(node, of: id), timeout: 0)
+        return Attributes(stat: fs.attributes(node, of: id), timeout: 0)
     }
 
-    func kvRemove(_ dirID: String, _ name: String) throws(CoreError) {
-        guard dirID == FileSystem.kvDirID || dirID == FileSystem.kvJSONDirID else { throw .readOnly }
-        if dirID == FileSystem.kvDirID && (name == FileSystem.kvJSONName || name == FileSystem.kvChangesName) {
+    func remove(in parent: NodeID, _ name: String, directory: Bool, done: @escaping Completion<Void>) {
+        done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try remove(parent, name, directory: directory) } })
+    }
+
+    private func remove(_ parent: NodeID, _ name: String, directory: Bool) throws(CoreError) {
+        guard !directory, case .kvDir(let typed) = parent, typed || !KeyValueTree.isFolderOwnName(name) else {
             throw .readOnly
         }
         guard let kv else { throw .notFound }

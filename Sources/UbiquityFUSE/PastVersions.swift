@@ -31,18 +31,14 @@ final class HistoryCache: Sendable {
     }
 }
 
-extension FileSystem {
-    static func pastVersionID(_ item: String, _ version: Int64) -> String {
-        NodeID.pastVersion(item: item, version: version).description
-    }
-
+extension VersionsTree {
     /// The past contents of a file, oldest first, each named: of its kept versions, each one that brought
     /// content the version before it did not have (a rename or a chmod brings none), less the newest when it is
     /// what the file holds now.
     func pastVersions(_ item: Item) -> [(name: String, version: WireVersion)] {
         guard item.kind == .file else { return [] }
         var past: [WireVersion] = []
-        for v in histories.versions(item.id).reversed() where !v.deleted && v.kind == .file {
+        for v in fs.histories.versions(item.id).reversed() where !v.deleted && v.kind == .file {
             if past.last?.sha256 != v.sha256 { past.append(v) }
         }
         if let last = past.last, !item.dirty, last.sha256 == item.remoteSHA { past.removeLast() }
@@ -53,36 +49,21 @@ extension FileSystem {
         }
     }
 
-    /// The node behind inode `ino` when it is a file's folder under `.versions`, whose listing asks the remote.
-    func fileMirror(_ ino: UInt64) -> Item? {
-        guard let id = inodes.id(ino), case .versionsDir = NodeID(parsing: id), case .versionsDir(let item)? = node(id),
-              item.kind == .file else { return nil }
-        return item
+    /// A file's folder under `.versions` is listed, and looked in, once the remote has told its past versions.
+    func remoteListing(_ id: NodeID, opening: Bool) -> RemoteAsk? {
+        guard case .versionsDir(let item)? = node(id), item.kind == .file else { return nil }
+        return { [self] in refreshHistory(item, then: $0) }
     }
 
     /// Asks the remote for a file's kept versions, remembers them, then runs `then` (also when the remote did not
     /// answer: what was known stays, and the cause is logged).
     func refreshHistory(_ item: Item, then: @escaping @Sendable () -> Void) {
-        core.history(item.id) { [self] result in
+        core.history(item.id) { [fs] result in
             switch result {
-            case .success(let versions): histories.remember(item.id, versions)
-            case .failure(let error): log.info("the past versions of \(core.path(of: item.id)) are not listed: \(error)")
+            case .success(let versions): fs.histories.remember(item.id, versions)
+            case .failure(let error): fs.log.info("the past versions of \(fs.core.path(of: item.id)) are not listed: \(error)")
             }
             then()
-        }
-    }
-
-    /// Opens a past content (of a past version, or of a file in Recently Deleted: node `id`) read-only, once
-    /// it is fetched (verified) into a copy of its own.
-    func openPast(_ content: PastContent, _ id: String, flags: Int32, _ caller: Caller, waiter: Waiter,
-                  done: @escaping Completion<Opened>) {
-        if flags & O_ACCMODE != O_RDONLY { return done(.failure(.core(.readOnly))) }
-        if !downloadPolicy.mayDownload(caller.pid) { return done(.failure(.core(.wouldBlock))) }
-        waitFor(waiter, start: { done in core.fetchPast(content, done: done) }, failed: { done(.failure($0)) }) { [self] in
-            done(Result { () throws(AdapterError) in
-                let fd = try adapting { () throws(CoreError) in try core.openPast(content) }
-                return Opened(fh: addHandle(OpenFile(id: id, fd: fd, writable: false)), keepCache: true)
-            })
         }
     }
 
@@ -95,8 +76,24 @@ extension FileSystem {
             return done(.failure(.core(.crossDevice("a past version moves in place only onto its own file"))))
         }
         let content = PastContent(sha256: v.sha256, size: v.size)
-        waitFor(waiter, start: { done in core.fetchPast(content, done: done) }, failed: { done(.failure($0)) }) { [self] in
+        fs.waitFor(waiter, start: { done in core.fetchPast(content, done: done) }, failed: { done(.failure($0)) }) { [core] in
             done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try core.restorePast(item.id, content) } })
+        }
+    }
+}
+
+extension FileSystem {
+    /// Opens a past content (of a past version, or of a file in Recently Deleted: node `id`) read-only, once
+    /// it is fetched (verified) into a copy of its own.
+    func openPast(_ content: PastContent, _ id: String, flags: Int32, _ caller: Caller, waiter: Waiter,
+                  done: @escaping Completion<Opened>) {
+        if flags & O_ACCMODE != O_RDONLY { return done(.failure(.core(.readOnly))) }
+        if !downloadPolicy.mayDownload(caller.pid) { return done(.failure(.core(.wouldBlock))) }
+        waitFor(waiter, start: { done in core.fetchPast(content, done: done) }, failed: { done(.failure($0)) }) { [self] in
+            done(Result { () throws(AdapterError) in
+                let fd = try adapting { () throws(CoreError) in try core.openPast(content) }
+                return Opened(fh: addHandle(OpenFile(id: id, fd: fd, writable: false)), keepCache: true)
+            })
         }
     }
 }

@@ -17,39 +17,8 @@ import UbiquityBase
 import UbiquityCore
 
 extension FileSystem {
-    static let trashName = WireRules.trashFolder
-    static let trashListName = ".list"
-    static let trashDirID = NodeID.trashDir.description
-    static let trashListID = NodeID.trashList.description
-    static let restoreAttribute = StatusAttribute.prefix + "restore"
-    static let emptyTrashAttribute = StatusAttribute.prefix + "emptyTrash"
     static let historyAttribute = StatusAttribute.prefix + "history"
     static let rewindAttribute = StatusAttribute.prefix + "rewind"
-
-    /// The child `name` of `.trash` or of a folder in it (or `.trash` in the root); nil when `parent` is none.
-    func trashChild(_ parent: String, _ name: String) -> (id: String, node: Node)?? {
-        if parent == core.rootID && sameName(name, FileSystem.trashName) { return .some((FileSystem.trashDirID, .trashDir)) }
-        guard let folder = FileSystem.trashFolder(parent) else { return nil }
-        if folder.isEmpty && name == FileSystem.trashListName { return .some((FileSystem.trashListID, .trashList)) }
-        return .some(trash.read { $0.child(folder, name) }.map { (FileSystem.trashItemID($0.id), .trashItem($0)) })
-    }
-
-    /// Opens `.trash/.list`, read-only, once the remote has answered.
-    func openTrashList(flags: Int32, done: @escaping Completion<Opened>) {
-        if flags & O_ACCMODE != O_RDONLY { return done(.failure(.core(.readOnly))) }
-        core.recentlyDeleted { [self] result in
-            done(Result { () throws(AdapterError) in
-                try adapting { () throws(CoreError) in
-                    let fd = try core.makeStagingFile(prefix: "trash")
-                    do { try fd.writeAll(FileSystem.jsonLines(try result.get())) } catch {
-                        fd.close()
-                        throw CoreError.from(error)
-                    }
-                    return Opened(fh: addHandle(OpenFile(id: FileSystem.trashListID, fd: fd, writable: false)), directIO: true)
-                }
-            })
-        }
-    }
 
     /// The versions as the mount shows them: one JSON object a line.
     static func jsonLines(_ versions: [WireVersion]) -> [UInt8] {
@@ -58,10 +27,11 @@ extension FileSystem {
         return out
     }
 
-    /// True for the attributes answered through the remote (set on `.trash`; `history` and `rewind` of an item).
+    /// True for the attributes of an item answered through the remote (`history` and `rewind`; the trash's
+    /// `restore` and `emptyTrash` are TrashTree's).
     func asksRemote(_ id: String, _ name: String) -> Bool {
-        if id == FileSystem.trashDirID { return name == FileSystem.restoreAttribute || name == FileSystem.emptyTrashAttribute }
-        return !isVirtual(id) && (name == FileSystem.historyAttribute || name.hasPrefix(FileSystem.rewindAttribute))
+        guard case .item = route(id) else { return false }
+        return name == FileSystem.historyAttribute || name.hasPrefix(FileSystem.rewindAttribute)
     }
 
     /// The time a rewind attribute names (`rewind:NS` read, `rewind` set to NS); nil when it names none.
@@ -91,23 +61,6 @@ extension FileSystem {
                 }
             })
         }
-    }
-
-    /// `restore` and `emptyTrash` on `.trash`: the ids, one a line (`all` empties everything).
-    func setTrashAttribute(_ name: String, _ value: [UInt8], done: @escaping Completion<Void>) {
-        let ids = String(decoding: value, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "," })
-            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-        guard !ids.isEmpty else { return done(.failure(.core(.invalidArgument("no item ids given")))) }
-        // The kernel's caches learn of the restored items (the notices queued as they were applied) before the
-        // answer: a listing right after a restore shows them. (Not a request's thread: the remote's.)
-        let answer: @Sendable (Result<Void, CoreError>) -> Void = { [notifier] result in
-            notifier.sync {}
-            done(result.mapError { .core($0) })
-        }
-        if name == FileSystem.restoreAttribute {
-            return core.restoreFromTrash(ids) { answer($0.map { _ in }) }
-        }
-        core.emptyTrash(ids == ["all"] ? nil : ids) { answer($0.map { _ in }) }
     }
 
     /// `history` of an item: its kept versions as one JSON array, newest first; those that do not fit in an

@@ -78,17 +78,17 @@ extension FileSystem {
 
     /// setxattr(2), answered through `done`: at once, but for an action the remote carries out (TrashFiles.swift).
     func setxattr(_ ino: UInt64, _ name: String, _ value: [UInt8], flags: Int32, done: @escaping Completion<Void>) {
-        if let id = inodes.id(ino), asksRemote(id, name) {
-            return id == FileSystem.trashDirID ? setTrashAttribute(name, value, done: done) : setRewind(id, name, value, done: done)
-        }
-        done(Result { () throws(AdapterError) in try setxattr(ino, name, value, flags: flags) })
+        guard let id = inodes.id(ino) else { return done(.failure(.core(.notFound))) }
+        if case .tree(let tree, let parsed) = route(id) { return tree.setxattr(parsed, name, value, done: done) }
+        if asksRemote(id, name) { return setRewind(id, name, value, done: done) }
+        done(Result { () throws(AdapterError) in try setItemXattr(id, name, value, flags: flags) })
     }
 
     /// An extended attribute's value (Reply.xattr answers a size probe or ERANGE).
     func getxattr(_ ino: UInt64, _ name: String) throws(CoreError) -> [UInt8] {
         guard let id = inodes.id(ino) else { throw .notFound }
-        if isVirtual(id) {
-            guard let value = versionAttributes(id)[name] else { throw .noAttribute }
+        if let shown = try virtualStatus(id) {
+            guard let value = shown[name] else { throw .noAttribute }
             return Array(value.utf8)
         }
         if name.hasPrefix(StatusAttribute.prefix) {
@@ -109,7 +109,7 @@ extension FileSystem {
     /// The names of a node's extended attributes, each ended by a NUL.
     func listxattr(_ ino: UInt64) throws(CoreError) -> [UInt8] {
         guard let id = inodes.id(ino) else { throw .notFound }
-        if isVirtual(id) { return versionAttributes(id).keys.sorted().flatMap { Array($0.utf8) + [0] } }
+        if let shown = try virtualStatus(id) { return shown.keys.sorted().flatMap { Array($0.utf8) + [0] } }
         // The kernel allows user.* attributes on files and directories only: a link, fifo or socket lists none.
         if let item = core.item(id), !item.isDirectory && !item.hasContent { return [] }
         let status = try core.status(id)
@@ -127,10 +127,8 @@ extension FileSystem {
     /// setxattr(2)'s XATTR_CREATE and XATTR_REPLACE (Linux's values, from <sys/xattr.h>).
     static let xattrCreate: Int32 = 1, xattrReplace: Int32 = 2
 
-    /// setxattr(2).
-    func setxattr(_ ino: UInt64, _ name: String, _ value: [UInt8], flags: Int32) throws(AdapterError) {
-        guard let id = inodes.id(ino) else { throw .core(.notFound) }
-        if isVirtual(id) { return try adapting { () throws(CoreError) in try setVersionAttribute(id, name) } }
+    /// setxattr(2) on an item.
+    private func setItemXattr(_ id: String, _ name: String, _ value: [UInt8], flags: Int32) throws(AdapterError) {
         if name.hasPrefix(StatusAttribute.prefix) {
             let known = try adapting { () throws(CoreError) in try setStatus(id, String(name.dropFirst(StatusAttribute.prefix.count)),
                                                       String(decoding: value, as: UTF8.self)) }
@@ -166,7 +164,7 @@ extension FileSystem {
 
     func removexattr(_ ino: UInt64, _ name: String) throws(CoreError) {
         guard let id = inodes.id(ino) else { throw .notFound }
-        if isVirtual(id) { throw .readOnly }
+        if case .item = route(id) {} else { throw .readOnly }
         if name.hasPrefix(StatusAttribute.prefix) {
             let key = String(name.dropFirst(StatusAttribute.prefix.count))
             guard StatusAttribute(rawValue: key) != nil else { throw .noAttribute }
@@ -178,25 +176,12 @@ extension FileSystem {
 }
 
 extension FileSystem {
-    /// The status a version file shows: whether its content is stored here.
-    func versionAttributes(_ id: String) -> [String: String] {
-        if case .trashItem(let v)? = node(id) { return FileSystem.trashEntryAttributes(v) }
-        guard case .version(let item, let c) = node(id) else { return [:] }
-        let local = core.hasLocalConflict(item.id, c.id)
-        return [StatusAttribute.isUbiquitous.fullName: "1",
-                StatusAttribute.downloadingStatus.fullName: local ? "current" : "notDownloaded"]
-    }
-
-    /// Evict and download work on version files; everything else under .versions is read-only.
-    func setVersionAttribute(_ id: String, _ name: String) throws(CoreError) {
-        guard case .version(let item, let c) = node(id) else { throw .readOnly }
-        switch name {
-        case StatusAttribute.prefix + ActionAttribute.evict.rawValue:
-            core.evictConflict(item.id, c.id)
-        case StatusAttribute.prefix + ActionAttribute.download.rawValue:
-            core.fetchConflict(item.id, c.id) { _ in }
-        default:
-            throw .readOnly
+    /// The status attributes a virtual node shows (none when it is gone); nil for an item's node.
+    func virtualStatus(_ id: String) throws(CoreError) -> [String: String]? {
+        switch route(id) {
+        case .item: return nil
+        case .tree(let tree, let parsed): return try tree.node(parsed).map(tree.statusAttributes) ?? [:]
+        case .none: return [:]
         }
     }
 }

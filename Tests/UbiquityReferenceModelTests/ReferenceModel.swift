@@ -69,12 +69,19 @@ enum RefOp: Equatable, CustomStringConvertible {
     case network(up: Bool)
     /// The daemon is killed and started again from its store: every handle is gone.
     case restart
+    /// `echo -n BYTES > .kvstore/KEY` (`key` indexes `kvKeys`, whose last is one byte too long for a key).
+    case kvWrite(key: Int, bytes: [UInt8])
+    /// `rm .kvstore/KEY`.
+    case kvRemove(key: Int)
+    /// `ls` of `.kvstore` and `.kvstore/.json`, and `cat` of the key in both.
+    case kvRead(key: Int)
 
     static let files = ["a", "b", "d/a", "d/b", "e/a", "d/e/a", "e/d/a"]
     /// Folders, two of them inside the others: a folder moves into another one and back.
     static let dirs = ["d", "e", "d/e", "e/d"]
     static let processes = 2
     static let xattrKeys = ["user.k0", "user.k1"]
+    static let kvKeys = ["k0", "k1", String(repeating: "k", count: KVLimits.maxKeyBytes + 1)]
 
     var description: String {
         switch self {
@@ -105,6 +112,9 @@ enum RefOp: Equatable, CustomStringConvertible {
         case .sync: return ".sync"
         case .network(let up): return ".network(up: \(up))"
         case .restart: return ".restart"
+        case .kvWrite(let k, let b): return ".kvWrite(key: \(k), bytes: \(b))"
+        case .kvRemove(let k): return ".kvRemove(key: \(k))"
+        case .kvRead(let k): return ".kvRead(key: \(k))"
         }
     }
 
@@ -119,8 +129,8 @@ enum RefOp: Equatable, CustomStringConvertible {
         let d = rng.below(dirs.count), other = rng.below(dirs.count)
         func bytes() -> [UInt8] { (0..<(1 + rng.below(6))).map { _ in UInt8(97 + rng.below(26)) } }
         let kind = [OpenKind.read, .readWrite, .truncate][rng.below(3)]
-        let key = rng.below(xattrKeys.count)
-        switch rng.below(110) {
+        let key = rng.below(xattrKeys.count), kvKey = rng.below(kvKeys.count)
+        switch rng.below(115) {
         case 0..<8: return .create(p: p, name: n)
         case 8..<21: return .open(p: p, name: n, kind)
         case 21..<23: return .interruptedOpen(p: p, name: n, kind)
@@ -147,7 +157,10 @@ enum RefOp: Equatable, CustomStringConvertible {
         case 103..<104: return .remoteSetXattr(name: n, key: key, value: bytes())
         case 104..<106: return .xattrs(name: n)
         case 106..<108: return .conflict(name: n, here: bytes(), there: bytes())
-        default: return .resolve(name: n, promote: rng.below(2) == 0)
+        case 108..<110: return .resolve(name: n, promote: rng.below(2) == 0)
+        case 110..<112: return .kvWrite(key: kvKey, bytes: bytes())
+        case 112..<113: return .kvRemove(key: kvKey)
+        default: return .kvRead(key: kvKey)
         }
     }
 }
@@ -263,6 +276,8 @@ final class RefDevice {
         config.environment.randomUnit = { 0 }
         container = try Container(store: try Store(directory: dir), remote: remote, config: config)
         fs = FileSystem(core: container)
+        // The key-value store of this device alone (no remote): `.kvstore` as the adapter shows it.
+        fs.kv = try KeyValueStore(directory: dir, device: name, account: "ref", remote: nil, environment: config.environment)
     }
 
     /// A kill -9 of the daemon and a start from its store: the kernel closes every descriptor it held.
@@ -310,7 +325,7 @@ final class RefDevice {
         let dir = try fs.opendir(ino)
         let entries = fs.listing(dir.fh, from: 0)
         fs.releasedir(dir.fh)
-        let hidden: Set = [".", "..", FileSystem.versionsName, FileSystem.kvName, FileSystem.trashName, "Documents"]
+        let hidden = Set([".", "..", "Documents"] + WireRules.mountRootNames)
         var paths: [String] = []
         for e in entries where !(prefix.isEmpty ? hidden : [".", ".."]).contains(e.name) {
             paths.append(prefix + e.name)
@@ -416,8 +431,17 @@ final class RefDevice {
         return settle(answer)
     }
 
-    func remove(_ path: String, directory: Bool) throws -> Result<Void, AdapterError> {
+    func remove(_ path: String, directory: Bool) throws -> Result<Void, AdapterError>? {
         guard let (p, n) = try place(path) else { return .failure(.core(.notFound)) }
-        return Result { () throws(CoreError) in try fs.remove(p, n, directory: directory) }.mapError { AdapterError.core($0) }
+        let answer = Answer<Void>()
+        fs.remove(p, n, directory: directory) { answer.value = $0 }
+        return settle(answer)
+    }
+
+    /// setxattr(2) of `name` on node `ino`.
+    func setxattr(_ ino: UInt64, _ name: String, _ value: [UInt8]) -> Result<Void, AdapterError>? {
+        let answer = Answer<Void>()
+        fs.setxattr(ino, name, value, flags: 0) { answer.value = $0 }
+        return settle(answer)
     }
 }

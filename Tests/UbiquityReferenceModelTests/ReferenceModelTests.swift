@@ -141,6 +141,38 @@ import UbiquityBase
         }
     }
 
+    /// Seed 10102645 (a fault of the model's, not the adapter's): an open that waited for its content ran the
+    /// other downloads asked for too, among them the new version of a file held open for reading, which only
+    /// appended and so reached its reader in place; the model took it only at the next sync.
+    @Test func aWaitForOneFileInstallsWhatOthersWaitedForToo() {
+        expectAgrees([.create(p: 1, name: 1),
+                      .close(p: 1, h: 1),
+                      .sync,
+                      .open(p: 1, name: 1, .read),
+                      .remoteWrite(name: 1, bytes: Array("te".utf8)),
+                      .remoteWrite(name: 0, bytes: Array("vwbiip".utf8)),
+                      .open(p: 0, name: 0, .readWrite),
+                      .read(p: 1, h: 1)])
+    }
+
+    /// The key-value store as `.kvstore`: a key written, read as text and as typed JSON, listed in both
+    /// folders, written over, removed (again: ENOENT), and a key one byte too long refused (ENAMETOOLONG);
+    /// through a restart, whose store keeps every value.
+    @Test func theKeyValueFolderAgreesWithTheModel() {
+        expectAgrees([.kvWrite(key: 0, bytes: Array("one".utf8)),
+                      .kvRead(key: 0),
+                      .kvWrite(key: 1, bytes: Array("two".utf8)),
+                      .kvWrite(key: 0, bytes: Array("three".utf8)),
+                      .kvWrite(key: 2, bytes: Array("long".utf8)),
+                      .kvRead(key: 2),
+                      .kvRemove(key: 2),
+                      .restart,
+                      .kvRead(key: 0),
+                      .kvRemove(key: 1),
+                      .kvRemove(key: 1),
+                      .kvRead(key: 1)])
+    }
+
     /// CI, seed 141: a restart found the store "in use by another daemon". Remote changes started the announcer
     /// (Watchers.swift) on an adapter that was never mounted: its thread held the adapter, and so the container
     /// and its store's lock, past the crash; and it repeated each change on a path below "" (the root of this

@@ -22,6 +22,8 @@ final class RefRun {
     /// Files and folders removed here since the last sync or restart, with their item ids: their deletes may
     /// still be kept back (Store.keptBack), and a crash then brings them back whole.
     var removedSince: [String: (id: String, file: ModelFile?)] = [:]
+    /// The key-value store's values, as text, by key.
+    var kv: [String: [UInt8]] = [:]
     /// The network is down: nothing reaches the remote, and content that is not here cannot be had.
     var offline = false
     var step = 0
@@ -68,6 +70,9 @@ final class RefRun {
         for (i, op) in ops.enumerated() {
             step = i
             try apply(op)
+            // A step that waited for content ran every download asked for, other files' too (a file open for
+            // reading asks for its new version): whatever they installed is in the model before the next step.
+            for name in files.keys { reconcile(name) }
             try checkListing()
         }
         step = ops.count
@@ -159,6 +164,9 @@ final class RefRun {
             offline = !up
             remote.offline = offline
         case .restart: try restart()
+        case .kvWrite(let k, let bytes): try kvWrite(RefOp.kvKeys[k % RefOp.kvKeys.count], bytes)
+        case .kvRemove(let k): try kvRemove(RefOp.kvKeys[k % RefOp.kvKeys.count])
+        case .kvRead(let k): try kvRead(RefOp.kvKeys[k % RefOp.kvKeys.count])
         }
     }
 
@@ -359,10 +367,8 @@ final class RefRun {
 
     func evict(_ name: String) throws {
         guard inPlace(name), let ino = try a.ino(name), let f = files[name] else { return }
-        let result = Result { () throws(AdapterError) in
-            try a.fs.setxattr(ino, StatusAttribute.prefix + ActionAttribute.evict.rawValue, [], flags: 0)
-        }
-        guard case .success = result else { return } // refused (EBUSY): allowed, nothing changes
+        let result = a.setxattr(ino, StatusAttribute.prefix + ActionAttribute.evict.rawValue, [])
+        guard case .success? = result else { return } // refused (EBUSY): allowed, nothing changes
         // Lossy when what is here is not what the remote holds (a change not uploaded), or a program writes it.
         if hasWriter(name) || (f.local != nil && !f.stale && f.local!.bytes != f.remote) {
             throw violation("\(name) was evicted with changes not uploaded (or open for writing)")
@@ -480,7 +486,7 @@ final class RefRun {
 
     /// The names of the conflict versions of `name` under `.versions` (past versions left out).
     func conflictVersions(_ name: String) throws -> [String] {
-        guard let ino = try a.ino(FileSystem.versionsName + "/" + name) else { return [] }
+        guard let ino = try a.ino(WireRules.versionsFolder + "/" + name) else { return [] }
         let dir = try a.fs.opendir(ino)
         defer { a.fs.releasedir(dir.fh) }
         return a.fs.listing(dir.fh, from: 0).map(\.name).filter { $0 != "." && $0 != ".." && !$0.contains(" (v") }
@@ -488,7 +494,7 @@ final class RefRun {
 
     /// What a conflict version of `name` reads.
     func readVersion(_ name: String, _ version: String) throws -> [UInt8] {
-        let opened = try expectSuccess("the open of the version \(version)", try a.open(FileSystem.versionsName + "/" + name + "/" + version, flags: O_RDONLY))
+        let opened = try expectSuccess("the open of the version \(version)", try a.open(WireRules.versionsFolder + "/" + name + "/" + version, flags: O_RDONLY))
         defer { a.fs.release(opened.fh) }
         return try a.read(opened.fh)
     }
@@ -505,7 +511,7 @@ final class RefRun {
         guard let at = f.conflicts.firstIndex(of: bytes) else {
             throw violation("the conflict version of \(name) reads \(text(bytes)), the model \(f.conflicts.map(text))")
         }
-        let path = FileSystem.versionsName + "/" + name + "/" + version
+        let path = WireRules.versionsFolder + "/" + name + "/" + version
         if promote {
             if isHeld(f) { return }
             _ = try expectSuccess("mv of \(version) onto \(name)", try a.rename(path, name))
@@ -534,9 +540,7 @@ final class RefRun {
 
     func setXattr(_ name: String, _ key: String, _ value: [UInt8]) throws {
         guard let ino = try fileIno(name) else { return }
-        _ = try expectSuccess("setxattr \(key) of \(name)", Result { () throws(AdapterError) in
-            try a.fs.setxattr(ino, key, value, flags: 0)
-        })
+        _ = try expectSuccess("setxattr \(key) of \(name)", a.setxattr(ino, key, value))
         files[name]?.xattrs[key] = value
         dirtyNames.insert(name)
     }
@@ -555,9 +559,7 @@ final class RefRun {
     func remoteSetXattr(_ name: String, _ key: String, _ value: [UInt8]) throws {
         let done = try remote(touching: [name, folder(name)]) {
             guard b.item(name)?.kind == .file, let ino = try b.ino(name) else { return false }
-            _ = try expectSuccess("the other device's setxattr", Result { () throws(AdapterError) in
-                try b.fs.setxattr(ino, key, value, flags: 0)
-            })
+            _ = try expectSuccess("the other device's setxattr", b.setxattr(ino, key, value))
             return true
         }
         if done { files[name]?.xattrs[key] = value }
@@ -651,12 +653,76 @@ final class RefRun {
         removedSince = [:]
     }
 
+    // MARK: the key-value store
+
+    func kvPath(_ key: String, typed: Bool = false) -> String {
+        WireRules.keyValueFolder + (typed ? "/.json/" : "/") + key
+    }
+
+    func isTooLong(_ key: String) -> Bool { key.utf8.count > KVLimits.maxKeyBytes }
+
+    /// A key's file written whole: its bytes become the key's value; a key too long is refused at the lookup.
+    func kvWrite(_ key: String, _ bytes: [UInt8]) throws {
+        do {
+            try a.writeWhole(kvPath(key), bytes)
+        } catch let e as CoreError where isTooLong(key) && e == .nameTooLong {
+            return
+        }
+        if isTooLong(key) { throw violation("a key of \(key.utf8.count) bytes was written") }
+        kv[key] = bytes
+    }
+
+    func kvRemove(_ key: String) throws {
+        let result = try a.remove(kvPath(key), directory: false)
+        if isTooLong(key) { return try expectFailure("rm of a key too long", result, ENAMETOOLONG) }
+        guard kv[key] != nil else { return try expectFailure("rm of \(key), which has no value", result, ENOENT) }
+        _ = try expectSuccess("rm of \(key)", result)
+        kv[key] = nil
+    }
+
+    /// Both folders list the keys there are, and a key reads as its text and, under `.json`, as its value.
+    func kvRead(_ key: String) throws {
+        try checkKeyValueListings()
+        for typed in [false, true] {
+            let path = kvPath(key, typed: typed)
+            let found: UInt64?
+            do { found = try a.ino(path) } catch let e as CoreError where isTooLong(key) && e == .nameTooLong { continue }
+            guard let bytes = kv[key] else {
+                if found != nil { throw violation("\(path) is found, the model has no such key") }
+                continue
+            }
+            guard let ino = found else { throw violation("\(path) is not found") }
+            let opened = try expectSuccess("the open of \(path)", try a.open(path, flags: O_RDONLY))
+            let got = try a.read(opened.fh)
+            a.fs.release(opened.fh)
+            let size = try a.fs.getattr(ino).stat.st_size
+            if size != got.count { throw violation("\(path) shows size \(size) and reads \(got.count) bytes") }
+            if !typed && got != bytes { throw violation("\(path) reads \(text(got)), the model says \(text(bytes))") }
+            if typed, (try? JSONDecoder().decode(KVValue.self, from: Data(got))) != KVValue(text: bytes) {
+                throw violation("\(path) reads \(text(got)), not the value of \(text(bytes))")
+            }
+        }
+    }
+
+    /// `.kvstore` lists `.json`, `.changes` and the keys; `.kvstore/.json` the keys.
+    func checkKeyValueListings() throws {
+        for typed in [false, true] {
+            let folder = WireRules.keyValueFolder + (typed ? "/.json" : "")
+            guard let ino = try a.ino(folder) else { throw violation("\(folder) is missing") }
+            let dir = try a.fs.opendir(ino)
+            let listed = a.fs.listing(dir.fh, from: 0).map(\.name).filter { $0 != "." && $0 != ".." }
+            a.fs.releasedir(dir.fh)
+            let expected = (typed ? [] : [".json", ".changes"]) + kv.keys.sorted()
+            if listed != expected { throw violation("\(folder) lists \(listed), the model \(expected)") }
+        }
+    }
+
     // MARK: checks
 
     func checkListing() throws {
         let shown = try a.allPaths()
         if shown != allPaths { throw violation("the mount lists \(shown), the model \(allPaths)") }
-        guard let versions = try a.ino(FileSystem.versionsName) else { throw violation(".versions is missing") }
+        guard let versions = try a.ino(WireRules.versionsFolder) else { throw violation(".versions is missing") }
         let dir = try a.fs.opendir(versions)
         defer { a.fs.releasedir(dir.fh) }
         let listed = Set(a.fs.listing(dir.fh, from: 0).map(\.name)).subtracting([".", ".."])
@@ -699,6 +765,7 @@ final class RefRun {
                 throw violation("at the end the conflict versions of \(name) read \(versions.map(text)), the model \(f.conflicts.map(text))")
             }
         }
+        for key in RefOp.kvKeys { try kvRead(key) }
     }
 
     func sha(_ bytes: [UInt8]) -> String {

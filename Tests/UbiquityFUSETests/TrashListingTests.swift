@@ -5,7 +5,7 @@ import Testing
 import UbiquityBase
 @testable import UbiquityFUSE
 
-@Suite struct TrashTreeTests {
+@Suite struct TrashListingTests {
     private func deleted(_ id: String, _ name: String, in parent: String? = "docs", kind: ItemKind = .file,
                          at: Int64) -> WireVersion {
         WireVersion(id: id, version: 2, at: at, path: name, deleted: true, parent: parent, name: name, kind: kind,
@@ -13,7 +13,7 @@ import UbiquityBase
     }
 
     @Test func aDeletedFolderHoldsWhatWasDeletedInItAndNamesNeverClash() {
-        let tree = TrashTree([
+        let tree = TrashListing([
             deleted("p", "proj", kind: .dir, at: 50),
             deleted("f", "one.txt", in: "p", at: 49),
             deleted("n2", "notes.txt", at: 40),
@@ -31,7 +31,7 @@ import UbiquityBase
     }
 
     @Test func emptyingAFolderTakesWhatIsInsideAlong() {
-        var tree = TrashTree([deleted("p", "proj", kind: .dir, at: 50), deleted("q", "sub", in: "p", kind: .dir, at: 49),
+        var tree = TrashListing([deleted("p", "proj", kind: .dir, at: 50), deleted("q", "sub", in: "p", kind: .dir, at: 49),
                               deleted("f", "one.txt", in: "q", at: 48), deleted("n", "notes.txt", at: 40)])
         tree.remove("p")
         #expect(tree.entries.keys.sorted() == ["n"])
