@@ -5,7 +5,8 @@
 // reads a file's kept versions as JSON, newest first (`ubiquityfs history`). `setfattr -n user.ubiquity.rewind
 // -v NS DIR` brings a folder back to its state at NS (ns since the epoch), and `getfattr -n
 // user.ubiquity.rewind:NS DIR` answers, changing nothing, what that would change (`ubiquityfs rewind`). None of
-// these is listed, so that `getfattr -d` asks the remote nothing.
+// these is listed, so that `getfattr -d` asks the remote nothing. `.trash`, `.list`, restore and emptyTrash are
+// TrashTree's (TrashTree.swift); history and rewind, attributes of items, are here.
 //
 // What must hold: each of these is a request to the remote, answered through a completion (the core runs it
 // off the FUSE worker), so no FUSE worker waits on the network; offline they fail at once with EIO and the
