@@ -61,9 +61,10 @@ extension Container {
     public func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool = false,
                      noDownload: Bool = false) throws(CoreError) -> Opening {
         // An O_TRUNC of content gives room back (`> big.log` on a full disk), so it may use the reserve.
-        let frees = truncate && read { s in s.items[id].map { $0.hasLocal && s.cache.size(id) > 0 } ?? false }
-        return try mutate(room: frees ? .evictions : .freeSpace) {
-            (s: inout CoreState) throws(CoreError) -> Opening in
+        let room = { (s: CoreState) -> FullDiskRoom in
+            truncate && s.items[id].map { $0.hasLocal && s.cache.size(id) > 0 } == true ? .evictions : .freeSpace
+        }
+        return try mutate(roomFor: room) { (s: inout CoreState) throws(CoreError) -> Opening in
             try s.open(id, writable: writable, truncate: truncate, staleOK: staleOK, noDownload: noDownload)
         }
     }

@@ -257,8 +257,19 @@ public final class Container: @unchecked Sendable {
     /// `mutate` for an operation that throws errors other than CoreError: the sync loops', whose records lead
     /// to free space (an upload acknowledged makes its copy evictable), hence their room.
     func mutateThrowing<T>(room: FullDiskRoom = .evictions, _ body: (inout CoreState) throws -> T) throws -> T {
+        try mutateThrowing(roomFor: { _ in room }, body)
+    }
+
+    /// `mutate` whose room depends on the state it finds: decided in the same hold of the lock.
+    func mutate<T>(roomFor: (CoreState) -> FullDiskRoom,
+                   _ body: (inout CoreState) throws(CoreError) -> T) throws(CoreError) -> T {
+        do { return try mutateThrowing(roomFor: roomFor, body) } catch { throw CoreError.from(error) }
+    }
+
+    private func mutateThrowing<T>(roomFor: (CoreState) -> FullDiskRoom,
+                                   _ body: (inout CoreState) throws -> T) throws -> T {
         let (result, effects) = withState { s -> (Result<T, Error>, Effects) in
-            let result = Result { try s.transact(room: room, body) }
+            let result = Result { try s.transact(room: roomFor(s), body) }
             defer { s.effects = Effects() }
             return (result, s.effects)
         }
