@@ -98,6 +98,30 @@ final class UsageMeter: Sendable {
     }
 }
 
+/// What a user may still add against their limits, taken piece by piece (a batch's entries one after the other):
+/// a piece past a limit is refused and counts nothing; one within is counted, so the next is checked against it.
+struct Allowance {
+    private(set) var usage: UserUsage
+
+    init(_ usage: UserUsage) { self.usage = usage }
+
+    /// The refusal of adding `items` live items, `bytes` stored bytes and `containers` containers, with the name
+    /// of the limit it hits; nil when they fit, and then they are counted.
+    mutating func take(items: Int64 = 0, bytes: Int64 = 0, containers: Int64 = 0) -> (refusal: StubFailure, limit: String)? {
+        if containers > 0 && usage.containers + containers > usage.limits.containers {
+            return (QuotaRefusal.containers(usage), "container limit")
+        }
+        if items > 0 && usage.items + items > usage.limits.items { return (QuotaRefusal.items(usage), "item limit") }
+        if bytes > 0 && usage.storage + bytes > usage.limits.storage {
+            return (QuotaRefusal.storage(usage, adding: bytes), "storage quota")
+        }
+        usage.containers += containers
+        usage.items += items
+        usage.storage += bytes
+        return nil
+    }
+}
+
 /// The refusals, in the words the mount shows (`uploadingError`) and the command line prints.
 enum QuotaRefusal {
     static let status = 507

@@ -843,12 +843,9 @@ extension StubServer {
                     ex.blobAlreadyThere = !ex.replacingBlob
                     if ex.replacingBlob { log.warning("blob \(sha) of \(cid) is damaged in the store: the upload replaces it") }
                 }
-                if !ex.blobAlreadyThere && !ex.replacingBlob, let account = ex.account {
-                    let usage = try usage(account)
-                    if usage.storage + length > usage.limits.storage {
-                        logLimit(account, "storage quota")
-                        return failureReply(QuotaRefusal.storage(usage, adding: length))
-                    }
+                if !ex.blobAlreadyThere && !ex.replacingBlob, let account = ex.account,
+                   let refusal = try refusal(account, bytes: length) {
+                    return failureReply(refusal)
                 }
                 if !ex.blobAlreadyThere { ex.writer = try BlobWriter(tmpDir: store.tmpDir) }
             } catch {
@@ -914,12 +911,9 @@ extension StubServer {
                 let faults = try decode(WireFaults.self, ex.body)
                 return .json(200, try counters.arm(faults))
             case .container(let cid):
-                if let account = ex.account, try !store.containerExists(cid) {
-                    let usage = try usage(account)
-                    if usage.containers >= usage.limits.containers {
-                        logLimit(account, "container limit")
-                        throw QuotaRefusal.containers(usage)
-                    }
+                if let account = ex.account, try !store.containerExists(cid),
+                   let refusal = try refusal(account, containers: 1) {
+                    throw refusal
                 }
                 var opened = try store.ensureContainer(cid)
                 opened.container = ContainerScope.wireID(cid)
@@ -1042,12 +1036,8 @@ extension StubServer {
             }
             let body = try decode(WireItem.self, ex.body)
             let change = try changeID(connection, device: header(connection, "X-Device") ?? body.device)
-            if case .ifNoneMatch = condition, let account = ex.account {
-                let usage = try usage(account)
-                if usage.items >= usage.limits.items {
-                    logLimit(account, "item limit")
-                    throw QuotaRefusal.items(usage)
-                }
+            if case .ifNoneMatch = condition, let account = ex.account, let refusal = try refusal(account, items: 1) {
+                throw refusal
             }
             do {
                 let stored = try store.putItem(cid, id, body, condition, change: change)
@@ -1113,29 +1103,23 @@ extension StubServer {
     /// past the storage quota (Quotas.swift). The others are left as they were.
     private func withinLimits(_ account: Account, _ prepared: [StubBatchEntry]) throws -> [StubBatchEntry] {
         guard prepared.contains(where: { $0.refusal == nil && ($0.isCreate || $0.blob != nil) }) else { return prepared }
-        let usage = try usage(account)
-        var items = usage.items, bytes = usage.storage
+        var allowance = Allowance(try usage(account))
         return prepared.map { entry in
             var entry = entry
-            guard entry.refusal == nil else { return entry }
-            if entry.isCreate {
-                guard items < usage.limits.items else {
-                    logLimit(account, "item limit")
-                    entry.refusal = QuotaRefusal.items(usage)
-                    return entry
-                }
-                items += 1
-            }
-            if let written = entry.blob?.written {
-                guard bytes + written <= usage.limits.storage else {
-                    logLimit(account, "storage quota")
-                    entry.refusal = QuotaRefusal.storage(usage, adding: written)
-                    return entry
-                }
-                bytes += written
-            }
+            guard entry.refusal == nil,
+                  let hit = allowance.take(items: entry.isCreate ? 1 : 0, bytes: entry.blob?.written ?? 0) else { return entry }
+            logLimit(account, hit.limit)
+            entry.refusal = hit.refusal
             return entry
         }
+    }
+
+    /// The refusal of adding so much to what the account's user has now, logged; nil when it fits.
+    private func refusal(_ account: Account, items: Int64 = 0, bytes: Int64 = 0, containers: Int64 = 0) throws -> StubFailure? {
+        var allowance = Allowance(try usage(account))
+        guard let hit = allowance.take(items: items, bytes: bytes, containers: containers) else { return nil }
+        logLimit(account, hit.limit)
+        return hit.refusal
     }
 
     /// What the account's user stores now, against their limits.
