@@ -54,9 +54,6 @@ extension Container {
     /// True while the remote refuses this device's key.
     public var isKeyRefused: Bool { read { $0.keyRefused } }
 
-    /// True while a change waiting to upload was last refused for the user's quota on the remote.
-    public var isOverQuota: Bool { read { $0.isOverQuota } }
-
     /// True while remote changes wait for room on the store's full disk (the root's `isStoreFull`).
     public var isStoreFull: Bool { read { $0.storeFullSince != nil } }
 

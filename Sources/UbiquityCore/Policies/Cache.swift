@@ -60,14 +60,14 @@ public struct Eviction: Sendable, Equatable {
 }
 
 /// Usage and limit, as the mount root's attributes show them.
-public struct CacheStatus: Sendable {
-    public let used: Int64
+struct CacheStatus: Sendable {
+    let used: Int64
     /// nil: no limit.
-    public let limit: Int64?
-    public let evictedFiles: Int
-    public let evictedBytes: Int64
+    let limit: Int64?
+    let evictedFiles: Int
+    let evictedBytes: Int64
     /// The latest evictions, newest first.
-    public let recent: [Eviction]
+    let recent: [Eviction]
 }
 
 /// The accounting of the local store (a part of CoreState).
@@ -311,7 +311,7 @@ extension Container {
     var lowWaterMark: Int64 { config.cacheLimit - config.cacheLimit / 10 }
 
     /// Usage, limit and what was evicted lately.
-    public func cacheStatus() -> CacheStatus {
+    func cacheStatus() -> CacheStatus {
         read { s in
             CacheStatus(used: s.cache.used, limit: config.cacheLimit == .max ? nil : config.cacheLimit,
                         evictedFiles: s.cache.evictedFiles, evictedBytes: s.cache.evictedBytes,
