@@ -7,7 +7,9 @@
 // manifest never committed; a chunk download cut half way or served with a byte wrong), and three of its own:
 // a chunk missing when a download asks for it (404, as if collected), a chunk collected between the ask and the
 // commit (the commit answers 409), and a crash of the device inside a transfer (before the remote sees the
-// request or after it applied it; the device restarts from its store after the step, World.run).
+// request or after it applied it; the device restarts from its store after the step, World.run). And a slow
+// answer: an item write applied, and before its answer comes back, other devices act and the device's own
+// puller runs, as its threads do beside a push in flight (`World.meanwhile`).
 //
 // What must hold: a fault is drawn only from `World.rng`, so the same plan strikes the same faults; `calm`
 // turns every fault off, a partition refuses every call. Each fault is counted. A thrown fault is always
@@ -36,18 +38,23 @@ public struct FaultRates: Sendable, CustomStringConvertible {
     public var missingChunk = 0.0
     /// The device crashes inside a chunk transfer or a manifest's commit.
     public var crashInTransfer = 0.0
+    /// An item write's answer is slow: the remote applied it, and before the device hears so, other devices
+    /// act and the device's own puller runs (`World.meanwhile`).
+    public var slowAnswer = 0.0
 
     public init(dropRequest: Double = 0, dropResponse: Double = 0, duplicate: Double = 0, staleFeed: Double = 0,
-                slowTransfer: Double = 0, corrupt: Double = 0, missingChunk: Double = 0, crashInTransfer: Double = 0) {
+                slowTransfer: Double = 0, corrupt: Double = 0, missingChunk: Double = 0, crashInTransfer: Double = 0,
+                slowAnswer: Double = 0) {
         self.dropRequest = dropRequest; self.dropResponse = dropResponse; self.duplicate = duplicate
         self.staleFeed = staleFeed; self.slowTransfer = slowTransfer; self.corrupt = corrupt
-        self.missingChunk = missingChunk; self.crashInTransfer = crashInTransfer
+        self.missingChunk = missingChunk; self.crashInTransfer = crashInTransfer; self.slowAnswer = slowAnswer
     }
 
     public var description: String {
         String(format: "dropRequest %.2f dropResponse %.2f duplicate %.2f staleFeed %.2f slow %.2f corrupt %.2f "
-               + "missingChunk %.2f crashInTransfer %.2f",
-               dropRequest, dropResponse, duplicate, staleFeed, slowTransfer, corrupt, missingChunk, crashInTransfer)
+               + "missingChunk %.2f crashInTransfer %.2f slowAnswer %.2f",
+               dropRequest, dropResponse, duplicate, staleFeed, slowTransfer, corrupt, missingChunk, crashInTransfer,
+               slowAnswer)
     }
 }
 
@@ -137,9 +144,29 @@ final class SimLink: RemoteClient, @unchecked Sendable {
             world.reached(device, stored)
             simLog.debug("remote: \(device) put \(item.id.prefix(6)) '\(item.name)' over \(ifMatch ?? 0): "
                          + "\(stored.version)")
+            if !batching && roll(rates.slowAnswer) { world.meanwhile(device, item: item.id) }
             return stored
         }
     }
+
+    /// A batch as single calls through the faults above; its answer may be slow once all of it is applied (as
+    /// a server applies a batch in one transaction, nobody sees a part of it before the rest).
+    func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
+        batching = true
+        let results: [BatchResult]
+        do { results = try batchAsSingleCalls(entries) } catch {
+            batching = false
+            throw error
+        }
+        batching = false
+        let written = zip(entries, results).compactMap { entry, result -> String? in
+            if case .success = result, entry.op == .put { return entry.id }
+            return nil
+        }
+        if !written.isEmpty && roll(rates.slowAnswer) { world.meanwhile(device, item: written[world.rng.int(written.count)]) }
+        return results
+    }
+    private var batching = false
 
     func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
         try call("delete") {

@@ -22,7 +22,8 @@ extension Plan {
         lines.append(pad + "     rates: FaultRates(dropRequest: \(r.dropRequest), dropResponse: \(r.dropResponse), "
                      + "duplicate: \(r.duplicate), staleFeed: \(r.staleFeed),")
         lines.append(pad + "                       slowTransfer: \(r.slowTransfer), corrupt: \(r.corrupt), "
-                     + "missingChunk: \(r.missingChunk), crashInTransfer: \(r.crashInTransfer)),")
+                     + "missingChunk: \(r.missingChunk), crashInTransfer: \(r.crashInTransfer)"
+                     + (r.slowAnswer > 0 ? ", slowAnswer: \(r.slowAnswer))," : "),"))
         let f = chunkFormat
         lines.append(pad + "     chunkFormat: " + (f == .standard ? ".standard," : "ChunkFormat(chunkedAbove: "
                      + "\(f.chunkedAbove), minSize: \(f.minSize), averageSize: \(f.averageSize), maxSize: \(f.maxSize)),"))

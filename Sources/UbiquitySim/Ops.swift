@@ -273,8 +273,9 @@ extension World {
         return "\(c.path(of: item.id)) [\(short(item.id))]"
     }
 
-    func overwriteFile(_ dev: SimDevice) throws -> String {
-        let f = try pickFile(dev)
+    /// A program writes a whole file: `target` (when it is a file here), or one picked.
+    func overwriteFile(_ dev: SimDevice, _ target: String? = nil) throws -> String {
+        let f = try target.flatMap { id in dev.container.item(id).flatMap { $0.kind == .file ? $0 : nil } } ?? pickFile(dev)
         supersede(dev, f, conflicts: false)
         return try writeNew(dev, f.id, "write")
     }

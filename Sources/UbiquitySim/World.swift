@@ -106,6 +106,8 @@ public struct Plan: Sendable {
             planned.append(Step(kind, on: rng.int(devices), seed: rng.next(), after: dt))
         }
         steps = planned
+        // (Drawn last, so the plans of the seeds drawn before it keep their steps and their other rates.)
+        rates.slowAnswer = Double(rng.int(25)) / 100
     }
 }
 
@@ -171,6 +173,8 @@ final class World {
     var readViolations: [String] = []
     /// Content in place that is not the version the device says it is, seen after a step (`unverified`).
     var installViolations: [String] = []
+    /// Inside `meanwhile`.
+    private var inMeanwhile = false
 
     init(plan: Plan) throws {
         self.plan = plan
@@ -249,6 +253,37 @@ final class World {
                 runViolations.append("\(dev.name) at #\(i) (\(step.kind.rawValue)): \(cycle) lies below itself")
                 return
             }
+        }
+    }
+
+    /// Inside an item write of `device` that the remote applied and has not answered yet (SimLink's slow
+    /// answer): another device pulls, writes the same file over (or one of its own choice), and pushes; then
+    /// the device's own puller runs, as it does beside its pusher. Not nested: a write in here answers at once.
+    func meanwhile(_ device: String, item id: String) {
+        guard !inMeanwhile, let pushing = devices.first(where: { $0.name == device }) else { return }
+        inMeanwhile = true
+        defer { inMeanwhile = false }
+        count("slow answer")
+        let others = devices.filter { $0.name != device }
+        let other = others[rng.int(others.count)]
+        performMeanwhile(.pull, other) { try perform(.pull, other) }
+        performMeanwhile(.write, other) { try overwriteFile(other, rng.chance(0.7) ? id : nil) }
+        performMeanwhile(.push, other) { try perform(.push, other) }
+        if let failed = restartIfCrashed(other, at: "#\(stepIndex), meanwhile") { runViolations.append(failed) }
+        // (The device's own crash in a transfer waits for the end of its step: its push is on the stack.)
+        performMeanwhile(.pull, pushing) { try perform(.pull, pushing) }
+    }
+
+    private func performMeanwhile(_ kind: StepKind, _ dev: SimDevice, _ body: () throws -> String) {
+        do {
+            note("meanwhile \(dev.name) \(kind.rawValue): " + (try body()))
+        } catch let s as Skip {
+            note("meanwhile \(dev.name) \(kind.rawValue): skipped (\(s.why))")
+        } catch let f as DeviceFailed {
+            note("meanwhile \(dev.name) \(kind.rawValue): the store failed: \(f.cause)")
+            runViolations.append("store failed: \(f.device) at #\(stepIndex) (meanwhile \(kind.rawValue)): \(f.cause)")
+        } catch {
+            note("meanwhile \(dev.name) \(kind.rawValue): \(error)")
         }
     }
 

@@ -191,9 +191,12 @@ extension RemoteClient {
         try deleteItem(id, ifMatch: ifMatch, change: nil)
     }
 
-    /// A batch as single calls (the default, for remotes without a batch of their own): inline content is
-    /// uploaded as a blob first unless the remote has it. A transient failure ends the batch, as a lost answer.
-    public func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
+    /// A batch as single calls (the default, for remotes without a batch of their own).
+    public func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] { try batchAsSingleCalls(entries) }
+
+    /// A batch as single calls: inline content is uploaded as a blob first unless the remote has it. A transient
+    /// failure ends the batch, as a lost answer.
+    public func batchAsSingleCalls(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
         var results: [BatchResult] = []
         for entry in entries {
             do {
