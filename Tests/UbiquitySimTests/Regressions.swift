@@ -2182,6 +2182,66 @@ extension Regression {
              ]))
 
     /// Every recorded shrunk trace.
+    /// Found by the slow answers (SimLink: a write applied, other devices acting before its answer): a deletes
+    /// folder x and its delete lands; before a hears so, d, which made files in x meanwhile, takes the delete and
+    /// brings x back; a's puller meets x back while a's delete is still pending, and skips it. Answered, the
+    /// delete made a forget x with the version skipped, so a kept a tree without x for good (its feed past d's).
+    /// (Seed 980000318, shrunk.)
+    static let aFolderBroughtBackWhileItsDeleteWasInFlight = Regression(
+        "aFolderBroughtBackWhileItsDeleteWasInFlight",
+        Plan(seed: 980000318, devices: 4, feedPage: 3,
+             rates: FaultRates(dropRequest: 0.03, dropResponse: 0.1, duplicate: 0.09, staleFeed: 0.05,
+                               slowTransfer: 0.06, corrupt: 0.02, missingChunk: 0.18, crashInTransfer: 0.05, slowAnswer: 0.14),
+             chunkFormat: ChunkFormat(chunkedAbove: 128, minSize: 8, averageSize: 32, maxSize: 128),
+             steps: [
+                Step(.pull, on: 2, seed: 0x5de2dac3f0df1291, after: 1323000000),
+                Step(.pull, on: 0, seed: 0x5b94bed4a138412c, after: 0),
+                Step(.create, on: 2, seed: 0x840c488f38b93141, after: 2331000000),
+                Step(.push, on: 2, seed: 0x5d2980afa2ba1d94, after: 2581000000),
+                Step(.pull, on: 1, seed: 0xee5fdf16cca0648a, after: 0),
+                Step(.mkdir, on: 1, seed: 0xb250b8cb1dfcf1c8, after: 1369000000),
+                Step(.edit, on: 1, seed: 0x1552d40fa9fc9e41, after: 3678000000),
+                Step(.mkdir, on: 1, seed: 0x4ee0d29012bcb687, after: 3868000000),
+                Step(.create, on: 0, seed: 0xb52430740fe6aa3a, after: 3176000000),
+                Step(.push, on: 0, seed: 0x6b20ce636df3b692, after: 4538000000),
+                Step(.push, on: 1, seed: 0xf723091d18acdeae, after: 989000000),
+                Step(.pull, on: 3, seed: 0xa8f174a52cda91b0, after: 2536000000),
+                Step(.mkdir, on: 3, seed: 0xf18eeef0cc9d5828, after: 908000000),
+                Step(.edit, on: 3, seed: 0x12f3686d69323691, after: 1908000000),
+                Step(.push, on: 3, seed: 0xf2cf131d404844ce, after: 437000000),
+                Step(.create, on: 3, seed: 0xf16cc6006b77b6bb, after: 1819000000),
+                Step(.create, on: 2, seed: 0x3d08a1803d51d98f, after: 4810000000),
+                Step(.exchange, on: 3, seed: 0x7b95efff93aaa008, after: 4780000000),
+                Step(.pull, on: 1, seed: 0x985492841410b18e, after: 2580000000),
+                Step(.delete, on: 3, seed: 0xd1d6aecb2e3bd4b5, after: 3939000000),
+                Step(.pull, on: 0, seed: 0xc8d126b1e8ed5fc7, after: 3232000000),
+                Step(.append, on: 1, seed: 0x97484457b60b415e, after: 4704000000),
+                Step(.append, on: 3, seed: 0x1b025572f1cb9c48, after: 180000000),
+                Step(.create, on: 3, seed: 0x7500009e2864e0e9, after: 173000000),
+                Step(.edit, on: 3, seed: 0x6ce22e95c7d09740, after: 0),
+                Step(.edit, on: 0, seed: 0x24e2aafc8b2143b6, after: 1018000000),
+                Step(.push, on: 3, seed: 0x505884b3e1e9e65c, after: 0),
+                Step(.pull, on: 2, seed: 0xcd040d1e9edd587c, after: 4466000000),
+                Step(.write, on: 0, seed: 0x8900828e7b628b5c, after: 915000000),
+                Step(.delete, on: 3, seed: 0xf66f2c5209fb97b6, after: 0),
+                Step(.exchange, on: 0, seed: 0x87c29e319564ea88, after: 4034000000),
+                Step(.discard, on: 2, seed: 0x9a62748622f7864f, after: 4367000000),
+                Step(.edit, on: 0, seed: 0x522e129df4473348, after: 6000000),
+                Step(.rmdir, on: 0, seed: 0x58214b0f40485527, after: 2211000000),
+                Step(.push, on: 0, seed: 0xcca67a9c447461dc, after: 2100000000),
+                Step(.download, on: 2, seed: 0x5e47b956882d34d0, after: 246000000),
+                Step(.push, on: 2, seed: 0x18b451b56ceadc2c, after: 1804000000),
+                Step(.create, on: 3, seed: 0xe4e00ccff4c0c548, after: 4272000000),
+                Step(.move, on: 1, seed: 0x4a489cb23fe0a74e, after: 3009000000),
+                Step(.exchange, on: 3, seed: 0x68724071e2ccf8e1, after: 27000000),
+                Step(.edit, on: 1, seed: 0xa531fe7c40142b26, after: 2019000000),
+                Step(.create, on: 3, seed: 0x188ed8b44161b4ee, after: 2575000000),
+                Step(.endRead, on: 2, seed: 0xc7c07d60d8828213, after: 2336000000),
+                Step(.mkdir, on: 2, seed: 0x1956235d06f23d21, after: 561000000),
+                Step(.move, on: 1, seed: 0x90a338af43b23f8e, after: 0),
+                Step(.create, on: 2, seed: 0x47d9ce01c867ca08, after: 1746000000),
+             ]))
+
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
         deleteAfterLostAnswerAndAFurtherChange,
@@ -2230,5 +2290,6 @@ extension Regression {
         aFolderThatComesBackAtAStalePlaceLeavesTheNameToTheNewerItem,
         aFileWrittenHereTakesAMoveMadeElsewhereAtOnce,
         aReleaseNamingTheNewFileClosesTheSavedFile,
+        aFolderBroughtBackWhileItsDeleteWasInFlight,
     ]
 }

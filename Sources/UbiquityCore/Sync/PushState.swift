@@ -555,19 +555,24 @@ extension CoreState {
 
     /// See `PushSide.forgetDeleted`.
     mutating func forgetDeletedLocked(_ id: String, tombstone: Int64?) throws {
+        try refetchIfSkipped(id, answeredAt: tombstone ?? 0)
         try store.delete(id)
         items[id] = nil
-        skippedWhilePending[id] = nil
         if let tombstone { settledDeletes[id] = tombstone }
+    }
+
+    /// A push of `id` answered at `version`: a newer version the puller skipped meanwhile (the item was pending
+    /// here) is fetched again at the end of the push pass (`SyncLoops.refetchRefused`); the feed has moved past it.
+    mutating func refetchIfSkipped(_ id: String, answeredAt version: Int64) throws {
+        guard let skipped = skippedWhilePending.removeValue(forKey: id), skipped > version else { return }
+        try store.markRefused(id)
+        refetchDue = true
     }
 
     /// See `Container.acknowledgePush`.
     mutating func acknowledgePushLocked(_ id: String, stored: WireItem, snap: PushSnapshot, pushed: Item) throws {
         guard var cur = items[id] else { return }
-        if let skipped = skippedWhilePending.removeValue(forKey: id), skipped > stored.version {
-            try store.markRefused(id)
-            refetchDue = true
-        }
+        try refetchIfSkipped(id, answeredAt: stored.version)
         cur.remoteVersion = stored.version
         cur.remoteSHA = stored.sha256
         cur.remoteSize = stored.size
