@@ -2242,6 +2242,38 @@ extension Regression {
                 Step(.create, on: 2, seed: 0x47d9ce01c867ca08, after: 1746000000),
              ]))
 
+    /// Found by the slow answers: c deletes b.txt while b edits it; c's delete is refused (the item changed on
+    /// the remote), and while c's other push of the batch waits for its answer, b writes b.txt again and c's
+    /// puller skips that version (the delete pending). c then keeps b.txt as the refusal named it, an older
+    /// version, and never took the newer one: only an answered push fetched a skipped version again, not a
+    /// refusal settled by taking the remote's state. (Seed 992003624, shrunk.)
+    static let aRefusalSettledOnAnOlderVersionTakesTheOneSkipped = Regression(
+        "aRefusalSettledOnAnOlderVersionTakesTheOneSkipped",
+        Plan(seed: 992003624, devices: 3, feedPage: 5,
+             rates: FaultRates(dropRequest: 0.08, dropResponse: 0.02, duplicate: 0.04, staleFeed: 0.07,
+                               slowTransfer: 0.01, corrupt: 0.01, missingChunk: 0.0, crashInTransfer: 0.03, slowAnswer: 0.18),
+             chunkFormat: ChunkFormat(chunkedAbove: 512, minSize: 32, averageSize: 128, maxSize: 512),
+             steps: [
+                Step(.pull, on: 0, seed: 0xcab7927e6b544305, after: 2880000000),
+                Step(.pull, on: 2, seed: 0xab0007a3cb83efc6, after: 4745000000),
+                Step(.create, on: 2, seed: 0xe7184daf5f57f210, after: 4475000000),
+                Step(.mkdir, on: 0, seed: 0x790472906327762d, after: 4313000000),
+                Step(.rename, on: 2, seed: 0xd783ad240db352fa, after: 1998000000),
+                Step(.create, on: 0, seed: 0xdedda9bd420b542a, after: 3986000000),
+                Step(.create, on: 2, seed: 0xb3918d82d859a83b, after: 0),
+                Step(.push, on: 0, seed: 0x9ef0779d1458bc46, after: 2735000000),
+                Step(.pull, on: 2, seed: 0xff71006e1e38f48f, after: 841000000),
+                Step(.push, on: 2, seed: 0x8895146b0cea38f, after: 2644000000),
+                Step(.exchange, on: 2, seed: 0x4a4dc15c402a1cb6, after: 4214000000),
+                Step(.pull, on: 1, seed: 0xa74893eb348f444b, after: 4556000000),
+                Step(.chmod, on: 1, seed: 0x26960f933d350bcb, after: 2432000000),
+                Step(.edit, on: 1, seed: 0x5f12f1c5336b6b36, after: 1975000000),
+                Step(.rename, on: 2, seed: 0xbeadeb73d74edf64, after: 0),
+                Step(.push, on: 1, seed: 0x24de1213be6c6091, after: 3830000000),
+                Step(.beginWrite, on: 2, seed: 0xad2534d5a12067f2, after: 0),
+                Step(.push, on: 2, seed: 0xfde00ed535553b7e, after: 4920000000),
+             ]))
+
     static let traces: [Regression] = [
         deleteAfterLostAnswer,
         deleteAfterLostAnswerAndAFurtherChange,
@@ -2291,5 +2323,6 @@ extension Regression {
         aFileWrittenHereTakesAMoveMadeElsewhereAtOnce,
         aReleaseNamingTheNewFileClosesTheSavedFile,
         aFolderBroughtBackWhileItsDeleteWasInFlight,
+        aRefusalSettledOnAnOlderVersionTakesTheOneSkipped,
     ]
 }

@@ -116,12 +116,11 @@ struct CoreState {
     /// passed it: a page of the feed fetched before the delete must not bring them back.
     var settledDeletes: [String: Int64] = [:]
     /// The newest remote version the puller skipped for each item pending here (the pusher meets such a version as
-    /// a 412; but a push that landed before it does not): one newer than what the push is answered with is
-    /// fetched again then (`acknowledgePushLocked`). Memory only: after a restart, a put that landed unanswered
-    /// takes the remote's newer state anyway (`acknowledgeLandedPut`).
+    /// a 412; but a push that landed before it does not): once the item is no longer pending (its push answered,
+    /// its delete forgotten, a refusal settled), one newer than what it then holds is fetched again at the end
+    /// of the push (`refetchSkippedVersions`). Memory only: after a restart, a put that landed unanswered takes
+    /// the remote's newer state anyway (`acknowledgeLandedPut`).
     var skippedWhilePending: [String: Int64] = [:]
-    /// Set when an answered push left a skipped version to fetch again (`SyncLoops.push` does it).
-    var refetchDue = false
     /// Folders whose time was set explicitly while entries of theirs still waited to go up (tar x, cp -a and
     /// rsync -a set a folder's time after filling it): each goes up once more after them, so that the devices
     /// that take those entries first show the time set, not the time the entries arrived (Model.adopt). Kept

@@ -326,11 +326,13 @@ extension PushSide {
         }
     }
 
-    /// Whether an answered push left a version the puller skipped to fetch again (and clears it).
+    /// At the end of a push: whether versions the puller skipped while their items were pending are to be
+    /// fetched again (`CoreState.refetchSkippedVersions`). A store that cannot take the marks keeps them for the
+    /// next push, logged.
     func takeRefetchDue() -> Bool {
-        update { s in
-            defer { s.refetchDue = false }
-            return s.refetchDue
+        do { return try mutateThrowing { s in try s.refetchSkippedVersions() } } catch {
+            pushLog.error("the versions skipped while their items were pending are not marked to fetch again: \(error)")
+            return false
         }
     }
 
@@ -555,24 +557,26 @@ extension CoreState {
 
     /// See `PushSide.forgetDeleted`.
     mutating func forgetDeletedLocked(_ id: String, tombstone: Int64?) throws {
-        try refetchIfSkipped(id, answeredAt: tombstone ?? 0)
         try store.delete(id)
         items[id] = nil
         if let tombstone { settledDeletes[id] = tombstone }
     }
 
-    /// A push of `id` answered at `version`: a newer version the puller skipped meanwhile (the item was pending
-    /// here) is fetched again at the end of the push pass (`SyncLoops.refetchRefused`); the feed has moved past it.
-    mutating func refetchIfSkipped(_ id: String, answeredAt version: Int64) throws {
-        guard let skipped = skippedWhilePending.removeValue(forKey: id), skipped > version else { return }
-        try store.markRefused(id)
-        refetchDue = true
+    /// The versions the puller skipped (their items pending here) of items no longer pending, whatever settled
+    /// them (a push answered, a delete forgotten, a refusal resolved by taking the remote's state then): each
+    /// newer than what the item holds now (or, forgotten, than its delete) is marked to fetch again, as the
+    /// feed has moved past it (`SyncLoops.refetchRefused`). Answers whether any was.
+    mutating func refetchSkippedVersions() throws -> Bool {
+        let settled = skippedWhilePending.filter { items[$0.key]?.isPending != true }
+        let due = settled.filter { id, skipped in skipped > items[id]?.remoteVersion ?? settledDeletes[id] ?? 0 }
+        for id in due.keys { try store.markRefused(id) }
+        for id in settled.keys { skippedWhilePending[id] = nil }
+        return !due.isEmpty
     }
 
     /// See `Container.acknowledgePush`.
     mutating func acknowledgePushLocked(_ id: String, stored: WireItem, snap: PushSnapshot, pushed: Item) throws {
         guard var cur = items[id] else { return }
-        try refetchIfSkipped(id, answeredAt: stored.version)
         cur.remoteVersion = stored.version
         cur.remoteSHA = stored.sha256
         cur.remoteSize = stored.size
