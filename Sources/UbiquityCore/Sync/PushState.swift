@@ -330,6 +330,8 @@ extension PushSide {
     /// fetched again (`CoreState.refetchSkippedVersions`). A store that cannot take the marks keeps them for the
     /// next push, logged.
     func takeRefetchDue() -> Bool {
+        // (A transaction only when an item with a version skipped has stopped pending: most pushes have none.)
+        guard read({ s in s.skippedWhilePending.keys.contains { s.items[$0]?.isPending != true } }) else { return false }
         do { return try mutateThrowing { s in try s.refetchSkippedVersions() } } catch {
             pushLog.error("the versions skipped while their items were pending are not marked to fetch again: \(error)")
             return false
