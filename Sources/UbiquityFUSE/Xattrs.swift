@@ -79,7 +79,11 @@ extension FileSystem {
     /// setxattr(2), answered through `done`: at once, but for an action the remote carries out (TrashFiles.swift).
     func setxattr(_ ino: UInt64, _ name: String, _ value: [UInt8], flags: Int32, done: @escaping Completion<Void>) {
         guard let id = inodes.id(ino) else { return done(.failure(.core(.notFound))) }
-        if case .tree(let tree, let parsed) = route(id) { return tree.setxattr(parsed, name, value, done: done) }
+        switch route(id) {
+        case .item: break
+        case .tree(let tree, let parsed): return tree.setxattr(parsed, name, value, done: done)
+        case .none: return done(.failure(.core(.readOnly)))
+        }
         if asksRemote(id, name) { return setRewind(id, name, value, done: done) }
         done(Result { () throws(AdapterError) in try setItemXattr(id, name, value, flags: flags) })
     }
@@ -164,7 +168,7 @@ extension FileSystem {
 
     func removexattr(_ ino: UInt64, _ name: String) throws(CoreError) {
         guard let id = inodes.id(ino) else { throw .notFound }
-        if case .item = route(id) {} else { throw .readOnly }
+        guard case .item = route(id) else { throw .readOnly }
         if name.hasPrefix(StatusAttribute.prefix) {
             let key = String(name.dropFirst(StatusAttribute.prefix.count))
             guard StatusAttribute(rawValue: key) != nil else { throw .noAttribute }
