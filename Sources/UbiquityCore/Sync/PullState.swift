@@ -111,7 +111,8 @@ extension CoreState {
         pullLog.debug("apply \(w.id) version \(w.version) sha \(w.sha256.prefix(8)) (here: base \(item.remoteVersion)\(item.isPending ? ", pending" : ""))")
         if item.isPending {
             // The pusher meets this version as a 412 and resolves it then; a delete on both sides is quiet. A
-            // push already landed meets no 412: then the version is fetched again once it is answered.
+            // push already landed meets no 412: then the version is fetched again once the item stops pending
+            // (`refetchSkippedVersions`).
             skippedWhilePending[item.id] = max(skippedWhilePending[item.id] ?? 0, w.version)
             if item.deleted && w.deleted { try store.delete(item.id); items[item.id] = nil }
             try takeMetadataWhileContentPending(&item, w)

@@ -572,7 +572,8 @@ extension CoreState {
         let settled = skippedWhilePending.filter { items[$0.key]?.isPending != true }
         let due = settled.filter { id, skipped in skipped > items[id]?.remoteVersion ?? settledDeletes[id] ?? 0 }
         for id in due.keys { try store.markRefused(id) }
-        for id in settled.keys { skippedWhilePending[id] = nil }
+        // (Once committed: a commit that fails, and the transaction tried again, finds them all still there.)
+        onCommit { s in for id in settled.keys { s.skippedWhilePending[id] = nil } }
         return !due.isEmpty
     }
 
