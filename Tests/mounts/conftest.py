@@ -70,6 +70,32 @@ class SeaweedFS:
 
 fuse_missing = not os.path.exists("/dev/fuse")
 
+# scripts/test runs the test files two at a time (`-n 2 --dist loadgroup`). Each file runs whole on one worker.
+# The files of a group below run one after the other on one worker, never beside each other.
+SERIAL_GROUPS = {
+    # They make the kernel forget inodes machine-wide (drop_caches), or (watchers) count on its keeping them.
+    "drop-caches": {"posix/test_inodes_and_directories.py", "posix/test_system_calls.py",
+                    "programs/test_editor_saves.py", "programs/test_links_tar_rsync_git.py",
+                    "desktop/test_watchers.py"},
+    # gvfs and Files look into every mount of the machine; test_open_and_listing stops its daemon (SIGSTOP).
+    "desktop": {"desktop/test_desktop_trash.py", "desktop/test_file_manager.py",
+                "lazy_download/test_open_and_listing.py"},
+}
+# The tests that use the engines share one PostgreSQL and one SeaweedFS (session fixtures, one per worker).
+ENGINE_FIXTURES = {"postgres", "seaweedfs"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Gives each test its xdist group: a group above, "engines", or its own file."""
+    here = Path(__file__).parent
+    for item in items:
+        path = item.path.relative_to(here).as_posix()
+        group = next((g for g, files in SERIAL_GROUPS.items() if path in files), None)
+        if group is None and ENGINE_FIXTURES & set(item.fixturenames):
+            group = "engines"
+        item.add_marker(pytest.mark.xdist_group(group or path))
+
+
 
 def forget_inodes():
     """What memory pressure does: the kernel drops its dentries and inodes (FUSE sends FORGET for them)."""
