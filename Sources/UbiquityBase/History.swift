@@ -201,7 +201,7 @@ public struct RewindPlan: Equatable, Sendable {
 /// Plans a rewind: reads the subtree of the folder at `to` and now, and lists the versions that bring it back.
 public struct RewindPlanner {
     /// Checks what a request holds without looking at the container: the folder's id and the device's name.
-    public static func check(_ request: WireRewindRequest) throws {
+    public static func check(_ request: WireRewindRequest) throws(RewindRefusal) {
         guard WireRules.isValidID(request.folder) else {
             throw RewindRefusal(400, "bad folder id \(plain(String(request.folder.prefix(80))))")
         }

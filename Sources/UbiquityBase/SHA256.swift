@@ -55,7 +55,7 @@ public func sha256OfFile(_ path: String,
     defer { fd.close() }
     var h = SHA256Hasher()
     var total: Int64 = 0
-    try fd.forEachChunk { chunk in
+    try fd.forEachChunk { (chunk) throws(Errno) in
         if !keepGoing() { throw Errno(ECANCELED) }
         h.update(chunk)
         total += Int64(chunk.count)
@@ -72,14 +72,14 @@ public func isSHA256Hex(_ s: String) -> Bool {
 }
 
 /// The SHA-256 of what a descriptor's file holds, read from its start.
-public func sha256Hex(of fd: FileDescriptor) throws -> String {
+public func sha256Hex(of fd: FileDescriptor) throws(Errno) -> String {
     var hasher = SHA256Hasher()
     try fd.forEachChunk { hasher.update($0) }
     return hasher.finalizeHex()
 }
 
 /// The SHA-256 of `count` bytes of a descriptor's file from `offset` (fewer where the file ends).
-public func sha256Hex(of fd: FileDescriptor, at offset: Int64, count: Int64) throws -> String {
+public func sha256Hex(of fd: FileDescriptor, at offset: Int64, count: Int64) throws(Errno) -> String {
     var hasher = SHA256Hasher()
     try fd.forEachChunk(from: offset, count: count) { hasher.update($0) }
     return hasher.finalizeHex()

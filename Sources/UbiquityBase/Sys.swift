@@ -108,13 +108,16 @@ public struct FileDescriptor: Sendable, Hashable {
         }
     }
 
-    public func writeAll(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try writeAll($0) } }
+    public func writeAll(_ bytes: [UInt8]) throws(Errno) {
+        let written = bytes.withUnsafeBytes { buffer in Result { () throws(Errno) in try writeAll(buffer) } }
+        try written.get()
+    }
 
     /// Reads the file from its current position to the end in 1 MiB chunks, handing each to `body`.
     /// Hands `body` the file's bytes from `offset` on, `count` of them at most (fewer where the file ends), a
     /// MiB at a time, read with pread (the descriptor's position is left alone).
     public func forEachChunk(from offset: Int64, count: Int64,
-                             _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+                             _ body: (UnsafeRawBufferPointer) throws(Errno) -> Void) throws(Errno) {
         let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buf.deallocate() }
         var done: Int64 = 0
@@ -127,7 +130,7 @@ public struct FileDescriptor: Sendable, Hashable {
         }
     }
 
-    public func forEachChunk(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+    public func forEachChunk(_ body: (UnsafeRawBufferPointer) throws(Errno) -> Void) throws(Errno) {
         let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buf.deallocate() }
         while true {
@@ -191,19 +194,30 @@ public func syncDirectory(_ path: String) throws {
 }
 
 /// rename(2).
-public func renameFile(_ from: String, _ to: String) throws {
+public func renameFile(_ from: String, _ to: String) throws(Errno) {
     _ = try valueOrErrno { rename(from, to) }
 }
 
 /// unlink(2); a missing file is not an error.
-public func removeFile(_ path: String) throws {
+public func removeFile(_ path: String) throws(Errno) {
     if unlink(path) != 0 && errno != ENOENT { throw Errno.current }
 }
 
-/// mkdir -p.
-public func makeDirectories(_ path: String, mode: Int = 0o700) throws {
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
-                                            attributes: [.posixPermissions: mode])
+/// mkdir -p: each folder of `path` that is missing is made with `mode` (whatever the umask); those there stay as
+/// they are.
+public func makeDirectories(_ path: String, mode: Int = 0o700) throws(Errno) {
+    var made = ""
+    for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+        made += (made.isEmpty && !path.hasPrefix("/") ? "" : "/") + part
+        if mkdir(made, mode_t(mode)) == 0 {
+            _ = try valueOrErrno { chmod(made, mode_t(mode)) }
+            continue
+        }
+        let failure = Errno.current
+        var st = Glibc.stat()
+        guard failure == .exists, stat(made, &st) == 0 else { throw failure }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw Errno(ENOTDIR) }
+    }
 }
 
 /// A time as nanoseconds since the epoch in 64 bits (from 1677 to 2262, the range every time here is kept in),

@@ -147,11 +147,9 @@ final class CurlRequest {
         if bodyToFile, case .file(let fd, _, let base) = sink {
             do {
                 try fd.writeAll(chunk, at: base + fileOffset)
-            } catch let error as Errno where error == .noSpace {
-                localFailure = .localDiskFull("cannot write the downloaded bytes: \(error)")
-                return 0
             } catch {
-                localFailure = .localFile("cannot write the downloaded bytes", cause: error as? Errno ?? .io)
+                localFailure = error == .noSpace ? .localDiskFull("cannot write the downloaded bytes: \(error)")
+                    : .localFile("cannot write the downloaded bytes", cause: error)
                 return 0
             }
             fileOffset += Int64(chunk.count)
@@ -211,7 +209,7 @@ final class CurlRequest {
             sourceRemaining -= Int64(n)
             return n
         } catch {
-            localFailure = .localFile("cannot read the file to upload", cause: error as? Errno ?? .io)
+            localFailure = .localFile("cannot read the file to upload", cause: error)
             return ubq_readfunc_abort()
         }
     }

@@ -212,7 +212,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
                         progress: TransferProgress?) throws(RemoteError) {
         let fd: FileDescriptor
         do { fd = try FileDescriptor.open(path, O_RDONLY) } catch {
-            throw .localFile("cannot open \(path) to upload", cause: error as? Errno ?? .io)
+            throw .localFile("cannot open \(path) to upload", cause: error)
         }
         defer { fd.close() }
         // A check before sending only: a file that cannot be measured is still sent, and the remote verifies

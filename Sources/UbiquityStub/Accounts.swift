@@ -90,7 +90,7 @@ public final class Accounts: Sendable {
     /// accounts; the store is opened once (see `bootstrap`) with the token file at `tokenPath`, if there is one.
     public convenience init(dataDir: String, metadataURL: String?, metadataPassword: String?, tokenPath: String) throws {
         try makeDirectories(dataDir)
-        let meta: any StubMetadata = try metadataURL.map { try PostgresMetadata(url: $0, password: metadataPassword) }
+        let meta: any StubMetadata = try metadataURL.map { (url) throws(ServerFailure) in try PostgresMetadata(url: url, password: metadataPassword) }
             ?? SQLiteMetadata(path: dataDir + "/stub.sqlite")
         self.init(meta: meta)
         try bootstrap(token: FileManager.default.fileExists(atPath: tokenPath) ? StubServer.loadOrCreateToken(tokenPath) : nil)
@@ -99,12 +99,12 @@ public final class Accounts: Sendable {
     public func close() { meta.close() }
 
     /// Whether the store was opened before (and so has its accounts).
-    func isStarted() throws -> Bool { try meta.read { try $0.setting("accounts") } != nil }
+    func isStarted() throws(ServerFailure) -> Bool { try meta.read { (tx) throws(ServerFailure) in try tx.setting("accounts") } != nil }
 
     /// The first opening of a store: user `default` with the empty prefix, and `token` as its device's key.
     /// Later openings change nothing.
-    func bootstrap(token: String?) throws {
-        try meta.write { tx in
+    func bootstrap(token: String?) throws(ServerFailure) {
+        try meta.write { (tx) throws(ServerFailure) in
             guard try tx.claimSetting("accounts", "1") else { return }
             let now = nowNanoseconds()
             _ = try tx.insertUser(StubUser(name: Self.firstUser, prefix: "", created: now))
@@ -116,11 +116,11 @@ public final class Accounts: Sendable {
     }
 
     /// The account of an `Authorization` header's bearer key, or why there is none (the 401's message).
-    func authenticate(_ header: String?) throws -> Result<Account, StubFailure> {
+    func authenticate(_ header: String?) throws(ServerFailure) -> Result<Account, StubFailure> {
         guard let header, header.hasPrefix("Bearer ") else { return .failure(StubFailure(401, "missing key")) }
         let key = String(header.dropFirst(7))
         guard key.utf8.count == 64, isSHA256Hex(key) else { return .failure(StubFailure(401, "wrong key")) }
-        guard let (device, prefix) = try meta.read({ try $0.device(keyHash: Self.keyHash(key)) }) else {
+        guard let (device, prefix) = try meta.read({ (tx) throws(ServerFailure) in try tx.device(keyHash: Self.keyHash(key)) }) else {
             return .failure(StubFailure(401, "wrong key"))
         }
         if device.revoked != nil { return .failure(StubFailure(401, "this device's key was revoked")) }
@@ -131,25 +131,25 @@ public final class Accounts: Sendable {
 
     // MARK: Managing
 
-    public func users() throws -> [StubUser] { try meta.read { try $0.users() } }
+    public func users() throws -> [StubUser] { try meta.read { (tx) throws(ServerFailure) in try tx.users() } }
 
     public func addUser(_ name: String) throws {
         if let why = AccountNames.problem(name, what: "user") { throw StubError(why) }
-        let added = try meta.write { try $0.insertUser(StubUser(name: name, prefix: ContainerScope.newPrefix(), created: nowNanoseconds())) }
+        let added = try meta.write { (tx) throws(ServerFailure) in try tx.insertUser(StubUser(name: name, prefix: ContainerScope.newPrefix(), created: nowNanoseconds())) }
         if !added { throw StubError("there is a user \(name) already") }
     }
 
     /// Removes the user and every key of its devices. Its containers stay in the store under its prefix, which
     /// no other user is ever given: a user added later under the same name starts empty.
     public func removeUser(_ name: String) throws {
-        guard try meta.write({ try $0.deleteUser(name) }) else { throw StubError("there is no user \(name)") }
+        guard try meta.write({ (tx) throws(ServerFailure) in try tx.deleteUser(name) }) else { throw StubError("there is no user \(name)") }
     }
 
     /// A new key for a new device of `user`: answered once, kept only as its hash.
     public func addDevice(user: String, device: String) throws -> String {
         if let why = AccountNames.problem(device, what: "device") { throw StubError(why) }
         let key = randomHex(bytes: 32)
-        let outcome = try meta.write { tx -> String? in
+        let outcome = try meta.write { (tx) throws(ServerFailure) -> String? in
             guard try tx.users().contains(where: { $0.name == user }) else { return "there is no user \(user)" }
             let added = try tx.insertDevice(StubDevice(owner: user, name: device, created: nowNanoseconds(), revoked: nil),
                                             keyHash: Self.keyHash(key))
@@ -160,29 +160,37 @@ public final class Accounts: Sendable {
     }
 
     public func devices(of user: String?) throws -> [StubDevice] {
-        try meta.read { tx in
-            if let user, try !tx.users().contains(where: { $0.name == user }) { throw StubError("there is no user \(user)") }
+        let found = try meta.read { (tx) throws(ServerFailure) -> [StubDevice]? in
+            if let user, try !tx.users().contains(where: { $0.name == user }) { return nil }
             return try tx.devices(owner: user)
         }
+        guard let found else { throw StubError("there is no user \(user ?? "")") }
+        return found
     }
 
     /// The user's limits, the standard ones where none was set.
-    public func limits(_ user: String) throws -> UserLimits { try meta.read { try $0.limits(user).limits } }
+    public func limits(_ user: String) throws -> UserLimits { try userLimits(user) }
+
+    func userLimits(_ user: String) throws(ServerFailure) -> UserLimits {
+        try meta.read { (tx) throws(ServerFailure) in try tx.limits(user).limits }
+    }
 
     /// The limits set for the user (nil: the standard one); `change` edits them.
     @discardableResult
     public func setLimits(_ user: String, _ change: (inout LimitSettings) -> Void) throws -> LimitSettings {
-        try meta.write { tx in
-            guard try tx.users().contains(where: { $0.name == user }) else { throw StubError("there is no user \(user)") }
+        let set = try meta.write { (tx) throws(ServerFailure) -> LimitSettings? in
+            guard try tx.users().contains(where: { $0.name == user }) else { return nil }
             var settings = try tx.limits(user)
             change(&settings)
             try tx.setLimits(user, settings)
             return settings
         }
+        guard let set else { throw StubError("there is no user \(user)") }
+        return set
     }
 
     public func revoke(user: String, device: String) throws {
-        let outcome = try meta.write { tx -> String? in
+        let outcome = try meta.write { (tx) throws(ServerFailure) -> String? in
             guard let d = try tx.devices(owner: user).first(where: { $0.name == device }) else {
                 return "user \(user) has no device \(device)"
             }

@@ -41,7 +41,7 @@ final class BlobCollector: Sendable {
     /// One pass over every container at `now` (nil: the store's clock), retention first; answers what it
     /// removed, as CONTAINER/SHA256 for a blob and CONTAINER/SHA256.chunks for a manifest.
     @discardableResult
-    func collect(now: Int64? = nil) throws -> [String] {
+    func collect(now: Int64? = nil) throws(ServerFailure) -> [String] {
         let now = now ?? store.clock()
         let recent = used.withLock { u -> [String: Int64] in
             u = u.filter { now - $0.value < grace }
@@ -52,7 +52,7 @@ final class BlobCollector: Sendable {
         for cid in try store.containerIDs() {
             expired += try store.retain(cid, retention, now: now)
             let unused = Unused(grace: grace, now: now, recent: recent, cid: cid)
-            removed += try store.withManifestLock(cid) { try collectManifests(cid, unused) + collectBlobs(cid, unused) }
+            removed += try store.withManifestLock(cid) { () throws(ServerFailure) in try collectManifests(cid, unused) + collectBlobs(cid, unused) }
         }
         if expired > 0 { log.info("retention let \(expired) version(s) of the history go") }
         if !removed.isEmpty { log.info("collected \(removed.count) unreferenced blob(s) and manifest(s)") }
@@ -60,11 +60,11 @@ final class BlobCollector: Sendable {
     }
 
     /// The container's manifests that are unused and that nothing names.
-    private func collectManifests(_ cid: String, _ unused: Unused) throws -> [String] {
+    private func collectManifests(_ cid: String, _ unused: Unused) throws(ServerFailure) -> [String] {
         var removed: [String] = []
         for manifest in try store.blobs.listManifests(cid) where unused.holds(for: manifest) {
             let sha = manifest.sha256
-            if try store.collectBlob(cid, sha, delete: { try store.blobs.deleteManifest(cid, sha) }) {
+            if try store.collectBlob(cid, sha, delete: { () throws(ServerFailure) in try store.blobs.deleteManifest(cid, sha) }) {
                 removed.append(cid + "/" + sha + manifestSuffix)
             }
         }
@@ -72,12 +72,12 @@ final class BlobCollector: Sendable {
     }
 
     /// The container's blobs that are unused and that nothing names: no item, and no chunk list of a manifest.
-    private func collectBlobs(_ cid: String, _ unused: Unused) throws -> [String] {
+    private func collectBlobs(_ cid: String, _ unused: Unused) throws(ServerFailure) -> [String] {
         let candidates = try store.blobs.list(cid).filter { $0.sha256 != emptySHA256 && unused.holds(for: $0) }
         guard !candidates.isEmpty, let chunks = try chunksOfManifests(cid) else { return [] }
         var removed: [String] = []
         for blob in candidates where !chunks.contains(blob.sha256) {
-            if try store.collectBlob(cid, blob.sha256, delete: { try store.blobs.delete(cid, blob.sha256) }) {
+            if try store.collectBlob(cid, blob.sha256, delete: { () throws(ServerFailure) in try store.blobs.delete(cid, blob.sha256) }) {
                 removed.append(cid + "/" + blob.sha256)
             }
         }
@@ -85,7 +85,7 @@ final class BlobCollector: Sendable {
     }
 
     /// Every chunk the container's manifests name; nil when one of them cannot be read (then every blob stays).
-    private func chunksOfManifests(_ cid: String) throws -> Set<String>? {
+    private func chunksOfManifests(_ cid: String) throws(ServerFailure) -> Set<String>? {
         var chunks = Set<String>()
         for stored in try store.blobs.listManifests(cid) {
             do {

@@ -6,7 +6,7 @@
 // they came through, and a sequence number commits with its row; it ends with a NOTIFY, which PostgreSQL
 // delivers at commit. A reading transaction is REPEATABLE READ, one snapshot for the feed and its token. A
 // connection that fails is dropped; a transaction that failed before its COMMIT was sent is run again once on a
-// fresh connection, otherwise the request fails as MetadataUnavailable (503) and the client retries. The
+// fresh connection, otherwise the request fails as ServerFailure.unavailable (503) and the client retries. The
 // listener has its own connection and reconnects on its own; after any gap it wakes every waiter once.
 //
 // Lock order (docs/ARCHITECTURE.md, "Threads, and the order of locks"): the idle pool's is a leaf.
@@ -18,7 +18,7 @@ import Glibc
 #endif
 
 /// A failed statement or connection.
-struct PostgresError: Error, CustomStringConvertible {
+struct PostgresError: CustomStringConvertible {
     let sqlState: String
     let message: String
     var description: String { "PostgreSQL \(sqlState): \(message)" }
@@ -28,12 +28,12 @@ struct PostgresError: Error, CustomStringConvertible {
 final class PGConnection {
     let handle: OpaquePointer
 
-    init(url: String) throws {
-        guard let c = PQconnectdb(url) else { throw MetadataUnavailable(message: "out of memory") }
+    init(url: String) throws(ServerFailure) {
+        guard let c = PQconnectdb(url) else { throw ServerFailure.unavailable("out of memory") }
         guard PQstatus(c) == CONNECTION_OK else {
             let why = String(cString: PQerrorMessage(c)).trimmingCharacters(in: .whitespacesAndNewlines)
             PQfinish(c)
-            throw MetadataUnavailable(message: why)
+            throw ServerFailure.unavailable(why)
         }
         handle = c
         _ = try? exec("SET client_min_messages = warning")
@@ -45,7 +45,7 @@ final class PGConnection {
 
     /// Runs one statement with text parameters and answers its rows.
     @discardableResult
-    func exec(_ sql: String, _ params: [String?] = []) throws -> PGRows {
+    func exec(_ sql: String, _ params: [String?] = []) throws(ServerFailure) -> PGRows {
         let copies = params.map { $0.map { strdup($0) } ?? nil }
         defer { for c in copies { free(c) } }
         let values = copies.map { UnsafePointer<CChar>($0) }
@@ -58,14 +58,14 @@ final class PGConnection {
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
             let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
             PQclear(result)
-            if !isHealthy || state.hasPrefix("08") || state.hasPrefix("57P") { throw MetadataUnavailable(message: message) }
-            throw PostgresError(sqlState: state, message: message)
+            if !isHealthy || state.hasPrefix("08") || state.hasPrefix("57P") { throw ServerFailure.unavailable(message) }
+            throw ServerFailure(PostgresError(sqlState: state, message: message))
         }
         return PGRows(result)
     }
 
-    private func lost() -> MetadataUnavailable {
-        MetadataUnavailable(message: String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines))
+    private func lost() -> ServerFailure {
+        .unavailable(String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }
 
@@ -92,7 +92,7 @@ final class PostgresMetadata: StubMetadata, Sendable {
     var notifier: any ChangeNotifier { listener }
 
     /// `password` (from a file, never from a command line) is added to the URL for libpq only.
-    init(url: String, password: String? = nil) throws {
+    init(url: String, password: String? = nil) throws(ServerFailure) {
         let url = Self.connectionString(url, password: password)
         self.url = url
         let conn = try PGConnection(url: url)
@@ -109,7 +109,7 @@ final class PostgresMetadata: StubMetadata, Sendable {
         return url + (url.contains("?") ? "&" : "?") + "password=" + encoded
     }
 
-    private static func createSchema(_ c: PGConnection) throws {
+    private static func createSchema(_ c: PGConnection) throws(ServerFailure) {
         try c.exec("BEGIN")
         // Servers starting together must not race on CREATE ... IF NOT EXISTS.
         try c.exec("SELECT pg_advisory_xact_lock(8021974)")
@@ -147,17 +147,17 @@ final class PostgresMetadata: StubMetadata, Sendable {
         try c.exec("COMMIT")
     }
 
-    func write<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
+    func write<T>(_ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         try transaction("BEGIN", body)
     }
 
-    func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
+    func read<T>(_ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
     }
 
     /// Runs `body` between `begin` and COMMIT on a pooled connection, again once on a fresh one when the
     /// connection failed before the COMMIT went out.
-    private func transaction<T>(_ begin: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
+    private func transaction<T>(_ begin: String, _ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         var attempt = 0
         while true {
             attempt += 1
@@ -177,7 +177,7 @@ final class PostgresMetadata: StubMetadata, Sendable {
                     _ = try? conn.exec("ROLLBACK")
                     give(conn)
                 }
-                if error is MetadataUnavailable {
+                if case .unavailable = error {
                     idle.withLock { $0.removeAll() } // after a restart every pooled connection is stale
                     if !committing && attempt < 2 { continue }
                 }
@@ -189,7 +189,7 @@ final class PostgresMetadata: StubMetadata, Sendable {
     /// A session-level advisory lock (`pg_advisory_lock` of the name's 64-bit hash) on a connection of its own,
     /// held while `body` runs. A connection lost meanwhile lets the lock go with its session: it is not given
     /// back, and the failure to unlock is not the body's.
-    func withSharedLock<T>(_ name: String, _ body: () throws -> T) throws -> T {
+    func withSharedLock<T>(_ name: String, _ body: () throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         let conn = try take()
         do {
             try conn.exec("SELECT pg_advisory_lock(hashtextextended($1, 0))", [name])
@@ -207,7 +207,7 @@ final class PostgresMetadata: StubMetadata, Sendable {
     /// here, only for the rows it locks.
     var othersWaiting: Bool { false }
 
-    private func take() throws -> PGConnection {
+    private func take() throws(ServerFailure) -> PGConnection {
         if let c = idle.withLock({ $0.popLast() }), c.isHealthy { return c }
         return try PGConnection(url: url)
     }
@@ -231,7 +231,7 @@ private final class PostgresTransaction: MetadataTransaction {
 
     init(conn: PGConnection) { self.conn = conn }
 
-    private static func decodeItem(_ r: PGRows, _ i: Int) throws -> WireItem {
+    private static func decodeItem(_ r: PGRows, _ i: Int) throws(ServerFailure) -> WireItem {
         WireItem(id: r.text(i, 0), parent: r.optionalText(i, 1), name: r.text(i, 2),
                  kind: ItemKind(rawValue: r.text(i, 3)) ?? .file, mode: UInt32(truncatingIfNeeded: r.int(i, 4)),
                  mtime: r.int(i, 5), size: r.int(i, 6), sha256: r.text(i, 7), version: r.int(i, 8),
@@ -239,12 +239,12 @@ private final class PostgresTransaction: MetadataTransaction {
                  conflicts: try MetadataCoding.conflicts(r.text(i, 12)), target: r.optionalText(i, 13))
     }
 
-    private func items(_ sql: String, _ params: [String?]) throws -> [WireItem] {
+    private func items(_ sql: String, _ params: [String?]) throws(ServerFailure) -> [WireItem] {
         let r = try conn.exec(sql, params)
-        return try (0..<r.count).map { try Self.decodeItem(r, $0) }
+        return try (0..<r.count).map { (i) throws(ServerFailure) in try Self.decodeItem(r, i) }
     }
 
-    func savepoint<T>(_ body: () throws -> T) throws -> T {
+    func savepoint<T>(_ body: () throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         try conn.exec("SAVEPOINT entry")
         do {
             let result = try body()
@@ -258,47 +258,47 @@ private final class PostgresTransaction: MetadataTransaction {
         }
     }
 
-    private func int64(_ sql: String, _ params: [String?]) throws -> Int64? {
+    private func int64(_ sql: String, _ params: [String?]) throws(ServerFailure) -> Int64? {
         let r = try conn.exec(sql, params)
         return r.count > 0 && !r.isNull(0, 0) ? r.int(0, 0) : nil
     }
 
-    func containerSeq(_ cid: String) throws -> Int64? {
+    func containerSeq(_ cid: String) throws(ServerFailure) -> Int64? {
         try int64("SELECT seq FROM containers WHERE id = $1", [cid])
     }
 
-    func lockContainer(_ cid: String) throws -> Int64? {
+    func lockContainer(_ cid: String) throws(ServerFailure) -> Int64? {
         try int64("SELECT seq FROM containers WHERE id = $1 FOR UPDATE", [cid])
     }
 
-    func createContainer(_ cid: String) throws -> Bool {
+    func createContainer(_ cid: String) throws(ServerFailure) -> Bool {
         let r = try conn.exec("INSERT INTO containers (id, seq) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING RETURNING id", [cid])
         return r.count > 0
     }
 
-    func nextSeq(_ cid: String) throws -> Int64 {
+    func nextSeq(_ cid: String) throws(ServerFailure) -> Int64 {
         wrote = true
         guard let seq = try int64("UPDATE containers SET seq = seq + 1 WHERE id = $1 RETURNING seq", [cid]) else {
-            throw StubFailure(404, "no such container")
+            throw ServerFailure.refused(404, "no such container")
         }
         return seq
     }
 
-    func item(_ cid: String, _ id: String) throws -> WireItem? {
+    func item(_ cid: String, _ id: String) throws(ServerFailure) -> WireItem? {
         try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND id = $2", [cid, id]).first
     }
 
-    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws -> WireItem? {
+    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws(ServerFailure) -> WireItem? {
         try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND parent = $2 AND name = $3 AND NOT deleted AND id <> $4 LIMIT 1",
                   [cid, parent, name, except ?? ""]).first
     }
 
-    func anyLiveChild(_ cid: String, parent: String) throws -> WireItem? {
+    func anyLiveChild(_ cid: String, parent: String) throws(ServerFailure) -> WireItem? {
         try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND parent = $2 AND NOT deleted LIMIT 1",
                   [cid, parent]).first
     }
 
-    func writeItem(_ cid: String, _ item: WireItem) throws {
+    func writeItem(_ cid: String, _ item: WireItem) throws(ServerFailure) {
         wrote = true
         try conn.exec("""
             INSERT INTO items (container, \(Self.columns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
@@ -311,59 +311,59 @@ private final class PostgresTransaction: MetadataTransaction {
                   try MetadataCoding.json(item.xattrs), try MetadataCoding.json(item.conflicts), item.target])
     }
 
-    func items(_ cid: String, after since: Int64, limit: Int) throws -> [WireItem] {
+    func items(_ cid: String, after since: Int64, limit: Int) throws(ServerFailure) -> [WireItem] {
         try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND version > $2 ORDER BY version LIMIT $3",
                   [cid, String(since), String(limit)])
     }
 
-    private static func decodeKV(_ r: PGRows, _ i: Int) throws -> WireKVEntry {
+    private static func decodeKV(_ r: PGRows, _ i: Int) throws(ServerFailure) -> WireKVEntry {
         WireKVEntry(key: r.text(i, 0), value: try MetadataCoding.kvValue(r.optionalText(i, 1)), mtime: r.int(i, 2),
                     device: r.text(i, 3), deleted: r.bool(i, 4), seq: r.int(i, 5))
     }
 
-    private func kv(_ sql: String, _ params: [String?]) throws -> [WireKVEntry] {
+    private func kv(_ sql: String, _ params: [String?]) throws(ServerFailure) -> [WireKVEntry] {
         let r = try conn.exec(sql, params)
-        return try (0..<r.count).map { try Self.decodeKV(r, $0) }
+        return try (0..<r.count).map { (i) throws(ServerFailure) in try Self.decodeKV(r, i) }
     }
 
-    func kvEntry(_ cid: String, _ key: String) throws -> WireKVEntry? {
+    func kvEntry(_ cid: String, _ key: String) throws(ServerFailure) -> WireKVEntry? {
         try kv("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = $1 AND key = $2", [cid, key]).first
     }
 
-    func kvLiveSizes(_ cid: String) throws -> [String: Int] {
+    func kvLiveSizes(_ cid: String) throws(ServerFailure) -> [String: Int] {
         var live: [String: Int] = [:]
         let r = try conn.exec("SELECT key, value FROM kv WHERE container = $1 AND NOT deleted", [cid])
         for i in 0..<r.count { live[r.text(i, 0)] = try MetadataCoding.kvValue(r.optionalText(i, 1))?.byteSize ?? 0 }
         return live
     }
 
-    func kvSeq(_ cid: String) throws -> Int64 {
+    func kvSeq(_ cid: String) throws(ServerFailure) -> Int64 {
         try int64("SELECT coalesce(max(seq), 0) FROM kv WHERE container = $1", [cid]) ?? 0
     }
 
-    func kvPut(_ cid: String, _ entry: WireKVEntry) throws {
+    func kvPut(_ cid: String, _ entry: WireKVEntry) throws(ServerFailure) {
         wrote = true
         try conn.exec("""
             INSERT INTO kv (container, key, value, mtime, device, deleted, seq) VALUES ($1, $2, $3, $4, $5, $6, $7)
             ON CONFLICT (container, key) DO UPDATE SET value = excluded.value, mtime = excluded.mtime,
               device = excluded.device, deleted = excluded.deleted, seq = excluded.seq
-            """, [cid, entry.key, try entry.value.map { try MetadataCoding.json($0) }, String(entry.mtime),
+            """, [cid, entry.key, try entry.value.map { (value) throws(ServerFailure) in try MetadataCoding.json(value) }, String(entry.mtime),
                   entry.device, entry.deleted ? "t" : "f", String(entry.seq)])
     }
 
-    func kvEntries(_ cid: String, after since: Int64) throws -> [WireKVEntry] {
+    func kvEntries(_ cid: String, after since: Int64) throws(ServerFailure) -> [WireKVEntry] {
         try kv("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = $1 AND seq > $2 ORDER BY seq",
                [cid, String(since)])
     }
 
-    func appliedChange(_ cid: String, item: String, device: String) throws -> AppliedChange? {
+    func appliedChange(_ cid: String, item: String, device: String) throws(ServerFailure) -> AppliedChange? {
         let r = try conn.exec("SELECT change, digest, version FROM applied_changes WHERE container = $1 AND item = $2 AND device = $3",
                               [cid, item, device])
         guard r.count > 0 else { return nil }
         return AppliedChange(device: device, change: r.text(0, 0), digest: r.text(0, 1), version: r.int(0, 2))
     }
 
-    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws {
+    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws(ServerFailure) {
         wrote = true
         _ = try conn.exec("""
             INSERT INTO applied_changes (container, item, device, change, digest, version) VALUES ($1, $2, $3, $4, $5, $6)
@@ -372,12 +372,12 @@ private final class PostgresTransaction: MetadataTransaction {
             """, [cid, item, change.device, change.change, change.digest, String(change.version)])
     }
 
-    func containerIDs() throws -> [String] {
+    func containerIDs() throws(ServerFailure) -> [String] {
         let r = try conn.exec("SELECT id FROM containers ORDER BY id")
         return (0..<r.count).map { r.text($0, 0) }
     }
 
-    func namesBlob(_ cid: String, _ sha256: String) throws -> Bool {
+    func namesBlob(_ cid: String, _ sha256: String) throws(ServerFailure) -> Bool {
         // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
         if try int64("SELECT 1 FROM items WHERE container = $1 AND NOT deleted AND (sha256 = $2 OR strpos(conflicts, $2) > 0) LIMIT 1",
                      [cid, sha256]) != nil { return true }
@@ -386,34 +386,34 @@ private final class PostgresTransaction: MetadataTransaction {
 
     // MARK: History
 
-    private static func decodeVersion(_ r: PGRows, _ i: Int) throws -> WireVersion {
+    private static func decodeVersion(_ r: PGRows, _ i: Int) throws(ServerFailure) -> WireVersion {
         // Stored xattrs that do not decode are a damaged row: an error, as for an item, never a version without them.
         try WireVersion(id: r.text(i, 0), version: r.int(i, 1), at: r.int(i, 2), path: r.text(i, 3), deleted: r.bool(i, 4),
                     parent: r.optionalText(i, 5), name: r.text(i, 6), kind: ItemKind(rawValue: r.text(i, 7)) ?? .file,
                     mode: UInt32(truncatingIfNeeded: r.int(i, 8)), mtime: r.int(i, 9), size: r.int(i, 10),
                     sha256: r.text(i, 11), device: r.text(i, 12), target: r.optionalText(i, 13),
-                    xattrs: r.optionalText(i, 14).map { try MetadataCoding.xattrs($0) })
+                    xattrs: r.optionalText(i, 14).map { (text) throws(ServerFailure) in try MetadataCoding.xattrs(text) })
     }
 
-    private func versions(_ sql: String, _ params: [String?]) throws -> [WireVersion] {
+    private func versions(_ sql: String, _ params: [String?]) throws(ServerFailure) -> [WireVersion] {
         let r = try conn.exec(sql, params)
-        return try (0..<r.count).map { try Self.decodeVersion(r, $0) }
+        return try (0..<r.count).map { (i) throws(ServerFailure) in try Self.decodeVersion(r, i) }
     }
 
-    func appendHistory(_ cid: String, _ row: WireVersion) throws {
+    func appendHistory(_ cid: String, _ row: WireVersion) throws(ServerFailure) {
         wrote = true
         try conn.exec("INSERT INTO history (container, \(HistoryTable.columns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
                       [cid, row.id, String(row.version), String(row.at), row.path, row.deleted ? "t" : "f", row.parent,
                        row.name, row.kind.rawValue, String(row.mode), String(row.mtime), String(row.size), row.sha256,
-                       row.device, row.target, try row.xattrs.map { try MetadataCoding.json($0) }])
+                       row.device, row.target, try row.xattrs.map { (value) throws(ServerFailure) in try MetadataCoding.json(value) }])
     }
 
-    func history(_ cid: String, _ id: String) throws -> [WireVersion] {
+    func history(_ cid: String, _ id: String) throws(ServerFailure) -> [WireVersion] {
         try versions("SELECT \(HistoryTable.columns) FROM history WHERE container = $1 AND id = $2 ORDER BY version DESC",
                      [cid, id])
     }
 
-    func trash(_ cid: String, parent: String?) throws -> [WireVersion] {
+    func trash(_ cid: String, parent: String?) throws(ServerFailure) -> [WireVersion] {
         let columns = HistoryTable.columns.split(separator: ",").map { "h." + $0.trimmingCharacters(in: .whitespaces) }
         return try versions("""
             SELECT \(columns.joined(separator: ", ")) FROM history h
@@ -422,7 +422,7 @@ private final class PostgresTransaction: MetadataTransaction {
             """, [cid] + (parent.map { [$0] } ?? []))
     }
 
-    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws -> [HistoryStamp] {
+    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws(ServerFailure) -> [HistoryStamp] {
         let r = try conn.exec("""
             SELECT id, version, at, deleted FROM history WHERE container = $1 AND id IN (
               SELECT h.id FROM history h JOIN items i ON i.container = h.container AND i.id = h.id
@@ -433,7 +433,7 @@ private final class PostgresTransaction: MetadataTransaction {
         return (0..<r.count).map { HistoryStamp(id: r.text($0, 0), version: r.int($0, 1), at: r.int($0, 2), deleted: r.bool($0, 3)) }
     }
 
-    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws -> Int {
+    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws(ServerFailure) -> Int {
         var gone = 0
         for start in stride(from: 0, to: versions.count, by: 1000) {
             let some = versions[start..<min(start + 1000, versions.count)].map(String.init).joined(separator: ",")
@@ -443,11 +443,11 @@ private final class PostgresTransaction: MetadataTransaction {
         return gone
     }
 
-    func deleteHistory(_ cid: String, id: String) throws -> Int {
+    func deleteHistory(_ cid: String, id: String) throws(ServerFailure) -> Int {
         try conn.exec("DELETE FROM history WHERE container = $1 AND id = $2 RETURNING version", [cid, id]).count
     }
 
-    func namedContents(_ cid: String) throws -> [NamedContent] {
+    func namedContents(_ cid: String) throws(ServerFailure) -> [NamedContent] {
         var named: [NamedContent] = []
         let live = try conn.exec("SELECT sha256, size, conflicts FROM items WHERE container = $1 AND NOT deleted AND kind = 'file'", [cid])
         for i in 0..<live.count {
@@ -468,18 +468,18 @@ private final class PostgresTransaction: MetadataTransaction {
 
     // MARK: Rewind
 
-    func liveChildren(_ cid: String, parent: String) throws -> [WireItem] {
+    func liveChildren(_ cid: String, parent: String) throws(ServerFailure) -> [WireItem] {
         try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND parent = $2 AND NOT deleted", [cid, parent])
     }
 
-    func historyRow(_ cid: String, _ id: String, through: Int64) throws -> WireVersion? {
+    func historyRow(_ cid: String, _ id: String, through: Int64) throws(ServerFailure) -> WireVersion? {
         try versions("""
             SELECT \(HistoryTable.columns) FROM history WHERE container = $1 AND id = $2 AND at <= $3::bigint
             ORDER BY version DESC LIMIT 1
             """, [cid, id, String(through)]).first
     }
 
-    func historyChildren(_ cid: String, parent: String, through: Int64) throws -> [WireVersion] {
+    func historyChildren(_ cid: String, parent: String, through: Int64) throws(ServerFailure) -> [WireVersion] {
         let columns = HistoryTable.columns.split(separator: ",").map { "h." + $0.trimmingCharacters(in: .whitespaces) }
         return try versions("""
             SELECT \(columns.joined(separator: ", ")) FROM history h
@@ -487,34 +487,34 @@ private final class PostgresTransaction: MetadataTransaction {
             """, [cid, parent, String(through)])
     }
 
-    func setting(_ key: String) throws -> String? {
+    func setting(_ key: String) throws(ServerFailure) -> String? {
         let r = try conn.exec("SELECT value FROM settings WHERE key = $1", [key])
         return r.count > 0 ? r.text(0, 0) : nil
     }
 
-    func claimSetting(_ key: String, _ value: String) throws -> Bool {
+    func claimSetting(_ key: String, _ value: String) throws(ServerFailure) -> Bool {
         // A second server claiming at once waits on the first's row, then finds it and inserts nothing.
         try conn.exec("INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING key",
                       [key, value]).count > 0
     }
 
-    func users() throws -> [StubUser] {
+    func users() throws(ServerFailure) -> [StubUser] {
         let r = try conn.exec("SELECT name, prefix, created FROM users ORDER BY name")
         return (0..<r.count).map { StubUser(name: r.text($0, 0), prefix: r.text($0, 1), created: r.int($0, 2)) }
     }
 
-    func insertUser(_ user: StubUser) throws -> Bool {
+    func insertUser(_ user: StubUser) throws(ServerFailure) -> Bool {
         try conn.exec("INSERT INTO users (name, prefix, created) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING name",
                       [user.name, user.prefix, String(user.created)]).count > 0
     }
 
-    func deleteUser(_ name: String) throws -> Bool {
+    func deleteUser(_ name: String) throws(ServerFailure) -> Bool {
         try conn.exec("DELETE FROM devices WHERE owner = $1", [name])
         try conn.exec("DELETE FROM user_limits WHERE name = $1", [name])
         return try conn.exec("DELETE FROM users WHERE name = $1 RETURNING name", [name]).count > 0
     }
 
-    func insertDevice(_ device: StubDevice, keyHash: String) throws -> Bool {
+    func insertDevice(_ device: StubDevice, keyHash: String) throws(ServerFailure) -> Bool {
         try conn.exec("INSERT INTO devices (owner, name, key_hash, created, revoked) VALUES ($1, $2, $3, $4, NULL) "
                       + "ON CONFLICT DO NOTHING RETURNING name",
                       [device.owner, device.name, keyHash, String(device.created)]).count > 0
@@ -524,37 +524,37 @@ private final class PostgresTransaction: MetadataTransaction {
         StubDevice(owner: r.text(i, 0), name: r.text(i, 1), created: r.int(i, 2), revoked: r.isNull(i, 3) ? nil : r.int(i, 3))
     }
 
-    func devices(owner: String?) throws -> [StubDevice] {
+    func devices(owner: String?) throws(ServerFailure) -> [StubDevice] {
         let r = try conn.exec("SELECT owner, name, created, revoked FROM devices WHERE $1::text IS NULL OR owner = $1 "
                               + "ORDER BY owner, name", [owner])
         return (0..<r.count).map { Self.decodeDevice(r, $0) }
     }
 
-    func revokeDevice(owner: String, name: String, at: Int64) throws -> Bool {
+    func revokeDevice(owner: String, name: String, at: Int64) throws(ServerFailure) -> Bool {
         try conn.exec("UPDATE devices SET revoked = $3 WHERE owner = $1 AND name = $2 AND revoked IS NULL RETURNING name",
                       [owner, name, String(at)]).count > 0
     }
 
-    func device(keyHash: String) throws -> (StubDevice, String)? {
+    func device(keyHash: String) throws(ServerFailure) -> (StubDevice, String)? {
         let r = try conn.exec("SELECT d.owner, d.name, d.created, d.revoked, u.prefix FROM devices d "
                               + "JOIN users u ON u.name = d.owner WHERE d.key_hash = $1", [keyHash])
         return r.count > 0 ? (Self.decodeDevice(r, 0), r.text(0, 4)) : nil
     }
 
-    func limits(_ user: String) throws -> LimitSettings {
+    func limits(_ user: String) throws(ServerFailure) -> LimitSettings {
         let r = try conn.exec("SELECT storage, containers, items FROM user_limits WHERE name = $1", [user])
         guard r.count > 0 else { return LimitSettings() }
         func value(_ c: Int) -> Int64? { r.isNull(0, c) ? nil : r.int(0, c) }
         return LimitSettings(storage: value(0), containers: value(1), items: value(2))
     }
 
-    func setLimits(_ user: String, _ limits: LimitSettings) throws {
+    func setLimits(_ user: String, _ limits: LimitSettings) throws(ServerFailure) {
         try conn.exec("INSERT INTO user_limits (name, storage, containers, items) VALUES ($1, $2, $3, $4) "
                       + "ON CONFLICT (name) DO UPDATE SET storage = $2, containers = $3, items = $4",
                       [user, limits.storage.map(String.init), limits.containers.map(String.init), limits.items.map(String.init)])
     }
 
-    func liveItemCount(_ cid: String) throws -> Int64 {
+    func liveItemCount(_ cid: String) throws(ServerFailure) -> Int64 {
         try conn.exec("SELECT count(*) FROM items WHERE container = $1 AND NOT deleted", [cid]).int(0, 0)
     }
 }

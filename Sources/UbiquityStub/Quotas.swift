@@ -76,14 +76,14 @@ final class UsageMeter: Sendable {
     init(clock: @escaping @Sendable () -> Int64) { self.clock = clock }
 
     /// The container's stored bytes, counted with `count` when not known or too old.
-    func bytes(_ cid: String, count: () throws -> Int64) rethrows -> Int64 { try value(bytes, cid, count) }
+    func bytes(_ cid: String, count: () throws(ServerFailure) -> Int64) throws(ServerFailure) -> Int64 { try value(bytes, cid, count) }
     /// The container's live items, counted with `count` when not known or too old.
-    func items(_ cid: String, count: () throws -> Int64) rethrows -> Int64 { try value(items, cid, count) }
+    func items(_ cid: String, count: () throws(ServerFailure) -> Int64) throws(ServerFailure) -> Int64 { try value(items, cid, count) }
 
     func stored(_ cid: String, bytes added: Int64) { raise(bytes, cid, added) }
     func created(_ cid: String, items added: Int64) { raise(items, cid, added) }
 
-    private func value(_ table: Locked<[String: Count]>, _ cid: String, _ count: () throws -> Int64) rethrows -> Int64 {
+    private func value(_ table: Locked<[String: Count]>, _ cid: String, _ count: () throws(ServerFailure) -> Int64) throws(ServerFailure) -> Int64 {
         let now = clock()
         if let known = table.withLock({ $0[cid] }), now - known.at < Self.freshness { return known.value }
         // Counted outside the lock (a listing can take a while); a raise meanwhile is lost until the next count.

@@ -43,20 +43,20 @@ final class S3BlobStore: BlobStore, Sendable {
         }
         do {
             try ensureBucket()
-        } catch let f as StubFailure {
-            throw StubError("\(location): \(f.message)")
+        } catch {
+            throw StubError("\(location): \(error.message)")
         }
     }
 
-    private func ensureBucket() throws {
+    private func ensureBucket() throws(ServerFailure) {
         let (head, _) = try client.perform("HEAD", "")
         if head.status == 200 { return }
         guard head.status == 404 else {
-            throw StubError("\(client.location): the bucket answered HEAD with \(head.status) (are the credentials right?)")
+            throw .fault("the bucket answered HEAD with \(head.status) (are the credentials right?)")
         }
         let (made, _) = try client.perform("PUT", "")
         guard made.status == 200 || made.errorCode == "BucketAlreadyOwnedByYou" else {
-            throw StubError("\(client.location): cannot create the bucket: \(made.errorCode)")
+            throw .fault("cannot create the bucket: \(made.errorCode)")
         }
     }
 
@@ -72,9 +72,9 @@ final class S3BlobStore: BlobStore, Sendable {
     }
 
     /// Nothing to do: a bucket has no directories.
-    func addContainer(_ cid: String) throws {}
+    func addContainer(_ cid: String) throws(ServerFailure) {}
 
-    func size(_ cid: String, _ sha256: String) throws -> Int64? {
+    func size(_ cid: String, _ sha256: String) throws(ServerFailure) -> Int64? {
         if sha256 == emptySHA256 { return 0 }
         let key = self.key(cid, sha256)
         let cached = lookups.withLock { $0.known[key] }
@@ -83,31 +83,31 @@ final class S3BlobStore: BlobStore, Sendable {
         switch a.status {
         case 200:
             guard let size = a.headers["content-length"].flatMap({ Int64($0) }) else {
-                throw StubFailure(503, "blob store answered HEAD without a length")
+                throw ServerFailure.refused(503, "blob store answered HEAD without a length")
             }
             remember(key, size)
             return size
         case 404:
             return nil
         default:
-            throw StubFailure(503, "blob store answered HEAD with \(a.status) \(a.errorCode)")
+            throw ServerFailure.refused(503, "blob store answered HEAD with \(a.status) \(a.errorCode)")
         }
     }
 
-    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool) throws -> Bool {
+    func put(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool) throws(ServerFailure) -> Bool {
         defer { removeLeftover(tmpPath) }
         let key = self.key(cid, sha256)
         // Known to be there: nothing to do. Not known: a large one is asked about first (not sent again for
         // nothing), a small one is not (a round trip per small file of a batch); `If-None-Match: *` leaves an
         // object that is there as it is.
         if !replacing && lookups.withLock({ $0.known[key] }) != nil { return false }
-        if try !replacing && size > Int64(WireBatchLimits.maxInlineBytes) && self.size(cid, sha256) != nil { return false }
+        if !replacing && size > Int64(WireBatchLimits.maxInlineBytes), try self.size(cid, sha256) != nil { return false }
         // A damaged object is written over; otherwise only a missing one is written.
         let headers = (replacing ? [] : ["If-None-Match: *"]) + ["Content-Type: application/octet-stream"]
         let created = try upload(tmpPath, size: size, as: key, sha256: sha256, headers: headers)
         let (head, _) = try client.perform("HEAD", key)
         guard head.status == 200, head.headers["content-length"].flatMap({ Int64($0) }) == size else {
-            throw StubFailure(503, "blob store does not hold \(size) bytes after the upload (HEAD \(head.status))")
+            throw ServerFailure.refused(503, "blob store does not hold \(size) bytes after the upload (HEAD \(head.status))")
         }
         remember(key, size)
         // The verified upload is also the first cached copy.
@@ -123,8 +123,8 @@ final class S3BlobStore: BlobStore, Sendable {
     /// PUTs the file `path` (`size` bytes hashing to `sha256`) as the object `key`, with its Content-MD5, and
     /// checks the ETag; false when `If-None-Match: *` found the object there (written meanwhile by another
     /// upload of the same bytes).
-    private func upload(_ path: String, size: Int64, as key: String, sha256: String, headers: [String]) throws -> Bool {
-        let fd = try FileDescriptor.open(path, O_RDONLY)
+    private func upload(_ path: String, size: Int64, as key: String, sha256: String, headers: [String]) throws(ServerFailure) -> Bool {
+        let fd = try ServerFailure.file("opening \(path) to upload", try FileDescriptor.open(path, O_RDONLY))
         defer { fd.close() }
         let md5 = try Self.md5(fd)
         let (a, _) = try client.perform("PUT", key, headers: headers + [
@@ -134,30 +134,30 @@ final class S3BlobStore: BlobStore, Sendable {
         case 200, 201:
             let etag = a.headers["etag"]?.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) ?? ""
             if etag.count == 32 && etag.lowercased() != hexString(md5) {
-                throw StubFailure(503, "blob store stored other bytes than sent (ETag \(etag))")
+                throw ServerFailure.refused(503, "blob store stored other bytes than sent (ETag \(etag))")
             }
             return true
         case 412, 409:
             return false
         default:
-            throw StubFailure(503, "blob store refused the upload: \(a.status) \(a.errorCode)")
+            throw ServerFailure.refused(503, "blob store refused the upload: \(a.status) \(a.errorCode)")
         }
     }
 
-    private static func md5(_ fd: FileDescriptor) throws -> [UInt8] {
+    private static func md5(_ fd: FileDescriptor) throws(ServerFailure) -> [UInt8] {
         let ctx = EVP_MD_CTX_new()!
         defer { EVP_MD_CTX_free(ctx) }
         EVP_DigestInit_ex(ctx, EVP_md5(), nil)
-        try fd.forEachChunk { chunk in
+        try ServerFailure.file("reading a file to upload", try fd.forEachChunk { chunk in
             if let base = chunk.baseAddress, chunk.count > 0 { EVP_DigestUpdate(ctx, base, chunk.count) }
-        }
+        })
         var digest = [UInt8](repeating: 0, count: 16)
         var len: UInt32 = 0
         EVP_DigestFinal_ex(ctx, &digest, &len)
         return digest
     }
 
-    func open(_ cid: String, _ sha256: String, size: Int64) throws -> FileDescriptor {
+    func open(_ cid: String, _ sha256: String, size: Int64) throws(ServerFailure) -> FileDescriptor {
         let path = cachePath(cid, sha256), key = self.key(cid, sha256)
         if let fd = try? FileDescriptor.open(path, O_RDONLY) { futimens(fd.raw, nil); return fd }
         let cached = lookups.wait(until: nil, for: { !$0.fetching.contains(key) }) { l -> FileDescriptor? in
@@ -169,26 +169,28 @@ final class S3BlobStore: BlobStore, Sendable {
         defer { lookups.withLock(notifying: true) { _ = $0.fetching.remove(key) } }
         try fetch(cid, sha256, size: size, into: path)
         evict(keeping: path)
-        return try FileDescriptor.open(path, O_RDONLY)
+        return try ServerFailure.file("opening a cached blob", try FileDescriptor.open(path, O_RDONLY))
     }
 
-    func isSound(_ cid: String, _ sha256: String, size: Int64) throws -> Bool {
+    func isSound(_ cid: String, _ sha256: String, size: Int64) throws(ServerFailure) -> Bool {
         if sha256 == emptySHA256 { return true }
         let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".check"
-        let fd = try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
+        let fd = try ServerFailure.file("creating \(tmp)", try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600))
         defer { fd.close(); removeLeftover(tmp) }
         let (a, digest) = try client.perform("GET", key(cid, sha256), download: fd)
         switch a.status {
-        case 200: return try digest == sha256 && Int64(fd.stat().st_size) == size
+        case 200:
+            guard digest == sha256 else { return false }
+            return try ServerFailure.file("stat of a fetched blob", try fd.stat()).st_size == size
         case 404: return false
-        default: throw StubFailure(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+        default: throw ServerFailure.refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
         }
     }
 
     /// Downloads the whole object to a temporary file and moves it into the cache once it hashes to its name.
-    private func fetch(_ cid: String, _ sha256: String, size: Int64, into path: String) throws {
+    private func fetch(_ cid: String, _ sha256: String, size: Int64, into path: String) throws(ServerFailure) {
         let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".part"
-        let fd = try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
+        let fd = try ServerFailure.file("creating \(tmp)", try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600))
         defer { fd.close(); removeLeftover(tmp) }
         let (a, digest) = try client.perform("GET", key(cid, sha256), download: fd)
         switch a.status {
@@ -196,20 +198,20 @@ final class S3BlobStore: BlobStore, Sendable {
             break
         case 404:
             remember(key(cid, sha256), nil)
-            throw StubFailure(404, "no such blob")
+            throw ServerFailure.refused(404, "no such blob")
         default:
-            throw StubFailure(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+            throw ServerFailure.refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
         }
-        let got = try fd.stat().st_size
+        let got = try ServerFailure.file("stat of a fetched blob", try fd.stat()).st_size
         guard digest == sha256, Int64(got) == size else {
             // Damaged in the blob store (a second read says so), not on the way: it counts as absent from now on.
             if (try? isSound(cid, sha256, size: size)) == false, (try? delete(cid, sha256)) != nil {
                 Logger("s3").error("blob \(sha256) of \(cid) is damaged in the blob store: taken away, so that its next upload stores it again")
             }
-            throw StubFailure(503, "blob store returned \(got) bytes hashing to \(digest ?? "?"), not the blob")
+            throw ServerFailure.refused(503, "blob store returned \(got) bytes hashing to \(digest ?? "?"), not the blob")
         }
-        try makeDirectories(cacheDir + "/" + cid)
-        try renameFile(tmp, path)
+        try ServerFailure.file("making a cache folder", try makeDirectories(cacheDir + "/" + cid))
+        try ServerFailure.file("renaming a fetched blob into the cache", try renameFile(tmp, path))
     }
 
     /// Drops the least recently used cached copies until the cache is under its limit.
@@ -234,34 +236,34 @@ final class S3BlobStore: BlobStore, Sendable {
     func wasSetAside(_ cid: String, _ sha256: String) -> Bool { false }
 
     /// The cached copy goes; the object too when it is damaged in the blob store itself.
-    func setAsideDamaged(_ cid: String, _ sha256: String, size: Int64) throws {
+    func setAsideDamaged(_ cid: String, _ sha256: String, size: Int64) throws(ServerFailure) {
         removeLeftover(cachePath(cid, sha256))
         guard try !isSound(cid, sha256, size: size) else { return }
         try delete(cid, sha256)
     }
 
-    func delete(_ cid: String, _ sha256: String) throws {
+    func delete(_ cid: String, _ sha256: String) throws(ServerFailure) {
         let key = self.key(cid, sha256)
         let (a, _) = try client.perform("DELETE", key)
         guard a.status / 100 == 2 || a.status == 404 else {
-            throw StubFailure(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
+            throw ServerFailure.refused(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
         }
         remember(key, nil)
         removeLeftover(cachePath(cid, sha256))
     }
 
-    func list(_ cid: String) throws -> [StoredBlob] {
+    func list(_ cid: String) throws(ServerFailure) -> [StoredBlob] {
         try listed(cid, suffix: "")
     }
 
     /// The manifest's object: beside the blob's.
     private func manifestKey(_ cid: String, _ sha256: String) -> String { key(cid, sha256) + manifestSuffix }
 
-    func putManifest(_ cid: String, _ sha256: String, json: [UInt8]) throws -> Bool {
+    func putManifest(_ cid: String, _ sha256: String, json: [UInt8]) throws(ServerFailure) -> Bool {
         let key = manifestKey(cid, sha256)
         let (head, _) = try client.perform("HEAD", key)
         guard head.status == 200 || head.status == 404 else {
-            throw StubFailure(503, "blob store answered HEAD with \(head.status) \(head.errorCode)")
+            throw ServerFailure.refused(503, "blob store answered HEAD with \(head.status) \(head.errorCode)")
         }
         let tmp = try writeTemporary(json, in: cacheDir + "/tmp")
         defer { removeLeftover(tmp) }
@@ -270,10 +272,10 @@ final class S3BlobStore: BlobStore, Sendable {
         return head.status == 404
     }
 
-    func manifest(_ cid: String, _ sha256: String) throws -> [UInt8]? {
+    func manifest(_ cid: String, _ sha256: String) throws(ServerFailure) -> [UInt8]? {
         // Through a file: an answer kept in memory stops at 1 MiB, and a manifest may be larger.
         let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".chunks"
-        let fd = try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
+        let fd = try ServerFailure.file("creating \(tmp)", try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600))
         defer { fd.close(); removeLeftover(tmp) }
         let (a, _) = try client.perform("GET", manifestKey(cid, sha256), download: fd)
         switch a.status {
@@ -282,23 +284,23 @@ final class S3BlobStore: BlobStore, Sendable {
         case 404:
             return nil
         default:
-            throw StubFailure(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+            throw ServerFailure.refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
         }
     }
 
-    func deleteManifest(_ cid: String, _ sha256: String) throws {
+    func deleteManifest(_ cid: String, _ sha256: String) throws(ServerFailure) {
         let (a, _) = try client.perform("DELETE", manifestKey(cid, sha256))
         guard a.status / 100 == 2 || a.status == 404 else {
-            throw StubFailure(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
+            throw ServerFailure.refused(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
         }
     }
 
-    func listManifests(_ cid: String) throws -> [StoredBlob] {
+    func listManifests(_ cid: String) throws(ServerFailure) -> [StoredBlob] {
         try listed(cid, suffix: manifestSuffix)
     }
 
     /// The container's objects named `{sha256}{suffix}`, with their sizes and times.
-    private func listed(_ cid: String, suffix: String) throws -> [StoredBlob] {
+    private func listed(_ cid: String, suffix: String) throws(ServerFailure) -> [StoredBlob] {
         guard ContainerScope.isValidStoredID(cid) else { return [] }
         let prefix = client.location.prefix + "blobs/\(cid)/"
         var found: [StoredBlob] = []
@@ -308,7 +310,7 @@ final class S3BlobStore: BlobStore, Sendable {
             var query = token.map { "continuation-token=" + Self.escape($0) + "&" } ?? ""
             query += "list-type=2&prefix=" + Self.escape(prefix)
             let (a, _) = try client.perform("GET", "", query: query)
-            guard a.status == 200 else { throw StubFailure(503, "blob store answered a listing with \(a.status) \(a.errorCode)") }
+            guard a.status == 200 else { throw ServerFailure.refused(503, "blob store answered a listing with \(a.status) \(a.errorCode)") }
             for entry in S3Client.tag("Contents", in: a.text) {
                 guard let key = S3Client.tag("Key", in: entry).first, key.hasPrefix(prefix),
                       let size = S3Client.tag("Size", in: entry).first.flatMap({ Int64($0) }) else { continue }

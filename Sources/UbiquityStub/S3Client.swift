@@ -4,7 +4,7 @@
 // What must hold: credentials come from the environment or a file, never from the command line, and never
 // appear in a log line or an error. A request is one easy handle used by one thread for its whole transfer; the
 // C callbacks reach the request's box through an unmanaged pointer that lives as long as `curl_easy_perform`.
-// A transfer that fails below HTTP, or an answer of 5xx, is a 503 StubFailure (the blob store is away, clients
+// A transfer that fails below HTTP, or an answer of 5xx, is refused with 503 (the blob store is away, clients
 // retry); the cause is in its message.
 import CCurl
 import Foundation
@@ -93,10 +93,10 @@ private final class S3Transfer {
     /// Where a 2xx body goes (a download); nil keeps it in memory.
     let sink: FileDescriptor?
     var sinkOffset: Int64 = 0
-    var sinkFailure: Error?
+    var sinkFailure: Errno?
     let source: FileDescriptor?
     var sourceOffset: Int64 = 0
-    var sourceFailure: Error?
+    var sourceFailure: Errno?
     var hasher: SHA256Hasher? = SHA256Hasher()
     /// libcurl's message buffer, owned here so its address stays valid for the whole transfer.
     let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(ubq_curl_error_size()))
@@ -162,8 +162,8 @@ final class S3Client: Sendable {
 
     /// One request. `upload` sends `length` bytes of a file; `download` takes a 2xx body into a file (from 0).
     func perform(_ method: String, _ key: String, query: String = "", headers: [String] = [],
-                 upload: (FileDescriptor, Int64)? = nil, download: FileDescriptor? = nil) throws -> (S3Answer, String?) {
-        guard let h = curl_easy_init() else { throw StubFailure(503, "blob store: libcurl could not make a handle") }
+                 upload: (FileDescriptor, Int64)? = nil, download: FileDescriptor? = nil) throws(ServerFailure) -> (S3Answer, String?) {
+        guard let h = curl_easy_init() else { throw ServerFailure.refused(503, "blob store: libcurl could not make a handle") }
         defer { curl_easy_cleanup(h) }
         let t = S3Transfer(sink: download, source: upload?.0)
         let ctx = Unmanaged.passUnretained(t).toOpaque()
@@ -208,14 +208,15 @@ final class S3Client: Sendable {
         _ = ubq_easy_setopt_slist(h, CURLOPT_HTTPHEADER, list)
         let code = withExtendedLifetime(t) { curl_easy_perform(h) }
         _ = ubq_easy_setopt_pointer(h, CURLOPT_ERRORBUFFER, nil)
-        if let e = t.sinkFailure ?? t.sourceFailure { throw e }
+        if let e = t.sinkFailure { throw ServerFailure(e, "writing what the blob store sent") }
+        if let e = t.sourceFailure { throw ServerFailure(e, "reading what goes to the blob store") }
         guard code == CURLE_OK else {
             let detail = String(cString: t.errorBuffer)
             let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
-            throw StubFailure(503, "blob store \(location.endpoint) unreachable: \(why)")
+            throw ServerFailure.refused(503, "blob store \(location.endpoint) unreachable: \(why)")
         }
         if t.answer.status >= 500 {
-            throw StubFailure(503, "blob store \(location.endpoint) answered \(t.answer.status) \(t.answer.errorCode)")
+            throw ServerFailure.refused(503, "blob store \(location.endpoint) answered \(t.answer.status) \(t.answer.errorCode)")
         }
         var digest: String?
         if download != nil, var h = t.hasher.take() { digest = h.finalizeHex() }

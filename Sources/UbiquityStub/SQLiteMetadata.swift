@@ -15,8 +15,9 @@ final class SQLiteMetadata: StubMetadata, Sendable {
     private let local = LocalNotifier()
     var notifier: any ChangeNotifier { local }
 
-    init(path: String) throws {
-        let db = try Database(path: path)
+    init(path: String) throws(ServerFailure) {
+        let raw = try ServerFailure.database { try Database(path: path) }
+        let db = SQLiteConnection(db: raw)
         try db.exec("PRAGMA journal_mode=WAL")
         try db.exec("PRAGMA synchronous=NORMAL")
         try db.exec("""
@@ -52,15 +53,17 @@ final class SQLiteMetadata: StubMetadata, Sendable {
         }
         // Tables made before rows kept xattrs gain the column, NULL in their old rows (xattrs unknown).
         try db.addColumnIfMissing("history", "xattrs", "TEXT")
-        connection = Turns(db)
+        connection = Turns(raw)
     }
 
-    func write<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
-        try connection.withTurn { db in try db.transaction { try body(SQLiteTransaction(db: db)) } }
+    func write<T>(_ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
+        try connection.withTurn { (db) throws(ServerFailure) in
+            try ServerFailure.database { try db.transaction { try body(SQLiteTransaction(db: SQLiteConnection(db: db))) } }
+        }
     }
 
-    func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T {
-        try connection.withTurn { db in try body(SQLiteTransaction(db: db)) }
+    func read<T>(_ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
+        try connection.withTurn { (db) throws(ServerFailure) in try body(SQLiteTransaction(db: SQLiteConnection(db: db))) }
     }
 
     var othersWaiting: Bool { connection.othersWaiting }
@@ -68,15 +71,41 @@ final class SQLiteMetadata: StubMetadata, Sendable {
     func close() {}
 
     /// One server per SQLite store (its data folder): the caller's own lock is the only one there is.
-    func withSharedLock<T>(_ name: String, _ body: () throws -> T) throws -> T { try body() }
+    func withSharedLock<T>(_ name: String, _ body: () throws(ServerFailure) -> T) throws(ServerFailure) -> T { try body() }
+}
+
+/// UbiquityBase's Database, its failures as ServerFailures.
+private struct SQLiteConnection {
+    let db: Database
+
+    func exec(_ sql: String) throws(ServerFailure) { try ServerFailure.database { try db.exec(sql) } }
+
+    @discardableResult
+    func query(_ sql: String, _ params: [SQLValue] = []) throws(ServerFailure) -> [Values] {
+        try ServerFailure.database { try db.query(sql, params) }
+    }
+
+    func forEach(_ sql: String, _ params: [SQLValue] = [], _ body: (Row) throws(ServerFailure) -> Void) throws(ServerFailure) {
+        try ServerFailure.database { try db.forEach(sql, params) { (r) throws(ServerFailure) in try body(r) } }
+    }
+
+    func first<T>(_ sql: String, _ params: [SQLValue] = [], _ pick: (Row) throws(ServerFailure) -> T?) throws(ServerFailure) -> T? {
+        try ServerFailure.database { try db.first(sql, params) { (r) throws(ServerFailure) in try pick(r) } }
+    }
+
+    func addColumnIfMissing(_ table: String, _ column: String, _ definition: String) throws(ServerFailure) {
+        try ServerFailure.database { try db.addColumnIfMissing(table, column, definition) }
+    }
+
+    var changes: Int { db.changes }
 }
 
 /// The primitives on the one connection, called under the metadata's lock.
 private struct SQLiteTransaction: MetadataTransaction {
-    let db: Database
+    let db: SQLiteConnection
     static let columns = "id, parent, name, kind, mode, mtime, size, sha256, version, deleted, device, xattrs, conflicts, target"
 
-    func savepoint<T>(_ body: () throws -> T) throws -> T {
+    func savepoint<T>(_ body: () throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         try db.exec("SAVEPOINT entry")
         do {
             let result = try body()
@@ -89,12 +118,12 @@ private struct SQLiteTransaction: MetadataTransaction {
         }
     }
 
-    private func int64(_ sql: String, _ params: [SQLValue]) throws -> Int64? {
+    private func int64(_ sql: String, _ params: [SQLValue]) throws(ServerFailure) -> Int64? {
         try db.first(sql, params) { $0.int(0) }
     }
 
     /// A stored item; xattrs or conflicts that do not decode throw (served empty, a client would take them).
-    private static func decodeRow(_ r: Row) throws -> WireItem {
+    private static func decodeRow(_ r: Row) throws(ServerFailure) -> WireItem {
         WireItem(id: r.text(0), parent: r.optionalText(1), name: r.text(2),
                  kind: ItemKind(rawValue: r.text(3)) ?? .file, mode: UInt32(truncatingIfNeeded: r.int(4)),
                  mtime: r.int(5), size: r.int(6), sha256: r.text(7), version: r.int(8), deleted: r.int(9) != 0,
@@ -102,44 +131,44 @@ private struct SQLiteTransaction: MetadataTransaction {
                  conflicts: try MetadataCoding.conflicts(r.text(12)), target: r.optionalText(13))
     }
 
-    private func oneItem(_ sql: String, _ params: [SQLValue]) throws -> WireItem? {
+    private func oneItem(_ sql: String, _ params: [SQLValue]) throws(ServerFailure) -> WireItem? {
         var found: WireItem?
-        try db.forEach(sql, params) { if found == nil { found = try Self.decodeRow($0) } }
+        try db.forEach(sql, params) { (r) throws(ServerFailure) in if found == nil { found = try Self.decodeRow(r) } }
         return found
     }
 
-    func containerSeq(_ cid: String) throws -> Int64? {
+    func containerSeq(_ cid: String) throws(ServerFailure) -> Int64? {
         try int64("SELECT seq FROM containers WHERE id = ?", [.text(cid)])
     }
 
-    func lockContainer(_ cid: String) throws -> Int64? { try containerSeq(cid) }
+    func lockContainer(_ cid: String) throws(ServerFailure) -> Int64? { try containerSeq(cid) }
 
-    func createContainer(_ cid: String) throws -> Bool {
+    func createContainer(_ cid: String) throws(ServerFailure) -> Bool {
         try db.query("INSERT OR IGNORE INTO containers (id, seq) VALUES (?, 0)", [.text(cid)])
         return db.changes > 0
     }
 
-    func nextSeq(_ cid: String) throws -> Int64 {
+    func nextSeq(_ cid: String) throws(ServerFailure) -> Int64 {
         try db.query("UPDATE containers SET seq = seq + 1 WHERE id = ?", [.text(cid)])
-        guard let seq = try containerSeq(cid) else { throw StubFailure(404, "no such container") }
+        guard let seq = try containerSeq(cid) else { throw ServerFailure.refused(404, "no such container") }
         return seq
     }
 
-    func item(_ cid: String, _ id: String) throws -> WireItem? {
+    func item(_ cid: String, _ id: String) throws(ServerFailure) -> WireItem? {
         try oneItem("SELECT \(Self.columns) FROM items WHERE container = ? AND id = ?", [.text(cid), .text(id)])
     }
 
-    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws -> WireItem? {
+    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws(ServerFailure) -> WireItem? {
         try oneItem("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND name = ? AND deleted = 0 AND id != ?",
                     [.text(cid), .text(parent), .text(name), .text(except ?? "")])
     }
 
-    func anyLiveChild(_ cid: String, parent: String) throws -> WireItem? {
+    func anyLiveChild(_ cid: String, parent: String) throws(ServerFailure) -> WireItem? {
         try oneItem("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND deleted = 0 LIMIT 1",
                     [.text(cid), .text(parent)])
     }
 
-    func writeItem(_ cid: String, _ item: WireItem) throws {
+    func writeItem(_ cid: String, _ item: WireItem) throws(ServerFailure) {
         try db.query("INSERT OR REPLACE INTO items (container, \(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
             .text(cid), .text(item.id), item.parent.map { .text($0) } ?? .null, .text(item.name),
             .text(item.kind.rawValue), .int(Int64(item.mode)), .int(item.mtime), .int(item.size),
@@ -149,39 +178,39 @@ private struct SQLiteTransaction: MetadataTransaction {
         ])
     }
 
-    func items(_ cid: String, after since: Int64, limit: Int) throws -> [WireItem] {
+    func items(_ cid: String, after since: Int64, limit: Int) throws(ServerFailure) -> [WireItem] {
         var items: [WireItem] = []
         try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND version > ? ORDER BY version LIMIT ?",
-                       [.text(cid), .int(since), .int(Int64(limit))]) { items.append(try Self.decodeRow($0)) }
+                       [.text(cid), .int(since), .int(Int64(limit))]) { (r) throws(ServerFailure) in items.append(try Self.decodeRow(r)) }
         return items
     }
 
-    private static func decodeKV(_ r: Row) throws -> WireKVEntry {
+    private static func decodeKV(_ r: Row) throws(ServerFailure) -> WireKVEntry {
         WireKVEntry(key: r.text(0), value: try MetadataCoding.kvValue(r.optionalText(1)), mtime: r.int(2),
                     device: r.text(3), deleted: r.int(4) != 0, seq: r.int(5))
     }
 
-    func kvEntry(_ cid: String, _ key: String) throws -> WireKVEntry? {
+    func kvEntry(_ cid: String, _ key: String) throws(ServerFailure) -> WireKVEntry? {
         var found: WireKVEntry?
         try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND key = ?",
-                       [.text(cid), .text(key)]) { found = try Self.decodeKV($0) }
+                       [.text(cid), .text(key)]) { (r) throws(ServerFailure) in found = try Self.decodeKV(r) }
         return found
     }
 
-    func kvLiveSizes(_ cid: String) throws -> [String: Int] {
+    func kvLiveSizes(_ cid: String) throws(ServerFailure) -> [String: Int] {
         var live: [String: Int] = [:]
-        try db.forEach("SELECT key, value FROM kv WHERE container = ? AND deleted = 0", [.text(cid)]) { r in
+        try db.forEach("SELECT key, value FROM kv WHERE container = ? AND deleted = 0", [.text(cid)]) { (r) throws(ServerFailure) in
             live[r.text(0)] = try MetadataCoding.kvValue(r.optionalText(1))?.byteSize ?? 0
         }
         return live
     }
 
-    func kvSeq(_ cid: String) throws -> Int64 {
+    func kvSeq(_ cid: String) throws(ServerFailure) -> Int64 {
         try int64("SELECT coalesce(max(seq), 0) FROM kv WHERE container = ?", [.text(cid)]) ?? 0
     }
 
-    func kvPut(_ cid: String, _ entry: WireKVEntry) throws {
-        let json = try entry.value.map { try MetadataCoding.json($0) }
+    func kvPut(_ cid: String, _ entry: WireKVEntry) throws(ServerFailure) {
+        let json = try entry.value.map { (value) throws(ServerFailure) in try MetadataCoding.json(value) }
         try db.query("""
             INSERT INTO kv (container, key, value, mtime, device, deleted, seq) VALUES (?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(container, key) DO UPDATE SET value = excluded.value, mtime = excluded.mtime,
@@ -190,14 +219,14 @@ private struct SQLiteTransaction: MetadataTransaction {
                   .text(entry.device), .int(entry.deleted ? 1 : 0), .int(entry.seq)])
     }
 
-    func kvEntries(_ cid: String, after since: Int64) throws -> [WireKVEntry] {
+    func kvEntries(_ cid: String, after since: Int64) throws(ServerFailure) -> [WireKVEntry] {
         var entries: [WireKVEntry] = []
         try db.forEach("SELECT key, value, mtime, device, deleted, seq FROM kv WHERE container = ? AND seq > ? ORDER BY seq",
-                       [.text(cid), .int(since)]) { entries.append(try Self.decodeKV($0)) }
+                       [.text(cid), .int(since)]) { (r) throws(ServerFailure) in entries.append(try Self.decodeKV(r)) }
         return entries
     }
 
-    func appliedChange(_ cid: String, item: String, device: String) throws -> AppliedChange? {
+    func appliedChange(_ cid: String, item: String, device: String) throws(ServerFailure) -> AppliedChange? {
         var found: AppliedChange?
         try db.forEach("SELECT change, digest, version FROM applied_changes WHERE container = ? AND item = ? AND device = ?",
                        [.text(cid), .text(item), .text(device)]) {
@@ -206,19 +235,19 @@ private struct SQLiteTransaction: MetadataTransaction {
         return found
     }
 
-    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws {
+    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws(ServerFailure) {
         try db.query("INSERT OR REPLACE INTO applied_changes (container, item, device, change, digest, version) VALUES (?, ?, ?, ?, ?, ?)",
                      [.text(cid), .text(item), .text(change.device), .text(change.change), .text(change.digest),
                       .int(change.version)])
     }
 
-    func containerIDs() throws -> [String] {
+    func containerIDs() throws(ServerFailure) -> [String] {
         var ids: [String] = []
         try db.forEach("SELECT id FROM containers ORDER BY id", []) { ids.append($0.text(0)) }
         return ids
     }
 
-    func namesBlob(_ cid: String, _ sha256: String) throws -> Bool {
+    func namesBlob(_ cid: String, _ sha256: String) throws(ServerFailure) -> Bool {
         // A hash inside the conflicts' JSON counts as a reference (erring only towards keeping).
         if try int64("SELECT 1 FROM items WHERE container = ? AND deleted = 0 AND (sha256 = ? OR instr(conflicts, ?) > 0) LIMIT 1",
                      [.text(cid), .text(sha256), .text(sha256)]) != nil { return true }
@@ -227,36 +256,36 @@ private struct SQLiteTransaction: MetadataTransaction {
 
     // MARK: History
 
-    private static func decodeVersion(_ r: Row) throws -> WireVersion {
+    private static func decodeVersion(_ r: Row) throws(ServerFailure) -> WireVersion {
         // Stored xattrs that do not decode are a damaged row: an error, as for an item, never a version without them.
         try WireVersion(id: r.text(0), version: r.int(1), at: r.int(2), path: r.text(3), deleted: r.int(4) != 0,
                     parent: r.optionalText(5), name: r.text(6), kind: ItemKind(rawValue: r.text(7)) ?? .file,
                     mode: UInt32(truncatingIfNeeded: r.int(8)), mtime: r.int(9), size: r.int(10), sha256: r.text(11),
                     device: r.text(12), target: r.optionalText(13),
-                    xattrs: r.optionalText(14).map { try MetadataCoding.xattrs($0) })
+                    xattrs: r.optionalText(14).map { (text) throws(ServerFailure) in try MetadataCoding.xattrs(text) })
     }
 
-    private func versions(_ sql: String, _ params: [SQLValue]) throws -> [WireVersion] {
+    private func versions(_ sql: String, _ params: [SQLValue]) throws(ServerFailure) -> [WireVersion] {
         var rows: [WireVersion] = []
-        try db.forEach(sql, params) { rows.append(try Self.decodeVersion($0)) }
+        try db.forEach(sql, params) { (r) throws(ServerFailure) in rows.append(try Self.decodeVersion(r)) }
         return rows
     }
 
-    func appendHistory(_ cid: String, _ row: WireVersion) throws {
+    func appendHistory(_ cid: String, _ row: WireVersion) throws(ServerFailure) {
         try db.query("INSERT INTO history (container, \(HistoryTable.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
             .text(cid), .text(row.id), .int(row.version), .int(row.at), .text(row.path), .int(row.deleted ? 1 : 0),
             row.parent.map { .text($0) } ?? .null, .text(row.name), .text(row.kind.rawValue), .int(Int64(row.mode)),
             .int(row.mtime), .int(row.size), .text(row.sha256), .text(row.device), row.target.map { .text($0) } ?? .null,
-            try row.xattrs.map { .text(try MetadataCoding.json($0)) } ?? .null,
+            try row.xattrs.map { (value) throws(ServerFailure) in .text(try MetadataCoding.json(value)) } ?? .null,
         ])
     }
 
-    func history(_ cid: String, _ id: String) throws -> [WireVersion] {
+    func history(_ cid: String, _ id: String) throws(ServerFailure) -> [WireVersion] {
         try versions("SELECT \(HistoryTable.columns) FROM history WHERE container = ? AND id = ? ORDER BY version DESC",
                      [.text(cid), .text(id)])
     }
 
-    func trash(_ cid: String, parent: String?) throws -> [WireVersion] {
+    func trash(_ cid: String, parent: String?) throws(ServerFailure) -> [WireVersion] {
         let columns = HistoryTable.columns.split(separator: ",").map { "h." + $0.trimmingCharacters(in: .whitespaces) }
         return try versions("""
             SELECT \(columns.joined(separator: ", ")) FROM history h
@@ -265,7 +294,7 @@ private struct SQLiteTransaction: MetadataTransaction {
             """, [.text(cid)] + (parent.map { [.text($0)] } ?? []))
     }
 
-    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws -> [HistoryStamp] {
+    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws(ServerFailure) -> [HistoryStamp] {
         var stamps: [HistoryStamp] = []
         try db.forEach("""
             SELECT id, version, at, deleted FROM history WHERE container = ?1 AND id IN (
@@ -279,7 +308,7 @@ private struct SQLiteTransaction: MetadataTransaction {
         return stamps
     }
 
-    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws -> Int {
+    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws(ServerFailure) -> Int {
         var gone = 0
         for v in versions {
             try db.query("DELETE FROM history WHERE container = ? AND version = ?", [.text(cid), .int(v)])
@@ -288,15 +317,15 @@ private struct SQLiteTransaction: MetadataTransaction {
         return gone
     }
 
-    func deleteHistory(_ cid: String, id: String) throws -> Int {
+    func deleteHistory(_ cid: String, id: String) throws(ServerFailure) -> Int {
         try db.query("DELETE FROM history WHERE container = ? AND id = ?", [.text(cid), .text(id)])
         return db.changes
     }
 
-    func namedContents(_ cid: String) throws -> [NamedContent] {
+    func namedContents(_ cid: String) throws(ServerFailure) -> [NamedContent] {
         var named: [NamedContent] = []
         try db.forEach("SELECT sha256, size, conflicts FROM items WHERE container = ? AND deleted = 0 AND kind = 'file'",
-                       [.text(cid)]) { r in
+                       [.text(cid)]) { (r) throws(ServerFailure) in
             named.append(NamedContent(sha256: r.text(0), size: r.int(1), holder: .live))
             for c in try MetadataCoding.conflicts(r.text(2)) {
                 named.append(NamedContent(sha256: c.sha256, size: c.size, holder: .live))
@@ -313,21 +342,21 @@ private struct SQLiteTransaction: MetadataTransaction {
 
     // MARK: Rewind
 
-    func liveChildren(_ cid: String, parent: String) throws -> [WireItem] {
+    func liveChildren(_ cid: String, parent: String) throws(ServerFailure) -> [WireItem] {
         var items: [WireItem] = []
         try db.forEach("SELECT \(Self.columns) FROM items WHERE container = ? AND parent = ? AND deleted = 0",
-                       [.text(cid), .text(parent)]) { items.append(try Self.decodeRow($0)) }
+                       [.text(cid), .text(parent)]) { (r) throws(ServerFailure) in items.append(try Self.decodeRow(r)) }
         return items
     }
 
-    func historyRow(_ cid: String, _ id: String, through: Int64) throws -> WireVersion? {
+    func historyRow(_ cid: String, _ id: String, through: Int64) throws(ServerFailure) -> WireVersion? {
         try versions("""
             SELECT \(HistoryTable.columns) FROM history WHERE container = ? AND id = ? AND at <= ?
             ORDER BY version DESC LIMIT 1
             """, [.text(cid), .text(id), .int(through)]).first
     }
 
-    func historyChildren(_ cid: String, parent: String, through: Int64) throws -> [WireVersion] {
+    func historyChildren(_ cid: String, parent: String, through: Int64) throws(ServerFailure) -> [WireVersion] {
         let columns = HistoryTable.columns.split(separator: ",").map { "h." + $0.trimmingCharacters(in: .whitespaces) }
         return try versions("""
             SELECT \(columns.joined(separator: ", ")) FROM history h
@@ -335,16 +364,16 @@ private struct SQLiteTransaction: MetadataTransaction {
             """, [.text(cid), .text(parent), .int(through)])
     }
 
-    func setting(_ key: String) throws -> String? {
+    func setting(_ key: String) throws(ServerFailure) -> String? {
         try db.first("SELECT value FROM settings WHERE key = ?", [.text(key)]) { $0.text(0) }
     }
 
-    func claimSetting(_ key: String, _ value: String) throws -> Bool {
+    func claimSetting(_ key: String, _ value: String) throws(ServerFailure) -> Bool {
         try db.query("INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)", [.text(key), .text(value)])
         return db.changes > 0
     }
 
-    func users() throws -> [StubUser] {
+    func users() throws(ServerFailure) -> [StubUser] {
         var users: [StubUser] = []
         try db.forEach("SELECT name, prefix, created FROM users ORDER BY name", []) {
             users.append(StubUser(name: $0.text(0), prefix: $0.text(1), created: $0.int(2)))
@@ -352,20 +381,20 @@ private struct SQLiteTransaction: MetadataTransaction {
         return users
     }
 
-    func insertUser(_ user: StubUser) throws -> Bool {
+    func insertUser(_ user: StubUser) throws(ServerFailure) -> Bool {
         try db.query("INSERT OR IGNORE INTO users (name, prefix, created) VALUES (?, ?, ?)",
                      [.text(user.name), .text(user.prefix), .int(user.created)])
         return db.changes > 0
     }
 
-    func deleteUser(_ name: String) throws -> Bool {
+    func deleteUser(_ name: String) throws(ServerFailure) -> Bool {
         try db.query("DELETE FROM devices WHERE owner = ?", [.text(name)])
         try db.query("DELETE FROM user_limits WHERE name = ?", [.text(name)])
         try db.query("DELETE FROM users WHERE name = ?", [.text(name)])
         return db.changes > 0
     }
 
-    func insertDevice(_ device: StubDevice, keyHash: String) throws -> Bool {
+    func insertDevice(_ device: StubDevice, keyHash: String) throws(ServerFailure) -> Bool {
         try db.query("INSERT OR IGNORE INTO devices (owner, name, key_hash, created, revoked) VALUES (?, ?, ?, ?, NULL)",
                      [.text(device.owner), .text(device.name), .text(keyHash), .int(device.created)])
         return db.changes > 0
@@ -375,40 +404,40 @@ private struct SQLiteTransaction: MetadataTransaction {
         StubDevice(owner: r.text(0), name: r.text(1), created: r.int(2), revoked: r.isNull(3) ? nil : r.int(3))
     }
 
-    func devices(owner: String?) throws -> [StubDevice] {
+    func devices(owner: String?) throws(ServerFailure) -> [StubDevice] {
         var devices: [StubDevice] = []
         try db.forEach("SELECT owner, name, created, revoked FROM devices WHERE ?1 IS NULL OR owner = ?1 ORDER BY owner, name",
                        [owner.map { .text($0) } ?? .null]) { devices.append(Self.decodeDevice($0)) }
         return devices
     }
 
-    func revokeDevice(owner: String, name: String, at: Int64) throws -> Bool {
+    func revokeDevice(owner: String, name: String, at: Int64) throws(ServerFailure) -> Bool {
         try db.query("UPDATE devices SET revoked = ? WHERE owner = ? AND name = ? AND revoked IS NULL",
                      [.int(at), .text(owner), .text(name)])
         return db.changes > 0
     }
 
-    func device(keyHash: String) throws -> (StubDevice, String)? {
+    func device(keyHash: String) throws(ServerFailure) -> (StubDevice, String)? {
         try db.first("SELECT d.owner, d.name, d.created, d.revoked, u.prefix FROM devices d "
                      + "JOIN users u ON u.name = d.owner WHERE d.key_hash = ?", [.text(keyHash)]) {
             (Self.decodeDevice($0), $0.text(4))
         }
     }
 
-    func limits(_ user: String) throws -> LimitSettings {
-        try db.first("SELECT storage, containers, items FROM user_limits WHERE name = ?", [.text(user)]) { r in
+    func limits(_ user: String) throws(ServerFailure) -> LimitSettings {
+        try db.first("SELECT storage, containers, items FROM user_limits WHERE name = ?", [.text(user)]) { (r) throws(ServerFailure) in
             LimitSettings(storage: r.isNull(0) ? nil : r.int(0), containers: r.isNull(1) ? nil : r.int(1),
                           items: r.isNull(2) ? nil : r.int(2))
         } ?? LimitSettings()
     }
 
-    func setLimits(_ user: String, _ limits: LimitSettings) throws {
+    func setLimits(_ user: String, _ limits: LimitSettings) throws(ServerFailure) {
         func value(_ v: Int64?) -> SQLValue { v.map { .int($0) } ?? .null }
         try db.query("INSERT OR REPLACE INTO user_limits (name, storage, containers, items) VALUES (?, ?, ?, ?)",
                      [.text(user), value(limits.storage), value(limits.containers), value(limits.items)])
     }
 
-    func liveItemCount(_ cid: String) throws -> Int64 {
+    func liveItemCount(_ cid: String) throws(ServerFailure) -> Int64 {
         try db.first("SELECT count(*) FROM items WHERE container = ? AND deleted = 0", [.text(cid)]) { $0.int(0) } ?? 0
     }
 }

@@ -43,7 +43,7 @@ public struct CheckReport: Equatable, Sendable, Codable {
 
 extension StubStore {
     /// Checks one container (stored id `cid`, shown as `user` and `wireID`); sets damaged blobs aside with `repair`.
-    func check(_ cid: String, user: String, wireID: String, repair: Bool, into report: inout CheckReport) throws {
+    func check(_ cid: String, user: String, wireID: String, repair: Bool, into report: inout CheckReport) throws(ServerFailure) {
         report.containers += 1
         func finding(_ kind: CheckFinding.Kind, _ sha: String, path: String? = nil, setAside: Bool = false) -> CheckFinding {
             CheckFinding(kind: kind, user: user, container: wireID, sha256: sha, path: path, setAside: setAside)
@@ -66,7 +66,7 @@ extension StubStore {
             }
         }
         let stored = Set(try blobs.list(cid).map(\.sha256)).subtracting(damaged).union([emptySHA256])
-        func isHeld(_ sha: String) throws -> Bool {
+        func isHeld(_ sha: String) throws(ServerFailure) -> Bool {
             if stored.contains(sha) { return true }
             guard !unreadable.contains(sha), let m = try manifest(cid, sha) else { return false }
             return m.chunkHashes.allSatisfy(stored.contains)
@@ -77,8 +77,8 @@ extension StubStore {
     }
 
     /// Every live file's content and each of its conflict versions', with the file's path, by path.
-    private func namedFiles(_ cid: String) throws -> [(path: String, sha256: String)] {
-        let items = try reading(cid) { tx in try tx.items(cid, after: 0, limit: Int.max) }.filter { !$0.deleted }
+    private func namedFiles(_ cid: String) throws(ServerFailure) -> [(path: String, sha256: String)] {
+        let items = try reading(cid) { (tx) throws(ServerFailure) in try tx.items(cid, after: 0, limit: Int.max) }.filter { !$0.deleted }
         let byID = Dictionary(items.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         func path(_ item: WireItem) -> String {
             var names: [String] = [], cur: WireItem? = item, hops = 0

@@ -22,16 +22,16 @@ extension StubStore {
     // MARK: Reading
 
     /// The item's kept versions, newest first; 404 for an item the container never had.
-    func history(_ cid: String, _ id: String) throws -> [WireVersion] {
-        try reading(cid) { tx in
-            guard try tx.item(cid, id) != nil else { throw StubFailure(404, "no such item \(id)") }
+    func history(_ cid: String, _ id: String) throws(ServerFailure) -> [WireVersion] {
+        try reading(cid) { (tx) throws(ServerFailure) in
+            guard try tx.item(cid, id) != nil else { throw ServerFailure.refused(404, "no such item \(id)") }
             return try tx.history(cid, id)
         }
     }
 
     /// The delete of every item in Recently Deleted, newest first.
-    func trash(_ cid: String) throws -> [WireVersion] {
-        try reading(cid) { tx in try tx.trash(cid, parent: nil) }
+    func trash(_ cid: String) throws(ServerFailure) -> [WireVersion] {
+        try reading(cid) { (tx) throws(ServerFailure) in try tx.trash(cid, parent: nil) }
     }
 
     // MARK: Restore
@@ -40,10 +40,10 @@ extension StubStore {
     /// folders first, and a folder with what was deleted in it along with it. Answers every item made live, and
     /// those asked about that were live already (so a retry of a restore whose answer was lost changes nothing).
     /// 404 for an id the container never had or one no longer in Recently Deleted; nothing is restored then.
-    func restore(_ cid: String, ids: [String], device: String) throws -> [WireItem] {
+    func restore(_ cid: String, ids: [String], device: String) throws(ServerFailure) -> [WireItem] {
         try HistoryInput.checkIDs(ids)
-        guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw StubFailure(400, "bad device name") }
-        return try writing(cid) { tx in
+        guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw ServerFailure.refused(400, "bad device name") }
+        return try writing(cid) { (tx) throws(ServerFailure) in
             var restore = Restoration(store: self, tx: tx, cid: cid, device: device, asked: Set(ids))
             for id in HistoryInput.unique(ids) { try restore.restoreAsked(id) }
             // The folders' newer versions reach every device by the feed, the restoring one too.
@@ -57,7 +57,7 @@ extension StubStore {
     /// time of their arrival there (as a change made elsewhere); the folder's own last version sets it back. (A
     /// folder a rewind or a restore brought back showed its old time on a device mounted after, and the time
     /// of the rewind on the devices that were online.)
-    func storeFoldersAgain(_ tx: any MetadataTransaction, _ cid: String, filledIn written: [WireItem]) throws {
+    func storeFoldersAgain(_ tx: any MetadataTransaction, _ cid: String, filledIn written: [WireItem]) throws(ServerFailure) {
         var parentsAfter = Set<String>(), again: [WireItem] = []
         for w in written.reversed() {
             if w.kind == .dir, !w.deleted, parentsAfter.contains(w.id) { again.append(w) }
@@ -74,9 +74,9 @@ extension StubStore {
     /// Removes the items from Recently Deleted (every item in it when `ids` is nil): their history goes, their
     /// blobs after the grace. A folder goes with what was deleted in it along with it (as a restore brings it
     /// back). An id not in Recently Deleted is passed over; 404 for one the container never had.
-    func emptyTrash(_ cid: String, ids: [String]?) throws -> Int {
+    func emptyTrash(_ cid: String, ids: [String]?) throws(ServerFailure) -> Int {
         if let ids { try HistoryInput.checkIDs(ids) }
-        return try writing(cid) { tx in
+        return try writing(cid) { (tx) throws(ServerFailure) in
             guard let ids else {
                 let all = try tx.trash(cid, parent: nil)
                 for row in all { try tx.deleteHistory(cid, id: row.id) }
@@ -84,7 +84,7 @@ extension StubStore {
             }
             var emptied = Set<String>()
             for id in HistoryInput.unique(ids) {
-                guard let item = try tx.item(cid, id) else { throw StubFailure(404, "no such item \(id)") }
+                guard let item = try tx.item(cid, id) else { throw ServerFailure.refused(404, "no such item \(id)") }
                 guard let row = try Self.trashRow(tx, cid, of: item), !emptied.contains(id) else { continue }
                 for gone in try [row] + deletedWith(tx, cid, folder: row) where emptied.insert(gone.id).inserted {
                     try tx.deleteHistory(cid, id: gone.id)
@@ -95,7 +95,7 @@ extension StubStore {
     }
 
     /// The delete row of an item in Recently Deleted, or nil when it is not there.
-    static func trashRow(_ tx: any MetadataTransaction, _ cid: String, of item: WireItem) throws -> WireVersion? {
+    static func trashRow(_ tx: any MetadataTransaction, _ cid: String, of item: WireItem) throws(ServerFailure) -> WireVersion? {
         guard item.deleted else { return nil }
         return try tx.history(cid, item.id).first { $0.version == item.version && $0.deleted }
     }
@@ -103,7 +103,7 @@ extension StubStore {
     /// What was deleted in a folder (its delete row `folder`) at most `HistoryRules.folderWindow` before it
     /// (and not after it: a folder brought back and deleted from again), recursively, parents before children:
     /// what `rm -rf` removed with it. Nothing for a file.
-    func deletedWith(_ tx: any MetadataTransaction, _ cid: String, folder: WireVersion) throws -> [WireVersion] {
+    func deletedWith(_ tx: any MetadataTransaction, _ cid: String, folder: WireVersion) throws(ServerFailure) -> [WireVersion] {
         guard folder.kind == .dir else { return [] }
         let since = folder.at - HistoryRules.folderWindow
         var found: [WireVersion] = []
@@ -124,28 +124,38 @@ extension StubStore {
     /// Brings the folder's subtree back to its state at `request.to` (docs/HISTORY.md "Rewind"): the plan of
     /// `RewindPlanner`, its versions written through `store` in one transaction (none for a dry run, which
     /// reads only). Answers the changes, the same for a dry run as for the real one.
-    func rewind(_ cid: String, _ request: WireRewindRequest) throws -> [WireRewindChange] {
-        do {
-            try RewindPlanner.check(request)
-            let now = clock()
-            if request.dryRun {
-                return try reading(cid) { tx in try rewindPlan(tx, cid, request, now: now).changes }
-            }
-            return try writing(cid) { tx in
-                let plan = try rewindPlan(tx, cid, request, now: now)
-                var written: [WireItem] = []
-                for item in plan.writes { written.append(try store(tx, cid, item)) }
-                try storeFoldersAgain(tx, cid, filledIn: written)
-                return plan.changes
-            }
-        } catch let refusal as RewindRefusal {
-            throw StubFailure(refusal.status, refusal.message)
+    func rewind(_ cid: String, _ request: WireRewindRequest) throws(ServerFailure) -> [WireRewindChange] {
+        do { try RewindPlanner.check(request) } catch { throw .refused(error.status, error.message) }
+        let now = clock()
+        if request.dryRun {
+            return try reading(cid) { (tx) throws(ServerFailure) in try rewindPlan(tx, cid, request, now: now).changes }
+        }
+        return try writing(cid) { (tx) throws(ServerFailure) in
+            let plan = try rewindPlan(tx, cid, request, now: now)
+            var written: [WireItem] = []
+            for item in plan.writes { written.append(try store(tx, cid, item)) }
+            try storeFoldersAgain(tx, cid, filledIn: written)
+            return plan.changes
         }
     }
 
     private func rewindPlan(_ tx: any MetadataTransaction, _ cid: String, _ request: WireRewindRequest,
-                            now: Int64) throws -> RewindPlan {
-        try RewindPlanner.plan(request, now: now, source: StubRewindSource(store: self, tx: tx, cid: cid))
+                            now: Int64) throws(ServerFailure) -> RewindPlan {
+        try planning { try RewindPlanner.plan(request, now: now, source: StubRewindSource(store: self, tx: tx, cid: cid)) }
+    }
+
+    /// Runs UbiquityBase's RewindPlanner, whose failures are its refusals (a 4xx, or 409 for a content no longer
+    /// kept) and those of the source it reads, this store's.
+    private func planning<T>(_ body: () throws -> T) throws(ServerFailure) -> T {
+        do {
+            return try body()
+        } catch let refusal as RewindRefusal {
+            throw .refused(refusal.status, refusal.message)
+        } catch let failure as ServerFailure {
+            throw failure
+        } catch {
+            throw .fault("rewind: \(error)")
+        }
     }
 
     // MARK: Retention
@@ -153,8 +163,8 @@ extension StubStore {
     /// One retention pass over the container at `now`: removes the rows `retention` lets expire (older versions
     /// past the policy, Recently Deleted past `keepDeleted`). Answers how many rows went.
     @discardableResult
-    func retain(_ cid: String, _ retention: HistoryRetention, now: Int64) throws -> Int {
-        try writing(cid) { tx in
+    func retain(_ cid: String, _ retention: HistoryRetention, now: Int64) throws(ServerFailure) -> Int {
+        try writing(cid) { (tx) throws(ServerFailure) in
             let stamps = try tx.historyStamps(cid, olderThrough: retention.versionHorizon(now: now),
                                               deletedThrough: retention.deletedHorizon(now: now))
             var gone: [Int64] = []
@@ -168,8 +178,8 @@ extension StubStore {
     /// The stored bytes the container's items name (docs/HISTORY.md "Storage"): each blob, or each chunk of a
     /// manifest, counted once, for the first of live items (and their conflict versions), history rows of live
     /// items, history rows of deleted items that names it.
-    func usage(_ cid: String) throws -> StubUsage {
-        let named = try reading(cid) { tx in try tx.namedContents(cid) }
+    func usage(_ cid: String) throws(ServerFailure) -> StubUsage {
+        let named = try reading(cid) { (tx) throws(ServerFailure) in try tx.namedContents(cid) }
         var holders: [String: ContentHolder] = [:]
         for n in named where isSHA256Hex(n.sha256) && n.sha256 != emptySHA256 {
             holders[n.sha256] = min(holders[n.sha256] ?? n.holder, n.holder)
@@ -217,35 +227,35 @@ private struct StubRewindSource: RewindSource {
     let tx: any MetadataTransaction
     let cid: String
 
-    func item(_ id: String) throws -> WireItem? { try tx.item(cid, id) }
+    func item(_ id: String) throws(ServerFailure) -> WireItem? { try tx.item(cid, id) }
 
-    func liveChildren(_ parent: String) throws -> [WireItem] { try tx.liveChildren(cid, parent: parent) }
+    func liveChildren(_ parent: String) throws(ServerFailure) -> [WireItem] { try tx.liveChildren(cid, parent: parent) }
 
-    func liveChild(_ parent: String, named name: String) throws -> WireItem? {
+    func liveChild(_ parent: String, named name: String) throws(ServerFailure) -> WireItem? {
         try tx.liveChild(cid, parent: parent, name: name, except: nil)
     }
 
-    func oldestKept(_ id: String) throws -> Int64? { try tx.history(cid, id).map(\.at).min() }
+    func oldestKept(_ id: String) throws(ServerFailure) -> Int64? { try tx.history(cid, id).map(\.at).min() }
 
-    func version(_ id: String, atOrBefore at: Int64) throws -> WireVersion? {
+    func version(_ id: String, atOrBefore at: Int64) throws(ServerFailure) -> WireVersion? {
         try tx.historyRow(cid, id, through: at)
     }
 
-    func versions(in parent: String, atOrBefore at: Int64) throws -> [WireVersion] {
+    func versions(in parent: String, atOrBefore at: Int64) throws(ServerFailure) -> [WireVersion] {
         try tx.historyChildren(cid, parent: parent, through: at)
     }
 
-    func holdsContent(sha256: String, size: Int64) throws -> Bool { try store.blobSize(cid, sha256) == size }
+    func holdsContent(sha256: String, size: Int64) throws(ServerFailure) -> Bool { try store.blobSize(cid, sha256) == size }
 }
 
 /// The checks of a restore's or an empty's ids.
 enum HistoryInput {
-    static func checkIDs(_ ids: [String]) throws {
+    static func checkIDs(_ ids: [String]) throws(ServerFailure) {
         guard (1...HistoryRules.maxIDs).contains(ids.count) else {
-            throw StubFailure(400, "give 1 to \(HistoryRules.maxIDs) ids")
+            throw ServerFailure.refused(400, "give 1 to \(HistoryRules.maxIDs) ids")
         }
         if let bad = ids.first(where: { !WireRules.isValidID($0) }) {
-            throw StubFailure(400, "bad item id \(bad.prefix(80))")
+            throw ServerFailure.refused(400, "bad item id \(bad.prefix(80))")
         }
     }
 
@@ -272,8 +282,8 @@ private struct Restoration {
     }
 
     /// One id asked for: live already (answered as it is), or in Recently Deleted (brought back), else 404.
-    mutating func restoreAsked(_ id: String) throws {
-        guard let item = try tx.item(cid, id) else { throw StubFailure(404, "no such item \(id)") }
+    mutating func restoreAsked(_ id: String) throws(ServerFailure) {
+        guard let item = try tx.item(cid, id) else { throw ServerFailure.refused(404, "no such item \(id)") }
         guard item.deleted else {
             note(item)
             // A folder that came back earlier as the folder of an item restored alone: asked for itself, it
@@ -284,7 +294,7 @@ private struct Restoration {
             return
         }
         guard let row = try StubStore.trashRow(tx, cid, of: item) else {
-            throw StubFailure(404, "\(id) is not in Recently Deleted")
+            throw ServerFailure.refused(404, "\(id) is not in Recently Deleted")
         }
         try reviveFolders(above: item)
         try revive(item)
@@ -293,13 +303,13 @@ private struct Restoration {
 
     /// The deleted folders the item was in, from the top down (from their tombstones, whether or not they are
     /// still in Recently Deleted: a folder has no content to lose); one that was asked for comes back whole.
-    private mutating func reviveFolders(above item: WireItem) throws {
+    private mutating func reviveFolders(above item: WireItem) throws(ServerFailure) {
         var chain: [WireItem] = []
         var cursor = item.parent
         while let id = cursor {
-            guard let folder = try tx.item(cid, id) else { throw StubFailure(500, "the folder \(id) is missing") }
+            guard let folder = try tx.item(cid, id) else { throw ServerFailure.refused(500, "the folder \(id) is missing") }
             guard folder.deleted else { break }
-            guard chain.count < 100_000 else { throw StubFailure(500, "the tree is too deep") }
+            guard chain.count < 100_000 else { throw ServerFailure.refused(500, "the tree is too deep") }
             chain.append(folder)
             cursor = folder.parent
         }
@@ -312,7 +322,7 @@ private struct Restoration {
     }
 
     /// What was deleted in a folder along with it (`deletedWith`), each still in Recently Deleted.
-    private mutating func reviveDeleted(with row: WireVersion) throws {
+    private mutating func reviveDeleted(with row: WireVersion) throws(ServerFailure) {
         for gone in try store.deletedWith(tx, cid, folder: row) {
             guard let tomb = try tx.item(cid, gone.id), tomb.deleted, tomb.version == gone.version else { continue }
             try revive(tomb)
@@ -321,7 +331,7 @@ private struct Restoration {
 
     /// The tombstone made live again as a new version: same place, a free name, this device, its content named
     /// again (conflict versions, whose blobs no history row keeps, are not brought back).
-    private mutating func revive(_ tomb: WireItem) throws {
+    private mutating func revive(_ tomb: WireItem) throws(ServerFailure) {
         var item = tomb
         item.deleted = false
         item.device = device
@@ -331,12 +341,12 @@ private struct Restoration {
     }
 
     /// `name`, or `name 2`, `name 3`, ... before the extension: the first no other live item in `parent` holds.
-    private func freeName(_ name: String, in parent: String, for id: String) throws -> String {
+    private func freeName(_ name: String, in parent: String, for id: String) throws(ServerFailure) -> String {
         for n in 1...10_000 {
             let candidate = n == 1 ? name : HistoryRules.numberedName(name, n)
             if try tx.liveChild(cid, parent: parent, name: candidate, except: id) == nil { return candidate }
         }
-        throw StubFailure(409, "no free name for \(name)")
+        throw ServerFailure.refused(409, "no free name for \(name)")
     }
 
     private mutating func note(_ item: WireItem) {

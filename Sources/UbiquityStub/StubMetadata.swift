@@ -15,14 +15,14 @@ import UbiquityBase
 /// The storage of items, the feed and the key-value store, as transactions of a few primitives.
 protocol StubMetadata: AnyObject, Sendable {
     /// One writing transaction; the body locks the container it writes with `lockContainer` first.
-    func write<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T
+    func write<T>(_ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T
     /// One reading transaction on a consistent snapshot.
-    func read<T>(_ body: (any MetadataTransaction) throws -> T) throws -> T
+    func read<T>(_ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T
     /// How other servers' commits reach this process's long polls.
     var notifier: any ChangeNotifier { get }
     /// Runs `body` (outside any transaction) holding the lock named `name` as every server on this metadata
     /// store sees it; within one process the caller holds its own lock of that name first.
-    func withSharedLock<T>(_ name: String, _ body: () throws -> T) throws -> T
+    func withSharedLock<T>(_ name: String, _ body: () throws(ServerFailure) -> T) throws(ServerFailure) -> T
     /// Whether other requests wait for the transaction running now to end (asked by it, to give its turn up).
     /// On PostgreSQL transactions run side by side, and only those on one container wait for each other there.
     var othersWaiting: Bool { get }
@@ -33,97 +33,97 @@ protocol StubMetadata: AnyObject, Sendable {
 protocol MetadataTransaction {
     /// Runs `body` inside a savepoint of the transaction: what it wrote is undone when it throws, the rest of
     /// the transaction kept.
-    func savepoint<T>(_ body: () throws -> T) throws -> T
+    func savepoint<T>(_ body: () throws(ServerFailure) -> T) throws(ServerFailure) -> T
     /// The container's last sequence number, nil when there is no such container.
-    func containerSeq(_ cid: String) throws -> Int64?
+    func containerSeq(_ cid: String) throws(ServerFailure) -> Int64?
     /// Same, holding the container's row locked until the transaction ends.
-    func lockContainer(_ cid: String) throws -> Int64?
+    func lockContainer(_ cid: String) throws(ServerFailure) -> Int64?
     /// Creates the container at sequence 0; false when it exists already.
-    func createContainer(_ cid: String) throws -> Bool
+    func createContainer(_ cid: String) throws(ServerFailure) -> Bool
     /// Advances the container's sequence and answers the new number.
-    func nextSeq(_ cid: String) throws -> Int64
-    func item(_ cid: String, _ id: String) throws -> WireItem?
+    func nextSeq(_ cid: String) throws(ServerFailure) -> Int64
+    func item(_ cid: String, _ id: String) throws(ServerFailure) -> WireItem?
     /// The live item named `name` in `parent`, other than `except` (names compare byte-wise).
-    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws -> WireItem?
+    func liveChild(_ cid: String, parent: String, name: String, except: String?) throws(ServerFailure) -> WireItem?
     /// Any one live item in `parent`.
-    func anyLiveChild(_ cid: String, parent: String) throws -> WireItem?
+    func anyLiveChild(_ cid: String, parent: String) throws(ServerFailure) -> WireItem?
     /// Inserts or replaces the item's row as given (its version already set).
-    func writeItem(_ cid: String, _ item: WireItem) throws
+    func writeItem(_ cid: String, _ item: WireItem) throws(ServerFailure)
     /// Items whose version is above `since`, in version order, at most `limit`.
-    func items(_ cid: String, after since: Int64, limit: Int) throws -> [WireItem]
+    func items(_ cid: String, after since: Int64, limit: Int) throws(ServerFailure) -> [WireItem]
 
-    func kvEntry(_ cid: String, _ key: String) throws -> WireKVEntry?
+    func kvEntry(_ cid: String, _ key: String) throws(ServerFailure) -> WireKVEntry?
     /// Every live key with its value's size.
-    func kvLiveSizes(_ cid: String) throws -> [String: Int]
+    func kvLiveSizes(_ cid: String) throws(ServerFailure) -> [String: Int]
     /// The key-value feed's last position.
-    func kvSeq(_ cid: String) throws -> Int64
+    func kvSeq(_ cid: String) throws(ServerFailure) -> Int64
     /// Inserts or replaces the entry as given (its seq already set).
-    func kvPut(_ cid: String, _ entry: WireKVEntry) throws
-    func kvEntries(_ cid: String, after since: Int64) throws -> [WireKVEntry]
+    func kvPut(_ cid: String, _ entry: WireKVEntry) throws(ServerFailure)
+    func kvEntries(_ cid: String, after since: Int64) throws(ServerFailure) -> [WireKVEntry]
 
     /// The last change with an id applied to the item by `device` (idempotent retries), if any.
-    func appliedChange(_ cid: String, item: String, device: String) throws -> AppliedChange?
+    func appliedChange(_ cid: String, item: String, device: String) throws(ServerFailure) -> AppliedChange?
     /// Records `change` as the last one applied to the item by its device (replacing the one before).
-    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws
+    func recordChange(_ cid: String, item: String, _ change: AppliedChange) throws(ServerFailure)
     /// Every container's id.
-    func containerIDs() throws -> [String]
+    func containerIDs() throws(ServerFailure) -> [String]
     /// Whether a live item, a conflict version of one, or a kept history row names the blob (blobs themselves
     /// live in BlobStore).
-    func namesBlob(_ cid: String, _ sha256: String) throws -> Bool
+    func namesBlob(_ cid: String, _ sha256: String) throws(ServerFailure) -> Bool
 
     // History (docs/HISTORY.md): one row per version stored, appended in the transaction that stores it.
 
     /// Appends the row of a version just stored.
-    func appendHistory(_ cid: String, _ row: WireVersion) throws
+    func appendHistory(_ cid: String, _ row: WireVersion) throws(ServerFailure)
     /// The item's kept rows, newest first.
-    func history(_ cid: String, _ id: String) throws -> [WireVersion]
+    func history(_ cid: String, _ id: String) throws(ServerFailure) -> [WireVersion]
     /// Recently Deleted: the row of each item whose current version is a delete with its row kept, newest
     /// first; with `parent`, only those deleted from that folder.
-    func trash(_ cid: String, parent: String?) throws -> [WireVersion]
+    func trash(_ cid: String, parent: String?) throws(ServerFailure) -> [WireVersion]
     /// For retention: every row of each item that has an older row (not its current version) stored at or
     /// before `olderThrough`, or whose current version is a delete stored at or before `deletedThrough`.
-    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws -> [HistoryStamp]
+    func historyStamps(_ cid: String, olderThrough: Int64, deletedThrough: Int64) throws(ServerFailure) -> [HistoryStamp]
     /// Deletes the rows of these versions; answers how many went.
     @discardableResult
-    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws -> Int
+    func deleteHistoryRows(_ cid: String, versions: [Int64]) throws(ServerFailure) -> Int
     /// Deletes every row of the item; answers how many went.
     @discardableResult
-    func deleteHistory(_ cid: String, id: String) throws -> Int
+    func deleteHistory(_ cid: String, id: String) throws(ServerFailure) -> Int
     /// The contents (files' hashes with their sizes) named by live items, their conflict versions and history
     /// rows, each with who names it, for `remote usage`.
-    func namedContents(_ cid: String) throws -> [NamedContent]
+    func namedContents(_ cid: String) throws(ServerFailure) -> [NamedContent]
 
     // Rewind (StubHistory.swift): the subtree now and at a time.
 
     /// The live items in `parent`.
-    func liveChildren(_ cid: String, parent: String) throws -> [WireItem]
+    func liveChildren(_ cid: String, parent: String) throws(ServerFailure) -> [WireItem]
     /// The item's newest kept row stored at or before `through`.
-    func historyRow(_ cid: String, _ id: String, through: Int64) throws -> WireVersion?
+    func historyRow(_ cid: String, _ id: String, through: Int64) throws(ServerFailure) -> WireVersion?
     /// Each item's newest kept row stored at or before `through`, of the items whose that row is in `parent`
     /// (deletes included).
-    func historyChildren(_ cid: String, parent: String, through: Int64) throws -> [WireVersion]
+    func historyChildren(_ cid: String, parent: String, through: Int64) throws(ServerFailure) -> [WireVersion]
 
     // Accounts (Accounts.swift).
-    func setting(_ key: String) throws -> String?
+    func setting(_ key: String) throws(ServerFailure) -> String?
     /// Sets `key` to `value` unless it is set already; false when it was.
-    func claimSetting(_ key: String, _ value: String) throws -> Bool
-    func users() throws -> [StubUser]
+    func claimSetting(_ key: String, _ value: String) throws(ServerFailure) -> Bool
+    func users() throws(ServerFailure) -> [StubUser]
     /// False when the name (or the prefix) is taken.
-    func insertUser(_ user: StubUser) throws -> Bool
+    func insertUser(_ user: StubUser) throws(ServerFailure) -> Bool
     /// Deletes the user and its devices; false when there was no such user.
-    func deleteUser(_ name: String) throws -> Bool
+    func deleteUser(_ name: String) throws(ServerFailure) -> Bool
     /// False when the user has a device of that name already.
-    func insertDevice(_ device: StubDevice, keyHash: String) throws -> Bool
+    func insertDevice(_ device: StubDevice, keyHash: String) throws(ServerFailure) -> Bool
     /// Every device of `owner`, or of every user, by user and name.
-    func devices(owner: String?) throws -> [StubDevice]
-    func revokeDevice(owner: String, name: String, at: Int64) throws -> Bool
+    func devices(owner: String?) throws(ServerFailure) -> [StubDevice]
+    func revokeDevice(owner: String, name: String, at: Int64) throws(ServerFailure) -> Bool
     /// The device whose key hashes to `keyHash`, with its user's prefix.
-    func device(keyHash: String) throws -> (StubDevice, String)?
+    func device(keyHash: String) throws(ServerFailure) -> (StubDevice, String)?
     /// The limits set for the user (each nil where the standard one holds).
-    func limits(_ user: String) throws -> LimitSettings
-    func setLimits(_ user: String, _ limits: LimitSettings) throws
+    func limits(_ user: String) throws(ServerFailure) -> LimitSettings
+    func setLimits(_ user: String, _ limits: LimitSettings) throws(ServerFailure)
     /// The container's live items (for the item limit, Quotas.swift).
-    func liveItemCount(_ cid: String) throws -> Int64
+    func liveItemCount(_ cid: String) throws(ServerFailure) -> Int64
 }
 
 /// The accounts' tables, the same on every engine (INTEGER is 64 bits in both).
@@ -251,26 +251,20 @@ final class LocalNotifier: ChangeNotifier, Sendable {
 
 /// Items and key-value entries as JSON columns, the same on every engine.
 enum MetadataCoding {
-    static func json<T: Encodable>(_ value: T) throws -> String {
-        String(decoding: try JSONEncoder.wire.encode(value), as: UTF8.self)
+    static func json<T: Encodable>(_ value: T) throws(ServerFailure) -> String {
+        String(decoding: try ServerFailure.coding("a row's JSON") { try JSONEncoder.wire.encode(value) }, as: UTF8.self)
     }
 
-    static func xattrs(_ text: String) throws -> [String: String] {
-        try JSONDecoder().decode([String: String].self, from: Data(text.utf8))
+    static func xattrs(_ text: String) throws(ServerFailure) -> [String: String] {
+        try ServerFailure.coding("stored xattrs") { try JSONDecoder().decode([String: String].self, from: Data(text.utf8)) }
     }
 
-    static func conflicts(_ text: String) throws -> [WireConflict] {
-        try JSONDecoder().decode([WireConflict].self, from: Data(text.utf8))
+    static func conflicts(_ text: String) throws(ServerFailure) -> [WireConflict] {
+        try ServerFailure.coding("stored conflicts") { try JSONDecoder().decode([WireConflict].self, from: Data(text.utf8)) }
     }
 
-    static func kvValue(_ text: String?) throws -> KVValue? {
-        try text.map { try JSONDecoder().decode(KVValue.self, from: Data($0.utf8)) }
+    static func kvValue(_ text: String?) throws(ServerFailure) -> KVValue? {
+        guard let text else { return nil }
+        return try ServerFailure.coding("a stored value") { try JSONDecoder().decode(KVValue.self, from: Data(text.utf8)) }
     }
-}
-
-/// The metadata engine cannot be reached (a database restarting, a connection lost): the request is answered
-/// 503 so the client retries, and nothing it asked for was applied.
-struct MetadataUnavailable: Error, CustomStringConvertible {
-    let message: String
-    var description: String { "metadata unavailable: \(message)" }
 }

@@ -9,7 +9,8 @@
 // answer goes out; a client that asks about a blob (or a chunk, or a manifest) is noted, so the collector spares
 // it. A blob GET of a hash that names no blob but a manifest serves the manifest's content, read from its
 // chunks as the stream reaches each, zeros for its holes, so a client that knows no chunks still reads it. Each
-// StubFailure becomes its status and a WireError body; a full disk is 503, so clients retry. `stop` wakes long
+// ServerFailure is answered by its case (`failureReply`): a refusal with its status and a WireError body, a full
+// disk or an engine away with 503, so clients retry. `stop` wakes long
 // polls before it waits for the connection threads.
 // Plain HTTP is served only on loopback: a config that listens beyond it without a certificate and key is
 // refused before anything is created. The token file (the key of user `default`'s device `token`, made at a
@@ -592,7 +593,7 @@ final class BlobStream {
     let bandwidth: Int64
     let started = monotonicNanoseconds()
     /// Opens a blob of the given size for reading.
-    let open: (String, Int64) throws -> FileDescriptor
+    let open: (String, Int64) throws(ServerFailure) -> FileDescriptor
     let isStopping: () -> Bool
     /// Told of a blob of the given size whose bytes, read whole, do not hash to its name.
     let damaged: (String, Int64) -> Void
@@ -604,7 +605,7 @@ final class BlobStream {
     private let log = Logger("stub")
 
     init(_ segments: [ContentSegment], offset: Int64, length: Int64, bandwidth: Int64,
-         open: @escaping (String, Int64) throws -> FileDescriptor, isStopping: @escaping () -> Bool,
+         open: @escaping (String, Int64) throws(ServerFailure) -> FileDescriptor, isStopping: @escaping () -> Bool,
          damaged: @escaping (String, Int64) -> Void = { _, _ in }) {
         self.segments = segments; self.offset = offset; self.length = length; self.bandwidth = bandwidth
         self.open = open; self.isStopping = isStopping; self.damaged = damaged
@@ -613,7 +614,7 @@ final class BlobStream {
     deinit { current?.fd.close() }
 
     /// Opens the blob the body starts in, so that one that cannot be served is refused before the status goes out.
-    func openFirst() throws {
+    func openFirst() throws(ServerFailure) {
         guard length > 0, let i = segmentIndex(at: offset), let blob = segments[i].blob else { return }
         _ = try file(of: i, blob: blob)
     }
@@ -693,7 +694,7 @@ final class BlobStream {
     }
 
     /// The open file of segment `i`, the blob `blob`: opened now (and the one before closed) when it is not.
-    private func file(of i: Int, blob: String) throws -> FileDescriptor {
+    private func file(of i: Int, blob: String) throws(ServerFailure) -> FileDescriptor {
         if let current, current.index == i { return current.fd }
         current?.fd.close()
         current = nil
@@ -808,7 +809,7 @@ extension StubServer {
             return r
         }
         if case .health = ex.route { return nil }
-        do {
+        do throws(ServerFailure) {
             switch try accounts.authenticate(header(connection, "Authorization")) {
             case .success(let account):
                 if let why = watch.identified(UInt(bitPattern: connection), device: account.device, user: account.user) {
@@ -832,7 +833,7 @@ extension StubServer {
         case .invalid(let why):
             return .error(400, why)
         case .blob(let cid, let sha) where ex.method == "PUT":
-            do {
+            do throws(ServerFailure) {
                 guard try store.containerExists(cid) else { return .error(404, "no such container") }
                 guard let length = ex.declaredLength, length >= 0 else { return .error(400, "Content-Length needed") }
                 guard length <= config.maxBlobBytes else { return .error(413, "blob larger than \(config.maxBlobBytes) bytes") }
@@ -845,7 +846,7 @@ extension StubServer {
                 }
                 if !ex.blobAlreadyThere && !ex.replacingBlob, let account = ex.account,
                    let refusal = try refusal(account, bytes: length) {
-                    return failureReply(refusal)
+                    return failureReply(.refused(refusal))
                 }
                 if !ex.blobAlreadyThere { ex.writer = try BlobWriter(tmpDir: store.tmpDir) }
             } catch {
@@ -889,19 +890,25 @@ extension StubServer {
         }
     }
 
-    private func failureReply(_ error: Error) -> Reply {
-        if let f = error as? StubFailure { return .error(f.status, f.message, current: f.current, yours: f.yours) }
-        if let e = error as? SQLiteError, e.isDiskFull { return .error(503, "disk full") }
-        if let e = error as? MetadataUnavailable { log.warning("\(e)"); return .error(503, "\(e)") }
-        if let e = error as? Errno, e == .noSpace { return .error(503, "disk full") }
-        log.error("internal error: \(error)")
-        return .error(500, "\(error)")
+    private func failureReply(_ failure: ServerFailure) -> Reply {
+        switch failure {
+        case .refused(let f):
+            return .error(f.status, f.message, current: f.current, yours: f.yours)
+        case .applied(let answer):
+            return .json(208, answer)
+        case .unavailable, .diskFull:
+            log.warning("\(failure)")
+            return .error(503, "\(failure)")
+        case .fault:
+            log.error("internal error: \(failure)")
+            return .error(500, "\(failure)")
+        }
     }
 
     /// The answer to a request whose body (if any) has fully arrived.
     private func finish(connection: OpaquePointer, _ ex: Exchange) -> Reply {
         if ex.bodyTooLarge { return .error(413, "body larger than \(ex.route.maxBodyBytes) bytes") }
-        do {
+        do throws(ServerFailure) {
             switch ex.route {
             case .health:
                 return .json(200, ["ok": true])
@@ -913,7 +920,7 @@ extension StubServer {
             case .container(let cid):
                 if let account = ex.account, try !store.containerExists(cid),
                    let refusal = try refusal(account, containers: 1) {
-                    throw refusal
+                    throw .refused(refusal)
                 }
                 var opened = try store.ensureContainer(cid)
                 opened.container = ContainerScope.wireID(cid)
@@ -924,7 +931,7 @@ extension StubServer {
                 return try kvFeed(connection, cid)
             case .kvKey(let cid, let key):
                 var entry = try decode(WireKVEntry.self, ex.body)
-                guard entry.key == key else { throw StubFailure(400, "the body names another key") }
+                guard entry.key == key else { throw ServerFailure.refused(400, "the body names another key") }
                 entry.seq = 0
                 return .json(200, try store.putKV(cid, entry))
             case .item(let cid, let id):
@@ -966,37 +973,37 @@ extension StubServer {
     }
 
     /// The ids of `POST .../trash/empty`, or nil for `{"all": true}`; both, neither or `all: false` is 400.
-    private func emptyTrashIDs(_ ex: Exchange) throws -> [String]? {
+    private func emptyTrashIDs(_ ex: Exchange) throws(ServerFailure) -> [String]? {
         let asked = try decode(WireEmptyTrashRequest.self, ex.body)
         switch (asked.ids, asked.all) {
         case (let ids?, nil): return ids
         case (nil, true?): return nil
-        default: throw StubFailure(400, "give {\"ids\": [...]} or {\"all\": true}")
+        default: throw ServerFailure.refused(400, "give {\"ids\": [...]} or {\"all\": true}")
         }
     }
 
-    private func decode<T: Decodable>(_ type: T.Type, _ body: [UInt8]) throws -> T {
+    private func decode<T: Decodable>(_ type: T.Type, _ body: [UInt8]) throws(ServerFailure) -> T {
         do {
             return try JSONDecoder().decode(type, from: Data(body))
         } catch {
-            throw StubFailure(400, "bad JSON body")
+            throw ServerFailure.refused(400, "bad JSON body")
         }
     }
 
-    private func changes(_ connection: OpaquePointer, _ cid: String) throws -> Reply {
+    private func changes(_ connection: OpaquePointer, _ cid: String) throws(ServerFailure) -> Reply {
         var since: Int64 = 0
         if let s = argument(connection, "since"), !s.isEmpty {
-            guard let v = Int64(s), v >= 0 else { throw StubFailure(400, "bad since token") }
+            guard let v = Int64(s), v >= 0 else { throw ServerFailure.refused(400, "bad since token") }
             since = v
         }
         var limit = 1000
         if let s = argument(connection, "limit"), !s.isEmpty {
-            guard let v = Int(s), v > 0 else { throw StubFailure(400, "bad limit") }
+            guard let v = Int(s), v > 0 else { throw ServerFailure.refused(400, "bad limit") }
             limit = min(v, 10_000)
         }
         var wait = 0
         if let s = argument(connection, "wait"), !s.isEmpty {
-            guard let v = Int(s), v >= 0 else { throw StubFailure(400, "bad wait") }
+            guard let v = Int(s), v >= 0 else { throw ServerFailure.refused(400, "bad wait") }
             wait = min(v, 60)
         }
         let answer = try store.changes(cid, since: since, limit: limit, wait: wait)
@@ -1004,20 +1011,20 @@ extension StubServer {
         return .json(200, answer)
     }
 
-    private func kvFeed(_ connection: OpaquePointer, _ cid: String) throws -> Reply {
+    private func kvFeed(_ connection: OpaquePointer, _ cid: String) throws(ServerFailure) -> Reply {
         var since: Int64 = 0, wait = 0
         if let s = argument(connection, "since"), !s.isEmpty {
-            guard let v = Int64(s), v >= 0 else { throw StubFailure(400, "bad since") }
+            guard let v = Int64(s), v >= 0 else { throw ServerFailure.refused(400, "bad since") }
             since = v
         }
         if let s = argument(connection, "wait"), !s.isEmpty {
-            guard let v = Int(s), v >= 0 else { throw StubFailure(400, "bad wait") }
+            guard let v = Int(s), v >= 0 else { throw ServerFailure.refused(400, "bad wait") }
             wait = min(v, 60)
         }
         return .json(200, try store.kvChanges(cid, since: since, wait: wait))
     }
 
-    private func itemRoute(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ id: String) throws -> Reply {
+    private func itemRoute(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ id: String) throws(ServerFailure) -> Reply {
         switch ex.method {
         case "GET":
             return .json(200, try store.item(cid, id))
@@ -1026,31 +1033,31 @@ extension StubServer {
             let condition: WriteCondition
             switch (ifMatch, ifNoneMatch) {
             case (let m?, nil):
-                guard let v = parseVersion(m) else { throw StubFailure(400, "bad If-Match version") }
+                guard let v = parseVersion(m) else { throw ServerFailure.refused(400, "bad If-Match version") }
                 condition = .ifMatch(v)
             case (nil, let n?):
-                guard n.trimmingCharacters(in: .whitespaces) == "*" else { throw StubFailure(400, "If-None-Match must be *") }
+                guard n.trimmingCharacters(in: .whitespaces) == "*" else { throw ServerFailure.refused(400, "If-None-Match must be *") }
                 condition = .ifNoneMatch
             default:
-                throw StubFailure(400, "exactly one of If-Match and If-None-Match: * is needed")
+                throw ServerFailure.refused(400, "exactly one of If-Match and If-None-Match: * is needed")
             }
             let body = try decode(WireItem.self, ex.body)
             let change = try changeID(connection, device: header(connection, "X-Device") ?? body.device)
             if case .ifNoneMatch = condition, let account = ex.account, let refusal = try refusal(account, items: 1) {
-                throw refusal
+                throw .refused(refusal)
             }
             do {
                 let stored = try store.putItem(cid, id, body, condition, change: change)
                 if case .ifNoneMatch = condition { store.meter.created(cid, items: 1) }
                 counters.update { $0.itemPuts += 1 }
                 return answerUnlessLost(.json(200, stored))
-            } catch let applied as StubApplied {
+            } catch .applied(let answer) {
                 counters.update { $0.appliedRetries += 1 }
-                return .json(208, applied.answer)
+                return .json(208, answer)
             }
         default: // DELETE
             guard let m = header(connection, "If-Match"), let v = parseVersion(m) else {
-                throw StubFailure(400, "If-Match version needed")
+                throw ServerFailure.refused(400, "If-Match version needed")
             }
             let device = header(connection, "X-Device") ?? ""
             let change = try changeID(connection, device: device)
@@ -1058,29 +1065,29 @@ extension StubServer {
                 let tomb = try store.deleteItem(cid, id, ifMatch: v, device: device, change: change)
                 counters.update { $0.itemDeletes += 1 }
                 return answerUnlessLost(.json(200, tomb))
-            } catch let applied as StubApplied {
+            } catch .applied(let answer) {
                 counters.update { $0.appliedRetries += 1 }
-                return .json(208, applied.answer)
+                return .json(208, answer)
             }
         }
     }
 
     /// `POST .../batch`: the limits of the whole request, each inline content checked and written to a
     /// temporary file, then the entries applied in order by the store.
-    private func batch(_ ex: Exchange, _ cid: String) throws -> Reply {
+    private func batch(_ ex: Exchange, _ cid: String) throws(ServerFailure) -> Reply {
         let entries = try decode(WireBatch.self, ex.body).entries
         guard entries.count <= WireBatchLimits.maxEntries else {
-            throw StubFailure(413, "more than \(WireBatchLimits.maxEntries) entries")
+            throw ServerFailure.refused(413, "more than \(WireBatchLimits.maxEntries) entries")
         }
         let inline = entries.map { $0.content?.count ?? 0 }
         guard !inline.contains(where: { $0 > WireBatchLimits.maxInlineBytes }) else {
-            throw StubFailure(413, "inline content over \(WireBatchLimits.maxInlineBytes) bytes")
+            throw ServerFailure.refused(413, "inline content over \(WireBatchLimits.maxInlineBytes) bytes")
         }
         guard inline.reduce(0, +) <= WireBatchLimits.maxInlineTotal else {
-            throw StubFailure(413, "inline content over \(WireBatchLimits.maxInlineTotal) bytes in all")
+            throw ServerFailure.refused(413, "inline content over \(WireBatchLimits.maxInlineTotal) bytes in all")
         }
-        guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
-        var prepared = try entries.map { try prepareInline($0, cid) }
+        guard try store.containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
+        var prepared = try entries.map { (entry) throws(ServerFailure) in try prepareInline(entry, cid) }
         if let account = ex.account { prepared = try withinLimits(account, prepared) }
         let results = try store.batch(cid, prepared, deadline: Date(timeIntervalSinceNow: config.batchSeconds))
         store.meter.created(cid, items: Int64(zip(prepared, results).filter { $0.0.isCreate && $0.1.status == 200 }.count))
@@ -1101,7 +1108,7 @@ extension StubServer {
 
     /// The entries refused for taking the user past a limit: a create past the item limit, new inline content
     /// past the storage quota (Quotas.swift). The others are left as they were.
-    private func withinLimits(_ account: Account, _ prepared: [StubBatchEntry]) throws -> [StubBatchEntry] {
+    private func withinLimits(_ account: Account, _ prepared: [StubBatchEntry]) throws(ServerFailure) -> [StubBatchEntry] {
         guard prepared.contains(where: { $0.refusal == nil && ($0.isCreate || $0.blob != nil) }) else { return prepared }
         var allowance = Allowance(try usage(account))
         return prepared.map { entry in
@@ -1115,7 +1122,7 @@ extension StubServer {
     }
 
     /// The refusal of adding so much to what the account's user has now, logged; nil when it fits.
-    private func refusal(_ account: Account, items: Int64 = 0, bytes: Int64 = 0, containers: Int64 = 0) throws -> StubFailure? {
+    private func refusal(_ account: Account, items: Int64 = 0, bytes: Int64 = 0, containers: Int64 = 0) throws(ServerFailure) -> StubFailure? {
         var allowance = Allowance(try usage(account))
         guard let hit = allowance.take(items: items, bytes: bytes, containers: containers) else { return nil }
         logLimit(account, hit.limit)
@@ -1123,8 +1130,8 @@ extension StubServer {
     }
 
     /// What the account's user stores now, against their limits.
-    private func usage(_ account: Account) throws -> UserUsage {
-        try store.usage(user: account.user, prefix: account.prefix, limits: accounts.limits(account.user))
+    private func usage(_ account: Account) throws(ServerFailure) -> UserUsage {
+        try store.usage(user: account.user, prefix: account.prefix, limits: accounts.userLimits(account.user))
     }
 
     /// Counts a refusal for one of the user's limits in the watch's rate-limited report of limits hit.
@@ -1135,7 +1142,7 @@ extension StubServer {
     /// An entry with its inline content verified against the item's hash and size and written to a temporary
     /// file (the store stores it unless it holds that blob already: asking it here would be a round trip per
     /// entry to S3); content that does not match refuses the entry.
-    private func prepareInline(_ entry: WireBatchEntry, _ cid: String) throws -> StubBatchEntry {
+    private func prepareInline(_ entry: WireBatchEntry, _ cid: String) throws(ServerFailure) -> StubBatchEntry {
         var prepared = StubBatchEntry(entry: entry)
         guard let content = entry.content else { return prepared }
         let bytes = [UInt8](content)
@@ -1158,9 +1165,9 @@ extension StubServer {
     }
 
     /// The change id of a put or delete (`X-Change-ID`, optional) with the device that made it.
-    private func changeID(_ connection: OpaquePointer, device: String) throws -> WireChangeID? {
+    private func changeID(_ connection: OpaquePointer, device: String) throws(ServerFailure) -> WireChangeID? {
         guard let id = header(connection, "X-Change-ID") else { return nil }
-        guard WireRules.isValidID(id) else { throw StubFailure(400, "bad change id") }
+        guard WireRules.isValidID(id) else { throw ServerFailure.refused(400, "bad change id") }
         return WireChangeID(id: id, device: device)
     }
 
@@ -1172,19 +1179,19 @@ extension StubServer {
         return v
     }
 
-    private func putBlob(_ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
+    private func putBlob(_ ex: Exchange, _ cid: String, _ sha: String) throws(ServerFailure) -> Reply {
         if ex.blobAlreadyThere {
             let size = try store.blobs.size(cid, sha) ?? 0
             counters.update { $0.blobPuts += 1 }
             return .json(200, Stored(sha256: sha, size: size))
         }
-        guard let writer = ex.writer else { throw StubFailure(500, "no upload in progress") }
+        guard let writer = ex.writer else { throw ServerFailure.refused(500, "no upload in progress") }
         defer { writer.discard(); ex.writer = nil }
         let got = try writer.finish()
         guard writer.written == ex.declaredLength else {
-            throw StubFailure(422, "received \(writer.written) bytes of \(ex.declaredLength ?? -1)")
+            throw ServerFailure.refused(422, "received \(writer.written) bytes of \(ex.declaredLength ?? -1)")
         }
-        guard got == sha else { throw StubFailure(422, "the bytes hash to \(got)") }
+        guard got == sha else { throw ServerFailure.refused(422, "the bytes hash to \(got)") }
         let created = sha == emptySHA256 ? false : try store.commitBlob(cid, sha, size: writer.written, tmpPath: writer.tmpPath,
                                                                                  replacing: ex.replacingBlob)
         counters.update {
@@ -1196,13 +1203,13 @@ extension StubServer {
 
     /// `POST .../chunks/missing`: those of the hashes asked about that name no blob, in the order asked. Each is
     /// noted as asked about, so the collector spares the chunks the client will name in its manifest.
-    private func missingChunks(_ ex: Exchange, _ cid: String) throws -> Reply {
+    private func missingChunks(_ ex: Exchange, _ cid: String) throws(ServerFailure) -> Reply {
         let asked = try decode(WireChunkList.self, ex.body).chunks
         guard (1...WireChunkLimits.maxAsk).contains(asked.count) else {
-            throw StubFailure(400, "ask about 1 to \(WireChunkLimits.maxAsk) chunks")
+            throw ServerFailure.refused(400, "ask about 1 to \(WireChunkLimits.maxAsk) chunks")
         }
-        guard asked.allSatisfy(isSHA256Hex) else { throw StubFailure(400, "bad chunk hash") }
-        guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
+        guard asked.allSatisfy(isSHA256Hex) else { throw ServerFailure.refused(400, "bad chunk hash") }
+        guard try store.containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
         var missing: [String] = []
         for sha in asked {
             collector.touch(cid, sha)
@@ -1214,33 +1221,33 @@ extension StubServer {
 
     /// `PUT .../manifests/{sha}`: a well-formed manifest of that hash, stored once every chunk it names is
     /// (409 naming one that is not).
-    private func putManifest(_ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
+    private func putManifest(_ ex: Exchange, _ cid: String, _ sha: String) throws(ServerFailure) -> Reply {
         let manifest = try decode(WireManifest.self, ex.body)
-        guard manifest.sha256 == sha else { throw StubFailure(400, "the body names another manifest") }
-        if let problem = manifest.problem { throw StubFailure(400, problem) }
+        guard manifest.sha256 == sha else { throw ServerFailure.refused(400, "the body names another manifest") }
+        if let problem = manifest.problem { throw ServerFailure.refused(400, problem) }
         collector.touch(cid, sha)
         let created = try store.putManifest(cid, manifest)
         counters.update { $0.manifestPuts += 1 }
         return .json(created ? 201 : 200, Stored(sha256: sha, size: manifest.size))
     }
 
-    private func getManifest(_ cid: String, _ sha: String) throws -> Reply {
-        guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
+    private func getManifest(_ cid: String, _ sha: String) throws(ServerFailure) -> Reply {
+        guard try store.containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
         collector.touch(cid, sha)
-        guard let manifest = try store.manifest(cid, sha) else { throw StubFailure(404, "no such manifest") }
+        guard let manifest = try store.manifest(cid, sha) else { throw ServerFailure.refused(404, "no such manifest") }
         return .json(200, manifest)
     }
 
     /// `HEAD`/`GET .../blobs/{sha}`: the blob, or the content of the manifest stored under the hash.
-    private func getBlob(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ sha: String) throws -> Reply {
-        guard try store.containerExists(cid) else { throw StubFailure(404, "no such container") }
+    private func getBlob(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ sha: String) throws(ServerFailure) -> Reply {
+        guard try store.containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
         collector.touch(cid, sha)
-        guard let content = try store.content(cid, sha) else { throw StubFailure(404, try store.absence(cid, sha)) }
+        guard let content = try store.content(cid, sha) else { throw ServerFailure.refused(404, try store.absence(cid, sha)) }
         let size = content.size
         var headers: [(String, String)] = [("Accept-Ranges", "bytes"), ("X-Content-SHA256", sha),
                                            ("Content-Type", "application/octet-stream")]
         let stopping: () -> Bool = { [store] in store.isStopping }
-        let open: (String, Int64) throws -> FileDescriptor = { [store] blob, blobSize in
+        let open: (String, Int64) throws(ServerFailure) -> FileDescriptor = { [store] (blob, blobSize) throws(ServerFailure) in
             try store.blobs.open(cid, blob, size: blobSize)
         }
         if ex.method == "HEAD" {

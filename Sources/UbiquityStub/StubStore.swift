@@ -27,26 +27,6 @@ import UbiquityBase
 import Glibc
 #endif
 
-/// A refusal that maps onto an HTTP status and an error body.
-struct StubFailure: Error, CustomStringConvertible {
-    let status: Int
-    let message: String
-    let current: WireItem?
-    let yours: WireLastChange?
-    init(_ status: Int, _ message: String, current: WireItem? = nil, yours: WireLastChange? = nil) {
-        self.status = status; self.message = message; self.current = current; self.yours = yours
-    }
-    var description: String { "\(status) \(message)" }
-    /// A refusal of the request (or batch entry) itself, not the server's trouble: a 4xx, or the user's quota
-    /// (507), which a batch answers for the entry alone.
-    var isEntrysOwn: Bool { status < 500 || status == QuotaRefusal.status }
-}
-
-/// A retry of a change already applied: answered `208` with what it made and the item now (not a failure).
-struct StubApplied: Error {
-    let answer: WireApplied
-}
-
 /// How a write is conditioned: `If-Match: V` or `If-None-Match: *`.
 enum WriteCondition {
     case ifMatch(Int64)
@@ -108,9 +88,9 @@ final class StubStore: Sendable {
     // MARK: Transactions and waking
 
     /// One writing transaction on container `cid`, locked first; a missing container is 404.
-    func writing<T>(_ cid: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
-        let result = try meta.write { tx in
-            guard try tx.lockContainer(cid) != nil else { throw StubFailure(404, "no such container") }
+    func writing<T>(_ cid: String, _ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
+        let result = try meta.write { (tx) throws(ServerFailure) in
+            guard try tx.lockContainer(cid) != nil else { throw ServerFailure.refused(404, "no such container") }
             return try body(tx)
         }
         meta.notifier.committed(cid)
@@ -118,9 +98,9 @@ final class StubStore: Sendable {
     }
 
     /// One reading transaction on container `cid`; a missing container is 404.
-    func reading<T>(_ cid: String, _ body: (any MetadataTransaction) throws -> T) throws -> T {
-        try meta.read { tx in
-            guard try tx.containerSeq(cid) != nil else { throw StubFailure(404, "no such container") }
+    func reading<T>(_ cid: String, _ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
+        try meta.read { (tx) throws(ServerFailure) in
+            guard try tx.containerSeq(cid) != nil else { throw ServerFailure.refused(404, "no such container") }
             return try body(tx)
         }
     }
@@ -128,7 +108,7 @@ final class StubStore: Sendable {
     /// Answers `look()` at once when it finds something or `wait` is 0, else looks again on every change
     /// noticed and at least every `recheckInterval`, until it finds something, `wait` seconds pass or the
     /// server stops.
-    private func polling<T>(wait: Int, _ look: () throws -> (T, found: Bool)) throws -> T {
+    private func polling<T>(wait: Int, _ look: () throws(ServerFailure) -> (T, found: Bool)) throws(ServerFailure) -> T {
         let notifier = meta.notifier
         let deadline = Date(timeIntervalSinceNow: TimeInterval(wait))
         while true {
@@ -146,19 +126,19 @@ final class StubStore: Sendable {
 
     // MARK: Containers
 
-    func containerExists(_ cid: String) throws -> Bool {
-        try meta.read { try $0.containerSeq(cid) != nil }
+    func containerExists(_ cid: String) throws(ServerFailure) -> Bool {
+        try meta.read { (tx) throws(ServerFailure) in try tx.containerSeq(cid) != nil }
     }
 
     /// Creates the container (root and Documents) unless it exists; answers the feed position now.
-    func ensureContainer(_ cid: String) throws -> WireContainer {
-        guard ContainerScope.isValidStoredID(cid) else { throw StubFailure(400, "bad container id") }
-        if let seq = try meta.read({ try $0.containerSeq(cid) }) {
+    func ensureContainer(_ cid: String) throws(ServerFailure) -> WireContainer {
+        guard ContainerScope.isValidStoredID(cid) else { throw ServerFailure.refused(400, "bad container id") }
+        if let seq = try meta.read({ (tx) throws(ServerFailure) in try tx.containerSeq(cid) }) {
             return WireContainer(container: cid, root: WireRules.rootID, token: String(seq))
         }
         try blobs.addContainer(cid)
         let now = nowNanoseconds()
-        let seq = try meta.write { tx -> Int64 in
+        let seq = try meta.write { (tx) throws(ServerFailure) -> Int64 in
             if try tx.createContainer(cid) {
                 _ = try tx.lockContainer(cid)
                 let root = WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now,
@@ -176,9 +156,9 @@ final class StubStore: Sendable {
 
     // MARK: Items
 
-    func item(_ cid: String, _ id: String) throws -> WireItem {
-        try reading(cid) { tx in
-            guard let item = try tx.item(cid, id) else { throw StubFailure(404, "no such item") }
+    func item(_ cid: String, _ id: String) throws(ServerFailure) -> WireItem {
+        try reading(cid) { (tx) throws(ServerFailure) in
+            guard let item = try tx.item(cid, id) else { throw ServerFailure.refused(404, "no such item") }
             return item
         }
     }
@@ -186,17 +166,17 @@ final class StubStore: Sendable {
     /// Stores `item` at the container's next version (the container is locked by the transaction), and appends
     /// that version to its history with the clock's time and the item's path (its parent's, `parentPath`, when
     /// the caller knows it).
-    func store(_ tx: any MetadataTransaction, _ cid: String, _ item: WireItem, parentPath: String? = nil) throws -> WireItem {
+    func store(_ tx: any MetadataTransaction, _ cid: String, _ item: WireItem, parentPath: String? = nil) throws(ServerFailure) -> WireItem {
         var stored = item
         stored.version = try tx.nextSeq(cid)
         try tx.writeItem(cid, stored)
-        let path = try parentPath.map { Self.joined($0, stored.name) } ?? self.path(tx, cid, of: stored)
+        let path = if let parentPath { Self.joined(parentPath, stored.name) } else { try self.path(tx, cid, of: stored) }
         try tx.appendHistory(cid, WireVersion(stored, at: clock(), path: path))
         return stored
     }
 
     /// The item's names from the root, joined by `/` (the root's path is ""), walking its parents as they are.
-    func path(_ tx: any MetadataTransaction, _ cid: String, of item: WireItem) throws -> String {
+    func path(_ tx: any MetadataTransaction, _ cid: String, of item: WireItem) throws(ServerFailure) -> String {
         var names: [String] = []
         var cursor: WireItem? = item
         var seen = Set<String>()
@@ -212,22 +192,22 @@ final class StubStore: Sendable {
     }
 
     /// Checks the parts of an item that do not depend on the rest of the tree, and normalises it.
-    private func validated(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ body: WireItem) throws -> WireItem {
+    private func validated(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ body: WireItem) throws(ServerFailure) -> WireItem {
         var item = body
-        guard item.id == id else { throw StubFailure(400, "the id in the body differs from the path") }
+        guard item.id == id else { throw ServerFailure.refused(400, "the id in the body differs from the path") }
         if id == WireRules.rootID {
             guard item.parent == nil, item.name == "", item.kind == .dir else {
-                throw StubFailure(400, "the root has no parent and no name")
+                throw ServerFailure.refused(400, "the root has no parent and no name")
             }
         } else {
-            guard let parent = item.parent, WireRules.isValidID(parent) else { throw StubFailure(400, "bad parent id") }
-            guard WireRules.isValidName(item.name) else { throw StubFailure(400, "bad name") }
-            if let why = WireRules.reservedNameProblem(item.name, parent: parent) { throw StubFailure(400, why) }
+            guard let parent = item.parent, WireRules.isValidID(parent) else { throw ServerFailure.refused(400, "bad parent id") }
+            guard WireRules.isValidName(item.name) else { throw ServerFailure.refused(400, "bad name") }
+            if let why = WireRules.reservedNameProblem(item.name, parent: parent) { throw ServerFailure.refused(400, why) }
         }
         item.mode &= WireRules.sharedModeBits // (setuid, setgid and sticky never travel)
         item.deleted = false
-        guard item.device.utf8.count <= 255 else { throw StubFailure(400, "device name too long") }
-        if let problem = WireRules.kindProblem(item) { throw StubFailure(400, problem) }
+        guard item.device.utf8.count <= 255 else { throw ServerFailure.refused(400, "device name too long") }
+        if let problem = WireRules.kindProblem(item) { throw ServerFailure.refused(400, problem) }
         switch item.kind {
         case .dir:
             item.size = 0; item.sha256 = ""
@@ -238,14 +218,14 @@ final class StubStore: Sendable {
         }
         var xattrBytes = 0
         for (key, value) in item.xattrs {
-            guard !key.isEmpty, let decoded = Data(base64Encoded: value) else { throw StubFailure(400, "bad xattr \(key)") }
+            guard !key.isEmpty, let decoded = Data(base64Encoded: value) else { throw ServerFailure.refused(400, "bad xattr \(key)") }
             xattrBytes += WireRules.xattrBytes(name: key, valueBytes: decoded.count)
         }
-        guard xattrBytes <= WireRules.maxXattrBytes else { throw StubFailure(400, "xattrs larger than 64 KiB") }
+        guard xattrBytes <= WireRules.maxXattrBytes else { throw ServerFailure.refused(400, "xattrs larger than 64 KiB") }
         var conflictIDs = Set<String>()
         for c in item.conflicts {
             guard WireRules.isValidID(c.id), conflictIDs.insert(c.id).inserted else {
-                throw StubFailure(400, "bad or repeated conflict id")
+                throw ServerFailure.refused(400, "bad or repeated conflict id")
             }
             try checkContent(tx, cid, sha256: c.sha256, size: c.size, what: "conflict \(c.id)")
         }
@@ -254,46 +234,46 @@ final class StubStore: Sendable {
 
     /// A file's hash must name a blob or a manifest on the stub of the same size (the empty hash needs no blob).
     private func checkContent(_ tx: any MetadataTransaction, _ cid: String, sha256: String, size: Int64,
-                              what: String) throws {
-        guard isSHA256Hex(sha256), size >= 0 else { throw StubFailure(400, "bad hash or size of \(what)") }
+                              what: String) throws(ServerFailure) {
+        guard isSHA256Hex(sha256), size >= 0 else { throw ServerFailure.refused(400, "bad hash or size of \(what)") }
         if sha256 == emptySHA256 {
-            guard size == 0 else { throw StubFailure(400, "size of \(what) does not match its blob") }
+            guard size == 0 else { throw ServerFailure.refused(400, "size of \(what) does not match its blob") }
             return
         }
-        guard let blobSize = try blobSize(cid, sha256) else { throw StubFailure(400, "blob missing for \(what)") }
-        guard blobSize == size else { throw StubFailure(400, "size of \(what) does not match its blob") }
+        guard let blobSize = try blobSize(cid, sha256) else { throw ServerFailure.refused(400, "blob missing for \(what)") }
+        guard blobSize == size else { throw ServerFailure.refused(400, "size of \(what) does not match its blob") }
     }
 
     /// Creates or updates an item, conditionally: the rules of WIRE.md "Conditional writes".
-    /// With a `change` id, a retry of the change last applied for the item and device throws `StubApplied`.
+    /// With a `change` id, a retry of the change last applied for the item and device throws `.applied`.
     func putItem(_ cid: String, _ id: String, _ body: WireItem, _ condition: WriteCondition,
-                 change: WireChangeID? = nil) throws -> WireItem {
+                 change: WireChangeID? = nil) throws(ServerFailure) -> WireItem {
         try askBlobStore(cid, about: body)
-        return try writing(cid) { tx in try put(tx, cid, id, body, condition, change: change) }
+        return try writing(cid) { (tx) throws(ServerFailure) in try put(tx, cid, id, body, condition, change: change) }
     }
 
     /// Asks the blob store about the contents an item names, outside any transaction (for S3 a round trip
     /// each; the check inside then finds them known).
-    private func askBlobStore(_ cid: String, about body: WireItem) throws {
+    private func askBlobStore(_ cid: String, about body: WireItem) throws(ServerFailure) {
         for sha in [body.sha256] + body.conflicts.map(\.sha256) where isSHA256Hex(sha) { _ = try blobs.size(cid, sha) }
     }
 
     /// `putItem` inside a write transaction of the container.
     private func put(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ body: WireItem,
-                     _ condition: WriteCondition, change: WireChangeID?) throws -> WireItem {
+                     _ condition: WriteCondition, change: WireChangeID?) throws(ServerFailure) -> WireItem {
         let digest = WireApplied.digest(condition: condition.wire, item: body)
         try throwIfApplied(tx, cid, id, change, digest: digest)
         let item = try validated(tx, cid, id, body)
         let existing = try tx.item(cid, id)
         switch condition {
         case .ifNoneMatch:
-            if let existing { throw try moved(tx, cid, change, "the item exists", current: existing) }
+            if let existing { throw .refused(try moved(tx, cid, change, "the item exists", current: existing)) }
         case .ifMatch(let version):
-            guard let existing else { throw StubFailure(404, "no such item") }
+            guard let existing else { throw ServerFailure.refused(404, "no such item") }
             guard existing.version == version else {
-                throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
+                throw .refused(try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing))
             }
-            guard existing.kind == item.kind else { throw StubFailure(400, "an item cannot change kind") }
+            guard existing.kind == item.kind else { throw ServerFailure.refused(400, "an item cannot change kind") }
         }
         if let parentID = item.parent { try checkPlace(tx, cid, id, parentID, item.name) }
         let stored = try store(tx, cid, item)
@@ -303,42 +283,42 @@ final class StubStore: Sendable {
 
     /// The new parent is a live directory, not the item nor below it, and holds no other live `name`.
     private func checkPlace(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ parentID: String,
-                            _ name: String) throws {
+                            _ name: String) throws(ServerFailure) {
         guard let parent = try tx.item(cid, parentID), !parent.deleted, parent.kind == .dir else {
-            throw StubFailure(422, "the parent is not a live directory")
+            throw ServerFailure.refused(422, "the parent is not a live directory")
         }
         var cursor: String? = parentID
         var steps = 0
         while let c = cursor {
-            if c == id { throw StubFailure(422, "an item cannot move below itself") }
+            if c == id { throw ServerFailure.refused(422, "an item cannot move below itself") }
             steps += 1
-            if steps > 100_000 { throw StubFailure(500, "the tree is too deep") }
+            if steps > 100_000 { throw ServerFailure.refused(500, "the tree is too deep") }
             cursor = try tx.item(cid, c)?.parent
         }
         if let holder = try tx.liveChild(cid, parent: parentID, name: name, except: id) {
-            throw StubFailure(409, "the name is taken", current: holder)
+            throw ServerFailure.refused(409, "the name is taken", current: holder)
         }
     }
 
     /// Deletes an item seen at `version`, leaving a tombstone.
     func deleteItem(_ cid: String, _ id: String, ifMatch version: Int64, device: String,
-                    change: WireChangeID? = nil) throws -> WireItem {
-        try writing(cid) { tx in try delete(tx, cid, id, ifMatch: version, device: device, change: change) }
+                    change: WireChangeID? = nil) throws(ServerFailure) -> WireItem {
+        try writing(cid) { (tx) throws(ServerFailure) in try delete(tx, cid, id, ifMatch: version, device: device, change: change) }
     }
 
     /// `deleteItem` inside a write transaction of the container.
     private func delete(_ tx: any MetadataTransaction, _ cid: String, _ id: String, ifMatch version: Int64,
-                        device: String, change: WireChangeID?) throws -> WireItem {
+                        device: String, change: WireChangeID?) throws(ServerFailure) -> WireItem {
         let digest = WireApplied.digest(condition: "delete \(version)", item: nil)
         try throwIfApplied(tx, cid, id, change, digest: digest)
-        guard id != WireRules.rootID else { throw StubFailure(400, "the root cannot be deleted") }
-        guard let existing = try tx.item(cid, id) else { throw StubFailure(404, "no such item") }
-        if existing.deleted { throw try moved(tx, cid, change, "the item is already deleted", current: existing) }
+        guard id != WireRules.rootID else { throw ServerFailure.refused(400, "the root cannot be deleted") }
+        guard let existing = try tx.item(cid, id) else { throw ServerFailure.refused(404, "no such item") }
+        if existing.deleted { throw .refused(try moved(tx, cid, change, "the item is already deleted", current: existing)) }
         guard existing.version == version else {
-            throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
+            throw .refused(try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing))
         }
         if existing.kind == .dir, let child = try tx.anyLiveChild(cid, parent: id) {
-            throw StubFailure(409, "the directory is not empty", current: child)
+            throw ServerFailure.refused(409, "the directory is not empty", current: child)
         }
         var tomb = existing
         tomb.deleted = true
@@ -366,7 +346,7 @@ final class StubStore: Sendable {
     /// (then nothing was applied). Once it has applied entries for `turnSeconds` while other requests wait
     /// for the store (`StubMetadata.othersWaiting`), it ends the same way: one client's long batch stalls no
     /// other for longer than that.
-    func batch(_ cid: String, _ entries: [StubBatchEntry], deadline: Date) throws -> [WireBatchResult] {
+    func batch(_ cid: String, _ entries: [StubBatchEntry], deadline: Date) throws(ServerFailure) -> [WireBatchResult] {
         let (entries, failure) = preparingBlobs(cid, entries)
         var upTo = entries.count, why = ""
         if let failure {
@@ -375,7 +355,7 @@ final class StubStore: Sendable {
             why = "not applied (\(failure.error)): send it again"
         }
         var results: [WireBatchResult] = []
-        try writing(cid) { tx in
+        try writing(cid) { (tx) throws(ServerFailure) in
             results = [] // (a transaction run again on a fresh connection starts over)
             let turnEnd = Date(timeIntervalSinceNow: Self.turnSeconds)
             for (i, entry) in entries[..<upTo].enumerated() {
@@ -387,12 +367,13 @@ final class StubStore: Sendable {
                     results += Self.unapplied(upTo - i, "the batch gave its turn to other requests: not applied, send it again")
                     return
                 }
-                do {
-                    results.append(WireBatchResult(status: 200, item: try tx.savepoint { try apply(tx, cid, entry) }))
-                } catch let applied as StubApplied {
-                    results.append(WireBatchResult(status: 208, current: applied.answer.current,
-                                                   applied: applied.answer.applied))
-                } catch let f as StubFailure where f.isEntrysOwn {
+                do throws(ServerFailure) {
+                    results.append(WireBatchResult(status: 200, item: try tx.savepoint { () throws(ServerFailure) in
+                        try apply(tx, cid, entry)
+                    }))
+                } catch .applied(let answer) {
+                    results.append(WireBatchResult(status: 208, current: answer.current, applied: answer.applied))
+                } catch .refused(let f) where f.isEntrysOwn {
                     results.append(WireBatchResult(status: f.status, error: f.message, current: f.current, yours: f.yours))
                 } catch where i > 0 {
                     results += Self.unapplied(upTo - i, "not applied (\(error)): send it again")
@@ -413,19 +394,20 @@ final class StubStore: Sendable {
     /// The blob store's part of every entry, eight at a time (for S3 each a round trip or more), and the first
     /// entry whose part failed for the server's own reasons, with why.
     private func preparingBlobs(_ cid: String, _ entries: [StubBatchEntry])
-        -> ([StubBatchEntry], failure: (index: Int, error: any Error)?) {
+        -> ([StubBatchEntry], failure: (index: Int, error: ServerFailure)?) {
         let prepared = Locked(entries)
-        let failures = Locked([Int: any Error]())
+        let failures = Locked([Int: ServerFailure]())
         let lanes = min(8, entries.count)
         DispatchQueue.concurrentPerform(iterations: lanes) { lane in
             for i in stride(from: lane, to: entries.count, by: lanes) {
                 var entry = entries[i]
-                do {
+                do throws(ServerFailure) {
                     try prepareBlobs(cid, &entry)
-                    prepared.withLock { $0[i] = entry }
                 } catch {
                     failures.withLock { $0[i] = error }
+                    continue
                 }
+                prepared.withLock { $0[i] = entry }
             }
         }
         let first = failures.withLock { $0.min { $0.key < $1.key } }
@@ -434,7 +416,7 @@ final class StubStore: Sendable {
 
     /// The blob store's part of a put entry: its inline content stored (content that does not match its hash
     /// refuses the entry) and the contents its item names asked about.
-    private func prepareBlobs(_ cid: String, _ prepared: inout StubBatchEntry) throws {
+    private func prepareBlobs(_ cid: String, _ prepared: inout StubBatchEntry) throws(ServerFailure) {
         guard prepared.refusal == nil, prepared.entry.op == .put, let item = prepared.entry.item else { return }
         do {
             if let blob = prepared.blob {
@@ -443,59 +425,59 @@ final class StubStore: Sendable {
                 if prepared.storedBlob { meter.stored(cid, bytes: blob.written) }
             }
             try askBlobStore(cid, about: item)
-        } catch let f as StubFailure where f.isEntrysOwn {
+        } catch .refused(let f) where f.isEntrysOwn {
             prepared.refusal = f
         }
     }
 
-    private func apply(_ tx: any MetadataTransaction, _ cid: String, _ prepared: StubBatchEntry) throws -> WireItem {
-        if let refusal = prepared.refusal { throw refusal }
+    private func apply(_ tx: any MetadataTransaction, _ cid: String, _ prepared: StubBatchEntry) throws(ServerFailure) -> WireItem {
+        if let refusal = prepared.refusal { throw .refused(refusal) }
         let entry = prepared.entry
         switch entry.op {
         case .delete:
-            guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
-            guard let version = entry.ifMatch, version >= 0 else { throw StubFailure(400, "If-Match version needed") }
+            guard WireRules.isValidID(entry.id) else { throw ServerFailure.refused(400, "bad item id") }
+            guard let version = entry.ifMatch, version >= 0 else { throw ServerFailure.refused(400, "If-Match version needed") }
             return try delete(tx, cid, entry.id, ifMatch: version, device: entry.device ?? "",
                               change: try checked(entry.changeID))
         case .put:
-            guard WireRules.isValidID(entry.id) else { throw StubFailure(400, "bad item id") }
-            guard let item = entry.item else { throw StubFailure(400, "a put needs an item") }
+            guard WireRules.isValidID(entry.id) else { throw ServerFailure.refused(400, "bad item id") }
+            guard let item = entry.item else { throw ServerFailure.refused(400, "a put needs an item") }
             let condition: WriteCondition = entry.ifMatch.map { .ifMatch($0) } ?? .ifNoneMatch
-            if case .ifMatch(let v) = condition, v < 0 { throw StubFailure(400, "bad If-Match version") }
+            if case .ifMatch(let v) = condition, v < 0 { throw ServerFailure.refused(400, "bad If-Match version") }
             return try put(tx, cid, entry.id, item, condition, change: try checked(entry.changeID))
         }
     }
 
-    private func checked(_ change: WireChangeID?) throws -> WireChangeID? {
-        if let change, !WireRules.isValidID(change.id) { throw StubFailure(400, "bad change id") }
+    private func checked(_ change: WireChangeID?) throws(ServerFailure) -> WireChangeID? {
+        if let change, !WireRules.isValidID(change.id) { throw ServerFailure.refused(400, "bad change id") }
         return change
     }
 
     // MARK: Applied changes
 
-    /// Throws `StubApplied` when `change` is the last change recorded for its item and device: a retry. The
+    /// Throws `.applied` when `change` is the last change recorded for its item and device: a retry. The
     /// same id with another digest (another change under a reused id) is refused with 400.
     private func throwIfApplied(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ change: WireChangeID?,
-                                digest: String) throws {
+                                digest: String) throws(ServerFailure) {
         guard let change, let last = try tx.appliedChange(cid, item: id, device: change.device),
               last.change == change.id else { return }
-        guard last.digest == digest else { throw StubFailure(400, "change id \(change.id) reused for another change") }
+        guard last.digest == digest else { throw ServerFailure.refused(400, "change id \(change.id) reused for another change") }
         guard let current = try tx.item(cid, id) else { return }
-        throw StubApplied(answer: WireApplied(applied: last.version, current: current))
+        throw .applied(WireApplied(applied: last.version, current: current))
     }
 
     /// The 412 of a write whose condition no longer holds, with the asking device's last change applied to the
     /// item when it sent a change id (its answer may have been lost: then `current` may be that change's work).
     private func moved(_ tx: any MetadataTransaction, _ cid: String, _ change: WireChangeID?, _ message: String,
-                       current: WireItem) throws -> StubFailure {
-        let last = try change.flatMap { try tx.appliedChange(cid, item: current.id, device: $0.device) }
+                       current: WireItem) throws(ServerFailure) -> StubFailure {
+        let last = try change.flatMap { (c) throws(ServerFailure) in try tx.appliedChange(cid, item: current.id, device: c.device) }
         return StubFailure(412, message, current: current,
                            yours: last.map { WireLastChange(change: $0.change, version: $0.version) })
     }
 
     /// Records `change` as the last change applied for its item and device (inside the write's transaction).
     private func recordChange(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ change: WireChangeID?,
-                              digest: String, version: Int64) throws {
+                              digest: String, version: Int64) throws(ServerFailure) {
         guard let change else { return }
         try tx.recordChange(cid, item: id, AppliedChange(device: change.device, change: change.id, digest: digest,
                                                           version: version))
@@ -504,9 +486,9 @@ final class StubStore: Sendable {
     // MARK: Change feed
 
     /// Items newer than `since`, waiting up to `wait` seconds for one when there are none.
-    func changes(_ cid: String, since: Int64, limit: Int, wait: Int) throws -> WireChanges {
-        try polling(wait: wait) {
-            try reading(cid) { tx in
+    func changes(_ cid: String, since: Int64, limit: Int, wait: Int) throws(ServerFailure) -> WireChanges {
+        try polling(wait: wait) { () throws(ServerFailure) in
+            try reading(cid) { (tx) throws(ServerFailure) in
                 let seq = try tx.containerSeq(cid) ?? 0
                 var items = try tx.items(cid, after: since, limit: limit + 1)
                 let more = items.count > limit
@@ -522,13 +504,13 @@ final class StubStore: Sendable {
     /// Applies one write by last-writer-wins and answers the winner: the stored entry when it is later (the
     /// write is then dropped), else the write at the next feed position. A value that would pass Apple's limits
     /// is refused with 413 and stores nothing.
-    func putKV(_ cid: String, _ entry: WireKVEntry) throws -> WireKVEntry {
-        guard KVLimits.isValidKey(entry.key) else { throw StubFailure(400, KVLimits.keyProblem(entry.key)) }
-        guard entry.deleted == (entry.value == nil) else { throw StubFailure(400, "a value, or deleted, not both") }
-        return try writing(cid) { tx in
+    func putKV(_ cid: String, _ entry: WireKVEntry) throws(ServerFailure) -> WireKVEntry {
+        guard KVLimits.isValidKey(entry.key) else { throw ServerFailure.refused(400, KVLimits.keyProblem(entry.key)) }
+        guard entry.deleted == (entry.value == nil) else { throw ServerFailure.refused(400, "a value, or deleted, not both") }
+        return try writing(cid) { (tx) throws(ServerFailure) in
             if let current = try tx.kvEntry(cid, entry.key), !entry.wins(over: current) { return current }
             if let v = KVLimits.violation(key: entry.key, value: entry.value, live: try tx.kvLiveSizes(cid)) {
-                throw StubFailure(413, "quota: " + v.message)
+                throw ServerFailure.refused(413, "quota: " + v.message)
             }
             var stored = entry
             stored.seq = try tx.kvSeq(cid) + 1
@@ -538,9 +520,9 @@ final class StubStore: Sendable {
     }
 
     /// Entries written after `since`, waiting up to `wait` seconds for one when there are none.
-    func kvChanges(_ cid: String, since: Int64, wait: Int) throws -> WireKVChanges {
-        try polling(wait: wait) {
-            try reading(cid) { tx in
+    func kvChanges(_ cid: String, since: Int64, wait: Int) throws(ServerFailure) -> WireKVChanges {
+        try polling(wait: wait) { () throws(ServerFailure) in
+            try reading(cid) { (tx) throws(ServerFailure) in
                 let seq = try tx.kvSeq(cid)
                 let entries = seq > since ? try tx.kvEntries(cid, after: since) : []
                 return (WireKVChanges(entries: entries, seq: max(seq, entries.last?.seq ?? 0)), seq > since)
@@ -552,7 +534,7 @@ final class StubStore: Sendable {
 
     /// The blob's size, else the size of the manifest stored under the hash (an item names either alike), else
     /// nil.
-    func blobSize(_ cid: String, _ sha256: String) throws -> Int64? {
+    func blobSize(_ cid: String, _ sha256: String) throws(ServerFailure) -> Int64? {
         if let size = try blobs.size(cid, sha256) { return size }
         return try manifest(cid, sha256)?.size
     }
@@ -560,7 +542,7 @@ final class StubStore: Sendable {
     /// What a blob GET of `sha256` serves: the blob, else the content of the manifest stored under the hash
     /// (its chunks in order, zeros for its holes); nil when neither is stored, or when a chunk the manifest
     /// names is not (set aside as damaged): then an upload of the content sends the chunk again.
-    func content(_ cid: String, _ sha256: String) throws -> StoredContent? {
+    func content(_ cid: String, _ sha256: String) throws(ServerFailure) -> StoredContent? {
         if let size = try blobs.size(cid, sha256) {
             let whole = ContentSegment(start: 0, length: size, blob: sha256)
             return StoredContent(size: size, segments: size == 0 ? [] : [whole])
@@ -582,8 +564,8 @@ final class StubStore: Sendable {
     /// Stores a verified temporary file as the blob (outside any transaction: it may be a long upload);
     /// answers false when the blob was already there.
     /// `replacing`: the stored blob was found damaged (`blobIsSound`), and these bytes replace it.
-    func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool = false) throws -> Bool {
-        guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
+    func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool = false) throws(ServerFailure) -> Bool {
+        guard try containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
         let created = try blobs.put(cid, sha256, size: size, tmpPath: tmpPath, replacing: replacing)
         if created { meter.stored(cid, bytes: size) }
         return created
@@ -591,7 +573,7 @@ final class StubStore: Sendable {
 
     /// Why a blob GET of `sha256` finds nothing: its stored copy, or one of its chunks', was found corrupt and
     /// set aside (until a device uploads it again), or it is simply not there.
-    func absence(_ cid: String, _ sha256: String) throws -> String {
+    func absence(_ cid: String, _ sha256: String) throws(ServerFailure) -> String {
         var damaged = blobs.wasSetAside(cid, sha256)
         if !damaged, let manifest = try manifest(cid, sha256) {
             damaged = manifest.chunks.contains { $0.sha256.map { blobs.wasSetAside(cid, $0) } ?? false }
@@ -609,27 +591,27 @@ final class StubStore: Sendable {
     }
 
     /// Whether the stored blob's bytes hash to its name (all of them read from the blob store).
-    func blobIsSound(_ cid: String, _ sha256: String, size: Int64) throws -> Bool {
+    func blobIsSound(_ cid: String, _ sha256: String, size: Int64) throws(ServerFailure) -> Bool {
         try blobs.isSound(cid, sha256, size: size)
     }
 
     /// Every container's id.
-    func containerIDs() throws -> [String] {
-        try meta.read { try $0.containerIDs() }
+    func containerIDs() throws(ServerFailure) -> [String] {
+        try meta.read { (tx) throws(ServerFailure) in try tx.containerIDs() }
     }
 
     /// The stored ids of the containers of the user with `prefix` ("": the single-token store's user).
-    func containerIDs(prefix: String) throws -> [String] {
+    func containerIDs(prefix: String) throws(ServerFailure) -> [String] {
         try containerIDs().filter { prefix.isEmpty ? !$0.contains("~") : $0.hasPrefix(prefix) }
     }
 
     /// What the user with `prefix` stores now (as `UsageMeter` counts it), against `limits`.
-    func usage(user: String, prefix: String, limits: UserLimits) throws -> UserUsage {
+    func usage(user: String, prefix: String, limits: UserLimits) throws(ServerFailure) -> UserUsage {
         let cids = try containerIDs(prefix: prefix)
         var usage = UserUsage(user: user, storage: 0, containers: Int64(cids.count), items: 0, limits: limits)
         for cid in cids {
-            usage.storage += try meter.bytes(cid) { try blobs.list(cid).reduce(0) { $0 + $1.size } }
-            usage.items += try meter.items(cid) { try meta.read { try $0.liveItemCount(cid) } }
+            usage.storage += try meter.bytes(cid) { () throws(ServerFailure) in try blobs.list(cid).reduce(0) { $0 + $1.size } }
+            usage.items += try meter.items(cid) { () throws(ServerFailure) in try meta.read { (tx) throws(ServerFailure) in try tx.liveItemCount(cid) } }
         }
         return usage
     }
@@ -637,8 +619,8 @@ final class StubStore: Sendable {
     /// Removes the blob (or the manifest) with `delete` if no live item, no conflict version of one and no kept
     /// history row names it, inside a writing transaction of its container (which item writes there wait for); answers whether it
     /// was removed.
-    func collectBlob(_ cid: String, _ sha256: String, delete: () throws -> Void) throws -> Bool {
-        try writing(cid) { tx in
+    func collectBlob(_ cid: String, _ sha256: String, delete: () throws(ServerFailure) -> Void) throws(ServerFailure) -> Bool {
+        try writing(cid) { (tx) throws(ServerFailure) in
             guard try !tx.namesBlob(cid, sha256) else { return false }
             try delete()
             return true
@@ -649,11 +631,11 @@ final class StubStore: Sendable {
 
     /// The manifest stored under the hash, or nil; one that does not decode as the manifest of that hash is
     /// the server's trouble (500).
-    func manifest(_ cid: String, _ sha256: String) throws -> WireManifest? {
+    func manifest(_ cid: String, _ sha256: String) throws(ServerFailure) -> WireManifest? {
         guard let json = try blobs.manifest(cid, sha256) else { return nil }
         guard let manifest = try? JSONDecoder().decode(WireManifest.self, from: Data(json)),
               manifest.sha256 == sha256 else {
-            throw StubFailure(500, "the stored manifest \(sha256) does not decode")
+            throw ServerFailure.refused(500, "the stored manifest \(sha256) does not decode")
         }
         return manifest
     }
@@ -661,14 +643,14 @@ final class StubStore: Sendable {
     /// Stores a well-formed manifest (the caller checked `problem`), replacing one stored before, once every
     /// data chunk it names is stored as a blob of its size: else 409 naming the first that is not. Answers
     /// whether it is new.
-    func putManifest(_ cid: String, _ manifest: WireManifest) throws -> Bool {
-        guard try containerExists(cid) else { throw StubFailure(404, "no such container") }
-        let json = Array(try JSONEncoder.wire.encode(manifest))
-        return try withManifestLock(cid) {
+    func putManifest(_ cid: String, _ manifest: WireManifest) throws(ServerFailure) -> Bool {
+        guard try containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
+        let json = Array(try ServerFailure.coding("a manifest") { try JSONEncoder.wire.encode(manifest) })
+        return try withManifestLock(cid) { () throws(ServerFailure) in
             var checked = Set<WireChunk>()
             for chunk in manifest.chunks where checked.insert(chunk).inserted {
                 guard let sha = chunk.sha256 else { continue } // a hole
-                guard try blobs.size(cid, sha) == chunk.size else { throw StubFailure(409, "chunk \(sha) is not stored") }
+                guard try blobs.size(cid, sha) == chunk.size else { throw ServerFailure.refused(409, "chunk \(sha) is not stored") }
             }
             return try blobs.putManifest(cid, manifest.sha256, json: json)
         }
@@ -678,14 +660,16 @@ final class StubStore: Sendable {
     /// stores it, a collection pass while it finds the chunks the manifests keep and removes the others. So a
     /// put either finds its chunk removed (409, and the client uploads it again) or its manifest is seen by the
     /// pass. This server's lock, then the one every server sharing the metadata store sees.
-    func withManifestLock<T>(_ cid: String, _ body: () throws -> T) throws -> T {
+    func withManifestLock<T>(_ cid: String, _ body: () throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         let lock = manifestLocks.withLock { locks in
             if let lock = locks[cid] { return lock }
             let lock = NSLock()
             locks[cid] = lock
             return lock
         }
-        return try lock.withLock { try meta.withSharedLock("ubiquityfs manifests " + cid, body) }
+        lock.lock()
+        defer { lock.unlock() }
+        return try meta.withSharedLock("ubiquityfs manifests " + cid, body)
     }
 
     // MARK: Seeding
@@ -693,8 +677,8 @@ final class StubStore: Sendable {
     /// Adds `folders` folders below the root, `perFolder[i]` empty files in the i-th, in one transaction
     /// (`remote seed --items`, for measuring a large container without pushing it item by item). Every file
     /// holds the empty content, which needs no blob; names are `NAME_PREFIX-%07d.txt`, unique per folder.
-    func seedMany(_ cid: String, perFolder: [Int], device: String, mtime: Int64) throws -> Int {
-        try writing(cid) { tx in
+    func seedMany(_ cid: String, perFolder: [Int], device: String, mtime: Int64) throws(ServerFailure) -> Int {
+        try writing(cid) { (tx) throws(ServerFailure) in
             var count = 0
             for (f, files) in perFolder.enumerated() {
                 let dir = WireItem(id: randomHex(bytes: 16), parent: WireRules.rootID,
@@ -715,12 +699,12 @@ final class StubStore: Sendable {
 
     /// Finds or creates the directories along `dirs` below the root, then creates or replaces the leaf.
     func seed(_ cid: String, dirs: [String], leaf: String?, content: (sha256: String, size: Int64)?,
-              device: String, mtime: Int64, mode: UInt32? = nil) throws -> WireItem {
-        try writing(cid) { tx in
+              device: String, mtime: Int64, mode: UInt32? = nil) throws(ServerFailure) -> WireItem {
+        try writing(cid) { (tx) throws(ServerFailure) in
             var parent = WireRules.rootID
-            func makeDir(_ name: String, under parent: String) throws -> WireItem {
+            func makeDir(_ name: String, under parent: String) throws(ServerFailure) -> WireItem {
                 if let existing = try tx.liveChild(cid, parent: parent, name: name, except: nil) {
-                    guard existing.kind == .dir else { throw StubFailure(409, "\(name) is a file", current: existing) }
+                    guard existing.kind == .dir else { throw ServerFailure.refused(409, "\(name) is a file", current: existing) }
                     return existing
                 }
                 let dir = WireItem(id: randomHex(bytes: 16), parent: parent, name: name, kind: .dir, mode: 0o755,
@@ -729,7 +713,7 @@ final class StubStore: Sendable {
             }
             for name in dirs { parent = try makeDir(name, under: parent).id }
             guard let leaf else {
-                guard let root = try tx.item(cid, parent) else { throw StubFailure(404, "no root") }
+                guard let root = try tx.item(cid, parent) else { throw ServerFailure.refused(404, "no root") }
                 return root
             }
             guard let content else {
@@ -743,7 +727,7 @@ final class StubStore: Sendable {
             try checkContent(tx, cid, sha256: content.sha256, size: content.size, what: leaf)
             var file: WireItem
             if let existing = try tx.liveChild(cid, parent: parent, name: leaf, except: nil) {
-                guard existing.kind == .file else { throw StubFailure(409, "\(leaf) is a directory", current: existing) }
+                guard existing.kind == .file else { throw ServerFailure.refused(409, "\(leaf) is a directory", current: existing) }
                 file = existing
                 file.sha256 = content.sha256; file.size = content.size; file.mtime = mtime; file.device = device
                 if let mode { file.mode = mode }
@@ -762,12 +746,12 @@ final class BlobWriter {
     private let fd: FileDescriptor
     private var hasher: SHA256Hasher? = SHA256Hasher()
     private(set) var written: Int64 = 0
-    private(set) var failure: Error?
+    private(set) var failure: Errno?
     private var closed = false
 
-    init(tmpDir: String) throws {
+    init(tmpDir: String) throws(ServerFailure) {
         tmpPath = tmpDir + "/" + randomHex(bytes: 12) + ".part"
-        fd = try FileDescriptor.open(tmpPath, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+        fd = try ServerFailure.file("creating \(tmpPath)", try FileDescriptor.open(tmpPath, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600))
     }
 
     deinit { discard() }
@@ -784,9 +768,9 @@ final class BlobWriter {
     }
 
     /// Closes the file and answers the hash of what was written; the file stays for the caller to move.
-    func finish() throws -> String {
-        if let failure { throw failure }
-        guard !closed, var h = hasher.take() else { throw StubFailure(500, "upload already finished") }
+    func finish() throws(ServerFailure) -> String {
+        if let failure { throw ServerFailure(failure, "writing \(tmpPath)") }
+        guard !closed, var h = hasher.take() else { throw ServerFailure.refused(500, "upload already finished") }
         fd.close(); closed = true
         return h.finalizeHex()
     }

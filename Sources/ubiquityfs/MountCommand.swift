@@ -336,7 +336,7 @@ func runTool(_ path: String, _ arguments: [String]) -> (Int32, String) {
 func hostName() -> String {
     var buf = [CChar](repeating: 0, count: 256)
     gethostname(&buf, 255)
-    let name = String(cString: buf)
+    let name = String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     return name.isEmpty ? "linux" : name
 }
 

@@ -75,7 +75,7 @@ import UbiquityHTTP
         notifier.wait(after: 0, until: Date(timeIntervalSinceNow: 30)) // listening (it counts its first LISTEN)
         let before = notifier.generation
         #expect(before > 0, "the listener connected")
-        _ = try there.write { tx in
+        _ = try there.write { (tx) throws(ServerFailure) in
             _ = try tx.createContainer("iCloud.com.example.notify")
             return try tx.nextSeq("iCloud.com.example.notify")
         }

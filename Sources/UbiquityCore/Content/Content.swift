@@ -246,7 +246,7 @@ extension Container {
         return try mutateThrowing { s -> Bool? in
             guard s.heldCopy(id) == copy, size(target) == had else { return nil }
             var end = had
-            try source.forEachChunk(from: had, count: grown - had) { bytes in
+            try source.forEachChunk(from: had, count: grown - had) { (bytes) throws(Errno) in
                 try target.writeAll(bytes, at: end)
                 end += Int64(bytes.count)
             }
@@ -580,7 +580,7 @@ func sameBytes(_ a: FileDescriptor, _ b: FileDescriptor, count: Int64) throws ->
     var same = true
     let other = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     defer { other.deallocate() }
-    try a.forEachChunk(from: 0, count: count) { bytes in
+    try a.forEachChunk(from: 0, count: count) { (bytes) throws(Errno) in
         guard same else { return }
         let n = try b.read(into: UnsafeMutableRawBufferPointer(rebasing: other[0..<bytes.count]), at: offset)
         same = n == bytes.count && memcmp(bytes.baseAddress!, other.baseAddress!, n) == 0

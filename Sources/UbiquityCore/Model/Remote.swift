@@ -235,7 +235,7 @@ extension RemoteClient {
             try fd.writeAll(bytes)
         } catch {
             removeLeftover(path)
-            throw RemoteError.localFile("cannot stage inline content", cause: error as? Errno ?? .io)
+            throw RemoteError.localFile("cannot stage inline content", cause: error)
         }
         defer { removeLeftover(path) }
         try uploadBlob(sha256: sha256, size: Int64(bytes.count), fromFile: path, progress: nil)
