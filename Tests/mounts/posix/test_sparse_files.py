@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import run, sync, wait_until
+from conftest import attr, run, sync, wait_until
 
 MiB = 1 << 20
 
@@ -43,7 +43,7 @@ def test_an_upload_in_flight_stops_when_its_file_changes_or_goes(stub, mount_fac
     b = mount_factory(stub, "desktop")
     docs = a / "Documents"
     run("truncate", "-s", "1T", docs / "huge.img")
-    time.sleep(4)  # past the quiet period: its upload is under way
+    wait_until(lambda: attr(docs / "huge.img", "isUploading") == "1", timeout=30, what="huge.img uploading")
     run("truncate", "-s", "4096", docs / "huge.img")
     (docs / "after.txt").write_text("after\n")
     sync(a, timeout=60)
@@ -53,7 +53,7 @@ def test_an_upload_in_flight_stops_when_its_file_changes_or_goes(stub, mount_fac
     assert "upload of Documents/huge.img stopped" in (a.store / "ubiquityfs.log").read_text(errors="replace")
     # A delete stops the upload in flight just the same.
     run("truncate", "-s", "1T", docs / "gone.img")
-    time.sleep(4)
+    wait_until(lambda: attr(docs / "gone.img", "isUploading") == "1", timeout=30, what="gone.img uploading")
     run("rm", docs / "gone.img")
     (docs / "later.txt").write_text("later\n")
     sync(a, timeout=60)
