@@ -707,11 +707,12 @@ public final class FileSystem: @unchecked Sendable {
     }
 
     /// The listing a directory handle reads from `offset` (OpenDirectory says when it is taken). A folder
-    /// removed since its opendir lists nothing, as on ext4.
-    func listing(_ fh: UInt64, from offset: Int) -> [DirEntry] {
+    /// removed since its opendir lists nothing, as on ext4; one that cannot be read fails (EIO), never lists empty.
+    func listing(_ fh: UInt64, from offset: Int) throws(CoreError) -> [DirEntry] {
         guard offset == 0 else { return handles.withLock { $0.dirs[fh]?.list ?? [] } }
         guard let id = handles.withLock({ $0.dirs[fh]?.id }) else { return [] }
-        let list = (try? entries(id)) ?? []
+        let list: [DirEntry]
+        do throws(CoreError) { list = try entries(id) } catch .notFound { list = [] }
         handles.withLock { $0.dirs[fh]?.list = list }
         return list
     }

@@ -238,16 +238,19 @@ private func addDirectoryOperations(_ ops: inout fuse_lowlevel_ops) {
         })
     }
     ops.readdir = { req, _, size, off, fi in
-        let f = fs(req)
-        reply(req).directory(DirectoryPacking.plain(f.listing(fi!.pointee.fh, from: Int(off)), from: Int(off), size: size,
-                                                    ino: f.listedIno))
+        let r = reply(req), f = fs(req)
+        do throws(CoreError) {
+            let list = try f.listing(fi!.pointee.fh, from: Int(off))
+            r.directory(DirectoryPacking.plain(list, from: Int(off), size: size, ino: f.listedIno))
+        } catch { r.fail(error) }
     }
     ops.readdirplus = { req, _, size, off, fi in
-        let f = fs(req)
-        let page = DirectoryPacking.plus(f.listing(fi!.pointee.fh, from: Int(off)), from: Int(off), size: size,
-                                         entry: { f.listedEntry($0) },
-                                         unused: { if $0.ino != 0 { f.forget($0.ino, 1) } })
-        reply(req).directory(page)
+        let r = reply(req), f = fs(req)
+        do throws(CoreError) {
+            let list = try f.listing(fi!.pointee.fh, from: Int(off))
+            r.directory(DirectoryPacking.plus(list, from: Int(off), size: size, entry: { f.listedEntry($0) },
+                                              unused: { if $0.ino != 0 { f.forget($0.ino, 1) } }))
+        } catch { r.fail(error) }
     }
     ops.releasedir = { req, _, fi in fs(req).releasedir(fi!.pointee.fh); reply(req).ok() }
     ops.fsyncdir = { req, _, _, _ in

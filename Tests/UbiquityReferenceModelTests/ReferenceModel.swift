@@ -323,7 +323,7 @@ final class RefDevice {
     /// Every path below the mount root, folders too, sorted (without .versions, .kvstore, .trash and Documents).
     func allPaths(below ino: UInt64 = 1, prefix: String = "") throws -> [String] {
         let dir = try fs.opendir(ino)
-        let entries = fs.listing(dir.fh, from: 0)
+        let entries = try fs.listing(dir.fh, from: 0)
         fs.releasedir(dir.fh)
         let hidden = Set([".", "..", "Documents"] + WireRules.mountRootNames)
         var paths: [String] = []

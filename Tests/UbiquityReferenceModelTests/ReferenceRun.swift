@@ -489,7 +489,7 @@ final class RefRun {
         guard let ino = try a.ino(WireRules.versionsFolder + "/" + name) else { return [] }
         let dir = try a.fs.opendir(ino)
         defer { a.fs.releasedir(dir.fh) }
-        return a.fs.listing(dir.fh, from: 0).map(\.name).filter { $0 != "." && $0 != ".." && !$0.contains(" (v") }
+        return try a.fs.listing(dir.fh, from: 0).map(\.name).filter { $0 != "." && $0 != ".." && !$0.contains(" (v") }
     }
 
     /// What a conflict version of `name` reads.
@@ -710,7 +710,7 @@ final class RefRun {
             let folder = WireRules.keyValueFolder + (typed ? "/.json" : "")
             guard let ino = try a.ino(folder) else { throw violation("\(folder) is missing") }
             let dir = try a.fs.opendir(ino)
-            let listed = a.fs.listing(dir.fh, from: 0).map(\.name).filter { $0 != "." && $0 != ".." }
+            let listed = try a.fs.listing(dir.fh, from: 0).map(\.name).filter { $0 != "." && $0 != ".." }
             a.fs.releasedir(dir.fh)
             let expected = (typed ? [] : [".json", ".changes"]) + kv.keys.sorted()
             if listed != expected { throw violation("\(folder) lists \(listed), the model \(expected)") }
@@ -725,7 +725,7 @@ final class RefRun {
         guard let versions = try a.ino(WireRules.versionsFolder) else { throw violation(".versions is missing") }
         let dir = try a.fs.opendir(versions)
         defer { a.fs.releasedir(dir.fh) }
-        let listed = Set(a.fs.listing(dir.fh, from: 0).map(\.name)).subtracting([".", ".."])
+        let listed = Set(try a.fs.listing(dir.fh, from: 0).map(\.name)).subtracting([".", ".."])
         let expected = Set(files.filter { !$0.value.conflicts.isEmpty }.keys.map { String($0.split(separator: "/")[0]) })
         if listed != expected { throw violation(".versions lists \(listed.sorted()), the model's conflicts lead to \(expected.sorted())") }
     }

@@ -199,11 +199,10 @@ public final class KeyValueStore: Sendable {
                 }
                 guard let answer = try feeder.away({ try remote.kvChanges(since: since, waitSeconds: synced ? 20 : 0) })
                 else { return }
-                tables.withLock { t in
-                    do { try t.take(answer, since: since) } catch { log.error("kv: cannot apply the feed: \(error)") }
-                }
+                try tables.withLock { t in try t.take(answer, since: since) }
             } catch {
-                if !(error is RemoteError) { log.error("kv: cannot read the feed position: \(error)") }
+                // A store that cannot take the feed in waits as an unreachable remote does, never asks again at once.
+                if !(error is RemoteError) { log.error("kv: cannot take the feed in: \(error)") }
                 feeder.pause(nanoseconds: 1_000_000_000)
             }
         }

@@ -4,6 +4,7 @@ import errno
 import json
 import os
 import subprocess
+import time
 import urllib.error
 
 import pytest
@@ -55,6 +56,27 @@ def test_kvstore_is_no_item_and_is_never_uploaded(two):
     wait_until(lambda: key_text(b, "k") == "v", timeout=10, what="k on B")
     names = [i["name"] for i in stub.request("GET", f"/v1/containers/{CONTAINER}/changes")["items"]]
     assert ".kvstore" not in names and "k" not in names
+
+
+def test_a_key_value_store_that_cannot_be_read_answers_eio_never_no_such_key(two):
+    """A .kvstore whose table cannot be read (here dropped from outside) answers EIO at a lookup, a listing and
+    an open: a key is never said to be absent because the store failed (Part 22, point 5). Before, `ls` listed
+    it empty. Meanwhile the feed is asked again at the pace of an unreachable remote: before, it was asked
+    again at once after each failure to take it in, a hundred times a second."""
+    _, a, _ = two
+    kv("set", a.path, "k", "v")
+    assert key_text(a, "k") == "v"
+    log = a.store / "ubiquityfs.log"
+    run("sqlite3", "-cmd", ".timeout 10000", a.store / "state.sqlite", "DROP TABLE kv_local")
+    time.sleep(1)
+    asked = log.read_text(errors="replace").count("/kv?since=")
+    time.sleep(3)
+    asked = log.read_text(errors="replace").count("/kv?since=") - asked
+    assert asked <= 10, f"the key-value feed was asked {asked} times in 3 s"
+    for argv in (["cat", a / ".kvstore" / "k"], ["cat", a / ".kvstore" / "never-set"], ["ls", a / ".kvstore"]):
+        p = run(*argv, check=False)
+        assert p.returncode != 0 and "Input/output error" in p.stderr, (argv, p.stderr)
+    assert (a / "Documents").is_dir()  # the rest of the mount goes on
 
 
 def test_the_later_write_wins_on_both_after_both_were_offline(two):
