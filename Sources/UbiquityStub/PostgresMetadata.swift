@@ -29,11 +29,11 @@ final class PGConnection {
     let handle: OpaquePointer
 
     init(url: String) throws(ServerFailure) {
-        guard let c = PQconnectdb(url) else { throw ServerFailure.unavailable("out of memory") }
+        guard let c = PQconnectdb(url) else { throw .unavailable("out of memory") }
         guard PQstatus(c) == CONNECTION_OK else {
             let why = String(cString: PQerrorMessage(c)).trimmingCharacters(in: .whitespacesAndNewlines)
             PQfinish(c)
-            throw ServerFailure.unavailable(why)
+            throw .unavailable(why)
         }
         handle = c
         _ = try? exec("SET client_min_messages = warning")
@@ -58,7 +58,7 @@ final class PGConnection {
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
             let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
             PQclear(result)
-            if !isHealthy || state.hasPrefix("08") || state.hasPrefix("57P") { throw ServerFailure.unavailable(message) }
+            if !isHealthy || state.hasPrefix("08") || state.hasPrefix("57P") { throw .unavailable(message) }
             throw ServerFailure(PostgresError(sqlState: state, message: message))
         }
         return PGRows(result)
@@ -279,7 +279,7 @@ private final class PostgresTransaction: MetadataTransaction {
     func nextSeq(_ cid: String) throws(ServerFailure) -> Int64 {
         wrote = true
         guard let seq = try int64("UPDATE containers SET seq = seq + 1 WHERE id = $1 RETURNING seq", [cid]) else {
-            throw ServerFailure.refused(404, "no such container")
+            throw .refused(404, "no such container")
         }
         return seq
     }

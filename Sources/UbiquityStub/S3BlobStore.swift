@@ -83,14 +83,14 @@ final class S3BlobStore: BlobStore, Sendable {
         switch a.status {
         case 200:
             guard let size = a.headers["content-length"].flatMap({ Int64($0) }) else {
-                throw ServerFailure.refused(503, "blob store answered HEAD without a length")
+                throw .refused(503, "blob store answered HEAD without a length")
             }
             remember(key, size)
             return size
         case 404:
             return nil
         default:
-            throw ServerFailure.refused(503, "blob store answered HEAD with \(a.status) \(a.errorCode)")
+            throw .refused(503, "blob store answered HEAD with \(a.status) \(a.errorCode)")
         }
     }
 
@@ -107,7 +107,7 @@ final class S3BlobStore: BlobStore, Sendable {
         let created = try upload(tmpPath, size: size, as: key, sha256: sha256, headers: headers)
         let (head, _) = try client.perform("HEAD", key)
         guard head.status == 200, head.headers["content-length"].flatMap({ Int64($0) }) == size else {
-            throw ServerFailure.refused(503, "blob store does not hold \(size) bytes after the upload (HEAD \(head.status))")
+            throw .refused(503, "blob store does not hold \(size) bytes after the upload (HEAD \(head.status))")
         }
         remember(key, size)
         // The verified upload is also the first cached copy.
@@ -134,13 +134,13 @@ final class S3BlobStore: BlobStore, Sendable {
         case 200, 201:
             let etag = a.headers["etag"]?.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) ?? ""
             if etag.count == 32 && etag.lowercased() != hexString(md5) {
-                throw ServerFailure.refused(503, "blob store stored other bytes than sent (ETag \(etag))")
+                throw .refused(503, "blob store stored other bytes than sent (ETag \(etag))")
             }
             return true
         case 412, 409:
             return false
         default:
-            throw ServerFailure.refused(503, "blob store refused the upload: \(a.status) \(a.errorCode)")
+            throw .refused(503, "blob store refused the upload: \(a.status) \(a.errorCode)")
         }
     }
 
@@ -183,7 +183,7 @@ final class S3BlobStore: BlobStore, Sendable {
             guard digest == sha256 else { return false }
             return try ServerFailure.file("stat of a fetched blob", try fd.stat()).st_size == size
         case 404: return false
-        default: throw ServerFailure.refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+        default: throw .refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
         }
     }
 
@@ -198,9 +198,9 @@ final class S3BlobStore: BlobStore, Sendable {
             break
         case 404:
             remember(key(cid, sha256), nil)
-            throw ServerFailure.refused(404, "no such blob")
+            throw .refused(404, "no such blob")
         default:
-            throw ServerFailure.refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+            throw .refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
         }
         let got = try ServerFailure.file("stat of a fetched blob", try fd.stat()).st_size
         guard digest == sha256, Int64(got) == size else {
@@ -208,7 +208,7 @@ final class S3BlobStore: BlobStore, Sendable {
             if (try? isSound(cid, sha256, size: size)) == false, (try? delete(cid, sha256)) != nil {
                 Logger("s3").error("blob \(sha256) of \(cid) is damaged in the blob store: taken away, so that its next upload stores it again")
             }
-            throw ServerFailure.refused(503, "blob store returned \(got) bytes hashing to \(digest ?? "?"), not the blob")
+            throw .refused(503, "blob store returned \(got) bytes hashing to \(digest ?? "?"), not the blob")
         }
         try ServerFailure.file("making a cache folder", try makeDirectories(cacheDir + "/" + cid))
         try ServerFailure.file("renaming a fetched blob into the cache", try renameFile(tmp, path))
@@ -246,7 +246,7 @@ final class S3BlobStore: BlobStore, Sendable {
         let key = self.key(cid, sha256)
         let (a, _) = try client.perform("DELETE", key)
         guard a.status / 100 == 2 || a.status == 404 else {
-            throw ServerFailure.refused(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
+            throw .refused(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
         }
         remember(key, nil)
         removeLeftover(cachePath(cid, sha256))
@@ -263,7 +263,7 @@ final class S3BlobStore: BlobStore, Sendable {
         let key = manifestKey(cid, sha256)
         let (head, _) = try client.perform("HEAD", key)
         guard head.status == 200 || head.status == 404 else {
-            throw ServerFailure.refused(503, "blob store answered HEAD with \(head.status) \(head.errorCode)")
+            throw .refused(503, "blob store answered HEAD with \(head.status) \(head.errorCode)")
         }
         let tmp = try writeTemporary(json, in: cacheDir + "/tmp")
         defer { removeLeftover(tmp) }
@@ -284,14 +284,14 @@ final class S3BlobStore: BlobStore, Sendable {
         case 404:
             return nil
         default:
-            throw ServerFailure.refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
+            throw .refused(503, "blob store answered GET with \(a.status) \(a.errorCode)")
         }
     }
 
     func deleteManifest(_ cid: String, _ sha256: String) throws(ServerFailure) {
         let (a, _) = try client.perform("DELETE", manifestKey(cid, sha256))
         guard a.status / 100 == 2 || a.status == 404 else {
-            throw ServerFailure.refused(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
+            throw .refused(503, "blob store answered DELETE with \(a.status) \(a.errorCode)")
         }
     }
 
@@ -310,7 +310,7 @@ final class S3BlobStore: BlobStore, Sendable {
             var query = token.map { "continuation-token=" + Self.escape($0) + "&" } ?? ""
             query += "list-type=2&prefix=" + Self.escape(prefix)
             let (a, _) = try client.perform("GET", "", query: query)
-            guard a.status == 200 else { throw ServerFailure.refused(503, "blob store answered a listing with \(a.status) \(a.errorCode)") }
+            guard a.status == 200 else { throw .refused(503, "blob store answered a listing with \(a.status) \(a.errorCode)") }
             for entry in S3Client.tag("Contents", in: a.text) {
                 guard let key = S3Client.tag("Key", in: entry).first, key.hasPrefix(prefix),
                       let size = S3Client.tag("Size", in: entry).first.flatMap({ Int64($0) }) else { continue }

@@ -163,7 +163,7 @@ final class S3Client: Sendable {
     /// One request. `upload` sends `length` bytes of a file; `download` takes a 2xx body into a file (from 0).
     func perform(_ method: String, _ key: String, query: String = "", headers: [String] = [],
                  upload: (FileDescriptor, Int64)? = nil, download: FileDescriptor? = nil) throws(ServerFailure) -> (S3Answer, String?) {
-        guard let h = curl_easy_init() else { throw ServerFailure.refused(503, "blob store: libcurl could not make a handle") }
+        guard let h = curl_easy_init() else { throw .refused(503, "blob store: libcurl could not make a handle") }
         defer { curl_easy_cleanup(h) }
         let t = S3Transfer(sink: download, source: upload?.0)
         let ctx = Unmanaged.passUnretained(t).toOpaque()
@@ -213,10 +213,10 @@ final class S3Client: Sendable {
         guard code == CURLE_OK else {
             let detail = String(cString: t.errorBuffer)
             let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
-            throw ServerFailure.refused(503, "blob store \(location.endpoint) unreachable: \(why)")
+            throw .refused(503, "blob store \(location.endpoint) unreachable: \(why)")
         }
         if t.answer.status >= 500 {
-            throw ServerFailure.refused(503, "blob store \(location.endpoint) answered \(t.answer.status) \(t.answer.errorCode)")
+            throw .refused(503, "blob store \(location.endpoint) answered \(t.answer.status) \(t.answer.errorCode)")
         }
         var digest: String?
         if download != nil, var h = t.hasher.take() { digest = h.finalizeHex() }

@@ -150,7 +150,7 @@ private struct SQLiteTransaction: MetadataTransaction {
 
     func nextSeq(_ cid: String) throws(ServerFailure) -> Int64 {
         try db.query("UPDATE containers SET seq = seq + 1 WHERE id = ?", [.text(cid)])
-        guard let seq = try containerSeq(cid) else { throw ServerFailure.refused(404, "no such container") }
+        guard let seq = try containerSeq(cid) else { throw .refused(404, "no such container") }
         return seq
     }
 

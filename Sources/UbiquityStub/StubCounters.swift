@@ -63,10 +63,10 @@ final class StubCounters: Sendable {
 
     /// Applies a faults request: the fields given set their faults; an empty body clears them all.
     func arm(_ f: WireFaults) throws(ServerFailure) -> WireFaults {
-        if let s = f.status, !(400...599).contains(s) { throw ServerFailure.refused(400, "fault status must be 400 to 599") }
+        if let s = f.status, !(400...599).contains(s) { throw .refused(400, "fault status must be 400 to 599") }
         if (f.failNext ?? 0) < 0 || (f.count ?? 0) < 0 || (f.corruptNext ?? 0) < 0 || (f.dropAfterBytes ?? 0) < 0
             || (f.loseAnswerNext ?? 0) < 0 {
-            throw ServerFailure.refused(400, "fault counts must not be negative")
+            throw .refused(400, "fault counts must not be negative")
         }
         return armed.withLock { a in
             if f == WireFaults() { a = Armed(stats: a.stats) }

@@ -24,7 +24,7 @@ extension StubStore {
     /// The item's kept versions, newest first; 404 for an item the container never had.
     func history(_ cid: String, _ id: String) throws(ServerFailure) -> [WireVersion] {
         try reading(cid) { (tx) throws(ServerFailure) in
-            guard try tx.item(cid, id) != nil else { throw ServerFailure.refused(404, "no such item \(id)") }
+            guard try tx.item(cid, id) != nil else { throw .refused(404, "no such item \(id)") }
             return try tx.history(cid, id)
         }
     }
@@ -42,7 +42,7 @@ extension StubStore {
     /// 404 for an id the container never had or one no longer in Recently Deleted; nothing is restored then.
     func restore(_ cid: String, ids: [String], device: String) throws(ServerFailure) -> [WireItem] {
         try HistoryInput.checkIDs(ids)
-        guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw ServerFailure.refused(400, "bad device name") }
+        guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw .refused(400, "bad device name") }
         return try writing(cid) { (tx) throws(ServerFailure) in
             var restore = Restoration(store: self, tx: tx, cid: cid, device: device, asked: Set(ids))
             for id in HistoryInput.unique(ids) { try restore.restoreAsked(id) }
@@ -84,7 +84,7 @@ extension StubStore {
             }
             var emptied = Set<String>()
             for id in HistoryInput.unique(ids) {
-                guard let item = try tx.item(cid, id) else { throw ServerFailure.refused(404, "no such item \(id)") }
+                guard let item = try tx.item(cid, id) else { throw .refused(404, "no such item \(id)") }
                 guard let row = try Self.trashRow(tx, cid, of: item), !emptied.contains(id) else { continue }
                 for gone in try [row] + deletedWith(tx, cid, folder: row) where emptied.insert(gone.id).inserted {
                     try tx.deleteHistory(cid, id: gone.id)
@@ -252,10 +252,10 @@ private struct StubRewindSource: RewindSource {
 enum HistoryInput {
     static func checkIDs(_ ids: [String]) throws(ServerFailure) {
         guard (1...HistoryRules.maxIDs).contains(ids.count) else {
-            throw ServerFailure.refused(400, "give 1 to \(HistoryRules.maxIDs) ids")
+            throw .refused(400, "give 1 to \(HistoryRules.maxIDs) ids")
         }
         if let bad = ids.first(where: { !WireRules.isValidID($0) }) {
-            throw ServerFailure.refused(400, "bad item id \(bad.prefix(80))")
+            throw .refused(400, "bad item id \(bad.prefix(80))")
         }
     }
 
@@ -283,7 +283,7 @@ private struct Restoration {
 
     /// One id asked for: live already (answered as it is), or in Recently Deleted (brought back), else 404.
     mutating func restoreAsked(_ id: String) throws(ServerFailure) {
-        guard let item = try tx.item(cid, id) else { throw ServerFailure.refused(404, "no such item \(id)") }
+        guard let item = try tx.item(cid, id) else { throw .refused(404, "no such item \(id)") }
         guard item.deleted else {
             note(item)
             // A folder that came back earlier as the folder of an item restored alone: asked for itself, it
@@ -294,7 +294,7 @@ private struct Restoration {
             return
         }
         guard let row = try StubStore.trashRow(tx, cid, of: item) else {
-            throw ServerFailure.refused(404, "\(id) is not in Recently Deleted")
+            throw .refused(404, "\(id) is not in Recently Deleted")
         }
         try reviveFolders(above: item)
         try revive(item)
@@ -307,9 +307,9 @@ private struct Restoration {
         var chain: [WireItem] = []
         var cursor = item.parent
         while let id = cursor {
-            guard let folder = try tx.item(cid, id) else { throw ServerFailure.refused(500, "the folder \(id) is missing") }
+            guard let folder = try tx.item(cid, id) else { throw .refused(500, "the folder \(id) is missing") }
             guard folder.deleted else { break }
-            guard chain.count < 100_000 else { throw ServerFailure.refused(500, "the tree is too deep") }
+            guard chain.count < 100_000 else { throw .refused(500, "the tree is too deep") }
             chain.append(folder)
             cursor = folder.parent
         }
@@ -346,7 +346,7 @@ private struct Restoration {
             let candidate = n == 1 ? name : HistoryRules.numberedName(name, n)
             if try tx.liveChild(cid, parent: parent, name: candidate, except: id) == nil { return candidate }
         }
-        throw ServerFailure.refused(409, "no free name for \(name)")
+        throw .refused(409, "no free name for \(name)")
     }
 
     private mutating func note(_ item: WireItem) {

@@ -10,8 +10,8 @@
 // it. A blob GET of a hash that names no blob but a manifest serves the manifest's content, read from its
 // chunks as the stream reaches each, zeros for its holes, so a client that knows no chunks still reads it. Each
 // ServerFailure is answered by its case (`failureReply`): a refusal with its status and a WireError body, a full
-// disk or an engine away with 503, so clients retry. `stop` wakes long
-// polls before it waits for the connection threads.
+// disk or an engine away with 503, so clients retry. `stop` wakes long polls before it waits for the connection
+// threads.
 // Plain HTTP is served only on loopback: a config that listens beyond it without a certificate and key is
 // refused before anything is created. The token file (the key of user `default`'s device `token`, made at a
 // store's first opening) is created whole (written aside, then linked into place), so servers starting
@@ -931,7 +931,7 @@ extension StubServer {
                 return try kvFeed(connection, cid)
             case .kvKey(let cid, let key):
                 var entry = try decode(WireKVEntry.self, ex.body)
-                guard entry.key == key else { throw ServerFailure.refused(400, "the body names another key") }
+                guard entry.key == key else { throw .refused(400, "the body names another key") }
                 entry.seq = 0
                 return .json(200, try store.putKV(cid, entry))
             case .item(let cid, let id):
@@ -978,7 +978,7 @@ extension StubServer {
         switch (asked.ids, asked.all) {
         case (let ids?, nil): return ids
         case (nil, true?): return nil
-        default: throw ServerFailure.refused(400, "give {\"ids\": [...]} or {\"all\": true}")
+        default: throw .refused(400, "give {\"ids\": [...]} or {\"all\": true}")
         }
     }
 
@@ -986,24 +986,24 @@ extension StubServer {
         do {
             return try JSONDecoder().decode(type, from: Data(body))
         } catch {
-            throw ServerFailure.refused(400, "bad JSON body")
+            throw .refused(400, "bad JSON body")
         }
     }
 
     private func changes(_ connection: OpaquePointer, _ cid: String) throws(ServerFailure) -> Reply {
         var since: Int64 = 0
         if let s = argument(connection, "since"), !s.isEmpty {
-            guard let v = Int64(s), v >= 0 else { throw ServerFailure.refused(400, "bad since token") }
+            guard let v = Int64(s), v >= 0 else { throw .refused(400, "bad since token") }
             since = v
         }
         var limit = 1000
         if let s = argument(connection, "limit"), !s.isEmpty {
-            guard let v = Int(s), v > 0 else { throw ServerFailure.refused(400, "bad limit") }
+            guard let v = Int(s), v > 0 else { throw .refused(400, "bad limit") }
             limit = min(v, 10_000)
         }
         var wait = 0
         if let s = argument(connection, "wait"), !s.isEmpty {
-            guard let v = Int(s), v >= 0 else { throw ServerFailure.refused(400, "bad wait") }
+            guard let v = Int(s), v >= 0 else { throw .refused(400, "bad wait") }
             wait = min(v, 60)
         }
         let answer = try store.changes(cid, since: since, limit: limit, wait: wait)
@@ -1014,11 +1014,11 @@ extension StubServer {
     private func kvFeed(_ connection: OpaquePointer, _ cid: String) throws(ServerFailure) -> Reply {
         var since: Int64 = 0, wait = 0
         if let s = argument(connection, "since"), !s.isEmpty {
-            guard let v = Int64(s), v >= 0 else { throw ServerFailure.refused(400, "bad since") }
+            guard let v = Int64(s), v >= 0 else { throw .refused(400, "bad since") }
             since = v
         }
         if let s = argument(connection, "wait"), !s.isEmpty {
-            guard let v = Int(s), v >= 0 else { throw ServerFailure.refused(400, "bad wait") }
+            guard let v = Int(s), v >= 0 else { throw .refused(400, "bad wait") }
             wait = min(v, 60)
         }
         return .json(200, try store.kvChanges(cid, since: since, wait: wait))
@@ -1033,13 +1033,13 @@ extension StubServer {
             let condition: WriteCondition
             switch (ifMatch, ifNoneMatch) {
             case (let m?, nil):
-                guard let v = parseVersion(m) else { throw ServerFailure.refused(400, "bad If-Match version") }
+                guard let v = parseVersion(m) else { throw .refused(400, "bad If-Match version") }
                 condition = .ifMatch(v)
             case (nil, let n?):
-                guard n.trimmingCharacters(in: .whitespaces) == "*" else { throw ServerFailure.refused(400, "If-None-Match must be *") }
+                guard n.trimmingCharacters(in: .whitespaces) == "*" else { throw .refused(400, "If-None-Match must be *") }
                 condition = .ifNoneMatch
             default:
-                throw ServerFailure.refused(400, "exactly one of If-Match and If-None-Match: * is needed")
+                throw .refused(400, "exactly one of If-Match and If-None-Match: * is needed")
             }
             let body = try decode(WireItem.self, ex.body)
             let change = try changeID(connection, device: header(connection, "X-Device") ?? body.device)
@@ -1057,7 +1057,7 @@ extension StubServer {
             }
         default: // DELETE
             guard let m = header(connection, "If-Match"), let v = parseVersion(m) else {
-                throw ServerFailure.refused(400, "If-Match version needed")
+                throw .refused(400, "If-Match version needed")
             }
             let device = header(connection, "X-Device") ?? ""
             let change = try changeID(connection, device: device)
@@ -1077,16 +1077,16 @@ extension StubServer {
     private func batch(_ ex: Exchange, _ cid: String) throws(ServerFailure) -> Reply {
         let entries = try decode(WireBatch.self, ex.body).entries
         guard entries.count <= WireBatchLimits.maxEntries else {
-            throw ServerFailure.refused(413, "more than \(WireBatchLimits.maxEntries) entries")
+            throw .refused(413, "more than \(WireBatchLimits.maxEntries) entries")
         }
         let inline = entries.map { $0.content?.count ?? 0 }
         guard !inline.contains(where: { $0 > WireBatchLimits.maxInlineBytes }) else {
-            throw ServerFailure.refused(413, "inline content over \(WireBatchLimits.maxInlineBytes) bytes")
+            throw .refused(413, "inline content over \(WireBatchLimits.maxInlineBytes) bytes")
         }
         guard inline.reduce(0, +) <= WireBatchLimits.maxInlineTotal else {
-            throw ServerFailure.refused(413, "inline content over \(WireBatchLimits.maxInlineTotal) bytes in all")
+            throw .refused(413, "inline content over \(WireBatchLimits.maxInlineTotal) bytes in all")
         }
-        guard try store.containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
+        guard try store.containerExists(cid) else { throw .refused(404, "no such container") }
         var prepared = try entries.map { (entry) throws(ServerFailure) in try prepareInline(entry, cid) }
         if let account = ex.account { prepared = try withinLimits(account, prepared) }
         let results = try store.batch(cid, prepared, deadline: Date(timeIntervalSinceNow: config.batchSeconds))
@@ -1167,7 +1167,7 @@ extension StubServer {
     /// The change id of a put or delete (`X-Change-ID`, optional) with the device that made it.
     private func changeID(_ connection: OpaquePointer, device: String) throws(ServerFailure) -> WireChangeID? {
         guard let id = header(connection, "X-Change-ID") else { return nil }
-        guard WireRules.isValidID(id) else { throw ServerFailure.refused(400, "bad change id") }
+        guard WireRules.isValidID(id) else { throw .refused(400, "bad change id") }
         return WireChangeID(id: id, device: device)
     }
 
@@ -1185,13 +1185,13 @@ extension StubServer {
             counters.update { $0.blobPuts += 1 }
             return .json(200, Stored(sha256: sha, size: size))
         }
-        guard let writer = ex.writer else { throw ServerFailure.refused(500, "no upload in progress") }
+        guard let writer = ex.writer else { throw .refused(500, "no upload in progress") }
         defer { writer.discard(); ex.writer = nil }
         let got = try writer.finish()
         guard writer.written == ex.declaredLength else {
-            throw ServerFailure.refused(422, "received \(writer.written) bytes of \(ex.declaredLength ?? -1)")
+            throw .refused(422, "received \(writer.written) bytes of \(ex.declaredLength ?? -1)")
         }
-        guard got == sha else { throw ServerFailure.refused(422, "the bytes hash to \(got)") }
+        guard got == sha else { throw .refused(422, "the bytes hash to \(got)") }
         let created = sha == emptySHA256 ? false : try store.commitBlob(cid, sha, size: writer.written, tmpPath: writer.tmpPath,
                                                                                  replacing: ex.replacingBlob)
         counters.update {
@@ -1206,10 +1206,10 @@ extension StubServer {
     private func missingChunks(_ ex: Exchange, _ cid: String) throws(ServerFailure) -> Reply {
         let asked = try decode(WireChunkList.self, ex.body).chunks
         guard (1...WireChunkLimits.maxAsk).contains(asked.count) else {
-            throw ServerFailure.refused(400, "ask about 1 to \(WireChunkLimits.maxAsk) chunks")
+            throw .refused(400, "ask about 1 to \(WireChunkLimits.maxAsk) chunks")
         }
-        guard asked.allSatisfy(isSHA256Hex) else { throw ServerFailure.refused(400, "bad chunk hash") }
-        guard try store.containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
+        guard asked.allSatisfy(isSHA256Hex) else { throw .refused(400, "bad chunk hash") }
+        guard try store.containerExists(cid) else { throw .refused(404, "no such container") }
         var missing: [String] = []
         for sha in asked {
             collector.touch(cid, sha)
@@ -1223,8 +1223,8 @@ extension StubServer {
     /// (409 naming one that is not).
     private func putManifest(_ ex: Exchange, _ cid: String, _ sha: String) throws(ServerFailure) -> Reply {
         let manifest = try decode(WireManifest.self, ex.body)
-        guard manifest.sha256 == sha else { throw ServerFailure.refused(400, "the body names another manifest") }
-        if let problem = manifest.problem { throw ServerFailure.refused(400, problem) }
+        guard manifest.sha256 == sha else { throw .refused(400, "the body names another manifest") }
+        if let problem = manifest.problem { throw .refused(400, problem) }
         collector.touch(cid, sha)
         let created = try store.putManifest(cid, manifest)
         counters.update { $0.manifestPuts += 1 }
@@ -1232,17 +1232,17 @@ extension StubServer {
     }
 
     private func getManifest(_ cid: String, _ sha: String) throws(ServerFailure) -> Reply {
-        guard try store.containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
+        guard try store.containerExists(cid) else { throw .refused(404, "no such container") }
         collector.touch(cid, sha)
-        guard let manifest = try store.manifest(cid, sha) else { throw ServerFailure.refused(404, "no such manifest") }
+        guard let manifest = try store.manifest(cid, sha) else { throw .refused(404, "no such manifest") }
         return .json(200, manifest)
     }
 
     /// `HEAD`/`GET .../blobs/{sha}`: the blob, or the content of the manifest stored under the hash.
     private func getBlob(_ connection: OpaquePointer, _ ex: Exchange, _ cid: String, _ sha: String) throws(ServerFailure) -> Reply {
-        guard try store.containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
+        guard try store.containerExists(cid) else { throw .refused(404, "no such container") }
         collector.touch(cid, sha)
-        guard let content = try store.content(cid, sha) else { throw ServerFailure.refused(404, try store.absence(cid, sha)) }
+        guard let content = try store.content(cid, sha) else { throw .refused(404, try store.absence(cid, sha)) }
         let size = content.size
         var headers: [(String, String)] = [("Accept-Ranges", "bytes"), ("X-Content-SHA256", sha),
                                            ("Content-Type", "application/octet-stream")]

@@ -90,7 +90,7 @@ final class StubStore: Sendable {
     /// One writing transaction on container `cid`, locked first; a missing container is 404.
     func writing<T>(_ cid: String, _ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         let result = try meta.write { (tx) throws(ServerFailure) in
-            guard try tx.lockContainer(cid) != nil else { throw ServerFailure.refused(404, "no such container") }
+            guard try tx.lockContainer(cid) != nil else { throw .refused(404, "no such container") }
             return try body(tx)
         }
         meta.notifier.committed(cid)
@@ -100,7 +100,7 @@ final class StubStore: Sendable {
     /// One reading transaction on container `cid`; a missing container is 404.
     func reading<T>(_ cid: String, _ body: (any MetadataTransaction) throws(ServerFailure) -> T) throws(ServerFailure) -> T {
         try meta.read { (tx) throws(ServerFailure) in
-            guard try tx.containerSeq(cid) != nil else { throw ServerFailure.refused(404, "no such container") }
+            guard try tx.containerSeq(cid) != nil else { throw .refused(404, "no such container") }
             return try body(tx)
         }
     }
@@ -132,7 +132,7 @@ final class StubStore: Sendable {
 
     /// Creates the container (root and Documents) unless it exists; answers the feed position now.
     func ensureContainer(_ cid: String) throws(ServerFailure) -> WireContainer {
-        guard ContainerScope.isValidStoredID(cid) else { throw ServerFailure.refused(400, "bad container id") }
+        guard ContainerScope.isValidStoredID(cid) else { throw .refused(400, "bad container id") }
         if let seq = try meta.read({ (tx) throws(ServerFailure) in try tx.containerSeq(cid) }) {
             return WireContainer(container: cid, root: WireRules.rootID, token: String(seq))
         }
@@ -158,7 +158,7 @@ final class StubStore: Sendable {
 
     func item(_ cid: String, _ id: String) throws(ServerFailure) -> WireItem {
         try reading(cid) { (tx) throws(ServerFailure) in
-            guard let item = try tx.item(cid, id) else { throw ServerFailure.refused(404, "no such item") }
+            guard let item = try tx.item(cid, id) else { throw .refused(404, "no such item") }
             return item
         }
     }
@@ -194,20 +194,20 @@ final class StubStore: Sendable {
     /// Checks the parts of an item that do not depend on the rest of the tree, and normalises it.
     private func validated(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ body: WireItem) throws(ServerFailure) -> WireItem {
         var item = body
-        guard item.id == id else { throw ServerFailure.refused(400, "the id in the body differs from the path") }
+        guard item.id == id else { throw .refused(400, "the id in the body differs from the path") }
         if id == WireRules.rootID {
             guard item.parent == nil, item.name == "", item.kind == .dir else {
-                throw ServerFailure.refused(400, "the root has no parent and no name")
+                throw .refused(400, "the root has no parent and no name")
             }
         } else {
-            guard let parent = item.parent, WireRules.isValidID(parent) else { throw ServerFailure.refused(400, "bad parent id") }
-            guard WireRules.isValidName(item.name) else { throw ServerFailure.refused(400, "bad name") }
-            if let why = WireRules.reservedNameProblem(item.name, parent: parent) { throw ServerFailure.refused(400, why) }
+            guard let parent = item.parent, WireRules.isValidID(parent) else { throw .refused(400, "bad parent id") }
+            guard WireRules.isValidName(item.name) else { throw .refused(400, "bad name") }
+            if let why = WireRules.reservedNameProblem(item.name, parent: parent) { throw .refused(400, why) }
         }
         item.mode &= WireRules.sharedModeBits // (setuid, setgid and sticky never travel)
         item.deleted = false
-        guard item.device.utf8.count <= 255 else { throw ServerFailure.refused(400, "device name too long") }
-        if let problem = WireRules.kindProblem(item) { throw ServerFailure.refused(400, problem) }
+        guard item.device.utf8.count <= 255 else { throw .refused(400, "device name too long") }
+        if let problem = WireRules.kindProblem(item) { throw .refused(400, problem) }
         switch item.kind {
         case .dir:
             item.size = 0; item.sha256 = ""
@@ -218,14 +218,14 @@ final class StubStore: Sendable {
         }
         var xattrBytes = 0
         for (key, value) in item.xattrs {
-            guard !key.isEmpty, let decoded = Data(base64Encoded: value) else { throw ServerFailure.refused(400, "bad xattr \(key)") }
+            guard !key.isEmpty, let decoded = Data(base64Encoded: value) else { throw .refused(400, "bad xattr \(key)") }
             xattrBytes += WireRules.xattrBytes(name: key, valueBytes: decoded.count)
         }
-        guard xattrBytes <= WireRules.maxXattrBytes else { throw ServerFailure.refused(400, "xattrs larger than 64 KiB") }
+        guard xattrBytes <= WireRules.maxXattrBytes else { throw .refused(400, "xattrs larger than 64 KiB") }
         var conflictIDs = Set<String>()
         for c in item.conflicts {
             guard WireRules.isValidID(c.id), conflictIDs.insert(c.id).inserted else {
-                throw ServerFailure.refused(400, "bad or repeated conflict id")
+                throw .refused(400, "bad or repeated conflict id")
             }
             try checkContent(tx, cid, sha256: c.sha256, size: c.size, what: "conflict \(c.id)")
         }
@@ -235,13 +235,13 @@ final class StubStore: Sendable {
     /// A file's hash must name a blob or a manifest on the stub of the same size (the empty hash needs no blob).
     private func checkContent(_ tx: any MetadataTransaction, _ cid: String, sha256: String, size: Int64,
                               what: String) throws(ServerFailure) {
-        guard isSHA256Hex(sha256), size >= 0 else { throw ServerFailure.refused(400, "bad hash or size of \(what)") }
+        guard isSHA256Hex(sha256), size >= 0 else { throw .refused(400, "bad hash or size of \(what)") }
         if sha256 == emptySHA256 {
-            guard size == 0 else { throw ServerFailure.refused(400, "size of \(what) does not match its blob") }
+            guard size == 0 else { throw .refused(400, "size of \(what) does not match its blob") }
             return
         }
-        guard let blobSize = try blobSize(cid, sha256) else { throw ServerFailure.refused(400, "blob missing for \(what)") }
-        guard blobSize == size else { throw ServerFailure.refused(400, "size of \(what) does not match its blob") }
+        guard let blobSize = try blobSize(cid, sha256) else { throw .refused(400, "blob missing for \(what)") }
+        guard blobSize == size else { throw .refused(400, "size of \(what) does not match its blob") }
     }
 
     /// Creates or updates an item, conditionally: the rules of WIRE.md "Conditional writes".
@@ -269,11 +269,11 @@ final class StubStore: Sendable {
         case .ifNoneMatch:
             if let existing { throw .refused(try moved(tx, cid, change, "the item exists", current: existing)) }
         case .ifMatch(let version):
-            guard let existing else { throw ServerFailure.refused(404, "no such item") }
+            guard let existing else { throw .refused(404, "no such item") }
             guard existing.version == version else {
                 throw .refused(try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing))
             }
-            guard existing.kind == item.kind else { throw ServerFailure.refused(400, "an item cannot change kind") }
+            guard existing.kind == item.kind else { throw .refused(400, "an item cannot change kind") }
         }
         if let parentID = item.parent { try checkPlace(tx, cid, id, parentID, item.name) }
         let stored = try store(tx, cid, item)
@@ -285,18 +285,18 @@ final class StubStore: Sendable {
     private func checkPlace(_ tx: any MetadataTransaction, _ cid: String, _ id: String, _ parentID: String,
                             _ name: String) throws(ServerFailure) {
         guard let parent = try tx.item(cid, parentID), !parent.deleted, parent.kind == .dir else {
-            throw ServerFailure.refused(422, "the parent is not a live directory")
+            throw .refused(422, "the parent is not a live directory")
         }
         var cursor: String? = parentID
         var steps = 0
         while let c = cursor {
-            if c == id { throw ServerFailure.refused(422, "an item cannot move below itself") }
+            if c == id { throw .refused(422, "an item cannot move below itself") }
             steps += 1
-            if steps > 100_000 { throw ServerFailure.refused(500, "the tree is too deep") }
+            if steps > 100_000 { throw .refused(500, "the tree is too deep") }
             cursor = try tx.item(cid, c)?.parent
         }
         if let holder = try tx.liveChild(cid, parent: parentID, name: name, except: id) {
-            throw ServerFailure.refused(409, "the name is taken", current: holder)
+            throw .refused(409, "the name is taken", current: holder)
         }
     }
 
@@ -311,14 +311,14 @@ final class StubStore: Sendable {
                         device: String, change: WireChangeID?) throws(ServerFailure) -> WireItem {
         let digest = WireApplied.digest(condition: "delete \(version)", item: nil)
         try throwIfApplied(tx, cid, id, change, digest: digest)
-        guard id != WireRules.rootID else { throw ServerFailure.refused(400, "the root cannot be deleted") }
-        guard let existing = try tx.item(cid, id) else { throw ServerFailure.refused(404, "no such item") }
+        guard id != WireRules.rootID else { throw .refused(400, "the root cannot be deleted") }
+        guard let existing = try tx.item(cid, id) else { throw .refused(404, "no such item") }
         if existing.deleted { throw .refused(try moved(tx, cid, change, "the item is already deleted", current: existing)) }
         guard existing.version == version else {
             throw .refused(try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing))
         }
         if existing.kind == .dir, let child = try tx.anyLiveChild(cid, parent: id) {
-            throw ServerFailure.refused(409, "the directory is not empty", current: child)
+            throw .refused(409, "the directory is not empty", current: child)
         }
         var tomb = existing
         tomb.deleted = true
@@ -435,21 +435,21 @@ final class StubStore: Sendable {
         let entry = prepared.entry
         switch entry.op {
         case .delete:
-            guard WireRules.isValidID(entry.id) else { throw ServerFailure.refused(400, "bad item id") }
-            guard let version = entry.ifMatch, version >= 0 else { throw ServerFailure.refused(400, "If-Match version needed") }
+            guard WireRules.isValidID(entry.id) else { throw .refused(400, "bad item id") }
+            guard let version = entry.ifMatch, version >= 0 else { throw .refused(400, "If-Match version needed") }
             return try delete(tx, cid, entry.id, ifMatch: version, device: entry.device ?? "",
                               change: try checked(entry.changeID))
         case .put:
-            guard WireRules.isValidID(entry.id) else { throw ServerFailure.refused(400, "bad item id") }
-            guard let item = entry.item else { throw ServerFailure.refused(400, "a put needs an item") }
+            guard WireRules.isValidID(entry.id) else { throw .refused(400, "bad item id") }
+            guard let item = entry.item else { throw .refused(400, "a put needs an item") }
             let condition: WriteCondition = entry.ifMatch.map { .ifMatch($0) } ?? .ifNoneMatch
-            if case .ifMatch(let v) = condition, v < 0 { throw ServerFailure.refused(400, "bad If-Match version") }
+            if case .ifMatch(let v) = condition, v < 0 { throw .refused(400, "bad If-Match version") }
             return try put(tx, cid, entry.id, item, condition, change: try checked(entry.changeID))
         }
     }
 
     private func checked(_ change: WireChangeID?) throws(ServerFailure) -> WireChangeID? {
-        if let change, !WireRules.isValidID(change.id) { throw ServerFailure.refused(400, "bad change id") }
+        if let change, !WireRules.isValidID(change.id) { throw .refused(400, "bad change id") }
         return change
     }
 
@@ -461,7 +461,7 @@ final class StubStore: Sendable {
                                 digest: String) throws(ServerFailure) {
         guard let change, let last = try tx.appliedChange(cid, item: id, device: change.device),
               last.change == change.id else { return }
-        guard last.digest == digest else { throw ServerFailure.refused(400, "change id \(change.id) reused for another change") }
+        guard last.digest == digest else { throw .refused(400, "change id \(change.id) reused for another change") }
         guard let current = try tx.item(cid, id) else { return }
         throw .applied(WireApplied(applied: last.version, current: current))
     }
@@ -505,12 +505,12 @@ final class StubStore: Sendable {
     /// write is then dropped), else the write at the next feed position. A value that would pass Apple's limits
     /// is refused with 413 and stores nothing.
     func putKV(_ cid: String, _ entry: WireKVEntry) throws(ServerFailure) -> WireKVEntry {
-        guard KVLimits.isValidKey(entry.key) else { throw ServerFailure.refused(400, KVLimits.keyProblem(entry.key)) }
-        guard entry.deleted == (entry.value == nil) else { throw ServerFailure.refused(400, "a value, or deleted, not both") }
+        guard KVLimits.isValidKey(entry.key) else { throw .refused(400, KVLimits.keyProblem(entry.key)) }
+        guard entry.deleted == (entry.value == nil) else { throw .refused(400, "a value, or deleted, not both") }
         return try writing(cid) { (tx) throws(ServerFailure) in
             if let current = try tx.kvEntry(cid, entry.key), !entry.wins(over: current) { return current }
             if let v = KVLimits.violation(key: entry.key, value: entry.value, live: try tx.kvLiveSizes(cid)) {
-                throw ServerFailure.refused(413, "quota: " + v.message)
+                throw .refused(413, "quota: " + v.message)
             }
             var stored = entry
             stored.seq = try tx.kvSeq(cid) + 1
@@ -565,7 +565,7 @@ final class StubStore: Sendable {
     /// answers false when the blob was already there.
     /// `replacing`: the stored blob was found damaged (`blobIsSound`), and these bytes replace it.
     func commitBlob(_ cid: String, _ sha256: String, size: Int64, tmpPath: String, replacing: Bool = false) throws(ServerFailure) -> Bool {
-        guard try containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
+        guard try containerExists(cid) else { throw .refused(404, "no such container") }
         let created = try blobs.put(cid, sha256, size: size, tmpPath: tmpPath, replacing: replacing)
         if created { meter.stored(cid, bytes: size) }
         return created
@@ -635,7 +635,7 @@ final class StubStore: Sendable {
         guard let json = try blobs.manifest(cid, sha256) else { return nil }
         guard let manifest = try? JSONDecoder().decode(WireManifest.self, from: Data(json)),
               manifest.sha256 == sha256 else {
-            throw ServerFailure.refused(500, "the stored manifest \(sha256) does not decode")
+            throw .refused(500, "the stored manifest \(sha256) does not decode")
         }
         return manifest
     }
@@ -644,13 +644,13 @@ final class StubStore: Sendable {
     /// data chunk it names is stored as a blob of its size: else 409 naming the first that is not. Answers
     /// whether it is new.
     func putManifest(_ cid: String, _ manifest: WireManifest) throws(ServerFailure) -> Bool {
-        guard try containerExists(cid) else { throw ServerFailure.refused(404, "no such container") }
+        guard try containerExists(cid) else { throw .refused(404, "no such container") }
         let json = Array(try ServerFailure.coding("a manifest") { try JSONEncoder.wire.encode(manifest) })
         return try withManifestLock(cid) { () throws(ServerFailure) in
             var checked = Set<WireChunk>()
             for chunk in manifest.chunks where checked.insert(chunk).inserted {
                 guard let sha = chunk.sha256 else { continue } // a hole
-                guard try blobs.size(cid, sha) == chunk.size else { throw ServerFailure.refused(409, "chunk \(sha) is not stored") }
+                guard try blobs.size(cid, sha) == chunk.size else { throw .refused(409, "chunk \(sha) is not stored") }
             }
             return try blobs.putManifest(cid, manifest.sha256, json: json)
         }
@@ -704,7 +704,7 @@ final class StubStore: Sendable {
             var parent = WireRules.rootID
             func makeDir(_ name: String, under parent: String) throws(ServerFailure) -> WireItem {
                 if let existing = try tx.liveChild(cid, parent: parent, name: name, except: nil) {
-                    guard existing.kind == .dir else { throw ServerFailure.refused(409, "\(name) is a file", current: existing) }
+                    guard existing.kind == .dir else { throw .refused(409, "\(name) is a file", current: existing) }
                     return existing
                 }
                 let dir = WireItem(id: randomHex(bytes: 16), parent: parent, name: name, kind: .dir, mode: 0o755,
@@ -713,7 +713,7 @@ final class StubStore: Sendable {
             }
             for name in dirs { parent = try makeDir(name, under: parent).id }
             guard let leaf else {
-                guard let root = try tx.item(cid, parent) else { throw ServerFailure.refused(404, "no root") }
+                guard let root = try tx.item(cid, parent) else { throw .refused(404, "no root") }
                 return root
             }
             guard let content else {
@@ -727,7 +727,7 @@ final class StubStore: Sendable {
             try checkContent(tx, cid, sha256: content.sha256, size: content.size, what: leaf)
             var file: WireItem
             if let existing = try tx.liveChild(cid, parent: parent, name: leaf, except: nil) {
-                guard existing.kind == .file else { throw ServerFailure.refused(409, "\(leaf) is a directory", current: existing) }
+                guard existing.kind == .file else { throw .refused(409, "\(leaf) is a directory", current: existing) }
                 file = existing
                 file.sha256 = content.sha256; file.size = content.size; file.mtime = mtime; file.device = device
                 if let mode { file.mode = mode }
@@ -770,7 +770,7 @@ final class BlobWriter {
     /// Closes the file and answers the hash of what was written; the file stays for the caller to move.
     func finish() throws(ServerFailure) -> String {
         if let failure { throw ServerFailure(failure, "writing \(tmpPath)") }
-        guard !closed, var h = hasher.take() else { throw ServerFailure.refused(500, "upload already finished") }
+        guard !closed, var h = hasher.take() else { throw .refused(500, "upload already finished") }
         fd.close(); closed = true
         return h.finalizeHex()
     }
