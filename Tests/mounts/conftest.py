@@ -121,7 +121,8 @@ def dropping_caches(every=0.5):
 
 
 # UBIQUITYFS_DROP_CACHES=SECONDS: the kernel forgets inodes every SECONDS during every test (by hand:
-# `UBIQUITYFS_DROP_CACHES=0.5 scripts/test`); the modules that ask for `caches_dropped` run so always.
+# `UBIQUITYFS_DROP_CACHES=0.5 scripts/test`; each of the two workers drops them, so twice as often); the modules
+# that ask for `caches_dropped` run so always.
 DROP_EVERY = float(os.environ.get("UBIQUITYFS_DROP_CACHES") or 0)
 
 
