@@ -1,11 +1,13 @@
-// The server's one error type. Every function of the stub that can fail throws a ServerFailure, and the server
-// answers each case in one exhaustive switch (`StubServer.failureReply`): a refusal with its status, a change
-// already applied with 208, an engine away or a full disk with 503 (clients retry), anything else with 500.
+// The server's one error type. Every function of the stub that serves a request throws a ServerFailure, and the
+// server answers each case in one exhaustive switch (`StubServer.failureReply`): a refusal with its status, a
+// change already applied with 208, an engine away or a full disk with 503 (clients retry), anything else with 500.
+// Start-up and the operator's commands throw StubError instead: a plain message for the command line.
 //
 // What must hold: the errors of the libraries below the stub become a case here where they are met, each kind by
-// its own initializer (SQLite's, PostgreSQL's, a system call's errno); the two libraries that throw untyped
-// errors (UbiquityBase's Database and Foundation's JSON coders) are bridged by `database` and `coding`, whose
-// only other failures are the stub's own ServerFailure from the row readers it passes them.
+// its own initializer (SQLite's, PostgreSQL's, a system call's errno); the libraries that throw untyped errors
+// are bridged in one place each: UbiquityBase's Database by `database` (its only other failures are the stub's
+// own, from the row readers it is passed), Foundation's JSON coders by `coding`, RewindPlanner by
+// `StubStore.planning` (its refusals, and the failures of the store it reads).
 import Foundation
 import UbiquityBase
 
