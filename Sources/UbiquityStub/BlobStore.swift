@@ -126,7 +126,7 @@ final class FileBlobStore: BlobStore, Sendable {
             removeLeftover(tmpPath)
             return false
         }
-        try ServerFailure.file("making a container's blob folder", try makeDirectories(dir + "/" + cid))
+        try addContainer(cid)
         // (over a damaged one: rename replaces it in one step)
         try ServerFailure.file("renaming a blob into place", try renameFile(tmpPath, path(cid, sha256)))
         return true
@@ -169,7 +169,7 @@ final class FileBlobStore: BlobStore, Sendable {
         let isNew = !FileManager.default.fileExists(atPath: manifestPath(cid, sha256))
         let tmp = try writeTemporary(json, in: tmpDir)
         defer { removeLeftover(tmp) }
-        try ServerFailure.file("making a container's blob folder", try makeDirectories(dir + "/" + cid))
+        try addContainer(cid)
         try ServerFailure.file("renaming a manifest into place", try renameFile(tmp, manifestPath(cid, sha256)))
         return isNew
     }

@@ -174,8 +174,7 @@ final class S3BlobStore: BlobStore, Sendable {
 
     func isSound(_ cid: String, _ sha256: String, size: Int64) throws(ServerFailure) -> Bool {
         if sha256 == emptySHA256 { return true }
-        let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".check"
-        let fd = try ServerFailure.file("creating \(tmp)", try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600))
+        let (tmp, fd) = try temporaryFile(".check")
         defer { fd.close(); removeLeftover(tmp) }
         let (a, digest) = try client.perform("GET", key(cid, sha256), download: fd)
         switch a.status {
@@ -187,10 +186,16 @@ final class S3BlobStore: BlobStore, Sendable {
         }
     }
 
+    /// A new file (mode 0600) in the cache's tmp folder, named with `suffix`, open for reading and writing; the
+    /// caller closes and removes it.
+    private func temporaryFile(_ suffix: String) throws(ServerFailure) -> (path: String, fd: FileDescriptor) {
+        let path = cacheDir + "/tmp/" + randomHex(bytes: 12) + suffix
+        return (path, try ServerFailure.file("creating \(path)", try FileDescriptor.open(path, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)))
+    }
+
     /// Downloads the whole object to a temporary file and moves it into the cache once it hashes to its name.
     private func fetch(_ cid: String, _ sha256: String, size: Int64, into path: String) throws(ServerFailure) {
-        let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".part"
-        let fd = try ServerFailure.file("creating \(tmp)", try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600))
+        let (tmp, fd) = try temporaryFile(".part")
         defer { fd.close(); removeLeftover(tmp) }
         let (a, digest) = try client.perform("GET", key(cid, sha256), download: fd)
         switch a.status {
@@ -274,8 +279,7 @@ final class S3BlobStore: BlobStore, Sendable {
 
     func manifest(_ cid: String, _ sha256: String) throws(ServerFailure) -> [UInt8]? {
         // Through a file: an answer kept in memory stops at 1 MiB, and a manifest may be larger.
-        let tmp = cacheDir + "/tmp/" + randomHex(bytes: 12) + ".chunks"
-        let fd = try ServerFailure.file("creating \(tmp)", try FileDescriptor.open(tmp, O_RDWR | O_CREAT | O_EXCL, mode: 0o600))
+        let (tmp, fd) = try temporaryFile(".chunks")
         defer { fd.close(); removeLeftover(tmp) }
         let (a, _) = try client.perform("GET", manifestKey(cid, sha256), download: fd)
         switch a.status {

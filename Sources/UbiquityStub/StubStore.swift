@@ -267,11 +267,11 @@ final class StubStore: Sendable {
         let existing = try tx.item(cid, id)
         switch condition {
         case .ifNoneMatch:
-            if let existing { throw .refused(try moved(tx, cid, change, "the item exists", current: existing)) }
+            if let existing { throw try moved(tx, cid, change, "the item exists", current: existing) }
         case .ifMatch(let version):
             guard let existing else { throw .refused(404, "no such item") }
             guard existing.version == version else {
-                throw .refused(try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing))
+                throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
             }
             guard existing.kind == item.kind else { throw .refused(400, "an item cannot change kind") }
         }
@@ -313,9 +313,9 @@ final class StubStore: Sendable {
         try throwIfApplied(tx, cid, id, change, digest: digest)
         guard id != WireRules.rootID else { throw .refused(400, "the root cannot be deleted") }
         guard let existing = try tx.item(cid, id) else { throw .refused(404, "no such item") }
-        if existing.deleted { throw .refused(try moved(tx, cid, change, "the item is already deleted", current: existing)) }
+        if existing.deleted { throw try moved(tx, cid, change, "the item is already deleted", current: existing) }
         guard existing.version == version else {
-            throw .refused(try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing))
+            throw try moved(tx, cid, change, "the item is at version \(existing.version)", current: existing)
         }
         if existing.kind == .dir, let child = try tx.anyLiveChild(cid, parent: id) {
             throw .refused(409, "the directory is not empty", current: child)
@@ -469,10 +469,10 @@ final class StubStore: Sendable {
     /// The 412 of a write whose condition no longer holds, with the asking device's last change applied to the
     /// item when it sent a change id (its answer may have been lost: then `current` may be that change's work).
     private func moved(_ tx: any MetadataTransaction, _ cid: String, _ change: WireChangeID?, _ message: String,
-                       current: WireItem) throws(ServerFailure) -> StubFailure {
+                       current: WireItem) throws(ServerFailure) -> ServerFailure {
         let last = try change.flatMap { (c) throws(ServerFailure) in try tx.appliedChange(cid, item: current.id, device: c.device) }
-        return StubFailure(412, message, current: current,
-                           yours: last.map { WireLastChange(change: $0.change, version: $0.version) })
+        return .refused(412, message, current: current,
+                        yours: last.map { WireLastChange(change: $0.change, version: $0.version) })
     }
 
     /// Records `change` as the last change applied for its item and device (inside the write's transaction).
