@@ -52,13 +52,30 @@ struct ubq_open_out { uint64_t fh; uint32_t open_flags; int32_t backing_id; };
 #define UBQ_CREATE_FLAGS_AT 12
 #define UBQ_ENTRY_OUT_SIZE 128
 
-static int ubq_fd = -1;
-static int ubq_want;
-static _Atomic int ubq_offered, ubq_negotiated, ubq_killpriv;
+// One FUSE connection of the process (a daemon of several containers has one per container), found by the
+// fd of its /dev/fuse: what it asked for and what its INIT offered and settled.
+struct ubq_conn {
+    _Atomic int fd; // -1: a free slot
+    int want;
+    _Atomic int offered, negotiated, killpriv;
+    _Atomic uint64_t init_unique;
+};
+#define UBQ_CONNS 64
+static struct ubq_conn ubq_conns[UBQ_CONNS];
+static pthread_once_t ubq_conns_once = PTHREAD_ONCE_INIT;
 // The kill flag of the request this thread read last: libfuse's loop threads each read a request and run its
 // handler on the same thread, so the handler's call of ubq_kills_suidgid sees its own request's flag.
 static _Thread_local int ubq_kill;
-static _Atomic uint64_t ubq_init_unique = UINT64_MAX;
+
+static void ubq_conns_init(void) {
+    for (int i = 0; i < UBQ_CONNS; i++) atomic_store(&ubq_conns[i].fd, -1);
+}
+
+// The connection of /dev/fuse fd `fd` (NULL when it has no custom io of ours).
+static struct ubq_conn *ubq_conn(int fd) {
+    for (int i = 0; i < UBQ_CONNS; i++) if (atomic_load(&ubq_conns[i].fd) == fd) return &ubq_conns[i];
+    return NULL;
+}
 
 #define UBQ_MARKS 256
 static pthread_mutex_t ubq_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -82,14 +99,15 @@ static ssize_t ubq_read(int fd, void *buf, size_t len, void *ud) {
     const struct ubq_in_header *h = buf;
     const void *arg = h + 1;
     size_t left = (size_t)n - sizeof(struct ubq_in_header);
+    struct ubq_conn *c;
     switch (h->opcode) {
     case UBQ_FUSE_INIT:
-        if (left >= sizeof(struct ubq_init_in)) {
+        if (left >= sizeof(struct ubq_init_in) && (c = ubq_conn(fd)) != NULL) {
             const struct ubq_init_in *in = arg;
             int ext = (in->flags & UBQ_FUSE_INIT_EXT) != 0;
-            atomic_store(&ubq_offered, ext && (in->flags2 & UBQ_FUSE_PASSTHROUGH_FLAGS2));
-            atomic_store(&ubq_killpriv, (in->flags & UBQ_FUSE_HANDLE_KILLPRIV_V2) != 0);
-            atomic_store(&ubq_init_unique, h->unique);
+            atomic_store(&c->offered, ext && (in->flags2 & UBQ_FUSE_PASSTHROUGH_FLAGS2));
+            atomic_store(&c->killpriv, (in->flags & UBQ_FUSE_HANDLE_KILLPRIV_V2) != 0);
+            atomic_store(&c->init_unique, h->unique);
         }
         break;
     case UBQ_FUSE_SETATTR: ubq_kill = ubq_has_bit(arg, left, UBQ_SETATTR_VALID_AT, UBQ_FATTR_KILL_SUIDGID); break;
@@ -100,15 +118,15 @@ static ssize_t ubq_read(int fd, void *buf, size_t len, void *ud) {
     return n;
 }
 
-static void ubq_amend_init(struct ubq_init_out *out) {
+static void ubq_amend_init(struct ubq_conn *c, struct ubq_init_out *out) {
     // Kernel 5.12+: the kernel stops asking for security.capability at every write to a file with no setuid or
     // setgid bit (SB_NOSEC), and leaves the clearing of those bits to the daemon (ubq_kills_suidgid).
-    if (atomic_load(&ubq_killpriv)) out->flags |= UBQ_FUSE_HANDLE_KILLPRIV_V2;
-    if (!ubq_want || !atomic_load(&ubq_offered) || (out->flags & UBQ_FUSE_WRITEBACK_CACHE)) return;
+    if (atomic_load(&c->killpriv)) out->flags |= UBQ_FUSE_HANDLE_KILLPRIV_V2;
+    if (!c->want || !atomic_load(&c->offered) || (out->flags & UBQ_FUSE_WRITEBACK_CACHE)) return;
     out->flags |= UBQ_FUSE_INIT_EXT;
     out->flags2 |= UBQ_FUSE_PASSTHROUGH_FLAGS2;
     out->max_stack_depth = 1; // the backing files are on a plain (unstacked) file system
-    atomic_store(&ubq_negotiated, 1);
+    atomic_store(&c->negotiated, 1);
 }
 
 static void ubq_amend_open(struct ubq_open_out *out) {
@@ -126,10 +144,11 @@ static void ubq_amend_open(struct ubq_open_out *out) {
 
 static ssize_t ubq_writev(int fd, struct iovec *iov, int count, void *ud) {
     (void)ud;
-    if (count >= 2 && iov[0].iov_len == sizeof(struct ubq_out_header)) {
+    struct ubq_conn *c = ubq_conn(fd);
+    if (c != NULL && count >= 2 && iov[0].iov_len == sizeof(struct ubq_out_header)) {
         const struct ubq_out_header *h = iov[0].iov_base;
-        if (h->error == 0 && h->unique == atomic_load(&ubq_init_unique) && iov[1].iov_len >= 40) {
-            ubq_amend_init(iov[1].iov_base);
+        if (h->error == 0 && h->unique == atomic_load(&c->init_unique) && iov[1].iov_len >= 40) {
+            ubq_amend_init(c, iov[1].iov_base);
         } else if (h->error == 0 && atomic_load(&ubq_mark_count) > 0) {
             // Replies of 16 bytes (open, opendir) or an entry and an open (create); handles are unique.
             if (count == 2 && iov[1].iov_len == sizeof(struct ubq_open_out))
@@ -152,24 +171,43 @@ static ssize_t ubq_splice_send(int fdin, off_t *offin, int fdout, off_t *offout,
 
 int ubq_pt_install(struct fuse_session *se, int want) {
     static const struct fuse_custom_io io = { .writev = ubq_writev, .read = ubq_read, .splice_send = ubq_splice_send };
-    ubq_want = want;
-    ubq_fd = fuse_session_fd(se);
-    return fuse_session_custom_io(se, &io, ubq_fd);
+    pthread_once(&ubq_conns_once, ubq_conns_init);
+    int fd = fuse_session_fd(se);
+    pthread_mutex_lock(&ubq_lock);
+    struct ubq_conn *c = ubq_conn(fd); // an fd of a session that ended, now another's
+    if (c == NULL) c = ubq_conn(-1);
+    if (c != NULL) {
+        c->want = want;
+        atomic_store(&c->offered, 0);
+        atomic_store(&c->negotiated, 0);
+        atomic_store(&c->killpriv, 0);
+        atomic_store(&c->init_unique, UINT64_MAX);
+        atomic_store(&c->fd, fd);
+    }
+    pthread_mutex_unlock(&ubq_lock);
+    if (c == NULL) return -1;
+    return fuse_session_custom_io(se, &io, fd);
 }
 
-int ubq_pt_negotiated(void) { return atomic_load(&ubq_negotiated); }
+int ubq_pt_negotiated(int devfd) {
+    struct ubq_conn *c = ubq_conn(devfd);
+    return c != NULL && atomic_load(&c->negotiated);
+}
 int ubq_kills_suidgid(void) { return ubq_kill; }
-int ubq_pt_offered(void) { return atomic_load(&ubq_offered); }
+int ubq_pt_offered(int devfd) {
+    struct ubq_conn *c = ubq_conn(devfd);
+    return c != NULL && atomic_load(&c->offered);
+}
 
-int ubq_pt_backing_open(int fd) {
+int ubq_pt_backing_open(int devfd, int fd) {
     struct ubq_backing_map map = { .fd = fd, .flags = 0, .padding = 0 };
-    int id = ioctl(ubq_fd, UBQ_FUSE_DEV_IOC_BACKING_OPEN, &map);
+    int id = ioctl(devfd, UBQ_FUSE_DEV_IOC_BACKING_OPEN, &map);
     return id < 0 ? -errno : id;
 }
 
-int ubq_pt_backing_close(int backing_id) {
+int ubq_pt_backing_close(int devfd, int backing_id) {
     uint32_t id = (uint32_t)backing_id;
-    return ioctl(ubq_fd, UBQ_FUSE_DEV_IOC_BACKING_CLOSE, &id) < 0 ? -errno : 0;
+    return ioctl(devfd, UBQ_FUSE_DEV_IOC_BACKING_CLOSE, &id) < 0 ? -errno : 0;
 }
 
 int ubq_pt_mark(uint64_t fh, int32_t backing_id) {

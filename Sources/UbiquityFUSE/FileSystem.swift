@@ -53,11 +53,17 @@ public final class FileSystem: @unchecked Sendable {
         set { mountedSession.withLock { $0 = newValue } }
     }
 
-    /// The open file and directory handles, by number.
+    /// The open file and directory handles, by number. Numbers are unique in the process (passthrough's marks
+    /// are keyed by them, and a daemon of several containers has a FileSystem each): each FileSystem counts from
+    /// its own base, 2^40 apart.
     private struct Handles {
         var files: [UInt64: OpenFile] = [:]
         var dirs: [UInt64: OpenDirectory] = [:]
-        var next: UInt64 = 1
+        var next: UInt64 = Handles.bases.withLock { n in
+            defer { n += 1 }
+            return n << 40 + 1
+        }
+        private static let bases = Locked<UInt64>(0)
 
         mutating func take() -> UInt64 {
             defer { next += 1 }

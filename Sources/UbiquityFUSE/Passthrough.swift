@@ -52,26 +52,34 @@ final class Backings: Sendable {
         var writers: [ObjectIdentifier: Writer] = [:]
     }
     private let table = Locked(Table())
+    private let connection = Locked<Int32>(-1)
+
+    /// The fd of the session's /dev/fuse, set at the mount (backing ids are registered with it).
+    var devFD: Int32 {
+        get { connection.withLock { $0 } }
+        set { connection.withLock { $0 = newValue } }
+    }
 
     /// Chooses the mode of a new handle `fh` on `fd`, opened on kernel inode `ino`: passthrough when the inode
     /// has no ordinary handle and a backing id can be had and marked on the reply; then `prepare` runs (still
     /// under the lock, so no other open of the inode sees the choice before it is complete) and may refuse by
     /// throwing.
     func choose(_ ino: UInt64, fd: Int32, fh: UInt64, prepare: () throws -> Void) -> OpenMode {
-        table.withLock { t in
+        let devFD = devFD
+        return table.withLock { t in
             var st = stat()
             if t.ordinary[ino] == nil, fstat(fd, &st) == 0 {
                 let file = (UInt64(st.st_dev), UInt64(st.st_ino))
                 var list = t.backing[ino] ?? []
                 let known = list.firstIndex { $0.file == file }
-                let bid = known.map { list[$0].id } ?? ubq_pt_backing_open(fd)
+                let bid = known.map { list[$0].id } ?? ubq_pt_backing_open(devFD, fd)
                 if bid > 0, ubq_pt_mark(fh, bid) == 0, (try? prepare()) != nil {
                     if let known { list[known].opens += 1 } else { list.append(Backing(file: file, id: bid, opens: 1)) }
                     t.backing[ino] = list
                     return .passthrough(bid)
                 }
                 if bid > 0 { _ = ubq_pt_unmark(fh) }
-                if bid > 0 && known == nil { _ = ubq_pt_backing_close(bid) }
+                if bid > 0 && known == nil { _ = ubq_pt_backing_close(devFD, bid) }
             }
             t.ordinary[ino, default: 0] += 1
             return .ordinary
@@ -113,6 +121,7 @@ final class Backings: Sendable {
 
     /// Forgets a released handle; the last handle on a backing id drops it.
     func released(_ file: FileSystem.OpenFile) {
+        let devFD = devFD
         table.withLock { t in
             t.writers[ObjectIdentifier(file)] = nil
             let ino = file.ino
@@ -124,7 +133,7 @@ final class Backings: Sendable {
             case .passthrough(let bid):
                 guard var list = t.backing[ino], let i = list.firstIndex(where: { $0.id == bid }) else { return }
                 list[i].opens -= 1
-                if list[i].opens == 0 { list.remove(at: i); _ = ubq_pt_backing_close(bid) }
+                if list[i].opens == 0 { list.remove(at: i); _ = ubq_pt_backing_close(devFD, bid) }
                 t.backing[ino] = list.isEmpty ? nil : list
             }
         }
@@ -133,7 +142,7 @@ final class Backings: Sendable {
 
 extension FileSystem {
     /// Whether this mount hands opens of local content to the kernel (asked for, and negotiated at INIT).
-    var passthroughOn: Bool { passthrough && passthroughRefusal == nil && ubq_pt_negotiated() != 0 }
+    var passthroughOn: Bool { passthrough && passthroughRefusal == nil && ubq_pt_negotiated(backings.devFD) != 0 }
 
     /// Whether this process may register backing files (FUSE_DEV_IOC_BACKING_OPEN needs CAP_SYS_ADMIN): the
     /// effective capabilities in /proc/self/status.
@@ -148,7 +157,7 @@ extension FileSystem {
     /// At INIT (the kernel's offer read, our reply not yet sent): one log line saying which path I/O takes.
     func sayIOPath() {
         let refusal = !passthrough ? "turned off (--no-passthrough)"
-            : passthroughRefusal ?? (ubq_pt_offered() == 0 ? "the kernel does not offer it (Linux 6.9+)" : nil)
+            : passthroughRefusal ?? (ubq_pt_offered(backings.devFD) == 0 ? "the kernel does not offer it (Linux 6.9+)" : nil)
         if let refusal {
             log.info("I/O path: ordinary, through the daemon (FUSE passthrough: \(refusal))")
         } else {

@@ -326,6 +326,7 @@ extension FileSystem {
         // Our io sits between libfuse and /dev/fuse to amend INIT (passthrough, the daemon clearing setuid bits)
         // and open replies, and to read the kill flags of requests.
         if passthrough && !FileSystem.mayPassthrough { passthroughRefusal = "the daemon lacks CAP_SYS_ADMIN" }
+        backings.devFD = fuse_session_fd(se)
         if ubq_pt_install(se, passthrough && passthroughRefusal == nil ? 1 : 0) != 0 {
             passthroughRefusal = passthrough ? passthroughRefusal ?? "the custom io was refused" : nil
             log.warning("the custom io was refused: the kernel asks for security.capability at every write")
@@ -334,13 +335,14 @@ extension FileSystem {
         announcer.start(self, at: mountpoint)
     }
 
-    /// Serves requests until the file system is unmounted or a signal ends the loop; then unmounts.
-    public func run() {
+    /// Serves requests until the file system is unmounted or (when it `handlesSignals`: the one session of the
+    /// process that does) a signal ends the loop; then unmounts.
+    public func run(handlesSignals: Bool = true) {
         guard let se = session else { return }
-        fuse_set_signal_handlers(se)
+        if handlesSignals { fuse_set_signal_handlers(se) }
         let rc = ubq_session_loop_mt(se, 10, 64)
         if rc != 0 { log.warning("session loop ended with \(rc)") }
-        fuse_remove_signal_handlers(se)
+        if handlesSignals { fuse_remove_signal_handlers(se) }
         session = nil
         notifier.sync {}
         announcer.stop()
