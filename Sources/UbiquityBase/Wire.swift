@@ -74,6 +74,12 @@ public struct WireContainer: Codable, Equatable, Sendable {
     }
 }
 
+/// Answer of `GET /v1/containers`: the ids of the containers of the request's user, sorted.
+public struct WireContainerList: Codable, Equatable, Sendable {
+    public var containers: [String]
+    public init(containers: [String]) { self.containers = containers }
+}
+
 /// Answer of `GET .../changes`.
 public struct WireChanges: Codable, Equatable, Sendable {
     public var items: [WireItem]

@@ -97,6 +97,12 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         try json("PUT", url(["v1", "containers", container]), body: [])
     }
 
+    /// The ids of every container of the key's user (an account-level call: `container` plays no part).
+    public func containerIDs() throws(RemoteError) -> [String] {
+        let list: WireContainerList = try json("GET", url(["v1", "containers"]))
+        return list.containers
+    }
+
     public func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
         let wait = max(0, waitSeconds)
         let since = (token?.isEmpty ?? true) ? nil : token

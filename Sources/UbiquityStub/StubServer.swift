@@ -372,6 +372,8 @@ public final class StubServer: @unchecked Sendable {
 /// Where a request goes, after its path has been taken apart.
 enum Route {
     case health, stats, faults
+    /// The containers of the request's user (`GET /v1/containers`); the prefix once scoped.
+    case containerList(String)
     case container(String)
     case changes(String)
     /// Many item writes in one request.
@@ -403,6 +405,7 @@ enum Route {
         case 3 where parts[2] == "health": self = .health
         case 3 where parts[2] == "stats": self = .stats
         case 3 where parts[2] == "faults": self = .faults
+        case 3 where parts[2] == "containers": self = .containerList("")
         case 4 where parts[2] == "containers":
             self = WireRules.isValidContainerID(parts[3]) ? .container(parts[3]) : .invalid("bad container id")
         case 5 where parts[2] == "containers" && parts[4] == "kv":
@@ -443,6 +446,7 @@ enum Route {
     func scoped(_ prefix: String) -> Route {
         guard !prefix.isEmpty else { return self }
         switch self {
+        case .containerList: return .containerList(prefix)
         case .container(let c): return .container(prefix + c)
         case .changes(let c): return .changes(prefix + c)
         case .batch(let c): return .batch(prefix + c)
@@ -465,7 +469,7 @@ enum Route {
         switch self {
         case .health, .stats: return ["GET"]
         case .faults, .batch, .missingChunks, .trashRestore, .trashEmpty, .rewind: return ["POST"]
-        case .history, .trash: return ["GET"]
+        case .history, .trash, .containerList: return ["GET"]
         case .container: return ["PUT"]
         case .changes, .kv: return ["GET"]
         case .kvKey: return ["PUT"]
@@ -917,6 +921,8 @@ extension StubServer {
             case .faults:
                 let faults = try decode(WireFaults.self, ex.body)
                 return .json(200, try counters.arm(faults))
+            case .containerList(let prefix):
+                return .json(200, WireContainerList(containers: try store.containerIDs(prefix: prefix).map(ContainerScope.wireID).sorted()))
             case .container(let cid):
                 if let account = ex.account, try !store.containerExists(cid),
                    let refusal = try refusal(account, containers: 1) {

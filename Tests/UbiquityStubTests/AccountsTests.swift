@@ -45,6 +45,29 @@ import UbiquityBase
         #expect(try f.call("GET", "/v1/containers/\(cid)/changes").status == 404)
     }
 
+    @Test func aKeyListsItsOwnUsersContainersOnly() throws {
+        let f = try Fixture()
+        try f.server.accounts.addUser("alice")
+        try f.server.accounts.addUser("bob")
+        let alice = try f.server.accounts.addDevice(user: "alice", device: "laptop")
+        let bob = try f.server.accounts.addDevice(user: "bob", device: "phone")
+        func listed(_ key: String) throws -> [String] {
+            let r = try f.call("GET", "/v1/containers", token: .some(key))
+            #expect(r.status == 200, "\(r.text)")
+            return try r.decode(WireContainerList.self).containers
+        }
+        #expect(try listed(alice) == [])
+        for id in ["iCloud.com.example.notes", "iCloud.com.example.draw"] {
+            #expect(try f.call("PUT", "/v1/containers/\(id)", token: .some(alice)).status == 200)
+        }
+        #expect(try f.call("PUT", "/v1/containers/iCloud.com.example.bobs", token: .some(bob)).status == 200)
+        // Wire ids, sorted; never another user's, never a stored prefix.
+        #expect(try listed(alice) == ["iCloud.com.example.draw", "iCloud.com.example.notes"])
+        #expect(try listed(bob) == ["iCloud.com.example.bobs"])
+        #expect(try f.call("GET", "/v1/containers", token: .some(String(repeating: "0", count: 64))).status == 401)
+        #expect(try f.call("POST", "/v1/containers", token: .some(alice)).status == 405)
+    }
+
     @Test func aRevokedOrRemovedKeyIsRefusedAtItsNextRequest() throws {
         let f = try Fixture()
         try f.server.accounts.addUser("alice")
