@@ -1,12 +1,12 @@
-// The mount daemon: opens the store, connects to the remote (starting the embedded stub if asked), starts
-// the sync core, mounts, tells the waiting `mount` command it is ready, and serves until unmounted.
+// The mount daemon: connects to the remote (starting the embedded stub if asked), starts each container it
+// serves (ServedContainer.swift), mounts, tells the waiting `mount` command it is ready, and serves until
+// unmounted. One container is mounted at the mount point itself; several (`--containers`, `--all-containers`)
+// each on its folder of the account root (AccountRoot.swift), all served by this one process.
 //
-// What must hold: things start in the order they depend on each other: the store (waiting for a daemon still
-// letting go of it), the remote checked (fatal only for a store that never synced), the core, the query server
-// and the key-value store, `fs.kv` set before `mount`, and "ready" told only once the kernel has the mount; the
-// `defer`s stop them in the reverse order once the loop ends. After the core opens the store only its locked
-// state reaches that connection (the key-value store opens one of its own on the same database file). A stub
-// process this daemon started is stopped when it ends, even if another mount reused it meanwhile.
+// What must hold: "ready" is told only once the kernel has every mount asked for; each container stops once
+// its file system's loop ends, and the account root's loop (the only one that takes signals) lets go of the
+// containers before the root is unmounted. A stub process this daemon started is stopped when it ends, even if
+// another mount reused it meanwhile.
 import Foundation
 import Glibc
 import UbiquityBase
@@ -32,40 +32,57 @@ struct Daemon {
         // alone, whatever the umask it was started with. Modes of items come from the kernel's requests, not
         // from this mask.
         let userMask = UInt32(umask(0o077))
-        try makeDirectories(options.store)
-        let logFile = options.logFile ?? (notify ? options.store + "/ubiquityfs.log" : nil)
+        let mainStore = options.store(of: options.containers.first ?? defaultContainer)
+        try makeDirectories(mainStore)
+        let logFile = options.logFile ?? (notify ? mainStore + "/ubiquityfs.log" : nil)
         Log.shared.configure(level: options.logLevel, path: logFile)
-        let store = try openStore()
-        // Before the core opens it: from then on the store is only reached through the core's locked state
-        // (SQLite is opened without its own mutex).
-        try store.bind(container: options.container)
         let (urls, token, stub) = try remote()
         defer { stub?.stop() }
-        let client = HTTPRemoteClient(baseURLs: urls, token: token, container: options.container,
-                                      timeouts: HTTPTimeouts(downloadSilenceSeconds: options.downloadTimeout),
-                                      device: options.device, caFile: options.caFile)
-        let url = urls.joined(separator: ",")
-        var config = ContainerConfig(device: options.device)
-        config.downloadTimeoutSeconds = options.downloadTimeout
-        config.arrivingModeCap = userMask & 0o022
-        (config.cacheLimit, config.minFreeBytes) = storeLimits()
-        log.info("local store limit \(config.cacheLimit) bytes, keeping \(config.minFreeBytes) bytes free")
-        let core = try Container(store: store, remote: client, config: config)
-        let reachable = try checkRemote(client, url: url, fresh: try core.isFresh)
-        try core.start(initialSync: reachable)
-        defer { core.stop() }
-        let query = serveQuery(core)
-        defer { query?.stop() }
-        let fs = FileSystem(core: core, downloadPolicy: DownloadPolicy(noDownloadFor: options.noDownloadFor))
-        fs.passthrough = options.passthrough
-        // The key-value store is bound to the account (the token) and the container.
-        let kv = try KeyValueStore(directory: options.store, device: options.device,
-                                   account: String(sha256Hex(Array(token.utf8)).prefix(16)) + ":" + options.container,
-                                   remote: client)
-        kv.start()
-        defer { kv.stop() }
-        fs.kv = kv
-        try fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(options.container)")
+        let remote = ServedContainer.Remote(urls: urls, token: token, userMask: userMask)
+        if options.isAccount { return try runAccount(remote) }
+        let served = try ServedContainer.start(options.containers[0], options: options, remote: remote)
+        try served.fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(served.id)")
+        defer { served.stop() }
+        let pidPath = writePIDFile()
+        defer { removeLeftover(pidPath) }
+        served.startNotices(mountpoint: options.mountpoint)
+        log.info("mounted \(served.id) at \(options.mountpoint) as device \(options.device), store \(served.store)")
+        announceReady(notify)
+        served.fs.run()
+        log.info("unmounted \(options.mountpoint)")
+    }
+
+    /// Several containers (`--containers`, `--all-containers`): the account root at the mount point, and each
+    /// container mounted on its folder by a thread of its own once the root's loop serves (the mount of a
+    /// folder looks it up in the root). "ready" is told once the containers asked for are mounted; with
+    /// --all-containers the same thread then asks the remote for new containers every few seconds.
+    private func runAccount(_ remote: ServedContainer.Remote) throws {
+        let root = AccountRoot()
+        try root.mount(at: options.mountpoint, fsname: "ubiquityfs:account")
+        let pidPath = writePIDFile()
+        defer { removeLeftover(pidPath) }
+        let account = ServedAccount(root: root, options: options, remote: remote)
+        let notify = self.notify
+        let starter = Thread { [account, options] in
+            do {
+                try account.openAll(options.containers)
+                if options.allContainers { try account.openAll(account.remoteContainers()) }
+            } catch {
+                account.fail(error)
+                return
+            }
+            Logger("daemon").info("mounted \(account.root.containers.joined(separator: ", ")) at \(options.mountpoint) as device \(options.device)")
+            announceReady(notify)
+            if options.allContainers { account.followNewContainers() }
+        }
+        starter.start()
+        root.run(beforeUnmount: { account.stopAll() })
+        log.info("unmounted \(options.mountpoint)")
+        if let failure = account.failure { throw failure }
+    }
+
+    /// Records the daemon's pid for `ubiquityfs unmount`; returns the file's path.
+    private func writePIDFile() -> String {
         let pidPath = pidFile(for: options.mountpoint)
         do {
             try makeDirectories((pidPath as NSString).deletingLastPathComponent)
@@ -74,14 +91,7 @@ struct Daemon {
             // The mount serves; only `ubiquityfs unmount`'s wait for this daemon to end is lost.
             log.warning("cannot write the pid file \(pidPath): \(error)")
         }
-        defer { removeLeftover(pidPath) }
-        let notices = options.desktopNotices ? DesktopNotices(core: core, mountpoint: options.mountpoint) : nil
-        notices?.start()
-        defer { notices?.stop() }
-        log.info("mounted \(options.container) at \(options.mountpoint) as device \(options.device), store \(options.store)")
-        announceReady()
-        fs.run()
-        log.info("unmounted \(options.mountpoint)")
+        return pidPath
     }
 
     /// The remote's servers and token: those given, or the embedded stub's (started or reused).
@@ -94,82 +104,19 @@ struct Daemon {
         return ([s.url], s.token, s)
     }
 
-    /// Serves the live query on a socket in the store, named by the root's `querySocket` attribute. A mount
-    /// without it still works.
-    private func serveQuery(_ core: Container) -> QueryServer? {
-        let server = QueryServer(core: core, path: options.store + "/query.sock")
-        do { try server.start() } catch {
-            log.warning("no live query: \(error)")
-            return nil
-        }
-        core.querySocket = server.path
-        return server
-    }
-
-    /// The local store limit and the free space kept, in bytes, percentages taken of the store's file system.
-    private func storeLimits() -> (Int64, Int64) {
-        var vfs = statvfs()
-        let total = statvfs(options.store, &vfs) == 0 ? Int64(vfs.f_blocks) * Int64(vfs.f_frsize) : 0
-        let limit = (options.cacheSize ?? MountCommand.defaultCacheSize).bytes(of: total)
-        let minFree = options.minFree?.bytes(of: total) ?? MountCommand.defaultMinFree(fileSystemBytes: total)
-        return (max(limit, 1), minFree)
-    }
-
-    /// Opens the store, waiting a little for a daemon that is still finishing to let go of it.
-    private func openStore() throws -> Store {
-        var lastError: Error?
-        for _ in 0..<50 {
-            do { return try Store(directory: options.store) } catch {
-                lastError = error
-                guard case StoreError.inUse = error else { break }
-                usleep(200_000)
-            }
-        }
-        throw MountFailure("\(lastError!)")
-    }
-
     private func readToken(_ path: String) throws -> String {
         do { return try readSecretLine(path, what: "the token file") } catch { throw MountFailure("\(error)") }
     }
+}
 
-    /// Checks the remote answers and accepts the token, trying each server once. An unreachable remote is fatal
-    /// only for a store that has never synced; otherwise the mount starts from the store's last known state.
-    private func checkRemote(_ client: HTTPRemoteClient, url: String, fresh: Bool) throws -> Bool {
-        do {
-            try firstAnswer(client)
-            _ = try client.openContainer()
-            return true
-        } catch RemoteError.unauthorized {
-            throw MountFailure("the remote at \(url) refused the token" + (options.tokenFile.map { " in \($0)" } ?? ""))
-        } catch RemoteError.unreachable(let why) {
-            if fresh { throw MountFailure("cannot reach the remote at \(url): \(why)") }
-            log.warning("the remote at \(url) is unreachable (\(why)); starting from the store's last known state")
-            return false
-        } catch {
-            throw MountFailure("the remote at \(url) failed: \(error)")
-        }
-    }
-
-    /// Health from the first server that answers (each failure moves the client on to the next).
-    private func firstAnswer(_ client: HTTPRemoteClient) throws(RemoteError) {
-        for _ in 1..<client.baseURLs.count {
-            do { return try client.health() } catch {
-                switch error {
-                case .unreachable, .server(502...504, _): continue
-                default: throw error
-                }
-            }
-        }
-        try client.health()
-    }
-
-    private func announceReady() {
-        guard notify else { return }
-        FileHandle.standardError.write(Data("ready\n".utf8))
-        let devnull = open("/dev/null", O_WRONLY)
-        dup2(devnull, 2)
-        close(devnull)
-    }
+/// Started by `mount` (`notify`): says "ready" on stderr, where `mount` waits for it, and from then on stderr goes
+/// nowhere (the log is in its file).
+private func announceReady(_ notify: Bool) {
+    guard notify else { return }
+    FileHandle.standardError.write(Data("ready\n".utf8))
+    let devnull = open("/dev/null", O_WRONLY)
+    dup2(devnull, 2)
+    close(devnull)
 }
 
 /// The private remote stub of the embedded default: a `ubiquityfs remote serve` process with its data under

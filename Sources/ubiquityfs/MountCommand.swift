@@ -20,13 +20,19 @@ let defaultContainer = "iCloud.com.example.ubiquityfs"
 
 enum MountCommand {
     static let help = """
-    usage: ubiquityfs mount MOUNTPOINT [--remote URL[,URL...] --token-file FILE [--ca-file FILE]] [--container ID]
+    usage: ubiquityfs mount MOUNTPOINT [--remote URL[,URL...] --token-file FILE [--ca-file FILE]]
+                                      [--container ID | --containers ID,ID,...] [--all-containers]
                                       [--store DIR] [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
                                       [--download-timeout SECONDS] [--no-download-for NAME,...]
                                       [--cache-size SIZE] [--min-free SIZE] [--no-passthrough]
                                       [--stub-bandwidth BYTES_PER_S] [--stub-latency-ms N]
 
     Mounts the container ID (default \(defaultContainer)) at MOUNTPOINT and returns once it is usable.
+      --containers ID,ID,...  several containers, the main one first, each in its folder of MOUNTPOINT named
+                         as in ~/Library/Mobile Documents (iCloud.com.example.notes: iCloud~com~example~notes),
+                         each a file system of its own (mv between two copies and deletes)
+      --all-containers   every container of the token's user (with those of --container(s) first), new ones
+                         appearing as they are made
     Without --remote it uses a private remote stub with its data in \(dataDirectory())/remote, started for the
     mount (--stub-bandwidth and --stub-latency-ms throttle it, to watch lazy downloads).
       --remote URL, --token-file FILE   the remote stub and the file holding its token (its DATA/token)
@@ -34,7 +40,8 @@ enum MountCommand {
                          the first is used until it stops answering, then the next (and round again)
       --ca-file FILE     PEM certificates of the authorities that vouch for an https remote (default: the
                          system's); the host name in the URL must match the certificate
-      --store DIR        the device's backing store (default: DATA/stores/ID/DEVICE)
+      --store DIR        the device's backing store (default: DATA/stores/ID/DEVICE); with several containers
+                         the folder of their stores, DIR/ID
       --device NAME      this device's name (default: the host name)
       --foreground       stay attached; log to stderr unless --log-file
       --download-timeout how long an open waits for content before failing with EIO, and the longest silence a
@@ -66,11 +73,16 @@ enum MountCommand {
             .joined(separator: ",\n" + String(repeating: " ", count: 21))
     }
 
-    struct Options {
+    struct Options: Sendable {
         var mountpoint: String
-        var container: String
+        /// The containers asked for, the main one first (one unless --containers; none with --all-containers
+        /// alone).
+        var containers: [String]
+        /// Every container of the key's user, new ones as they are made.
+        var allContainers = false
         var device: String
-        var store: String
+        /// --store DIR: the store of the one container, or the folder of the stores of several (DIR/ID).
+        var storeGiven: String?
         /// The remote's servers (none: the embedded stub).
         var remoteURLs: [String]
         var tokenFile: String?
@@ -89,6 +101,16 @@ enum MountCommand {
         var passthrough = true
         /// Desktop notifications on the session bus (DesktopNotices.swift).
         var desktopNotices = true
+
+        /// Several containers, each on its folder of the account root.
+        var isAccount: Bool { allContainers || containers.count > 1 }
+
+        /// Where container `id`'s store is: --store DIR (one container) or DIR/ID (several), else the one
+        /// store a device keeps for the container, DATA/stores/ID/DEVICE, whichever way it is mounted.
+        func store(of id: String) -> String {
+            if let dir = storeGiven { return isAccount ? dir + "/" + id : dir }
+            return "\(dataDirectory())/stores/\(id)/\(device.replacingOccurrences(of: " ", with: "_"))"
+        }
     }
 
     /// Without --cache-size: a quarter of the store's file system, a guest's share of a disk that is shared.
@@ -118,17 +140,16 @@ enum MountCommand {
     }
 
     static func run(_ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--remote", "--token-file", "--ca-file", "--container", "--store",
+        let args = try Arguments(words, valued: ["--remote", "--token-file", "--ca-file", "--container", "--containers",
+                                                "--store",
                                                 "--device",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
                                                 "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
-                                 switches: ["--foreground", "--help", "--passthrough", "--no-passthrough", "--no-notify"])
+                                 switches: ["--foreground", "--help", "--passthrough", "--no-passthrough", "--no-notify",
+                                            "--all-containers"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("mount needs exactly one MOUNTPOINT") }
-        let container = args.value("--container") ?? defaultContainer
-        guard WireRules.isValidContainerID(container) else {
-            throw UsageError("'\(container)' is not a container id (like iCloud.com.example.notes)")
-        }
+        let containers = try containerList(args)
         if (args.value("--remote") == nil) != (args.value("--token-file") == nil) {
             throw UsageError("--remote and --token-file go together")
         }
@@ -141,9 +162,9 @@ enum MountCommand {
             throw UsageError("--device takes a name of 1 to 64 bytes without '/'")
         }
         let options = Options(
-            mountpoint: absolutePath(args.positional[0]), container: container, device: device,
-            store: args.value("--store").map(absolutePath)
-                ?? "\(dataDirectory())/stores/\(container)/\(device.replacingOccurrences(of: " ", with: "_"))",
+            mountpoint: absolutePath(args.positional[0]), containers: containers,
+            allContainers: args.has("--all-containers"), device: device,
+            storeGiven: args.value("--store").map(absolutePath),
             remoteURLs: remoteURLs, tokenFile: args.value("--token-file").map(absolutePath),
             caFile: args.value("--ca-file").map(absolutePath),
             logLevel: level, logFile: args.value("--log-file").map(absolutePath),
@@ -160,6 +181,23 @@ enum MountCommand {
         } else {
             try startDaemon(words)
         }
+    }
+
+    /// The containers of --container ID or --containers ID,ID,... (not both; each once), the default one when
+    /// neither is given, none for --all-containers alone.
+    static func containerList(_ args: Arguments) throws -> [String] {
+        if args.value("--container") != nil && args.value("--containers") != nil {
+            throw UsageError("--container and --containers do not go together (--containers takes a list)")
+        }
+        let ids = args.value("--containers").map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
+            ?? args.value("--container").map { [$0] }
+            ?? (args.has("--all-containers") ? [] : [defaultContainer])
+        for id in ids where !WireRules.isValidContainerID(id) {
+            throw UsageError("'\(id)' is not a container id (like iCloud.com.example.notes)")
+        }
+        if Set(ids).count != ids.count { throw UsageError("--containers names a container twice") }
+        if args.value("--containers") != nil && ids.isEmpty { throw UsageError("--containers takes one id or more") }
+        return ids
     }
 
     /// The URLs of --remote: comma-separated, each http:// or https://.
@@ -283,9 +321,12 @@ enum UnmountCommand {
                 + "or unmount with --force (they go up at the next mount)")
         }
         let pid = readPID(for: path)
-        let (status, output) = runTool("/bin/fusermount3", ["-u", path])
-        guard status == 0 else {
-            throw MountFailure("cannot unmount \(path): \(output.trimmingCharacters(in: .whitespacesAndNewlines))")
+        // The containers of a mount of several first: the root cannot go while they are mounted on it.
+        for inner in mounts(below: path).reversed() + [path] {
+            let (status, output) = runTool("/bin/fusermount3", ["-u", inner])
+            guard status == 0 else {
+                throw MountFailure("cannot unmount \(inner): \(output.trimmingCharacters(in: .whitespacesAndNewlines))")
+            }
         }
         if let pid { waitForExit(pid, seconds: 30) }
     }
@@ -295,17 +336,23 @@ enum UnmountCommand {
 
 /// The file system type mounted exactly at `path`, from /proc/self/mountinfo.
 func mountType(_ path: String) -> String? {
-    guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
-    var found: String?
-    for line in text.split(separator: "\n") {
+    mountTable().last { $0.point == path }?.type
+}
+
+/// The ubiquityfs mounts inside `path` (the containers of a mount of several), in the order they were made.
+func mounts(below path: String) -> [String] {
+    mountTable().filter { $0.type == "fuse.ubiquityfs" && $0.point.hasPrefix(path + "/") }.map(\.point)
+}
+
+/// Every mount point and its type, from /proc/self/mountinfo, in the order they were made.
+private func mountTable() -> [(point: String, type: String)] {
+    guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
+    return text.split(separator: "\n").compactMap { line in
         let halves = line.components(separatedBy: " - ")
         let fields = halves[0].split(separator: " ")
-        guard halves.count == 2, fields.count >= 5 else { continue }
-        if unescapeMountinfo(String(fields[4])) == path {
-            found = halves[1].split(separator: " ").first.map(String.init)
-        }
+        guard halves.count == 2, fields.count >= 5, let type = halves[1].split(separator: " ").first else { return nil }
+        return (unescapeMountinfo(String(fields[4])), String(type))
     }
-    return found
 }
 
 private func unescapeMountinfo(_ s: String) -> String {

@@ -232,8 +232,8 @@ def mount_factory(tmp_path):
         pytest.skip("/dev/fuse is missing: integration tests need FUSE")
     mounts = []
 
-    def make(stub, device="laptop", extra=(), mount=True):
-        m = Mount(tmp_path / f"dev-{device}", stub, device, extra)
+    def make(stub, device="laptop", extra=(), mount=True, container=CONTAINER):
+        m = Mount(tmp_path / f"dev-{device}", stub, device, extra, container=container)
         mounts.append(m)
         if mount:
             m.mount()

@@ -247,7 +247,8 @@ class Mount:
     def args(self):
         level = ["--log-level", self.log_level] if self.log_level else []
         remote = ["--remote", self.stub.url, "--token-file", self.stub.token_file] if self.stub else []
-        return [self.binary, "mount", self.path, *remote, "--container", self.container, "--store", self.store, "--device", self.device,
+        container = ["--container", self.container] if self.container else []  # None: --containers in `extra`
+        return [self.binary, "mount", self.path, *remote, *container, "--store", self.store, "--device", self.device,
                 *level, *self.extra, *os.environ.get("UBIQUITYFS_MOUNT_EXTRA", "").split()]
 
     def mount(self, timeout=90):

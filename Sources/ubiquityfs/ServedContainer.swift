@@ -1,0 +1,242 @@
+// What the daemon serves of one container (its store, its sync core, its live query, its key-value store, its
+// file system and its desktop notices), and, for a mount of several, the account that holds them.
+//
+// What must hold: a container's parts start in the order they depend on each other (the store, waiting for a
+// daemon still letting go of it; the remote checked, fatal only for a store that never synced; the core; the
+// query server and the key-value store; `fs.kv` before the mount) and stop in the reverse order once its file
+// system's loop has ended. In a mount of several, each container keeps its own store (DATA/stores/ID/DEVICE,
+// the very store a mount of that container alone uses, or --store DIR/ID), its own feed and its own key-value
+// store; a container that cannot be opened fails the mount while it starts, and is tried again later when it
+// appears under --all-containers.
+import Foundation
+import Glibc
+import UbiquityBase
+import UbiquityCore
+import UbiquityFUSE
+import UbiquityHTTP
+
+final class ServedContainer: @unchecked Sendable {
+    /// The remote every container of the mount talks to.
+    struct Remote: Sendable {
+        let urls: [String]
+        let token: String
+        /// The umask the daemon was started with (the cap of modes of arriving items).
+        let userMask: UInt32
+    }
+
+    let id: String
+    let store: String
+    let core: Container
+    let fs: FileSystem
+    private let query: QueryServer?
+    private let kv: KeyValueStore
+    private let notices = Locked<DesktopNotices?>(nil)
+    private let options: MountCommand.Options
+    private static let log = Logger("daemon")
+
+    private init(id: String, store: String, core: Container, fs: FileSystem, query: QueryServer?, kv: KeyValueStore,
+                 options: MountCommand.Options) {
+        self.id = id; self.store = store; self.core = core; self.fs = fs; self.query = query; self.kv = kv
+        self.options = options
+    }
+
+    /// Opens container `id`'s store, connects it to the remote and starts its core, live query and key-value
+    /// store; its file system is ready to mount.
+    static func start(_ id: String, options: MountCommand.Options, remote: Remote) throws -> ServedContainer {
+        let path = options.store(of: id)
+        try makeDirectories(path)
+        let store = try openStore(path)
+        // Before the core opens it: from then on the store is only reached through the core's locked state
+        // (SQLite is opened without its own mutex).
+        try store.bind(container: id)
+        let client = HTTPRemoteClient(baseURLs: remote.urls, token: remote.token, container: id,
+                                      timeouts: HTTPTimeouts(downloadSilenceSeconds: options.downloadTimeout),
+                                      device: options.device, caFile: options.caFile)
+        var config = ContainerConfig(device: options.device)
+        config.downloadTimeoutSeconds = options.downloadTimeout
+        config.arrivingModeCap = remote.userMask & 0o022
+        (config.cacheLimit, config.minFreeBytes) = storeLimits(path, options)
+        log.info("\(id): local store limit \(config.cacheLimit) bytes, keeping \(config.minFreeBytes) bytes free")
+        let core = try Container(store: store, remote: client, config: config)
+        let reachable = try checkRemote(client, url: remote.urls.joined(separator: ","), fresh: try core.isFresh,
+                                        tokenFile: options.tokenFile)
+        try core.start(initialSync: reachable)
+        let query = serveQuery(core, path: path + "/query.sock")
+        let fs = FileSystem(core: core, downloadPolicy: DownloadPolicy(noDownloadFor: options.noDownloadFor))
+        fs.passthrough = options.passthrough
+        // The key-value store is bound to the account (the token) and the container.
+        let kv = try KeyValueStore(directory: path, device: options.device,
+                                   account: String(sha256Hex(Array(remote.token.utf8)).prefix(16)) + ":" + id,
+                                   remote: client)
+        kv.start()
+        fs.kv = kv
+        return ServedContainer(id: id, store: path, core: core, fs: fs, query: query, kv: kv, options: options)
+    }
+
+    /// Desktop notices of this container, raised for the mount at `mountpoint` (unless --no-notify).
+    func startNotices(mountpoint: String) {
+        guard options.desktopNotices, let n = DesktopNotices(core: core, mountpoint: mountpoint) else { return }
+        n.start()
+        notices.withLock { $0 = n }
+    }
+
+    /// Stops what `start` started, in the reverse order (after the file system's loop ended).
+    func stop() {
+        notices.withLock { $0 }?.stop()
+        kv.stop()
+        query?.stop()
+        core.stop()
+    }
+
+    /// Serves the live query on a socket in the store, named by the root's `querySocket` attribute. A mount
+    /// without it still works.
+    private static func serveQuery(_ core: Container, path: String) -> QueryServer? {
+        let server = QueryServer(core: core, path: path)
+        do { try server.start() } catch {
+            log.warning("no live query: \(error)")
+            return nil
+        }
+        core.querySocket = server.path
+        return server
+    }
+
+    /// The local store limit and the free space kept, in bytes, percentages taken of the store's file system.
+    private static func storeLimits(_ path: String, _ options: MountCommand.Options) -> (Int64, Int64) {
+        var vfs = statvfs()
+        let total = statvfs(path, &vfs) == 0 ? Int64(vfs.f_blocks) * Int64(vfs.f_frsize) : 0
+        let limit = (options.cacheSize ?? MountCommand.defaultCacheSize).bytes(of: total)
+        let minFree = options.minFree?.bytes(of: total) ?? MountCommand.defaultMinFree(fileSystemBytes: total)
+        return (max(limit, 1), minFree)
+    }
+
+    /// Opens the store, waiting a little for a daemon that is still finishing to let go of it.
+    private static func openStore(_ path: String) throws -> Store {
+        var lastError: Error?
+        for _ in 0..<50 {
+            do { return try Store(directory: path) } catch {
+                lastError = error
+                guard case StoreError.inUse = error else { break }
+                usleep(200_000)
+            }
+        }
+        throw MountFailure("\(lastError!)")
+    }
+
+    /// Checks the remote answers and accepts the token, trying each server once. An unreachable remote is fatal
+    /// only for a store that has never synced; otherwise the mount starts from the store's last known state.
+    private static func checkRemote(_ client: HTTPRemoteClient, url: String, fresh: Bool, tokenFile: String?) throws -> Bool {
+        do {
+            try firstAnswer(client)
+            _ = try client.openContainer()
+            return true
+        } catch RemoteError.unauthorized {
+            throw MountFailure("the remote at \(url) refused the token" + (tokenFile.map { " in \($0)" } ?? ""))
+        } catch RemoteError.unreachable(let why) {
+            if fresh { throw MountFailure("cannot reach the remote at \(url): \(why)") }
+            log.warning("the remote at \(url) is unreachable (\(why)); starting from the store's last known state")
+            return false
+        } catch {
+            throw MountFailure("the remote at \(url) failed to open \(client.container): \(error)")
+        }
+    }
+
+    /// Health from the first server that answers (each failure moves the client on to the next).
+    private static func firstAnswer(_ client: HTTPRemoteClient) throws(RemoteError) {
+        for _ in 1..<client.baseURLs.count {
+            do { return try client.health() } catch {
+                switch error {
+                case .unreachable, .server(502...504, _): continue
+                default: throw error
+                }
+            }
+        }
+        try client.health()
+    }
+}
+
+/// The containers of a mount of several, each mounted on its folder of the account root and served by a thread
+/// of its own until that folder is unmounted.
+final class ServedAccount: @unchecked Sendable {
+    let root: AccountRoot
+    private let options: MountCommand.Options
+    private let remote: ServedContainer.Remote
+    private struct State {
+        var served: [String: ServedContainer] = [:]
+        /// Containers whose file system's loop has not ended yet.
+        var running = 0
+        var stopping = false
+        var failure: Error?
+    }
+    private let state = Locked(State())
+    private let log = Logger("daemon")
+    /// How often --all-containers asks the remote for new containers.
+    static let followSeconds: UInt32 = 2
+
+    init(root: AccountRoot, options: MountCommand.Options, remote: ServedContainer.Remote) {
+        self.root = root; self.options = options; self.remote = remote
+    }
+
+    var failure: Error? { state.withLock { $0.failure } }
+
+    /// Opens and mounts each container not yet served, in order.
+    func openAll(_ ids: [String]) throws {
+        for id in ids where state.withLock({ $0.served[id] == nil && !$0.stopping }) { try open(id) }
+    }
+
+    private func open(_ id: String) throws {
+        let served = try ServedContainer.start(id, options: options, remote: remote)
+        let path = options.mountpoint + "/" + root.add(id, served.fs)
+        do {
+            try served.fs.mount(at: path, fsname: "ubiquityfs:\(id)")
+        } catch {
+            served.stop()
+            throw MountFailure("cannot mount \(id) on \(path): \(error)")
+        }
+        served.startNotices(mountpoint: path)
+        state.withLock { $0.served[id] = served; $0.running += 1 }
+        let thread = Thread { [self] in
+            served.fs.run(handlesSignals: false)
+            served.stop()
+            log.info("unmounted \(id) at \(path)")
+            state.withLock(notifying: true) { $0.running -= 1 }
+        }
+        thread.start()
+        log.info("mounted \(id) at \(path), store \(served.store)")
+    }
+
+    /// Every container of the key's user on the remote.
+    func remoteContainers() throws -> [String] {
+        let client = HTTPRemoteClient(baseURLs: remote.urls, token: remote.token,
+                                      container: options.containers.first ?? defaultContainer,
+                                      timeouts: HTTPTimeouts(), device: options.device, caFile: options.caFile)
+        do { return try client.containerIDs() } catch {
+            throw MountFailure("cannot list the containers on the remote: \(error)")
+        }
+    }
+
+    /// --all-containers: every few seconds, mounts the containers made since (until the mount ends). A
+    /// container that cannot be opened is logged and tried again at the next look.
+    func followNewContainers() {
+        while !state.withLock({ $0.stopping }) {
+            sleep(Self.followSeconds)
+            do { try openAll(remoteContainers()) } catch { log.warning("\(error)") }
+        }
+    }
+
+    /// A start that failed: says why, lets go of what was mounted, and ends the root's loop.
+    func fail(_ error: Error) {
+        state.withLock { $0.failure = error }
+        root.stop(mountpoint: options.mountpoint)
+    }
+
+    /// Before the root is unmounted: each container's folder is detached and its loop waited for (it stops its
+    /// container as it ends).
+    func stopAll() {
+        let paths = state.withLock { s -> [String] in
+            s.stopping = true
+            return s.served.keys.map { options.mountpoint + "/" + AccountRoot.folderName($0) }
+        }
+        for path in paths { detachMount(path) }
+        state.wait(until: Date(timeIntervalSinceNow: 30), for: { $0.running == 0 }, then: { _ in })
+    }
+}
