@@ -1,15 +1,20 @@
 // `ubiquityfs query`: the live query (NSMetadataQuery) of a mount, from the daemon's query socket
-// (docs/QUERY.md), whose path the mount root's `querySocket` attribute names.
+// (docs/QUERY.md), whose path the mount root's `querySocket` attribute names. A mount of several containers
+// is queried through each container's socket at once, each row saying its container.
 //
-// What must hold: the socket is found only through the mount root's `querySocket` attribute, never guessed.
+// What must hold: the socket is found only through a container root's `querySocket` attribute, never guessed.
 // Lines are read whole; after `fellBehind` the query starts over with a new gathering, and an `error` line ends
-// the command with status 1. Sends use MSG_NOSIGNAL, so a daemon that goes away is an error, not a kill.
+// the command with status 1. Sends use MSG_NOSIGNAL, so a daemon that goes away is an error, not a kill. Over
+// several containers, one `gathered` line is printed, once every container has gathered, with the sum of
+// their counts, and lines are printed whole, one at a time.
 import Foundation
 import Glibc
+import UbiquityBase
+import UbiquityFUSE
 
 enum QueryCommand {
     static let help = """
-    usage: ubiquityfs query MOUNT [--scope documents|data|all] [--name GLOB] [--live] [--json]
+    usage: ubiquityfs query MOUNT [--scope documents|data|all] [--name GLOB] [--container ID] [--live] [--json]
 
     Lists every item of the mount that matches, with its size and sync status (the gathering), then says that
     gathering has finished. With --live it then follows the container: a batch of added (+), changed (~) and
@@ -18,31 +23,118 @@ enum QueryCommand {
     --name: items whose name matches the shell pattern. --json: the protocol's lines as they come.
     A live query follows every change from before its gathering: once "gathering finished" (with --json, the
     "gathered" line) is printed, a script can make changes and know they will be reported.
+    On a mount of several containers it spans them all: each path starts with its container's folder, and
+    each --json line has a "container" member; --container ID narrows it to one.
     """
 
+    /// One container's query socket; `container` is nil for a mount of one container.
+    struct Source {
+        let container: String?
+        let socket: String
+    }
+
     static func run(_ words: [String]) throws {
-        let args = try Arguments(words, valued: ["--scope", "--name"], switches: ["--live", "--json", "--help"])
+        let args = try Arguments(words, valued: ["--scope", "--name", "--container"],
+                                 switches: ["--live", "--json", "--help"])
         if args.has("--help") { return print(help) }
         guard args.positional.count == 1 else { throw UsageError("query needs one MOUNT") }
         let scope = args.value("--scope") ?? "all"
         guard ["documents", "data", "all"].contains(scope) else { throw UsageError("--scope is documents, data or all") }
         let path = absolutePath(args.positional[0])
-        guard let root = SyncCommand.mountRoot(of: path),
-              let socketPath = try StatusCommand.attribute(root, "querySocket") else {
-            throw CommandFailure("\(path) is not a ubiquityfs mount serving the live query")
+        var sources = try Self.sources(path)
+        if let only = args.value("--container") {
+            sources = sources.filter { $0.container == only }
+            if sources.isEmpty { throw CommandFailure("\(path) holds no container \(only)") }
         }
         var request: [String: Any] = ["scope": scope, "live": args.has("--live")]
         if let name = args.value("--name") { request["name"] = name }
-        let line = try JSONSerialization.data(withJSONObject: request, options: [.sortedKeys])
-        // A client that fell behind gathers again.
-        while try follow(socketPath, request: line + Data([10]), json: args.has("--json")) {
-            if !args.has("--json") { say("-- fell behind; gathering again") }
+        let line = try JSONSerialization.data(withJSONObject: request, options: [.sortedKeys]) + Data([10])
+        let printer = Printer(json: args.has("--json"), sources: sources.count)
+        let threads = sources.map { source in
+            Thread {
+                // A client that fell behind gathers again.
+                do {
+                    while try follow(source, request: line, printer: printer) { printer.fellBehind(source) }
+                } catch {
+                    FileHandle.standardError.write(Data("ubiquityfs: \(error)\n".utf8))
+                    exit(1)
+                }
+                printer.ended()
+            }
+        }
+        threads.forEach { $0.start() }
+        printer.waitForAll()
+    }
+
+    /// The query sockets of the mount holding `path`: its own, or each container's on a mount of several.
+    static func sources(_ path: String) throws -> [Source] {
+        guard let root = SyncCommand.mountRoot(of: path) else {
+            throw CommandFailure("\(path) is not a ubiquityfs mount serving the live query")
+        }
+        if let socket = try StatusCommand.attribute(root, "querySocket") { return [Source(container: nil, socket: socket)] }
+        guard let list = try StatusCommand.attribute(root, "containers") else {
+            throw CommandFailure("\(path) is not a ubiquityfs mount serving the live query")
+        }
+        return try list.split(separator: "\n").map(String.init).map { id in
+            let folder = root + "/" + AccountRoot.folderName(id)
+            guard let socket = try StatusCommand.attribute(folder, "querySocket") else {
+                throw CommandFailure("\(folder) does not serve the live query")
+            }
+            return Source(container: id, socket: socket)
+        }
+    }
+
+    /// Prints the lines of every source, whole, one at a time; over several, one `gathered` line once all
+    /// have gathered.
+    final class Printer: @unchecked Sendable {
+        private struct State { var gathered = 0, count = 0, running: Int }
+        private let state: Locked<State>
+        private let json: Bool
+        private let sources: Int
+
+        init(json: Bool, sources: Int) {
+            self.json = json
+            self.sources = sources
+            state = Locked(State(running: sources))
+        }
+
+        func line(_ text: String, from source: Source) {
+            state.withLock { s in
+                var text = text
+                if let id = source.container, text.hasPrefix("{"), text.count > 2 {
+                    if let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
+                       object["gathered"] != nil {
+                        s.gathered += 1
+                        s.count += object["count"] as? Int ?? 0
+                        guard s.gathered == sources else { return }
+                        text = #"{"gathered":true,"count":\#(s.count)}"#
+                    } else {
+                        text = #"{"container":\#(jsonString(id)),"# + text.dropFirst()
+                    }
+                }
+                // Unbuffered (`say`): no fflush(nil), which would wait for the streams the others' getline holds.
+                if json { say(text) } else { show(text, folder: source.container.map(AccountRoot.folderName)) }
+            }
+        }
+
+        func fellBehind(_ source: Source) {
+            guard !json else { return }
+            state.withLock { _ in say("-- fell behind; gathering again" + (source.container.map { " (\($0))" } ?? "")) }
+        }
+
+        func ended() { state.withLock(notifying: true) { $0.running -= 1 } }
+
+        func waitForAll() { state.wait(until: nil, for: { $0.running == 0 }, then: { _ in }) }
+
+        private func jsonString(_ s: String) -> String {
+            String(decoding: (try? JSONSerialization.data(withJSONObject: [s])) ?? Data("[\"\"]".utf8), as: UTF8.self)
+                .dropFirst().dropLast().description
         }
     }
 
     /// Runs one query to its end; true if the server said this client fell behind.
-    private static func follow(_ socketPath: String, request: Data, json: Bool) throws -> Bool {
-        let fd = try connectUnix(socketPath)
+    private static func follow(_ source: Source, request: Data, printer: Printer) throws -> Bool {
+        let fd = try connectUnix(source.socket)
         defer { close(fd) }
         _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         guard let input = fdopen(dup(fd), "r") else { throw CommandFailure("cannot read the query socket") }
@@ -52,8 +144,7 @@ enum QueryCommand {
         defer { free(buf) }
         while getline(&buf, &cap, input) > 0 {
             let text = String(cString: buf!).trimmingCharacters(in: .newlines)
-            if json { print(text) } else { show(text) }
-            fflush(nil)
+            printer.line(text, from: source)
             if text.hasPrefix(#"{"fellBehind""#) { return true }
             if text.hasPrefix(#"{"error""#) { exit(1) }
         }
@@ -83,17 +174,18 @@ enum QueryCommand {
         return fd
     }
 
-    /// One protocol line as people read it.
-    private static func show(_ line: String) {
+    /// One protocol line as people read it; paths start with `folder/` on a mount of several containers.
+    private static func show(_ line: String, folder: String?) {
         guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return }
+        let prefix = folder.map { $0 + "/" } ?? ""
         if let item = object["item"] as? [String: Any] {
-            say(describe(item))
+            say(prefix + describe(item))
         } else if object["gathered"] != nil {
             say("-- gathering finished (\(object["count"] as? Int ?? 0) items)")
         } else if let batch = object["batch"] as? [String: Any] {
-            for item in batch["added"] as? [[String: Any]] ?? [] { say("+ " + describe(item)) }
-            for item in batch["changed"] as? [[String: Any]] ?? [] { say("~ " + describe(item)) }
-            for item in batch["removed"] as? [[String: Any]] ?? [] { say("- \(item["path"] as? String ?? "")") }
+            for item in batch["added"] as? [[String: Any]] ?? [] { say("+ " + prefix + describe(item)) }
+            for item in batch["changed"] as? [[String: Any]] ?? [] { say("~ " + prefix + describe(item)) }
+            for item in batch["removed"] as? [[String: Any]] ?? [] { say("- \(prefix)\(item["path"] as? String ?? "")") }
         } else if let error = object["error"] as? String {
             FileHandle.standardError.write(Data("ubiquityfs: the query was refused: \(error)\n".utf8))
         }

@@ -1,11 +1,12 @@
 """Part 23: several containers of one user in one mount (`--containers`, `--all-containers`), laid out as
 ~/Library/Mobile Documents: a folder per container, each a file system of its own, served by one daemon."""
 import errno
+import json
 import os
 import subprocess
 import sys
 
-from conftest import BIN, attr, run, wait_until
+from conftest import BIN, attr, run, wait_for_line, wait_until
 
 NOTES = "iCloud.com.example.notes"
 DRAW = "iCloud.com.example.draw"
@@ -167,3 +168,34 @@ def test_bad_container_lists_are_refused_with_one_plain_line(stub, tmp_path):
         p = run(BIN, "mount", mnt, *remote, *args, check=False)
         assert p.returncode == 2 and says in p.stderr and len(p.stderr.splitlines()) == 1, (args, p.stderr)
     assert ubiquityfs_mounts_under(mnt) == []
+
+
+def test_a_query_of_documents_spans_every_container(stub, mount_factory, tmp_path):
+    laptop = account(mount_factory, stub, "laptop", NOTES, DRAW)
+    (folder(laptop, NOTES) / "Documents/list.txt").write_text("milk\n")
+    (folder(laptop, DRAW) / "Documents/cat.svg").write_text("<svg/>\n")
+    (folder(laptop, DRAW) / "settings.plist").write_text("data, not a document\n")
+    out = run(BIN, "query", laptop.path, "--scope", "documents").stdout.splitlines()
+    rows = sorted(line.split("  ")[0] for line in out if not line.startswith("--"))
+    assert rows == ["iCloud~com~example~draw/Documents/cat.svg", "iCloud~com~example~notes/Documents/list.txt"], out
+    assert out[-1] == "-- gathering finished (2 items)", out
+    lines = [json.loads(line) for line in run(BIN, "query", laptop.path, "--scope", "documents", "--json").stdout.splitlines()]
+    assert sorted((x["container"], x["item"]["path"]) for x in lines if "item" in x) == [
+        (DRAW, "Documents/cat.svg"), (NOTES, "Documents/list.txt")]
+    assert lines[-1] == {"gathered": True, "count": 2}
+    narrow = run(BIN, "query", laptop.path, "--scope", "documents", "--container", DRAW).stdout
+    assert "cat.svg" in narrow and "list.txt" not in narrow, narrow
+    # --live follows them all: a change in either container is reported with its folder.
+    live = subprocess.Popen([BIN, "query", laptop.path, "--scope", "documents", "--live"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for_line(live, live.stdout, "-- gathering finished", timeout=20)
+        (folder(laptop, DRAW) / "Documents/dog.svg").write_text("<svg/>\n")
+        wait_for_line(live, live.stdout, "+ iCloud~com~example~draw/Documents/dog.svg", timeout=20)
+        (folder(laptop, NOTES) / "Documents/todo.txt").write_text("call\n")
+        wait_for_line(live, live.stdout, "+ iCloud~com~example~notes/Documents/todo.txt", timeout=20)
+    finally:
+        live.kill()
+        live.wait()
+    p = run(BIN, "query", laptop.path, "--container", NEW, check=False)
+    assert p.returncode == 1 and "holds no container iCloud.com.example.new" in p.stderr, p.stderr
