@@ -188,22 +188,8 @@ private func makeAccountOperations() -> fuse_lowlevel_ops {
 extension AccountRoot {
     /// Mounts the root at `mountpoint`. Throws a plain message when the kernel refuses.
     public func mount(at mountpoint: String, fsname: String) throws {
-        var args = ["ubiquityfs", "-o", "default_permissions,fsname=\(fsname),subtype=ubiquityfs"]
-        if getuid() == 0 { args[2] += ",allow_other" }
-        var cargs = args.map { strdup($0) }
-        defer { cargs.forEach { free($0) } }
-        var fargs = fuse_args(argc: Int32(cargs.count), argv: nil, allocated: 0)
-        var ops = makeAccountOperations()
-        let se: OpaquePointer? = cargs.withUnsafeMutableBufferPointer { buf in
-            fargs.argv = buf.baseAddress
-            return fuse_session_new(&fargs, &ops, MemoryLayout<fuse_lowlevel_ops>.size,
-                                    Unmanaged.passUnretained(self).toOpaque())
-        }
-        guard let se else { throw MountError(description: "cannot start a FUSE session (is /dev/fuse there?)") }
-        if fuse_session_mount(se, mountpoint) != 0 {
-            fuse_session_destroy(se)
-            throw MountError(description: "cannot mount on \(mountpoint) (see the lines above)")
-        }
+        let se = try mountSession(makeAccountOperations(), userdata: Unmanaged.passUnretained(self).toOpaque(),
+                                  at: mountpoint, fsname: fsname)
         session = se
     }
 

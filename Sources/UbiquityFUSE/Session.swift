@@ -304,25 +304,34 @@ public struct MountError: Error, CustomStringConvertible {
     public let description: String
 }
 
+/// A new session on `ops`, whose requests carry `userdata`, mounted at `mountpoint` (the kernel checks
+/// permissions; root's mounts are open to other users, as their own files' modes allow). Throws a plain message
+/// when the kernel refuses.
+func mountSession(_ ops: fuse_lowlevel_ops, userdata: UnsafeMutableRawPointer, at mountpoint: String,
+                  fsname: String) throws -> OpaquePointer {
+    var args = ["ubiquityfs", "-o", "default_permissions,fsname=\(fsname),subtype=ubiquityfs"]
+    if getuid() == 0 { args[2] += ",allow_other" }
+    var cargs = args.map { strdup($0) }
+    defer { cargs.forEach { free($0) } }
+    var fargs = fuse_args(argc: Int32(cargs.count), argv: nil, allocated: 0)
+    var ops = ops
+    let se: OpaquePointer? = cargs.withUnsafeMutableBufferPointer { buf in
+        fargs.argv = buf.baseAddress
+        return fuse_session_new(&fargs, &ops, MemoryLayout<fuse_lowlevel_ops>.size, userdata)
+    }
+    guard let se else { throw MountError(description: "cannot start a FUSE session (is /dev/fuse there?)") }
+    if fuse_session_mount(se, mountpoint) != 0 {
+        fuse_session_destroy(se)
+        throw MountError(description: "cannot mount on \(mountpoint) (see the lines above)")
+    }
+    return se
+}
+
 extension FileSystem {
     /// Mounts at `mountpoint`. Throws a plain message when the kernel refuses.
     public func mount(at mountpoint: String, fsname: String) throws {
-        var args = ["ubiquityfs", "-o", "default_permissions,fsname=\(fsname),subtype=ubiquityfs"]
-        if getuid() == 0 { args[2] += ",allow_other" }
-        var cargs = args.map { strdup($0) }
-        defer { cargs.forEach { free($0) } }
-        var fargs = fuse_args(argc: Int32(cargs.count), argv: nil, allocated: 0)
-        var ops = makeOperations()
-        let se: OpaquePointer? = cargs.withUnsafeMutableBufferPointer { buf in
-            fargs.argv = buf.baseAddress
-            return fuse_session_new(&fargs, &ops, MemoryLayout<fuse_lowlevel_ops>.size,
-                                    Unmanaged.passUnretained(self).toOpaque())
-        }
-        guard let se else { throw MountError(description: "cannot start a FUSE session (is /dev/fuse there?)") }
-        if fuse_session_mount(se, mountpoint) != 0 {
-            fuse_session_destroy(se)
-            throw MountError(description: "cannot mount on \(mountpoint) (see the lines above)")
-        }
+        let se = try mountSession(makeOperations(), userdata: Unmanaged.passUnretained(self).toOpaque(),
+                                  at: mountpoint, fsname: fsname)
         // Our io sits between libfuse and /dev/fuse to amend INIT (passthrough, the daemon clearing setuid bits)
         // and open replies, and to read the kill flags of requests.
         if passthrough && !FileSystem.mayPassthrough { passthroughRefusal = "the daemon lacks CAP_SYS_ADMIN" }

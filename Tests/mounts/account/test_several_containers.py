@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -127,6 +128,9 @@ def test_all_containers_shows_a_container_made_elsewhere_without_a_remount(stub,
     (folder(phone, NEW) / "Documents/reply.txt").write_text("hi\n")
     phone.sync()
     wait_until(lambda: (tablet / "Documents/reply.txt").exists(), timeout=30, what="the reply on the tablet")
+    # SIGTERM (a shutdown) ends the daemon, and it takes every container's mount down with the root.
+    phone.kill_daemon(signal.SIGTERM)
+    assert ubiquityfs_mounts_under(phone.path) == []
 
 
 def test_a_store_of_a_mount_of_one_container_serves_it_in_a_mount_of_several(stub, tmp_path):
