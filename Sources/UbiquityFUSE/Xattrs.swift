@@ -128,6 +128,9 @@ extension FileSystem {
         return list
     }
 
+    /// The root's setting that pauses (1) or resumes (0) the container's sync (`ubiquityfs pause|resume`).
+    static let syncPausedAttribute = "syncPaused"
+
     /// setxattr(2)'s XATTR_CREATE and XATTR_REPLACE (Linux's values, from <sys/xattr.h>).
     static let xattrCreate: Int32 = 1, xattrReplace: Int32 = 2
 
@@ -157,6 +160,12 @@ extension FileSystem {
                 guard text == "keep-current" else { throw CoreError.invalidArgument("resolve takes keep-current") }
                 try core.resolveKeepingCurrent(id)
             }
+            return true
+        }
+        if key == FileSystem.syncPausedAttribute {
+            guard id == core.rootID else { throw CoreError.invalidArgument("\(key) is set on the container's root") }
+            guard text == "0" || text == "1" else { throw CoreError.invalidArgument("\(key) takes 0 or 1") }
+            try core.setSyncPaused(text == "1")
             return true
         }
         guard let attr = StatusAttribute(rawValue: key) else { return false }

@@ -32,9 +32,8 @@ struct Daemon {
         // alone, whatever the umask it was started with. Modes of items come from the kernel's requests, not
         // from this mask.
         let userMask = UInt32(umask(0o077))
-        let mainStore = options.store(of: options.containers.first ?? defaultContainer)
-        try makeDirectories(mainStore)
-        let logFile = options.logFile ?? (notify ? mainStore + "/ubiquityfs.log" : nil)
+        try makeDirectories(options.logFolder)
+        let logFile = options.logFile ?? (notify ? options.logFolder + "/ubiquityfs.log" : nil)
         Log.shared.configure(level: options.logLevel, path: logFile)
         let (urls, token, stub) = try remote()
         defer { stub?.stop() }

@@ -1,13 +1,16 @@
-// `ubiquityfs sync --wait` (is it safe to unmount?) and `ubiquityfs check` (is the store sound?).
+// `ubiquityfs sync --wait` (is it safe to unmount?), `ubiquityfs check` (is the store sound?) and
+// `ubiquityfs pause|resume` (sync of a container off and on).
 //
 // What must hold: `sync --wait` decides only from the mount's own attributes (the root's `pendingChanges`, a
 // file's `isUploaded`) and exits 0 only when they say nothing waits. `check` opens the store as the daemon does,
 // so it takes the store's lock and is refused while a daemon holds it; it never touches a change not yet
 // uploaded. Opening the store empties its staging area, with or without `--repair` (Store.init).
+import CFuse // for <sys/xattr.h>: setxattr(2)
 import Foundation
 import Glibc
 import UbiquityBase
 import UbiquityCore
+import UbiquityFUSE
 
 enum SyncCommand {
     static let help = """
@@ -88,5 +91,36 @@ enum CheckCommand {
         for r in report.repaired { print("repaired: \(r)") }
         if report.isClean { print("the store is sound"); return }
         if report.repaired.count < report.problems.count { exit(1) }
+    }
+}
+
+enum PauseCommand {
+    static let help = """
+    usage: ubiquityfs pause PATH
+           ubiquityfs resume PATH
+
+    pause stops the sync of the container holding PATH (on a mount of several containers given its root: of
+    every container): work goes on in the mount and its changes wait here, nothing goes to or comes from the
+    remote, and an open of a file that is not downloaded fails (EIO). It holds across remounts, and the root's
+    user.ubiquity.syncPaused and 'ubiquityfs status' say so. resume goes on where it stopped.
+    """
+
+    static func run(_ command: String, _ words: [String]) throws {
+        let args = try Arguments(words, valued: [], switches: ["--help"])
+        if args.has("--help") { return print(help) }
+        guard args.positional.count == 1 else { throw UsageError("\(command) needs one PATH") }
+        let path = absolutePath(args.positional[0])
+        let root = try TrashCommand.mountRoot(of: path)
+        // A mount of several containers: its root names them, each in its folder.
+        let roots = try StatusCommand.attribute(root, "containers").map { list in
+            list.split(separator: "\n").map { root + "/" + AccountRoot.folderName(String($0)) }
+        } ?? [root]
+        for r in roots {
+            let value = command == "pause" ? "1" : "0"
+            let rc = value.withCString { setxattr(r, "user.ubiquity.syncPaused", $0, strlen($0), 0) }
+            if rc != 0 { throw CommandFailure("cannot \(command) \(r): \(String(cString: strerror(errno)))") }
+            print(command == "pause" ? "sync of \(r) paused: its changes wait here until 'ubiquityfs resume \(r)'"
+                  : "sync of \(r) resumed")
+        }
     }
 }

@@ -102,6 +102,10 @@ enum MountCommand {
         /// Desktop notifications on the session bus (DesktopNotices.swift).
         var desktopNotices = true
 
+        /// Where the daemon logs without --log-file: the main container's store; for --all-containers alone, the
+        /// folder of the stores (--store DIR, or DATA/stores).
+        var logFolder: String { containers.first.map(store(of:)) ?? storeGiven ?? "\(dataDirectory())/stores" }
+
         /// Several containers, each on its folder of the account root.
         var isAccount: Bool { allContainers || containers.count > 1 }
 

@@ -45,7 +45,7 @@ enum StatusCommand {
     /// What only the mount root shows: changes waiting, whether the remote is away, whether the store's disk is
     /// full, and the local store's usage, limit and recent evictions.
     static let rootNames = ["pendingChanges", "isOffline", "offlineSince", "isStoreFull", "storeFullSince", "isOverQuota",
-                            "cacheUsed", "cacheLimit", "recentlyEvicted"]
+                            "syncPaused", "cacheUsed", "cacheLimit", "recentlyEvicted"]
 
     /// A fifo or socket in a mount: the kernel lets no `user.*` attribute be read on one, so its status is told
     /// by its kind (always local-only, as the file system keeps it) once its folder shows it is in a mount.
@@ -71,7 +71,7 @@ enum StatusCommand {
     /// The names whose values are `0`/`1`, and those that are counts: `--json` gives them as JSON booleans and
     /// numbers, as the live query does (docs/QUERY.md); every other value stays a string.
     static let flagNames: Set = ["isUbiquitous", "isDownloading", "isUploaded", "isUploading", "hasUnresolvedConflicts",
-                                 "pinned", "isExcludedFromSync", "isOffline", "isStoreFull"]
+                                 "pinned", "isExcludedFromSync", "isOffline", "isStoreFull", "syncPaused"]
     static let numberNames: Set = ["percentDownloaded", "percentUploaded", "size", "pendingChanges", "cacheUsed",
                                    "cacheLimit"]
 
@@ -158,7 +158,8 @@ enum StatusCommand {
 
     /// The lines for a mount root: what waits to upload, and whether the remote is reachable.
     private static func printMount(_ r: [String: String]) {
-        let remote = r["isOffline"] == "1" ? "offline since \(r["offlineSince"] ?? "?") (the remote cannot be reached)"
+        let remote = r["syncPaused"] == "1" ? "sync paused (ubiquityfs resume \(r["path"] ?? "MOUNT"))"
+            : r["isOffline"] == "1" ? "offline since \(r["offlineSince"] ?? "?") (the remote cannot be reached)"
             : "online"
         print("\(r["path"] ?? ""): \(r["pendingChanges"] ?? "0") change(s) waiting to upload; \(remote)")
         if r["isOverQuota"] == "1" { print("uploads refused: \(r["uploadingError"] ?? "over quota")") }

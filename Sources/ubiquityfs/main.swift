@@ -20,6 +20,8 @@ commands:
   mount MOUNTPOINT [--remote URL[,URL...] --token-file FILE [--ca-file FILE]] [--container ID] [--store DIR]
         [--device NAME] [--foreground]
                                     mount a container (without --remote: on a private stub started for it)
+  mount MOUNTPOINT --containers ID,ID,... | --all-containers [...]
+                                    several containers, a folder each (iCloud~com~example~notes)
   unmount [--force] MOUNTPOINT      unmount (refused while changes wait to upload, unless --force)
   remote serve --data DIR [--listen 127.0.0.1:PORT] [--latency-ms N] [--bandwidth BYTES_PER_S]
         [--token-file FILE] [--tls-cert FILE --tls-key FILE]
@@ -35,8 +37,9 @@ commands:
                                     drop local copies, fetch them, keep them downloaded, or stop keeping them
   sync --wait PATH                  wait until every change in the mount (or the file) is on the remote
   check --store DIR [--repair]      check a store's database and local copies
-  query MOUNT [--scope documents|data|all] [--name GLOB] [--live] [--json]
+  query MOUNT [--scope documents|data|all] [--name GLOB] [--container ID] [--live] [--json]
                                     list the mount's items with their status; --live: follow their changes
+  pause | resume PATH               stop syncing a container (its changes wait here), or go on
   kv get|set|delete|list|watch [--json] MOUNT [KEY [VALUE]]
                                     the container's key-value store
   trash list|restore|empty [--json] MOUNT [PATH...]
@@ -74,6 +77,8 @@ do {
         try SyncCommand.run(words)
     case "check":
         try CheckCommand.run(words)
+    case "pause", "resume":
+        try PauseCommand.run(command, words)
     case "query":
         try QueryCommand.run(words)
     case "kv":

@@ -228,6 +228,10 @@ final class Downloads: Sendable {
             case .fetch(let s, let n): sha = s; size = n
             }
             if let failure = failureWhileRemoteHangs(id, seen: seen) { return failure }
+            if container.isSyncPaused {
+                record(id, error: Container.pausedRefusal)
+                return .failure(.remote(.unreachable(Container.pausedRefusal)))
+            }
             var data = size
             do {
                 let installed = try transfer(id, sha: sha, size: size, data: &data)

@@ -20,6 +20,8 @@ public protocol ContainerFacts: AnyObject, Sendable {
     /// Told of changes from elsewhere, to invalidate the kernel's caches. Held weakly.
     var observer: ContainerObserver? { get set }
     func rootAttributes() throws(CoreError) -> [(name: String, value: String)]
+    /// Pauses or resumes the container's sync (the root's `syncPaused`).
+    func setSyncPaused(_ paused: Bool) throws(CoreError)
     func storeFileSystemStats() throws(CoreError) -> statvfs
     func makeStagingFile(prefix: String) throws(CoreError) -> FileDescriptor
 }

@@ -150,6 +150,11 @@ public final class Container: @unchecked Sendable {
             evictor.start(for: self)
             evictor.wake()
         }
+        downloadPinned()
+    }
+
+    /// Starts the downloads of pinned files whose newest version is not local.
+    func downloadPinned() {
         let pinnedStale = read { s in s.items.values(with: .pinned).filter { $0.kind == .file && !$0.isCurrent }.map(\.id) }
         for id in pinnedStale { downloads.start(id) }
     }

@@ -181,6 +181,29 @@ extension Container {
 
     /// True while the remote is known to be unreachable.
     var isOffline: Bool { offlineSince != nil }
+
+    /// Whether sync is paused (`ubiquityfs pause`): the loops neither push nor pull, and a download fails at once.
+    public var isSyncPaused: Bool { read { $0.syncPaused } }
+
+    /// What an open of content that is not local, or the root's `uploadingError`, says while sync is paused.
+    static let pausedRefusal = "sync of this container is paused (ubiquityfs resume): nothing goes to or comes "
+        + "from the remote until then"
+
+    /// Pauses or resumes sync, kept across remounts. Resuming wakes the loops and downloads what is pinned.
+    public func setSyncPaused(_ paused: Bool) throws(CoreError) {
+        let changed = try mutate { (s: inout CoreState) throws(CoreError) -> Bool in
+            guard s.syncPaused != paused else { return false }
+            do { try s.store.setMeta(CoreState.syncPausedKey, paused ? "1" : "0") } catch { throw CoreError.from(error) }
+            s.syncPaused = paused
+            return true
+        }
+        guard changed else { return }
+        Logger("sync").info(paused ? "sync paused" : "sync resumed")
+        if !paused {
+            sync.wake()
+            downloadPinned()
+        }
+    }
     /// Since when the remote is known to be unreachable; nil while it answers.
     var offlineSince: Int64? { read { $0.offlineSince } }
 
@@ -198,6 +221,7 @@ extension Container {
         list.append((name: "isStoreFull", value: fullSince == nil ? "0" : "1"))
         if let fullSince { list.append((name: "storeFullSince", value: iso8601(nanoseconds: fullSince))) }
         list.append((name: "isOverQuota", value: overQuota ? "1" : "0"))
+        list.append((name: "syncPaused", value: isSyncPaused ? "1" : "0"))
         let cache = cacheStatus()
         list.append((name: "cacheUsed", value: String(cache.used)))
         list.append((name: "cacheLimit", value: cache.limit.map(String.init) ?? "none"))

@@ -18,6 +18,7 @@ extension CoreState {
         items.markLocalOnlyAbove()
         discardedConflicts = Set(try store.resolvedConflicts())
         caughtUp = try store.meta("token") != nil
+        syncPaused = try store.meta(CoreState.syncPausedKey) == "1"
         unpushedConflicts = Set(try store.unpushedConflicts())
         if items[rootID] == nil {
             let root = Item(id: rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now(),

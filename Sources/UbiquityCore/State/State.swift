@@ -132,12 +132,17 @@ struct CoreState {
     /// The remote refused this device's key (revoked, or wrong) at its last answer; cleared by any answer that
     /// took it. Every change waits, and the root's `uploadingError` says why.
     var keyRefused = false
+    /// Sync of this container is paused (`ubiquityfs pause`; kept in the store's meta `syncPaused`): local work
+    /// goes on and its changes wait, nothing goes to or comes from the remote until it resumes.
+    var syncPaused = false
     /// Since when remote changes wait for room on the store's disk; nil while they are applied.
     var storeFullSince: Int64?
     /// Copies evicted on a full disk before their record was written (`evictCopyForRoom`).
     var unrecordedEvictions: Set<String> = []
     /// How many copies one operation may evict to find room for its record.
     static let evictionsForRoom = 4
+    /// The store's meta key of `syncPaused`.
+    static let syncPausedKey = "syncPaused"
     /// False until the remote's feed has been applied to the end once: the tree that arrives in a fresh store is
     /// the remote's as it is, not a change of its folders' entries (their mtimes stay the synced ones).
     var caughtUp = false

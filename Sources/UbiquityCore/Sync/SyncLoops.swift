@@ -62,6 +62,15 @@ final class SyncLoops: Sendable {
 
     private var isStopping: Bool { puller.isStopping }
 
+    /// Wakes both loops (sync resumed).
+    func wake() {
+        puller.wake()
+        wakePusher()
+    }
+
+    /// How long a loop sleeps while sync is paused, unless woken by the resume.
+    static let pausedNanoseconds: Int64 = 60_000_000_000
+
     func wakePusher() {
         let now = environment.clock()
         lastWake.withLock { $0 = now }
@@ -122,6 +131,12 @@ final class SyncLoops: Sendable {
     private func pullLoop() {
         var pull = PullState()
         while true {
+            // Paused: no look at the feed until the resume wakes the loop.
+            guard let paused = withOwner({ container.isSyncPaused }) else { return }
+            if paused {
+                puller.pause(nanoseconds: SyncLoops.pausedNanoseconds)
+                continue
+            }
             // After a failure the first look is a quick one (no long poll), so a remote that is back is
             // noticed at once rather than when the long poll ends.
             guard let ask = withOwner({ () -> (RemoteClient, Result<String?, Error>, Int) in
@@ -141,6 +156,9 @@ final class SyncLoops: Sendable {
             let batch = try answer.get()
             container.remoteAnswered()
             pull.failed = false
+            // Paused while the long poll was out: its answer is dropped (the feed position stays, so the resume
+            // asks for it again).
+            if container.isSyncPaused { return 0 }
             try apply(batch)
             if pull.waitingForRoom { log.info("the store has room again: remote changes are applied") }
             pull.waitingForRoom = false
@@ -227,6 +245,7 @@ final class SyncLoops: Sendable {
         var backoff = Backoff.sync
         while true {
             guard let pause = withOwner({ () -> Int64 in
+                if container.isSyncPaused { return SyncLoops.pausedNanoseconds } // until the resume wakes it
                 gatherBurst()
                 _ = pusher.takeWake()
                 switch pushAll() {
@@ -256,7 +275,8 @@ final class SyncLoops: Sendable {
     func pushAll() -> PushOutcome {
         container.writeKeptBack() // new files not closed yet: their rows go into the journal first
         var aside: Set<String> = []
-        while !isStopping {
+        // (Paused between batches too: a pause made while the pass gathered its burst holds from the next batch.)
+        while !isStopping && !container.isSyncPaused {
             let next: [String]
             do {
                 next = try container.pushSide.nextPushableBatch(limit: WireBatchLimits.maxEntries,
