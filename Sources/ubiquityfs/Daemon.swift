@@ -40,8 +40,8 @@ struct Daemon {
         let remote = ServedContainer.Remote(urls: urls, token: token, userMask: userMask)
         if options.isAccount { return try runAccount(remote) }
         let served = try ServedContainer.start(options.containers[0], options: options, remote: remote)
-        try served.fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(served.id)")
         defer { served.stop() }
+        try served.fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(served.id)")
         let pidPath = writePIDFile()
         defer { removeLeftover(pidPath) }
         served.startNotices(mountpoint: options.mountpoint)

@@ -171,6 +171,13 @@ def test_bad_container_lists_are_refused_with_one_plain_line(stub, tmp_path):
                        (["--container", NOTES, "--containers", DRAW], "do not go together")]:
         p = run(BIN, "mount", mnt, *remote, *args, check=False)
         assert p.returncode == 2 and says in p.stderr and len(p.stderr.splitlines()) == 1, (args, p.stderr)
+    # A container that cannot be opened fails the whole mount with the reason, and leaves nothing mounted.
+    bad = tmp_path / "bad.key"
+    bad.write_text("0" * 64 + "\n")
+    bad.chmod(0o600)
+    p = run(BIN, "mount", mnt, "--remote", stub.url, "--token-file", bad, "--containers", f"{NOTES},{DRAW}",
+            "--store", tmp_path / "store", check=False)
+    assert p.returncode == 1 and "refused the token" in p.stderr, p.stderr
     assert ubiquityfs_mounts_under(mnt) == []
 
 
