@@ -57,7 +57,7 @@ struct Daemon {
     /// --all-containers the same thread then asks the remote for new containers every few seconds.
     private func runAccount(_ remote: ServedContainer.Remote) throws {
         let root = AccountRoot()
-        try root.mount(at: options.mountpoint, fsname: "ubiquityfs:account")
+        try root.mount(at: options.mountpoint, fsname: "ubiquityfs:" + options.accountSource)
         let pidPath = writePIDFile()
         defer { removeLeftover(pidPath) }
         let account = ServedAccount(root: root, options: options, remote: remote)

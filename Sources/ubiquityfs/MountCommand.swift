@@ -106,6 +106,10 @@ enum MountCommand {
         /// folder of the stores (--store DIR, or DATA/stores).
         var logFolder: String { containers.first.map(store(of:)) ?? storeGiven ?? "\(dataDirectory())/stores" }
 
+        /// What /proc/mounts shows as the source of a mount of several (after `ubiquityfs:`), and what mount(8)'s
+        /// helper mounts again: the ids joined by `|`, `all` first for --all-containers.
+        var accountSource: String { ((allContainers ? ["all"] : []) + containers).joined(separator: "|") }
+
         /// Several containers, each on its folder of the account root.
         var isAccount: Bool { allContainers || containers.count > 1 }
 

@@ -130,3 +130,28 @@ def test_mount_t_and_an_fstab_line_mount_a_container(stub, mount_factory, tmp_pa
         bad = run("mount", "-t", "fuse.ubiquityfs", "-o", "colour=blue", stub.container, tmp_path, check=False)
         assert bad.returncode != 0 and "unknown option 'colour=blue'" in bad.stderr, bad.stderr
         assert mounted(tmp_path) is None
+
+
+def test_an_fstab_line_mounts_several_containers_and_its_source_mounts_them_again(stub, tmp_path, helper_in_sbin):
+    mnt = tmp_path / "mobile"
+    mnt.mkdir()
+    opts = f"remote={stub.url},token-file={stub.token_file},store={tmp_path / 'stores'},device=laptop"
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f"iCloud.com.example.notes|iCloud.com.example.draw {mnt} fuse.ubiquityfs noauto,{opts} 0 0\n")
+    with unmounting(mnt):
+        run("mount", "-T", fstab, mnt, timeout=90)
+        assert sorted(os.listdir(mnt)) == ["iCloud~com~example~draw", "iCloud~com~example~notes"]
+        source = run("findmnt", "-n", "-o", "SOURCE", mnt).stdout.strip()
+        assert source == "ubiquityfs:iCloud.com.example.notes|iCloud.com.example.draw", source
+        (mnt / "iCloud~com~example~draw/Documents/kept.txt").write_text("kept\n")
+        run(BIN, "sync", "--wait", mnt)
+        # umount -R takes the containers first, then the root; the source shown mounts the same again.
+        run("umount", "-R", mnt)
+        assert mounted(mnt) is None
+        run("mount", "-t", "fuse.ubiquityfs", "-o", opts, source, mnt, timeout=90)
+        assert (mnt / "iCloud~com~example~draw/Documents/kept.txt").read_text() == "kept\n"
+    # --all-containers is `all`.
+    with unmounting(mnt):
+        run("mount", "-t", "fuse.ubiquityfs", "-o", opts, "all", mnt, timeout=90)
+        assert run("findmnt", "-n", "-o", "SOURCE", mnt).stdout.strip() == "ubiquityfs:all"
+        wait_until(lambda: "iCloud~com~example~draw" in os.listdir(mnt), timeout=10, what="the draw container")
