@@ -80,6 +80,33 @@ public struct WireContainerList: Codable, Equatable, Sendable {
     public init(containers: [String]) { self.containers = containers }
 }
 
+/// Answer of `GET /v1/usage`: what the key's user stores, against their quota. `used` is what the quota counts
+/// (every stored chunk of every container, each once); a container's figures are its content by what names it
+/// (a chunk named by a live file and a kept version counts once, where it lives).
+public struct WireUsage: Codable, Equatable, Sendable {
+    public var used: Int64
+    public var quota: Int64
+    public var containers: [WireContainerUsage]
+    public init(used: Int64, quota: Int64, containers: [WireContainerUsage]) {
+        self.used = used; self.quota = quota; self.containers = containers
+    }
+}
+
+/// One container's bytes on the remote: its live files under `Documents/`, its other live files (the app's
+/// data), its kept past versions, and Recently Deleted.
+public struct WireContainerUsage: Codable, Equatable, Sendable {
+    public var container: String
+    public var documents: Int64
+    public var data: Int64
+    public var versions: Int64
+    public var deleted: Int64
+    public init(container: String, documents: Int64, data: Int64, versions: Int64, deleted: Int64) {
+        self.container = container; self.documents = documents; self.data = data
+        self.versions = versions; self.deleted = deleted
+    }
+    public var total: Int64 { documents + data + versions + deleted }
+}
+
 /// Answer of `GET .../changes`.
 public struct WireChanges: Codable, Equatable, Sendable {
     public var items: [WireItem]

@@ -30,6 +30,9 @@ public final class AccountRoot: @unchecked Sendable {
     private let folders = Locked<[Folder]>([])
     private let mountedSession = Locked<OpaquePointer?>(nil)
     private let made = nowNanoseconds()
+    /// More attributes of the root (the account's usage and quota, from the daemon, answered at once). Set
+    /// before `mount`, never after.
+    public var accountAttributes: (@Sendable () -> [(name: String, value: String)])?
     private let log = Logger("account")
     /// Names and attributes of the container folders never change while mounted: the kernel may keep them.
     static let timeout: Double = 86_400
@@ -103,8 +106,10 @@ public final class AccountRoot: @unchecked Sendable {
             let value = try f.fs.getxattr(1, StatusAttribute.prefix + "pendingChanges")
             pending += Int(String(decoding: value, as: UTF8.self)) ?? 0
         }
-        return [StatusAttribute.prefix + "containers": all.map(\.container).joined(separator: "\n"),
-                StatusAttribute.prefix + "pendingChanges": String(pending)]
+        var list = [StatusAttribute.prefix + "containers": all.map(\.container).joined(separator: "\n"),
+                    StatusAttribute.prefix + "pendingChanges": String(pending)]
+        for (name, value) in accountAttributes?() ?? [] { list[StatusAttribute.prefix + name] = value }
+        return list
     }
 
     func statfs() throws(CoreError) -> statvfs {

@@ -34,6 +34,9 @@ public final class FileSystem: @unchecked Sendable {
     let cacheTimeout: Double = 10
     /// The container's key-value store, shown as `.kvstore`; nil: none. Set before `mount`, never after.
     public var kv: KeyValueStore?
+    /// More attributes of the root, by name without the prefix (the account's usage and quota, from the daemon,
+    /// which must answer at once from what it knows). Set before `mount`, never after.
+    public var accountAttributes: (@Sendable () -> [(name: String, value: String)])?
     /// Ask the kernel for FUSE passthrough of local content (Passthrough.swift). Set before `mount`, never after.
     public var passthrough = true
     /// Why passthrough, asked for, cannot be had (set by `mount`); nil: it can, if the kernel offers it.

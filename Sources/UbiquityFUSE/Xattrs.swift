@@ -98,7 +98,7 @@ extension FileSystem {
         if name.hasPrefix(StatusAttribute.prefix) {
             let key = String(name.dropFirst(StatusAttribute.prefix.count))
             try lookAtPassthroughWriters(id)
-            if id == core.rootID, let value = try core.rootAttributes().first(where: { $0.name == key })?.value {
+            if id == core.rootID, let value = try rootAttributes().first(where: { $0.name == key })?.value {
                 return Array(value.utf8)
             }
             guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
@@ -122,7 +122,7 @@ extension FileSystem {
             list += Array(attr.fullName.utf8) + [0]
         }
         if id == core.rootID {
-            for attr in try core.rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
+            for attr in try rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
         }
         for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
         return list
@@ -189,6 +189,11 @@ extension FileSystem {
 }
 
 extension FileSystem {
+    /// The root's attributes: the core's, then the account's (usage and quota), when the daemon gives them.
+    func rootAttributes() throws(CoreError) -> [(name: String, value: String)] {
+        try core.rootAttributes() + (accountAttributes?() ?? [])
+    }
+
     /// The status attributes a virtual node shows (none when it is gone); nil for an item's node.
     func virtualStatus(_ id: String) throws(CoreError) -> [String: String]? {
         switch route(id) {

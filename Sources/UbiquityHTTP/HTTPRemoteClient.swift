@@ -103,6 +103,9 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         return list.containers
     }
 
+    /// What the key's user stores, per container, against their quota (an account-level call).
+    public func usage() throws(RemoteError) -> WireUsage { try json("GET", url(["v1", "usage"])) }
+
     public func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
         let wait = max(0, waitSeconds)
         let since = (token?.isEmpty ?? true) ? nil : token

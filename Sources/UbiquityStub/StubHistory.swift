@@ -179,33 +179,53 @@ extension StubStore {
     /// manifest, counted once, for the first of live items (and their conflict versions), history rows of live
     /// items, history rows of deleted items that names it.
     func usage(_ cid: String) throws(ServerFailure) -> StubUsage {
-        let named = try reading(cid) { (tx) throws(ServerFailure) in try tx.namedContents(cid) }
+        let (named, documents) = try reading(cid) { (tx) throws(ServerFailure) in
+            (try tx.namedContents(cid), try Self.contents(below: WireRules.documentsID, cid, tx))
+        }
         var holders: [String: ContentHolder] = [:]
         for n in named where isSHA256Hex(n.sha256) && n.sha256 != emptySHA256 {
             holders[n.sha256] = min(holders[n.sha256] ?? n.holder, n.holder)
         }
         let stored = Dictionary(try blobs.list(cid).map { ($0.sha256, $0.size) }, uniquingKeysWith: { a, _ in a })
-        var objects: [String: (holder: ContentHolder, size: Int64)] = [:]
-        func count(_ sha: String, _ size: Int64, _ holder: ContentHolder) {
-            if let known = objects[sha], known.holder <= holder { return }
-            objects[sha] = (holder, size)
+        // Each stored object once, where it lives (live before history before trash; a live one under
+        // Documents/ as a document).
+        var objects: [String: (holder: ContentHolder, document: Bool, size: Int64)] = [:]
+        func count(_ sha: String, _ size: Int64, _ holder: ContentHolder, _ document: Bool) {
+            if let known = objects[sha], known.holder < holder || (known.holder == holder && (known.document || !document)) {
+                return
+            }
+            objects[sha] = (holder, document, size)
         }
         for (sha, holder) in holders {
+            let document = holder == .live && documents.contains(sha)
             if let size = stored[sha] {
-                count(sha, size, holder)
+                count(sha, size, holder, document)
             } else if let manifest = try manifest(cid, sha) {
-                for chunk in manifest.chunks { if let c = chunk.sha256 { count(c, chunk.size, holder) } }
+                for chunk in manifest.chunks { if let c = chunk.sha256 { count(c, chunk.size, holder, document) } }
             }
         }
         var usage = StubUsage(container: cid)
         for (_, object) in objects {
             switch object.holder {
-            case .live: usage.live += object.size
+            case .live:
+                usage.live += object.size
+                if object.document { usage.documents += object.size }
             case .history: usage.history += object.size
             case .trash: usage.trash += object.size
             }
         }
         return usage
+    }
+
+    /// The contents (hashes) of the live files below folder `top`.
+    private static func contents(below top: String, _ cid: String, _ tx: any MetadataTransaction) throws(ServerFailure) -> Set<String> {
+        var found = Set<String>(), folders = [top]
+        while let folder = folders.popLast() {
+            for child in try tx.liveChildren(cid, parent: folder) {
+                if child.kind == .dir { folders.append(child.id) } else if isSHA256Hex(child.sha256) { found.insert(child.sha256) }
+            }
+        }
+        return found
     }
 }
 
@@ -215,6 +235,8 @@ public struct StubUsage: Equatable, Sendable, Codable {
     public var container: String
     public var user: String = ""
     public var live: Int64 = 0
+    /// The part of `live` under Documents/.
+    public var documents: Int64 = 0
     public var history: Int64 = 0
     public var trash: Int64 = 0
 

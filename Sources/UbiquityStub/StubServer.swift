@@ -312,6 +312,18 @@ public final class StubServer: @unchecked Sendable {
         return report
     }
 
+    /// What the user of `account` stores, per container, against their quota.
+    private func usage(of account: Account) throws(ServerFailure) -> WireUsage {
+        let limits = try accounts.userLimits(account.user)
+        let total = try store.usage(user: account.user, prefix: account.prefix, limits: limits)
+        let rows = try store.containerIDs(prefix: account.prefix).map { (cid) throws(ServerFailure) -> WireContainerUsage in
+            let u = try store.usage(cid)
+            return WireContainerUsage(container: ContainerScope.wireID(cid), documents: u.documents,
+                                      data: u.live - u.documents, versions: u.history, deleted: u.trash)
+        }
+        return WireUsage(used: total.storage, quota: limits.storage, containers: rows.sorted { $0.container < $1.container })
+    }
+
     /// The name of the user a stored container id belongs to.
     private func owner(of cid: String) throws -> String {
         let prefix = cid.firstIndex(of: "~").map { String(cid[...$0]) } ?? ""
@@ -374,6 +386,8 @@ enum Route {
     case health, stats, faults
     /// The containers of the request's user (`GET /v1/containers`); the prefix once scoped.
     case containerList(String)
+    /// What the request's user stores, per container, against their quota (`GET /v1/usage`).
+    case usage
     case container(String)
     case changes(String)
     /// Many item writes in one request.
@@ -406,6 +420,7 @@ enum Route {
         case 3 where parts[2] == "stats": self = .stats
         case 3 where parts[2] == "faults": self = .faults
         case 3 where parts[2] == "containers": self = .containerList("")
+        case 3 where parts[2] == "usage": self = .usage
         case 4 where parts[2] == "containers":
             self = WireRules.isValidContainerID(parts[3]) ? .container(parts[3]) : .invalid("bad container id")
         case 5 where parts[2] == "containers" && parts[4] == "kv":
@@ -461,7 +476,7 @@ enum Route {
         case .trashRestore(let c): return .trashRestore(prefix + c)
         case .trashEmpty(let c): return .trashEmpty(prefix + c)
         case .rewind(let c): return .rewind(prefix + c)
-        case .health, .stats, .faults, .invalid, .unknown: return self
+        case .health, .stats, .faults, .usage, .invalid, .unknown: return self
         }
     }
 
@@ -469,7 +484,7 @@ enum Route {
         switch self {
         case .health, .stats: return ["GET"]
         case .faults, .batch, .missingChunks, .trashRestore, .trashEmpty, .rewind: return ["POST"]
-        case .history, .trash, .containerList: return ["GET"]
+        case .history, .trash, .containerList, .usage: return ["GET"]
         case .container: return ["PUT"]
         case .changes, .kv: return ["GET"]
         case .kvKey: return ["PUT"]
@@ -921,6 +936,9 @@ extension StubServer {
             case .faults:
                 let faults = try decode(WireFaults.self, ex.body)
                 return .json(200, try counters.arm(faults))
+            case .usage:
+                guard let account = ex.account else { throw .refused(401, "no key") }
+                return .json(200, try usage(of: account))
             case .containerList(let prefix):
                 return .json(200, WireContainerList(containers: try store.containerIDs(prefix: prefix).map(ContainerScope.wireID).sorted()))
             case .container(let cid):

@@ -38,8 +38,12 @@ struct Daemon {
         let (urls, token, stub) = try remote()
         defer { stub?.stop() }
         let remote = ServedContainer.Remote(urls: urls, token: token, userMask: userMask)
-        if options.isAccount { return try runAccount(remote) }
-        let served = try ServedContainer.start(options.containers[0], options: options, remote: remote)
+        let usage = AccountUsage(client: remote.accountClient(options),
+                                 notify: options.desktopNotices && DesktopNotices.hasBus())
+        usage.start()
+        defer { usage.stop() }
+        if options.isAccount { return try runAccount(remote, usage) }
+        let served = try ServedContainer.start(options.containers[0], options: options, remote: remote, usage: usage)
         defer { served.stop() }
         try served.fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(served.id)")
         let pidPath = writePIDFile()
@@ -55,12 +59,12 @@ struct Daemon {
     /// container mounted on its folder by a thread of its own once the root's loop serves (the mount of a
     /// folder looks it up in the root). "ready" is told once the containers asked for are mounted; with
     /// --all-containers the same thread then asks the remote for new containers every few seconds.
-    private func runAccount(_ remote: ServedContainer.Remote) throws {
+    private func runAccount(_ remote: ServedContainer.Remote, _ usage: AccountUsage) throws {
         let root = AccountRoot()
         try root.mount(at: options.mountpoint, fsname: "ubiquityfs:" + options.accountSource)
         let pidPath = writePIDFile()
         defer { removeLeftover(pidPath) }
-        let account = ServedAccount(root: root, options: options, remote: remote)
+        let account = ServedAccount(root: root, options: options, remote: remote, usage: usage)
         let notify = self.notify
         let starter = Thread { [account, options] in
             do {

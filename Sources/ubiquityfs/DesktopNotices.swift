@@ -27,6 +27,11 @@ final class DesktopNotices: Sendable {
     /// How often the state is read, and the least time between two notifications of one cause.
     static let every: TimeInterval = 3, quiet: TimeInterval = 60, failingFor: TimeInterval = 60
 
+    /// Whether there is a session bus to tell.
+    static func hasBus(_ environment: [String: String] = ProcessInfo.processInfo.environment) -> Bool {
+        !(environment["DBUS_SESSION_BUS_ADDRESS"] ?? "").isEmpty
+    }
+
     /// Nil when there is no session bus to tell.
     init?(core: Container, mountpoint: String, environment: [String: String] = ProcessInfo.processInfo.environment) {
         guard let bus = environment["DBUS_SESSION_BUS_ADDRESS"], !bus.isEmpty else { return nil }
@@ -88,6 +93,12 @@ final class DesktopNotices: Sendable {
             return true
         }
         guard due else { return }
+        DesktopNotices.send(summary: summary, body: body, log: log)
+    }
+
+    /// Sends one notification through gdbus (its own process, with a timeout); a failure is logged at debug
+    /// level and forgotten.
+    static func send(summary: String, body: String, log: Logger) {
         log.info("notification: \(summary): \(body)")
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/gdbus")

@@ -22,6 +22,12 @@ final class ServedContainer: @unchecked Sendable {
         let token: String
         /// The umask the daemon was started with (the cap of modes of arriving items).
         let userMask: UInt32
+
+        /// A client for the account's own calls (its containers, its usage), not a container's.
+        func accountClient(_ options: MountCommand.Options) -> HTTPRemoteClient {
+            HTTPRemoteClient(baseURLs: urls, token: token, container: options.containers.first ?? defaultContainer,
+                             timeouts: HTTPTimeouts(), device: options.device, caFile: options.caFile)
+        }
     }
 
     let id: String
@@ -42,7 +48,8 @@ final class ServedContainer: @unchecked Sendable {
 
     /// Opens container `id`'s store, connects it to the remote and starts its core, live query and key-value
     /// store; its file system is ready to mount.
-    static func start(_ id: String, options: MountCommand.Options, remote: Remote) throws -> ServedContainer {
+    static func start(_ id: String, options: MountCommand.Options, remote: Remote,
+                      usage: AccountUsage) throws -> ServedContainer {
         let path = options.store(of: id)
         try makeDirectories(path)
         let store = try openStore(path)
@@ -70,6 +77,7 @@ final class ServedContainer: @unchecked Sendable {
                                    remote: client)
         kv.start()
         fs.kv = kv
+        fs.accountAttributes = { [usage, core] in usage.attributes(container: id, local: core.localBytes) }
         return ServedContainer(id: id, store: path, core: core, fs: fs, query: query, kv: kv, options: options)
     }
 
@@ -160,6 +168,8 @@ final class ServedAccount: @unchecked Sendable {
     let root: AccountRoot
     private let options: MountCommand.Options
     private let remote: ServedContainer.Remote
+    private let usage: AccountUsage
+    private let client: HTTPRemoteClient
     private struct State {
         var served: [String: ServedContainer] = [:]
         /// Containers whose file system's loop has not ended yet.
@@ -172,8 +182,12 @@ final class ServedAccount: @unchecked Sendable {
     /// How often --all-containers asks the remote for new containers.
     static let followSeconds: UInt32 = 2
 
-    init(root: AccountRoot, options: MountCommand.Options, remote: ServedContainer.Remote) {
-        self.root = root; self.options = options; self.remote = remote
+    init(root: AccountRoot, options: MountCommand.Options, remote: ServedContainer.Remote, usage: AccountUsage) {
+        self.root = root; self.options = options; self.remote = remote; self.usage = usage
+        client = remote.accountClient(options)
+        root.accountAttributes = { [state, usage] in
+            usage.attributes(container: nil, local: state.withLock { $0.served.values }.reduce(0) { $0 + $1.core.localBytes })
+        }
     }
 
     var failure: Error? { state.withLock { $0.failure } }
@@ -184,7 +198,7 @@ final class ServedAccount: @unchecked Sendable {
     }
 
     private func open(_ id: String) throws {
-        let served = try ServedContainer.start(id, options: options, remote: remote)
+        let served = try ServedContainer.start(id, options: options, remote: remote, usage: usage)
         let path = options.mountpoint + "/" + root.add(id, served.fs)
         do {
             try served.fs.mount(at: path, fsname: "ubiquityfs:\(id)")
@@ -206,9 +220,6 @@ final class ServedAccount: @unchecked Sendable {
 
     /// Every container of the key's user on the remote.
     func remoteContainers() throws -> [String] {
-        let client = HTTPRemoteClient(baseURLs: remote.urls, token: remote.token,
-                                      container: options.containers.first ?? defaultContainer,
-                                      timeouts: HTTPTimeouts(), device: options.device, caFile: options.caFile)
         do { return try client.containerIDs() } catch {
             throw MountFailure("cannot list the containers on the remote: \(error)")
         }

@@ -40,6 +40,7 @@ commands:
   query MOUNT [--scope documents|data|all] [--name GLOB] [--container ID] [--live] [--json]
                                     list the mount's items with their status; --live: follow their changes
   pause | resume PATH               stop syncing a container (its changes wait here), or go on
+  usage [--json] MOUNT              what the account stores per container, against its quota
   kv get|set|delete|list|watch [--json] MOUNT [KEY [VALUE]]
                                     the container's key-value store
   trash list|restore|empty [--json] MOUNT [PATH...]
@@ -77,6 +78,8 @@ do {
         try SyncCommand.run(words)
     case "check":
         try CheckCommand.run(words)
+    case "usage":
+        try UsageCommand.run(words)
     case "pause", "resume":
         try PauseCommand.run(command, words)
     case "query":

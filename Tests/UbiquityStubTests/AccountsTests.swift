@@ -68,6 +68,26 @@ import UbiquityBase
         #expect(try f.call("POST", "/v1/containers", token: .some(alice)).status == 405)
     }
 
+    @Test func aKeySeesItsOwnUsersUsageOnly() throws {
+        let f = try Fixture()
+        try f.server.accounts.addUser("alice")
+        try f.server.accounts.addUser("bob")
+        try f.server.accounts.setLimits("alice") { $0.storage = 5 << 20 }
+        let alice = try f.server.accounts.addDevice(user: "alice", device: "laptop")
+        let bob = try f.server.accounts.addDevice(user: "bob", device: "phone")
+        #expect(try f.call("PUT", "/v1/containers/\(cid)", token: .some(alice)).status == 200)
+        #expect(try f.call("PUT", "/v1/containers/iCloud.com.example.bobs", token: .some(bob)).status == 200)
+        let r = try f.call("GET", "/v1/usage", token: .some(alice))
+        #expect(r.status == 200, "\(r.text)")
+        let usage = try r.decode(WireUsage.self)
+        #expect(usage == WireUsage(used: 0, quota: 5 << 20, containers: [
+            WireContainerUsage(container: cid, documents: 0, data: 0, versions: 0, deleted: 0)]))
+        #expect(try f.call("GET", "/v1/usage", token: .some(bob)).decode(WireUsage.self).containers.map(\.container)
+                == ["iCloud.com.example.bobs"])
+        #expect(try f.call("GET", "/v1/usage", token: .some(String(repeating: "0", count: 64))).status == 401)
+        #expect(try f.call("PUT", "/v1/usage", token: .some(alice)).status == 405)
+    }
+
     @Test func aRevokedOrRemovedKeyIsRefusedAtItsNextRequest() throws {
         let f = try Fixture()
         try f.server.accounts.addUser("alice")

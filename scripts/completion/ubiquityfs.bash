@@ -3,7 +3,7 @@
 _ubiquityfs() {
     local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]:-} words
     if ((COMP_CWORD == 1)); then
-        words="mount unmount status evict download pin unpin sync pause resume check query kv trash history rewind chunks remote --help --version"
+        words="mount unmount status evict download pin unpin sync pause resume usage check query kv trash history rewind chunks remote --help --version"
     else
         case "$cmd" in
             mount) words="--remote --token-file --ca-file --container --containers --all-containers --store --device --foreground --no-passthrough
@@ -15,6 +15,7 @@ _ubiquityfs() {
             check) words="--store --repair --help" ;;
             query) words="--scope --name --container --live --json --help" ;;
             pause|resume) words="--help" ;;
+            usage) words="--json --help" ;;
             chunks) words="--json --summary --help" ;;
             rewind) words="--to --dry-run --help" ;;
             kv) ((COMP_CWORD == 2)) && words="get set delete list watch" || words="--json" ;;

@@ -182,6 +182,9 @@ extension Container {
     /// True while the remote is known to be unreachable.
     var isOffline: Bool { offlineSince != nil }
 
+    /// The bytes of the local copies of files in the store (what `du` of the mount counts).
+    public var localBytes: Int64 { cacheStatus().used }
+
     /// Whether sync is paused (`ubiquityfs pause`): the loops neither push nor pull, and a download fails at once.
     public var isSyncPaused: Bool { read { $0.syncPaused } }
 
