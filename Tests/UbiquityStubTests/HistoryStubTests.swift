@@ -212,7 +212,7 @@ private func row(_ v: Int64, _ at: Int64, deleted: Bool = false) -> HistoryStamp
         let usage = try f.server.usage()
         #expect(usage == [{
             var u = StubUsage(container: cid)
-            u.user = "default"; u.live = 10; u.history = 13; u.trash = 13
+            u.user = "default"; u.live = 10; u.documents = 10; u.history = 13; u.trash = 13 // a.txt is in Documents
             return u
         }()])
         _ = try f.server.store.emptyTrash(cid, ids: nil)
