@@ -68,7 +68,7 @@ final class ServedContainer: @unchecked Sendable {
         let reachable = try checkRemote(client, url: remote.urls.joined(separator: ","), fresh: try core.isFresh,
                                         tokenFile: options.tokenFile)
         try core.start(initialSync: reachable)
-        let query = serveQuery(core, path: path + "/query.sock")
+        let query = serveQuery(core, store: path)
         let fs = FileSystem(core: core, downloadPolicy: DownloadPolicy(noDownloadFor: options.noDownloadFor))
         fs.passthrough = options.passthrough
         // The key-value store is bound to the account (the token) and the container.
@@ -98,14 +98,34 @@ final class ServedContainer: @unchecked Sendable {
 
     /// Serves the live query on a socket in the store, named by the root's `querySocket` attribute. A mount
     /// without it still works.
-    private static func serveQuery(_ core: Container, path: String) -> QueryServer? {
-        let server = QueryServer(core: core, path: path)
+    private static func serveQuery(_ core: Container, store: String) -> QueryServer? {
+        let server: QueryServer
+        do { server = QueryServer(core: core, path: try querySocketPath(store: store)) } catch {
+            log.warning("no live query: \(error)")
+            return nil
+        }
         do { try server.start() } catch {
             log.warning("no live query: \(error)")
             return nil
         }
         core.querySocket = server.path
         return server
+    }
+
+    /// Where the query socket goes: in the store, or, when that path is longer than a socket's address may be
+    /// (108 bytes: a store deep in a folder, a container's store inside a --store folder), in a folder of this
+    /// user's alone (XDG_RUNTIME_DIR, else /tmp, `ubiquityfs-UID`, mode 0700), named by the store's path.
+    static func querySocketPath(store: String) throws -> String {
+        let inStore = store + "/query.sock"
+        if inStore.utf8.count < 108 { return inStore } // (sun_path: 108 bytes with the NUL)
+        let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"].flatMap { $0.hasPrefix("/") && $0.utf8.count < 48 ? $0 : nil }
+        let dir = (runtime ?? "/tmp") + "/ubiquityfs-\(geteuid())"
+        _ = mkdir(dir, 0o700)
+        var st = stat()
+        guard lstat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == geteuid(), st.st_mode & 0o077 == 0 else {
+            throw MountFailure("\(dir) is not a folder of this user's alone (mode 0700): the query socket cannot go there")
+        }
+        return dir + "/" + sha256Hex(Array(store.utf8)).prefix(24) + ".sock"
     }
 
     /// The local store limit and the free space kept, in bytes, percentages taken of the store's file system.

@@ -186,6 +186,14 @@ def test_a_query_of_documents_spans_every_container(stub, mount_factory, tmp_pat
     (folder(laptop, NOTES) / "Documents/list.txt").write_text("milk\n")
     (folder(laptop, DRAW) / "Documents/cat.svg").write_text("<svg/>\n")
     (folder(laptop, DRAW) / "settings.plist").write_text("data, not a document\n")
+    # Each container serves its own socket; one whose store's path is too long for a socket's address (108
+    # bytes) has it in a folder of the user's alone.
+    for c in (NOTES, DRAW):
+        sock = attr(folder(laptop, c), "querySocket")
+        assert sock and len(sock.encode()) < 108, sock
+        if not sock.startswith(str(laptop.store)):
+            st = os.stat(os.path.dirname(sock))
+            assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700, oct(st.st_mode)
     out = run(BIN, "query", laptop.path, "--scope", "documents").stdout.splitlines()
     rows = sorted(line.split("  ")[0] for line in out if not line.startswith("--"))
     assert rows == ["iCloud~com~example~draw/Documents/cat.svg", "iCloud~com~example~notes/Documents/list.txt"], out
