@@ -17,12 +17,17 @@ import UbiquityBase
         return try feed.decode(WireChanges.self).items.map(\.name).sorted()
     }
 
-    @Test func aKeyOpensItsOwnUsersContainersOnly() throws {
-        let f = try Fixture()
+    /// The users alice and bob, with a device each: their keys.
+    private func aliceAndBob(_ f: Fixture) throws -> (alice: String, bob: String) {
         try f.server.accounts.addUser("alice")
         try f.server.accounts.addUser("bob")
-        let alice = try f.server.accounts.addDevice(user: "alice", device: "laptop")
-        let bob = try f.server.accounts.addDevice(user: "bob", device: "phone")
+        return (try f.server.accounts.addDevice(user: "alice", device: "laptop"),
+                try f.server.accounts.addDevice(user: "bob", device: "phone"))
+    }
+
+    @Test func aKeyOpensItsOwnUsersContainersOnly() throws {
+        let f = try Fixture()
+        let (alice, bob) = try aliceAndBob(f)
         #expect(alice.utf8.count == 64 && isSHA256Hex(alice) && alice != bob)
 
         let opened = try f.call("PUT", "/v1/containers/\(cid)", token: .some(alice))
@@ -47,10 +52,7 @@ import UbiquityBase
 
     @Test func aKeyListsItsOwnUsersContainersOnly() throws {
         let f = try Fixture()
-        try f.server.accounts.addUser("alice")
-        try f.server.accounts.addUser("bob")
-        let alice = try f.server.accounts.addDevice(user: "alice", device: "laptop")
-        let bob = try f.server.accounts.addDevice(user: "bob", device: "phone")
+        let (alice, bob) = try aliceAndBob(f)
         func listed(_ key: String) throws -> [String] {
             let r = try f.call("GET", "/v1/containers", token: .some(key))
             #expect(r.status == 200, "\(r.text)")
@@ -70,11 +72,8 @@ import UbiquityBase
 
     @Test func aKeySeesItsOwnUsersUsageOnly() throws {
         let f = try Fixture()
-        try f.server.accounts.addUser("alice")
-        try f.server.accounts.addUser("bob")
+        let (alice, bob) = try aliceAndBob(f)
         try f.server.accounts.setLimits("alice") { $0.storage = 5 << 20 }
-        let alice = try f.server.accounts.addDevice(user: "alice", device: "laptop")
-        let bob = try f.server.accounts.addDevice(user: "bob", device: "phone")
         #expect(try f.call("PUT", "/v1/containers/\(cid)", token: .some(alice)).status == 200)
         #expect(try f.call("PUT", "/v1/containers/iCloud.com.example.bobs", token: .some(bob)).status == 200)
         let r = try f.call("GET", "/v1/usage", token: .some(alice))
