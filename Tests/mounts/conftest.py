@@ -85,6 +85,7 @@ SERIAL_GROUPS = {
 ENGINE_FIXTURES = {"postgres", "seaweedfs"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which turns the markers into groups
 def pytest_collection_modifyitems(config, items):
     """Gives each test its xdist group: a group above, "engines", or its own file."""
     here = Path(__file__).parent
