@@ -188,7 +188,7 @@ extension Container {
     /// Whether sync is paused (`ubiquityfs pause`): the loops neither push nor pull, and a download fails at once.
     public var isSyncPaused: Bool { read { $0.syncPaused } }
 
-    /// What an open of content that is not local, or the root's `uploadingError`, says while sync is paused.
+    /// What an open of content that is not local says (its `downloadingError`) while sync is paused.
     static let pausedRefusal = "sync of this container is paused (ubiquityfs resume): nothing goes to or comes "
         + "from the remote until then"
 
@@ -207,6 +207,7 @@ extension Container {
             downloadPinned()
         }
     }
+
     /// Since when the remote is known to be unreachable; nil while it answers.
     var offlineSince: Int64? { read { $0.offlineSince } }
 
