@@ -35,7 +35,9 @@ enum KVCommand {
         guard !rest.isEmpty else { throw UsageError("kv needs an action: get, set, delete, list or watch") }
         let action = rest.removeFirst()
         guard !rest.isEmpty else { throw UsageError("kv \(action) needs a MOUNT") }
-        let dir = rest.removeFirst() + "/.kvstore"
+        let mount = rest.removeFirst()
+        try StatusCommand.needOneContainer(mount, "kv \(action)")
+        let dir = mount + "/.kvstore"
         var st = stat()
         guard stat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
             throw CommandFailure("kv \(action): \(dir) is not there: not a ubiquityfs mount")

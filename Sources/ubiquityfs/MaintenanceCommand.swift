@@ -10,7 +10,6 @@ import Foundation
 import Glibc
 import UbiquityBase
 import UbiquityCore
-import UbiquityFUSE
 
 enum SyncCommand {
     static let help = """
@@ -111,10 +110,7 @@ enum PauseCommand {
         guard args.positional.count == 1 else { throw UsageError("\(command) needs one PATH") }
         let path = absolutePath(args.positional[0])
         let root = try TrashCommand.mountRoot(of: path)
-        // A mount of several containers: its root names them, each in its folder.
-        let roots = try StatusCommand.attribute(root, "containers").map { list in
-            list.split(separator: "\n").map { root + "/" + AccountRoot.folderName(String($0)) }
-        } ?? [root]
+        let roots = StatusCommand.containerFolders(root) ?? [root] // a mount of several: each container
         for r in roots {
             let value = command == "pause" ? "1" : "0"
             let rc = value.withCString { setxattr(r, "user.ubiquity.syncPaused", $0, strlen($0), 0) }

@@ -9,6 +9,7 @@
 import CFuse // for <sys/xattr.h>: getxattr(2) and setxattr(2), which Glibc's module map leaves out
 import Foundation
 import Glibc
+import UbiquityFUSE
 
 enum StatusCommand {
     static let statusHelp = """
@@ -32,6 +33,20 @@ enum StatusCommand {
                         "uploadingError", "pinned", "isExcludedFromSync"]
 
     /// Reads one status attribute; nil when absent.
+    /// The folders of the containers of a mount of several when `path` is its root (its `containers`
+    /// attribute names them), else nil.
+    static func containerFolders(_ path: String) -> [String]? {
+        guard let list = try? attribute(path, "containers") else { return nil }
+        return list.split(separator: "\n").map { path + "/" + AccountRoot.folderName(String($0)) }
+    }
+
+    /// The refusal of a command that works on one container, given the root of a mount of several.
+    static func needOneContainer(_ path: String, _ command: String) throws {
+        guard let folders = containerFolders(path) else { return }
+        throw CommandFailure("\(command): \(path) holds several containers; name one of them: "
+                             + folders.joined(separator: ", "))
+    }
+
     static func attribute(_ path: String, _ name: String) throws -> String? {
         var buf = [UInt8](repeating: 0, count: 4096)
         let n = getxattr(path, "user.ubiquity." + name, &buf, buf.count)
@@ -110,7 +125,8 @@ enum StatusCommand {
         guard !args.positional.isEmpty else { throw UsageError("status needs a PATH") }
         var rows: [[String: String]] = []
         var failed = false
-        for path in args.positional {
+        // The root of a mount of several: each container's root.
+        for path in args.positional.flatMap({ containerFolders($0) ?? [$0] }) {
             do {
                 var s = try status(path)
                 var st = stat()

@@ -119,6 +119,7 @@ enum TrashCommand {
     }
 
     private static func readList(_ mount: String) throws -> [WireVersion] {
+        try StatusCommand.needOneContainer(mount, "trash")
         let list = mount + "/.trash/.list"
         guard FileManager.default.fileExists(atPath: mount + "/.trash") else {
             throw CommandFailure("\(mount) is not the root of a ubiquityfs mount")

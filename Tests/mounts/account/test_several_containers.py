@@ -72,6 +72,12 @@ def test_two_containers_are_two_folders_each_its_own_file_system(stub, mount_fac
     run(BIN, "kv", "set", folder(laptop, DRAW), "theme", "dark")
     assert run(BIN, "kv", "get", folder(laptop, DRAW), "theme").stdout.strip() == "dark"
     assert run(BIN, "kv", "get", folder(laptop, NOTES), "theme", check=False).returncode != 0
+    # The root of the mount: status shows each container's root; a command of one container asks for one.
+    out = run(BIN, "status", laptop.path).stdout
+    assert "iCloud~com~example~notes: 0 change(s) waiting" in out and "iCloud~com~example~draw: " in out, out
+    for words in (["trash", "list"], ["kv", "list"]):
+        p = run(BIN, *words, laptop.path, check=False)
+        assert p.returncode == 1 and "holds several containers; name one of them" in p.stderr, p.stderr
 
     # One unmount ends every container and the daemon.
     laptop.sync()
