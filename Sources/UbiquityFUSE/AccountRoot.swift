@@ -98,18 +98,29 @@ public final class AccountRoot: @unchecked Sendable {
             + all.map { FileSystem.DirEntry(name: $0.name, id: nil, type: S_IFDIR, number: $0.ino) }
     }
 
-    /// The root's attributes: `containers` (one id a line) and `pendingChanges` (the sum of its containers').
-    func xattrs(_ ino: UInt64) throws(CoreError) -> [String: String] {
-        guard ino == 1 else { throw .noAttribute }
-        var pending = 0
-        for f in all {
-            let value = try f.fs.getxattr(1, StatusAttribute.prefix + "pendingChanges")
-            pending += Int(String(decoding: value, as: UTF8.self)) ?? 0
+    /// The names of the root's attributes: `containers`, `pendingChanges` and the account's.
+    func xattrNames(_ ino: UInt64) -> [String] {
+        guard ino == 1 else { return [] }
+        return (["containers", "pendingChanges"] + (accountAttributes?() ?? []).map(\.name)).map { StatusAttribute.prefix + $0 }.sorted()
+    }
+
+    /// One of the root's attributes: `containers` (one id a line), `pendingChanges` (the sum of its containers',
+    /// each read through its own file system, only when asked) or one of the account's.
+    func xattr(_ ino: UInt64, _ name: String) throws(CoreError) -> String {
+        guard ino == 1, name.hasPrefix(StatusAttribute.prefix) else { throw .noAttribute }
+        switch String(name.dropFirst(StatusAttribute.prefix.count)) {
+        case "containers": return all.map(\.container).joined(separator: "\n")
+        case "pendingChanges":
+            var pending = 0
+            for f in all {
+                let value = try f.fs.getxattr(1, StatusAttribute.prefix + "pendingChanges")
+                pending += Int(String(decoding: value, as: UTF8.self)) ?? 0
+            }
+            return String(pending)
+        case let key:
+            guard let value = accountAttributes?().first(where: { $0.name == key })?.value else { throw .noAttribute }
+            return value
         }
-        var list = [StatusAttribute.prefix + "containers": all.map(\.container).joined(separator: "\n"),
-                    StatusAttribute.prefix + "pendingChanges": String(pending)]
-        for (name, value) in accountAttributes?() ?? [] { list[StatusAttribute.prefix + name] = value }
-        return list
     }
 
     func statfs() throws(CoreError) -> statvfs {
@@ -172,16 +183,12 @@ private func makeAccountOperations() -> fuse_lowlevel_ops {
         let r = Reply(req!)
         guard let n = name.flatMap({ String(validatingCString: $0) }) else { return r.fail(CoreError.noAttribute) }
         do throws(CoreError) {
-            guard let value = try root(req).xattrs(ino)[n] else { throw .noAttribute }
-            r.xattr(Array(value.utf8), size: size)
+            r.xattr(Array(try root(req).xattr(ino, n).utf8), size: size)
         } catch { r.fail(error) }
     }
     ops.listxattr = { req, ino, size in
         let r = Reply(req!)
-        do throws(CoreError) {
-            let names = ino == 1 ? try root(req).xattrs(ino).keys.sorted() : []
-            r.xattr(names.flatMap { Array($0.utf8) + [0] }, size: size)
-        } catch { r.fail(error) }
+        r.xattr(root(req).xattrNames(ino).flatMap { Array($0.utf8) + [0] }, size: size)
     }
     ops.statfs = { req, _ in
         let r = Reply(req!)
@@ -211,10 +218,6 @@ extension AccountRoot {
         fuse_session_unmount(se)
         fuse_session_destroy(se)
     }
-
-    /// Ends the root's loop from another thread (a start that failed): the root is detached, so its loop
-    /// reads the end of the connection.
-    public func stop(mountpoint: String) { detachMount(mountpoint) }
 }
 
 /// Unmounts what is mounted at `path` lazily (it goes once nothing uses it): MNT_DETACH for root, else

@@ -72,15 +72,14 @@ enum QueryCommand {
             throw CommandFailure("\(path) is not a ubiquityfs mount serving the live query")
         }
         if let socket = try StatusCommand.attribute(root, "querySocket") { return [Source(container: nil, socket: socket)] }
-        guard let list = try StatusCommand.attribute(root, "containers") else {
+        guard let containers = StatusCommand.containers(ofRoot: root) else {
             throw CommandFailure("\(path) is not a ubiquityfs mount serving the live query")
         }
-        return try list.split(separator: "\n").map(String.init).map { id in
-            let folder = root + "/" + AccountRoot.folderName(id)
-            guard let socket = try StatusCommand.attribute(folder, "querySocket") else {
-                throw CommandFailure("\(folder) does not serve the live query")
+        return try containers.map { c in
+            guard let socket = try StatusCommand.attribute(c.folder, "querySocket") else {
+                throw CommandFailure("\(c.folder) does not serve the live query")
             }
-            return Source(container: id, socket: socket)
+            return Source(container: c.id, socket: socket)
         }
     }
 

@@ -99,17 +99,15 @@ final class ServedContainer: @unchecked Sendable {
     /// Serves the live query on a socket in the store, named by the root's `querySocket` attribute. A mount
     /// without it still works.
     private static func serveQuery(_ core: Container, store: String) -> QueryServer? {
-        let server: QueryServer
-        do { server = QueryServer(core: core, path: try querySocketPath(store: store)) } catch {
+        do {
+            let server = QueryServer(core: core, path: try querySocketPath(store: store))
+            try server.start()
+            core.querySocket = server.path
+            return server
+        } catch {
             log.warning("no live query: \(error)")
             return nil
         }
-        do { try server.start() } catch {
-            log.warning("no live query: \(error)")
-            return nil
-        }
-        core.querySocket = server.path
-        return server
     }
 
     /// Where the query socket goes: in the store, or, when that path is longer than a socket's address may be
@@ -257,7 +255,7 @@ final class ServedAccount: @unchecked Sendable {
     /// A start that failed: says why, lets go of what was mounted, and ends the root's loop.
     func fail(_ error: Error) {
         state.withLock { $0.failure = error }
-        root.stop(mountpoint: options.mountpoint)
+        detachMount(options.mountpoint) // the root's loop then reads the end of its connection
     }
 
     /// Before the root is unmounted: each container's folder is detached and its loop waited for (it stops its

@@ -33,12 +33,15 @@ enum StatusCommand {
                         "uploadingError", "pinned", "isExcludedFromSync"]
 
     /// Reads one status attribute; nil when absent.
-    /// The folders of the containers of a mount of several when `path` is its root (its `containers`
+    /// The containers of a mount of several, each with its folder, when `path` is its root (its `containers`
     /// attribute names them), else nil.
-    static func containerFolders(_ path: String) -> [String]? {
+    static func containers(ofRoot path: String) -> [(id: String, folder: String)]? {
         guard let list = try? attribute(path, "containers") else { return nil }
-        return list.split(separator: "\n").map { path + "/" + AccountRoot.folderName(String($0)) }
+        return list.split(separator: "\n").map { (String($0), path + "/" + AccountRoot.folderName(String($0))) }
     }
+
+    /// The folders of the containers of a mount of several when `path` is its root, else nil.
+    static func containerFolders(_ path: String) -> [String]? { containers(ofRoot: path)?.map(\.folder) }
 
     /// The refusal of a command that works on one container, given the root of a mount of several.
     static func needOneContainer(_ path: String, _ command: String) throws {
