@@ -68,7 +68,7 @@ class Fuzzer:
         r = self.rng
         cid = r.choice([CONTAINER, CONTAINER, self.word()])
         path = r.choice([
-            "/v1/health", "/v1/stats", "/v1/faults", f"/v1/containers/{cid}",
+            "/v1/health", "/v1/stats", "/v1/faults", "/v1/containers", "/v1/usage", f"/v1/containers/{cid}",
             f"/v1/containers/{cid}/changes?since={self.word()}&wait={r.choice([0, 1, 'x', -1])}&limit={self.word()}",
             f"/v1/containers/{cid}/items/{self.word()}", f"/v1/containers/{cid}/blobs/{self.word()}",
             f"/v1/containers/{cid}/kv", f"/v1/containers/{cid}/kv/{self.word()}", f"/v1/containers/{cid}/batch",
