@@ -333,6 +333,8 @@ public struct WireApplied: Codable, Equatable, Sendable {
 public enum WireRules {
     public static let rootID = "root"
     public static let documentsID = "documents"
+    /// The name of the root's folder of documents; what is outside it is the app's data.
+    public static let documentsName = "Documents"
     public static let maxNameBytes = 255
     /// The most an item's user attributes may take, counted by `xattrBytes`.
     public static let maxXattrBytes = 64 * 1024
@@ -649,18 +651,21 @@ public struct WireVersion: Codable, Equatable, Sendable {
     /// not send them (not in `CodingKeys`): nil when read from the wire, and for a version the remote stored
     /// before it kept them (a rewind then leaves the item's xattrs as they are).
     public var xattrs: [String: String]? = nil
+    /// The one deletion of an app's data this delete was part of (`POST .../delete-data`): every delete of it
+    /// is one entry of Recently Deleted, restored and emptied whole. Absent for every other version.
+    public var batch: WireDataBatch? = nil
 
     private enum CodingKeys: String, CodingKey {
-        case id, version, at, path, deleted, parent, name, kind, mode, mtime, size, sha256, device, target
+        case id, version, at, path, deleted, parent, name, kind, mode, mtime, size, sha256, device, target, batch
     }
 
     public init(id: String, version: Int64, at: Int64, path: String, deleted: Bool, parent: String?, name: String,
                 kind: ItemKind, mode: UInt32, mtime: Int64, size: Int64, sha256: String, device: String,
-                target: String? = nil, xattrs: [String: String]? = nil) {
+                target: String? = nil, xattrs: [String: String]? = nil, batch: WireDataBatch? = nil) {
         self.id = id; self.version = version; self.at = at; self.path = path; self.deleted = deleted
         self.parent = parent; self.name = name; self.kind = kind; self.mode = mode; self.mtime = mtime
         self.size = size; self.sha256 = sha256; self.device = device; self.target = target
-        self.xattrs = xattrs
+        self.xattrs = xattrs; self.batch = batch
     }
 
     /// The version of `item` as stored at `at`, at `path`.
@@ -754,4 +759,56 @@ public struct WireRewindChange: Codable, Hashable, Sendable {
 public struct WireRewound: Codable, Equatable, Sendable {
     public var changes: [WireRewindChange]
     public init(changes: [WireRewindChange]) { self.changes = changes }
+}
+
+/// One deletion of an app's data (`POST .../delete-data`), as its deletes in Recently Deleted name it:
+/// `data-` (everything outside Documents/) or `all-` (everything), then a random id of 32 hex digits.
+public struct WireDataBatch: Codable, Hashable, Sendable, CustomStringConvertible {
+    public let description: String
+
+    public init?(_ text: String) {
+        let parts = text.split(separator: "-", maxSplits: 1)
+        guard parts.count == 2, ["data", "all"].contains(parts[0]), parts[1].utf8.count == 32,
+              parts[1].utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else { return nil }
+        description = text
+    }
+
+    /// A new batch id, random.
+    public init(documentsToo: Bool) {
+        var id = ""
+        for _ in 0..<2 { id += String(format: "%016llx", UInt64.random(in: .min ... .max)) }
+        description = (documentsToo ? "all-" : "data-") + id
+    }
+
+    /// True when the batch deleted Documents/ too.
+    public var documentsToo: Bool { description.hasPrefix("all-") }
+
+    public init(from decoder: Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let batch = WireDataBatch(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "bad batch id"))
+        }
+        self = batch
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
+/// Body of `POST .../delete-data`: delete everything of the container outside `Documents/` (with `documents`,
+/// everything but the root), as deletes by `device`.
+public struct WireDeleteDataRequest: Codable, Equatable, Sendable {
+    public var documents: Bool
+    public var device: String
+    public init(documents: Bool, device: String) { self.documents = documents; self.device = device }
+}
+
+/// Answer of `POST .../delete-data`: the deletes it made, children before their folders (none when there was
+/// nothing to delete; `batch` is then absent).
+public struct WireDataDeleted: Codable, Equatable, Sendable {
+    public var deleted: [WireItem]
+    public var batch: WireDataBatch?
+    public init(deleted: [WireItem], batch: WireDataBatch?) { self.deleted = deleted; self.batch = batch }
 }

@@ -363,6 +363,13 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         return answer.changes
     }
 
+    /// POST .../delete-data.
+    public func deleteData(documents: Bool, device: String) throws(RemoteError) -> WireDataDeleted {
+        let body = try encoded(WireDeleteDataRequest(documents: documents, device: device), "a deletion of data")
+        return try json("POST", url(["v1", "containers", container, "delete-data"]),
+                        headers: ["Content-Type: application/json"], body: body)
+    }
+
     // MARK: - Plumbing
 
     /// A request's JSON body.

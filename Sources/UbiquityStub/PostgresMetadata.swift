@@ -139,7 +139,9 @@ final class PostgresMetadata: StubMetadata, Sendable {
             """,
         ] + AccountTables.statements + HistoryTable.statements(integer: "BIGINT", boolean: "BOOLEAN")
             // Tables made before rows kept xattrs gain the column, NULL in their old rows (xattrs unknown).
-            + ["ALTER TABLE history ADD COLUMN IF NOT EXISTS xattrs TEXT"] { try c.exec(sql) }
+            // and before deletions of an app's data, the batch column (NULL: no batch).
+            + ["ALTER TABLE history ADD COLUMN IF NOT EXISTS xattrs TEXT",
+               "ALTER TABLE history ADD COLUMN IF NOT EXISTS batch TEXT"] { try c.exec(sql) }
         // Stores made before history get the table with one row per live item, as of the upgrade.
         if !hadHistory {
             try c.exec(HistoryTable.backfill(now: nowNanoseconds(), notDeleted: "false", orIgnore: ("", " ON CONFLICT DO NOTHING")))
@@ -392,7 +394,8 @@ private final class PostgresTransaction: MetadataTransaction {
                     parent: r.optionalText(i, 5), name: r.text(i, 6), kind: ItemKind(rawValue: r.text(i, 7)) ?? .file,
                     mode: UInt32(truncatingIfNeeded: r.int(i, 8)), mtime: r.int(i, 9), size: r.int(i, 10),
                     sha256: r.text(i, 11), device: r.text(i, 12), target: r.optionalText(i, 13),
-                    xattrs: r.optionalText(i, 14).map { (text) throws(ServerFailure) in try MetadataCoding.xattrs(text) })
+                    xattrs: r.optionalText(i, 14).map { (text) throws(ServerFailure) in try MetadataCoding.xattrs(text) },
+                    batch: r.optionalText(i, 15).flatMap(WireDataBatch.init))
     }
 
     private func versions(_ sql: String, _ params: [String?]) throws(ServerFailure) -> [WireVersion] {
@@ -402,10 +405,11 @@ private final class PostgresTransaction: MetadataTransaction {
 
     func appendHistory(_ cid: String, _ row: WireVersion) throws(ServerFailure) {
         wrote = true
-        try conn.exec("INSERT INTO history (container, \(HistoryTable.columns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+        try conn.exec("INSERT INTO history (container, \(HistoryTable.columns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
                       [cid, row.id, String(row.version), String(row.at), row.path, row.deleted ? "t" : "f", row.parent,
                        row.name, row.kind.rawValue, String(row.mode), String(row.mtime), String(row.size), row.sha256,
-                       row.device, row.target, try row.xattrs.map { (value) throws(ServerFailure) in try MetadataCoding.json(value) }])
+                       row.device, row.target, try row.xattrs.map { (value) throws(ServerFailure) in try MetadataCoding.json(value) },
+                       row.batch?.description])
     }
 
     func history(_ cid: String, _ id: String) throws(ServerFailure) -> [WireVersion] {

@@ -53,6 +53,8 @@ final class SQLiteMetadata: StubMetadata, Sendable {
         }
         // Tables made before rows kept xattrs gain the column, NULL in their old rows (xattrs unknown).
         try db.addColumnIfMissing("history", "xattrs", "TEXT")
+        // and before deletions of an app's data, the batch column (NULL: no batch).
+        try db.addColumnIfMissing("history", "batch", "TEXT")
         connection = Turns(raw)
     }
 
@@ -262,7 +264,8 @@ private struct SQLiteTransaction: MetadataTransaction {
                     parent: r.optionalText(5), name: r.text(6), kind: ItemKind(rawValue: r.text(7)) ?? .file,
                     mode: UInt32(truncatingIfNeeded: r.int(8)), mtime: r.int(9), size: r.int(10), sha256: r.text(11),
                     device: r.text(12), target: r.optionalText(13),
-                    xattrs: r.optionalText(14).map { (text) throws(ServerFailure) in try MetadataCoding.xattrs(text) })
+                    xattrs: r.optionalText(14).map { (text) throws(ServerFailure) in try MetadataCoding.xattrs(text) },
+                    batch: r.optionalText(15).flatMap(WireDataBatch.init))
     }
 
     private func versions(_ sql: String, _ params: [SQLValue]) throws(ServerFailure) -> [WireVersion] {
@@ -272,11 +275,12 @@ private struct SQLiteTransaction: MetadataTransaction {
     }
 
     func appendHistory(_ cid: String, _ row: WireVersion) throws(ServerFailure) {
-        try db.query("INSERT INTO history (container, \(HistoryTable.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        try db.query("INSERT INTO history (container, \(HistoryTable.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
             .text(cid), .text(row.id), .int(row.version), .int(row.at), .text(row.path), .int(row.deleted ? 1 : 0),
             row.parent.map { .text($0) } ?? .null, .text(row.name), .text(row.kind.rawValue), .int(Int64(row.mode)),
             .int(row.mtime), .int(row.size), .text(row.sha256), .text(row.device), row.target.map { .text($0) } ?? .null,
             try row.xattrs.map { (value) throws(ServerFailure) in .text(try MetadataCoding.json(value)) } ?? .null,
+            row.batch.map { .text($0.description) } ?? .null,
         ])
     }
 

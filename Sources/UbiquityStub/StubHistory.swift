@@ -44,8 +44,9 @@ extension StubStore {
         try HistoryInput.checkIDs(ids)
         guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw .refused(400, "bad device name") }
         return try writing(cid) { (tx) throws(ServerFailure) in
+            let ids = try wholeBatches(tx, cid, HistoryInput.unique(ids))
             var restore = Restoration(store: self, tx: tx, cid: cid, device: device, asked: Set(ids))
-            for id in HistoryInput.unique(ids) { try restore.restoreAsked(id) }
+            for id in ids { try restore.restoreAsked(id) }
             // The folders' newer versions reach every device by the feed, the restoring one too.
             try storeFoldersAgain(tx, cid, filledIn: restore.answer)
             return restore.answer
@@ -83,7 +84,7 @@ extension StubStore {
                 return all.count
             }
             var emptied = Set<String>()
-            for id in HistoryInput.unique(ids) {
+            for id in try wholeBatches(tx, cid, HistoryInput.unique(ids)) {
                 guard let item = try tx.item(cid, id) else { throw .refused(404, "no such item \(id)") }
                 guard let row = try Self.trashRow(tx, cid, of: item), !emptied.contains(id) else { continue }
                 for gone in try [row] + deletedWith(tx, cid, folder: row) where emptied.insert(gone.id).inserted {
@@ -102,7 +103,8 @@ extension StubStore {
 
     /// What was deleted in a folder (its delete row `folder`) at most `HistoryRules.folderWindow` before it
     /// (and not after it: a folder brought back and deleted from again), recursively, parents before children:
-    /// what `rm -rf` removed with it. Nothing for a file.
+    /// what `rm -rf` removed with it. For a folder deleted with the app's data, what that deletion took in it,
+    /// and nothing deleted before. Nothing for a file.
     func deletedWith(_ tx: any MetadataTransaction, _ cid: String, folder: WireVersion) throws(ServerFailure) -> [WireVersion] {
         guard folder.kind == .dir else { return [] }
         let since = folder.at - HistoryRules.folderWindow
@@ -111,12 +113,57 @@ extension StubStore {
         var seen: Set<String> = [folder.id]
         while let next = folders.popLast() {
             for row in try tx.trash(cid, parent: next)
-            where row.at >= since && row.at <= folder.at && seen.insert(row.id).inserted {
+            where row.at >= since && row.at <= folder.at && row.batch == folder.batch && seen.insert(row.id).inserted {
                 found.append(row)
                 if row.kind == .dir { folders.append(row.id) }
             }
         }
         return found
+    }
+
+    /// `ids`, and after them every other item in Recently Deleted deleted in the same deletion of an app's data
+    /// as one of them (`WireVersion.batch`): such a deletion is one entry, restored and emptied whole.
+    func wholeBatches(_ tx: any MetadataTransaction, _ cid: String, _ ids: [String]) throws(ServerFailure) -> [String] {
+        var batches = Set<WireDataBatch>()
+        for id in ids {
+            if let item = try tx.item(cid, id), let batch = try Self.trashRow(tx, cid, of: item)?.batch { batches.insert(batch) }
+        }
+        guard !batches.isEmpty else { return ids }
+        var all = ids, seen = Set(ids)
+        // Oldest first: a batch's deletes went children first, so its folders come after what they held.
+        for row in try tx.trash(cid, parent: nil).reversed() where row.batch.map(batches.contains) == true {
+            if seen.insert(row.id).inserted { all.append(row.id) }
+        }
+        return all
+    }
+
+    // MARK: Deleting an app's data
+
+    /// Deletes the container's data (docs/HISTORY.md "Deleting an app's data"): every live item outside the
+    /// root's `Documents` folder (with `documents`, every live item but the root), as deletes by `device`, each
+    /// folder after what it held, all in one transaction and one batch: one entry of Recently Deleted.
+    func deleteData(_ cid: String, documents: Bool, device: String) throws(ServerFailure) -> WireDataDeleted {
+        guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw .refused(400, "bad device name") }
+        return try writing(cid) { (tx) throws(ServerFailure) in
+            // Every item to delete with its folder's path, each folder before what it holds.
+            var found: [(item: WireItem, parentPath: String)] = []
+            var folders: [(id: String, path: String)] = [(WireRules.rootID, "")]
+            while let (folder, path) = folders.popLast() {
+                for child in try tx.liveChildren(cid, parent: folder)
+                where documents || folder != WireRules.rootID || child.name != WireRules.documentsName {
+                    found.append((child, path))
+                    if child.kind == .dir { folders.append((child.id, path.isEmpty ? child.name : path + "/" + child.name)) }
+                }
+            }
+            let batch = WireDataBatch(documentsToo: documents)
+            var deleted: [WireItem] = []
+            for (item, parentPath) in found.reversed() {
+                let tomb = try tombstone(tx, cid, of: item, device: device)
+                let path = tomb.parent == item.parent && tomb.name == item.name ? parentPath : nil
+                deleted.append(try store(tx, cid, tomb, parentPath: path, batch: batch))
+            }
+            return WireDataDeleted(deleted: deleted, batch: deleted.isEmpty ? nil : batch)
+        }
     }
 
     // MARK: Rewind

@@ -150,7 +150,7 @@ enum HistoryTable {
             CREATE TABLE IF NOT EXISTS history (container TEXT NOT NULL, version \(integer) NOT NULL, id TEXT NOT NULL,
                 at \(integer) NOT NULL, deleted \(boolean) NOT NULL, parent TEXT, name TEXT NOT NULL, path TEXT NOT NULL,
                 kind TEXT NOT NULL, mode \(integer) NOT NULL, size \(integer) NOT NULL, sha256 TEXT NOT NULL,
-                mtime \(integer) NOT NULL, device TEXT NOT NULL, target TEXT, xattrs TEXT,
+                mtime \(integer) NOT NULL, device TEXT NOT NULL, target TEXT, xattrs TEXT, batch TEXT,
                 PRIMARY KEY (container, version))
             """,
             "CREATE INDEX IF NOT EXISTS history_by_item ON history (container, id, version)",
@@ -160,7 +160,7 @@ enum HistoryTable {
         ]
     }
 
-    static let columns = "id, version, at, path, deleted, parent, name, kind, mode, mtime, size, sha256, device, target, xattrs"
+    static let columns = "id, version, at, path, deleted, parent, name, kind, mode, mtime, size, sha256, device, target, xattrs, batch"
 
     /// Fills a history table made for a store that had items already: one row per live item, its current
     /// version as if stored at `now`, so that a rewind knows every item there was at the upgrade (without it,

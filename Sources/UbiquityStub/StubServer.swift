@@ -408,6 +408,8 @@ enum Route {
     case trashEmpty(String)
     /// A folder brought back to its state at a time (docs/HISTORY.md "Rewind").
     case rewind(String)
+    /// Everything of a container outside Documents/, or everything, deleted as one entry of Recently Deleted.
+    case deleteData(String)
     /// A recognised route with a malformed id or hash.
     case invalid(String)
     case unknown
@@ -437,6 +439,8 @@ enum Route {
             self = WireRules.isValidContainerID(parts[3]) ? .trash(parts[3]) : .invalid("bad container id")
         case 5 where parts[2] == "containers" && parts[4] == "rewind":
             self = WireRules.isValidContainerID(parts[3]) ? .rewind(parts[3]) : .invalid("bad container id")
+        case 5 where parts[2] == "containers" && parts[4] == "delete-data":
+            self = WireRules.isValidContainerID(parts[3]) ? .deleteData(parts[3]) : .invalid("bad container id")
         case 6 where parts[2] == "containers" && parts[4] == "trash" && ["restore", "empty"].contains(parts[5]):
             guard WireRules.isValidContainerID(parts[3]) else { self = .invalid("bad container id"); return }
             self = parts[5] == "restore" ? .trashRestore(parts[3]) : .trashEmpty(parts[3])
@@ -476,6 +480,7 @@ enum Route {
         case .trashRestore(let c): return .trashRestore(prefix + c)
         case .trashEmpty(let c): return .trashEmpty(prefix + c)
         case .rewind(let c): return .rewind(prefix + c)
+        case .deleteData(let c): return .deleteData(prefix + c)
         case .health, .stats, .faults, .usage, .invalid, .unknown: return self
         }
     }
@@ -483,7 +488,7 @@ enum Route {
     var allowedMethods: [String] {
         switch self {
         case .health, .stats: return ["GET"]
-        case .faults, .batch, .missingChunks, .trashRestore, .trashEmpty, .rewind: return ["POST"]
+        case .faults, .batch, .missingChunks, .trashRestore, .trashEmpty, .rewind, .deleteData: return ["POST"]
         case .history, .trash, .containerList, .usage: return ["GET"]
         case .container: return ["PUT"]
         case .changes, .kv: return ["GET"]
@@ -503,7 +508,7 @@ enum Route {
         case .batch: return WireBatchLimits.maxBodyBytes
         case .manifest: return WireChunkLimits.maxManifestBytes
         case .missingChunks: return 1 << 20 // (the most hashes asked at once take about 670 KB)
-        case .rewind: return 16 << 10 // (an id, a time, a flag and a device's name, escaped)
+        case .rewind, .deleteData: return 16 << 10 // (an id, a time, a flag and a device's name, escaped)
         default: return WireRules.maxJSONBytes
         }
     }
@@ -875,7 +880,7 @@ extension StubServer {
             if let length = ex.declaredLength, length > Int64(KVLimits.maxBodyBytes) {
                 return .error(413, "quota: " + KVLimits.Violation.valueTooLarge.message)
             }
-        case .item, .faults, .batch, .manifest, .missingChunks, .trashRestore, .trashEmpty, .rewind:
+        case .item, .faults, .batch, .manifest, .missingChunks, .trashRestore, .trashEmpty, .rewind, .deleteData:
             if let length = ex.declaredLength, length > Int64(route.maxBodyBytes) {
                 // A body a little over the limit is read and dropped, then refused: refused at once, the client
                 // may still be sending it when the connection closes, and lose the answer to the reset. A large
@@ -986,6 +991,9 @@ extension StubServer {
             case .rewind(let cid):
                 let asked = try decode(WireRewindRequest.self, ex.body)
                 return .json(200, WireRewound(changes: try store.rewind(cid, asked)))
+            case .deleteData(let cid):
+                let asked = try decode(WireDeleteDataRequest.self, ex.body)
+                return .json(200, try store.deleteData(cid, documents: asked.documents, device: asked.device))
             case .invalid(let why):
                 return .error(400, why)
             case .unknown:

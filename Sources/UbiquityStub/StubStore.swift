@@ -143,7 +143,7 @@ final class StubStore: Sendable {
                 _ = try tx.lockContainer(cid)
                 let root = WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: now,
                                     size: 0, sha256: "", device: "stub")
-                let docs = WireItem(id: WireRules.documentsID, parent: WireRules.rootID, name: "Documents", kind: .dir,
+                let docs = WireItem(id: WireRules.documentsID, parent: WireRules.rootID, name: WireRules.documentsName, kind: .dir,
                                     mode: 0o755, mtime: now, size: 0, sha256: "", device: "stub")
                 _ = try store(tx, cid, root)
                 _ = try store(tx, cid, docs)
@@ -166,12 +166,15 @@ final class StubStore: Sendable {
     /// Stores `item` at the container's next version (the container is locked by the transaction), and appends
     /// that version to its history with the clock's time and the item's path (its parent's, `parentPath`, when
     /// the caller knows it).
-    func store(_ tx: any MetadataTransaction, _ cid: String, _ item: WireItem, parentPath: String? = nil) throws(ServerFailure) -> WireItem {
+    func store(_ tx: any MetadataTransaction, _ cid: String, _ item: WireItem, parentPath: String? = nil,
+               batch: WireDataBatch? = nil) throws(ServerFailure) -> WireItem {
         var stored = item
         stored.version = try tx.nextSeq(cid)
         try tx.writeItem(cid, stored)
         let path = if let parentPath { Self.joined(parentPath, stored.name) } else { try self.path(tx, cid, of: stored) }
-        try tx.appendHistory(cid, WireVersion(stored, at: clock(), path: path))
+        var row = WireVersion(stored, at: clock(), path: path)
+        row.batch = batch
+        try tx.appendHistory(cid, row)
         return stored
     }
 
@@ -320,17 +323,23 @@ final class StubStore: Sendable {
         if existing.kind == .dir, let child = try tx.anyLiveChild(cid, parent: id) {
             throw .refused(409, "the directory is not empty", current: child)
         }
+        let stored = try store(tx, cid, try tombstone(tx, cid, of: existing, device: device))
+        try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
+        return stored
+    }
+
+    /// The delete of a live item by `device`: where it was (an item set aside under its aside name during a
+    /// move goes back to the name it had).
+    func tombstone(_ tx: any MetadataTransaction, _ cid: String, of existing: WireItem, device: String) throws(ServerFailure) -> WireItem {
         var tomb = existing
         tomb.deleted = true
         tomb.device = device
-        if existing.name == WireRules.asideName(id),
-           let before = try tx.history(cid, id).first(where: { !$0.deleted && $0.name != existing.name }) {
+        if existing.name == WireRules.asideName(existing.id),
+           let before = try tx.history(cid, existing.id).first(where: { !$0.deleted && $0.name != existing.name }) {
             tomb.parent = before.parent
             tomb.name = before.name
         }
-        let stored = try store(tx, cid, tomb)
-        try recordChange(tx, cid, id, change, digest: digest, version: stored.version)
-        return stored
+        return tomb
     }
 
     // MARK: Batch

@@ -56,7 +56,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     public init() {
         _ = store(WireItem(id: WireRules.rootID, parent: nil, name: "", kind: .dir, mode: 0o755, mtime: 0,
                            size: 0, sha256: ""))
-        _ = store(WireItem(id: WireRules.documentsID, parent: WireRules.rootID, name: "Documents", kind: .dir,
+        _ = store(WireItem(id: WireRules.documentsID, parent: WireRules.rootID, name: WireRules.documentsName, kind: .dir,
                            mode: 0o755, mtime: 0, size: 0, sha256: ""))
     }
 

@@ -42,11 +42,20 @@ enum TrashCommand {
     Changes of this device not yet uploaded must be uploaded first (ubiquityfs sync --wait).
     """
 
-    /// One entry of Recently Deleted, with how many items were deleted with it.
+    /// One entry of Recently Deleted, with how many items were deleted with it: an item (a folder with what was
+    /// deleted with it), or one deletion of the app's data, shown under its label with the newest of its deletes.
     struct Entry {
         var version: WireVersion
         var inside = 0
+        var label: String? = nil
+        var size: Int64 = 0
+
+        /// What `trash list` shows in PATH, and what `trash restore` and `trash empty` take.
+        var path: String { label ?? version.path }
     }
+
+    /// The label of a deletion of an app's data in Recently Deleted.
+    static func label(_ batch: WireDataBatch) -> String { batch.documentsToo ? "[all data]" : "[app data]" }
 
     static func run(_ words: [String]) throws {
         if words.contains("--help") || words.contains("-h") { print(help); return }
@@ -77,8 +86,11 @@ enum TrashCommand {
         let shown = try entries(mount)
         if json {
             let rows: [[String: Any]] = shown.map { e in
-                ["path": e.version.path, "id": e.version.id, "kind": e.version.kind.rawValue, "size": e.version.size,
-                 "deletedAt": isoTime(e.version.at), "device": e.version.device, "itemsInside": e.inside]
+                var row: [String: Any] = ["path": e.path, "id": e.version.id, "kind": e.version.kind.rawValue,
+                                          "size": e.size, "deletedAt": isoTime(e.version.at),
+                                          "device": e.version.device, "itemsInside": e.inside]
+                if let batch = e.version.batch { row["batch"] = batch.description }
+                return row
             }
             try printJSON(rows)
             return
@@ -86,32 +98,49 @@ enum TrashCommand {
         if shown.isEmpty { print("Recently Deleted is empty"); return }
         print(pad("DELETED (UTC)", 21) + pad("DEVICE", 16) + pad("SIZE", 9) + "PATH")
         for e in shown {
-            let size = e.version.kind == .dir ? "-" : StatusCommand.humanSize(e.version.size)
-            let inside = e.inside > 0 ? "  (with \(e.inside) item\(e.inside == 1 ? "" : "s") inside)" : ""
+            let size = e.version.kind == .dir && e.label == nil ? "-" : StatusCommand.humanSize(e.size)
+            let inside = e.label != nil ? "  (\(e.inside) item\(e.inside == 1 ? "" : "s"), restored whole)"
+                : e.inside > 0 ? "  (with \(e.inside) item\(e.inside == 1 ? "" : "s") inside)" : ""
             print(pad(isoTime(e.version.at), 21) + pad(e.version.device, 16) + pad(size, 9)
-                  + e.version.path + (e.version.kind == .dir ? "/" : "") + inside)
+                  + e.path + (e.version.kind == .dir && e.label == nil ? "/" : "") + inside)
         }
     }
 
     /// Recently Deleted as the mount lists it: an item counted with the deleted folder a restore of that folder
     /// brings it back with (the remote's rule: deleted in it at most `HistoryRules.folderWindow` before the
     /// folder, and so each folder between), else an entry of its own.
+    /// A deletion of the app's data is one entry, whatever it held (the remote restores and empties it whole).
     static func entries(_ mount: String) throws -> [Entry] {
         let all = try readList(mount)
         let byID = Dictionary(all.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         var inside: [String: Int] = [:]
         var tops: Set<String> = []
+        var batches: [WireDataBatch: Entry] = [:]
+        var shown: [Entry] = []
         for v in all {
+            if let batch = v.batch {
+                if batches[batch] == nil { shown.append(Entry(version: v, label: label(batch))) }
+                batches[batch, default: Entry(version: v)].inside += 1
+                batches[batch, default: Entry(version: v)].size += v.kind == .dir ? 0 : v.size
+                continue
+            }
             let top = restoredWith(v, byID)
             if top.id == v.id { tops.insert(v.id) } else { inside[top.id, default: 0] += 1 }
         }
-        return all.filter { tops.contains($0.id) }.map { Entry(version: $0, inside: inside[$0.id] ?? 0) }
+        for v in all where tops.contains(v.id) { shown.append(Entry(version: v, inside: inside[v.id] ?? 0, size: v.size)) }
+        return shown.map { e in
+            guard let batch = e.version.batch, let counted = batches[batch] else { return e }
+            return Entry(version: e.version, inside: counted.inside, label: e.label, size: counted.size)
+        }.sorted { $0.version.version > $1.version.version }
     }
 
-    /// The highest deleted folder above `v` whose restore brings `v` back too, or `v` itself.
+    /// The highest deleted folder above `v` whose restore brings `v` back too, or `v` itself (not a folder
+    /// deleted with the app's data later: that deletion brings back only what it took).
     private static func restoredWith(_ v: WireVersion, _ byID: [String: WireVersion]) -> WireVersion {
         var chain = [v]
-        while let p = chain.last?.parent, let up = byID[p], !chain.contains(where: { $0.id == up.id }) { chain.append(up) }
+        while let p = chain.last?.parent, let up = byID[p], up.batch == v.batch, !chain.contains(where: { $0.id == up.id }) {
+            chain.append(up)
+        }
         for (i, folder) in chain.enumerated().reversed() where i > 0 && folder.kind == .dir {
             if chain[..<i].allSatisfy({ $0.at >= folder.at - HistoryRules.folderWindow }) { return folder }
         }
@@ -144,6 +173,7 @@ enum TrashCommand {
         let all = try readList(mount)
         return try paths.map { p in
             let path = relative(p, to: mount)
+            if let found = all.first(where: { $0.batch.map(label) == path }) { return found.id }
             if let found = all.first(where: { $0.path == path }) { return found.id }
             if let inside = all.first(where: { ($0.path as NSString).deletingLastPathComponent == path }),
                let folder = inside.parent {

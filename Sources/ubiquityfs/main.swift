@@ -47,6 +47,8 @@ commands:
                                     Recently Deleted: list it, bring items back, or remove them for good
   history [--json] PATH             the kept versions of a file
   rewind DIR --to TIME [--dry-run]  bring a folder back to how it was on the remote at TIME
+  delete-data PATH [--documents] [--yes]
+                                    delete an app's data (outside Documents/) on every device, restorable whole
   chunks [--json | --summary] FILE...
                                     how a file's content is cut into chunks (each with its SHA-256, or a hole)
 
@@ -94,6 +96,8 @@ do {
         try TrashCommand.runHistory(words)
     case "rewind":
         try TrashCommand.runRewind(words)
+    case "delete-data":
+        try DeleteDataCommand.run(words)
     default:
         fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
     }

@@ -95,6 +95,7 @@ public protocol HistoryAndTrash: AnyObject, Sendable {
     func restoreFromTrash(_ ids: [String], done: @escaping Container.Answer<[WireItem]>)
     func emptyTrash(_ ids: [String]?, done: @escaping Container.Answer<Int>)
     func rewind(_ folder: String, to: Int64, dryRun: Bool, done: @escaping Container.Answer<[WireRewindChange]>)
+    func deleteData(documents: Bool, done: @escaping Container.Answer<WireDataDeleted>)
     func fetchPast(_ content: PastContent, done: @escaping @Sendable (Result<Void, CoreError>) -> Void)
     func openPast(_ content: PastContent) throws(CoreError) -> FileDescriptor
     func restorePast(_ id: String, _ content: PastContent) throws(CoreError)

@@ -53,6 +53,17 @@ extension Container {
         }
     }
 
+    /// Deletes the app's data on the remote (everything outside `Documents/`; with `documents`, everything) as
+    /// one entry of Recently Deleted: answers the deletes, applied here already, as a restore's items are.
+    public func deleteData(documents: Bool, done: @escaping Answer<WireDataDeleted>) {
+        let device = config.device
+        askRemote("deleting the app's data", done: done) { [weak self] remote in
+            let answer = try remote.deleteData(documents: documents, device: device)
+            self?.sync.applyFetched(answer.deleted)
+            return answer
+        }
+    }
+
     // MARK: past versions as files
 
     /// Fetches a past version's content (verified) for one open, calling `done` once it is here or failed.

@@ -150,6 +150,10 @@ public protocol RemoteClient: AnyObject, Sendable {
     /// oldest kept version and for a folder that is not a live directory, `.notFound` for an unknown folder,
     /// `.conflict` for a content no longer kept: nothing is written then.
     func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange]
+    /// Deletes everything outside `Documents/` (with `documents`, everything but the root) as deletes made by
+    /// `device`, in one step and as one entry of Recently Deleted (docs/HISTORY.md "Deleting an app's data");
+    /// answers the deletes, children before their folders.
+    func deleteData(documents: Bool, device: String) throws -> WireDataDeleted
 }
 
 extension RemoteClient {
@@ -161,6 +165,7 @@ extension RemoteClient {
     public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
         throw RemoteError.notFound("history")
     }
+    public func deleteData(documents: Bool, device: String) throws -> WireDataDeleted { throw RemoteError.notFound("history") }
 }
 
 extension RemoteClient {

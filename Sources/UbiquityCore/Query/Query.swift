@@ -8,6 +8,7 @@
 // scope by the `Documents/` prefix, the name by fnmatch(3) without flags. No lock: a `QueryView` belongs to the
 // one thread serving its client.
 import Foundation
+import UbiquityBase
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,7 +29,7 @@ public struct QueryFilter: Sendable {
         let inDocuments = path.hasPrefix("Documents/")
         switch scope {
         case .documents: if !inDocuments { return false }
-        case .data: if inDocuments || path == "Documents" { return false }
+        case .data: if inDocuments || path == WireRules.documentsName { return false }
         case .all: break
         }
         return name.map { fnmatch($0, itemName, 0) == 0 } ?? true
