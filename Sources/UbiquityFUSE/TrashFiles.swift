@@ -20,8 +20,6 @@ import UbiquityCore
 extension FileSystem {
     static let historyAttribute = StatusAttribute.prefix + "history"
     static let rewindAttribute = StatusAttribute.prefix + "rewind"
-    /// Set on a container's root (`data` or `all`): deletes the app's data (`ubiquityfs delete-data`).
-    static let deleteDataAttribute = StatusAttribute.prefix + "deleteData"
 
     /// The versions as the mount shows them: one JSON object a line.
     static func jsonLines(_ versions: [WireVersion]) -> [UInt8] {
@@ -30,30 +28,13 @@ extension FileSystem {
         return out
     }
 
-    /// True for the attributes of an item answered through the remote (`history`, `rewind` and `deleteData`;
-    /// the trash's `restore` and `emptyTrash` are TrashTree's).
+    /// True for the attributes of an item answered through the remote (`history` and `rewind`; the trash's
+    /// `restore`, `emptyTrash` and `deleteData` are TrashTree's).
     func asksRemote(_ id: String, _ name: String) -> Bool {
         guard case .item = route(id) else { return false }
         return name == FileSystem.historyAttribute || name.hasPrefix(FileSystem.rewindAttribute)
-            || name == FileSystem.deleteDataAttribute
     }
 
-    /// `deleteData` set on the root: `data` deletes everything outside Documents/, `all` everything, on the
-    /// remote and so on every device, as one entry of Recently Deleted. The kernel's caches learn of the
-    /// deletes (the notices queued as they were applied) before the answer.
-    func setDeleteData(_ id: String, _ value: [UInt8], done: @escaping Completion<Void>) {
-        let word = String(decoding: value, as: UTF8.self)
-        guard id == core.rootID else {
-            return done(.failure(.core(.invalidArgument("deleteData is set on the root of a container"))))
-        }
-        guard word == "data" || word == "all" else {
-            return done(.failure(.core(.invalidArgument("deleteData takes data or all"))))
-        }
-        core.deleteData(documents: word == "all") { [notifier] result in
-            notifier.sync {}
-            done(result.map { _ in }.mapError { .core($0) })
-        }
-    }
 
     /// The time a rewind attribute names (`rewind:NS` read, `rewind` set to NS); nil when it names none.
     static func rewindTime(_ name: String, value: [UInt8]?) -> Int64? {

@@ -229,20 +229,30 @@ struct TrashTree: VirtualTree {
         done(.failure(.core(.crossDevice("an entry of Recently Deleted is copied out"))))
     }
 
-    /// `restore` and `emptyTrash` on `.trash`: the ids, one a line (`all` empties everything).
+    /// `restore` and `emptyTrash` on `.trash`: the ids, one a line (`all` empties everything); `deleteData`:
+    /// `data` deletes everything outside Documents/, `all` everything, as one entry of Recently Deleted.
+    /// (On `.trash`, not the root: the answer waits for the kernel to take the notices of the deletes, which
+    /// wait for the root's lock that a request on the root itself would hold.)
     func setxattr(_ id: NodeID, _ name: String, _ value: [UInt8], done: @escaping Completion<Void>) {
-        guard case .trashDir = id, name == TrashTree.restoreAttribute || name == TrashTree.emptyAttribute else {
+        guard case .trashDir = id, [TrashTree.restoreAttribute, TrashTree.emptyAttribute, TrashTree.deleteDataAttribute].contains(name) else {
             return done(.failure(.core(.readOnly)))
         }
-        let ids = String(decoding: value, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "," })
-            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-        guard !ids.isEmpty else { return done(.failure(.core(.invalidArgument("no item ids given")))) }
-        // The kernel's caches learn of the restored items (the notices queued as they were applied) before the
-        // answer: a listing right after a restore shows them. (Not a request's thread: the remote's.)
+        // The kernel's caches learn of the restored (deleted) items, the notices queued as they were applied,
+        // before the answer: a listing right after shows them. (Not a request's thread: the remote's.)
         let answer: @Sendable (Result<Void, CoreError>) -> Void = { [notifier = fs.notifier] result in
             notifier.sync {}
             done(result.mapError { .core($0) })
         }
+        let text = String(decoding: value, as: UTF8.self)
+        if name == TrashTree.deleteDataAttribute {
+            guard text == "data" || text == "all" else {
+                return done(.failure(.core(.invalidArgument("deleteData takes data or all"))))
+            }
+            return core.deleteData(documents: text == "all") { answer($0.map { _ in }) }
+        }
+        let ids = text.split(whereSeparator: { $0 == "\n" || $0 == "," })
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        guard !ids.isEmpty else { return done(.failure(.core(.invalidArgument("no item ids given")))) }
         if name == TrashTree.restoreAttribute {
             return core.restoreFromTrash(ids) { answer($0.map { _ in }) }
         }
@@ -251,4 +261,5 @@ struct TrashTree: VirtualTree {
 
     static let restoreAttribute = StatusAttribute.prefix + "restore"
     static let emptyAttribute = StatusAttribute.prefix + "emptyTrash"
+    static let deleteDataAttribute = StatusAttribute.prefix + "deleteData"
 }

@@ -70,7 +70,7 @@ enum ActionAttribute: String {
 extension FileSystem {
     /// getxattr(2), answered through `done`: at once, but for an attribute the remote answers (TrashFiles.swift).
     func getxattr(_ ino: UInt64, _ name: String, done: @escaping Completion<[UInt8]>) {
-        if let id = inodes.id(ino), asksRemote(id, name), name != FileSystem.deleteDataAttribute {
+        if let id = inodes.id(ino), asksRemote(id, name) {
             return name == FileSystem.historyAttribute ? readHistory(id, done: done) : readRewind(id, name, done: done)
         }
         done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try getxattr(ino, name) } })
@@ -84,7 +84,6 @@ extension FileSystem {
         case .tree(let tree, let parsed): return tree.setxattr(parsed, name, value, done: done)
         case .none: return done(.failure(.core(.readOnly)))
         }
-        if name == FileSystem.deleteDataAttribute { return setDeleteData(id, value, done: done) }
         if asksRemote(id, name) { return setRewind(id, name, value, done: done) }
         done(Result { () throws(AdapterError) in try setItemXattr(id, name, value, flags: flags) })
     }

@@ -1,7 +1,7 @@
 // `ubiquityfs delete-data MOUNT/CONTAINER [--documents] [--yes]`: deletes an app's data (everything of the
 // container outside Documents/; with --documents, everything) on the remote and so on every device, in one step,
 // as one entry of Recently Deleted that `trash restore` brings back whole (docs/HISTORY.md "Deleting an app's
-// data"). Through the mount: `user.ubiquity.deleteData` set on the container's root (`data` or `all`).
+// data"). Through the mount: `user.ubiquity.deleteData` set on the container's `.trash` (`data` or `all`).
 //
 // What must hold: nothing is deleted unless the user said yes (the prompt, or --yes); the prompt says what goes
 // (counted in the mount: every item is listed there, downloaded or not) and that it goes on every device; a
@@ -50,7 +50,7 @@ enum DeleteDataCommand {
             guard answer == "y" || answer == "yes" else { throw CommandFailure("nothing deleted") }
         }
         let value = documents ? "all" : "data"
-        let rc = value.withCString { setxattr(root, "user.ubiquity.deleteData", $0, strlen($0), 0) }
+        let rc = value.withCString { setxattr(root + "/.trash", "user.ubiquity.deleteData", $0, strlen($0), 0) }
         if rc != 0 {
             let e = errno
             throw CommandFailure("cannot delete the data of \(root): \(TrashCommand.offline(root) ?? String(cString: strerror(e)))")
