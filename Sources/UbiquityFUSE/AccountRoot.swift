@@ -27,14 +27,19 @@ public final class AccountRoot: @unchecked Sendable {
         let fs: FileSystem
     }
 
-    private let folders = Locked<[Folder]>([])
+    private struct Folders {
+        var list: [Folder] = []
+        /// The next folder's inode number: never one a removed folder had (the kernel may still know it).
+        var next: UInt64 = 2
+    }
+    private let folders = Locked(Folders())
     private let mountedSession = Locked<OpaquePointer?>(nil)
     private let made = nowNanoseconds()
     /// More attributes of the root (the account's usage and quota, from the daemon, answered at once). Set
     /// before `mount`, never after.
     public var accountAttributes: (@Sendable () -> [(name: String, value: String)])?
     private let log = Logger("account")
-    /// Names and attributes of the container folders never change while mounted: the kernel may keep them.
+    /// Names and attributes of a container's folder never change while it is shown: the kernel may keep them.
     static let timeout: Double = 86_400
 
     public init() {}
@@ -43,19 +48,31 @@ public final class AccountRoot: @unchecked Sendable {
     public static func folderName(_ id: String) -> String { id.replacingOccurrences(of: ".", with: "~") }
 
     /// The ids of the containers shown, in the order they were added (the first is the main one).
-    public var containers: [String] { folders.withLock { $0.map(\.container) } }
+    public var containers: [String] { all.map(\.container) }
 
     /// Shows container `id` (whose file system is `fs`, to be mounted on the folder next) and tells the kernel
     /// the root's listing changed. Returns the folder's name.
     @discardableResult
     public func add(_ id: String, _ fs: FileSystem) -> String {
         let name = Self.folderName(id)
-        folders.withLock { list in
-            guard !list.contains(where: { $0.container == id }) else { return }
-            list.append(Folder(name: name, container: id, ino: UInt64(list.count) + 2, fs: fs))
+        folders.withLock { f in
+            guard !f.list.contains(where: { $0.container == id }) else { return }
+            f.list.append(Folder(name: name, container: id, ino: f.next, fs: fs))
+            f.next += 1
         }
         if let se = session { fuse_lowlevel_notify_inval_inode(se, 1, -1, 0) }
         return name
+    }
+
+    /// Stops showing container `id` (its file system unmounted from the folder already) and tells the kernel
+    /// the name is gone and the root's listing changed. Not from a request on the root (the notice waits for
+    /// the root's lock such a request holds).
+    public func remove(_ id: String) {
+        let name = Self.folderName(id)
+        folders.withLock { f in f.list.removeAll { $0.container == id } }
+        guard let se = session else { return }
+        _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, 1, $0, strlen($0)) }
+        fuse_lowlevel_notify_inval_inode(se, 1, -1, 0)
     }
 
     var session: OpaquePointer? {
@@ -63,9 +80,9 @@ public final class AccountRoot: @unchecked Sendable {
         set { mountedSession.withLock { $0 = newValue } }
     }
 
-    func folder(ino: UInt64) -> Folder? { folders.withLock { $0.first { $0.ino == ino } } }
-    func folder(named name: String) -> Folder? { folders.withLock { $0.first { $0.name == name } } }
-    var all: [Folder] { folders.withLock { $0 } }
+    func folder(ino: UInt64) -> Folder? { all.first { $0.ino == ino } }
+    func folder(named name: String) -> Folder? { all.first { $0.name == name } }
+    var all: [Folder] { folders.withLock { $0.list } }
 
     // MARK: answers
 

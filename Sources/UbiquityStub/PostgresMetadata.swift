@@ -561,6 +561,13 @@ private final class PostgresTransaction: MetadataTransaction {
     func liveItemCount(_ cid: String) throws(ServerFailure) -> Int64 {
         try conn.exec("SELECT count(*) FROM items WHERE container = $1 AND NOT deleted", [cid]).int(0, 0)
     }
+
+    func anyInTrash(_ cid: String) throws(ServerFailure) -> Bool {
+        try conn.exec("""
+            SELECT 1 FROM history h JOIN items i ON i.container = h.container AND i.version = h.version
+            WHERE h.container = $1 AND i.deleted LIMIT 1
+            """, [cid]).count > 0
+    }
 }
 
 /// LISTEN on a dedicated connection in a thread of its own; each notification, and each reconnection (which

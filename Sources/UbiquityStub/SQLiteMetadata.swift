@@ -444,4 +444,11 @@ private struct SQLiteTransaction: MetadataTransaction {
     func liveItemCount(_ cid: String) throws(ServerFailure) -> Int64 {
         try db.first("SELECT count(*) FROM items WHERE container = ? AND deleted = 0", [.text(cid)]) { $0.int(0) } ?? 0
     }
+
+    func anyInTrash(_ cid: String) throws(ServerFailure) -> Bool {
+        try db.first("""
+            SELECT 1 FROM history h JOIN items i ON i.container = h.container AND i.version = h.version
+            WHERE h.container = ? AND i.deleted = 1 LIMIT 1
+            """, [.text(cid)]) { $0.int(0) } != nil
+    }
 }

@@ -124,6 +124,8 @@ protocol MetadataTransaction {
     func setLimits(_ user: String, _ limits: LimitSettings) throws(ServerFailure)
     /// The container's live items (for the item limit, Quotas.swift).
     func liveItemCount(_ cid: String) throws(ServerFailure) -> Int64
+    /// Whether anything of the container is in Recently Deleted.
+    func anyInTrash(_ cid: String) throws(ServerFailure) -> Bool
 }
 
 /// The accounts' tables, the same on every engine (INTEGER is 64 bits in both).

@@ -945,7 +945,9 @@ extension StubServer {
                 guard let account = ex.account else { throw .refused(401, "no key") }
                 return .json(200, try usage(of: account))
             case .containerList(let prefix):
-                return .json(200, WireContainerList(containers: try store.containerIDs(prefix: prefix).map(ContainerScope.wireID).sorted()))
+                var held: [String] = []
+                for cid in try store.containerIDs(prefix: prefix) where try store.holdsAnything(cid) { held.append(cid) }
+                return .json(200, WireContainerList(containers: held.map(ContainerScope.wireID).sorted()))
             case .container(let cid):
                 if let account = ex.account, try !store.containerExists(cid),
                    let refusal = try refusal(account, containers: 1) {

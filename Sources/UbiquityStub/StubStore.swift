@@ -614,6 +614,16 @@ final class StubStore: Sendable {
         try containerIDs().filter { prefix.isEmpty ? !$0.contains("~") : $0.hasPrefix(prefix) }
     }
 
+    /// Whether the container holds anything: an item in its root, a key, or something in Recently Deleted. (A
+    /// container whose data was deleted whole, and whose Recently Deleted was emptied since, holds nothing.)
+    func holdsAnything(_ cid: String) throws(ServerFailure) -> Bool {
+        try reading(cid) { (tx) throws(ServerFailure) in
+            if try tx.anyLiveChild(cid, parent: WireRules.rootID) != nil { return true }
+            if try !tx.kvLiveSizes(cid).isEmpty { return true }
+            return try tx.anyInTrash(cid)
+        }
+    }
+
     /// What the user with `prefix` stores now (as `UsageMeter` counts it), against `limits`.
     func usage(user: String, prefix: String, limits: UserLimits) throws(ServerFailure) -> UserUsage {
         let cids = try containerIDs(prefix: prefix)

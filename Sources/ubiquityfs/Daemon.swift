@@ -58,7 +58,7 @@ struct Daemon {
     /// Several containers (`--containers`, `--all-containers`): the account root at the mount point, and each
     /// container mounted on its folder by a thread of its own once the root's loop serves (the mount of a
     /// folder looks it up in the root). "ready" is told once the containers asked for are mounted; with
-    /// --all-containers the same thread then asks the remote for new containers every few seconds.
+    /// --all-containers the same thread then asks the remote for its containers every few seconds.
     private func runAccount(_ remote: ServedContainer.Remote, _ usage: AccountUsage) throws {
         let root = AccountRoot()
         try root.mount(at: options.mountpoint, fsname: "ubiquityfs:" + options.accountSource)
@@ -76,7 +76,7 @@ struct Daemon {
             }
             Logger("daemon").info("mounted \(account.root.containers.joined(separator: ", ")) at \(options.mountpoint) as device \(options.device)")
             announceReady(notify)
-            if options.allContainers { account.followNewContainers() }
+            if options.allContainers { account.followContainers() }
         }
         starter.start()
         root.run(beforeUnmount: { account.stopAll() })

@@ -230,7 +230,12 @@ final class ServedAccount: @unchecked Sendable {
             served.fs.run(handlesSignals: false)
             served.stop()
             log.info("unmounted \(id) at \(path)")
-            state.withLock(notifying: true) { $0.running -= 1 }
+            let stopping = state.withLock(notifying: true) { s -> Bool in
+                s.running -= 1
+                s.served[id] = nil
+                return s.stopping
+            }
+            if !stopping { root.remove(id) } // (gone from the remote's list: the folder goes too)
         }
         thread.start()
         log.info("mounted \(id) at \(path), store \(served.store)")
@@ -243,12 +248,24 @@ final class ServedAccount: @unchecked Sendable {
         }
     }
 
-    /// --all-containers: every few seconds, mounts the containers made since (until the mount ends). A
-    /// container that cannot be opened is logged and tried again at the next look.
-    func followNewContainers() {
+    /// --all-containers: every few seconds, mounts the containers made since and lets go of those the remote no
+    /// longer lists (a container that holds nothing: its data deleted whole and its Recently Deleted emptied),
+    /// until the mount ends. A container named with --containers stays, and so does one with changes of this
+    /// device still to upload. A container that cannot be opened is logged and tried again at the next look.
+    func followContainers() {
         while !state.withLock({ $0.stopping }) {
             sleep(Self.followSeconds)
-            do { try openAll(remoteContainers()) } catch { log.warning("\(error)") }
+            do {
+                let listed = try remoteContainers()
+                try openAll(listed)
+                let gone = state.withLock { s in s.served.filter { !listed.contains($0.key) && !options.containers.contains($0.key) } }
+                for (id, served) in gone where ((try? served.core.pendingChanges) ?? 1) == 0 {
+                    log.info("\(id) holds nothing on the remote any more: its folder goes")
+                    detachMount(options.mountpoint + "/" + AccountRoot.folderName(id))
+                }
+            } catch {
+                log.warning("\(error)")
+            }
         }
     }
 

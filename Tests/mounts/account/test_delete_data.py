@@ -3,6 +3,7 @@
 entry of Recently Deleted that `trash restore` brings back whole; everything else stays as it was."""
 import json
 import os
+import time
 
 from conftest import BIN, attr, run, wait_until
 
@@ -95,3 +96,29 @@ def test_with_documents_everything_goes_and_changes_waiting_refuse_it(stub, moun
     # Only data or all, through the attribute too.
     p = run("setfattr", "-n", "user.ubiquity.deleteData", "-v", "some", m.path / ".trash", check=False)
     assert p.returncode == 1 and "Invalid argument" in p.stderr, p.stderr
+
+
+def test_a_container_left_with_nothing_leaves_an_all_containers_mount_and_comes_back(stub, mount_factory):
+    phone = mount_factory(stub, device="phone", container=DRAW)
+    (phone.path / "Documents/sketch.txt").write_text("a sketch\n")
+    phone.sync()
+    laptop = mount_factory(stub, device="laptop", container=None, extra=["--all-containers"])
+    draw = laptop.path / "iCloud~com~example~draw"
+    assert (draw / "Documents/sketch.txt").read_text() == "a sketch\n"
+
+    run(BIN, "delete-data", draw, "--documents", "--yes")
+    wait_until(lambda: visible(phone.path) == [], timeout=30, what="the deletion on the phone")
+    time.sleep(3)  # two looks at the remote's list: still in Recently Deleted, so the folder stays
+    assert "iCloud~com~example~draw" in os.listdir(laptop.path)
+    run(BIN, "trash", "empty", phone.path)
+    wait_until(lambda: "iCloud~com~example~draw" not in os.listdir(laptop.path), timeout=30,
+               what="the empty container's folder to go")
+    assert not draw.exists() and attr(laptop.path, "containers") in (None, "")
+    p = run("ls", draw, check=False)
+    assert p.returncode == 2 and "No such file or directory" in p.stderr, p.stderr
+
+    # Something in it again (from a device that mounts it): it is back, with what it holds.
+    (phone.path / "again.txt").write_text("back\n")
+    phone.sync()
+    wait_until(lambda: (draw / "again.txt").exists(), timeout=30, what="the container back in the mount")
+    assert (draw / "again.txt").read_text() == "back\n"
