@@ -3,7 +3,7 @@
 _ubiquityfs() {
     local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]:-} words
     if ((COMP_CWORD == 1)); then
-        words="mount unmount status evict download pin unpin sync pause resume usage check query kv trash history rewind chunks remote --help --version"
+        words="mount unmount status evict download pin unpin sync pause resume usage delete-data check query kv trash history rewind chunks remote --help --version"
     else
         case "$cmd" in
             mount) words="--remote --token-file --ca-file --container --containers --all-containers --store --device --foreground --no-passthrough
@@ -16,6 +16,7 @@ _ubiquityfs() {
             query) words="--scope --name --container --live --json --help" ;;
             pause|resume) words="--help" ;;
             usage) words="--json --help" ;;
+            delete-data) words="--documents --yes --help" ;;
             chunks) words="--json --summary --help" ;;
             rewind) words="--to --dry-run --help" ;;
             kv) ((COMP_CWORD == 2)) && words="get set delete list watch" || words="--json" ;;

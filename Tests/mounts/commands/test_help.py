@@ -9,7 +9,7 @@ from conftest import BIN, ROOT, run
 
 SUBCOMMANDS = [
     [], ["mount"], ["unmount"], ["umount"], ["remote"], ["remote", "serve"], ["remote", "seed"], ["status"],
-    ["evict"], ["download"], ["pin"], ["unpin"], ["sync"], ["pause"], ["resume"], ["usage"], ["check"], ["query"], ["kv"],
+    ["evict"], ["download"], ["pin"], ["unpin"], ["sync"], ["pause"], ["resume"], ["usage"], ["delete-data"], ["check"], ["query"], ["kv"],
     ["kv", "get"], ["kv", "set"], ["kv", "delete"], ["kv", "list"], ["kv", "watch"],
 ]
 SCRIPTS = ["simulate", "demo", "test", "build", "setup", "bench", "measure-lazy-download", "install"]
