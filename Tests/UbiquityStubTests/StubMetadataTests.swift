@@ -76,4 +76,28 @@ import UbiquityBase
         try db.query("UPDATE history SET xattrs = '{not json' WHERE id = 'documents'", [])
         #expect(throws: (any Error).self) { try store.history(cid, "documents") }
     }
+
+    /// A history table from before deletions of an app's data gains their batch column: its rows read as
+    /// deletes of no batch, and a deletion of the app's data made after is one batch.
+    @Test func aHistoryFromBeforeBatchesGainsTheColumn() throws {
+        let dir = NSTemporaryDirectory() + "stubmeta-" + randomHex(bytes: 8)
+        try makeDirectories(dir)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let server = try StubServer(config: StubConfig(dataDir: dir))
+            _ = try server.store.ensureContainer(cid)
+            let lib = WireItem(id: "lib", parent: WireRules.rootID, name: "Library", kind: .dir, mode: 0o755, mtime: 1, size: 0, sha256: "")
+            let made = try server.store.putItem(cid, "lib", lib, .ifNoneMatch)
+            _ = try server.store.deleteItem(cid, "lib", ifMatch: made.version, device: "phone")
+            _ = try server.store.putItem(cid, "lib2", WireItem(id: "lib2", parent: WireRules.rootID, name: "Library", kind: .dir,
+                                                                mode: 0o755, mtime: 1, size: 0, sha256: ""), .ifNoneMatch)
+        }
+        let db = try Database(path: dir + "/stub.sqlite")
+        try db.exec("ALTER TABLE history DROP COLUMN batch")
+        let store = try StubServer(config: StubConfig(dataDir: dir)).store
+        #expect(try store.trash(cid).map { "\($0.id) \(String(describing: $0.batch))" } == ["lib nil"])
+        let answer = try store.deleteData(cid, documents: false, device: "laptop")
+        #expect(answer.deleted.map(\.id) == ["lib2"] && answer.batch != nil)
+        #expect(try store.trash(cid).map(\.batch) == [answer.batch, nil])
+    }
 }

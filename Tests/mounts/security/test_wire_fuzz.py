@@ -72,6 +72,7 @@ class Fuzzer:
             f"/v1/containers/{cid}/changes?since={self.word()}&wait={r.choice([0, 1, 'x', -1])}&limit={self.word()}",
             f"/v1/containers/{cid}/items/{self.word()}", f"/v1/containers/{cid}/blobs/{self.word()}",
             f"/v1/containers/{cid}/kv", f"/v1/containers/{cid}/kv/{self.word()}", f"/v1/containers/{cid}/batch",
+            f"/v1/containers/{cid}/delete-data",
             "/" + self.word(), "/v1/" + self.word() + "/" + self.word(), "*", "/v1/containers/" + "a" * 5000])
         method = r.choice(["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS", "GET", "PUT"])
         headers = {}
