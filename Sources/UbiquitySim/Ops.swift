@@ -233,6 +233,8 @@ extension World {
             return "link up"
         case .crash:
             fatalError("handled above")
+        case .moveAcross:
+            throw Skip(why: "a run of one container")
         }
     }
 
@@ -252,6 +254,7 @@ extension World {
             model.deletes.removeAll { $0.device == dev.name && c.keepsDeleteBack($0.item) }
         }
         dev.container = nil
+        dev.restarts += 1
         do { try open(dev) } catch { throw DeviceFailed(device: dev.name, cause: "it did not open again: \(error)") }
         return "restarted from the store"
     }
@@ -505,6 +508,11 @@ extension World {
     func removeItem(_ dev: SimDevice, _ c: Container, directory: Bool) throws -> String {
         let pool = live(dev).filter { $0.isDirectory == directory }
         guard let item = rng.pick(pool) else { throw Skip(why: "nothing") }
+        return try remove(dev, c, item, directory: directory)
+    }
+
+    /// unlink(2) or rmdir(2) of `item`.
+    func remove(_ dev: SimDevice, _ c: Container, _ item: Item, directory: Bool) throws -> String {
         let path = c.path(of: item.id)
         supersede(dev, item, conflicts: true)
         if let saved = try c.remove(parent: item.parent!, name: item.name, directory: directory) {

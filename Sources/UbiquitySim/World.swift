@@ -27,6 +27,8 @@ public enum StepKind: String, CaseIterable, Sendable {
     case pull, push, download, partition, heal, crash
     case holdRead, endRead, exchange, fsync, moveInto
     case edit, grow
+    /// A file moved from the other container of a device that holds two (`mv` across them: a copy and a delete).
+    case moveAcross
 
     var weight: Int {
         switch self {
@@ -37,6 +39,7 @@ public enum StepKind: String, CaseIterable, Sendable {
         case .grow: return 5
         case .mkdir, .truncate, .beginWrite, .evict, .discard, .promote, .heal, .holdRead, .endRead: return 3
         case .rmdir, .chmod, .pin, .keepCurrent, .partition, .crash, .exchange, .fsync, .moveInto: return 2
+        case .moveAcross: return 0 // (only in runs of devices that hold two containers: AccountPlan)
         }
     }
 }
@@ -128,6 +131,8 @@ final class SimDevice {
     /// Held files saved over by rename whose release still names the new file, by the file they are now: the
     /// adapter learns of a save after the core made it, so a release racing it gives that id.
     var releasedAs: [String: String] = [:]
+    /// How many times the device's daemon started again (a crash step, or a crash inside a transfer).
+    var restarts = 0
 
     init(index: Int, dir: String, link: SimLink, ids: IDSource) {
         self.index = index
@@ -158,7 +163,7 @@ struct DeviceFailed: Error { let device: String; let cause: String }
 final class World {
     let plan: Plan
     let remote = MemoryRemote()
-    let clock = SimClock()
+    let clock: SimClock
     var rng = SimRNG(seed: 0)
     var rates: FaultRates { plan.rates }
     var devices: [SimDevice] = []
@@ -176,8 +181,10 @@ final class World {
     /// Inside `meanwhile`.
     private var inMeanwhile = false
 
-    init(plan: Plan) throws {
+    /// `clock`: the run's virtual clock (one for the worlds of devices that hold several containers).
+    init(plan: Plan, clock: SimClock = SimClock()) throws {
         self.plan = plan
+        self.clock = clock
         var template = Array((NSTemporaryDirectory() + "/ubiquity-sim-XXXXXX").utf8CString)
         base = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         remote.changeLimit = plan.feedPage
@@ -225,35 +232,42 @@ final class World {
 
     func run(_ steps: [Step]) {
         for (i, step) in steps.enumerated() {
-            stepIndex = i
             clock.advance(step.dt)
-            rng = SimRNG(seed: step.seed)
-            let dev = devices[step.device]
-            count("step " + step.kind.rawValue)
-            simLog.debug("#\(i) \(dev.name) \(step.kind.rawValue)")
-            do {
-                let what = try perform(step.kind, dev)
-                note("\(dev.name) \(step.kind.rawValue): \(what)")
-            } catch let s as Skip {
-                note("\(dev.name) \(step.kind.rawValue): skipped (\(s.why))")
-            } catch let f as DeviceFailed {
-                note("\(dev.name) \(step.kind.rawValue): the store failed: \(f.cause)")
-                runViolations.append("store failed: \(f.device) at #\(i) (\(step.kind.rawValue)): \(f.cause)")
-                return
-            } catch {
-                note("\(dev.name) \(step.kind.rawValue): \(error)")
-            }
-            if let failed = restartIfCrashed(dev, at: "#\(i)") {
-                runViolations.append(failed)
-                return
-            }
-            if installViolations.count < 5 { installViolations += unverified(dev) }
-            // A folder below itself would hang or crash every later walk up the tree: the run stops there.
-            if let cycle = dev.container.flatMap(World.cycle) {
-                runViolations.append("\(dev.name) at #\(i) (\(step.kind.rawValue)): \(cycle) lies below itself")
-                return
-            }
+            guard runStep(i, step.kind, on: step.device, seed: step.seed, { try perform(step.kind, $0) }) else { return }
         }
+    }
+
+    /// Step `i` (of kind `kind`, by device `device`, its choices seeded by `seed`), done by `body`, then its
+    /// checks. False when the run must stop there (a violation that leaves nothing to go on with).
+    func runStep(_ i: Int, _ kind: StepKind, on device: Int, seed: UInt64, _ body: (SimDevice) throws -> String) -> Bool {
+        stepIndex = i
+        rng = SimRNG(seed: seed)
+        let dev = devices[device]
+        count("step " + kind.rawValue)
+        simLog.debug("#\(i) \(dev.name) \(kind.rawValue)")
+        do {
+            let what = try body(dev)
+            note("\(dev.name) \(kind.rawValue): \(what)")
+        } catch let s as Skip {
+            note("\(dev.name) \(kind.rawValue): skipped (\(s.why))")
+        } catch let f as DeviceFailed {
+            note("\(dev.name) \(kind.rawValue): the store failed: \(f.cause)")
+            runViolations.append("store failed: \(f.device) at #\(i) (\(kind.rawValue)): \(f.cause)")
+            return false
+        } catch {
+            note("\(dev.name) \(kind.rawValue): \(error)")
+        }
+        if let failed = restartIfCrashed(dev, at: "#\(i)") {
+            runViolations.append(failed)
+            return false
+        }
+        if installViolations.count < 5 { installViolations += unverified(dev) }
+        // A folder below itself would hang or crash every later walk up the tree: the run stops there.
+        if let cycle = dev.container.flatMap(World.cycle) {
+            runViolations.append("\(dev.name) at #\(i) (\(kind.rawValue)): \(cycle) lies below itself")
+            return false
+        }
+        return true
     }
 
     /// Inside an item write of `device` that the remote applied and has not answered yet (SimLink's slow

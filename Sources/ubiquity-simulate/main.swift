@@ -1,4 +1,7 @@
 // ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace] [--literal]
+//                   [--containers 2]
+// (--containers 2: devices that hold two containers, as a mount of several: Account.swift; not with --only,
+// --literal or shrinking)
 // (--only: replay just those steps of the seed's plan, as printed for a shrunk failing trace; --literal: print
 // the failing run's shrunk plan, or with --only or --no-shrink the plan run, as a Swift literal for a regression)
 // K runs of the deterministic multi-device simulation from seed N (random when not given, and printed).
@@ -17,8 +20,9 @@ var shrink = true
 var showTrace = false
 var literal = false
 var only: [Int]?
+var containers = 1
 var args = Array(CommandLine.arguments.dropFirst())
-let usageLine = "usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace] [--literal]\n"
+let usageLine = "usage: ubiquity-simulate [--seed N] [--runs K] [--hours H] [--steps S] [--only I,J,...] [--no-shrink] [--trace] [--literal] [--containers 1|2]\n"
 /// A wrong argument: the usage on stderr, exit 2.
 func usage() -> Never {
     FileHandle.standardError.write(Data(usageLine.utf8))
@@ -43,6 +47,9 @@ while !args.isEmpty {
     case "--no-shrink": shrink = false
     case "--trace": showTrace = true
     case "--literal": literal = true
+    case "--containers":
+        containers = number(Int.self)
+        if containers != 1 && containers != 2 { usage() }
     case "--help", "-h":
         FileHandle.standardOutput.write(Data(usageLine.utf8))
         exit(0)
@@ -59,6 +66,19 @@ var totals: [String: Int] = [:]
 var s = first
 while done < totalRuns {
     if let deadline, Date() >= deadline { break }
+    if containers == 2 {
+        let plan = AccountPlan(seed: s, steps: stepCount)
+        let r = Simulation.execute(plan)
+        done += 1
+        steps += r.steps
+        for (k, v) in r.counters { totals[k, default: 0] += v }
+        let faults = r.counters.filter { !$0.key.hasPrefix("step ") && !$0.key.hasPrefix("ok ") }.values.reduce(0, +)
+        print("run seed=\(s) devices=\(plan.containers[0].devices) containers=2 steps=\(r.steps) faults=\(faults) \(r.failed ? "VIOLATED" : "ok")")
+        if r.failed { failedSeeds.append(s); for v in r.violations { print("  violation: \(v)") } }
+        if showTrace || r.failed { for line in r.trace { print("  | \(line)") } }
+        s &+= 1
+        continue
+    }
     let generated = Plan(seed: s, steps: stepCount)
     let plan = only.map { generated.keeping($0) } ?? generated
     /// The index in the generated plan of each step run.

@@ -23,6 +23,19 @@ import UbiquitySim
         #expect(r.violations == [], "\(regression.name)")
     }
 
+    /// Devices that hold two containers (one daemon: a crash restarts both; files moved between them).
+    @Test(arguments: [UInt64(1), 2, 3]) func boundedSeedsOfTwoContainers(seed: UInt64) {
+        let r = Simulation.execute(AccountPlan(seed: seed))
+        #expect(r.violations == [], "seed \(seed)")
+        #expect(r.counters["step moveAcross", default: 0] > 0)
+    }
+
+    @Test func sameSeedSameRunOfTwoContainers() {
+        let a = Simulation.execute(AccountPlan(seed: 42, steps: 160)), b = Simulation.execute(AccountPlan(seed: 42, steps: 160))
+        #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
+        #expect(a.trace.contains { $0.hasPrefix("A ") } && a.trace.contains { $0.hasPrefix("B ") })
+    }
+
     @Test func sameSeedSameRun() {
         let a = Simulation.run(seed: 42, steps: 120), b = Simulation.run(seed: 42, steps: 120)
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)
