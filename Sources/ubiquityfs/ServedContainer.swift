@@ -194,6 +194,8 @@ final class ServedAccount: @unchecked Sendable {
         var running = 0
         var stopping = false
         var failure: Error?
+        /// Containers --all-containers could not open, with why: said once at warning level, then quietly.
+        var unopened: [String: String] = [:]
     }
     private let state = Locked(State())
     private let log = Logger("daemon")
@@ -251,13 +253,13 @@ final class ServedAccount: @unchecked Sendable {
     /// --all-containers: every few seconds, mounts the containers made since and lets go of those the remote no
     /// longer lists (a container that holds nothing: its data deleted whole and its Recently Deleted emptied),
     /// until the mount ends. A container named with --containers stays, and so does one with changes of this
-    /// device still to upload. A container that cannot be opened is logged and tried again at the next look.
+    /// device still to upload. A container that cannot be opened is tried again at the next look (`tryOpen`).
     func followContainers() {
         while !state.withLock({ $0.stopping }) {
             sleep(Self.followSeconds)
             do {
                 let listed = try remoteContainers()
-                try openAll(listed)
+                for id in listed where state.withLock({ $0.served[id] == nil && !$0.stopping }) { tryOpen(id) }
                 let gone = state.withLock { s in s.served.filter { !listed.contains($0.key) && !options.containers.contains($0.key) } }
                 for (id, served) in gone where ((try? served.core.pendingChanges) ?? 1) == 0 {
                     log.info("\(id) holds nothing on the remote any more: its folder goes")
@@ -266,6 +268,22 @@ final class ServedAccount: @unchecked Sendable {
             } catch {
                 log.warning("\(error)")
             }
+        }
+    }
+
+    /// Opens a container --all-containers found; one that cannot be opened is logged (a warning the first time
+    /// and when the reason changes, then at debug level: it is tried again every few seconds) and left for later.
+    private func tryOpen(_ id: String) {
+        do {
+            try open(id)
+            state.withLock { $0.unopened[id] = nil }
+        } catch {
+            let why = "\(error)"
+            let said = state.withLock { s -> Bool in
+                defer { s.unopened[id] = why }
+                return s.unopened[id] == why
+            }
+            if said { log.debug("still cannot open \(id): \(why)") } else { log.warning("cannot open \(id) (tried again every \(Self.followSeconds) s): \(why)") }
         }
     }
 

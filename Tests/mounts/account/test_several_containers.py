@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from conftest import BIN, attr, run, wait_for_line, wait_until
 
@@ -224,3 +225,22 @@ def test_a_query_of_documents_spans_every_container(stub, mount_factory, tmp_pat
         live.wait()
     p = run(BIN, "query", laptop.path, "--container", NEW, check=False)
     assert p.returncode == 1 and "holds no container iCloud.com.example.new" in p.stderr, p.stderr
+
+
+def test_all_containers_tries_a_container_it_cannot_open_again_and_says_so_once(stub, mount_factory):
+    laptop = mount_factory(stub, device="laptop", container=NOTES)
+    (laptop / "Documents/a.txt").write_text("a\n")
+    laptop.sync()
+    phone = account(mount_factory, stub, "phone")
+    (phone.store / NEW).write_text("a file where the new container's store would go\n")
+    tablet = mount_factory(stub, device="tablet", container=NEW)
+    (tablet / "Documents/new.txt").write_text("new\n")
+    tablet.sync()
+    time.sleep(7)  # three looks at the remote's list
+    assert os.listdir(phone.path) == ["iCloud~com~example~notes"]
+    log = (phone.store / "ubiquityfs.log").read_text()
+    assert log.count(f"cannot open {NEW} (tried again every 2 s)") == 1, log[-3000:]
+    assert f"still cannot open {NEW}" in log, "later tries are logged quietly"
+    # Once the way is clear, the next look opens it.
+    (phone.store / NEW).unlink()
+    wait_until(lambda: (folder(phone, NEW) / "Documents/new.txt").exists(), timeout=30, what="the new container")
