@@ -158,12 +158,15 @@ private func row(_ v: Int64, _ at: Int64, deleted: Bool = false) -> HistoryStamp
         for (method, path, body) in [("GET", "/v1/containers/\(cid)/history/a1", nil),
                                      ("GET", "/v1/containers/\(cid)/trash", nil),
                                      ("POST", "/v1/containers/\(cid)/trash/restore", #"{"ids": ["a1"], "device": "bob"}"#),
-                                     ("POST", "/v1/containers/\(cid)/trash/empty", #"{"all": true}"#)] {
+                                     ("POST", "/v1/containers/\(cid)/trash/empty", #"{"all": true}"#),
+                                     ("POST", "/v1/containers/\(cid)/delete-data", #"{"documents": true, "device": "bob"}"#)] {
             #expect(try f.call(method, path, token: .some(bob), body: body.map { Array($0.utf8) }).status == 404, "\(path)")
             #expect(try f.call(method, path, token: .some(nil), body: body.map { Array($0.utf8) }).status == 401, "\(path)")
         }
         #expect(try f.call("GET", "/v1/containers/\(cid)/trash").decode(WireTrash.self).items.map(\.id) == ["a1"],
                 "nothing of Bob's requests reached it")
+        #expect(try f.call("GET", "/v1/containers/\(cid)/changes?since=0").decode(WireChanges.self).items.allSatisfy {
+            $0.id == "a1" || !$0.deleted }, "nor deleted Alice's data")
     }
 
     @Test func aDeleteKeepsThePathItHadThen() throws {
