@@ -122,3 +122,26 @@ def test_a_container_left_with_nothing_leaves_an_all_containers_mount_and_comes_
     phone.sync()
     wait_until(lambda: (draw / "again.txt").exists(), timeout=30, what="the container back in the mount")
     assert (draw / "again.txt").read_text() == "back\n"
+
+
+def test_an_edit_the_deletion_had_not_seen_is_kept(stub, mount_factory):
+    """No edit is lost: a device that edited a file of the app's data before it learned of the deletion keeps
+    its edit (and the folders above it come back with it), on every device."""
+    laptop = mount_factory(stub, device="laptop")
+    phone = mount_factory(stub, device="phone")
+    os.makedirs(laptop.path / "Library/Preferences")
+    (laptop.path / "Library/Preferences/prefs.txt").write_text("first\n")
+    (laptop.path / "cache.bin").write_text("cached\n")
+    laptop.sync()
+    wait_until(lambda: (phone.path / "Library/Preferences/prefs.txt").exists(), timeout=30, what="prefs on the phone")
+    run(BIN, "pause", phone.path)
+    (phone.path / "Library/Preferences/prefs.txt").write_text("edited on the phone\n")
+    run(BIN, "delete-data", laptop.path, "--yes")
+    assert visible(laptop.path) == ["Documents"]
+    run(BIN, "resume", phone.path)
+    phone.sync()
+    wait_until(lambda: (laptop.path / "Library/Preferences/prefs.txt").exists(), timeout=30, what="the edit back")
+    assert (laptop.path / "Library/Preferences/prefs.txt").read_text() == "edited on the phone\n"
+    assert (phone.path / "Library/Preferences/prefs.txt").read_text() == "edited on the phone\n"
+    wait_until(lambda: not (phone.path / "cache.bin").exists(), timeout=30, what="the rest deleted on the phone")
+    assert visible(phone.path) == visible(laptop.path) == ["Documents", "Library"]
