@@ -668,11 +668,11 @@ public struct WireVersion: Codable, Equatable, Sendable {
         self.xattrs = xattrs; self.batch = batch
     }
 
-    /// The version of `item` as stored at `at`, at `path`.
-    public init(_ item: WireItem, at: Int64, path: String) {
+    /// The version of `item` as stored at `at`, at `path` (in `batch`, for a delete of the app's data).
+    public init(_ item: WireItem, at: Int64, path: String, batch: WireDataBatch? = nil) {
         self.init(id: item.id, version: item.version, at: at, path: path, deleted: item.deleted, parent: item.parent,
                   name: item.name, kind: item.kind, mode: item.mode, mtime: item.mtime, size: item.size,
-                  sha256: item.sha256, device: item.device, target: item.target, xattrs: item.xattrs)
+                  sha256: item.sha256, device: item.device, target: item.target, xattrs: item.xattrs, batch: batch)
     }
 }
 

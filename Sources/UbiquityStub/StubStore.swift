@@ -172,9 +172,7 @@ final class StubStore: Sendable {
         stored.version = try tx.nextSeq(cid)
         try tx.writeItem(cid, stored)
         let path = if let parentPath { Self.joined(parentPath, stored.name) } else { try self.path(tx, cid, of: stored) }
-        var row = WireVersion(stored, at: clock(), path: path)
-        row.batch = batch
-        try tx.appendHistory(cid, row)
+        try tx.appendHistory(cid, WireVersion(stored, at: clock(), path: path, batch: batch))
         return stored
     }
 

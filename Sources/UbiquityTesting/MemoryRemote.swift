@@ -191,12 +191,12 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     // MARK: internals (lock held)
 
     /// Records a new state of an item at the next sequence number and wakes long polls.
-    private func store(_ item: WireItem) -> WireItem {
+    private func store(_ item: WireItem, batch: WireDataBatch? = nil) -> WireItem {
         var item = item
         sequence += 1
         item.version = sequence
         items[item.id] = item
-        historyRows[item.id, default: []].append(WireVersion(item, at: _clock(), path: pathLocked(item)))
+        historyRows[item.id, default: []].append(WireVersion(item, at: _clock(), path: pathLocked(item), batch: batch))
         cond.broadcast()
         return item
     }
@@ -669,8 +669,9 @@ extension MemoryRemote {
                 guard let item = items[id] else { throw RemoteError.notFound("no such item \(id)") }
                 if item.deleted && trashRowLocked(item) == nil { throw RemoteError.notFound("\(id) is not in Recently Deleted") }
             }
+            let whole = wholeBatchesLocked(unique)
             var answer: [WireItem] = []
-            for id in unique { restoreLocked(id, device: device, asked: Set(ids), into: &answer) }
+            for id in whole { restoreLocked(id, device: device, asked: Set(whole), into: &answer) }
             return answer
         }
     }
@@ -682,7 +683,7 @@ extension MemoryRemote {
             let unique = uniqueIDs(ids)
             if let unknown = unique.first(where: { items[$0] == nil }) { throw RemoteError.notFound("no such item \(unknown)") }
             var emptied = Set<String>()
-            for id in unique {
+            for id in wholeBatchesLocked(unique) {
                 guard let row = trashRowLocked(items[id]!), !emptied.contains(id) else { continue }
                 for gone in [row] + deletedWithLocked(row) where emptied.insert(gone.id).inserted { historyRows[gone.id] = nil }
             }
@@ -699,7 +700,44 @@ extension MemoryRemote {
         }
     }
 
+    /// As the stub's (docs/HISTORY.md "Deleting an app's data"): every live item outside the root's Documents
+    /// (with `documents`, all but the root) deleted by `device`, each folder after what it held, as one batch.
+    public func deleteData(documents: Bool, device: String) throws -> WireDataDeleted {
+        try locked {
+            try checkOnline()
+            guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw Self.bad("bad device name") }
+            var found: [WireItem] = []
+            var folders = [WireRules.rootID]
+            while let folder = folders.popLast() {
+                for child in items.values.filter({ !$0.deleted && $0.parent == folder }).sorted(by: { $0.id < $1.id })
+                where documents || folder != WireRules.rootID || child.name != WireRules.documentsName {
+                    found.append(child)
+                    if child.kind == .dir { folders.append(child.id) }
+                }
+            }
+            let batch = WireDataBatch(documentsToo: documents)
+            let deleted = found.reversed().map { item -> WireItem in
+                var tomb = item
+                tomb.deleted = true
+                tomb.device = device
+                return store(tomb, batch: batch)
+            }
+            return WireDataDeleted(deleted: deleted, batch: deleted.isEmpty ? nil : batch)
+        }
+    }
+
     // MARK: history internals (lock held)
+
+    /// `ids`, then every other item in Recently Deleted of a deletion of the app's data one of them is in.
+    private func wholeBatchesLocked(_ ids: [String]) -> [String] {
+        let batches = Set(ids.compactMap { items[$0].flatMap(trashRowLocked)?.batch })
+        guard !batches.isEmpty else { return ids }
+        var all = ids, seen = Set(ids)
+        for row in trashLocked(parent: nil).reversed() where row.batch.map(batches.contains) == true && seen.insert(row.id).inserted {
+            all.append(row.id)
+        }
+        return all
+    }
 
     /// Whether a kept history row names the content.
     private func historyNames(_ sha256: String) -> Bool {
@@ -739,14 +777,17 @@ extension MemoryRemote {
             .sorted { $0.version > $1.version }
     }
 
-    /// What was deleted in the folder at most `HistoryRules.folderWindow` before it, parents before children.
+    /// What was deleted in the folder at most `HistoryRules.folderWindow` before it (of its batch only, for a
+    /// folder a deletion of the app's data took), parents before children.
     private func deletedWithLocked(_ folder: WireVersion) -> [WireVersion] {
         guard folder.kind == .dir else { return [] }
         var found: [WireVersion] = []
         var folders = [folder.id]
         var seen: Set<String> = [folder.id]
         while let next = folders.popLast() {
-            for row in trashLocked(parent: next) where row.at >= folder.at - HistoryRules.folderWindow && seen.insert(row.id).inserted {
+            for row in trashLocked(parent: next)
+            where row.at >= folder.at - HistoryRules.folderWindow && row.at <= folder.at && row.batch == folder.batch
+                && seen.insert(row.id).inserted {
                 found.append(row)
                 if row.kind == .dir { folders.append(row.id) }
             }

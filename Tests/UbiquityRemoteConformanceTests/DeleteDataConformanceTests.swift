@@ -1,5 +1,5 @@
 // Deleting an app's data (docs/HISTORY.md "Deleting an app's data", docs/WIRE.md `POST .../delete-data`), run
-// against the stub's backends (the in-process fake has no such route): everything outside Documents/ goes (with
+// against each backend of `Backend.all`: everything outside Documents/ goes (with
 // `documents`, everything), children before their folders, as one entry of Recently Deleted that a restore of
 // any of its items brings back whole and an empty of any of them removes whole; what was deleted before stays
 // an entry of its own.
@@ -9,8 +9,6 @@ import UbiquityBase
 import UbiquityCore
 
 @Suite(.serialized) struct DeleteDataConformanceTests {
-    static let servers = Backend.all.filter { $0.name != Backend.memory.name }
-
     /// Documents/keep.txt, Library/Caches/cache.bin, Library/old.txt (deleted before) and settings.json.
     private func container(_ s: Subject) throws -> (deletedBefore: WireItem, token: String) {
         try s.makeFile("k1", "a document", name: "keep.txt")
@@ -22,7 +20,7 @@ import UbiquityCore
         return (old, try s.remote.changes(since: nil, waitSeconds: 0).token)
     }
 
-    @Test(arguments: servers) func theAppsDataGoesAsOneEntryAndComesBackWhole(backend: Backend) throws {
+    @Test(arguments: Backend.all) func theAppsDataGoesAsOneEntryAndComesBackWhole(backend: Backend) throws {
         let s = try backend.make(nil)
         let (old, token) = try container(s)
         let answer = try s.remote.deleteData(documents: false, device: "laptop")
@@ -49,7 +47,7 @@ import UbiquityCore
         #expect(try s.remote.trash().map(\.id) == [old.id])
     }
 
-    @Test(arguments: servers) func withDocumentsEverythingGoesAndAnEmptyTakesTheWhole(backend: Backend) throws {
+    @Test(arguments: Backend.all) func withDocumentsEverythingGoesAndAnEmptyTakesTheWhole(backend: Backend) throws {
         let s = try backend.make(nil)
         let (old, _) = try container(s)
         let answer = try s.remote.deleteData(documents: true, device: "laptop")
