@@ -55,7 +55,7 @@ enum DeleteDataCommand {
             let e = errno
             throw CommandFailure("cannot delete the data of \(root): \(TrashCommand.offline(root) ?? String(cString: strerror(e)))")
         }
-        let label = TrashCommand.label(WireDataBatch(documentsToo: documents))
+        let label = TrashCommand.label(documentsToo: documents)
         print("deleted \(summary) on every device; 'ubiquityfs trash restore \(root) \"\(label)\"' brings it back")
     }
 

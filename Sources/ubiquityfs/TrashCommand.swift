@@ -55,7 +55,8 @@ enum TrashCommand {
     }
 
     /// The label of a deletion of an app's data in Recently Deleted.
-    static func label(_ batch: WireDataBatch) -> String { batch.documentsToo ? "[all data]" : "[app data]" }
+    static func label(_ batch: WireDataBatch) -> String { label(documentsToo: batch.documentsToo) }
+    static func label(documentsToo: Bool) -> String { documentsToo ? "[all data]" : "[app data]" }
 
     static func run(_ words: [String]) throws {
         if words.contains("--help") || words.contains("-h") { print(help); return }
