@@ -233,7 +233,7 @@ extension World {
             }
             if !names.insert(p + "/" + name).inserted { v.append("\(dev.name): two items named \(name) in [\(short(p))]") }
             if c.lookup(parent: p, name: name)?.id != item.id {
-                v.append("\(dev.name): [\(short(item.id))] \(name) is not listed in its folder [\(short(p))]")
+                v.append("\(dev.name): [\(short(item.id))] \(name) is not listed in its folder [\(short(p))] (the folder names \(c.lookup(parent: p, name: name).map { short($0.id) } ?? "nothing") so)")
             }
             let path = c.contentPath(item.id)
             let exists = FileManager.default.fileExists(atPath: path)

@@ -595,6 +595,14 @@ extension CoreState {
         }
         if cur.metadata == pushed.metadata { cur.metaDirty = false }
         try store.save(cur)
+        // A detached item (it lost its name here to another, `place`) waits for its newer state in the feed to
+        // place it; once its own put landed none comes (this is its newest): it takes the name it pushed, when
+        // that is free here.
+        if isDetached(cur), let p = cur.parent, children[p]?[cur.name] == nil, let dir = items[p], dir.isDirectory, !dir.deleted {
+            children.list(cur.id, in: p, as: cur.name)
+            notice(.added(parent: p, name: cur.name))
+            try entriesChanged(in: p, remote: true)
+        }
         // Every put sent before this answer made a version older than this one: none is needed any more.
         try store.forgetSentPuts(id)
         items[id] = cur
