@@ -107,6 +107,10 @@ public enum HistoryRules {
     public static let day: Int64 = 24 * hour
     /// What a folder's restore brings back with it: what was deleted in it at most this long before the folder.
     public static let folderWindow: Int64 = hour
+
+    /// Whether `device` can name the device of a restore, a rewind or a deletion of an app's data: at most 255
+    /// bytes, no NUL.
+    public static func isValidDevice(_ device: String) -> Bool { device.utf8.count <= 255 && !device.utf8.contains(0) }
     /// Ids in one restore or empty request.
     public static let maxIDs = 1000
     /// The longest duration a policy or `--keep-deleted` takes (100 years), so no sum overflows.
@@ -205,7 +209,7 @@ public struct RewindPlanner {
         guard WireRules.isValidID(request.folder) else {
             throw RewindRefusal(400, "bad folder id \(plain(String(request.folder.prefix(80))))")
         }
-        guard request.device.utf8.count <= 255, !request.device.utf8.contains(0) else {
+        guard HistoryRules.isValidDevice(request.device) else {
             throw RewindRefusal(400, "bad device name")
         }
     }

@@ -774,11 +774,7 @@ public struct WireDataBatch: Codable, Hashable, Sendable, CustomStringConvertibl
     }
 
     /// A new batch id, random.
-    public init(documentsToo: Bool) {
-        var id = ""
-        for _ in 0..<2 { id += String(format: "%016llx", UInt64.random(in: .min ... .max)) }
-        description = (documentsToo ? "all-" : "data-") + id
-    }
+    public init(documentsToo: Bool) { description = (documentsToo ? "all-" : "data-") + randomHex(bytes: 16) }
 
     /// True when the batch deleted Documents/ too.
     public var documentsToo: Bool { description.hasPrefix("all-") }

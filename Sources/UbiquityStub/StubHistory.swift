@@ -42,7 +42,7 @@ extension StubStore {
     /// 404 for an id the container never had or one no longer in Recently Deleted; nothing is restored then.
     func restore(_ cid: String, ids: [String], device: String) throws(ServerFailure) -> [WireItem] {
         try HistoryInput.checkIDs(ids)
-        guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw .refused(400, "bad device name") }
+        guard HistoryRules.isValidDevice(device) else { throw .refused(400, "bad device name") }
         return try writing(cid) { (tx) throws(ServerFailure) in
             let ids = try wholeBatches(tx, cid, HistoryInput.unique(ids))
             var restore = Restoration(store: self, tx: tx, cid: cid, device: device, asked: Set(ids))
@@ -143,7 +143,7 @@ extension StubStore {
     /// root's `Documents` folder (with `documents`, every live item but the root), as deletes by `device`, each
     /// folder after what it held, all in one transaction and one batch: one entry of Recently Deleted.
     func deleteData(_ cid: String, documents: Bool, device: String) throws(ServerFailure) -> WireDataDeleted {
-        guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw .refused(400, "bad device name") }
+        guard HistoryRules.isValidDevice(device) else { throw .refused(400, "bad device name") }
         return try writing(cid) { (tx) throws(ServerFailure) in
             // Every item to delete with its folder's path, each folder before what it holds.
             var found: [(item: WireItem, parentPath: String)] = []

@@ -663,7 +663,7 @@ extension MemoryRemote {
         try locked {
             try checkOnline()
             try checkHistoryIDs(ids)
-            guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw Self.bad("bad device name") }
+            guard HistoryRules.isValidDevice(device) else { throw Self.bad("bad device name") }
             let unique = uniqueIDs(ids)
             for id in unique { // every refusal before any change, as the stub's one transaction
                 guard let item = items[id] else { throw RemoteError.notFound("no such item \(id)") }
@@ -705,7 +705,7 @@ extension MemoryRemote {
     public func deleteData(documents: Bool, device: String) throws -> WireDataDeleted {
         try locked {
             try checkOnline()
-            guard device.utf8.count <= 255, !device.utf8.contains(0) else { throw Self.bad("bad device name") }
+            guard HistoryRules.isValidDevice(device) else { throw Self.bad("bad device name") }
             var found: [WireItem] = []
             var folders = [WireRules.rootID]
             while let folder = folders.popLast() {
