@@ -205,6 +205,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         items.values.first { !$0.deleted && $0.parent == parent && sameName($0.name, name) }
     }
 
+    private func liveChildren(of parent: String) -> [WireItem] {
+        items.values.filter { !$0.deleted && $0.parent == parent }
+    }
+
     private func checkOnline() throws {
         if _offline { throw RemoteError.unreachable("the memory remote is offline") }
     }
@@ -382,7 +386,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             throw moved(existing, change)
         }
         if existing.kind == .dir,
-           let child = items.values.filter({ !$0.deleted && $0.parent == id }).min(by: { $0.id < $1.id }) {
+           let child = liveChildren(of: id).min(by: { $0.id < $1.id }) {
             // The item in the way is a child, as on the stub.
             throw RemoteError.conflict("the directory is not empty", current: child)
         }
@@ -709,7 +713,7 @@ extension MemoryRemote {
             var found: [WireItem] = []
             var folders = [WireRules.rootID]
             while let folder = folders.popLast() {
-                for child in items.values.filter({ !$0.deleted && $0.parent == folder }).sorted(by: { $0.id < $1.id })
+                for child in liveChildren(of: folder).sorted(by: { $0.id < $1.id })
                 where documents || folder != WireRules.rootID || child.name != WireRules.documentsName {
                     found.append(child)
                     if child.kind == .dir { folders.append(child.id) }
@@ -886,9 +890,7 @@ extension MemoryRemote {
 
         func item(_ id: String) -> WireItem? { remote.items[id] }
 
-        func liveChildren(_ parent: String) -> [WireItem] {
-            remote.items.values.filter { !$0.deleted && $0.parent == parent }
-        }
+        func liveChildren(_ parent: String) -> [WireItem] { remote.liveChildren(of: parent) }
 
         func liveChild(_ parent: String, named name: String) -> WireItem? { remote.liveChild(of: parent, named: name) }
 
