@@ -81,8 +81,7 @@ extension Simulation {
             }
             var violations: [String] = [], trace: [String] = [], counters: [String: Int] = [:]
             for (name, w) in zip(names, worlds) {
-                let found = w.runViolations.isEmpty ? w.check() + w.readViolations + w.installViolations : w.runViolations
-                violations += found.map { "container \(name): " + $0 }
+                violations += w.violations().map { "container \(name): " + $0 }
                 trace += w.trace.map { "\(name) " + $0 }
                 for (k, v) in w.counters { counters[k, default: 0] += v }
             }

@@ -77,6 +77,11 @@ extension World {
                                             $0.conflicts) })
     }
 
+    /// What the run violated: a violation that stopped it, else the end's checks and what the steps saw.
+    func violations() -> [String] {
+        runViolations.isEmpty ? check() + readViolations + installViolations : runViolations
+    }
+
     /// Every invariant; an empty list when all hold.
     func check() -> [String] {
         if let stuck = quiesce() { return [stuck] }

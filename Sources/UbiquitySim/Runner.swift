@@ -30,9 +30,7 @@ public enum Simulation {
         do {
             let world = try World(plan: plan)
             world.run(steps)
-            let violations = world.runViolations.isEmpty
-                ? world.check() + world.readViolations + world.installViolations : world.runViolations
-            return RunResult(seed: plan.seed, steps: steps.count, violations: violations, trace: world.trace,
+            return RunResult(seed: plan.seed, steps: steps.count, violations: world.violations(), trace: world.trace,
                              counters: world.counters)
         } catch {
             return RunResult(seed: plan.seed, steps: steps.count, violations: ["setup failed: \(error)"], trace: [],
