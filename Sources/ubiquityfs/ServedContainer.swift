@@ -214,8 +214,11 @@ final class ServedAccount: @unchecked Sendable {
 
     /// Opens and mounts each container not yet served, in order.
     func openAll(_ ids: [String]) throws {
-        for id in ids where state.withLock({ $0.served[id] == nil && !$0.stopping }) { try open(id) }
+        for id in ids where isNew(id) { try open(id) }
     }
+
+    /// Whether container `id` is not served yet, and the mount goes on.
+    private func isNew(_ id: String) -> Bool { state.withLock { $0.served[id] == nil && !$0.stopping } }
 
     private func open(_ id: String) throws {
         let served = try ServedContainer.start(id, options: options, remote: remote, usage: usage)
@@ -259,7 +262,7 @@ final class ServedAccount: @unchecked Sendable {
             sleep(Self.followSeconds)
             do {
                 let listed = try remoteContainers()
-                for id in listed where state.withLock({ $0.served[id] == nil && !$0.stopping }) { tryOpen(id) }
+                for id in listed where isNew(id) { tryOpen(id) }
                 let gone = state.withLock { s in s.served.filter { !listed.contains($0.key) && !options.containers.contains($0.key) } }
                 for (id, served) in gone where ((try? served.core.pendingChanges) ?? 1) == 0 {
                     log.info("\(id) holds nothing on the remote any more: its folder goes")
