@@ -17,9 +17,8 @@ import Glibc
 import UbiquityBase
 import UbiquityCore
 
-/// @unchecked Sendable: libfuse calls it from its loop threads and the daemon from its own; the folders and
-/// the session are behind locks.
-public final class AccountRoot: @unchecked Sendable {
+/// Sendable: libfuse calls it from its loop threads and the daemon from its own; what changes is behind locks.
+public final class AccountRoot: Sendable {
     struct Folder {
         let name: String
         let container: String
@@ -35,9 +34,12 @@ public final class AccountRoot: @unchecked Sendable {
     private let folders = Locked(Folders())
     private let mountedSession = Locked<OpaquePointer?>(nil)
     private let made = nowNanoseconds()
-    /// More attributes of the root (the account's usage and quota, from the daemon, answered at once). Set
-    /// before `mount`, never after.
-    public var accountAttributes: (@Sendable () -> [(name: String, value: String)])?
+    /// More attributes of the root (the account's usage and quota, from the daemon, answered at once).
+    public var accountAttributes: (@Sendable () -> [(name: String, value: String)])? {
+        get { moreAttributes.withLock { $0 } }
+        set { moreAttributes.withLock { $0 = newValue } }
+    }
+    private let moreAttributes = Locked<(@Sendable () -> [(name: String, value: String)])?>(nil)
     private let log = Logger("account")
     /// Names and attributes of a container's folder never change while it is shown: the kernel may keep them.
     static let timeout: Double = 86_400

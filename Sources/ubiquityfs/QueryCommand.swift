@@ -85,7 +85,7 @@ enum QueryCommand {
 
     /// Prints the lines of every source, whole, one at a time; over several, one `gathered` line once all
     /// have gathered.
-    final class Printer: @unchecked Sendable {
+    final class Printer: Sendable {
         private struct State { var gathered = 0, count = 0, running: Int }
         private let state: Locked<State>
         private let json: Bool

@@ -15,7 +15,7 @@ import UbiquityCore
 import UbiquityFUSE
 import UbiquityHTTP
 
-final class ServedContainer: @unchecked Sendable {
+final class ServedContainer: Sendable {
     /// The remote every container of the mount talks to.
     struct Remote: Sendable {
         let urls: [String]
@@ -182,7 +182,7 @@ final class ServedContainer: @unchecked Sendable {
 
 /// The containers of a mount of several, each mounted on its folder of the account root and served by a thread
 /// of its own until that folder is unmounted.
-final class ServedAccount: @unchecked Sendable {
+final class ServedAccount: Sendable {
     let root: AccountRoot
     private let options: MountCommand.Options
     private let remote: ServedContainer.Remote
