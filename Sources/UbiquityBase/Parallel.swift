@@ -8,17 +8,17 @@ import Foundation
 
 /// The state the threads of one `inParallel` share, under one lock: the next part, the first failure, and the
 /// body, let go of once they all ended (see below).
-private struct ParallelState<T> {
-    typealias Body = (T, _ goOn: @escaping () -> Bool) throws -> Void
+private struct ParallelState<T, E: Error> {
+    typealias Body = (T, _ goOn: @escaping () -> Bool) throws(E) -> Void
     let parts: [T]
     var body: Body?
     var next = 0
-    var failure: Error?
+    var failure: E?
 }
 
 /// Runs `body` on every part, `width` at a time; `goOn` turns false once a part failed.
-public func inParallel<T>(_ parts: [T], width: Int,
-                          _ body: @escaping (T, _ goOn: @escaping () -> Bool) throws -> Void) throws {
+public func inParallel<T, E: Error>(_ parts: [T], width: Int,
+                                    _ body: @escaping (T, _ goOn: @escaping () -> Bool) throws(E) -> Void) throws(E) {
     if parts.count <= 1 || width <= 1 {
         for part in parts { try body(part) { true } }
         return
@@ -32,19 +32,19 @@ public func inParallel<T>(_ parts: [T], width: Int,
         group.enter()
         Thread {
             defer { group.leave() }
-            while let (part, run) = state.withLock({ s -> (T, ParallelState<T>.Body)? in
+            while let (part, run) = state.withLock({ s -> (T, ParallelState<T, E>.Body)? in
                 guard s.failure == nil, s.next < s.parts.count, let body = s.body else { return nil }
                 s.next += 1
                 return (s.parts[s.next - 1], body)
             }) {
-                do { try run(part) { state.withLock { $0.failure == nil } } } catch {
+                do throws(E) { try run(part) { state.withLock { $0.failure == nil } } } catch {
                     state.withLock { if $0.failure == nil { $0.failure = error } }
                 }
             }
         }.start()
     }
     group.wait()
-    if let failure = state.withLock({ s -> Error? in
+    if let failure = state.withLock({ s -> E? in
         s.body = nil
         return s.failure
     }) { throw failure }

@@ -186,7 +186,7 @@ struct KeyValueTree: VirtualTree {
         let fd = try fs.core.makeStagingFile(prefix: "kv")
         do { try fd.writeAll(content) } catch {
             fd.close()
-            throw CoreError.from(error) // the store's own file: EIO, or ENOSPC
+            throw CoreError(error) // the store's own file: EIO, or ENOSPC
         }
         return FileSystem.OpenFile(id: id, fd: fd, writable: writable)
     }

@@ -192,10 +192,11 @@ struct TrashTree: VirtualTree {
         core.recentlyDeleted { [fs] result in
             done(Result { () throws(AdapterError) in
                 try adapting { () throws(CoreError) in
+                    let lines = FileSystem.jsonLines(try result.get())
                     let fd = try fs.core.makeStagingFile(prefix: "trash")
-                    do { try fd.writeAll(FileSystem.jsonLines(try result.get())) } catch {
+                    do throws(Errno) { try fd.writeAll(lines) } catch {
                         fd.close()
-                        throw CoreError.from(error)
+                        throw CoreError(error)
                     }
                     let file = FileSystem.OpenFile(id: NodeID.trashList.description, fd: fd, writable: false)
                     return Opened(fh: fs.addHandle(file), directIO: true)

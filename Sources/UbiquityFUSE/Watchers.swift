@@ -268,7 +268,7 @@ extension FileSystem {
     /// open(2) from the announcer: a handle that reads and writes nothing.
     func announcedOpen() throws(CoreError) -> Opened {
         let fd: FileDescriptor
-        do { fd = try FileDescriptor.open("/dev/null", O_RDONLY) } catch { throw CoreError.from(error) }
+        do { fd = try FileDescriptor.open("/dev/null", O_RDONLY) } catch { throw CoreError(error) }
         return Opened(fh: addHandle(OpenFile(id: NodeID.announced.description, fd: fd, writable: false)), directIO: true)
     }
 

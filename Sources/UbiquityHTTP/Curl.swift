@@ -148,8 +148,7 @@ final class CurlRequest {
             do {
                 try fd.writeAll(chunk, at: base + fileOffset)
             } catch {
-                localFailure = error == .noSpace ? .localDiskFull("cannot write the downloaded bytes: \(error)")
-                    : .localFile("cannot write the downloaded bytes", cause: error)
+                localFailure = .landing(error)
                 return 0
             }
             fileOffset += Int64(chunk.count)

@@ -84,7 +84,7 @@ final class SimLink: RemoteClient, @unchecked Sendable {
     private static let perChunk = 0.2
 
     /// One request through the faults of the path; `exposure`: the share of a whole request's faults it meets.
-    private func call<T>(_ what: String, exposure: Double = 1, _ body: () throws -> T) throws -> T {
+    private func call<T>(_ what: String, exposure: Double = 1, _ body: () throws(RemoteError) -> T) throws(RemoteError) -> T {
         if crashed { throw RemoteError.unreachable("the device crashed") }
         if partitioned {
             world.count("partitioned call")
@@ -108,8 +108,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
 
     /// A request of a chunk transfer (a chunk up or down, a manifest's commit): as `call`, and the device may
     /// crash in it, before the remote sees it or after the remote applied it.
-    private func transfer<T>(_ what: String, exposure: Double, _ body: () throws -> T) throws -> T {
-        try call(what, exposure: exposure) {
+    private func transfer<T>(_ what: String, exposure: Double, _ body: () throws(RemoteError) -> T) throws(RemoteError) -> T {
+        try call(what, exposure: exposure) { () throws(RemoteError) in
             guard roll(rates.crashInTransfer * exposure) else { return try body() }
             world.count("crash in transfer")
             crashed = true
@@ -118,10 +118,10 @@ final class SimLink: RemoteClient, @unchecked Sendable {
         }
     }
 
-    func openContainer() throws -> WireContainer { try call("open") { try remote.openContainer() } }
+    func openContainer() throws(RemoteError) -> WireContainer { try call("open") { () throws(RemoteError) in try remote.openContainer() } }
 
-    func changes(since token: String?, waitSeconds: Int) throws -> WireChanges {
-        try call("changes") {
+    func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
+        try call("changes") { () throws(RemoteError) in
             var since = token
             if asked.last != token { asked.append(token); if asked.count > 6 { asked.removeFirst() } }
             if asked.count > 1 && roll(rates.staleFeed) {
@@ -132,10 +132,10 @@ final class SimLink: RemoteClient, @unchecked Sendable {
         }
     }
 
-    func item(_ id: String) throws -> WireItem { try call("item") { try remote.item(id) } }
+    func item(_ id: String) throws(RemoteError) -> WireItem { try call("item") { () throws(RemoteError) in try remote.item(id) } }
 
-    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
-        try call("put") {
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
+        try call("put") { () throws(RemoteError) in
             if roll(rates.duplicate) {
                 world.count("duplicated write")
                 if let first = try? remote.putItem(item, ifMatch: ifMatch, change: change) { world.reached(device, first) }
@@ -151,7 +151,7 @@ final class SimLink: RemoteClient, @unchecked Sendable {
 
     /// A batch as single calls through the faults above; its answer may be slow once all of it is applied (as
     /// a server applies a batch in one transaction, nobody sees a part of it before the rest).
-    func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
+    func batch(_ entries: [WireBatchEntry]) throws(RemoteError) -> [BatchResult] {
         batching = true
         let results: [BatchResult]
         do { results = try batchAsSingleCalls(entries) } catch {
@@ -168,8 +168,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
     }
     private var batching = false
 
-    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
-        try call("delete") {
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem {
+        try call("delete") { () throws(RemoteError) in
             if roll(rates.duplicate) {
                 world.count("duplicated write")
                 _ = try? remote.deleteItem(id, ifMatch: ifMatch, change: change)
@@ -180,10 +180,10 @@ final class SimLink: RemoteClient, @unchecked Sendable {
         }
     }
 
-    func hasBlob(sha256: String) throws -> Bool { try call("head") { try remote.hasBlob(sha256: sha256) } }
+    func hasBlob(sha256: String) throws(RemoteError) -> Bool { try call("head") { () throws(RemoteError) in try remote.hasBlob(sha256: sha256) } }
 
-    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws {
-        try call("upload") {
+    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws(RemoteError) {
+        try call("upload") { () throws(RemoteError) in
             if roll(rates.slowTransfer) {
                 world.count("slow upload cut")
                 throw RemoteError.unreachable("upload timed out")
@@ -192,22 +192,22 @@ final class SimLink: RemoteClient, @unchecked Sendable {
         }
     }
 
-    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws {
-        try call("download") {
+    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws(RemoteError) {
+        try call("download") { () throws(RemoteError) in
             guard let whole = sha256 == emptySHA256 ? [] : remote.blob(sha256), offset <= Int64(whole.count) else {
                 return try remote.downloadBlob(sha256: sha256, offset: offset, to: fd, progress: progress)
             }
             var rest = Array(whole[Int(offset)...])
             if rest.count >= 2 && roll(rates.slowTransfer) {
                 world.count("slow download cut")
-                try fd.writeAll(Array(rest[..<(rest.count / 2)]))
+                try landing { () throws(Errno) in try fd.writeAll(Array(rest[..<(rest.count / 2)])) }
                 _ = progress?(offset + Int64(rest.count / 2))
                 throw RemoteError.unreachable("download timed out")
             }
             if !rest.isEmpty && roll(rates.corrupt) {
                 world.count("corrupt download")
                 rest[rest.count / 2] ^= 0x5a
-                try fd.writeAll(rest)
+                try landing { () throws(Errno) in try fd.writeAll(rest) }
                 _ = progress?(offset + Int64(rest.count))
                 return
             }
@@ -215,10 +215,21 @@ final class SimLink: RemoteClient, @unchecked Sendable {
         }
     }
 
+    /// A write of downloaded bytes here, its failure as the HTTP client's would be.
+    private func landing(_ body: () throws(Errno) -> Void) throws(RemoteError) {
+        do { try body() } catch { throw .landing(error) }
+    }
+
+    /// Writes `bytes` at `offset` of `fd`, as `landing`.
+    private func landing(_ bytes: [UInt8], at offset: Int64, of fd: FileDescriptor) throws(RemoteError) {
+        let written = bytes.withUnsafeBytes { b in Result { () throws(Errno) in try fd.writeAll(b, at: offset) } }
+        do { try written.get() } catch { throw .landing(error) }
+    }
+
     // MARK: content in chunks
 
-    func missingChunks(_ sha256s: [String]) throws -> Set<String> {
-        try call("chunks/missing") {
+    func missingChunks(_ sha256s: [String]) throws(RemoteError) -> Set<String> {
+        try call("chunks/missing") { () throws(RemoteError) in
             let missing = try remote.missingChunks(sha256s)
             world.count("ok chunk held already", sha256s.count - missing.count)
             return missing
@@ -226,8 +237,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
     }
 
     func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
-                     progress: TransferProgress?) throws {
-        try transfer("upload chunk", exposure: Self.perChunk) {
+                     progress: TransferProgress?) throws(RemoteError) {
+        try transfer("upload chunk", exposure: Self.perChunk) { () throws(RemoteError) in
             if roll(rates.slowTransfer * Self.perChunk) {
                 world.count("chunk upload cut")
                 throw RemoteError.unreachable("upload timed out")
@@ -238,8 +249,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
     }
 
     func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64,
-                       progress: TransferProgress?) throws {
-        try transfer("download chunk", exposure: Self.perChunk) {
+                       progress: TransferProgress?) throws(RemoteError) {
+        try transfer("download chunk", exposure: Self.perChunk) { () throws(RemoteError) in
             if roll(rates.missingChunk * Self.perChunk) {
                 world.count("chunk missing")
                 throw RemoteError.notFound("blob \(sha256)")
@@ -249,14 +260,14 @@ final class SimLink: RemoteClient, @unchecked Sendable {
             }
             if bytes.count >= 2 && roll(rates.slowTransfer * Self.perChunk) {
                 world.count("chunk download cut")
-                try bytes.withUnsafeBytes { try fd.writeAll(UnsafeRawBufferPointer(rebasing: $0.prefix($0.count / 2)), at: fileOffset) }
+                try landing(Array(bytes.prefix(bytes.count / 2)), at: fileOffset, of: fd)
                 _ = progress?(Int64(bytes.count / 2))
                 throw RemoteError.unreachable("download timed out")
             }
             if !bytes.isEmpty && roll(rates.corrupt * Self.perChunk) {
                 world.count("corrupt chunk")
                 bytes[bytes.count / 2] ^= 0x5a
-                try bytes.withUnsafeBytes { try fd.writeAll($0, at: fileOffset) }
+                try landing(bytes, at: fileOffset, of: fd)
                 _ = progress?(Int64(bytes.count))
                 return
             }
@@ -267,8 +278,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
 
     /// A chunk may be collected first (`missingChunk`): one of the manifest's that nothing names yet, such as
     /// one this very upload sent (the remote then refuses the commit, naming it).
-    func putManifest(_ manifest: WireManifest) throws {
-        try transfer("commit manifest", exposure: 1) {
+    func putManifest(_ manifest: WireManifest) throws(RemoteError) {
+        try transfer("commit manifest", exposure: 1) { () throws(RemoteError) in
             let hashes = manifest.chunkHashes
             if !hashes.isEmpty && roll(rates.missingChunk) {
                 let first = world.rng.int(hashes.count)
@@ -283,8 +294,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
         }
     }
 
-    func manifest(sha256: String) throws -> WireManifest? {
-        try call("manifest") {
+    func manifest(sha256: String) throws(RemoteError) -> WireManifest? {
+        try call("manifest") { () throws(RemoteError) in
             let manifest = try remote.manifest(sha256: sha256)
             if let manifest { world.count("ok chunk listed in a manifest fetched", manifest.chunkHashes.count) }
             return manifest
@@ -296,17 +307,17 @@ final class SimLink: RemoteClient, @unchecked Sendable {
     // Passed straight to the remote, without faults: the core asks them on threads of their own (Door/History.swift),
     // and a fault would draw from `World.rng`, which only the run's thread may.
 
-    func history(id: String) throws -> [WireVersion] { try remote.history(id: id) }
+    func history(id: String) throws(RemoteError) -> [WireVersion] { try remote.history(id: id) }
 
-    func trash() throws -> [WireVersion] { try remote.trash() }
+    func trash() throws(RemoteError) -> [WireVersion] { try remote.trash() }
 
-    func restore(ids: [String], device: String) throws -> [WireItem] { try remote.restore(ids: ids, device: device) }
+    func restore(ids: [String], device: String) throws(RemoteError) -> [WireItem] { try remote.restore(ids: ids, device: device) }
 
-    func emptyTrash(ids: [String]) throws -> Int { try remote.emptyTrash(ids: ids) }
+    func emptyTrash(ids: [String]) throws(RemoteError) -> Int { try remote.emptyTrash(ids: ids) }
 
-    func emptyTrash() throws -> Int { try remote.emptyTrash() }
+    func emptyTrash() throws(RemoteError) -> Int { try remote.emptyTrash() }
 
-    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
+    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws(RemoteError) -> [WireRewindChange] {
         try remote.rewind(folder: folder, to: to, dryRun: dryRun, device: device)
     }
 }

@@ -60,7 +60,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
                            mode: 0o755, mtime: 0, size: 0, sha256: ""))
     }
 
-    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+    private func locked<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         cond.lock(); defer { cond.unlock() }
         return try body()
     }
@@ -209,7 +209,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         items.values.filter { !$0.deleted && $0.parent == parent }
     }
 
-    private func checkOnline() throws {
+    private func checkOnline() throws(RemoteError) {
         if _offline { throw RemoteError.unreachable("the memory remote is offline") }
     }
 
@@ -217,14 +217,14 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
     // MARK: RemoteClient
 
-    public func openContainer() throws -> WireContainer {
-        try locked {
+    public func openContainer() throws(RemoteError) -> WireContainer {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             return WireContainer(container: "memory.remote", root: WireRules.rootID, token: String(sequence))
         }
     }
 
-    public func changes(since token: String?, waitSeconds: Int) throws -> WireChanges {
+    public func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
         let since: Int64
         if let token, !token.isEmpty {
             guard let n = Int64(token), n >= 0 else { throw Self.bad("bad token \(token)") }
@@ -232,7 +232,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         } else {
             since = 0
         }
-        return try locked {
+        return try locked { () throws(RemoteError) in
             try checkOnline()
             if sequence <= since && waitSeconds > 0 {
                 let deadline = Date(timeIntervalSinceNow: Double(min(waitSeconds, 60)))
@@ -247,8 +247,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
     }
 
-    public func item(_ id: String) throws -> WireItem {
-        try locked {
+    public func item(_ id: String) throws(RemoteError) -> WireItem {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
             guard let item = items[id] else { throw RemoteError.notFound("item \(id)") }
@@ -256,15 +256,15 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
     }
 
-    public func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
-        try locked {
+    public func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             return try putChangeLocked(item, ifMatch: ifMatch, change: change)
         }
     }
 
     /// A put, unless it retries the change last applied for its item and device (`.alreadyApplied`).
-    private func putChangeLocked(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
+    private func putChangeLocked(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
         let digest = WireApplied.digest(condition: ifMatch.map { "If-Match: \($0)" } ?? "If-None-Match: *", item: item)
         try throwIfApplied(item.id, change, digest: digest)
         let stored = try putLocked(item, ifMatch: ifMatch, change: change)
@@ -273,7 +273,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     }
 
     /// The put's checks and write (lock held).
-    private func putLocked(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
+    private func putLocked(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
         let new = try validated(item)
         let existing = items[item.id]
         if let ifMatch {
@@ -300,7 +300,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
     /// Throws `.alreadyApplied` when `change` is the last change applied for its item and device; the same id
     /// with another digest is refused (400), as on the stub.
-    private func throwIfApplied(_ id: String, _ change: WireChangeID?, digest: String) throws {
+    private func throwIfApplied(_ id: String, _ change: WireChangeID?, digest: String) throws(RemoteError) {
         guard let change else { return }
         guard WireRules.isValidID(change.id) else { throw Self.bad("bad change id") }
         guard let last = appliedChanges[id + "/" + change.device], last.change == change.id,
@@ -322,7 +322,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     }
 
     /// The item as it would be stored, or the stub's 400 for a malformed one: checked before its condition.
-    private func validated(_ item: WireItem) throws -> WireItem {
+    private func validated(_ item: WireItem) throws(RemoteError) -> WireItem {
         guard WireRules.isValidID(item.id) else { throw Self.bad("bad item id") }
         if item.id == WireRules.rootID {
             guard item.parent == nil, item.name == "", item.kind == .dir else {
@@ -361,22 +361,22 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     }
 
     /// A hash must name a blob or a manifest held here of the same size (the empty hash needs no blob).
-    private func checkContent(_ sha256: String, size: Int64, what: String) throws {
+    private func checkContent(_ sha256: String, size: Int64, what: String) throws(RemoteError) {
         guard isSHA256Hex(sha256), size >= 0 else { throw Self.bad("bad hash or size of \(what)") }
         let held = sha256 == emptySHA256 ? 0 : blobs[sha256].map { Int64($0.count) } ?? manifests[sha256]?.size
         guard let held else { throw Self.bad("blob missing for \(what)") }
         guard held == size else { throw Self.bad("size of \(what) does not match its blob") }
     }
 
-    public func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
-        try locked {
+    public func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             return try deleteLocked(id, ifMatch: ifMatch, change: change)
         }
     }
 
     /// A delete, unless it retries the change last applied for its item and device (`.alreadyApplied`).
-    private func deleteLocked(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
+    private func deleteLocked(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem {
         guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
         let digest = WireApplied.digest(condition: "delete \(ifMatch)", item: nil)
         try throwIfApplied(id, change, digest: digest)
@@ -400,8 +400,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
     /// The batch as the stub applies it: the whole request checked first (its size and each inline
     /// content's), then each entry in order by the same code as its single call, answered on its own.
-    public func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
-        try locked {
+    public func batch(_ entries: [WireBatchEntry]) throws(RemoteError) -> [BatchResult] {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             if let problem = Self.batchProblem(entries) { throw RemoteError.rejected(status: 413, message: problem) }
             return entries.map { entry in
@@ -423,7 +423,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         return nil
     }
 
-    private func applyLocked(_ entry: WireBatchEntry) throws -> WireItem {
+    private func applyLocked(_ entry: WireBatchEntry) throws(RemoteError) -> WireItem {
         switch entry.op {
         case .delete:
             guard let version = entry.ifMatch else { throw Self.bad("If-Match version needed") }
@@ -444,8 +444,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
     }
 
-    public func hasBlob(sha256: String) throws -> Bool {
-        try locked {
+    public func hasBlob(sha256: String) throws(RemoteError) -> Bool {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             guard isSHA256Hex(sha256) else { throw Self.bad("bad blob hash") }
             // (A manifest one of whose chunks is gone is no content, as on the stub.)
@@ -455,27 +455,27 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     }
 
     public func uploadBlob(sha256: String, size: Int64, fromFile path: String,
-                           progress: TransferProgress?) throws {
+                           progress: TransferProgress?) throws(RemoteError) {
         try upload(sha256: sha256, size: size, fromFile: path, at: 0, whole: true, progress: progress)
     }
 
     public func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
-                            progress: TransferProgress?) throws {
+                            progress: TransferProgress?) throws(RemoteError) {
         try upload(sha256: sha256, size: size, fromFile: path, at: offset, whole: false, progress: progress)
     }
 
     /// Stores `size` bytes of the file at `path` from `offset` (with `whole`, the whole file) as the blob
     /// `sha256`, once they hash to it.
     private func upload(sha256: String, size: Int64, fromFile path: String, at offset: Int64, whole: Bool,
-                        progress: TransferProgress?) throws {
-        try locked { try checkOnline() }
+                        progress: TransferProgress?) throws(RemoteError) {
+        try locked { () throws(RemoteError) in try checkOnline() }
         guard isSHA256Hex(sha256), offset >= 0, size >= 0 else { throw Self.bad("bad hash, offset or size") }
         let bytes = try Self.read(path, at: offset, count: whole ? nil : size)
         guard Int64(bytes.count) == size, sha256Hex(bytes) == sha256 else {
             throw RemoteError.corrupt("\(bytes.count) bytes do not hash to \(sha256.prefix(12)) with size \(size)")
         }
         if let progress, !progress(size) { throw RemoteError.cancelled }
-        try locked {
+        try locked { () throws(RemoteError) in
             if !whole {
                 _heldChunkUploads += 1
                 while _holdChunkUploads && !_offline { cond.wait() }
@@ -489,7 +489,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
     /// The bytes of the file at `path` from `offset`: `count` of them (fewer where it ends), or with `count` nil
     /// all of them to its end.
-    private static func read(_ path: String, at offset: Int64, count: Int64?) throws -> [UInt8] {
+    private static func read(_ path: String, at offset: Int64, count: Int64?) throws(RemoteError) -> [UInt8] {
         guard let file = FileHandle(forReadingAtPath: path) else {
             throw RemoteError.rejected(status: 400, message: "cannot read \(path)")
         }
@@ -505,8 +505,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     }
 
     public func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
-                             progress: TransferProgress?) throws {
-        let (whole, delay, corrupt): ([UInt8], Int, Bool) = try locked {
+                             progress: TransferProgress?) throws(RemoteError) {
+        let (whole, delay, corrupt): ([UInt8], Int, Bool) = try locked { () throws(RemoteError) in
             try checkOnline()
             guard isSHA256Hex(sha256) else { throw Self.bad("bad blob hash") }
             guard let b = sha256 == emptySHA256 ? [] : blobs[sha256] ?? manifests[sha256].map(assembled) else {
@@ -521,18 +521,18 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
         if delay > 0 {
             usleep(UInt32(delay) * 1000)
-            try locked { try checkOnline() } // gone meanwhile: the transfer is cut
+            try locked { () throws(RemoteError) in try checkOnline() } // gone meanwhile: the transfer is cut
         }
         var bytes = Array(whole[Int(offset)...])
         if corrupt && !bytes.isEmpty { bytes[bytes.count / 2] ^= 0xff }
-        try fd.writeAll(bytes)
+        do { try fd.writeAll(bytes) } catch { throw .landing(error) }
         if let progress, !progress(offset + Int64(bytes.count)) { throw RemoteError.cancelled }
     }
 
     // MARK: content in chunks
 
-    public func missingChunks(_ sha256s: [String]) throws -> Set<String> {
-        try locked {
+    public func missingChunks(_ sha256s: [String]) throws(RemoteError) -> Set<String> {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             guard sha256s.allSatisfy(isSHA256Hex) else { throw Self.bad("bad chunk hash") }
             return Set(sha256s.filter { $0 != emptySHA256 && blobs[$0] == nil })
@@ -541,8 +541,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 
     /// As on the stub: a malformed manifest is refused (400), and one naming a chunk not held at its size is a
     /// conflict; a manifest stored before is replaced.
-    public func putManifest(_ manifest: WireManifest) throws {
-        try locked {
+    public func putManifest(_ manifest: WireManifest) throws(RemoteError) {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             if let problem = manifest.problem { throw Self.bad(problem) }
             for chunk in manifest.chunks {
@@ -555,8 +555,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
         }
     }
 
-    public func manifest(sha256: String) throws -> WireManifest? {
-        try locked {
+    public func manifest(sha256: String) throws(RemoteError) -> WireManifest? {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             guard isSHA256Hex(sha256) else { throw Self.bad("bad manifest hash") }
             return manifests[sha256]
@@ -578,10 +578,10 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
 // MARK: - key-value store
 
 extension MemoryRemote: KeyValueRemote {
-    public func putKV(_ entry: WireKVEntry) throws -> WireKVEntry {
+    public func putKV(_ entry: WireKVEntry) throws(RemoteError) -> WireKVEntry {
         guard KVLimits.isValidKey(entry.key) else { throw Self.bad(KVLimits.keyProblem(entry.key)) }
         guard entry.deleted == (entry.value == nil) else { throw Self.bad("a value, or deleted, not both") }
-        return try locked {
+        return try locked { () throws(RemoteError) in
             if _offline { throw RemoteError.unreachable("the memory remote is offline") }
             if let current = kv[entry.key], !entry.wins(over: current) { return current }
             let live = kv.values.filter { !$0.deleted }.reduce(into: [String: Int]()) { $0[$1.key] = $1.value?.byteSize ?? 0 }
@@ -597,8 +597,8 @@ extension MemoryRemote: KeyValueRemote {
         }
     }
 
-    public func kvChanges(since: Int64, waitSeconds: Int) throws -> WireKVChanges {
-        try locked {
+    public func kvChanges(since: Int64, waitSeconds: Int) throws(RemoteError) -> WireKVChanges {
+        try locked { () throws(RemoteError) in
             if _offline { throw RemoteError.unreachable("the memory remote is offline") }
             let deadline = Date(timeIntervalSinceNow: TimeInterval(waitSeconds))
             while kvSeq <= since && !_offline && cond.wait(until: deadline) {}
@@ -647,8 +647,8 @@ extension MemoryRemote {
         }
     }
 
-    public func history(id: String) throws -> [WireVersion] {
-        try locked {
+    public func history(id: String) throws(RemoteError) -> [WireVersion] {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             guard WireRules.isValidID(id) else { throw Self.bad("bad item id") }
             guard items[id] != nil else { throw RemoteError.notFound("no such item \(id)") }
@@ -656,15 +656,15 @@ extension MemoryRemote {
         }
     }
 
-    public func trash() throws -> [WireVersion] {
-        try locked {
+    public func trash() throws(RemoteError) -> [WireVersion] {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             return trashLocked(parent: nil)
         }
     }
 
-    public func restore(ids: [String], device: String) throws -> [WireItem] {
-        try locked {
+    public func restore(ids: [String], device: String) throws(RemoteError) -> [WireItem] {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             try checkHistoryIDs(ids)
             guard HistoryRules.isValidDevice(device) else { throw Self.bad("bad device name") }
@@ -680,8 +680,8 @@ extension MemoryRemote {
         }
     }
 
-    public func emptyTrash(ids: [String]) throws -> Int {
-        try locked {
+    public func emptyTrash(ids: [String]) throws(RemoteError) -> Int {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             try checkHistoryIDs(ids)
             let unique = uniqueIDs(ids)
@@ -695,8 +695,8 @@ extension MemoryRemote {
         }
     }
 
-    public func emptyTrash() throws -> Int {
-        try locked {
+    public func emptyTrash() throws(RemoteError) -> Int {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             let all = trashLocked(parent: nil)
             for row in all { historyRows[row.id] = nil }
@@ -706,8 +706,8 @@ extension MemoryRemote {
 
     /// As the stub's (docs/HISTORY.md "Deleting an app's data"): every live item outside the root's Documents
     /// (with `documents`, all but the root) deleted by `device`, each folder after what it held, as one batch.
-    public func deleteData(documents: Bool, device: String) throws -> WireDataDeleted {
-        try locked {
+    public func deleteData(documents: Bool, device: String) throws(RemoteError) -> WireDataDeleted {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             guard HistoryRules.isValidDevice(device) else { throw Self.bad("bad device name") }
             var found: [WireItem] = []
@@ -760,7 +760,7 @@ extension MemoryRemote {
         return names.reversed().joined(separator: "/")
     }
 
-    private func checkHistoryIDs(_ ids: [String]) throws {
+    private func checkHistoryIDs(_ ids: [String]) throws(RemoteError) {
         guard (1...HistoryRules.maxIDs).contains(ids.count) else { throw Self.bad("give 1 to \(HistoryRules.maxIDs) ids") }
         if let bad = ids.first(where: { !WireRules.isValidID($0) }) { throw Self.bad("bad item id \(bad.prefix(80))") }
     }
@@ -859,8 +859,8 @@ extension MemoryRemote {
 extension MemoryRemote {
     /// As the stub's (StubHistory.swift): `RewindPlanner`'s plan over this remote's state, its versions stored
     /// under the one lock, none for a dry run.
-    public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
-        try locked {
+    public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws(RemoteError) -> [WireRewindChange] {
+        try locked { () throws(RemoteError) in
             try checkOnline()
             let request = WireRewindRequest(folder: folder, to: to, dryRun: dryRun, device: device)
             let plan: RewindPlan
@@ -868,6 +868,9 @@ extension MemoryRemote {
                 plan = try RewindPlanner.plan(request, now: _clock(), source: RewindView(remote: self))
             } catch let refusal as RewindRefusal {
                 throw Self.remoteError(refusal)
+            } catch {
+                // The planner reads this remote's own memory, which cannot fail: one bridge from its untyped throws.
+                throw .server(status: 500, message: "the rewind's plan failed: \(error)")
             }
             if !dryRun { for item in plan.writes { _ = store(item) } }
             return plan.changes

@@ -19,30 +19,30 @@ final class CountingRemote: RemoteClient, @unchecked Sendable {
     let uploads = Box(0)
     init(_ remote: MemoryRemote) { self.remote = remote }
 
-    private func check() throws { if offline.value { throw RemoteError.unreachable("link down") } }
+    private func check() throws(RemoteError) { if offline.value { throw RemoteError.unreachable("link down") } }
 
-    func openContainer() throws -> WireContainer { try check(); return try remote.openContainer() }
-    func changes(since token: String?, waitSeconds: Int) throws -> WireChanges {
+    func openContainer() throws(RemoteError) -> WireContainer { try check(); return try remote.openContainer() }
+    func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
         try check()
         if feedBlocked.value { usleep(50_000); throw RemoteError.unreachable("feed blocked") }
         return try remote.changes(since: token, waitSeconds: min(waitSeconds, 1))
     }
-    func item(_ id: String) throws -> WireItem { try check(); return try remote.item(id) }
-    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
+    func item(_ id: String) throws(RemoteError) -> WireItem { try check(); return try remote.item(id) }
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
         try check(); singleWrites.value += 1; return try remote.putItem(item, ifMatch: ifMatch, change: change)
     }
-    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem {
         try check(); singleWrites.value += 1; return try remote.deleteItem(id, ifMatch: ifMatch, change: change)
     }
-    func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
+    func batch(_ entries: [WireBatchEntry]) throws(RemoteError) -> [BatchResult] {
         try check(); batches.value.append(entries.count); return try remote.batch(entries)
     }
-    func hasBlob(sha256: String) throws -> Bool { try check(); return try remote.hasBlob(sha256: sha256) }
-    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws {
+    func hasBlob(sha256: String) throws(RemoteError) -> Bool { try check(); return try remote.hasBlob(sha256: sha256) }
+    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws(RemoteError) {
         try check(); uploads.value += 1
         try remote.uploadBlob(sha256: sha256, size: size, fromFile: path, progress: progress)
     }
-    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws {
+    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws(RemoteError) {
         try check(); try remote.downloadBlob(sha256: sha256, offset: offset, to: fd, progress: progress)
     }
 }

@@ -22,18 +22,18 @@ import UbiquityTesting
         let store = try Store(directory: path)
         let other = try Database(path: path + "/state.sqlite")
         try other.exec("PRAGMA busy_timeout=0")
-        try store.begin()
+        store.begin()
         try other.exec("BEGIN IMMEDIATE; COMMIT")
         try store.commit()
 
-        try store.begin()
+        store.begin()
         try store.save(sample("f1"))
         #expect(throws: SQLiteError.self) { try other.exec("BEGIN IMMEDIATE") }
         try store.commit()
         try other.exec("BEGIN IMMEDIATE; COMMIT")
         #expect(try store.loadItems().map(\.id) == ["f1"])
 
-        try store.begin()
+        store.begin()
         try store.save(sample("f2"))
         store.rollBack()
         try other.exec("BEGIN IMMEDIATE; COMMIT")
@@ -254,14 +254,14 @@ import UbiquityTesting
 
     @Test func coreErrorKeepsTheCauseAndAFullDiskStaysNoSpace() {
         let corrupt = StoreError.corrupt(SQLiteError(code: 11, message: "malformed"))
-        #expect(CoreError.from(corrupt) == .store(corrupt))
-        #expect(CoreError.from(SQLiteError(code: 11, message: "malformed")) == .store(corrupt))
-        #expect(CoreError.from(StoreError.full(SQLiteError(code: 13, message: ""))) == .noSpace)
-        #expect(CoreError.from(SQLiteError(code: 13, message: "database or disk is full")) == .noSpace)
-        #expect(CoreError.from(Errno.noSpace) == .noSpace)
-        #expect(CoreError.from(Errno.accessDenied) == .system(.accessDenied))
-        #expect(CoreError.from(RemoteError.unreachable("down")) == .remote(.unreachable("down")))
-        #expect(CoreError.from(corrupt).description.contains("malformed"))
+        #expect(CoreError(corrupt) == .store(corrupt))
+        #expect(CoreError(StoreError(SQLiteError(code: 11, message: "malformed"))) == .store(corrupt))
+        #expect(CoreError(StoreError.full(SQLiteError(code: 13, message: ""))) == .noSpace)
+        #expect(CoreError(StoreError(SQLiteError(code: 13, message: "database or disk is full"))) == .noSpace)
+        #expect(CoreError(Errno.noSpace) == .noSpace)
+        #expect(CoreError(Errno.accessDenied) == .system(.accessDenied))
+        #expect(CoreError(RemoteError.unreachable("down")) == .remote(.unreachable("down")))
+        #expect(CoreError(corrupt).description.contains("malformed"))
     }
 
     /// A delete removes the partial downloads of its item; it lists the staging folder only when a download was

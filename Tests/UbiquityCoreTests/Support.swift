@@ -65,68 +65,68 @@ final class Link: RemoteClient, @unchecked Sendable {
         set { _offline.value = newValue }
     }
 
-    private func check() throws { if offline { throw RemoteError.unreachable("link down") } }
+    private func check() throws(RemoteError) { if offline { throw RemoteError.unreachable("link down") } }
 
-    func openContainer() throws -> WireContainer { try check(); return try remote.openContainer() }
-    func changes(since token: String?, waitSeconds: Int) throws -> WireChanges {
+    func openContainer() throws(RemoteError) -> WireContainer { try check(); return try remote.openContainer() }
+    func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
         try check()
         if feedBlocked.value { throw RemoteError.unreachable("feed blocked") }
         let answer = try remote.changes(since: token, waitSeconds: waitSeconds)
         try check() // the link went down during a long poll: the answer is lost
         return answer
     }
-    func item(_ id: String) throws -> WireItem { try check(); return try remote.item(id) }
-    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem {
+    func item(_ id: String) throws(RemoteError) -> WireItem { try check(); return try remote.item(id) }
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
         try check()
         beforePut.value?(item)
         let stored = try remote.putItem(item, ifMatch: ifMatch, change: change)
         afterPut.value?(stored)
         return try answer(stored)
     }
-    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem {
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem {
         try check(); return try answer(try remote.deleteItem(id, ifMatch: ifMatch, change: change))
     }
     /// A write's answer, unless it is to be lost (`loseAnswers`).
-    private func answer(_ stored: WireItem) throws -> WireItem {
+    private func answer(_ stored: WireItem) throws(RemoteError) -> WireItem {
         guard loseAnswers.value > 0 else { return stored }
         loseAnswers.value -= 1
         offline = true
         throw RemoteError.unreachable("answer lost")
     }
-    func hasBlob(sha256: String) throws -> Bool { try check(); return try remote.hasBlob(sha256: sha256) }
-    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws {
+    func hasBlob(sha256: String) throws(RemoteError) -> Bool { try check(); return try remote.hasBlob(sha256: sha256) }
+    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws(RemoteError) {
         try check(); try remote.uploadBlob(sha256: sha256, size: size, fromFile: path, progress: progress)
     }
-    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws {
+    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws(RemoteError) {
         try check(); try remote.downloadBlob(sha256: sha256, offset: offset, to: fd, progress: progress)
     }
     /// False: the link answers as a remote without chunks (the routes unknown), as one of before Part 16.
     let chunks = Box(true)
-    private func checkChunks() throws {
+    private func checkChunks() throws(RemoteError) {
         try check()
         if !chunks.value { throw RemoteError.notFound("no such route") }
     }
-    func missingChunks(_ sha256s: [String]) throws -> Set<String> {
+    func missingChunks(_ sha256s: [String]) throws(RemoteError) -> Set<String> {
         try checkChunks(); return try remote.missingChunks(sha256s)
     }
     func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
-                     progress: TransferProgress?) throws {
+                     progress: TransferProgress?) throws(RemoteError) {
         try checkChunks()
         try remote.uploadChunk(sha256: sha256, size: size, fromFile: path, at: offset, progress: progress)
     }
-    func putManifest(_ manifest: WireManifest) throws { try checkChunks(); try remote.putManifest(manifest) }
-    func manifest(sha256: String) throws -> WireManifest? {
+    func putManifest(_ manifest: WireManifest) throws(RemoteError) { try checkChunks(); try remote.putManifest(manifest) }
+    func manifest(sha256: String) throws(RemoteError) -> WireManifest? {
         try check()
         return chunks.value ? try remote.manifest(sha256: sha256) : nil
     }
-    func history(id: String) throws -> [WireVersion] { try check(); return try remote.history(id: id) }
-    func trash() throws -> [WireVersion] { try check(); return try remote.trash() }
-    func restore(ids: [String], device: String) throws -> [WireItem] {
+    func history(id: String) throws(RemoteError) -> [WireVersion] { try check(); return try remote.history(id: id) }
+    func trash() throws(RemoteError) -> [WireVersion] { try check(); return try remote.trash() }
+    func restore(ids: [String], device: String) throws(RemoteError) -> [WireItem] {
         try check(); return try remote.restore(ids: ids, device: device)
     }
-    func emptyTrash(ids: [String]) throws -> Int { try check(); return try remote.emptyTrash(ids: ids) }
-    func emptyTrash() throws -> Int { try check(); return try remote.emptyTrash() }
-    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
+    func emptyTrash(ids: [String]) throws(RemoteError) -> Int { try check(); return try remote.emptyTrash(ids: ids) }
+    func emptyTrash() throws(RemoteError) -> Int { try check(); return try remote.emptyTrash() }
+    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws(RemoteError) -> [WireRewindChange] {
         try check(); return try remote.rewind(folder: folder, to: to, dryRun: dryRun, device: device)
     }
 }

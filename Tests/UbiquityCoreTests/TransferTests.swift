@@ -42,25 +42,25 @@ final class HeldRemote: RemoteClient, @unchecked Sendable {
 
     func release() { cond.withLock { released = true; cond.broadcast() } }
 
-    func openContainer() throws -> WireContainer {
+    func openContainer() throws(RemoteError) -> WireContainer {
         WireContainer(container: "held", root: WireRules.rootID, token: String(listing.count))
     }
-    func changes(since token: String?, waitSeconds: Int) throws -> WireChanges {
+    func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
         if token == nil { return WireChanges(items: listing, token: String(listing.count), more: false) }
         if waitSeconds > 0 { usleep(200_000) } // a long poll with nothing new
         return WireChanges(items: [], token: String(listing.count), more: false)
     }
-    func item(_ id: String) throws -> WireItem {
+    func item(_ id: String) throws(RemoteError) -> WireItem {
         guard let w = listing.first(where: { $0.id == id }) else { throw RemoteError.notFound(id) }
         return w
     }
-    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem { throw RemoteError.rejected(status: 403, message: "read only") }
-    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem { throw RemoteError.rejected(status: 403, message: "read only") }
-    func hasBlob(sha256: String) throws -> Bool { false }
-    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws {
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem { throw RemoteError.rejected(status: 403, message: "read only") }
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem { throw RemoteError.rejected(status: 403, message: "read only") }
+    func hasBlob(sha256: String) throws(RemoteError) -> Bool { false }
+    func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws(RemoteError) {
         throw RemoteError.rejected(status: 403, message: "read only")
     }
-    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws {
+    func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws(RemoteError) {
         cond.lock(); defer { cond.unlock() }
         _fetches[sha256, default: 0] += 1
         _held += 1
@@ -149,7 +149,7 @@ final class Tally: @unchecked Sendable {
     @Test func partsRunEachOnceAtMostWidthAtATimeAndStopAfterAFailure() throws {
         for _ in 0..<50 {
             let state = Locked((running: 0, peak: 0, seen: [Int]()))
-            try inParallel(Array(0..<40), width: 4) { part, _ in
+            inParallel(Array(0..<40), width: 4) { part, _ in
                 state.withLock { $0.running += 1; $0.peak = max($0.peak, $0.running) }
                 usleep(100)
                 state.withLock { $0.seen.append(part); $0.running -= 1 }
@@ -184,11 +184,11 @@ final class Tally: @unchecked Sendable {
         var stillHeld = 0
         for _ in 0..<300 {
             weak var weakHeld: Held?
-            try {
+            do {
                 let held = Held()
                 weakHeld = held
-                try inParallel(Array(0..<4), width: 4) { _, _ in withExtendedLifetime(held) {} }
-            }()
+                inParallel(Array(0..<4), width: 4) { _, _ in withExtendedLifetime(held) {} }
+            }
             if weakHeld != nil { stillHeld += 1 }
         }
         #expect(stillHeld == 0)

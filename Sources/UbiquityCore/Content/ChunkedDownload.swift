@@ -20,12 +20,12 @@ extension Downloads {
     /// is here (the staging file's own chunks, the local copy's), then the rest from the remote, several at once.
     /// `landed` hashes the whole file as its chunks land in order.
     func landChunks(_ key: String, _ manifest: WireManifest, sha: String, size: Int64, into fd: FileDescriptor,
-                    staging: String, landed: LandedBytes) throws {
-        try Downloads.check(manifest, sha: sha, size: size)
+                    staging: String, landed: LandedBytes) throws(CoreError) {
+        try onRemote { () throws(RemoteError) in try Downloads.check(manifest, sha: sha, size: size) }
         var wanted: [(index: Int, sha: String, offset: Int64, size: Int64)] = []
         var ends: [Int64] = []
         var offset: Int64 = 0
-        let staged = Int64(try fd.stat().st_size)
+        let staged = Int64(try onFiles { () throws(Errno) in try fd.stat().st_size })
         let local = LocalChunks(copyOf: key, in: container)
         for (i, chunk) in manifest.chunks.enumerated() {
             if let sha = chunk.sha256,
@@ -41,7 +41,7 @@ extension Downloads {
         // What is here, and the bytes of each chunk in flight; held while the progress is set, so that it only rises.
         let done = Locked((here: size - wanted.reduce(0) { $0 + $1.size }, inFlight: [Int: Int64]()))
         progress(key, done: done.withLock { $0.here }, total: size)
-        try inParallel(wanted, width: container.config.environment.chunkStreams) { [self] chunk, goOn in
+        try inParallel(wanted, width: container.config.environment.chunkStreams) { [self] (chunk, goOn) throws(CoreError) in
             try fetch(key, chunk.sha, size: chunk.size, into: staging, at: chunk.offset) { [self] got in
                 done.withLock {
                     $0.inFlight[chunk.index] = min(got, chunk.size)
@@ -56,17 +56,19 @@ extension Downloads {
                 progress(key, done: $0.here + $0.inFlight.values.reduce(0, +), total: size)
             }
         }
-        try fd.truncate(size)  // a hole at the end
+        try onFiles { () throws(Errno) in try fd.truncate(size) } // a hole at the end
         log.debug("download \(key): \(wanted.count) of \(manifest.chunkHashes.count) chunks fetched")
     }
 
     /// Fetches one chunk into its place in the staging file. It is checked as part of the whole file; when that
     /// fails, the next try checks each chunk and fetches again only those that do not hash to their names.
     private func fetch(_ key: String, _ sha: String, size: Int64, into staging: String, at offset: Int64,
-                       progress: @escaping TransferProgress) throws {
-        let fd = try FileDescriptor.open(staging, O_RDWR)
+                       progress: @escaping TransferProgress) throws(CoreError) {
+        let fd = try onFiles { () throws(Errno) in try FileDescriptor.open(staging, O_RDWR) }
         defer { fd.close() }
-        try container.remote.downloadChunk(sha256: sha, to: fd, at: offset, progress: progress)
+        try onRemote { () throws(RemoteError) in
+            try container.remote.downloadChunk(sha256: sha, to: fd, at: offset, progress: progress)
+        }
     }
 }
 

@@ -125,7 +125,7 @@ extension Container {
     /// fsync: what the store knows of the item is made durable too (its content the caller syncs itself).
     public func synced(_ id: String, wroteUnseen: Bool = false, through fd: FileDescriptor? = nil) throws(CoreError) {
         try flushed(id, wroteUnseen: wroteUnseen, through: fd)
-        do { try checkpointer.run() } catch { throw CoreError.from(error) }
+        do { try checkpointer.run() } catch { throw CoreError(error) }
         snapshotRequested(read { $0.handleOwner(id) })
     }
 
@@ -212,9 +212,11 @@ extension Container {
     /// changed here meanwhile or a program has it open for writing: then the download is dropped (false) and
     /// what is local is what the user has.
     /// The staging file is synced before (by the caller); the directory after, outside the lock.
-    func installDownload(_ id: String, sha: String, staging: String, chunks: [Chunk] = []) throws -> Bool {
+    func installDownload(_ id: String, sha: String, staging: String, chunks: [Chunk] = []) throws(CoreError) -> Bool {
         if let appended = try appendInPlace(id, sha: sha, staging: staging, chunks: chunks) { return appended }
-        let installed = try mutateThrowing { s in try s.installDownload(id, sha: sha, staging: staging, chunks: chunks) }
+        let installed = try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
+            try s.installDownload(id, sha: sha, staging: staging, chunks: chunks)
+        }
         // Safe outside the lock: the decision and the rename are one step under it, so an open that comes after
         // the decision (an O_TRUNC, a writer) comes after the rename too, and the rename can never replace what
         // it did; every open sees the new content and its record together. The sync only makes the rename
@@ -234,7 +236,7 @@ extension Container {
     /// version's (verified) bytes, an older copy by its record, which the next open replaces with a fresh
     /// download.
     /// (The record's size is the remote version's already: the local copy's is its file's.)
-    private func appendInPlace(_ id: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool? {
+    private func appendInPlace(_ id: String, sha: String, staging: String, chunks: [Chunk]) throws(CoreError) -> Bool? {
         guard let copy = read({ s in s.heldCopy(id) }),
               let source = try? FileDescriptor.open(staging, O_RDONLY | O_CLOEXEC) else { return nil }
         defer { source.close() }
@@ -243,15 +245,17 @@ extension Container {
         func size(_ fd: FileDescriptor) -> Int64? { (try? fd.stat()).map { Int64($0.st_size) } }
         guard let had = size(target), let grown = size(source), grown > had,
               (try? sameBytes(target, source, count: had)) == true else { return nil }
-        return try mutateThrowing { s -> Bool? in
+        return try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) -> Bool? in
             guard s.heldCopy(id) == copy, size(target) == had else { return nil }
             var end = had
-            try source.forEachChunk(from: had, count: grown - had) { (bytes) throws(Errno) in
-                try target.writeAll(bytes, at: end)
-                end += Int64(bytes.count)
+            try onFiles { () throws(Errno) in
+                try source.forEachChunk(from: had, count: grown - had) { (bytes) throws(Errno) in
+                    try target.writeAll(bytes, at: end)
+                    end += Int64(bytes.count)
+                }
+                try target.sync()
             }
-            try target.sync()
-            try s.recordAppendedDownload(id, sha: sha, chunks: chunks)
+            try onStore { () throws(StoreError) in try s.recordAppendedDownload(id, sha: sha, chunks: chunks) }
             removeLeftover(staging)
             return true
         }
@@ -294,7 +298,7 @@ extension CoreState {
         do {
             fd = try FileDescriptor.open(paths.content(id), (writable ? O_RDWR : O_RDONLY) | (item.hasLocal ? 0 : O_CREAT),
                                          mode: 0o600)
-        } catch { throw CoreError.from(error) }
+        } catch { throw CoreError(error) }
         do throws(CoreError) {
             if !item.hasLocal || truncating {
                 let wasLocal = item.hasLocal
@@ -304,12 +308,12 @@ extension CoreState {
                     try saveLocalChange(item)
                 } else if !wasLocal {
                     item.localSHA = emptySHA256
-                    do { try store.save(item) } catch { throw CoreError.from(error) }
+                    do { try store.save(item) } catch { throw CoreError(error) }
                     items[id] = item
                 }
                 // Last: the content changes only once the store has taken the change.
                 if truncating {
-                    do { try fd.truncate(0) } catch { throw CoreError.from(error) }
+                    do { try fd.truncate(0) } catch { throw CoreError(error) }
                 }
             }
         } catch {
@@ -355,7 +359,7 @@ extension CoreState {
               (contentGeneration[id] ?? 0) == generation else { return }
         item.dirty = false
         item.localSHA = item.remoteSHA
-        do { try store.save(item) } catch { throw CoreError.from(error) }
+        do { try store.save(item) } catch { throw CoreError(error) }
         items[id] = item
     }
 
@@ -457,7 +461,7 @@ extension CoreState {
             let fd = try FileDescriptor.open(paths.content(id), O_WRONLY | O_CREAT, mode: 0o600)
             defer { fd.close() }
             try fd.truncate(size)
-        } catch { throw CoreError.from(error) }
+        } catch { throw CoreError(error) }
         recountContent(id)
         return item
     }
@@ -468,7 +472,7 @@ extension CoreState {
             let fd = try FileDescriptor.open(paths.unlinked(item.id), O_WRONLY | O_CREAT, mode: 0o600)
             defer { fd.close() }
             try fd.truncate(size)
-        } catch { throw CoreError.from(error) }
+        } catch { throw CoreError(error) }
         var item = item
         item.size = size
         item.ctime = now()
@@ -493,7 +497,7 @@ extension CoreState {
         var item = file
         item.hasLocal = false
         item.localSHA = nil
-        do { try store.save(item) } catch { throw CoreError.from(error) }
+        do { try store.save(item) } catch { throw CoreError(error) }
         items[item.id] = item
         notice(.changed(item.id, content: true))
         let id = item.id
@@ -533,7 +537,7 @@ extension CoreState {
     }
 
     /// The record of a download appended to the local copy in place (see `Container.appendInPlace`).
-    mutating func recordAppendedDownload(_ id: String, sha: String, chunks: [Chunk]) throws {
+    mutating func recordAppendedDownload(_ id: String, sha: String, chunks: [Chunk]) throws(StoreError) {
         guard var item = items[id] else { return }
         item.localSHA = sha
         try store.save(item)
@@ -544,7 +548,7 @@ extension CoreState {
         notice(.changed(id, content: true, elsewhere: true))
     }
 
-    mutating func installDownload(_ id: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool {
+    mutating func installDownload(_ id: String, sha: String, staging: String, chunks: [Chunk]) throws(CoreError) -> Bool {
         guard var item = items[id], !item.deleted, item.localContent != .dirty,
               (handles[id]?.writers ?? 0) == 0 else {
             removeLeftover(staging)
@@ -552,11 +556,11 @@ extension CoreState {
         }
         item.hasLocal = true
         item.localSHA = sha
-        try store.save(item)
+        try onStore { () throws(StoreError) in try store.save(item) }
         items[id] = item
         // Last: a failed rename rolls the save back. The directory is synced after the lock (Container's
         // installDownload).
-        try renameFile(staging, paths.content(id))
+        try onFiles { () throws(Errno) in try renameFile(staging, paths.content(id)) }
         recordChunkPlaces(id, chunks)
         recountContent(id)
         cache.awaitingOpen[id] = now()

@@ -117,7 +117,7 @@ final class Downloads: Sendable {
                 result = .success(())
             } catch {
                 record(key, error: "\(error)")
-                result = .failure(CoreError.from(error))
+                result = .failure(error)
             }
         }
         finish(key, result)
@@ -251,21 +251,19 @@ final class Downloads: Sendable {
                 }
                 madeRoom = true
                 container.makeRoomAfterNoSpace(for: id, bytes: data)
-            } catch let error as RemoteError where error.isTransient {
-                if begunOnline && graceEnd == nil { graceEnd = min(deadline, monotonicNanoseconds() + Downloads.outageGrace) }
-                if let failure = retryAfter(error, id, seen: seen, deadline: deadline, graceEnd: graceEnd, backoff: &backoff) {
-                    return failure
-                }
-            } catch let error as RemoteError {
-                // Not worth resuming (refused, gone, or the store is full): free what the partial copy holds.
-                removeLeftover(stagingPath(id, sha))
-                record(id, error: error.description)
-                return .failure(.remote(error))
             } catch {
+                if case .remote(let remoteError) = error, remoteError.isTransient {
+                    if begunOnline && graceEnd == nil { graceEnd = min(deadline, monotonicNanoseconds() + Downloads.outageGrace) }
+                    if let failure = retryAfter(remoteError, id, seen: seen, deadline: deadline, graceEnd: graceEnd,
+                                                backoff: &backoff) {
+                        return failure
+                    }
+                    continue
+                }
+                // Not worth resuming (refused, gone, the store is full): free what the partial copy holds.
                 removeLeftover(stagingPath(id, sha))
-                let e = CoreError.from(error)
-                record(id, error: e == .noSpace ? "no space left in the store" : "\(error)")
-                return .failure(e)
+                record(id, error: error == .noSpace ? "no space left in the store" : Downloads.cause(of: error))
+                return .failure(error)
             }
         }
     }
@@ -351,9 +349,15 @@ final class Downloads: Sendable {
     }
 
     /// True for the failure of a download that met a full disk here.
-    static func isDiskFull(_ error: Error) -> Bool {
-        if case RemoteError.localDiskFull = error { return true }
-        return !(error is RemoteError) && CoreError.from(error) == .noSpace
+    static func isDiskFull(_ error: CoreError) -> Bool {
+        if case .remote(.localDiskFull) = error { return true }
+        return error == .noSpace
+    }
+
+    /// What the status says of a failed download: the remote's error as it said it.
+    static func cause(of error: CoreError) -> String {
+        if case .remote(let e) = error { return e.description }
+        return error.description
     }
 
     /// Records progress and the last error in the item's transfer state.
@@ -386,14 +390,19 @@ final class Downloads: Sendable {
     /// local store limit first for its data (a sparse file's holes take none), and holds it until the content
     /// is installed; data that could never fit on the store's disk fails at once, and nothing is evicted for it.
     /// `data`: the bytes of data the version holds, once known (room made after a full disk is for those).
-    func transfer(_ id: String, sha: String, size: Int64, data: inout Int64) throws -> Bool {
-        let manifest = size > container.config.chunkFormat.chunkedAbove ? try container.remote.manifest(sha256: sha) : nil
+    func transfer(_ id: String, sha: String, size: Int64, data: inout Int64) throws(CoreError) -> Bool {
+        let manifest: WireManifest?
+        if size > container.config.chunkFormat.chunkedAbove {
+            manifest = try onRemote { () throws(RemoteError) in try container.remote.manifest(sha256: sha) }
+        } else {
+            manifest = nil
+        }
         if let manifest {
-            try Self.check(manifest, sha: sha, size: size)
+            try onRemote { () throws(RemoteError) in try Self.check(manifest, sha: sha, size: size) }
             data = manifest.chunks.reduce(0) { $0 + ($1.isHole ? 0 : $1.size) } // (bounded: checked)
         }
         if let capacity = container.paths.capacityBytes, data > capacity - max(container.config.minFreeBytes, 0) {
-            throw CoreError.io("no space for it here: its \(readableSize(data)) of data could never fit on the store's "
+            throw .io("no space for it here: its \(readableSize(data)) of data could never fit on the store's "
                                + "disk, which holds \(readableSize(capacity)) in all (--min-free "
                                + "\(readableSize(container.config.minFreeBytes)) kept free)")
         }
@@ -404,27 +413,27 @@ final class Downloads: Sendable {
 
     /// Refuses a chunk list that does not describe the version asked for, or is malformed (its sizes then
     /// could overflow a sum).
-    static func check(_ manifest: WireManifest, sha: String, size: Int64) throws {
+    static func check(_ manifest: WireManifest, sha: String, size: Int64) throws(RemoteError) {
         guard manifest.sha256 == sha, manifest.size == size, manifest.problem == nil else {
             throw RemoteError.corrupt("the remote's chunk list does not describe the version asked for")
         }
     }
 
-    private func land(_ id: String, sha: String, size: Int64, manifest: WireManifest?) throws -> Bool {
+    private func land(_ id: String, sha: String, size: Int64, manifest: WireManifest?) throws(CoreError) -> Bool {
         let staging = stagingPath(id, sha)
         removeStaleStaging(id, keeping: staging)
-        let fd = try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600)
+        let fd = try onFiles { () throws(Errno) in try FileDescriptor.open(staging, O_RDWR | O_CREAT, mode: 0o600) }
         container.paths.staged.add() // after the file is there: a listing begun before it does not count it
         defer { fd.close() }
-        var have = Int64(try fd.stat().st_size)
-        if have > size { try fd.truncate(0); have = 0 }
+        var have = Int64(try onFiles { () throws(Errno) in try fd.stat().st_size })
+        if have > size { try onFiles { () throws(Errno) in try fd.truncate(0) }; have = 0 }
         let landed = LandedBytes(fd)
         if let manifest {
             try landChunks(id, manifest, sha: sha, size: size, into: fd, staging: staging, landed: landed)
         } else if have < size {
             progress(id, done: have, total: size)
             _ = lseek(fd.raw, off_t(have), SEEK_SET)
-            do {
+            do throws(RemoteError) {
                 try container.remote.downloadBlob(sha256: sha, offset: have, to: fd) { [self] done in
                     progress(id, done: done, total: size)
                     landed.follow(to: done)
@@ -433,18 +442,18 @@ final class Downloads: Sendable {
             } catch {
                 // Nothing arrived: no partial file to resume from.
                 if (try? fd.stat().st_size) == 0 { removeLeftover(staging) }
-                throw error
+                throw .remote(error)
             }
         }
-        let gotSize = Int64(try fd.stat().st_size)
-        let gotSHA = try landed.finish(at: gotSize)
+        let gotSize = Int64(try onFiles { () throws(Errno) in try fd.stat().st_size })
+        let gotSHA = try onFiles { () throws(Errno) in try landed.finish(at: gotSize) }
         guard gotSize == size, gotSHA == sha else {
             // In chunks, the next try keeps the chunks that hash right; one blob has nothing to keep.
             if manifest == nil { removeLeftover(staging) }
-            throw RemoteError.corrupt("downloaded \(gotSize) bytes hashing to \(gotSHA.prefix(12)), "
-                                      + "expected \(size) bytes hashing to \(sha.prefix(12))")
+            throw .remote(.corrupt("downloaded \(gotSize) bytes hashing to \(gotSHA.prefix(12)), "
+                                   + "expected \(size) bytes hashing to \(sha.prefix(12))"))
         }
-        try fd.sync()
+        try onFiles { () throws(Errno) in try fd.sync() }
         return try install(id, sha: sha, staging: staging, chunks: manifest?.placed ?? [])
     }
 
@@ -458,13 +467,13 @@ final class Downloads: Sendable {
 
     /// Moves verified content into place, unless the item changed here meanwhile; `chunks` are where its
     /// chunks lie, recorded for later downloads to copy from.
-    private func install(_ key: String, sha: String, staging: String, chunks: [Chunk]) throws -> Bool {
+    private func install(_ key: String, sha: String, staging: String, chunks: [Chunk]) throws(CoreError) -> Bool {
         if PastContent(parsing: key) != nil {
-            try renameFile(staging, container.paths.past(key))
+            try onFiles { () throws(Errno) in try renameFile(staging, container.paths.past(key)) }
             return true
         }
         if let parsed = ContentKey(parsing: key), let conflict = parsed.conflict {
-            try renameFile(staging, container.paths.conflict(parsed.item, conflict))
+            try onFiles { () throws(Errno) in try renameFile(staging, container.paths.conflict(parsed.item, conflict)) }
             container.syncContentDirectory()
             return true
         }
@@ -497,12 +506,12 @@ final class LandedBytes {
     }
 
     /// Hashes the rest of the file; returns the SHA-256 of its first `size` bytes.
-    func finish(at size: Int64) throws -> String {
+    func finish(at size: Int64) throws(Errno) -> String {
         try hash(to: size)
         return hasher.finalizeHex()
     }
 
-    private func hash(to size: Int64) throws {
+    private func hash(to size: Int64) throws(Errno) {
         let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buf.deallocate() }
         while hashed < size {

@@ -11,7 +11,7 @@ extension Container {
     /// The statvfs(2) figures of the file system that holds the store (what `df` of the mount shows).
     public func storeFileSystemStats() throws(CoreError) -> statvfs {
         var vfs = statvfs()
-        if statvfs(paths.directory, &vfs) != 0 { throw CoreError.from(Errno.current) }
+        if statvfs(paths.directory, &vfs) != 0 { throw CoreError(Errno.current) }
         return vfs
     }
 
@@ -26,7 +26,7 @@ extension Container {
     /// Opens the local copy of a conflict version read-only.
     public func openConflictVersion(item id: String, conflict: String) throws(CoreError) -> FileDescriptor {
         do { return try FileDescriptor.open(paths.conflict(id, conflict), O_RDONLY) } catch {
-            throw CoreError.from(error)
+            throw CoreError(error)
         }
     }
 
@@ -38,6 +38,6 @@ extension Container {
             let fd = try FileDescriptor.open(path, O_RDWR | O_CREAT | O_EXCL, mode: 0o600)
             removeLeftover(path)
             return fd
-        } catch { throw CoreError.from(error) }
+        } catch { throw CoreError(error) }
     }
 }

@@ -81,7 +81,7 @@ extension Container {
             s.contentGeneration[id, default: 0] += 1
             try s.saveLocalChange(item)
             // Last: a failed rename rolls the change back.
-            do { try renameFile(source, paths.content(id)) } catch { throw CoreError.from(error) }
+            do throws(Errno) { try renameFile(source, paths.content(id)) } catch { throw CoreError(error) }
             s.recountContent(id)
             s.notice(.changed(id, content: true))
         }

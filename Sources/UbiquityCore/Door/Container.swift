@@ -140,7 +140,7 @@ public final class Container: @unchecked Sendable {
     /// Fetches the remote's current tree once (waiting for nothing), then starts the background loops.
     public func start(initialSync: Bool) throws {
         if initialSync {
-            do { try sync.pullUntilCaughtUp() } catch where CoreError.from(error) == .noSpace {
+            do { try sync.pullUntilCaughtUp() } catch where isStoreDiskFull(error) {
                 Logger("sync").warning("the store's disk is full: remote changes wait until there is room")
             }
         }
@@ -160,7 +160,7 @@ public final class Container: @unchecked Sendable {
     }
 
     /// Number of items with changes not yet acknowledged by the remote.
-    public var pendingChanges: Int { get throws { try sync.pendingCount } }
+    public var pendingChanges: Int { get throws(StoreError) { try sync.pendingCount } }
 
     /// Stops the background loops; in-flight transfers are abandoned (their staging files are removed at the next start).
     public func stop() {
@@ -191,7 +191,7 @@ public final class Container: @unchecked Sendable {
     /// committed is made durable.
     public func syncedDirectory() throws(CoreError) {
         try writeKeptBackOrFail()
-        do { try checkpointer.run() } catch { throw CoreError.from(error) }
+        do { try checkpointer.run() } catch { throw CoreError(error) }
     }
 
     // MARK: locking and effects
@@ -233,14 +233,14 @@ public final class Container: @unchecked Sendable {
     /// `room` is what a full disk lets it use (FullDiskRoom).
     func mutate<T>(room: FullDiskRoom = .freeSpace,
                    _ body: (inout CoreState) throws(CoreError) -> T) throws(CoreError) -> T {
-        do { return try mutateThrowing(room: room, body) } catch { throw CoreError.from(error) }
+        try transaction(roomFor: { _ in room }, .core, body)
     }
 
     /// `mutate` for an operation that cannot fail by itself: a failed commit is logged (what it changed in
     /// memory is rolled back with it).
     @discardableResult
     func mutate<T>(room: FullDiskRoom = .freeSpace, _ body: (inout CoreState) -> T) -> T? {
-        do { return try mutateThrowing(room: room, body) } catch {
+        do { return try mutate(room: room) { s throws(CoreError) in body(&s) } } catch {
             log.error("a change could not be saved: \(error)")
             return nil
         }
@@ -262,19 +262,20 @@ public final class Container: @unchecked Sendable {
     /// `mutate` for an operation that throws errors other than CoreError: the sync loops', whose records lead
     /// to free space (an upload acknowledged makes its copy evictable), hence their room.
     func mutateThrowing<T>(room: FullDiskRoom = .evictions, _ body: (inout CoreState) throws -> T) throws -> T {
-        try mutateThrowing(roomFor: { _ in room }, body)
+        try transaction(roomFor: { _ in room }, .sync, body)
     }
 
     /// `mutate` whose room depends on the state it finds: decided in the same hold of the lock.
     func mutate<T>(roomFor: (CoreState) -> FullDiskRoom,
                    _ body: (inout CoreState) throws(CoreError) -> T) throws(CoreError) -> T {
-        do { return try mutateThrowing(roomFor: roomFor, body) } catch { throw CoreError.from(error) }
+        try transaction(roomFor: roomFor, .core, body)
     }
 
-    private func mutateThrowing<T>(roomFor: (CoreState) -> FullDiskRoom,
-                                   _ body: (inout CoreState) throws -> T) throws -> T {
-        let (result, effects) = withState { s -> (Result<T, Error>, Effects) in
-            let result = Result { try s.transact(room: roomFor(s), body) }
+    private func transaction<T, E: Error>(roomFor: (CoreState) -> FullDiskRoom, _ errors: TransactionErrors<E>,
+                                          _ body: (inout CoreState) throws(E) -> T) throws(E) -> T {
+        let (result, effects) = withState { s -> (Result<T, E>, Effects) in
+            let result: Result<T, E>
+            do throws(E) { result = .success(try s.transact(room: roomFor(s), errors, body)) } catch { result = .failure(error) }
             defer { s.effects = Effects() }
             return (result, s.effects)
         }

@@ -17,19 +17,19 @@ extension Container {
 
     /// Every item in Recently Deleted (its delete: path, time, device), newest first.
     public func recentlyDeleted(done: @escaping Answer<[WireVersion]>) {
-        askRemote("the list of Recently Deleted", done: done) { remote in try remote.trash() }
+        askRemote("the list of Recently Deleted", done: done) { remote throws(RemoteError) in try remote.trash() }
     }
 
     /// The kept versions of an item, newest first.
     public func history(_ id: String, done: @escaping Answer<[WireVersion]>) {
-        askRemote("the history of \(path(of: id))", done: done) { remote in try remote.history(id: id) }
+        askRemote("the history of \(path(of: id))", done: done) { remote throws(RemoteError) in try remote.history(id: id) }
     }
 
     /// Brings items back from Recently Deleted (a folder with what was deleted with it): answers the items
     /// made live, applied here already.
     public func restoreFromTrash(_ ids: [String], done: @escaping Answer<[WireItem]>) {
         let device = config.device
-        askRemote("the restore", done: done) { [weak self] remote in
+        askRemote("the restore", done: done) { [weak self] remote throws(RemoteError) in
             let restored = try remote.restore(ids: ids, device: device)
             self?.sync.applyFetched(restored)
             return restored
@@ -38,7 +38,7 @@ extension Container {
 
     /// Removes items (nil: every item) from Recently Deleted for good; answers how many went.
     public func emptyTrash(_ ids: [String]?, done: @escaping Answer<Int>) {
-        askRemote("emptying Recently Deleted", done: done) { remote in
+        askRemote("emptying Recently Deleted", done: done) { remote throws(RemoteError) in
             if let ids { return try remote.emptyTrash(ids: ids) }
             return try remote.emptyTrash()
         }
@@ -48,7 +48,7 @@ extension Container {
     /// that reach every device through the feed (with `dryRun`, nothing written); answers what changes.
     public func rewind(_ folder: String, to: Int64, dryRun: Bool, done: @escaping Answer<[WireRewindChange]>) {
         let device = config.device
-        askRemote("the rewind of \(path(of: folder))", done: done) { remote in
+        askRemote("the rewind of \(path(of: folder))", done: done) { remote throws(RemoteError) in
             try remote.rewind(folder: folder, to: to, dryRun: dryRun, device: device)
         }
     }
@@ -57,7 +57,7 @@ extension Container {
     /// one entry of Recently Deleted: answers the deletes, applied here already, as a restore's items are.
     public func deleteData(documents: Bool, done: @escaping Answer<WireDataDeleted>) {
         let device = config.device
-        askRemote("deleting the app's data", done: done) { [weak self] remote in
+        askRemote("deleting the app's data", done: done) { [weak self] remote throws(RemoteError) in
             let answer = try remote.deleteData(documents: documents, device: device)
             self?.sync.applyFetched(answer.deleted)
             return answer
@@ -81,7 +81,7 @@ extension Container {
             removeLeftover(path)
             update { s in s.transfers[key] = nil }
         }
-        do { return try FileDescriptor.open(path, O_RDONLY) } catch { throw CoreError.from(error) }
+        do { return try FileDescriptor.open(path, O_RDONLY) } catch { throw CoreError(error) }
     }
 
     /// Makes a past version the file's current content, as a local edit that syncs like any (`mv` of a past
@@ -92,7 +92,7 @@ extension Container {
         if content.size == 0 {
             // Nothing to fetch: an empty copy stands for it.
             do { try FileDescriptor.open(paths.past(key), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600).close() } catch {
-                throw CoreError.from(error)
+                throw CoreError(error)
             }
         }
         try replaceContent(id, from: paths.past(key), size: content.size)
@@ -101,18 +101,15 @@ extension Container {
     /// Runs `body` against the remote off the caller's thread (`remoteAsks`) and answers through `done`; at once,
     /// with the cause, while the remote is known to be unreachable.
     private func askRemote<T>(_ what: String, done: @escaping Answer<T>,
-                              _ body: @escaping @Sendable (RemoteClient) throws -> T) {
+                              _ body: @escaping @Sendable (RemoteClient) throws(RemoteError) -> T) {
         if let since = offlineSince {
             return done(.failure(.io("\(what) needs the remote, unreachable since \(iso8601(nanoseconds: since))")))
         }
         let remote = self.remote, log = self.log
         Container.remoteAsks.addOperation {
-            do { done(.success(try body(remote))) } catch let error as RemoteError {
+            do throws(RemoteError) { done(.success(try body(remote))) } catch {
                 log.warning("\(what) failed: \(error)")
                 done(.failure(Container.historyError(error, what)))
-            } catch {
-                log.warning("\(what) failed: \(error)")
-                done(.failure(CoreError.from(error)))
             }
         }
     }

@@ -90,7 +90,7 @@ extension Container {
             guard item.pinned != on else { return }
             item.pinned = on
             item.ctime = now() // an attribute changed, as for any setxattr
-            do { try s.store.save(item) } catch { throw CoreError.from(error) }
+            try onStore { () throws(StoreError) in try s.store.save(item) }
             s.items[id] = item
         }
         if on { try requestDownload(id) }
@@ -196,7 +196,7 @@ extension Container {
     public func setSyncPaused(_ paused: Bool) throws(CoreError) {
         let changed = try mutate { (s: inout CoreState) throws(CoreError) -> Bool in
             guard s.syncPaused != paused else { return false }
-            do { try s.store.setMeta(CoreState.syncPausedKey, paused ? "1" : "0") } catch { throw CoreError.from(error) }
+            try onStore { () throws(StoreError) in try s.store.setMeta(CoreState.syncPausedKey, paused ? "1" : "0") }
             s.syncPaused = paused
             return true
         }
@@ -218,7 +218,7 @@ extension Container {
     public func rootAttributes() throws(CoreError) -> [(name: String, value: String)] {
         let (since, fullSince, overQuota) = read { ($0.offlineSince, $0.storeFullSince, $0.isOverQuota) }
         let pending: Int
-        do { pending = try pendingChanges } catch { throw CoreError.from(error) }
+        do { pending = try pendingChanges } catch { throw CoreError(error) }
         var list = [(name: "pendingChanges", value: String(pending)),
                     (name: "isOffline", value: since == nil ? "0" : "1")]
         if let since { list.append((name: "offlineSince", value: iso8601(nanoseconds: since))) }

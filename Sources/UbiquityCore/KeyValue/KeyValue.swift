@@ -67,41 +67,37 @@ public final class KeyValueStore: Sendable {
     /// The value of a key, nil when there is none.
     /// A key's value (nil: no such key). A store that cannot be read throws, logged: never "no such key".
     public func value(_ key: String) throws(CoreError) -> KVValue? {
-        do { return try tables.withLock { try $0.row(key) }.flatMap { $0.deleted ? nil : $0.value } } catch {
+        do { return try tables.withLock { t throws(StoreError) in try t.row(key) }.flatMap { $0.deleted ? nil : $0.value } } catch {
             log.error("kv: cannot read \(key): \(error)")
-            throw CoreError.from(error)
+            throw CoreError(error)
         }
     }
 
     /// The live keys, sorted.
     public func keys() throws(CoreError) -> [String] {
-        do { return try tables.withLock { try $0.liveSizes() }.keys.sorted() } catch {
+        do { return try tables.withLock { t throws(StoreError) in try t.liveSizes() }.keys.sorted() } catch {
             log.error("kv: cannot list the keys: \(error)")
-            throw CoreError.from(error)
+            throw CoreError(error)
         }
     }
 
     /// Sets (or with nil deletes) a key; durable and queued when it returns. Over a limit: nothing is stored.
     public func set(_ key: String, _ value: KVValue?) throws(CoreError) {
         guard !key.isEmpty, !key.utf8.contains(0x2f), !key.utf8.contains(0), key != ".", key != ".." else { throw .invalidName }
-        do {
-            try tables.withLock { t in
-                if let v = KVLimits.violation(key: key, value: value, live: try t.liveSizes()) {
-                    throw Self.coreError(v)
-                }
-                let old = try t.row(key)
-                if value == nil && (old == nil || old!.deleted) { throw CoreError.notFound }
-                // Later than what this device has seen for the key, so a write made after another stays later.
-                let mtime = max(clock(), (old?.mtime ?? 0) + 1)
+        try tables.withLock { t throws(CoreError) in
+            if let v = KVLimits.violation(key: key, value: value, live: try onStore { () throws(StoreError) in try t.liveSizes() }) {
+                throw Self.coreError(v)
+            }
+            let old = try onStore { () throws(StoreError) in try t.row(key) }
+            if value == nil && (old == nil || old!.deleted) { throw .notFound }
+            // Later than what this device has seen for the key, so a write made after another stays later.
+            let mtime = max(clock(), (old?.mtime ?? 0) + 1)
+            try onStore { () throws(StoreError) in
                 try t.write(WireKVEntry(key: key, value: value, mtime: mtime, device: device, deleted: value == nil),
                             pending: true)
             }
-            pusher.wake()
-        } catch let e as CoreError {
-            throw e
-        } catch {
-            throw CoreError.from(error)
         }
+        pusher.wake()
     }
 
     public static func coreError(_ v: KVLimits.Violation) -> CoreError {
@@ -219,12 +215,14 @@ private struct Tables {
     init(db: Database) { self.db = db }
 
     /// Applies a feed answer; the first one of a fresh store is the initial sync.
-    mutating func take(_ answer: WireKVChanges, since: Int64) throws {
+    mutating func take(_ answer: WireKVChanges, since: Int64) throws(StoreError) {
         guard Int64(try meta("seq") ?? "0") ?? 0 == since else { return } // reset meanwhile: read again
         var changed: [String] = []
-        try db.transaction {
-            for e in answer.entries where try apply(e) { changed.append(e.key) }
-            try setMeta("seq", String(answer.seq))
+        try typed {
+            try db.transaction {
+                for e in answer.entries where try apply(e) { changed.append(e.key) }
+                try setMeta("seq", String(answer.seq))
+            }
         }
         if try meta("synced") == nil {
             try setMeta("synced", "1")
@@ -238,10 +236,10 @@ private struct Tables {
 
     /// Applies a write from elsewhere by last-writer-wins; true when the key's visible value changed. A local
     /// pending write that loses is dropped.
-    func apply(_ e: WireKVEntry) throws -> Bool {
+    func apply(_ e: WireKVEntry) throws(StoreError) -> Bool {
         let old = try row(e.key)
         if let old, old.entry.sameWrite(as: e) {
-            try db.query("UPDATE kv_local SET pending = 0 WHERE key = ?", [.text(e.key)])
+            try typed { try db.query("UPDATE kv_local SET pending = 0 WHERE key = ?", [.text(e.key)]) }
             return false
         }
         if let old, !e.wins(over: old.entry) { return false }
@@ -268,70 +266,71 @@ private struct Tables {
     }
 
     /// A stored value; one that does not decode throws (read as absent, a deleted key would be pushed).
-    private static func decode(_ text: String?, of key: String) throws -> KVValue? {
+    private static func decode(_ text: String?, of key: String) throws(StoreError) -> KVValue? {
         guard let text else { return nil }
         do { return try JSONDecoder().decode(KVValue.self, from: Data(text.utf8)) } catch {
             throw StoreError.badValue(id: key, column: "kv value", cause: "\(error)")
         }
     }
 
-    func row(_ key: String) throws -> Row? {
+    func row(_ key: String) throws(StoreError) -> Row? {
         var found: Row?
-        try db.forEach("SELECT value, mtime, device, deleted, pending FROM kv_local WHERE key = ?", [.text(key)]) { r in
+        try typed { try db.forEach("SELECT value, mtime, device, deleted, pending FROM kv_local WHERE key = ?", [.text(key)]) { r in
             found = Row(entry: WireKVEntry(key: key, value: try Self.decode(r.optionalText(0), of: key), mtime: r.int(1),
                                            device: r.text(2), deleted: r.int(3) != 0), pending: r.int(4) != 0)
-        }
+        } }
         return found
     }
 
-    func pending() throws -> [WireKVEntry] {
+    func pending() throws(StoreError) -> [WireKVEntry] {
         var out: [WireKVEntry] = []
-        try db.forEach("SELECT key, value, mtime, device, deleted FROM kv_local WHERE pending = 1") { r in
+        try typed { try db.forEach("SELECT key, value, mtime, device, deleted FROM kv_local WHERE pending = 1") { r in
             out.append(WireKVEntry(key: r.text(0), value: try Self.decode(r.optionalText(1), of: r.text(0)), mtime: r.int(2),
                                    device: r.text(3), deleted: r.int(4) != 0))
-        }
+        } }
         return out
     }
 
     /// Live key -> byte size of its value.
-    func liveSizes() throws -> [String: Int] {
+    func liveSizes() throws(StoreError) -> [String: Int] {
         var out: [String: Int] = [:]
-        try db.forEach("SELECT key, value FROM kv_local WHERE deleted = 0") { r in
+        try typed { try db.forEach("SELECT key, value FROM kv_local WHERE deleted = 0") { r in
             out[r.text(0)] = try Self.decode(r.optionalText(1), of: r.text(0))?.byteSize ?? 0
-        }
+        } }
         return out
     }
 
-    func write(_ e: WireKVEntry, pending: Bool) throws {
-        let json = try e.value.map { String(decoding: try JSONEncoder.wire.encode($0), as: UTF8.self) }
-        try db.query("""
+    func write(_ e: WireKVEntry, pending: Bool) throws(StoreError) {
+        let json: String?
+        do { json = try e.value.map { String(decoding: try JSONEncoder.wire.encode($0), as: UTF8.self) } } catch {
+            throw .badValue(id: e.key, column: "kv value", cause: "does not encode: \(error)")
+        }
+        try typed { try db.query("""
             INSERT INTO kv_local(key, value, mtime, device, deleted, pending) VALUES(?, ?, ?, ?, ?, ?)
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, mtime = excluded.mtime, device = excluded.device,
               deleted = excluded.deleted, pending = excluded.pending
             """, [.text(e.key), json.map { .text($0) } ?? .null, .int(e.mtime), .text(e.device),
-                  .int(e.deleted ? 1 : 0), .int(pending ? 1 : 0)])
+                  .int(e.deleted ? 1 : 0), .int(pending ? 1 : 0)]) }
     }
 
-    func meta(_ key: String) throws -> String? {
+    func meta(_ key: String) throws(StoreError) -> String? {
         var found: String?
-        try db.forEach("SELECT value FROM kv_meta WHERE key = ?", [.text(key)]) { found = $0.text(0) }
+        try typed { try db.forEach("SELECT value FROM kv_meta WHERE key = ?", [.text(key)]) { found = $0.text(0) } }
         return found
     }
 
-    func setMeta(_ key: String, _ value: String) throws {
-        try db.query("INSERT INTO kv_meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                     [.text(key), .text(value)])
+    func setMeta(_ key: String, _ value: String) throws(StoreError) {
+        try typed { try db.query("INSERT INTO kv_meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                                 [.text(key), .text(value)]) }
     }
 
     /// Binds the store to `account`; a store bound to another drops its values and syncs afresh.
-    mutating func bind(_ account: String) throws {
+    mutating func bind(_ account: String) throws(StoreError) {
         let old = try meta("account")
         if old == account { return }
         if old != nil {
             let keys = try liveSizes().keys.sorted()
-            try db.transaction {
-                try db.exec("DELETE FROM kv_local; DELETE FROM kv_meta;")
-            }
+            try typed { try db.transaction { try db.exec("DELETE FROM kv_local; DELETE FROM kv_meta;") } }
             record(.accountChange, keys)
         }
         try setMeta("account", account)

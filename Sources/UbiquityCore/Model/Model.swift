@@ -314,29 +314,44 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         }
     }
 
-    /// Maps an error met while touching the store, its files or the remote to its case, keeping the cause.
-    public static func from(_ error: Error) -> CoreError {
-        switch error {
-        case let e as CoreError: return e
-        case let e as Errno: return from(e)
-        case let e as StoreError:
-            if case .full = e { return .noSpace }
-            return .store(e)
-        case let e as SQLiteError: return from(StoreError(e))
-        case let e as RemoteError: return .remote(e)
-        default: return .io("\(error)")
+    // The errors met below the core each map to their case here, one initializer per type, cause kept: the
+    // store's, a system call's, the remote's. They are the only maps: nothing reads an untyped error.
+
+    /// A failure of the store: a full disk is `noSpace`, the rest keep their case.
+    public init(_ e: StoreError) {
+        if case .full = e { self = .noSpace } else { self = .store(e) }
+    }
+
+    /// A system call's errno: those with a case of their own take it.
+    public init(_ e: Errno) {
+        switch e {
+        case .noSpace: self = .noSpace
+        case .fileTooBig: self = .fileTooBig
+        case .notSupported: self = .unsupported("\(e)")
+        case .invalid: self = .invalidArgument("\(e)")
+        default: self = .system(e)
         }
     }
 
-    private static func from(_ e: Errno) -> CoreError {
-        switch e {
-        case .noSpace: return .noSpace
-        case .fileTooBig: return .fileTooBig
-        case .notSupported: return .unsupported("\(e)")
-        case .invalid: return .invalidArgument("\(e)")
-        default: return .system(e)
-        }
-    }
+    /// A failure of the remote.
+    public init(_ e: RemoteError) { self = .remote(e) }
+}
+
+/// Runs work on the store, a failure as the CoreError of its case.
+@discardableResult
+func onStore<T>(_ body: () throws(StoreError) -> T) throws(CoreError) -> T {
+    do { return try body() } catch { throw CoreError(error) }
+}
+
+/// Runs system calls on the store's files, a failure as the CoreError of its errno.
+@discardableResult
+func onFiles<T>(_ body: () throws(Errno) -> T) throws(CoreError) -> T {
+    do { return try body() } catch { throw CoreError(error) }
+}
+
+/// Runs calls to the remote, a failure as `.remote`.
+func onRemote<T>(_ body: () throws(RemoteError) -> T) throws(CoreError) -> T {
+    do { return try body() } catch { throw .remote(error) }
 }
 
 /// Live transfer state of one item, for the status attributes.

@@ -70,6 +70,12 @@ public enum RemoteError: Error, Equatable, CustomStringConvertible {
 
     public var isOverQuota: Bool { if case .overQuota = self { return true } else { return false } }
 
+    /// A failed write of a download's bytes here: a full disk is `localDiskFull`.
+    public static func landing(_ error: Errno) -> RemoteError {
+        error == .noSpace ? .localDiskFull("cannot write the downloaded bytes: \(error)")
+            : .localFile("cannot write the downloaded bytes", cause: error)
+    }
+
     /// Worth trying again later: the network or the server, not the request.
     public var isTransient: Bool {
         switch self {
@@ -88,125 +94,133 @@ public typealias BatchResult = Result<WireItem, RemoteError>
 
 public protocol RemoteClient: AnyObject, Sendable {
     /// Ensures the container exists; returns its root id and the feed position now.
-    func openContainer() throws -> WireContainer
+    func openContainer() throws(RemoteError) -> WireContainer
     /// Changes after `token` (nil: from the start), waiting up to `waitSeconds` when there are none.
-    func changes(since token: String?, waitSeconds: Int) throws -> WireChanges
+    func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges
     /// The current state of one item (also a tombstone).
-    func item(_ id: String) throws -> WireItem
+    func item(_ id: String) throws(RemoteError) -> WireItem
     /// Creates (`ifMatch` nil) or updates (`ifMatch` the version last seen) an item. With a `change` id, a
     /// retry of a change already applied throws `.alreadyApplied`.
-    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws -> WireItem
+    func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem
     /// Deletes an item seen at version `ifMatch`; returns the tombstone. `change` as for `putItem`.
-    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws -> WireItem
+    func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem
     /// Applies many puts and deletes in order, each atomically and on its own (a later entry may depend on an
     /// earlier one), and answers each as its single call would, in order. A thrown error is the whole answer
     /// lost: any number of the first entries may have been applied.
-    func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult]
+    func batch(_ entries: [WireBatchEntry]) throws(RemoteError) -> [BatchResult]
     /// True if the remote already holds the blob.
-    func hasBlob(sha256: String) throws -> Bool
+    func hasBlob(sha256: String) throws(RemoteError) -> Bool
     /// Uploads the file at `path` (whose content hashes to `sha256` and has `size` bytes) as a blob.
     func uploadBlob(sha256: String, size: Int64, fromFile path: String,
-                    progress: TransferProgress?) throws
+                    progress: TransferProgress?) throws(RemoteError)
     /// Downloads the blob's bytes from `offset` on, appending them to the open file `fd` (which is positioned at
     /// `offset`), calling `progress` with the absolute byte count. Does not verify the hash: the caller does.
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor,
-                      progress: TransferProgress?) throws
+                      progress: TransferProgress?) throws(RemoteError)
 
     // Content in chunks (docs/CHUNKS.md). A remote without them throws `.notFound` from each: the caller then
     // moves the whole content as one blob.
 
     /// Those of the chunk hashes the remote does not hold.
-    func missingChunks(_ sha256s: [String]) throws -> Set<String>
+    func missingChunks(_ sha256s: [String]) throws(RemoteError) -> Set<String>
     /// Uploads `size` bytes of the file at `path`, from `offset`, as the blob (a chunk) `sha256`.
     func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
-                     progress: TransferProgress?) throws
+                     progress: TransferProgress?) throws(RemoteError)
     /// Downloads the whole blob (a chunk) `sha256` into `fd` at `fileOffset`, whatever the descriptor's position
     /// (so that several chunks may land in one file at once), calling `progress` with the chunk's bytes so far.
     /// Does not verify.
-    func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64, progress: TransferProgress?) throws
+    func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64, progress: TransferProgress?) throws(RemoteError)
     /// Commits a version kept in chunks, once every data chunk it names is on the remote (else
     /// `.conflict` naming the chunk that is not).
-    func putManifest(_ manifest: WireManifest) throws
+    func putManifest(_ manifest: WireManifest) throws(RemoteError)
     /// The chunks of the version `sha256`; nil when that version is one blob.
-    func manifest(sha256: String) throws -> WireManifest?
+    func manifest(sha256: String) throws(RemoteError) -> WireManifest?
 
     // Recently Deleted and version history (docs/HISTORY.md).
 
     /// The item's kept versions, newest first (`.notFound` for an item the remote never had).
-    func history(id: String) throws -> [WireVersion]
+    func history(id: String) throws(RemoteError) -> [WireVersion]
     /// The delete of every item in Recently Deleted, newest first.
-    func trash() throws -> [WireVersion]
+    func trash() throws(RemoteError) -> [WireVersion]
     /// Brings items back from Recently Deleted as new versions made by `device` (docs/HISTORY.md "Restore");
     /// answers every item made live, and those asked about that were live already. `.notFound` (and nothing
     /// restored) for an id the remote never had or one no longer in Recently Deleted.
-    func restore(ids: [String], device: String) throws -> [WireItem]
+    func restore(ids: [String], device: String) throws(RemoteError) -> [WireItem]
     /// Removes these items (a folder with what was deleted with it) from Recently Deleted; answers how many went.
-    func emptyTrash(ids: [String]) throws -> Int
+    func emptyTrash(ids: [String]) throws(RemoteError) -> Int
     /// Removes every item from Recently Deleted; answers how many went.
-    func emptyTrash() throws -> Int
+    func emptyTrash() throws(RemoteError) -> Int
     /// Brings the subtree of the live folder `folder` back to its state at `to` (ns since the epoch, the remote's
     /// clock) as new versions made by `device` (docs/HISTORY.md "Rewind"); answers what changed, or with
     /// `dryRun` what would (nothing written). `.rejected(400)` for a time in the future or before the folder's
     /// oldest kept version and for a folder that is not a live directory, `.notFound` for an unknown folder,
     /// `.conflict` for a content no longer kept: nothing is written then.
-    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange]
+    func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws(RemoteError) -> [WireRewindChange]
     /// Deletes everything outside `Documents/` (with `documents`, everything but the root) as deletes made by
     /// `device`, in one step and as one entry of Recently Deleted (docs/HISTORY.md "Deleting an app's data");
     /// answers the deletes, children before their folders.
-    func deleteData(documents: Bool, device: String) throws -> WireDataDeleted
+    func deleteData(documents: Bool, device: String) throws(RemoteError) -> WireDataDeleted
 }
 
 extension RemoteClient {
-    public func history(id: String) throws -> [WireVersion] { throw RemoteError.notFound("history") }
-    public func trash() throws -> [WireVersion] { throw RemoteError.notFound("history") }
-    public func restore(ids: [String], device: String) throws -> [WireItem] { throw RemoteError.notFound("history") }
-    public func emptyTrash(ids: [String]) throws -> Int { throw RemoteError.notFound("history") }
-    public func emptyTrash() throws -> Int { throw RemoteError.notFound("history") }
-    public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws -> [WireRewindChange] {
+    public func history(id: String) throws(RemoteError) -> [WireVersion] { throw RemoteError.notFound("history") }
+    public func trash() throws(RemoteError) -> [WireVersion] { throw RemoteError.notFound("history") }
+    public func restore(ids: [String], device: String) throws(RemoteError) -> [WireItem] { throw RemoteError.notFound("history") }
+    public func emptyTrash(ids: [String]) throws(RemoteError) -> Int { throw RemoteError.notFound("history") }
+    public func emptyTrash() throws(RemoteError) -> Int { throw RemoteError.notFound("history") }
+    public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws(RemoteError) -> [WireRewindChange] {
         throw RemoteError.notFound("history")
     }
-    public func deleteData(documents: Bool, device: String) throws -> WireDataDeleted { throw RemoteError.notFound("history") }
+    public func deleteData(documents: Bool, device: String) throws(RemoteError) -> WireDataDeleted { throw RemoteError.notFound("history") }
 }
 
 extension RemoteClient {
-    public func missingChunks(_ sha256s: [String]) throws -> Set<String> { throw RemoteError.notFound("chunks") }
+    public func missingChunks(_ sha256s: [String]) throws(RemoteError) -> Set<String> { throw RemoteError.notFound("chunks") }
     public func uploadChunk(sha256: String, size: Int64, fromFile path: String, at offset: Int64,
-                            progress: TransferProgress?) throws {
+                            progress: TransferProgress?) throws(RemoteError) {
         throw RemoteError.notFound("chunks")
     }
     /// For a remote that writes a download at the descriptor's position (`fd` then serves this call alone).
     public func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64,
-                              progress: TransferProgress?) throws {
+                              progress: TransferProgress?) throws(RemoteError) {
         guard lseek(fd.raw, off_t(fileOffset), SEEK_SET) == off_t(fileOffset) else {
             throw RemoteError.localFile("cannot seek to \(fileOffset)", cause: .current)
         }
         try downloadBlob(sha256: sha256, offset: 0, to: fd, progress: progress)
     }
-    public func putManifest(_ manifest: WireManifest) throws { throw RemoteError.notFound("chunks") }
-    public func manifest(sha256: String) throws -> WireManifest? { nil }
+    public func putManifest(_ manifest: WireManifest) throws(RemoteError) { throw RemoteError.notFound("chunks") }
+    public func manifest(sha256: String) throws(RemoteError) -> WireManifest? { nil }
 }
 
 extension RemoteClient {
+    /// The current state of one item, nil for an item the remote does not know.
+    public func itemIfPresent(_ id: String) throws(RemoteError) -> WireItem? {
+        do { return try item(id) } catch {
+            if case .notFound = error { return nil }
+            throw error
+        }
+    }
+
     /// A put without a change id (a client that does not retry by id).
-    public func putItem(_ item: WireItem, ifMatch: Int64?) throws -> WireItem {
+    public func putItem(_ item: WireItem, ifMatch: Int64?) throws(RemoteError) -> WireItem {
         try putItem(item, ifMatch: ifMatch, change: nil)
     }
     /// A delete without a change id.
-    public func deleteItem(_ id: String, ifMatch: Int64) throws -> WireItem {
+    public func deleteItem(_ id: String, ifMatch: Int64) throws(RemoteError) -> WireItem {
         try deleteItem(id, ifMatch: ifMatch, change: nil)
     }
 
     /// A batch as single calls (the default, for remotes without a batch of their own).
-    public func batch(_ entries: [WireBatchEntry]) throws -> [BatchResult] { try batchAsSingleCalls(entries) }
+    public func batch(_ entries: [WireBatchEntry]) throws(RemoteError) -> [BatchResult] { try batchAsSingleCalls(entries) }
 
     /// A batch as single calls: inline content is uploaded as a blob first unless the remote has it. A transient
     /// failure ends the batch, as a lost answer.
-    public func batchAsSingleCalls(_ entries: [WireBatchEntry]) throws -> [BatchResult] {
+    public func batchAsSingleCalls(_ entries: [WireBatchEntry]) throws(RemoteError) -> [BatchResult] {
         var results: [BatchResult] = []
         for entry in entries {
             do {
                 results.append(.success(try applyOne(entry)))
-            } catch let error as RemoteError {
+            } catch {
                 if error.isTransient { throw error }
                 results.append(.failure(error))
             }
@@ -214,7 +228,7 @@ extension RemoteClient {
         return results
     }
 
-    private func applyOne(_ entry: WireBatchEntry) throws -> WireItem {
+    private func applyOne(_ entry: WireBatchEntry) throws(RemoteError) -> WireItem {
         switch entry.op {
         case .delete:
             guard let version = entry.ifMatch else {
@@ -231,8 +245,9 @@ extension RemoteClient {
     }
 
     /// Uploads inline content through a temporary file (the remote verifies its hash).
-    private func uploadInline(_ bytes: [UInt8], sha256: String) throws {
-        if try bytes.isEmpty || hasBlob(sha256: sha256) { return }
+    private func uploadInline(_ bytes: [UInt8], sha256: String) throws(RemoteError) {
+        if bytes.isEmpty { return }
+        if try hasBlob(sha256: sha256) { return }
         let path = NSTemporaryDirectory() + "/ubiquity-inline-" + randomHex(bytes: 8)
         do {
             let fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)

@@ -279,7 +279,7 @@ extension CoreState {
     /// fit yet wait for the next commit.
     mutating func recordEvictedCopies() {
         do {
-            try store.begin()
+            store.begin()
             for id in unrecordedEvictions { if let item = items[id] { try store.save(item) } }
             try store.commit()
             unrecordedEvictions = []

@@ -43,7 +43,7 @@ extension CoreState {
         if item.isLocalOnly { order.reverse() }
         do {
             for changed in order { try store.saveChanged(changed) }
-        } catch { throw CoreError.from(error) }
+        } catch { throw CoreError(error) }
         for changed in order { items[changed.id] = changed }
         if item.isLocalOnly { log.info("\(item.name) is local-only now: it leaves the remote") }
         wakePusher()
@@ -69,7 +69,7 @@ extension CoreState {
     /// copy the remote has not deleted yet is simply updated.
     func becomeUbiquitous(_ item: inout Item) throws(CoreError) {
         if item.remoteVersion == 0 {
-            do { item.remoteVersion = try store.leftRemoteBase(item.id) ?? 0 } catch { throw CoreError.from(error) }
+            do { item.remoteVersion = try store.leftRemoteBase(item.id) ?? 0 } catch { throw CoreError(error) }
             if item.hasContent {
                 item.dirty = true
                 item.localSHA = nil

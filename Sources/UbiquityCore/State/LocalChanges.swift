@@ -65,7 +65,7 @@ extension CoreState {
 
     /// Remembers conflict versions resolved here.
     mutating func rememberResolved(_ ids: [String]) throws(CoreError) {
-        do { try store.markResolved(ids) } catch { throw CoreError.from(error) }
+        do { try store.markResolved(ids) } catch { throw CoreError(error) }
         discardedConflicts.formUnion(ids)
     }
 
@@ -129,7 +129,7 @@ extension CoreState {
                 do {
                     let fd = try FileDescriptor.open(paths.content(item.id), O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
                     fd.close()
-                } catch { throw CoreError.from(error) }
+                } catch { throw CoreError(error) }
             }
         }
         try insertNew(item)
@@ -169,12 +169,12 @@ extension CoreState {
     /// Writes the item rows kept back (Store.keptBack; only those of `ids` and the deletes, when given) in this
     /// operation's transaction (their last uses go with it: `saveDueLastUses`).
     mutating func writeKeptBack(only ids: Set<String>? = nil) throws(CoreError) {
-        do { try store.writeKeptBack(only: ids) } catch { throw CoreError.from(error) }
+        do { try store.writeKeptBack(only: ids) } catch { throw CoreError(error) }
     }
 
     /// Adds a new item to the index and the store, and wakes the pusher.
     mutating func insertNew(_ item: Item) throws(CoreError) {
-        do { try store.saveChanged(item) } catch { throw CoreError.from(error) }
+        do { try store.saveChanged(item) } catch { throw CoreError(error) }
         items[item.id] = item
         children.list(item.id, in: item.parent!, as: item.name)
         try entriesChanged(in: item.parent!)
@@ -191,7 +191,7 @@ extension CoreState {
         let now = self.now()
         dir.entriesMTime = now
         dir.ctime = now
-        do { try store.save(dir) } catch { throw CoreError.from(error) }
+        do { try store.save(dir) } catch { throw CoreError(error) }
         items[id] = dir
         if remote { notice(.changed(id, content: false)) }
     }
@@ -202,7 +202,7 @@ extension CoreState {
         let before = item
         var item = item
         do {
-            if try item.remoteVersion == 0 && !store.createWasSent(item.id) {
+            if try item.remoteVersion == 0 ? !store.createWasSent(item.id) : false {
                 try store.delete(item.id)
                 items[item.id] = nil
             } else {
@@ -214,7 +214,7 @@ extension CoreState {
                 items[item.id] = item
                 wakePusher()
             }
-        } catch { throw CoreError.from(error) }
+        } catch { throw CoreError(error) }
         children.unlist(item.name, in: item.parent!)
         try entriesChanged(in: item.parent!)
         releaseContent(of: before)
@@ -296,7 +296,7 @@ extension CoreState {
     func savesOver(_ new: Item, _ target: Item) throws(CoreError) -> Bool {
         guard new.kind == .file, target.kind == .file, !new.isLocalOnly, !target.isLocalOnly, new.hasLocal,
               new.remoteVersion == 0, handles[target.id] == nil else { return false }
-        do { return try !store.createWasSent(new.id) } catch { throw CoreError.from(error) }
+        do { return try !store.createWasSent(new.id) } catch { throw CoreError(error) }
     }
 
     /// A save by rename (`savesOver`): `target` takes `new`'s content, mode, times, owner and attributes as
@@ -322,7 +322,7 @@ extension CoreState {
         item.ctime = now()
         item.metaDirty = true
         contentGeneration[target.id, default: 0] += 1
-        do { try store.delete(new.id) } catch { throw CoreError.from(error) }
+        do { try store.delete(new.id) } catch { throw CoreError(error) }
         items[new.id] = nil
         children.unlist(new.name, in: new.parent!)
         children.unlist(target.name, in: target.parent!)
@@ -352,13 +352,13 @@ extension CoreState {
     mutating func moveContent(of new: String, over id: String) throws(CoreError) {
         let (from, to, aside) = (paths.content(new), paths.content(id), paths.staging + "/" + id + ".before-save")
         let hadCopy = FileManager.default.fileExists(atPath: to)
-        do {
+        do throws(Errno) {
             if hadCopy { try renameFile(to, aside) }
-            do { try renameFile(from, to) } catch {
+            do throws(Errno) { try renameFile(from, to) } catch {
                 if hadCopy { try? renameFile(aside, to) }
                 throw error
             }
-        } catch { throw CoreError.from(error) }
+        } catch { throw CoreError(error) }
         onRollBack { _ in
             try? renameFile(to, from)
             if hadCopy { try? renameFile(aside, to) }
@@ -413,7 +413,7 @@ extension CoreState {
         // The root's times, every access time and every owner are this device's alone: kept, not pushed.
         // (So are the setuid, setgid and sticky bits: WireRules.sharedModeBits.)
         if id == rootID || (item.metadata == unchanged.metadata && !folderTimeSet) {
-            do { try store.save(item) } catch { throw CoreError.from(error) }
+            do { try store.save(item) } catch { throw CoreError(error) }
             items[id] = item
         } else {
             item.metaDirty = true
@@ -445,7 +445,7 @@ extension CoreState {
 
     /// Persists a locally changed item and wakes the pusher.
     mutating func saveLocalChange(_ item: Item) throws(CoreError) {
-        do { try store.saveChanged(item) } catch { throw CoreError.from(error) }
+        do { try store.saveChanged(item) } catch { throw CoreError(error) }
         items[item.id] = item
         wakePusher()
     }

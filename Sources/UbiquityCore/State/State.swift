@@ -183,10 +183,11 @@ struct CoreState {
     /// without the reserve in place, or the reserve (given up for one more try) and then copies that may go,
     /// evicted before their records (`evictCopyForRoom`, up to `evictionsForRoom` times). Called by
     /// `Container.mutate` under the lock.
-    mutating func transact<T>(room: FullDiskRoom, _ body: (inout CoreState) throws -> T) throws -> T {
+    mutating func transact<T, E: Error>(room: FullDiskRoom, _ errors: TransactionErrors<E>,
+                                        _ body: (inout CoreState) throws(E) -> T) throws(E) -> T {
         if room == .withReserveInPlace && !store.hasRoom {
             wakeEvictor()
-            throw CoreError.noSpace
+            throw errors.noSpace
         }
         var retried = false
         var evictions = 0
@@ -196,13 +197,15 @@ struct CoreState {
             commitActions = []
             rollBackActions = []
             let before = effects
-            do {
-                try store.begin()
+            do throws(E) {
+                store.begin()
                 defer { store.keepsRowsBack = false }
                 let result = try body(&self)
-                try writeKeptBackIfDue()
-                saveDueLastUses()
-                try store.commit()
+                try errors.store { () throws(StoreError) in
+                    try writeKeptBackIfDue()
+                    saveDueLastUses()
+                    try store.commit()
+                }
                 items.undo = nil
                 children.undo = nil
                 rollBackActions = []
@@ -221,13 +224,45 @@ struct CoreState {
                 rollBackActions = []
                 for action in undo.reversed() { action(&self) }
                 effects = before
-                guard room == .evictions else { throw error }
-                if !retried && store.giveUpReserve(after: error) { retried = true; continue }
-                if CoreError.from(error) == .noSpace && evictions < CoreState.evictionsForRoom
-                    && evictCopyForRoom() { evictions += 1; continue }
+                guard room == .evictions, errors.isNoSpace(error) else { throw error }
+                if !retried && store.giveUpReserve() { retried = true; continue }
+                if evictions < CoreState.evictionsForRoom && evictCopyForRoom() { evictions += 1; continue }
                 throw error
             }
         }
+    }
+}
+
+/// The error type of a transaction (`CoreState.transact`): how a failure of the store becomes one, and which
+/// ones are a full disk (that room is made for). The door's operations throw CoreError; the sync loops' throw
+/// what they meet (a remote's error, the store's), which they sort by its type.
+struct TransactionErrors<E: Error> {
+    let fromStore: (StoreError) -> E
+    let isNoSpace: (E) -> Bool
+    /// The refusal of an operation that may only run while the store keeps its reserve.
+    let noSpace: E
+
+    /// Runs store work inside a transaction, its failure as an E.
+    func store<T>(_ body: () throws(StoreError) -> T) throws(E) -> T {
+        do { return try body() } catch { throw fromStore(error) }
+    }
+
+    static var core: TransactionErrors<CoreError> {
+        .init(fromStore: CoreError.init, isNoSpace: { $0 == .noSpace }, noSpace: .noSpace)
+    }
+    static var sync: TransactionErrors<any Error> {
+        .init(fromStore: { $0 }, isNoSpace: isStoreDiskFull, noSpace: CoreError.noSpace)
+    }
+}
+
+/// Whether an error the sync loops met in a transaction is a full disk under the store: the store's own, a
+/// file's, or the core's. (A transfer's is `RemoteError.localDiskFull`: Downloads.isDiskFull.)
+func isStoreDiskFull(_ error: any Error) -> Bool {
+    switch error {
+    case let e as CoreError: return e == .noSpace
+    case let e as StoreError: if case .full = e { return true } else { return false }
+    case let e as Errno: return e == .noSpace
+    default: return false
     }
 }
 
@@ -235,7 +270,7 @@ extension CoreState {
     /// Writes the rows kept back (Store.keptBack) in the open operation's transaction when they are due: once
     /// the oldest is a second old (not in an operation that keeps its own rows back) or once too many are kept,
     /// while the store has room. (The deletes kept back go with any operation's first write: Store.write.)
-    mutating func writeKeptBackIfDue() throws {
+    mutating func writeKeptBackIfDue() throws(StoreError) {
         guard store.hasKeptBack else { return }
         let old = !store.keepsRowsBack && now() - store.keptSince > Store.keptBackNanoseconds
         if (old || store.isKeptBackFull) && store.hasRoom { try store.writeKeptBack() }

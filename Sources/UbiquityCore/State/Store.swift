@@ -47,15 +47,15 @@ public final class Store {
 
     /// Opens the store at `directory`, creating it if needed, and takes its lock.
     /// Throws a plain message if another daemon holds the store, or the database cannot be read.
-    public init(directory: String) throws {
+    public init(directory: String) throws(StoreError) {
         self.directory = directory
         self.paths = StorePaths(directory: directory, spares: SpareFiles(directory: directory + "/spare"))
         self.checkpointer = Checkpointer(path: directory + "/state.sqlite")
-        try makeDirectories(directory)
-        try makeDirectories(directory + "/content")
-        try makeDirectories(directory + "/staging")
-        try makeDirectories(directory + "/past")
-        try makeDirectories(directory + "/spare")
+        for folder in ["", "/content", "/staging", "/past", "/spare"] {
+            do { try makeDirectories(directory + folder) } catch {
+                throw .unusable(directory: directory, cause: "cannot make \(directory + folder): \(error)")
+            }
+        }
         lock = try StoreLock(directory: directory)
         do {
             db = try Database(path: directory + "/state.sqlite")
@@ -66,9 +66,7 @@ public final class Store {
             throw StoreError.unusable(directory: directory, cause: "\(error)")
         }
         nextSeq = (try values("SELECT coalesce(max(seq), 0) FROM pending") { $0.int(0) }.first ?? 0) + 1
-        do { try clearStaging() } catch {
-            throw StoreError.unusable(directory: directory, cause: "cannot list its staging folder: \(error)")
-        }
+        try clearStaging()
         keepReserve()
     }
 
@@ -116,11 +114,11 @@ public final class Store {
     /// transaction the write is not retried alone (SQLite may have rolled the transaction back): the
     /// transaction's owner retries the whole of it (`giveUpReserve`).
     @discardableResult
-    private func withReserve<T>(_ body: () throws -> T) throws -> T {
-        try write { try withReserveUnchecked(body) }
+    private func withReserve<T>(_ body: () throws -> T) throws(StoreError) -> T {
+        try write { () throws(StoreError) in try withReserveUnchecked(body) }
     }
 
-    private func withReserveUnchecked<T>(_ body: () throws -> T) throws -> T {
+    private func withReserveUnchecked<T>(_ body: () throws -> T) throws(StoreError) -> T {
         try typed {
             do {
                 let result = try body()
@@ -151,10 +149,10 @@ public final class Store {
     /// The first failure inside the open transaction. SQLite rolls a transaction back by itself on some
     /// failures (a full disk, an I/O error): every later write of the operation then fails with that cause,
     /// rather than run outside any transaction, and so does the commit.
-    private var transactionFailure: Error?
+    private var transactionFailure: StoreError?
 
     /// Runs one write of the store; the first of an operation opens its SQLite transaction.
-    private func write<T>(_ body: () throws -> T) throws -> T {
+    private func write<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         checkInTransaction()
         if inTransaction && !begun {
             try typed { try db.query("BEGIN IMMEDIATE") }
@@ -179,7 +177,7 @@ public final class Store {
     /// Opens an operation. Its transaction is immediate: the write lock is taken at its start (waiting out the
     /// key-value store's connection, which writes the same database), so a transaction that reads and then
     /// writes never fails on a snapshot that another connection's commit made stale.
-    func begin() throws {
+    func begin() {
         precondition(!inTransaction, "transactions do not nest")
         keptUndo = []
         releasedAtBegin = releasedContent
@@ -189,7 +187,7 @@ public final class Store {
     }
 
     /// A commit that fails leaves the operation open: its owner rolls it back.
-    func commit() throws {
+    func commit() throws(StoreError) {
         if db.isAutocommit, let failure = transactionFailure { throw failure }
         if begun {
             try typed { try db.query("COMMIT") }
@@ -219,16 +217,16 @@ public final class Store {
     }
 
     /// After a transaction failed on a full disk: frees the reserve so that one more try can succeed; false
-    /// when `error` is not a full disk or the reserve is gone already.
-    func giveUpReserve(after error: Error) -> Bool {
-        guard CoreError.from(error) == .noSpace, hasReserve else { return false }
+    /// when the reserve is gone already.
+    func giveUpReserve() -> Bool {
+        guard hasReserve else { return false }
         removeLeftover(reservePath)
         hasReserve = false
         return true
     }
 
-    private func createSchema() throws {
-        try db.exec("""
+    private func createSchema() throws(StoreError) {
+        try typed { try db.exec("""
         CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
         CREATE TABLE IF NOT EXISTS items(
           id TEXT PRIMARY KEY, parent TEXT, name TEXT NOT NULL, kind TEXT NOT NULL, mode INTEGER NOT NULL,
@@ -244,8 +242,8 @@ public final class Store {
           id TEXT NOT NULL, offset INTEGER NOT NULL, size INTEGER NOT NULL, sha TEXT NOT NULL,
           PRIMARY KEY(id, offset));
         CREATE INDEX IF NOT EXISTS chunk_places_sha ON chunk_places(sha);
-        """)
-        for (name, type) in Store.addedColumns { try db.addColumnIfMissing("items", name, type) }
+        """) }
+        for (name, type) in Store.addedColumns { try typed { try db.addColumnIfMissing("items", name, type) } }
     }
 
     /// Columns added since the first schema, with what an older row holds in them: a store made by an older
@@ -263,9 +261,13 @@ public final class Store {
 
     /// Removes every leftover of an interrupted download (nothing in staging is ever served) and every copy of a
     /// past version an open did not come to take.
-    private func clearStaging() throws {
+    private func clearStaging() throws(StoreError) {
         for folder in [stagingDirectory, paths.past] {
-            for name in try FileManager.default.contentsOfDirectory(atPath: folder) {
+            let names: [String]
+            do { names = try FileManager.default.contentsOfDirectory(atPath: folder) } catch {
+                throw .unusable(directory: directory, cause: "cannot list its folder \(folder): \(error)")
+            }
+            for name in names {
                 // One left behind is never served, only in the way of nothing: logged, not fatal.
                 do { try removeFile(folder + "/" + name) } catch {
                     Logger("store").warning("cannot remove \(folder)/\(name): \(error)")
@@ -276,7 +278,7 @@ public final class Store {
 
     /// Runs a query and reads each row inside the callback: a Row is only valid there (the rows
     /// `Database.query` returns outlive their statement and must not be read).
-    private func values<T>(_ sql: String, _ params: [SQLValue] = [], _ read: (Row) throws -> T) throws -> [T] {
+    private func values<T>(_ sql: String, _ params: [SQLValue] = [], _ read: (Row) throws(StoreError) -> T) throws(StoreError) -> [T] {
         var out: [T] = []
         try typed { try db.forEach(sql, params) { out.append(try read($0)) } }
         return out
@@ -284,11 +286,11 @@ public final class Store {
 
     // MARK: meta
 
-    func meta(_ key: String) throws -> String? {
+    func meta(_ key: String) throws(StoreError) -> String? {
         try values("SELECT value FROM meta WHERE key = ?", [.text(key)]) { $0.text(0) }.first
     }
 
-    func setMeta(_ key: String, _ value: String) throws {
+    func setMeta(_ key: String, _ value: String) throws(StoreError) {
         try withReserve {
             try db.query("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                          [.text(key), .text(value)])
@@ -296,14 +298,14 @@ public final class Store {
     }
 
     /// Records which container the store holds (by the daemon, before a Container opens the store).
-    public func bind(container: String) throws { try setMeta("container", container) }
+    public func bind(container: String) throws(StoreError) { try setMeta("container", container) }
 
-    func removeMeta(_ key: String) throws {
-        _ = try write { try typed { try db.query("DELETE FROM meta WHERE key = ?", [.text(key)]) } }
+    func removeMeta(_ key: String) throws(StoreError) {
+        _ = try write { () throws(StoreError) in try typed { try db.query("DELETE FROM meta WHERE key = ?", [.text(key)]) } }
     }
 
     /// Sets of ids kept in `meta` under a key prefix ("resolved:", "unpushed:", "refused:").
-    private func insertIDs(_ prefix: String, _ ids: [String]) throws {
+    private func insertIDs(_ prefix: String, _ ids: [String]) throws(StoreError) {
         try withReserve {
             try db.transaction {
                 for id in ids { try db.query("INSERT OR REPLACE INTO meta(key, value) VALUES(?, '1')", [.text(prefix + id)]) }
@@ -311,14 +313,14 @@ public final class Store {
         }
     }
 
-    private func deleteIDs(_ prefix: String, _ ids: [String]) throws {
-        try write { try typed { try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } } } }
+    private func deleteIDs(_ prefix: String, _ ids: [String]) throws(StoreError) {
+        try write { () throws(StoreError) in try typed { try db.transaction { for id in ids { try db.query("DELETE FROM meta WHERE key = ?", [.text(prefix + id)]) } } } }
     }
 
     /// The ids under `prefix`, read as a range of the key's index (a LIKE would scan every key, and `meta` holds
     /// one per item created here): the keys from `prefix` up to, not including, the prefix with its last
     /// character, a ":", turned into the next one.
-    private func ids(_ prefix: String) throws -> [String] {
+    private func ids(_ prefix: String) throws(StoreError) -> [String] {
         precondition(prefix.hasSuffix(":"), "id prefixes end in a colon")
         return try values("SELECT key FROM meta WHERE key >= ? AND key < ? ORDER BY key",
                           [.text(prefix), .text(prefix.dropLast() + ";")]) {
@@ -327,19 +329,19 @@ public final class Store {
     }
 
     /// Conflict versions resolved on this device, remembered across restarts (see Container.discardedConflicts).
-    func markResolved(_ conflicts: [String]) throws { try insertIDs("resolved:", conflicts) }
-    func resolvedConflicts() throws -> [String] { try ids("resolved:") }
+    func markResolved(_ conflicts: [String]) throws(StoreError) { try insertIDs("resolved:", conflicts) }
+    func resolvedConflicts() throws(StoreError) -> [String] { try ids("resolved:") }
 
     /// Conflict versions added here and not yet stored by the remote (see Container.unpushedConflicts):
     /// `added` true remembers them, false forgets them.
-    func markUnpushed(_ conflicts: [String], added: Bool) throws {
+    func markUnpushed(_ conflicts: [String], added: Bool) throws(StoreError) {
         if added { try insertIDs("unpushed:", conflicts) } else { try deleteIDs("unpushed:", conflicts) }
     }
-    func unpushedConflicts() throws -> [String] { try ids("unpushed:") }
+    func unpushedConflicts() throws(StoreError) -> [String] { try ids("unpushed:") }
 
     /// Remote changes the puller could not take yet (see SyncLoops.refetchRefused), by item id.
-    func markRefused(_ id: String) throws { try insertIDs("refused:", [id]) }
-    func takeRefused() throws -> [String] {
+    func markRefused(_ id: String) throws(StoreError) { try insertIDs("refused:", [id]) }
+    func takeRefused() throws(StoreError) -> [String] {
         let refused = try ids("refused:")
         try deleteIDs("refused:", refused)
         return refused
@@ -347,30 +349,30 @@ public final class Store {
 
     /// Marks an item whose create was sent: the remote may hold it even if no answer came back. `what` is the
     /// state sent (encoded by the caller); the first one sent is kept, as the one that may have landed first.
-    func markCreateSent(_ id: String, _ what: String = "1") throws {
+    func markCreateSent(_ id: String, _ what: String = "1") throws(StoreError) {
         try withReserve {
             try db.query("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO NOTHING",
                          [.text("sent:" + id), .text(what)])
         }
     }
-    func createWasSent(_ id: String) throws -> Bool { try meta("sent:" + id) != nil }
+    func createWasSent(_ id: String) throws(StoreError) -> Bool { try meta("sent:" + id) != nil }
     /// The state recorded by `markCreateSent`.
-    func sentCreate(_ id: String) throws -> String? { try meta("sent:" + id) }
+    func sentCreate(_ id: String) throws(StoreError) -> String? { try meta("sent:" + id) }
     /// The remote does not hold the item (any more): a create sent before is not there.
-    func forgetCreateSent(_ id: String) throws { try removeMeta("sent:" + id) }
+    func forgetCreateSent(_ id: String) throws(StoreError) { try removeMeta("sent:" + id) }
 
     /// The last puts sent for an item, encoded by the caller (`PushSide.markSent`, PushState.swift).
-    func sentPuts(_ id: String) throws -> String? { try meta("puts:" + id) }
-    func setSentPuts(_ id: String, _ puts: String) throws { try setMeta("puts:" + id, puts) }
-    func forgetSentPuts(_ id: String) throws { try removeMeta("puts:" + id) }
+    func sentPuts(_ id: String) throws(StoreError) -> String? { try meta("puts:" + id) }
+    func setSentPuts(_ id: String, _ puts: String) throws(StoreError) { try setMeta("puts:" + id, puts) }
+    func forgetSentPuts(_ id: String) throws(StoreError) { try removeMeta("puts:" + id) }
 
     /// A local-only item whose remote copy is gone (or left to other devices): made ubiquitous again, it is
     /// written against remote version `base` (its tombstone: the remote keeps the id).
-    func markLeftRemote(_ id: String, base: Int64) throws {
+    func markLeftRemote(_ id: String, base: Int64) throws(StoreError) {
         try setMeta("gone:" + id, String(base))
     }
     /// The version recorded by `markLeftRemote` (kept until the item is removed: a newer one replaces it).
-    func leftRemoteBase(_ id: String) throws -> Int64? {
+    func leftRemoteBase(_ id: String) throws(StoreError) -> Int64? {
         guard let text = try meta("gone:" + id) else { return nil }
         guard let base = Int64(text) else { throw StoreError.badValue(id: "gone:" + id, column: "meta", cause: text) }
         return base
@@ -392,7 +394,7 @@ public final class Store {
             .map { "\($0) = excluded.\($0)" }.joined(separator: ", ")
 
     /// Every item in the store, each knowing whether a folder above it is local-only.
-    func loadItems() throws -> [Item] {
+    func loadItems() throws(StoreError) -> [Item] {
         var byID: [String: Item] = [:]
         try forEachItem { byID[$0.id] = $0 }
         Item.markLocalOnlyAbove(&byID)
@@ -400,19 +402,19 @@ public final class Store {
     }
 
     /// How many item rows the store holds.
-    func itemCount() throws -> Int {
+    func itemCount() throws(StoreError) -> Int {
         try typed { try db.first("SELECT count(*) FROM items") { Int($0.int(0)) } } ?? 0
     }
 
     /// Reads every item row, one at a time (`localOnlyAbove` is not set: it depends on the parents).
-    func forEachItem(_ body: (Item) throws -> Void) throws {
+    func forEachItem(_ body: (Item) throws(StoreError) -> Void) throws(StoreError) {
         try typed { try db.forEach("SELECT \(Store.columns) FROM items") { try body(try Store.item($0)) } }
     }
 
     /// Reads every item row into `index` (the load at start; `localOnlyAbove` is not set). A row of the common
     /// kind is packed straight from its columns; one with rare fields (xattrs, conflicts, a target...) is
     /// decoded as an `Item` first.
-    func load(into index: inout ItemIndex) throws {
+    func load(into index: inout ItemIndex) throws(StoreError) {
         try typed { try db.forEach("SELECT \(Store.columns) FROM items") { row in
             if let packed = Store.packed(row) { return index.insertLoaded(packed) }
             let item = try Store.item(row)
@@ -420,7 +422,7 @@ public final class Store {
         } }
     }
 
-    private static func item(_ row: Row) throws -> Item {
+    private static func item(_ row: Row) throws(StoreError) -> Item {
         let id = row.text(0)
         return Item(
             id: id, parent: row.optionalText(1), name: row.text(2),
@@ -474,7 +476,7 @@ public final class Store {
     }
 
     /// Writes one item; adds it to the pending journal when it has changes to push, removes it otherwise.
-    func save(_ item: Item) throws {
+    func save(_ item: Item) throws(StoreError) {
         if keepBack(item, toJournalEnd: false) { return }
         let kept = setKept(item.id, nil)
         try withReserve {
@@ -511,7 +513,7 @@ public final class Store {
 
     /// Saves an item with a local change and moves it to the end of the pending journal (a local-only item
     /// is only saved: it is in the journal only while the remote holds a copy to delete).
-    func saveChanged(_ item: Item) throws {
+    func saveChanged(_ item: Item) throws(StoreError) {
         if item.isLocalOnly { return try save(item) }
         if keepBack(item, toJournalEnd: true) { return }
         _ = setKept(item.id, nil)
@@ -636,18 +638,18 @@ public final class Store {
 
     /// Writes the rows kept back (only those of `ids` and the deletes, when given), in the order they were first
     /// kept, in the open operation's transaction.
-    func writeKeptBack(only ids: Set<String>? = nil) throws {
+    func writeKeptBack(only ids: Set<String>? = nil) throws(StoreError) {
         let rows = keptBack.values.filter { $0.isDelete || ids?.contains($0.id) ?? true }.sorted { $0.order < $1.order }
         try write(rows)
     }
 
     /// Writes the deletes kept back, in the open operation's transaction.
-    func writeKeptDeletes() throws {
+    func writeKeptDeletes() throws(StoreError) {
         guard hasKeptDeletes else { return }
         try write(keptBack.values.filter(\.isDelete).sorted { $0.order < $1.order })
     }
 
-    private func write(_ rows: [KeptRow]) throws {
+    private func write(_ rows: [KeptRow]) throws(StoreError) {
         guard !rows.isEmpty else { return }
         try withReserve {
             try db.transaction {
@@ -662,7 +664,7 @@ public final class Store {
     }
 
     /// Removes an item for good.
-    func delete(_ id: String) throws {
+    func delete(_ id: String) throws(StoreError) {
         if keep(id, nil, toJournalEnd: false) { return }
         _ = setKept(id, nil)
         try withReserve {
@@ -684,7 +686,7 @@ public final class Store {
 
     /// Records the chunks of the content file of `id` (its hashed chunks, where they start), replacing what was
     /// recorded for it: a hint, checked by the hash of what is read there before any use.
-    func placeChunks(of id: String, _ chunks: [Chunk]) throws {
+    func placeChunks(of id: String, _ chunks: [Chunk]) throws(StoreError) {
         try withReserve {
             try db.transaction {
                 try db.query("DELETE FROM chunk_places WHERE id = ?", [.text(id)])
@@ -698,7 +700,7 @@ public final class Store {
     }
 
     /// Where the chunk `sha` was recorded in the content files, a few places at most.
-    func chunkPlaces(_ sha: String) throws -> [(id: String, offset: Int64, size: Int64)] {
+    func chunkPlaces(_ sha: String) throws(StoreError) -> [(id: String, offset: Int64, size: Int64)] {
         try values("SELECT id, offset, size FROM chunk_places WHERE sha = ? LIMIT 4", [.text(sha)]) {
             ($0.text(0), $0.int(1), $0.int(2))
         }
@@ -707,14 +709,14 @@ public final class Store {
     // MARK: last use of local copies (the order of eviction)
 
     /// The last open or close of each file with a recorded one (ns since the epoch).
-    func lastUsedTimes() throws -> [String: Int64] {
+    func lastUsedTimes() throws(StoreError) -> [String: Int64] {
         var times: [String: Int64] = [:]
         try typed { try db.forEach("SELECT id, at FROM last_used") { times[$0.text(0)] = $0.int(1) } }
         return times
     }
 
     /// Records last uses, in one transaction.
-    func saveLastUsed(_ times: [String: Int64]) throws {
+    func saveLastUsed(_ times: [String: Int64]) throws(StoreError) {
         try withReserve {
             try db.transaction {
                 for (id, at) in times {
@@ -726,25 +728,25 @@ public final class Store {
     }
 
     /// The pending journal, oldest change first.
-    func pendingIDs() throws -> [String] {
+    func pendingIDs() throws(StoreError) -> [String] {
         try values("SELECT id FROM pending ORDER BY seq") { $0.text(0) }
     }
 
     /// The oldest pending id that `take` accepts, reading the journal no further.
-    func firstPending(where take: (String) -> Bool) throws -> String? {
+    func firstPending(where take: (String) -> Bool) throws(StoreError) -> String? {
         try typed { try db.first("SELECT id FROM pending ORDER BY seq") { row in
             let id = row.text(0)
             return take(id) ? id : nil
         } }
     }
 
-    func isPending(_ id: String) throws -> Bool {
+    func isPending(_ id: String) throws(StoreError) -> Bool {
         if let row = keptBack[id], row.item == nil || row.toJournalEnd { return row.item != nil }
         return try typed { try db.first("SELECT 1 FROM pending WHERE id = ?", [.text(id)]) { _ in true } } ?? false
     }
 
     /// The journal's length, with the rows kept back that go into it (new files, which are not in it yet).
-    func pendingCount() throws -> Int {
+    func pendingCount() throws(StoreError) -> Int {
         let kept = keptBack.values.count { $0.toJournalEnd }
         return kept + (try typed { try db.first("SELECT count(*) FROM pending") { Int($0.int(0)) } } ?? 0)
     }
@@ -763,15 +765,17 @@ public final class Store {
     }
 
     /// The xattrs stored for item `id`; a value that does not decode throws (an empty set would be pushed).
-    static func decodeXattrs(_ s: String, of id: String) throws -> [String: [UInt8]] {
+    static func decodeXattrs(_ s: String, of id: String) throws(StoreError) -> [String: [UInt8]] {
         if s == "{}" { return [:] }
         let wire = try decode([String: String].self, s, id: id, column: "xattrs")
-        return try wire.mapValues { value in
+        var xattrs: [String: [UInt8]] = [:]
+        for (name, value) in wire {
             guard let data = Data(base64Encoded: value) else {
-                throw StoreError.badValue(id: id, column: "xattrs", cause: "a value is not base64")
+                throw .badValue(id: id, column: "xattrs", cause: "a value is not base64")
             }
-            return [UInt8](data)
+            xattrs[name] = [UInt8](data)
         }
+        return xattrs
     }
 
     static func encodeConflicts(_ c: [WireConflict]) -> String {
@@ -780,12 +784,12 @@ public final class Store {
     }
 
     /// The conflict versions stored for item `id`; a value that does not decode throws.
-    static func decodeConflicts(_ s: String, of id: String) throws -> [WireConflict] {
+    static func decodeConflicts(_ s: String, of id: String) throws(StoreError) -> [WireConflict] {
         if s == "[]" { return [] }
         return try decode([WireConflict].self, s, id: id, column: "conflicts")
     }
 
-    private static func decode<T: Decodable>(_ type: T.Type, _ s: String, id: String, column: String) throws -> T {
+    private static func decode<T: Decodable>(_ type: T.Type, _ s: String, id: String, column: String) throws(StoreError) -> T {
         do { return try JSONDecoder().decode(type, from: Data(s.utf8)) } catch {
             throw StoreError.badValue(id: id, column: column, cause: "\(error)")
         }
@@ -838,10 +842,20 @@ public enum StoreError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// Runs store work, turning a database error into the StoreError of its case.
+/// Runs store work on UbiquityBase's Database, the one bridge from its untyped throws: its own failures are
+/// SQLiteErrors, each turned into the StoreError of its case, and the row readers the store gives it throw
+/// StoreErrors. It throws nothing else; should it, that reads as a database failure (`io`), cause kept.
 @discardableResult
-func typed<T>(_ body: () throws -> T) throws -> T {
-    do { return try body() } catch let error as SQLiteError { throw StoreError(error) }
+func typed<T>(_ body: () throws -> T) throws(StoreError) -> T {
+    do {
+        return try body()
+    } catch let error as SQLiteError {
+        throw StoreError(error)
+    } catch let error as StoreError {
+        throw error
+    } catch {
+        throw .io(SQLiteError(code: 1, message: "\(error)"))
+    }
 }
 
 /// The paths of a store's files.
@@ -1028,10 +1042,12 @@ final class Checkpointer: Sendable {
 
     init(path: String) { self.path = path }
 
-    func run() throws {
-        try db.withLock { db in
-            if db == nil { db = try Database(path: path) }
-            try db!.exec("PRAGMA wal_checkpoint(PASSIVE)")
+    func run() throws(StoreError) {
+        try typed {
+            try db.withLock { db in
+                if db == nil { db = try Database(path: path) }
+                try db!.exec("PRAGMA wal_checkpoint(PASSIVE)")
+            }
         }
     }
 }

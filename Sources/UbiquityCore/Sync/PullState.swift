@@ -76,7 +76,7 @@ extension PullSide {
                 return applied
             }
         } catch {
-            if CoreError.from(error) == .noSpace {
+            if isStoreDiskFull(error) {
                 update { s in if s.storeFullSince == nil { s.storeFullSince = s.now() } }
                 container.evictor.wake()
             }

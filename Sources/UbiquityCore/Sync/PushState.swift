@@ -89,7 +89,7 @@ extension PushSide {
     }
 
     /// Number of items with changes not yet on the remote.
-    var pendingPushCount: Int { get throws { try read { s in try s.changesToPush() } } }
+    var pendingPushCount: Int { get throws(StoreError) { try read { s throws(StoreError) in try s.changesToPush() } } }
 }
 
 // MARK: the pusher: reads
@@ -546,7 +546,7 @@ extension PushSide {
 extension CoreState {
     /// The items with changes not yet on the remote: the journal, and the folders that owe one more push
     /// after their entries (`timedAfterEntries`) while they are out of it.
-    func changesToPush() throws -> Int {
+    func changesToPush() throws(StoreError) -> Int {
         let owed = timedAfterEntries.filter { owesTimeAfterEntries($0) && items[$0]?.isPending == false }
         return try store.pendingCount() + owed.count
     }

@@ -135,10 +135,7 @@ struct Pusher {
             try push.forgetDeleted(id)
             return true
         }
-        let current: WireItem
-        do { current = try container.remote.item(id) } catch RemoteError.notFound {
-            try push.forgetDeleted(id); return true
-        }
+        guard let current = try container.remote.itemIfPresent(id) else { try push.forgetDeleted(id); return true }
         if current.deleted { try push.forgetDeleted(id); return true }
         if !isOwnWrite(current, deleted: item) { try restore(current); return true }
         // It landed and nobody changed it since: delete that version.
@@ -311,7 +308,7 @@ struct Pusher {
             log.debug("push \(id): already applied at version \(version)")
             try acknowledgeApplied(wire, version: version, current: current, snap: snap, pushed: item)
             return true
-        } catch let error as RemoteError {
+        } catch {
             log.debug("push \(id) (base \(item.remoteVersion), sha \(wire.sha256.prefix(8))): \(error)")
             return try putRefused(error, wire: wire, snap: snap, pushed: item, pushedFirst: &pushedFirst)
         }
@@ -401,7 +398,10 @@ struct Pusher {
         while true {
             attempt += 1
             let missing: Set<String>
-            do { missing = try remote.missingChunks(manifest.chunkHashes) } catch RemoteError.notFound { return false }
+            do { missing = try remote.missingChunks(manifest.chunkHashes) } catch {
+                if case .notFound = error { return false }
+                throw error
+            }
             var seen = Set<String>()
             let sending = chunks.filter { $0.sha256.map { missing.contains($0) && seen.insert($0).inserted } ?? false }
             let done = Locked(manifest.size - sending.reduce(0) { $0 + $1.size })
@@ -418,7 +418,8 @@ struct Pusher {
                 try remote.putManifest(manifest)
                 log.debug("push \(id): \(sending.count) of \(manifest.chunkHashes.count) chunks sent")
                 return true
-            } catch RemoteError.conflict(let why, _) where attempt < 3 {
+            } catch {
+                guard case .conflict(let why, _) = error, attempt < 3 else { throw error }
                 log.info("push \(id): \(why); asking again")
             }
         }
@@ -583,8 +584,7 @@ struct Pusher {
     /// the remote changes the puller refused meanwhile follow.
     private func giveWay(_ wire: WireItem, pushed: Item, why: String) throws -> Bool {
         guard let parentID = pushed.parent else { return true }
-        let parent: WireItem?
-        do { parent = try container.remote.item(parentID) } catch RemoteError.notFound { parent = nil }
+        let parent = try container.remote.itemIfPresent(parentID)
         if parent == nil, push.isUnpushedFolder(parentID), !waiting.contains(parentID), waiting.count < 32 {
             try pushFirst(parentID)
             return false
@@ -606,8 +606,7 @@ struct Pusher {
             try pushFirst(first)
             return false
         }
-        let current: WireItem?
-        do { current = try container.remote.item(id) } catch RemoteError.notFound { current = nil }
+        let current = try container.remote.itemIfPresent(id)
         // That move waits for this push (for the name this item holds there): this item steps aside where the
         // remote has it, which frees the name; its own move goes at its next push, once nothing is below it.
         if let first, waiting.contains(first), let current, !current.deleted, current.version == pushed.remoteVersion {
@@ -628,7 +627,8 @@ struct Pusher {
         while cur.id != id {
             guard let up = cur.parent, chain.count < 256 else { return nil }
             chain.append(cur)
-            do { cur = try container.remote.item(up) } catch RemoteError.notFound { return nil }
+            guard let next = try container.remote.itemIfPresent(up) else { return nil }
+            cur = next
         }
         for folder in chain where push.hasMovedAway(folder) {
             if let first = push.firstToPush(toFree: folder.id), first != id { return first }

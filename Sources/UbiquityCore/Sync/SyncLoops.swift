@@ -164,7 +164,7 @@ final class SyncLoops: Sendable {
             pull.waitingForRoom = false
             pull.backoff.reset()
             return 0
-        } catch where !(error is RemoteError) && CoreError.from(error) == .noSpace {
+        } catch where isStoreDiskFull(error) {
             // The store's disk is full: the changes wait (the feed position stays) while the evictor and
             // the pusher make room, and are fetched again once the reserve is back.
             if !pull.waitingForRoom { log.warning("the store's disk is full: remote changes wait until there is room") }
@@ -227,9 +227,7 @@ final class SyncLoops: Sendable {
         }
         var items: [WireItem] = []
         for (i, id) in ids.enumerated() {
-            do { items.append(try container.remote.item(id)) } catch RemoteError.notFound {
-                continue
-            } catch {
+            do { if let item = try container.remote.itemIfPresent(id) { items.append(item) } } catch {
                 do { try container.pullSide.markRefused(ids[i...]) } catch {
                     log.error("cannot keep the remote changes to fetch again (\(ids[i...].count) lost): \(error)")
                 }
@@ -318,5 +316,5 @@ final class SyncLoops: Sendable {
     }
 
     /// Number of items with changes not yet on the remote.
-    var pendingCount: Int { get throws { try container.pushSide.pendingPushCount } }
+    var pendingCount: Int { get throws(StoreError) { try container.pushSide.pendingPushCount } }
 }
