@@ -405,11 +405,7 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
             try checkOnline()
             if let problem = Self.batchProblem(entries) { throw RemoteError.rejected(status: 413, message: problem) }
             return entries.map { entry in
-                do { return .success(try applyLocked(entry)) } catch let error as RemoteError {
-                    return .failure(error)
-                } catch {
-                    return .failure(.server(status: 500, message: "\(error)"))
-                }
+                do throws(RemoteError) { return .success(try applyLocked(entry)) } catch { return .failure(error) }
             }
         }
     }
