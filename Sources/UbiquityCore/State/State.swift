@@ -261,6 +261,7 @@ func isStoreDiskFull(_ error: any Error) -> Bool {
     switch error {
     case let e as CoreError: return e == .noSpace
     case let e as StoreError: if case .full = e { return true } else { return false }
+    case let e as SQLiteError: return e.isDiskFull // the store's check reads its database itself
     case let e as Errno: return e == .noSpace
     default: return false
     }
