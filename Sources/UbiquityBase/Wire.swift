@@ -808,3 +808,67 @@ public struct WireDataDeleted: Codable, Equatable, Sendable {
     public var batch: WireDataBatch?
     public init(deleted: [WireItem], batch: WireDataBatch?) { self.deleted = deleted; self.batch = batch }
 }
+
+// MARK: Shares (docs/WIRE.md "Shares")
+
+/// A folder of one user's container shared with another user of the remote. `name` is the folder's name now;
+/// a participant learns nothing else of where it lies.
+public struct WireShare: Codable, Equatable, Sendable {
+    public var id: String
+    /// The container's id as both users name it (sharing is within one app's container id).
+    public var container: String
+    public var folder: String
+    public var name: String
+    public var owner: String
+    public var user: String
+    public var readOnly: Bool
+    public var created: Int64
+    public init(id: String, container: String, folder: String, name: String, owner: String, user: String,
+                readOnly: Bool, created: Int64) {
+        self.id = id; self.container = container; self.folder = folder; self.name = name; self.owner = owner
+        self.user = user; self.readOnly = readOnly; self.created = created
+    }
+}
+
+/// Body of `POST /v1/containers/{cid}/shares`: the folder, the user it is shared with, and how.
+public struct WireShareRequest: Codable, Equatable, Sendable {
+    public var folder: String
+    public var user: String
+    public var readOnly: Bool
+    public init(folder: String, user: String, readOnly: Bool) { self.folder = folder; self.user = user; self.readOnly = readOnly }
+}
+
+/// Body of `POST /v1/containers/{cid}/shares/remove`.
+public struct WireShareRemoval: Codable, Equatable, Sendable {
+    public var folder: String
+    public var user: String
+    public init(folder: String, user: String) { self.folder = folder; self.user = user }
+}
+
+/// Body of `POST /v1/shares/leave`: the share a participant leaves.
+public struct WireShareLeave: Codable, Equatable, Sendable {
+    public var id: String
+    public init(id: String) { self.id = id }
+}
+
+/// Answer of `GET /v1/shares`: the shares the user owns and those they take part in.
+public struct WireShareList: Codable, Equatable, Sendable {
+    public var shares: [WireShare]
+    public init(shares: [WireShare]) { self.shares = shares }
+}
+
+/// Answer of `POST .../shares/remove` and `POST /v1/shares/leave`.
+public struct WireSharesRemoved: Codable, Equatable, Sendable {
+    public var removed: Int
+    public init(removed: Int) { self.removed = removed }
+}
+
+public enum WireShareRules {
+    /// A share's id: 32 lowercase hex digits.
+    public static func isValidID(_ id: String) -> Bool {
+        id.utf8.count == 32 && id.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+    }
+    /// How far a walk up from a folder goes at most (the server refuses a move that would make a cycle; this
+    /// bounds the walk whatever is stored).
+    public static let maxDepth = 4096
+}

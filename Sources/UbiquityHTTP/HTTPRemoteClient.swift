@@ -370,6 +370,35 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
                         headers: ["Content-Type: application/json"], body: body)
     }
 
+    // MARK: - Shares (account-level calls but `addShare` and `removeShare`, which name a folder of `container`)
+
+    /// The shares the key's user owns or takes part in.
+    public func shares() throws(RemoteError) -> [WireShare] {
+        let list: WireShareList = try json("GET", url(["v1", "shares"]))
+        return list.shares
+    }
+
+    /// Shares folder `folder` of this container with user `user` (again: changes how).
+    public func addShare(folder: String, user: String, readOnly: Bool) throws(RemoteError) -> WireShare {
+        let body = try encoded(WireShareRequest(folder: folder, user: user, readOnly: readOnly), "a share")
+        return try json("POST", url(["v1", "containers", container, "shares"]),
+                        headers: ["Content-Type: application/json"], body: body)
+    }
+
+    /// Stops sharing folder `folder` of this container with `user`.
+    public func removeShare(folder: String, user: String) throws(RemoteError) {
+        let body = try encoded(WireShareRemoval(folder: folder, user: user), "a share's removal")
+        let _: WireSharesRemoved = try json("POST", url(["v1", "containers", container, "shares", "remove"]),
+                                            headers: ["Content-Type: application/json"], body: body)
+    }
+
+    /// Leaves share `id` (its participant's call).
+    public func leaveShare(id: String) throws(RemoteError) {
+        let body = try encoded(WireShareLeave(id: id), "a share's leave")
+        let _: WireSharesRemoved = try json("POST", url(["v1", "shares", "leave"]),
+                                            headers: ["Content-Type: application/json"], body: body)
+    }
+
     // MARK: - Plumbing
 
     /// A request's JSON body.

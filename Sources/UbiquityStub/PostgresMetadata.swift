@@ -513,6 +513,7 @@ private final class PostgresTransaction: MetadataTransaction {
     }
 
     func deleteUser(_ name: String) throws(ServerFailure) -> Bool {
+        try conn.exec("DELETE FROM shares WHERE owner = $1 OR participant = $1", [name])
         try conn.exec("DELETE FROM devices WHERE owner = $1", [name])
         try conn.exec("DELETE FROM user_limits WHERE name = $1", [name])
         return try conn.exec("DELETE FROM users WHERE name = $1 RETURNING name", [name]).count > 0
@@ -522,6 +523,44 @@ private final class PostgresTransaction: MetadataTransaction {
         try conn.exec("INSERT INTO devices (owner, name, key_hash, created, revoked) VALUES ($1, $2, $3, $4, NULL) "
                       + "ON CONFLICT DO NOTHING RETURNING name",
                       [device.owner, device.name, keyHash, String(device.created)]).count > 0
+    }
+
+    private static let shareColumns = "id, container, folder, owner, participant, read_only, created"
+
+    private static func decodeShares(_ r: PGRows) -> [StubShare] {
+        (0..<r.count).map {
+            StubShare(id: r.text($0, 0), container: r.text($0, 1), folder: r.text($0, 2), owner: r.text($0, 3),
+                      participant: r.text($0, 4), readOnly: r.int($0, 5) != 0, created: r.int($0, 6))
+        }
+    }
+
+    func upsertShare(_ share: StubShare) throws(ServerFailure) -> StubShare {
+        let r = try conn.exec("""
+            INSERT INTO shares (\(Self.shareColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7)
+            ON CONFLICT (container, folder, participant) DO UPDATE SET read_only = excluded.read_only
+            RETURNING \(Self.shareColumns)
+            """, [share.id, share.container, share.folder, share.owner, share.participant, share.readOnly ? "1" : "0",
+                  String(share.created)])
+        return Self.decodeShares(r).first ?? share
+    }
+
+    func deleteShare(container: String, folder: String, participant: String) throws(ServerFailure) -> Bool {
+        try conn.exec("DELETE FROM shares WHERE container = $1 AND folder = $2 AND participant = $3 RETURNING id",
+                      [container, folder, participant]).count > 0
+    }
+
+    func deleteShare(id: String, participant: String) throws(ServerFailure) -> Bool {
+        try conn.exec("DELETE FROM shares WHERE id = $1 AND participant = $2 RETURNING id", [id, participant]).count > 0
+    }
+
+    func shares(user: String) throws(ServerFailure) -> [StubShare] {
+        Self.decodeShares(try conn.exec("SELECT \(Self.shareColumns) FROM shares WHERE owner = $1 OR participant = $1 "
+                                        + "ORDER BY created, id", [user]))
+    }
+
+    func shares(container cid: String) throws(ServerFailure) -> [StubShare] {
+        Self.decodeShares(try conn.exec("SELECT \(Self.shareColumns) FROM shares WHERE container = $1 ORDER BY created, id",
+                                        [cid]))
     }
 
     private static func decodeDevice(_ r: PGRows, _ i: Int) -> StubDevice {

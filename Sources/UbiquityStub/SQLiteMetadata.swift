@@ -392,6 +392,7 @@ private struct SQLiteTransaction: MetadataTransaction {
     }
 
     func deleteUser(_ name: String) throws(ServerFailure) -> Bool {
+        try db.query("DELETE FROM shares WHERE owner = ?1 OR participant = ?1", [.text(name)])
         try db.query("DELETE FROM devices WHERE owner = ?", [.text(name)])
         try db.query("DELETE FROM user_limits WHERE name = ?", [.text(name)])
         try db.query("DELETE FROM users WHERE name = ?", [.text(name)])
@@ -426,6 +427,48 @@ private struct SQLiteTransaction: MetadataTransaction {
                      + "JOIN users u ON u.name = d.owner WHERE d.key_hash = ?", [.text(keyHash)]) {
             (Self.decodeDevice($0), $0.text(4))
         }
+    }
+
+    private static let shareColumns = "id, container, folder, owner, participant, read_only, created"
+
+    private static func decodeShare(_ r: Row) -> StubShare {
+        StubShare(id: r.text(0), container: r.text(1), folder: r.text(2), owner: r.text(3), participant: r.text(4),
+                  readOnly: r.int(5) != 0, created: r.int(6))
+    }
+
+    func upsertShare(_ share: StubShare) throws(ServerFailure) -> StubShare {
+        try db.query("""
+            INSERT INTO shares (\(Self.shareColumns)) VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (container, folder, participant) DO UPDATE SET read_only = excluded.read_only
+            """, [.text(share.id), .text(share.container), .text(share.folder), .text(share.owner),
+                  .text(share.participant), .int(share.readOnly ? 1 : 0), .int(share.created)])
+        return try db.first("SELECT \(Self.shareColumns) FROM shares WHERE container = ? AND folder = ? AND participant = ?",
+                            [.text(share.container), .text(share.folder), .text(share.participant)]) { Self.decodeShare($0) } ?? share
+    }
+
+    func deleteShare(container: String, folder: String, participant: String) throws(ServerFailure) -> Bool {
+        try db.query("DELETE FROM shares WHERE container = ? AND folder = ? AND participant = ?",
+                     [.text(container), .text(folder), .text(participant)])
+        return db.changes > 0
+    }
+
+    func deleteShare(id: String, participant: String) throws(ServerFailure) -> Bool {
+        try db.query("DELETE FROM shares WHERE id = ? AND participant = ?", [.text(id), .text(participant)])
+        return db.changes > 0
+    }
+
+    func shares(user: String) throws(ServerFailure) -> [StubShare] {
+        var shares: [StubShare] = []
+        try db.forEach("SELECT \(Self.shareColumns) FROM shares WHERE owner = ?1 OR participant = ?1 ORDER BY created, id",
+                       [.text(user)]) { shares.append(Self.decodeShare($0)) }
+        return shares
+    }
+
+    func shares(container cid: String) throws(ServerFailure) -> [StubShare] {
+        var shares: [StubShare] = []
+        try db.forEach("SELECT \(Self.shareColumns) FROM shares WHERE container = ? ORDER BY created, id",
+                       [.text(cid)]) { shares.append(Self.decodeShare($0)) }
+        return shares
     }
 
     func limits(_ user: String) throws(ServerFailure) -> LimitSettings {

@@ -110,7 +110,7 @@ protocol MetadataTransaction {
     func users() throws(ServerFailure) -> [StubUser]
     /// False when the name (or the prefix) is taken.
     func insertUser(_ user: StubUser) throws(ServerFailure) -> Bool
-    /// Deletes the user and its devices; false when there was no such user.
+    /// Deletes the user, its devices and the shares it owns or takes part in; false when there was no such user.
     func deleteUser(_ name: String) throws(ServerFailure) -> Bool
     /// False when the user has a device of that name already.
     func insertDevice(_ device: StubDevice, keyHash: String) throws(ServerFailure) -> Bool
@@ -119,6 +119,16 @@ protocol MetadataTransaction {
     func revokeDevice(owner: String, name: String, at: Int64) throws(ServerFailure) -> Bool
     /// The device whose key hashes to `keyHash`, with its user's prefix.
     func device(keyHash: String) throws(ServerFailure) -> (StubDevice, String)?
+    /// Stores a share, or changes the permission of the one of its folder and participant; answers it as stored.
+    func upsertShare(_ share: StubShare) throws(ServerFailure) -> StubShare
+    /// Removes the share of `folder` with `participant`; false when there was none.
+    func deleteShare(container: String, folder: String, participant: String) throws(ServerFailure) -> Bool
+    /// Removes share `id` of `participant`; false when there was none.
+    func deleteShare(id: String, participant: String) throws(ServerFailure) -> Bool
+    /// The shares `user` owns or takes part in, oldest first.
+    func shares(user: String) throws(ServerFailure) -> [StubShare]
+    /// The shares of folders of container `cid`.
+    func shares(container cid: String) throws(ServerFailure) -> [StubShare]
     /// The limits set for the user (each nil where the standard one holds).
     func limits(_ user: String) throws(ServerFailure) -> LimitSettings
     func setLimits(_ user: String, _ limits: LimitSettings) throws(ServerFailure)
@@ -139,6 +149,14 @@ enum AccountTables {
         """,
         // A user's limits (Quotas.swift); a NULL, or no row, is the standard limit.
         "CREATE TABLE IF NOT EXISTS user_limits (name TEXT PRIMARY KEY, storage BIGINT, containers BIGINT, items BIGINT)",
+        // Folders shared with other users (Shares.swift): one row per folder and participant.
+        """
+        CREATE TABLE IF NOT EXISTS shares (id TEXT PRIMARY KEY, container TEXT NOT NULL, folder TEXT NOT NULL,
+            owner TEXT NOT NULL, participant TEXT NOT NULL, read_only BIGINT NOT NULL, created BIGINT NOT NULL,
+            UNIQUE (container, folder, participant))
+        """,
+        "CREATE INDEX IF NOT EXISTS shares_by_owner ON shares (owner)",
+        "CREATE INDEX IF NOT EXISTS shares_by_participant ON shares (participant)",
     ]
 }
 

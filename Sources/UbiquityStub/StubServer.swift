@@ -410,6 +410,12 @@ enum Route {
     case rewind(String)
     /// Everything of a container outside Documents/, or everything, deleted as one entry of Recently Deleted.
     case deleteData(String)
+    /// A folder of the container shared with a user, or no longer (Shares.swift).
+    case shareAdd(String)
+    case shareRemove(String)
+    /// The shares the request's user owns or takes part in; one left by its participant.
+    case shareList
+    case shareLeave
     /// A recognised route with a malformed id or hash.
     case invalid(String)
     case unknown
@@ -423,6 +429,12 @@ enum Route {
         case 3 where parts[2] == "faults": self = .faults
         case 3 where parts[2] == "containers": self = .containerList("")
         case 3 where parts[2] == "usage": self = .usage
+        case 3 where parts[2] == "shares": self = .shareList
+        case 4 where parts[2] == "shares" && parts[3] == "leave": self = .shareLeave
+        case 5 where parts[2] == "containers" && parts[4] == "shares":
+            self = WireRules.isValidContainerID(parts[3]) ? .shareAdd(parts[3]) : .invalid("bad container id")
+        case 6 where parts[2] == "containers" && parts[4] == "shares" && parts[5] == "remove":
+            self = WireRules.isValidContainerID(parts[3]) ? .shareRemove(parts[3]) : .invalid("bad container id")
         case 4 where parts[2] == "containers":
             self = WireRules.isValidContainerID(parts[3]) ? .container(parts[3]) : .invalid("bad container id")
         case 5 where parts[2] == "containers" && parts[4] == "kv":
@@ -481,7 +493,9 @@ enum Route {
         case .trashEmpty(let c): return .trashEmpty(prefix + c)
         case .rewind(let c): return .rewind(prefix + c)
         case .deleteData(let c): return .deleteData(prefix + c)
-        case .health, .stats, .faults, .usage, .invalid, .unknown: return self
+        case .shareAdd(let c): return .shareAdd(prefix + c)
+        case .shareRemove(let c): return .shareRemove(prefix + c)
+        case .health, .stats, .faults, .usage, .shareList, .shareLeave, .invalid, .unknown: return self
         }
     }
 
@@ -489,7 +503,8 @@ enum Route {
         switch self {
         case .health, .stats: return ["GET"]
         case .faults, .batch, .missingChunks, .trashRestore, .trashEmpty, .rewind, .deleteData: return ["POST"]
-        case .history, .trash, .containerList, .usage: return ["GET"]
+        case .shareAdd, .shareRemove, .shareLeave: return ["POST"]
+        case .history, .trash, .containerList, .usage, .shareList: return ["GET"]
         case .container: return ["PUT"]
         case .changes, .kv: return ["GET"]
         case .kvKey: return ["PUT"]
@@ -509,6 +524,7 @@ enum Route {
         case .manifest: return WireChunkLimits.maxManifestBytes
         case .missingChunks: return 1 << 20 // (the most hashes asked at once take about 670 KB)
         case .rewind, .deleteData: return 16 << 10 // (an id, a time, a flag and a device's name, escaped)
+        case .shareAdd, .shareRemove, .shareLeave: return 16 << 10 // (an id, a user's name and a flag, escaped)
         default: return WireRules.maxJSONBytes
         }
     }
@@ -880,7 +896,8 @@ extension StubServer {
             if let length = ex.declaredLength, length > Int64(KVLimits.maxBodyBytes) {
                 return .error(413, "quota: " + KVLimits.Violation.valueTooLarge.message)
             }
-        case .item, .faults, .batch, .manifest, .missingChunks, .trashRestore, .trashEmpty, .rewind, .deleteData:
+        case .item, .faults, .batch, .manifest, .missingChunks, .trashRestore, .trashEmpty, .rewind, .deleteData,
+             .shareAdd, .shareRemove, .shareLeave:
             if let length = ex.declaredLength, length > Int64(route.maxBodyBytes) {
                 // A body a little over the limit is read and dropped, then refused: refused at once, the client
                 // may still be sending it when the connection closes, and lose the answer to the reset. A large
@@ -996,6 +1013,20 @@ extension StubServer {
             case .deleteData(let cid):
                 let asked = try decode(WireDeleteDataRequest.self, ex.body)
                 return .json(200, try store.deleteData(cid, documents: asked.documents, device: asked.device))
+            case .shareAdd(let cid):
+                guard let account = ex.account else { throw .refused(401, "no key") }
+                let asked = try decode(WireShareRequest.self, ex.body)
+                return .json(200, try store.addShare(cid, owner: account.user, asked))
+            case .shareRemove(let cid):
+                let asked = try decode(WireShareRemoval.self, ex.body)
+                return .json(200, WireSharesRemoved(removed: try store.removeShare(cid, asked)))
+            case .shareList:
+                guard let account = ex.account else { throw .refused(401, "no key") }
+                return .json(200, WireShareList(shares: try store.shares(of: account.user)))
+            case .shareLeave:
+                guard let account = ex.account else { throw .refused(401, "no key") }
+                let asked = try decode(WireShareLeave.self, ex.body)
+                return .json(200, WireSharesRemoved(removed: try store.leaveShare(asked.id, user: account.user)))
             case .invalid(let why):
                 return .error(400, why)
             case .unknown:

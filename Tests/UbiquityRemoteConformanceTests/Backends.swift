@@ -6,7 +6,7 @@ import Testing
 import UbiquityBase
 import UbiquityCore
 import UbiquityHTTP
-import UbiquityStub
+@testable import UbiquityStub
 import UbiquityTesting
 #if canImport(Glibc)
 import Glibc
@@ -25,17 +25,22 @@ final class Subject {
     let collectPass: (Int64) throws -> Void
     /// A client of another container of the same remote (and user).
     let sibling: () throws -> any RemoteClient
+    /// A new user of the remote with a device, and its client of the same container id (their own container);
+    /// nil for a remote without users (MemoryRemote).
+    let newUser: ((String) throws -> HTTPRemoteClient)?
     private let release: () -> Void
 
     init(remote: any RemoteClient & KeyValueRemote, clock: TestClock = TestClock(),
          collectPass: @escaping (Int64) throws -> Void = { _ in },
          sibling: @escaping () throws -> any RemoteClient = { MemoryRemote() },
+         newUser: ((String) throws -> HTTPRemoteClient)? = nil,
          release: @escaping () -> Void = {}) throws {
         self.remote = remote
         self.kv = remote
         self.clock = clock
         self.collectPass = collectPass
         self.sibling = sibling
+        self.newUser = newUser
         dir = NSTemporaryDirectory() + "ubq-conformance-\(randomHex(bytes: 6))"
         try makeDirectories(dir)
         self.release = release
@@ -80,6 +85,9 @@ struct Backend: Sendable, CustomStringConvertible {
     /// Every backend the suite runs against.
     static let all: [Backend] = [.memory, .stub, .stubS3]
         + (PostgresCluster.available ? [.stubOnPostgres, .stubOnPostgresS3] : [])
+
+    /// The backends with users (the stub's): every one but the in-process fake.
+    static let withUsers: [Backend] = all.filter { $0.name != memory.name }
 
     /// The in-process fake of the tests and the simulation.
     static let memory = Backend(name: "MemoryRemote") { options in
@@ -138,8 +146,13 @@ struct Backend: Sendable, CustomStringConvertible {
             _ = try other.openContainer()
             return other
         }
+        let newUser = { (name: String) throws -> HTTPRemoteClient in
+            try server.accounts.addUser(name)
+            let key = try server.accounts.addDevice(user: name, device: "laptop")
+            return HTTPRemoteClient(baseURL: url, token: key, container: "iCloud.com.example.conformance", device: "laptop")
+        }
         return try Subject(remote: client, clock: clock, collectPass: { _ = try server.collectBlobs(now: $0) },
-                           sibling: sibling) {
+                           sibling: sibling, newUser: newUser) {
             server.stop()
             try? FileManager.default.removeItem(atPath: dir)
         }

@@ -50,6 +50,43 @@ import UbiquityBase
         #expect(try f.call("GET", "/v1/containers/\(cid)/changes").status == 404)
     }
 
+    /// A user removed takes their shares with them, as owner and as participant; the share routes answer only
+    /// the methods they take, and refuse an oversized body before reading it.
+    @Test func aRemovedUsersSharesGoWithThem() throws {
+        let f = try Fixture()
+        let (alice, bob) = try aliceAndBob(f)
+        try f.server.accounts.addUser("carol")
+        let carol = try f.server.accounts.addDevice(user: "carol", device: "tablet")
+        #expect(try f.call("PUT", "/v1/containers/\(cid)", token: .some(alice)).status == 200)
+        #expect(try f.call("PUT", "/v1/containers/\(cid)/items/t1", token: .some(alice), headers: ["If-None-Match: *"],
+                           json: item("t1", "Trip")).status == 200)
+        for user in ["bob", "carol"] {
+            let r = try f.call("POST", "/v1/containers/\(cid)/shares", token: .some(alice),
+                               json: WireShareRequest(folder: "t1", user: user, readOnly: false))
+            #expect(r.status == 200, "\(r.text)")
+        }
+        func shared(_ key: String) throws -> [String] {
+            let r = try f.call("GET", "/v1/shares", token: .some(key))
+            #expect(r.status == 200, "\(r.text)")
+            return try r.decode(WireShareList.self).shares.map { "\($0.owner)>\($0.user)" }
+        }
+        #expect(try shared(alice) == ["alice>bob", "alice>carol"])
+        try f.server.accounts.removeUser("bob")
+        #expect(try shared(alice) == ["alice>carol"])
+        try f.server.accounts.addUser("bob")
+        let bobAgain = try f.server.accounts.addDevice(user: "bob", device: "phone")
+        #expect(try shared(bobAgain) == [], "a new user of the same name inherits nothing")
+        try f.server.accounts.removeUser("alice")
+        #expect(try shared(carol) == [])
+        #expect(try f.call("GET", "/v1/shares", token: .some(bob)).status == 401, "the removed user's key")
+        #expect(try f.call("POST", "/v1/shares", token: .some(carol)).status == 405)
+        #expect(try f.call("GET", "/v1/shares/leave", token: .some(carol)).status == 405)
+        #expect(try f.call("GET", "/v1/containers/\(cid)/shares", token: .some(carol)).status == 405)
+        let big = try f.call("POST", "/v1/shares/leave", token: .some(carol), headers: ["Content-Type: application/json"],
+                             body: Array(repeating: 0x20, count: 32 << 20))
+        #expect(big.status == 413)
+    }
+
     @Test func aKeyListsItsOwnUsersContainersOnly() throws {
         let f = try Fixture()
         let (alice, bob) = try aliceAndBob(f)
