@@ -72,7 +72,8 @@ class Fuzzer:
             f"/v1/containers/{cid}/changes?since={self.word()}&wait={r.choice([0, 1, 'x', -1])}&limit={self.word()}",
             f"/v1/containers/{cid}/items/{self.word()}", f"/v1/containers/{cid}/blobs/{self.word()}",
             f"/v1/containers/{cid}/kv", f"/v1/containers/{cid}/kv/{self.word()}", f"/v1/containers/{cid}/batch",
-            f"/v1/containers/{cid}/delete-data",
+            f"/v1/containers/{cid}/delete-data", f"/v1/containers/{cid}/shares", f"/v1/containers/{cid}/shares/remove",
+            "/v1/shares", "/v1/shares/leave",
             "/" + self.word(), "/v1/" + self.word() + "/" + self.word(), "*", "/v1/containers/" + "a" * 5000])
         method = r.choice(["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS", "GET", "PUT"])
         headers = {}
@@ -90,6 +91,9 @@ class Fuzzer:
                                "mtime": 1, "device": "f", "deleted": r.random() < 0.2}).encode()
         elif "/items/" in path:
             body = json.dumps(self.item()).encode()
+        elif "/shares" in path:
+            body = json.dumps({"folder": r.choice([self.word(), "documents", "root"]), "user": self.word(),
+                               "readOnly": r.choice([True, False, "no", None]), "id": self.word()}).encode()
         else:
             body = self.junk()
         if r.random() < 0.1:
