@@ -78,9 +78,40 @@ import UbiquityTesting
     }
 
     /// Documents/A/B; here B moves out to Documents as R, A into R, then R takes A's old name (so B's push
-    /// waits for A's name, and A's for B to leave from above it), and A changes last. A steps aside on the
-    /// remote where it is, B takes the name, A goes into B: every move stands (none went back, nothing was
-    /// renamed to a free name).
+    /// waits for A's name, and A's for B to leave from above it), and A changes last. B goes first to
+    /// Documents under a name of its own, A goes into B, B takes the name: every move stands (none went back,
+    /// nothing was renamed to a free name).
+    /// Documents/P holds the file a.txt and the folder "y 2", with "y 2"/y/z below it. Here the chain turns
+    /// upside down and the names go the other way round: z comes up into P, y goes into z, "y 2" into y, then
+    /// the file takes the name "y 2" and z the name a.txt. Each push waits for the next one's name or for a
+    /// folder to leave from above it, round the whole chain (z for the file's name, the file for "y 2"'s,
+    /// "y 2" for y to leave from above it, y for z to). z goes first into P under a name of its own, and
+    /// every move and name stands. A fresh seed of two containers (998105977) found the pushes going round for
+    /// ever: y stepped aside where it was, which freed a name nobody waited for.
+    @Test func aChainTurnedUpsideDownWithItsNamesExchangedStaysSo() throws {
+        let link = Link(remote)
+        let dev = try Device(link, name: "a")
+        let p = try dev.container.makeDirectory(parent: dev.docs, name: "P", mode: 0o755)
+        let file = try dev.createFile("a.txt", Array("the file".utf8), in: p.id)
+        let y2 = try dev.container.makeDirectory(parent: p.id, name: "y 2", mode: 0o755)
+        let y = try dev.container.makeDirectory(parent: y2.id, name: "y", mode: 0o755)
+        let z = try dev.container.makeDirectory(parent: y.id, name: "z", mode: 0o755)
+        #expect(eventually { dev.pending == 0 })
+        link.offline = true
+        try dev.container.rename(parent: y.id, name: "z", newParent: p.id, newName: "zz", noReplace: false)
+        try dev.container.rename(parent: y2.id, name: "y", newParent: z.id, newName: "y", noReplace: false)
+        try dev.container.rename(parent: p.id, name: "y 2", newParent: y.id, newName: "z", noReplace: false)
+        try dev.container.rename(parent: p.id, name: "a.txt", newParent: p.id, newName: "y 2", noReplace: false)
+        try dev.container.rename(parent: p.id, name: "zz", newParent: p.id, newName: "a.txt", noReplace: false)
+        #expect(try dev.container.pendingIDs() == [y.id, y2.id, file.id, z.id])
+        link.offline = false
+        dev.nudge()
+        #expect(eventually { dev.pending == 0 })
+        #expect(remote.lookup(path: "Documents/P/a.txt/y/z")?.id == y2.id)
+        #expect(remote.lookup(path: "Documents/P/a.txt")?.id == z.id && remote.lookup(path: "Documents/P/y 2")?.id == file.id)
+        #expect(dev.container.item(z.id)?.name == "a.txt" && dev.container.item(file.id)?.name == "y 2")
+    }
+
     @Test func twoFoldersThatWaitForEachOtherBothStayMoved() throws {
         let (link, dev, folders) = try syncedChain("A", "B")
         let (a, b) = (folders[0], folders[1])

@@ -39,6 +39,14 @@ import UbiquitySim
         #expect(r.steps == 816, "the plan the seed generated when it failed")
     }
 
+    /// A fresh seed of two containers that found a push going round for ever: a chain of folders turned upside
+    /// down with their names exchanged (MoveOrderTests.aChainTurnedUpsideDownWithItsNamesExchangedStaysSo).
+    @Test func twoContainerSeedThatFoundAChainOfMovesThatNeverSettled() {
+        let r = Simulation.execute(AccountPlan(seed: 998_105_977))
+        #expect(r.violations == [])
+        #expect(r.steps == 504, "the plan the seed generated when it failed")
+    }
+
     @Test func sameSeedSameRunOfTwoContainers() {
         let a = Simulation.execute(AccountPlan(seed: 42, steps: 160)), b = Simulation.execute(AccountPlan(seed: 42, steps: 160))
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)

@@ -564,6 +564,19 @@ struct Pusher {
         try push.rebasePush(id, version: stored.version)
     }
 
+    /// Puts folder `other` (pending here, waiting for a name in the folder it moved to) in that folder on the
+    /// remote under a name of its own, when the remote has that folder and not below `other`. False when it
+    /// cannot: the folder is new, or below `other` there.
+    private func stepAsideToItsFolder(_ other: String) throws -> Bool {
+        guard let snap = push.pushSnapshot(other), snap.item.isPending, !snap.item.deleted, snap.item.isDirectory,
+              snap.item.remoteVersion != 0, let folder = snap.item.parent,
+              let remoteFolder = try container.remote.itemIfPresent(folder), !remoteFolder.deleted,
+              try !remoteFolders(from: folder).contains(where: { $0.id == other }) else { return false }
+        let mover = Pusher(container: container, id: other, waiting: waiting + [id])
+        try mover.stepAside(mover.wireItem(snap.item), pushed: snap.item)
+        return true
+    }
+
     /// Another item holds the name on the remote: this one takes the next free name, here and there.
     /// If the item moved or was renamed here since the snapshot (the puller may have moved it out of the
     /// way already), that newer place is what the next try pushes: it is not renamed again.
@@ -607,11 +620,18 @@ struct Pusher {
             return false
         }
         let current = try container.remote.itemIfPresent(id)
-        // That move waits for this push (for the name this item holds there): this item steps aside where the
-        // remote has it, which frees the name; its own move goes at its next push, once nothing is below it.
-        if let first, waiting.contains(first), let current, !current.deleted, current.version == pushed.remoteVersion {
-            try stepAside(wire, pushed: pushed, in: current.parent)
-            return true
+        if let first, waiting.contains(first) {
+            // That move waits for this push, for a name: this item's, or one of a chain of names (a folder
+            // turned upside down along with an exchange of names). The folder below goes first to its new folder
+            // under a name of its own, where nothing is below it; this item then moves, and the folder's name
+            // follows at its next push.
+            if try stepAsideToItsFolder(first) { return false }
+            // Its new folder is below it there too: this item steps aside where the remote has it, which frees
+            // the name it holds; its own move goes at its next push, once nothing is below it.
+            if let current, !current.deleted, current.version == pushed.remoteVersion {
+                try stepAside(wire, pushed: pushed, in: current.parent)
+                return true
+            }
         }
         try push.moveBack(id, ifStillAt: pushed.place, toWhereRemoteHas: current, why: why)
         container.sync.refetchRefused()
