@@ -42,7 +42,23 @@ extension World {
             } catch { return "a store failed while quiescing: \(error)" }
         }
         let pending = devices.map { "\($0.name): \((try? $0.container.pendingIDs().map(short)) ?? ["unreadable"])" }
-        return "no quiescence after 40 rounds; pending \(pending.joined(separator: ", ")); \(failures.prefix(4).joined(separator: "; "))"
+        let stuck = devices.flatMap { dev in ((try? dev.container.pendingIDs()) ?? []).prefix(4).map { describe(dev, $0) } }
+        return "no quiescence after 40 rounds; pending \(pending.joined(separator: ", ")); "
+            + (failures.prefix(4) + stuck).joined(separator: "; ")
+    }
+
+    /// What a device holds of item `id` and of its folder, and the remote's: why a push may not go.
+    private func describe(_ dev: SimDevice, _ id: String) -> String {
+        func state(_ item: Item?) -> String {
+            guard let item else { return "none" }
+            return "\(item.name.isEmpty ? "/" : item.name) v\(item.remoteVersion)\(item.deleted ? " deleted" : "")"
+                + "\(item.dirty ? " dirty" : "")\(item.metaDirty ? " metaDirty" : "")\(item.isLocalOnly ? " localOnly" : "")"
+                + "\(item.isPending ? " pending" : "")"
+        }
+        let item = dev.container.item(id)
+        let parent = item?.parent.flatMap { dev.container.item($0) }
+        let remote = (try? remote.item(id)).map { "v\($0.version)\($0.deleted ? " deleted" : "") in \(short($0.parent ?? ""))" }
+        return "\(dev.name) [\(short(id))] \(state(item)) in [\(short(item?.parent ?? ""))] \(state(parent)); remote \(remote ?? "none")"
     }
 
     /// Signature lines of a tree: one per live item below the root, sorted by path.

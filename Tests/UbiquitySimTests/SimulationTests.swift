@@ -47,6 +47,15 @@ import UbiquitySim
         #expect(r.steps == 504, "the plan the seed generated when it failed")
     }
 
+    /// A fresh seed of two containers that found a file pending for ever: edited here while its folder's delete
+    /// made here went up, it won over its own delete made elsewhere, and had no folder here or there to go to
+    /// (it waited for the folder's create, which never came). It now goes to the top of the container.
+    @Test func twoContainerSeedThatFoundAFileWithoutAFolder() {
+        let r = Simulation.execute(AccountPlan(seed: 999_001_990))
+        #expect(r.violations == [])
+        #expect(r.steps == 650, "the plan the seed generated when it failed")
+    }
+
     @Test func sameSeedSameRunOfTwoContainers() {
         let a = Simulation.execute(AccountPlan(seed: 42, steps: 160)), b = Simulation.execute(AccountPlan(seed: 42, steps: 160))
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)

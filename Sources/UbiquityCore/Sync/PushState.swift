@@ -621,7 +621,10 @@ extension CoreState {
         if item.isLocalOnly { return true }
         if isBeingWritten(id) { return false }
         if item.deleted { return true }
-        if let p = item.parent, p != rootID, (items[p]?.remoteVersion ?? 0) == 0 { return false }
+        // A folder made here goes first. A folder this device no longer has at all (its delete went up and was
+        // forgotten while this item, edited here, won over its own delete elsewhere) never will: the item goes,
+        // and the remote's refusal brings the folder back (Pusher.giveWay).
+        if let p = item.parent, p != rootID, let parent = items[p], parent.remoteVersion == 0 { return false }
         return true
     }
 

@@ -602,6 +602,13 @@ struct Pusher {
             try pushFirst(parentID)
             return false
         }
+        if let parent, parent.deleted || parent.kind != .dir, push.pushSnapshot(parentID) == nil {
+            // Its folder is gone here too: this device deleted it and that delete went up, while this item's
+            // edit won over its own delete elsewhere. Nothing brings that folder back: the item goes to the top
+            // of the container, as an item whose place cannot be had does.
+            try push.moveBack(id, ifStillAt: pushed.place, toWhereRemoteHas: nil, why: why)
+            return false
+        }
         if let parent, parent.deleted || parent.kind != .dir {
             log.info("\(container.path(of: id)): its folder was deleted elsewhere; the folder comes back")
             container.sync.applyFetched([parent])
