@@ -151,7 +151,9 @@ final class Tally: @unchecked Sendable {
             let state = Locked((running: 0, peak: 0, seen: [Int]()))
             inParallel(Array(0..<40), width: 4) { part, _ in
                 state.withLock { $0.running += 1; $0.peak = max($0.peak, $0.running) }
-                usleep(100)
+                // The first part stays until another runs beside it: on a loaded machine the first thread could
+                // otherwise take every part before the others start, and nothing would show they run at once.
+                if part == 0 { _ = eventually(5) { state.withLock { $0.peak } > 1 } } else { usleep(100) }
                 state.withLock { $0.seen.append(part); $0.running -= 1 }
             }
             let (_, peak, seen) = state.withLock { $0 }
