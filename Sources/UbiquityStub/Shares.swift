@@ -34,8 +34,7 @@ extension StubStore {
             guard try tx.users().contains(where: { $0.name == request.user }) else {
                 throw .refused(404, "no such user: \(request.user)")
             }
-            let folder = try sharableFolder(tx, cid, request.folder)
-            let path = try ancestors(tx, cid, of: folder)
+            let (folder, path) = try sharableFolder(tx, cid, request.folder)
             for other in try tx.shares(container: cid) where other.folder != folder.id {
                 if path.contains(other.folder) { throw .refused(409, "a folder above it is shared already") }
                 if try ancestors(tx, cid, of: other.folder).contains(folder.id) {
@@ -81,14 +80,15 @@ extension StubStore {
         }
     }
 
-    /// The live folder `id`, when it may be shared: inside Documents, not Documents itself.
-    private func sharableFolder(_ tx: any MetadataTransaction, _ cid: String, _ id: String) throws(ServerFailure) -> WireItem {
+    /// The live folder `id`, when it may be shared (inside Documents, not Documents itself), with the ids of
+    /// the folders above it.
+    private func sharableFolder(_ tx: any MetadataTransaction, _ cid: String,
+                                _ id: String) throws(ServerFailure) -> (WireItem, above: [String]) {
         guard let item = try tx.item(cid, id), !item.deleted else { throw .refused(404, "no such folder") }
         guard item.kind == .dir else { throw .refused(400, "only a folder is shared") }
-        guard try ancestors(tx, cid, of: item).contains(WireRules.documentsID) else {
-            throw .refused(400, "only a folder inside Documents is shared")
-        }
-        return item
+        let above = try ancestors(tx, cid, of: item)
+        guard above.contains(WireRules.documentsID) else { throw .refused(400, "only a folder inside Documents is shared") }
+        return (item, above)
     }
 
     /// The ids of the folders above `item`, its parent first, up to the root.

@@ -19,13 +19,19 @@ import UbiquityHTTP
         try s.makeFile("plan", "the plan", in: "trip", name: "plan.txt")
     }
 
-    private func owner(_ s: Subject) throws -> HTTPRemoteClient { try #require(s.remote as? HTTPRemoteClient) }
-
-    @Test(arguments: Backend.withUsers) func theOwnerSharesAndStopsAndOnlyTheTwoOfThemSeeIt(backend: Backend) throws {
+    /// A fresh remote with the folders above, its owner's client (the remote's first user, `default`) and bob's
+    /// and carol's, users made for the test.
+    private func people(_ backend: Backend) throws
+        -> (s: Subject, alice: HTTPRemoteClient, bob: HTTPRemoteClient, carol: HTTPRemoteClient) {
         let s = try backend.make(nil)
         try folders(s)
         let newUser = try #require(s.newUser)
-        let (alice, bob, carol) = (try owner(s), try newUser("bob"), try newUser("carol"))
+        return (s, try #require(s.remote as? HTTPRemoteClient), try newUser("bob"), try newUser("carol"))
+    }
+
+    @Test(arguments: Backend.withUsers) func theOwnerSharesAndStopsAndOnlyTheTwoOfThemSeeIt(backend: Backend) throws {
+        let (s, alice, bob, carol) = try people(backend)
+        defer { withExtendedLifetime(s) {} } // the remote lives as long as its subject
 
         let share = try alice.addShare(folder: "trip", user: "bob", readOnly: true)
         #expect(share.container == "iCloud.com.example.conformance" && share.folder == "trip" && share.name == "Trip")
@@ -53,10 +59,8 @@ import UbiquityHTTP
     }
 
     @Test(arguments: Backend.withUsers) func aParticipantLeavesAndCannotShareTheOwnersFolder(backend: Backend) throws {
-        let s = try backend.make(nil)
-        try folders(s)
-        let newUser = try #require(s.newUser)
-        let (alice, bob, carol) = (try owner(s), try newUser("bob"), try newUser("carol"))
+        let (s, alice, bob, carol) = try people(backend)
+        defer { withExtendedLifetime(s) {} } // the remote lives as long as its subject
         let share = try alice.addShare(folder: "trip", user: "bob", readOnly: false)
 
         // Bob's calls on the container id name his own container: the owner's folder is not there.
@@ -74,11 +78,8 @@ import UbiquityHTTP
     }
 
     @Test(arguments: Backend.withUsers) func whatCannotBeSharedIsRefusedAndNothingIsStored(backend: Backend) throws {
-        let s = try backend.make(nil)
-        try folders(s)
-        let newUser = try #require(s.newUser)
-        let alice = try owner(s)
-        _ = try newUser("bob")
+        let (s, alice, _, _) = try people(backend)
+        defer { withExtendedLifetime(s) {} } // the remote lives as long as its subject
         try expectStatus(400, "its owner") { _ = try alice.addShare(folder: "trip", user: "default", readOnly: false) }
         try expectStatus(404, "no such user") { _ = try alice.addShare(folder: "trip", user: "dave", readOnly: false) }
         try expectStatus(400, "a bad name") { _ = try alice.addShare(folder: "trip", user: "bob/../x", readOnly: false) }
