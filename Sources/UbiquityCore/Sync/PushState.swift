@@ -623,7 +623,7 @@ extension CoreState {
         if item.deleted { return true }
         // A folder made here goes first. A folder this device no longer has at all (its delete went up and was
         // forgotten while this item, edited here, won over its own delete elsewhere) never will: the item goes,
-        // and the remote's refusal brings the folder back (Pusher.giveWay).
+        // and the remote's refusal of its place moves it to the top of the container (Pusher.giveWay).
         if let p = item.parent, p != rootID, let parent = items[p], parent.remoteVersion == 0 { return false }
         return true
     }
