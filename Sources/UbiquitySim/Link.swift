@@ -142,8 +142,8 @@ final class SimLink: RemoteClient, @unchecked Sendable {
             }
             let stored = try remote.putItem(item, ifMatch: ifMatch, change: change)
             world.reached(device, stored)
-            simLog.debug("remote: \(device) put \(item.id.prefix(6)) '\(item.name)' over \(ifMatch ?? 0): "
-                         + "\(stored.version)")
+            simLog.debug("remote: \(device) put \(item.id.prefix(6)) '\(item.name)' in \((item.parent ?? "-").prefix(6)) over "
+                         + "\(ifMatch ?? 0): \(stored.version)")
             if !batching && roll(rates.slowAnswer) { world.meanwhile(device, item: item.id) }
             return stored
         }

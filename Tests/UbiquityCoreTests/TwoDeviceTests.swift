@@ -103,6 +103,37 @@ import UbiquityTesting
         #expect(eventually { a.pending == 0 && b.pending == 0 })
     }
 
+    /// A folder deleted elsewhere is kept here for the file edited in it here (edit wins over delete). The file
+    /// then comes back elsewhere, outside the folder, edited on a third device: the folder kept nothing any more,
+    /// and its delete stands (it once came back empty on every device; simulation seed 999209105).
+    @Test func aFolderKeptForAnEditThatLeftItTakesItsDelete() throws {
+        let y = remote.seed(path: "Documents/z/y", bytes: bytes("base"), device: "seed", mtime: 1)
+        let z = try #require(remote.lookup(path: "Documents/z"))
+        let link = Link(remote)
+        let b = try Device(link, name: "b")
+        #expect(eventually { b.container.item(y.id) != nil })
+        link.offline = true
+        try b.write(y.id, bytes("edited on b"), mtimeSeconds: 1_800_000_000)
+        // Elsewhere: y and then z deleted; a third device's edit of y, made where it had y (in Documents),
+        // brings y back there over its delete.
+        let yGone = try remote.deleteItem(y.id, ifMatch: y.version, change: nil)
+        _ = try remote.deleteItem(z.id, ifMatch: z.version, change: nil)
+        var back = y
+        back.parent = WireRules.documentsID
+        back.sha256 = remote.seed(path: "Documents/other-edit", bytes: bytes("edited on c"), device: "c",
+                                  mtime: 1_800_000_100).sha256
+        back.size = Int64(bytes("edited on c").count)
+        back.mtime = 1_800_000_100_000_000_000
+        back.device = "c"
+        _ = try remote.putItem(back, ifMatch: yGone.version, change: nil)
+        link.offline = false
+        b.nudge()
+        #expect(eventually(15) { b.pending == 0 && b.container.item(y.id)?.parent == WireRules.documentsID })
+        #expect(try remote.item(z.id).deleted, "nothing of b's was left in z")
+        #expect(b.container.item(z.id) == nil)
+        #expect(remote.lookup(path: "Documents/y")?.id == y.id)
+    }
+
     /// Both create the same name while cut off: both files are kept, the later one renamed.
     @Test func sameNameCreatesAreBothKept() throws {
         let linkA = Link(remote), linkB = Link(remote)

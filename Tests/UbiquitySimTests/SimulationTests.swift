@@ -56,6 +56,15 @@ import UbiquitySim
         #expect(r.steps == 650, "the plan the seed generated when it failed")
     }
 
+    /// A fresh seed of two containers that found a deleted folder back, empty: kept on one device for a file
+    /// edited in it there, it went back up after that file had come back elsewhere, outside it. It now takes
+    /// its delete.
+    @Test func twoContainerSeedThatFoundAnEmptyFolderBack() {
+        let r = Simulation.execute(AccountPlan(seed: 999_209_105))
+        #expect(r.violations == [])
+        #expect(r.steps == 697, "the plan the seed generated when it failed")
+    }
+
     @Test func sameSeedSameRunOfTwoContainers() {
         let a = Simulation.execute(AccountPlan(seed: 42, steps: 160)), b = Simulation.execute(AccountPlan(seed: 42, steps: 160))
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)

@@ -371,6 +371,20 @@ public final class Store {
     func markLeftRemote(_ id: String, base: Int64) throws(StoreError) {
         try setMeta("gone:" + id, String(base))
     }
+    /// A folder deleted on the remote (tombstone `version`) kept here for the changes below it, to go back up over
+    /// its tombstone (`CoreState.reviveDeletedFolder`).
+    func markRevived(_ id: String, over version: Int64) throws(StoreError) {
+        try setMeta("revived:" + id, String(version))
+    }
+    /// The tombstone recorded by `markRevived`, until the folder's revival lands or the remote's newer state
+    /// replaces it.
+    func revivedOver(_ id: String) throws(StoreError) -> Int64? {
+        guard let text = try meta("revived:" + id) else { return nil }
+        guard let version = Int64(text) else { throw StoreError.badValue(id: "revived:" + id, column: "meta", cause: text) }
+        return version
+    }
+    func forgetRevived(_ id: String) throws(StoreError) { try removeMeta("revived:" + id) }
+
     /// The version recorded by `markLeftRemote` (kept until the item is removed: a newer one replaces it).
     func leftRemoteBase(_ id: String) throws(StoreError) -> Int64? {
         guard let text = try meta("gone:" + id) else { return nil }
@@ -676,8 +690,8 @@ public final class Store {
     private func removeRows(of id: String) throws {
         try db.query("DELETE FROM items WHERE id = ?", [.text(id)])
         try db.query("DELETE FROM pending WHERE id = ?", [.text(id)])
-        try db.query("DELETE FROM meta WHERE key IN (?, ?, ?)",
-                     [.text("sent:" + id), .text("puts:" + id), .text("gone:" + id)])
+        try db.query("DELETE FROM meta WHERE key IN (?, ?, ?, ?)",
+                     [.text("sent:" + id), .text("puts:" + id), .text("gone:" + id), .text("revived:" + id)])
         try db.query("DELETE FROM last_used WHERE id = ?", [.text(id)])
         try db.query("DELETE FROM chunk_places WHERE id = ?", [.text(id)])
     }

@@ -114,6 +114,8 @@ extension CoreState {
             // push already landed meets no 412: then the version is fetched again once the item stops pending
             // (`refetchSkippedVersions`).
             skippedWhilePending[item.id] = max(skippedWhilePending[item.id] ?? 0, w.version)
+            // Back on the remote by another device's doing: no longer only this device's to bring back.
+            if !w.deleted && item.isDirectory { try store.forgetRevived(item.id) }
             if item.deleted && w.deleted { try store.delete(item.id); items[item.id] = nil }
             try takeMetadataWhileContentPending(&item, w)
             return
@@ -216,7 +218,7 @@ extension CoreState {
     /// revived on the remote by the pusher, written over the tombstone. Clean items still below it here are
     /// stale (the remote deletes only empty directories): their newer state follows in the feed.
     mutating func removeRemotelyDeleted(_ item: Item, tombstone: WireItem) throws {
-        if item.isDirectory && hasLocalChanges(below: item.id) {
+        if item.isDirectory, try hasLocalChanges(below: item.id) {
             return try reviveDeletedFolder(item, tombstone: tombstone)
         }
         try removeHere(item)
@@ -259,6 +261,7 @@ extension CoreState {
             notice(.added(parent: revived.parent!, name: revived.name))
         }
         try store.saveChanged(revived)
+        try store.markRevived(item.id, over: tombstone.version)
         items[item.id] = revived
     }
 }

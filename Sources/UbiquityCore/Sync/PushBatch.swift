@@ -139,6 +139,8 @@ struct BatchPusher {
                                                                          item: nil)
             return Prepared(snap: snap, pushed: item, entry: .delete(id, ifMatch: item.remoteVersion, change: change))
         }
+        // Then the single path has nothing to send either.
+        if item.isDirectory, try push.dropNeedlessRevival(id) { return nil }
         var snapNow = snap
         var content: [UInt8]?
         if item.dirty {

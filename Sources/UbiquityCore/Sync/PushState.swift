@@ -359,6 +359,17 @@ extension PushSide {
         }
     }
 
+    /// Lets a folder kept over its delete elsewhere go when nothing it was kept for is left below it
+    /// (`isNeedlessRevival`): it is removed here as the remote has it, and nothing goes up. True when it went.
+    func dropNeedlessRevival(_ id: String) throws -> Bool {
+        try mutateThrowing { s in
+            guard let dir = s.items[id], try s.isNeedlessRevival(dir) else { return false }
+            pushLog.info("\(dir.name): deleted elsewhere, kept here for changes in it that are no longer there: it goes")
+            try s.removeHere(dir)
+            return true
+        }
+    }
+
     /// Acknowledges what of a put (a create, or a change) that landed unanswered is unchanged here since it
     /// was sent, then, when nothing is left to push, takes the remote's newer state as a pull would. Nil when
     /// done; otherwise whether the metadata but the name changed here since the put was sent (what is left is

@@ -82,6 +82,7 @@ struct Pusher {
                 if try pushDelete(snap.item) { return }
                 continue
             }
+            if snap.item.isDirectory, try push.dropNeedlessRevival(id) { return }
             if try pushItem(snap, pushedFirst: &pushedFirst) { return }
         }
         // An item in the journal with nothing left to push (or gone) leaves it, so the pusher does not spin.

@@ -8,14 +8,31 @@ import UbiquityBase
 /// The rules the puller and the pusher share: steps inside one operation.
 extension CoreState {
     /// True when a live item below the directory has changes not yet pushed, or lives here only (a fifo kept
-    /// in a folder deleted elsewhere keeps the folder, as an edit would).
-    func hasLocalChanges(below id: String) -> Bool {
+    /// in a folder deleted elsewhere keeps the folder, as an edit would). A folder kept over its delete elsewhere
+    /// (`isRevival`) counts only for what it holds.
+    func hasLocalChanges(below id: String) throws(StoreError) -> Bool {
         for child in (children[id] ?? [:]).values {
             guard let item = items[child] else { continue }
-            if (item.isPending && !item.deleted) || item.isLocalOnly { return true }
-            if item.isDirectory && hasLocalChanges(below: child) { return true }
+            if item.isLocalOnly { return true }
+            if item.isPending && !item.deleted, try !isRevival(item) { return true }
+            if item.isDirectory, try hasLocalChanges(below: child) { return true }
         }
         return false
+    }
+
+    /// True for a folder deleted on the remote that this device keeps, to put back over its tombstone, for the
+    /// changes below it (`reviveDeletedFolder`), while that revival has not gone up.
+    func isRevival(_ item: Item) throws(StoreError) -> Bool {
+        guard item.isDirectory, item.metaDirty, !item.deleted, item.remoteVersion != 0 else { return false }
+        return try store.revivedOver(item.id) == item.remoteVersion
+    }
+
+    /// True for a revival with no change left below it: it was kept for changes that have gone since (pushed
+    /// elsewhere, moved out by the remote, undone here), and would come back empty on every device where it was
+    /// deleted. It goes as the remote has it (`PushSide.dropNeedlessRevival`).
+    func isNeedlessRevival(_ item: Item) throws(StoreError) -> Bool {
+        guard try isRevival(item) else { return false }
+        return try !hasLocalChanges(below: item.id)
     }
 
     /// Only the content changed here: the item takes the remote's name, place, mode and attributes.
