@@ -73,6 +73,9 @@ extension FileSystem {
         if let id = inodes.id(ino), asksRemote(id, name) {
             return name == FileSystem.historyAttribute ? readHistory(id, done: done) : readRewind(id, name, done: done)
         }
+        if let id = inodes.id(ino), isShareRequest(id, name), name == FileSystem.sharesAttribute {
+            return readShares(done: done)
+        }
         done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try getxattr(ino, name) } })
     }
 
@@ -85,6 +88,7 @@ extension FileSystem {
         case .none: return done(.failure(.core(.readOnly)))
         }
         if asksRemote(id, name) { return setRewind(id, name, value, done: done) }
+        if isShareRequest(id, name), name != FileSystem.sharesAttribute { return setShare(id, name, value, done: done) }
         done(Result { () throws(AdapterError) in try setItemXattr(id, name, value, flags: flags) })
     }
 
@@ -101,9 +105,11 @@ extension FileSystem {
             if id == core.rootID, let value = try rootAttributes().first(where: { $0.name == key })?.value {
                 return Array(value.utf8)
             }
-            guard let attr = StatusAttribute(rawValue: key), let value = attr.value(try core.status(id)) else {
-                throw .noAttribute
+            if let attr = StatusAttribute(rawValue: key) {
+                guard let value = attr.value(try core.status(id)) else { throw .noAttribute }
+                return Array(value.utf8)
             }
+            guard let value = core.shareAttributes(id).first(where: { $0.name == key })?.value else { throw .noAttribute }
             return Array(value.utf8)
         }
         guard name.hasPrefix("user.") else { throw .noAttribute }
@@ -124,6 +130,7 @@ extension FileSystem {
         if id == core.rootID {
             for attr in try rootAttributes() { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
         }
+        for attr in core.shareAttributes(id) { list += Array((StatusAttribute.prefix + attr.name).utf8) + [0] }
         for name in core.userXattrNames(id) { list += Array(name.utf8) + [0] }
         return list
     }
@@ -168,6 +175,8 @@ extension FileSystem {
             try core.setSyncPaused(text == "1")
             return true
         }
+        // A share's attributes, which `cp -a` copies along, are the remote's to say: written, they change nothing.
+        if Container.shareAttributeNames.contains(key) { return true }
         guard let attr = StatusAttribute(rawValue: key) else { return false }
         guard attr.accepts(text) else { throw CoreError.invalidArgument("\(text) is not a value of \(key)") }
         if attr == .pinned { try core.setPinned(id, text == "1") }
@@ -180,7 +189,7 @@ extension FileSystem {
         guard case .item = route(id) else { throw .readOnly }
         if name.hasPrefix(StatusAttribute.prefix) {
             let key = String(name.dropFirst(StatusAttribute.prefix.count))
-            guard StatusAttribute(rawValue: key) != nil else { throw .noAttribute }
+            guard StatusAttribute(rawValue: key) != nil || Container.shareAttributeNames.contains(key) else { throw .noAttribute }
             return
         }
         guard name.hasPrefix("user.") else { throw .noAttribute }

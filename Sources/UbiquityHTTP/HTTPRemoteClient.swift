@@ -372,10 +372,10 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
 
     // MARK: - Shares (account-level calls but `addShare` and `removeShare`, which name a folder of `container`)
 
-    /// The shares the key's user owns or takes part in.
+    /// The shares of this container (its id as both users name it) that the key's user owns or takes part in.
     public func shares() throws(RemoteError) -> [WireShare] {
         let list: WireShareList = try json("GET", url(["v1", "shares"]))
-        return list.shares
+        return list.shares.filter { $0.container == container }
     }
 
     /// Shares folder `folder` of this container with user `user` (again: changes how).

@@ -49,6 +49,8 @@ commands:
   rewind DIR --to TIME [--dry-run]  bring a folder back to how it was on the remote at TIME
   delete-data PATH [--documents] [--yes]
                                     delete an app's data (outside Documents/) on every device, restorable whole
+  share add|remove PATH USER [--read-only] | share list [--json] [PATH]
+                                    share a folder with another user of the remote, or stop; list the shares
   chunks [--json | --summary] FILE...
                                     how a file's content is cut into chunks (each with its SHA-256, or a hole)
 
@@ -98,6 +100,8 @@ do {
         try TrashCommand.runRewind(words)
     case "delete-data":
         try DeleteDataCommand.run(words)
+    case "share":
+        try ShareCommand.run(words)
     default:
         fail("unknown command '\(command)'; see 'ubiquityfs --help'", code: 2)
     }

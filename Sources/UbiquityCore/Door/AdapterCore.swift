@@ -101,9 +101,17 @@ public protocol HistoryAndTrash: AnyObject, Sendable {
     func restorePast(_ id: String, _ content: PastContent) throws(CoreError)
 }
 
+/// Shared folders on the owner's side (Sharing.swift): the remote's records, and the attributes they give.
+public protocol SharedFolders: AnyObject, Sendable {
+    func shareList(done: @escaping Container.Answer<[WireShare]>)
+    func addShare(_ id: String, user: String, readOnly: Bool, done: @escaping Container.Answer<WireShare>)
+    func removeShare(_ id: String, user: String, done: @escaping Container.Answer<Void>)
+    func shareAttributes(_ id: String) -> [(name: String, value: String)]
+}
+
 /// All the adapter may call.
 public typealias AdapterCore = ContainerFacts & NamesAndAttributes & ContentDoor & StatusAndActions
-    & ConflictsAndVersions & HistoryAndTrash
+    & ConflictsAndVersions & HistoryAndTrash & SharedFolders
 
 extension Container: ContainerFacts, NamesAndAttributes, ContentDoor, StatusAndActions, ConflictsAndVersions,
-    HistoryAndTrash {}
+    HistoryAndTrash, SharedFolders {}

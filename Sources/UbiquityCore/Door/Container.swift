@@ -106,6 +106,10 @@ public final class Container: @unchecked Sendable {
     var sync: SyncLoops!
     /// Keeps the store under its limit, when it has one and transfers run in the background.
     let evictor = Evictor()
+    /// The remote's records of this container's shared folders, as last fetched (Sharing.swift).
+    let shareRecords = Locked<[WireShare]>([])
+    /// The remote's refusal of the last share command on a folder, by folder id (Sharing.swift).
+    let shareErrors = Locked<[String: String]>([:])
 
     public var rootID: String { WireRules.rootID }
 
@@ -151,6 +155,7 @@ public final class Container: @unchecked Sendable {
             evictor.wake()
         }
         downloadPinned()
+        refreshShares()
     }
 
     /// Starts the downloads of pinned files whose newest version is not local.

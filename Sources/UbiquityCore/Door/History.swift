@@ -100,7 +100,7 @@ extension Container {
 
     /// Runs `body` against the remote off the caller's thread (`remoteAsks`) and answers through `done`; at once,
     /// with the cause, while the remote is known to be unreachable.
-    private func askRemote<T>(_ what: String, done: @escaping Answer<T>,
+    func askRemote<T>(_ what: String, done: @escaping Answer<T>,
                               _ body: @escaping @Sendable (RemoteClient) throws(RemoteError) -> T) {
         if let since = offlineSince {
             return done(.failure(.io("\(what) needs the remote, unreachable since \(iso8601(nanoseconds: since))")))

@@ -160,6 +160,15 @@ public protocol RemoteClient: AnyObject, Sendable {
     /// `device`, in one step and as one entry of Recently Deleted (docs/HISTORY.md "Deleting an app's data");
     /// answers the deletes, children before their folders.
     func deleteData(documents: Bool, device: String) throws(RemoteError) -> WireDataDeleted
+
+    // Shared folders (docs/SHARING.md): the remote's records of them.
+
+    /// The shares the key's user owns or takes part in, of every container.
+    func shares() throws(RemoteError) -> [WireShare]
+    /// Shares folder `folder` of this container with user `user` (again: changes how); answers the share.
+    func addShare(folder: String, user: String, readOnly: Bool) throws(RemoteError) -> WireShare
+    /// Stops sharing folder `folder` of this container with `user` (`.notFound` when it was not).
+    func removeShare(folder: String, user: String) throws(RemoteError)
 }
 
 extension RemoteClient {
@@ -172,6 +181,14 @@ extension RemoteClient {
         throw RemoteError.notFound("history")
     }
     public func deleteData(documents: Bool, device: String) throws(RemoteError) -> WireDataDeleted { throw RemoteError.notFound("history") }
+}
+
+extension RemoteClient {
+    public func shares() throws(RemoteError) -> [WireShare] { throw RemoteError.notFound("shares") }
+    public func addShare(folder: String, user: String, readOnly: Bool) throws(RemoteError) -> WireShare {
+        throw RemoteError.notFound("shares")
+    }
+    public func removeShare(folder: String, user: String) throws(RemoteError) { throw RemoteError.notFound("shares") }
 }
 
 extension RemoteClient {

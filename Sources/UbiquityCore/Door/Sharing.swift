@@ -1,0 +1,124 @@
+// Shared folders on the owner's side (docs/SHARING.md): `share add`, `share remove` and `share list` ask the
+// remote through the adapter, and the status attributes of a shared folder and of everything in it
+// (`isShared`, `sharedRole`, `sharedPermissions`, `sharedOwner`) are read from the records last fetched.
+//
+// What must hold: no attribute read waits on the network: the records are fetched at start and again by every
+// share command, off the adapter's threads (`askRemote`); a remote that keeps no shares (a server of one user,
+// an older one) leaves the records empty, and the attributes absent.
+import Foundation
+import UbiquityBase
+
+extension Container {
+    /// This container's shares the remote lists now (owned and joined), answered once fetched; the records
+    /// the attributes read are replaced by them.
+    public func shareList(done: @escaping Answer<[WireShare]>) {
+        askRemote("listing the shares", done: done) { [weak self] remote throws(RemoteError) in
+            let shares = try remote.shares()
+            self?.shareRecords.withLock { $0 = shares }
+            return shares
+        }
+    }
+
+    /// Shares folder `id` with user `user` (again: changes how): answers the share.
+    public func addShare(_ id: String, user: String, readOnly: Bool, done: @escaping Answer<WireShare>) {
+        shareErrors.withLock { $0[id] = nil }
+        guard let folder = sharable(id, done: done) else { return }
+        askRemote("sharing \(path(of: id))", done: done) { [weak self, shareErrors] remote throws(RemoteError) in
+            try Container.noting(in: shareErrors, on: id) { () throws(RemoteError) in
+                let share = try remote.addShare(folder: folder, user: user, readOnly: readOnly)
+                self?.shareRecords.withLock { records in
+                    records.removeAll { $0.folder == folder && $0.user == user }
+                    records.append(share)
+                }
+                return share
+            }
+        }
+    }
+
+    /// Stops sharing folder `id` with user `user`.
+    public func removeShare(_ id: String, user: String, done: @escaping Answer<Void>) {
+        shareErrors.withLock { $0[id] = nil }
+        askRemote("stopping sharing \(path(of: id))", done: done) { [weak self, shareErrors] remote throws(RemoteError) in
+            try Container.noting(in: shareErrors, on: id) { () throws(RemoteError) in
+                try remote.removeShare(folder: id, user: user)
+                self?.shareRecords.withLock { $0.removeAll { $0.folder == id && $0.user == user } }
+            }
+        }
+    }
+
+    /// Every name `shareAttributes` may answer.
+    public static let shareAttributeNames: Set<String> = ["isShared", "sharedRole", "sharedPermissions", "sharedOwner",
+                                                          "shareError"]
+
+    /// The share attributes of an item: those of the nearest shared folder at or above it (none outside one),
+    /// and `shareError`, the remote's refusal of the last share command on this folder. Only a folder of this
+    /// container can be shared here (a participant's view of a share is planned).
+    public func shareAttributes(_ id: String) -> [(name: String, value: String)] {
+        let records = shareRecords.withLock { $0 }, refusal = shareErrors.withLock { $0[id] }
+        var list: [(name: String, value: String)] = []
+        let folders = Set(records.map(\.folder))
+        if !folders.isEmpty, let shared = read({ s in s.nearest(of: id, in: folders) }),
+           let owner = records.first(where: { $0.folder == shared })?.owner {
+            list = [(name: "isShared", value: "1"), (name: "sharedRole", value: "owner"),
+                    (name: "sharedPermissions", value: "readWrite"), (name: "sharedOwner", value: owner)]
+        }
+        if let refusal { list.append((name: "shareError", value: refusal)) }
+        return list
+    }
+
+    /// Runs a share command's request, keeping the remote's refusal as the folder's `shareError` (a plain
+    /// line the command prints: setxattr(2) carries only an errno), or clearing it.
+    private static func noting<T>(in errors: Locked<[String: String]>, on id: String,
+                                  _ body: () throws(RemoteError) -> T) throws(RemoteError) -> T {
+        do throws(RemoteError) {
+            let answer = try body()
+            errors.withLock { $0[id] = nil }
+            return answer
+        } catch {
+            errors.withLock { $0[id] = plainRefusal(error) }
+            throw error
+        }
+    }
+
+    /// What the remote said, without the client's framing where it gave a reason.
+    static func plainRefusal(_ error: RemoteError) -> String {
+        switch error {
+        case .notFound(let m), .rejected(_, let m), .conflict(let m, _): return m
+        default: return error.description
+        }
+    }
+
+    /// Fetches the records in the background (at start): a remote that keeps none, or cannot be reached now,
+    /// leaves them as they are (the next share command fetches them again).
+    func refreshShares() {
+        guard config.environment.backgroundTransfers else { return }
+        shareList { [log] result in
+            if case .failure(let error) = result { log.debug("the shares were not fetched: \(error)") }
+        }
+    }
+
+    /// A folder that may be shared: one the remote has (a new one is uploaded first). Else `done` is answered.
+    private func sharable<T>(_ id: String, done: Answer<T>) -> String? {
+        guard let item = item(id) else { done(.failure(.notFound)); return nil }
+        guard item.isDirectory else { done(.failure(.notDirectory)); return nil }
+        guard item.remoteVersion != 0 else {
+            done(.failure(.busy("\(path(of: id)) is not uploaded yet; run 'ubiquityfs sync --wait' first")))
+            return nil
+        }
+        return id
+    }
+}
+
+extension CoreState {
+    /// The nearest of `folders` at or above item `id`, walking up its parents here.
+    func nearest(of id: String, in folders: Set<String>) -> String? {
+        var cursor: String? = id
+        var steps = 0
+        while let c = cursor, steps < WireShareRules.maxDepth {
+            if folders.contains(c) { return c }
+            cursor = items[c]?.parent
+            steps += 1
+        }
+        return nil
+    }
+}
