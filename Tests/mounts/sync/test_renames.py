@@ -4,7 +4,7 @@ folder's create, the remote refused the place (its parent is not a live director
 where the remote had it, or for a new file to the top of Documents."""
 import os
 
-from conftest import attr, run, sync, wait_until
+from conftest import BIN, attr, run, sync, wait_until
 
 MiB = 1 << 20
 
@@ -116,3 +116,30 @@ def test_a_folder_that_takes_the_name_of_a_folder_removed_here_while_moved_into_
                and sorted(os.listdir(b / "Documents" / "y")) == ["f.txt"], what="y/f.txt alone on desktop")
     assert (b / "Documents" / "y" / "f.txt").read_text() == "in z\n"
     assert attr(a.path, "pendingChanges") == "0" and attr(b.path, "pendingChanges") == "0"
+
+
+def test_a_chain_of_folders_turned_upside_down_with_their_names_exchanged_stays_so(stub, mount_factory):
+    """Part 23's fresh simulation seed 998105977: folders nested three deep, reversed while sync was paused, with
+    a file and a folder exchanging names on the way. The pushes wait for one another round the chain; before the
+    fix they went round until 'conflict did not settle after 8 tries', for ever, and the other device never saw
+    the new tree."""
+    a, b = mount_factory(stub, "laptop"), mount_factory(stub, "desktop")
+    p = a / "Documents" / "P"
+    (p / "y 2" / "y" / "z").mkdir(parents=True)
+    (p / "a.txt").write_text("the file\n")
+    sync(a)
+    wait_until(lambda: (b / "Documents" / "P" / "y 2" / "y" / "z").is_dir(), timeout=60, what="the tree on the desktop")
+    run(BIN, "pause", a.path)
+    for src, dst in (("y 2/y/z", "zz"), ("y 2/y", "zz/y"), ("y 2", "zz/y/z"), ("a.txt", "y 2"), ("zz", "a.txt")):
+        run("mv", "-T", p / src, p / dst)
+    run(BIN, "resume", a.path)
+    sync(a, timeout=120)
+    assert "did not settle" not in a.log()
+
+    def tree(root):
+        return sorted(str(path.relative_to(root)) + ("/" if path.is_dir() else "") for path in root.rglob("*"))
+
+    want = ["a.txt/", "a.txt/y/", "a.txt/y/z/", "y 2"]
+    assert tree(p) == want
+    wait_until(lambda: tree(b / "Documents" / "P") == want, timeout=60, what="the new tree on the desktop")
+    assert (b / "Documents" / "P" / "y 2").read_text() == "the file\n"
