@@ -41,7 +41,7 @@ public struct StubConfig: Sendable {
     public var port: UInt16 = 0
     /// Delay added to every answer.
     public var latencyMs: Int = 0
-    /// Bytes per second per blob download, 0 = unlimited.
+    /// Bytes per second the server's blob downloads share in all, as one link, 0 = unlimited.
     public var bandwidth: Int64 = 0
     public var maxBlobBytes: Int64 = 64 << 30
     /// The bearer token's file; nil for DATA/token. Created (mode 0600) if missing.
@@ -146,6 +146,8 @@ public final class StubServer: @unchecked Sendable {
     let watch: ConnectionWatch
     let collector: BlobCollector
     let counters = StubCounters()
+    /// `--bandwidth`: the link every blob download shares; nil: unlimited.
+    let outputLink: OutputLink?
     let log = Logger("stub")
     private let lock = NSLock()
     private var daemon: OpaquePointer?
@@ -155,6 +157,7 @@ public final class StubServer: @unchecked Sendable {
     public init(config: StubConfig) throws {
         try config.validate()
         self.config = config
+        outputLink = config.bandwidth > 0 ? OutputLink(bytesPerSecond: config.bandwidth) : nil
         try makeDirectories(config.dataDir)
         let blobs: BlobStore? = try config.s3.map {
             try S3BlobStore(location: $0, cacheDir: config.dataDir + "/blobcache", cacheLimit: config.blobCacheBytes)
@@ -546,6 +549,30 @@ enum Route {
     }
 }
 
+/// The server's output as one link of `bytesPerSecond` (`--bandwidth`): each piece of a blob download takes its
+/// time on it after the pieces given before it, whichever download they are of, so downloads at once share the
+/// link as they would share a real one (a file fetched in four chunk requests at once gets it, not four times it).
+final class OutputLink: Sendable {
+    let bytesPerSecond: Int64
+    /// When the link has sent everything given to it so far (monotonic ns).
+    private let free = Locked<Int64>(0)
+
+    init(bytesPerSecond: Int64) { self.bytesPerSecond = bytesPerSecond }
+
+    /// The most one download gives the link at once (a twentieth of a second's worth), so that downloads at
+    /// once take turns.
+    var slice: Int64 { max(1, bytesPerSecond / 20) }
+
+    /// Gives `bytes` to the link: answers when they have gone (monotonic ns). An idle link saves nothing up.
+    func take(_ bytes: Int64) -> Int64 {
+        let now = monotonicNanoseconds()
+        return free.withLock { free in
+            free = max(free, now) + Int64(Double(bytes) * 1e9 / Double(bytesPerSecond))
+            return free
+        }
+    }
+}
+
 /// One request in flight: created on MHD's first call, released when MHD reports it complete.
 final class Exchange {
     let method: String
@@ -630,8 +657,8 @@ final class BlobStream {
     let length: Int64
     var dropAfter: Int64?
     var corrupt = false
-    let bandwidth: Int64
-    let started = monotonicNanoseconds()
+    /// The link the body's bytes take their time on (`--bandwidth`); nil: as fast as they can go.
+    let link: OutputLink?
     /// Opens a blob of the given size for reading.
     let open: (String, Int64) throws(ServerFailure) -> FileDescriptor
     let isStopping: () -> Bool
@@ -644,10 +671,10 @@ final class BlobStream {
     private var current: (index: Int, fd: FileDescriptor)?
     private let log = Logger("stub")
 
-    init(_ segments: [ContentSegment], offset: Int64, length: Int64, bandwidth: Int64,
+    init(_ segments: [ContentSegment], offset: Int64, length: Int64, link: OutputLink?,
          open: @escaping (String, Int64) throws(ServerFailure) -> FileDescriptor, isStopping: @escaping () -> Bool,
          damaged: @escaping (String, Int64) -> Void = { _, _ in }) {
-        self.segments = segments; self.offset = offset; self.length = length; self.bandwidth = bandwidth
+        self.segments = segments; self.offset = offset; self.length = length; self.link = link
         self.open = open; self.isStopping = isStopping; self.damaged = damaged
     }
 
@@ -668,10 +695,10 @@ final class BlobStream {
         var n = Int64(max)
         n = min(n, length - pos)
         if let dropAfter { n = min(n, dropAfter - pos) }
-        if bandwidth > 0 {
-            n = min(n, Swift.max(1, bandwidth / 20))
-            // Send no faster than `bandwidth`: these bytes are due no earlier than (pos + n) / bandwidth seconds.
-            let due = started + Int64(Double(pos + n) * 1e9 / Double(bandwidth))
+        if let link {
+            n = min(n, link.slice)
+            // These bytes go once the link has sent what was given to it before them, from any download.
+            let due = link.take(n)
             while true {
                 if isStopping() { return -2 }
                 let now = monotonicNanoseconds()
@@ -1316,7 +1343,7 @@ extension StubServer {
             try store.blobs.open(cid, blob, size: blobSize)
         }
         if ex.method == "HEAD" {
-            return Reply(status: 200, body: .stream(BlobStream(content.segments, offset: 0, length: size, bandwidth: 0,
+            return Reply(status: 200, body: .stream(BlobStream(content.segments, offset: 0, length: size, link: nil,
                                                                open: open, isStopping: stopping)),
                          headers: headers)
         }
@@ -1335,7 +1362,7 @@ extension StubServer {
             }
         }
         let damaged: (String, Int64) -> Void = { [store] blob, blobSize in store.setAsideDamaged(cid, blob, size: blobSize) }
-        let stream = BlobStream(content.segments, offset: start, length: length, bandwidth: config.bandwidth,
+        let stream = BlobStream(content.segments, offset: start, length: length, link: outputLink,
                                 open: open, isStopping: stopping, damaged: damaged)
         try stream.openFirst()
         (stream.dropAfter, stream.corrupt) = counters.takeDownloadFaults(length: length)

@@ -493,6 +493,30 @@ func file(_ id: String, _ name: String, _ bytes: [UInt8], parent: String = WireR
         #expect(took >= 1.8, "200 kB at 100 kB/s took \(took) s")
     }
 
+    /// `--bandwidth` caps what the server sends in all, as a link would: two downloads at once share it (each
+    /// had it whole, so a file fetched in four chunk requests at once came at four times the cap).
+    @Test func theBandwidthIsSharedByDownloadsAtOnce() throws {
+        let f = try Fixture { $0.bandwidth = 100_000 }
+        let one = [UInt8](repeating: 1, count: 100_000), two = [UInt8](repeating: 2, count: 100_000)
+        let a = try f.server.seed(container: cid, path: "Documents/one.bin", contents: .bytes(one), device: "d", mtime: nil)
+        let b = try f.server.seed(container: cid, path: "Documents/two.bin", contents: .bytes(two), device: "d", mtime: nil)
+        let t0 = Date()
+        let bodies = Locked([String: [UInt8]]())
+        let done = DispatchSemaphore(value: 0)
+        for sha in [a.sha256, b.sha256] {
+            Thread.detachNewThread {
+                let got = try? f.call("GET", "/v1/containers/\(cid)/blobs/\(sha)")
+                bodies.withLock { $0[sha] = got?.body }
+                done.signal()
+            }
+        }
+        done.wait()
+        done.wait()
+        let took = Date().timeIntervalSince(t0)
+        #expect(bodies.withLock { $0 } == [a.sha256: one, b.sha256: two])
+        #expect(took >= 1.8, "200 kB in two downloads at once at 100 kB/s took \(took) s")
+    }
+
     @Test func oversizeAndUnauthorizedUploadsAreRefusedEarly() throws {
         let f = try Fixture { $0.maxBlobBytes = 1 << 20 }
         _ = try f.openContainer()
