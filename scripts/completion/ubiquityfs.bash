@@ -3,7 +3,7 @@
 _ubiquityfs() {
     local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]:-} words
     if ((COMP_CWORD == 1)); then
-        words="mount unmount status evict download pin unpin sync pause resume usage delete-data check query kv trash history rewind chunks remote --help --version"
+        words="mount unmount status evict download pin unpin sync pause resume usage delete-data share check query kv trash history rewind chunks remote --help --version"
     else
         case "$cmd" in
             mount) words="--remote --token-file --ca-file --container --containers --all-containers --store --device --foreground --no-passthrough
@@ -21,10 +21,11 @@ _ubiquityfs() {
             rewind) words="--to --dry-run --help" ;;
             kv) ((COMP_CWORD == 2)) && words="get set delete list watch" || words="--json" ;;
             trash) ((COMP_CWORD == 2)) && words="list restore empty" || words="--json" ;;
+            share) ((COMP_CWORD == 2)) && words="add remove list" || words="--read-only --json --help" ;;
             remote) ((COMP_CWORD == 2)) && words="serve seed usage user device" || words="--data --listen --metadata --blobs --help" ;;
         esac
     fi
-    if [[ $cur == -* || ( -n $words && $cur != */* && ($COMP_CWORD == 1 || ($COMP_CWORD == 2 && $cmd =~ ^(kv|trash|remote)$)) ) ]]; then
+    if [[ $cur == -* || ( -n $words && $cur != */* && ($COMP_CWORD == 1 || ($COMP_CWORD == 2 && $cmd =~ ^(kv|trash|share|remote)$)) ) ]]; then
         mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
     else
         mapfile -t COMPREPLY < <(compgen -f -- "$cur")

@@ -10,7 +10,8 @@ from conftest import BIN, ROOT, run
 SUBCOMMANDS = [
     [], ["mount"], ["unmount"], ["umount"], ["remote"], ["remote", "serve"], ["remote", "seed"], ["status"],
     ["evict"], ["download"], ["pin"], ["unpin"], ["sync"], ["pause"], ["resume"], ["usage"], ["delete-data"], ["check"], ["query"], ["kv"],
-    ["kv", "get"], ["kv", "set"], ["kv", "delete"], ["kv", "list"], ["kv", "watch"],
+    ["kv", "get"], ["kv", "set"], ["kv", "delete"], ["kv", "list"], ["kv", "watch"], ["share"], ["share", "add"],
+    ["share", "list"],
 ]
 SCRIPTS = ["simulate", "demo", "test", "build", "setup", "bench", "measure-lazy-download", "install"]
 
