@@ -50,6 +50,8 @@ public final class MemoryRemote: RemoteClient, @unchecked Sendable {
     private var appliedChanges: [String: (change: String, digest: String, version: Int64)] = [:]
     /// Each item's kept versions, oldest first, by id.
     private var historyRows: [String: [WireVersion]] = [:]
+    /// The shares `shares()` answers, as a test sets them (`setShares`): the records only.
+    private var shareRecords: [WireShare] = []
     private var _clock: @Sendable () -> Int64 = nowNanoseconds
     private var _retention = HistoryRetention.standard
 
@@ -697,6 +699,16 @@ extension MemoryRemote {
             let all = trashLocked(parent: nil)
             for row in all { historyRows[row.id] = nil }
             return all.count
+        }
+    }
+
+    /// Makes `shares()` answer these (as if the owner had shared folders on another device).
+    public func setShares(_ shares: [WireShare]) { locked { shareRecords = shares } }
+
+    public func shares() throws(RemoteError) -> [WireShare] {
+        try locked { () throws(RemoteError) in
+            if _offline { throw RemoteError.unreachable("the memory remote is offline") }
+            return shareRecords
         }
     }
 

@@ -106,6 +106,13 @@ final class Link: RemoteClient, @unchecked Sendable {
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws(RemoteError) {
         try check(); try remote.downloadBlob(sha256: sha256, offset: offset, to: fd, progress: progress)
     }
+    /// True: the link answers as a remote without shares (the route unknown), as one of before Part 24.
+    let sharesUnknown = Box(false)
+    func shares() throws(RemoteError) -> [WireShare] {
+        try check()
+        if sharesUnknown.value { throw RemoteError.notFound("no such route") }
+        return try remote.shares()
+    }
     /// False: the link answers as a remote without chunks (the routes unknown), as one of before Part 16.
     let chunks = Box(true)
     private func checkChunks() throws(RemoteError) {

@@ -107,7 +107,7 @@ public final class Container: @unchecked Sendable {
     /// Keeps the store under its limit, when it has one and transfers run in the background.
     let evictor = Evictor()
     /// The remote's records of this container's shared folders, as last fetched (Sharing.swift).
-    let shareRecords = Locked<[WireShare]>([])
+    let shareRecords = Locked(ShareRecords())
     /// The remote's refusal of the last share command on a folder, by folder id (Sharing.swift).
     let shareErrors = Locked<[String: String]>([:])
 

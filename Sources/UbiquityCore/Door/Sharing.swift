@@ -2,19 +2,34 @@
 // remote through the adapter, and the status attributes of a shared folder and of everything in it
 // (`isShared`, `sharedRole`, `sharedPermissions`, `sharedOwner`) are read from the records last fetched.
 //
-// What must hold: no attribute read waits on the network: the records are fetched at start and again by every
-// share command, off the adapter's threads (`askRemote`); a remote that keeps no shares (a server of one user,
-// an older one) leaves the records empty, and the attributes absent.
+// What must hold: no attribute read waits on the network: the records are fetched at start, by every share
+// command, and in the background when an attribute is read and they are over a minute old (so a share made on
+// another device shows within a minute of a look), off the adapter's threads (`askRemote`); a remote that keeps
+// no shares (an older one) leaves the records empty, the attributes absent, and is not asked again.
 import Foundation
 import UbiquityBase
+
+/// The remote's records of a container's shared folders, as last fetched.
+struct ShareRecords {
+    var shares: [WireShare] = []
+    /// When they were last fetched (the container's clock, ns); 0: never.
+    var fetchedAt: Int64 = 0
+    var fetching = false
+    /// The remote keeps no shares (it does not know the route): it is not asked again.
+    var unsupported = false
+
+    /// How old the records may grow before an attribute read fetches them again in the background.
+    static let freshNanoseconds: Int64 = 60_000_000_000
+}
 
 extension Container {
     /// This container's shares the remote lists now (owned and joined), answered once fetched; the records
     /// the attributes read are replaced by them.
     public func shareList(done: @escaping Answer<[WireShare]>) {
-        askRemote("listing the shares", done: done) { [weak self] remote throws(RemoteError) in
+        let clock = config.environment.clock
+        askRemote("listing the shares", done: done) { [shareRecords] remote throws(RemoteError) in
             let shares = try remote.shares()
-            self?.shareRecords.withLock { $0 = shares }
+            shareRecords.withLock { $0 = ShareRecords(shares: shares, fetchedAt: clock()) }
             return shares
         }
     }
@@ -27,8 +42,8 @@ extension Container {
             try Container.noting(in: shareErrors, on: id) { () throws(RemoteError) in
                 let share = try remote.addShare(folder: folder, user: user, readOnly: readOnly)
                 self?.shareRecords.withLock { records in
-                    records.removeAll { $0.folder == folder && $0.user == user }
-                    records.append(share)
+                    records.shares.removeAll { $0.folder == folder && $0.user == user }
+                    records.shares.append(share)
                 }
                 return share
             }
@@ -41,7 +56,7 @@ extension Container {
         askRemote("stopping sharing \(path(of: id))", done: done) { [weak self, shareErrors] remote throws(RemoteError) in
             try Container.noting(in: shareErrors, on: id) { () throws(RemoteError) in
                 try remote.removeShare(folder: id, user: user)
-                self?.shareRecords.withLock { $0.removeAll { $0.folder == id && $0.user == user } }
+                self?.shareRecords.withLock { $0.shares.removeAll { $0.folder == id && $0.user == user } }
             }
         }
     }
@@ -54,7 +69,7 @@ extension Container {
     /// and `shareError`, the remote's refusal of the last share command on this folder. Only a folder of this
     /// container can be shared here (a participant's view of a share is planned).
     public func shareAttributes(_ id: String) -> [(name: String, value: String)] {
-        let records = shareRecords.withLock { $0 }, refusal = shareErrors.withLock { $0[id] }
+        let records = sharesWithRefresh(), refusal = shareErrors.withLock { $0[id] }
         var list: [(name: String, value: String)] = []
         let folders = Set(records.map(\.folder))
         if !folders.isEmpty, let shared = read({ s in s.nearest(of: id, in: folders) }),
@@ -88,12 +103,32 @@ extension Container {
         }
     }
 
-    /// Fetches the records in the background (at start): a remote that keeps none, or cannot be reached now,
-    /// leaves them as they are (the next share command fetches them again).
+    /// The records as they are, fetched again in the background first when they are over a minute old.
+    private func sharesWithRefresh() -> [WireShare] {
+        let now = now()
+        let (shares, stale) = shareRecords.withLock { r in
+            let stale = !r.fetching && !r.unsupported && now - r.fetchedAt > ShareRecords.freshNanoseconds
+            if stale { r.fetching = true }
+            return (r.shares, stale)
+        }
+        if stale { refreshShares() }
+        return shares
+    }
+
+    /// Fetches the records in the background (at start, and when they are stale): a remote that cannot be
+    /// reached now leaves them as they are, for a minute.
     func refreshShares() {
         guard config.environment.backgroundTransfers else { return }
-        shareList { [log] result in
-            if case .failure(let error) = result { log.debug("the shares were not fetched: \(error)") }
+        shareRecords.withLock { $0.fetching = true }
+        let clock = config.environment.clock
+        shareList { [log, shareRecords] result in
+            guard case .failure(let error) = result else { return }
+            log.debug("the shares were not fetched: \(error)")
+            shareRecords.withLock { records in
+                records.fetching = false
+                records.fetchedAt = clock()
+                if case .notFound = error { records.unsupported = true }
+            }
         }
     }
 
