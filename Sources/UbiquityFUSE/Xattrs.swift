@@ -70,11 +70,11 @@ enum ActionAttribute: String {
 extension FileSystem {
     /// getxattr(2), answered through `done`: at once, but for an attribute the remote answers (TrashFiles.swift).
     func getxattr(_ ino: UInt64, _ name: String, done: @escaping Completion<[UInt8]>) {
-        if let id = inodes.id(ino), asksRemote(id, name) {
-            return name == FileSystem.historyAttribute ? readHistory(id, done: done) : readRewind(id, name, done: done)
-        }
-        if let id = inodes.id(ino), isShareRequest(id, name), name == FileSystem.sharesAttribute {
-            return readShares(done: done)
+        if let id = inodes.id(ino) {
+            if asksRemote(id, name) {
+                return name == FileSystem.historyAttribute ? readHistory(id, done: done) : readRewind(id, name, done: done)
+            }
+            if name == FileSystem.sharesAttribute, isShareRequest(id, name) { return readShares(done: done) }
         }
         done(Result { () throws(AdapterError) in try adapting { () throws(CoreError) in try getxattr(ino, name) } })
     }

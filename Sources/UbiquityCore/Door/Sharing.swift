@@ -37,12 +37,12 @@ extension Container {
     /// Shares folder `id` with user `user` (again: changes how): answers the share.
     public func addShare(_ id: String, user: String, readOnly: Bool, done: @escaping Answer<WireShare>) {
         shareErrors.withLock { $0[id] = nil }
-        guard let folder = sharable(id, done: done) else { return }
-        askRemote("sharing \(path(of: id))", done: done) { [weak self, shareErrors] remote throws(RemoteError) in
+        guard isSharable(id, done: done) else { return }
+        askRemote("sharing \(path(of: id))", done: done) { [shareRecords, shareErrors] remote throws(RemoteError) in
             try Container.noting(in: shareErrors, on: id) { () throws(RemoteError) in
-                let share = try remote.addShare(folder: folder, user: user, readOnly: readOnly)
-                self?.shareRecords.withLock { records in
-                    records.shares.removeAll { $0.folder == folder && $0.user == user }
+                let share = try remote.addShare(folder: id, user: user, readOnly: readOnly)
+                shareRecords.withLock { records in
+                    records.shares.removeAll { $0.folder == id && $0.user == user }
                     records.shares.append(share)
                 }
                 return share
@@ -53,10 +53,10 @@ extension Container {
     /// Stops sharing folder `id` with user `user`.
     public func removeShare(_ id: String, user: String, done: @escaping Answer<Void>) {
         shareErrors.withLock { $0[id] = nil }
-        askRemote("stopping sharing \(path(of: id))", done: done) { [weak self, shareErrors] remote throws(RemoteError) in
+        askRemote("stopping sharing \(path(of: id))", done: done) { [shareRecords, shareErrors] remote throws(RemoteError) in
             try Container.noting(in: shareErrors, on: id) { () throws(RemoteError) in
                 try remote.removeShare(folder: id, user: user)
-                self?.shareRecords.withLock { $0.shares.removeAll { $0.folder == id && $0.user == user } }
+                shareRecords.withLock { $0.shares.removeAll { $0.folder == id && $0.user == user } }
             }
         }
     }
@@ -132,15 +132,16 @@ extension Container {
         }
     }
 
-    /// A folder that may be shared: one the remote has (a new one is uploaded first). Else `done` is answered.
-    private func sharable<T>(_ id: String, done: Answer<T>) -> String? {
-        guard let item = item(id) else { done(.failure(.notFound)); return nil }
-        guard item.isDirectory else { done(.failure(.notDirectory)); return nil }
+    /// True for a folder that may be shared: one the remote has (a new one is uploaded first). Else `done` is
+    /// answered.
+    private func isSharable<T>(_ id: String, done: Answer<T>) -> Bool {
+        guard let item = item(id) else { done(.failure(.notFound)); return false }
+        guard item.isDirectory else { done(.failure(.notDirectory)); return false }
         guard item.remoteVersion != 0 else {
             done(.failure(.busy("\(path(of: id)) is not uploaded yet; run 'ubiquityfs sync --wait' first")))
-            return nil
+            return false
         }
-        return id
+        return true
     }
 }
 
