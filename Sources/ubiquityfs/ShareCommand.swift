@@ -4,7 +4,7 @@
 //
 // What must hold: each refusal is one plain line saying why (the remote's reason, which the mount keeps as the
 // folder's `shareError`), and a command that fails has changed nothing.
-import CFuse // for <sys/xattr.h>: setxattr(2), getxattr(2)
+import CFuse // for <sys/xattr.h>: setxattr(2)
 import Foundation
 import Glibc
 import UbiquityBase
@@ -113,14 +113,8 @@ enum ShareCommand {
 
     private static func fetch(_ root: String) throws -> [Listed] {
         struct Listing: Decodable { var shares: [Listed]; var left: Int }
-        var buf = [UInt8](repeating: 0, count: 65536)
-        let n = getxattr(root, "user.ubiquity.shares", &buf, buf.count)
-        if n < 0 {
-            let e = errno
-            throw CommandFailure("cannot list the shares of \(root): \(TrashCommand.offline(root) ?? String(cString: strerror(e)))")
-        }
-        do { return try JSONDecoder().decode(Listing.self, from: Data(buf[0..<n])).shares } catch {
-            throw CommandFailure("\(root): the answer does not decode: \(error)")
-        }
+        return try StatusCommand.jsonAttribute(root, "user.ubiquity.shares", as: Listing.self, what: "the answer") {
+            "cannot list the shares of \(root): \(TrashCommand.offline(root) ?? String(cString: strerror($0)))"
+        }.shares
     }
 }

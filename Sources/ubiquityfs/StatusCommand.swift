@@ -50,6 +50,18 @@ enum StatusCommand {
                              + folders.joined(separator: ", "))
     }
 
+    /// A JSON value the mount answers as one attribute (at most the 64 KiB an attribute holds), named `what`
+    /// where it does not decode; `failure` says why the read failed, from its errno.
+    static func jsonAttribute<T: Decodable>(_ path: String, _ name: String, as type: T.Type, what: String,
+                                            failure: (Int32) -> String) throws -> T {
+        var buf = [UInt8](repeating: 0, count: 65536)
+        let n = getxattr(path, name, &buf, buf.count)
+        if n < 0 { throw CommandFailure(failure(errno)) }
+        do { return try JSONDecoder().decode(T.self, from: Data(buf[0..<n])) } catch {
+            throw CommandFailure("\(path): \(what) does not decode: \(error)")
+        }
+    }
+
     static func attribute(_ path: String, _ name: String) throws -> String? {
         var buf = [UInt8](repeating: 0, count: 4096)
         let n = getxattr(path, "user.ubiquity." + name, &buf, buf.count)

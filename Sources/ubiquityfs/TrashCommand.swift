@@ -202,18 +202,12 @@ enum TrashCommand {
         if words.contains("--help") || words.contains("-h") { print(historyHelp); return }
         let args = try Arguments(words, valued: [], switches: ["--json"])
         guard args.positional.count == 1, let path = args.positional.first else { throw UsageError("history needs one PATH") }
-        var buf = [UInt8](repeating: 0, count: 65536)
-        let n = getxattr(path, "user.ubiquity.history", &buf, buf.count)
-        if n < 0 {
-            let e = errno
+        let versions = try StatusCommand.jsonAttribute(path, "user.ubiquity.history", as: [WireVersion].self,
+                                                       what: "the history") { e in
             let why = e == ENODATA || e == ENOTSUP ? "not a file in a ubiquityfs mount"
                 : e == ENOENT ? (exists(path) ? "no history on the remote (never uploaded)" : "no such file or folder")
                 : String(cString: strerror(e))
-            throw CommandFailure("cannot read the history of \(path): \(why)")
-        }
-        let versions: [WireVersion]
-        do { versions = try JSONDecoder().decode([WireVersion].self, from: Data(buf[0..<n])) } catch {
-            throw CommandFailure("\(path): the history does not decode: \(error)")
+            return "cannot read the history of \(path): \(why)"
         }
         if args.has("--json") {
             let rows: [[String: Any]] = versions.map { v in
@@ -271,12 +265,9 @@ enum TrashCommand {
     /// What a rewind to `to` would change, asked of the remote through the mount.
     private static func preview(_ dir: String, to: Int64) throws -> [WireRewindChange] {
         struct Preview: Decodable { var changes: [WireRewindChange]; var left: Int }
-        var buf = [UInt8](repeating: 0, count: 65536)
-        let n = getxattr(dir, "user.ubiquity.rewind:\(to)", &buf, buf.count)
-        if n < 0 { throw CommandFailure("cannot rewind \(dir): \(rewindFailure(errno, (try? mountRoot(of: dir)) ?? dir))") }
-        do { return try JSONDecoder().decode(Preview.self, from: Data(buf[0..<n])).changes } catch {
-            throw CommandFailure("\(dir): the answer does not decode: \(error)")
-        }
+        return try StatusCommand.jsonAttribute(dir, "user.ubiquity.rewind:\(to)", as: Preview.self, what: "the answer") {
+            "cannot rewind \(dir): \(rewindFailure($0, (try? mountRoot(of: dir)) ?? dir))"
+        }.changes
     }
 
     private static func rewindFailure(_ e: Int32, _ root: String) -> String {
