@@ -40,12 +40,12 @@ struct Daemon {
         let remote = ServedContainer.Remote(urls: urls, token: token, userMask: userMask)
         let usage = AccountUsage(client: remote.accountClient(options),
                                  notify: options.desktopNotices && DesktopNotices.hasBus())
-        usage.start()
         defer { usage.stop() }
         if options.isAccount { return try runAccount(remote, usage) }
         let served = try ServedContainer.start(options.containers[0], options: options, remote: remote, usage: usage)
         defer { served.stop() }
         try served.fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(served.id)")
+        usage.start()  // a mount that failed never asks
         let pidPath = writePIDFile()
         defer { removeLeftover(pidPath) }
         served.startNotices(mountpoint: options.mountpoint)
@@ -62,6 +62,7 @@ struct Daemon {
     private func runAccount(_ remote: ServedContainer.Remote, _ usage: AccountUsage) throws {
         let root = AccountRoot()
         try root.mount(at: options.mountpoint, fsname: "ubiquityfs:" + options.accountSource)
+        usage.start()
         let pidPath = writePIDFile()
         defer { removeLeftover(pidPath) }
         let account = ServedAccount(root: root, options: options, remote: remote, usage: usage)

@@ -57,6 +57,7 @@ commands:
 Run 'ubiquityfs COMMAND --help' for the options of one command.
 """
 
+OpenSSLAtExit.leaveCleanupToTheKernel()
 signal(SIGPIPE, SIG_IGN)
 var words = Array(CommandLine.arguments.dropFirst())
 guard let command = words.first else { print(usage); exit(2) }
