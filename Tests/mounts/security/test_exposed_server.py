@@ -264,9 +264,13 @@ def test_seaweedfs_serves_s3_and_nothing_else(seaweedfs):
     others = [p for p in json.loads((seaweedfs.dir / "ports.json").read_text()) if p != s3_port]
     # Before Part 15 the filer answered every local user on one of these (list, read, write, delete objects),
     # and the master deleted a bucket's volumes for anyone who asked.
+    # The ports were free when weed was started; another test's server may have taken one since (they are drawn
+    # from the same ephemeral range), so one that answers must not be weed's.
     for port in others:
         with socket.socket() as s:
-            assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} of weed answers on this machine"
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                owner = run("ss", "-ltnpH", f"sport = :{port}").stdout
+                assert "weed" not in owner, f"port {port} of weed answers on this machine: {owner}"
     listening = run("ss", "-ltnpH").stdout
     assert "weed" not in listening, listening
     # Its sockets are in a folder only its owner enters; S3 itself wants a signature.
