@@ -58,6 +58,8 @@ final class Link: RemoteClient, @unchecked Sendable {
     let afterPut = Box<(@Sendable (WireItem) -> Void)?>(nil)
     /// The next N item writes (puts and deletes) land but their answer is lost, and the link goes down.
     let loseAnswers = Box(0)
+    /// How many upload steps (a blob's check or upload, an item's write) were tried while the link was down.
+    let writesRefused = Box(0)
     init(_ remote: MemoryRemote) { self.remote = remote }
 
     var offline: Bool {
@@ -66,6 +68,10 @@ final class Link: RemoteClient, @unchecked Sendable {
     }
 
     private func check() throws(RemoteError) { if offline { throw RemoteError.unreachable("link down") } }
+    private func checkWrite() throws(RemoteError) {
+        if offline { writesRefused.value += 1 }
+        try check()
+    }
 
     func openContainer() throws(RemoteError) -> WireContainer { try check(); return try remote.openContainer() }
     func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
@@ -77,14 +83,14 @@ final class Link: RemoteClient, @unchecked Sendable {
     }
     func item(_ id: String) throws(RemoteError) -> WireItem { try check(); return try remote.item(id) }
     func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
-        try check()
+        try checkWrite()
         beforePut.value?(item)
         let stored = try remote.putItem(item, ifMatch: ifMatch, change: change)
         afterPut.value?(stored)
         return try answer(stored)
     }
     func deleteItem(_ id: String, ifMatch: Int64, change: WireChangeID?) throws(RemoteError) -> WireItem {
-        try check(); return try answer(try remote.deleteItem(id, ifMatch: ifMatch, change: change))
+        try checkWrite(); return try answer(try remote.deleteItem(id, ifMatch: ifMatch, change: change))
     }
     /// A write's answer, unless it is to be lost (`loseAnswers`).
     private func answer(_ stored: WireItem) throws(RemoteError) -> WireItem {
@@ -93,9 +99,9 @@ final class Link: RemoteClient, @unchecked Sendable {
         offline = true
         throw RemoteError.unreachable("answer lost")
     }
-    func hasBlob(sha256: String) throws(RemoteError) -> Bool { try check(); return try remote.hasBlob(sha256: sha256) }
+    func hasBlob(sha256: String) throws(RemoteError) -> Bool { try checkWrite(); return try remote.hasBlob(sha256: sha256) }
     func uploadBlob(sha256: String, size: Int64, fromFile path: String, progress: TransferProgress?) throws(RemoteError) {
-        try check(); try remote.uploadBlob(sha256: sha256, size: size, fromFile: path, progress: progress)
+        try checkWrite(); try remote.uploadBlob(sha256: sha256, size: size, fromFile: path, progress: progress)
     }
     func downloadBlob(sha256: String, offset: Int64, to fd: FileDescriptor, progress: TransferProgress?) throws(RemoteError) {
         try check(); try remote.downloadBlob(sha256: sha256, offset: offset, to: fd, progress: progress)

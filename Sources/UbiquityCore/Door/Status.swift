@@ -152,13 +152,19 @@ extension Container {
 
     // MARK: the mount root
 
-    /// The remote answered (the feed, a download): the mount is online, and the downloads it failed go on.
+    /// The remote answered (the feed, a download): the mount is online, and the downloads and uploads that
+    /// waited for it go on.
     func remoteAnswered() {
         let wasAway = update { s -> Bool in
             defer { s.offlineSince = nil; s.keyRefused = false }
             return s.offlineSince != nil
         }
-        if wasAway { downloads.remoteIsBack() }
+        // What waited for it goes now, whatever its own wait has grown to: a download's next try, and the
+        // pusher's (up to 30 s after a long outage).
+        if wasAway {
+            downloads.remoteIsBack()
+            sync.wakePusher()
+        }
     }
 
     /// What the root's `uploadingError` says while the remote refuses the key.

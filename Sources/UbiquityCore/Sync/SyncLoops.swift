@@ -178,9 +178,11 @@ final class SyncLoops: Sendable {
             if down { container.remoteUnreachable() }
             else if case RemoteError.unauthorized = error { container.remoteRefusedKey() }
             else { container.remoteAnswered() }
-            // While the remote is away, look again often enough that opens wait for it only briefly.
+            // While the remote is away, look again every second at most: opens wait for it only briefly, and
+            // what waited goes within a second of its return (`remoteAnswered` wakes the pusher). A look at a
+            // remote that is away is one refused connection, or one that times out.
             let wait = pull.backoff.delay(in: environment)
-            return down ? min(wait, 2_000_000_000) : wait
+            return down ? min(wait, 1_000_000_000) : wait
         }
     }
 
