@@ -22,6 +22,9 @@ small changes between two real mounts and quotes the bytes the remote received a
 before chunks moved (each version whole); it also cuts a 1 GiB upload and a cold download by `kill -9` of the
 remote at 70% (bytes in all after the restart, against the file once) and reads 16 cold files at once against
 16 curls at once; with --engines also on PostgreSQL and SeaweedFS.
+Workload O (Part 27) writes a file on one mount while the remote is killed, starts the remote again after 12 s
+and after 60 s, and times from its restart to the file on the other mount, beside the same change with the
+remote up.
 Workload W (Part 19, watchers) times this mount's own requests while 20,000 creates arrive from elsewhere, with
 and without `inotifywait -m -r` on the mount (ubiquitybench/burst.py), against the same work when idle.
 Run as root (drop_caches, FUSE mounts). Stdlib only; matplotlib (Debian python3-matplotlib) for the plot.
@@ -46,7 +49,7 @@ def main():
     ap = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 runs each (about 2 minutes)")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,C,D,W", help="workloads to run, e.g. 1,3")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,C,D,W,O", help="workloads to run, e.g. 1,3")
     ap.add_argument("--old-bin", help="an older ubiquityfs to run beside this one in workload 7")
     ap.add_argument("--reps", type=int, default=0, help="runs per measurement (default 3 quick, 5 otherwise)")
     ap.add_argument("--work", default="/var/tmp/ubiquityfs-bench", help="scratch directory (removed after)")

@@ -622,6 +622,43 @@ class Bench:
                           f"{e['rm on A']:.1f} s; ratio = {ENGINES_NAME} ÷ embedded (SQLite and files).")
         shutil.rmtree(d, ignore_errors=True)
 
+    # -------------------------------------------------------------- O: a change made while the remote is away
+    def wO(self):
+        """A file written on A while the remote is down (killed), then the remote started again after 12 s and
+        after 60 s: the time from its restart to the file on B. Beside it, in the same run, the same change with
+        the remote up (from the write to B). The goal: within 2 s of the return, whatever the outage's length."""
+        W = "O remote away"
+        d = self.fresh("wO")
+        outages = [5, 20] if self.quick else [12, 60]
+        up, back = [], {o: [] for o in outages}
+        with prop.Devices(BIN, d / "m") as dev:
+            a, b = dev.a / "Documents", dev.b / "Documents"
+            for rep in range(self.reps):
+                name = f"up-{rep}.txt"
+                t0 = time.perf_counter()
+                (a / name).write_text(f"written with the remote up, {rep}\n")
+                seen = prop.until(lambda: (b / name).exists(), 60)
+                up.append((seen - t0) if seen else float("inf"))
+                for outage in outages:
+                    dev.stub.proc.send_signal(signal.SIGKILL)
+                    dev.stub.proc.wait(timeout=30)
+                    dev.stub.stop()
+                    name = f"away-{outage}-{rep}.txt"
+                    (a / name).write_text(f"written with the remote away for {outage} s, {rep}\n")
+                    time.sleep(outage)
+                    dev.stub.start()
+                    t1 = time.perf_counter()
+                    seen = prop.until(lambda: (b / name).exists(), 120)
+                    back[outage].append((seen - t1) if seen else float("inf"))
+        for outage in outages:
+            got = median(back[outage])
+            self.res.add(W, f"a file written on A while the remote was away {outage} s: from its restart to B", "s",
+                         got, "the same with the remote up, from the write", median(up), better="lower",
+                         goal="<= 2 s", goal_ok=got <= 2, samples=back[outage])
+        self.res.note("O: the remote is killed (kill -9) and started again on the same data and port; B's view is "
+                      "polled every 0.1 s. A mount looks for an absent remote every second.")
+        shutil.rmtree(d, ignore_errors=True)
+
     # -------------------------------------------------------------- 8: small files, by remote backend
     def w8(self):
         """`tar x` of N small files and a shell loop creating N empty files on one mount, each timed to the end
@@ -1138,7 +1175,7 @@ class Bench:
 
     def run(self, which):
         names = {"1": self.w1, "2": self.w2, "3": self.w3, "4": self.w4, "5": self.w5, "6": self.w6, "7": self.w7,
-                 "8": self.w8, "L": self.wL, "C": self.wC, "D": self.wD, "W": self.wW}
+                 "8": self.w8, "L": self.wL, "C": self.wC, "D": self.wD, "W": self.wW, "O": self.wO}
         for key in which:
             fn = names[key]
             print(f"== workload {key}: {fn.__name__} ({'quick' if self.quick else 'default'}, {self.reps} reps)",
