@@ -51,6 +51,8 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     /// The PEM file of the certificate authorities to trust for HTTPS (nil: the system's).
     public let caFile: String?
     public let container: String
+    /// Where the container's routes are: `/v1/containers/{id}`, or a share's view, `/v1/shares/{id}`.
+    private let place: [String]
     public let timeouts: HTTPTimeouts
     /// The name of this device: in log lines and in `X-Device` on deletes (items carry their own `device`).
     public let device: String
@@ -73,12 +75,26 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
 
     /// Several servers of one container store, sharing one token: the first is used until it stops answering.
     /// `baseURLs` must not be empty.
-    public init(baseURLs: [String], token: String, container: String, timeouts: HTTPTimeouts = .init(),
-                device: String = "", changeLimit: Int? = nil, caFile: String? = nil) {
+    public convenience init(baseURLs: [String], token: String, container: String, timeouts: HTTPTimeouts = .init(),
+                            device: String = "", changeLimit: Int? = nil, caFile: String? = nil) {
+        self.init(baseURLs: baseURLs, token: token, container: container, place: ["v1", "containers", container],
+                  timeouts: timeouts, device: device, changeLimit: changeLimit, caFile: caFile)
+    }
+
+    /// The view of `share`, a folder another user shares with this client's user, read as a container of its own
+    /// (docs/SHARING.md): its feed, items and blobs, the folder being its Documents. Same servers and key.
+    public func view(of share: WireShare) -> HTTPRemoteClient {
+        HTTPRemoteClient(baseURLs: servers.urls, token: token, container: share.container, place: ["v1", "shares", share.id],
+                         timeouts: timeouts, device: device, changeLimit: changeLimit, caFile: caFile)
+    }
+
+    private init(baseURLs: [String], token: String, container: String, place: [String], timeouts: HTTPTimeouts,
+                 device: String, changeLimit: Int?, caFile: String?) {
         servers = ServerList(baseURLs)
         self.caFile = caFile
         self.token = token
         self.container = container
+        self.place = place
         self.timeouts = timeouts
         self.changeLimit = changeLimit
         // A header value: no control characters.
@@ -94,7 +110,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     }
 
     public func openContainer() throws(RemoteError) -> WireContainer {
-        try json("PUT", url(["v1", "containers", container]), body: [])
+        try json("PUT", url(place), body: [])
     }
 
     /// The ids of every container of the key's user (an account-level call: `container` plays no part).
@@ -109,14 +125,14 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     public func changes(since token: String?, waitSeconds: Int) throws(RemoteError) -> WireChanges {
         let wait = max(0, waitSeconds)
         let since = (token?.isEmpty ?? true) ? nil : token
-        let u = url(["v1", "containers", container, "changes"],
+        let u = url(place + ["changes"],
                     query: [("since", since), ("wait", wait > 0 ? String(wait) : nil),
                             ("limit", changeLimit.map(String.init))])
         return try json("GET", u, timeout: .request(timeouts.requestSeconds + wait))
     }
 
     public func item(_ id: String) throws(RemoteError) -> WireItem {
-        try json("GET", url(["v1", "containers", container, "items", id]))
+        try json("GET", url(place + ["items", id]))
     }
 
     public func putItem(_ item: WireItem, ifMatch: Int64?, change: WireChangeID?) throws(RemoteError) -> WireItem {
@@ -134,7 +150,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
             return e
         }
         let body = try encoded(WireBatch(entries: named), "a batch")
-        let answer: WireBatchAnswer = try json("POST", url(["v1", "containers", container, "batch"]),
+        let answer: WireBatchAnswer = try json("POST", url(place + ["batch"]),
                                                headers: ["Content-Type: application/json"], body: body)
         guard answer.results.count == entries.count else {
             throw .server(status: 200, message: "\(answer.results.count) answers to \(entries.count) batch entries")
@@ -143,13 +159,13 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     }
 
     public func putKV(_ entry: WireKVEntry) throws(RemoteError) -> WireKVEntry {
-        return try json("PUT", url(["v1", "containers", container, "kv", entry.key]),
+        return try json("PUT", url(place + ["kv", entry.key]),
                         headers: ["Content-Type: application/json"], body: try encoded(entry, "key \(entry.key)"))
     }
 
     public func kvChanges(since: Int64, waitSeconds: Int) throws(RemoteError) -> WireKVChanges {
         let wait = max(0, waitSeconds)
-        let u = url(["v1", "containers", container, "kv"],
+        let u = url(place + ["kv"],
                     query: [("since", String(since)), ("wait", wait > 0 ? String(wait) : nil)])
         return try json("GET", u, timeout: .request(timeouts.requestSeconds + wait))
     }
@@ -177,7 +193,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
                            body: [UInt8]? = nil) throws(RemoteError) -> WireItem {
         var headers = headers
         if let change { headers += ["X-Change-ID: \(change.id)", "X-Device: \(change.device)"] }
-        let u = url(["v1", "containers", container, "items", id])
+        let u = url(place + ["items", id])
         let r = try perform(method, u, headers: headers, source: body.map { .memory($0) } ?? .none,
                             sink: .memory(limit: Self.maxJSONAnswer), timeout: .request(timeouts.requestSeconds))
         guard (200...299).contains(r.status) else { throw HTTPMapping.error(status: r.status, body: r.body) }
@@ -195,7 +211,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     }
 
     public func hasBlob(sha256: String) throws(RemoteError) -> Bool {
-        let r = try perform("HEAD", url(["v1", "containers", container, "blobs", sha256]))
+        let r = try perform("HEAD", url(place + ["blobs", sha256]))
         switch r.status {
         case 200...299: return true
         case 404: return false
@@ -234,7 +250,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         guard lseek(fd.raw, off_t(offset), SEEK_SET) == off_t(offset) else {
             throw .localFile("cannot seek in \(path) to upload", cause: .current)
         }
-        let r = try perform("PUT", url(["v1", "containers", container, "blobs", sha256]),
+        let r = try perform("PUT", url(place + ["blobs", sha256]),
                             headers: ["Content-Type: application/octet-stream"],
                             source: .file(fd, length: size), timeout: .stall(timeouts.stallSeconds), progress: progress)
         guard (200...299).contains(r.status) else {
@@ -247,7 +263,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
                              progress: TransferProgress?) throws(RemoteError) {
         let start = max(0, offset)
         let headers = start > 0 ? ["Range: bytes=\(start)-"] : []
-        let r = try perform("GET", url(["v1", "containers", container, "blobs", sha256]), headers: headers,
+        let r = try perform("GET", url(place + ["blobs", sha256]), headers: headers,
                             sink: .file(fd, offset: start), timeout: .stall(timeouts.downloadSilenceSeconds),
                             progress: progress)
         switch r.status {
@@ -277,7 +293,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
         var missing = Set<String>()
         for start in stride(from: 0, to: sha256s.count, by: WireChunkLimits.maxAsk) {
             let asked = WireChunkList(chunks: Array(sha256s[start..<min(start + WireChunkLimits.maxAsk, sha256s.count)]))
-            let answer: WireChunkList = try json("POST", url(["v1", "containers", container, "chunks", "missing"]),
+            let answer: WireChunkList = try json("POST", url(place + ["chunks", "missing"]),
                                                  headers: ["Content-Type: application/json"],
                                                  body: try encoded(asked, "a chunk list"))
             missing.formUnion(answer.chunks)
@@ -289,7 +305,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     /// position is left alone, so several chunks may land in one file at once).
     public func downloadChunk(sha256: String, to fd: FileDescriptor, at fileOffset: Int64,
                               progress: TransferProgress?) throws(RemoteError) {
-        let r = try perform("GET", url(["v1", "containers", container, "blobs", sha256]),
+        let r = try perform("GET", url(place + ["blobs", sha256]),
                             sink: .file(fd, offset: 0, base: fileOffset),
                             timeout: .stall(timeouts.downloadSilenceSeconds), progress: progress)
         guard r.status == 200 else { throw HTTPMapping.error(status: r.status, body: r.body) }
@@ -298,7 +314,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     /// PUT .../manifests/{sha}; a chunk the remote does not hold is `.conflict`.
     public func putManifest(_ manifest: WireManifest) throws(RemoteError) {
         struct Stored: Decodable { let sha256: String; let size: Int64 }
-        let _: Stored = try json("PUT", url(["v1", "containers", container, "manifests", manifest.sha256]),
+        let _: Stored = try json("PUT", url(place + ["manifests", manifest.sha256]),
                                  headers: ["Content-Type: application/json"],
                                  body: try encoded(manifest, "manifest \(manifest.sha256)"))
     }
@@ -306,7 +322,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     /// GET .../manifests/{sha}; nil when there is none (the version is one blob, or the server knows no chunks).
     public func manifest(sha256: String) throws(RemoteError) -> WireManifest? {
         do throws(RemoteError) {
-            let manifest: WireManifest = try json("GET", url(["v1", "containers", container, "manifests", sha256]),
+            let manifest: WireManifest = try json("GET", url(place + ["manifests", sha256]),
                                                   timeout: .stall(timeouts.downloadSilenceSeconds))
             return manifest
         } catch {
@@ -319,20 +335,20 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
 
     /// GET .../history/{id}.
     public func history(id: String) throws(RemoteError) -> [WireVersion] {
-        let answer: WireHistory = try json("GET", url(["v1", "containers", container, "history", id]))
+        let answer: WireHistory = try json("GET", url(place + ["history", id]))
         return answer.versions
     }
 
     /// GET .../trash.
     public func trash() throws(RemoteError) -> [WireVersion] {
-        let answer: WireTrash = try json("GET", url(["v1", "containers", container, "trash"]))
+        let answer: WireTrash = try json("GET", url(place + ["trash"]))
         return answer.items
     }
 
     /// POST .../trash/restore.
     public func restore(ids: [String], device: String) throws(RemoteError) -> [WireItem] {
         let body = try encoded(WireRestoreRequest(ids: ids, device: device), "a restore")
-        let answer: WireRestored = try json("POST", url(["v1", "containers", container, "trash", "restore"]),
+        let answer: WireRestored = try json("POST", url(place + ["trash", "restore"]),
                                             headers: ["Content-Type: application/json"], body: body)
         return answer.restored
     }
@@ -348,7 +364,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     }
 
     private func emptyTrash(_ asked: WireEmptyTrashRequest) throws(RemoteError) -> Int {
-        let answer: WireEmptied = try json("POST", url(["v1", "containers", container, "trash", "empty"]),
+        let answer: WireEmptied = try json("POST", url(place + ["trash", "empty"]),
                                            headers: ["Content-Type: application/json"],
                                            body: try encoded(asked, "an empty of the trash"))
         return answer.emptied
@@ -358,7 +374,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     public func rewind(folder: String, to: Int64, dryRun: Bool, device: String) throws(RemoteError)
         -> [WireRewindChange] {
         let body = try encoded(WireRewindRequest(folder: folder, to: to, dryRun: dryRun, device: device), "a rewind")
-        let answer: WireRewound = try json("POST", url(["v1", "containers", container, "rewind"]),
+        let answer: WireRewound = try json("POST", url(place + ["rewind"]),
                                            headers: ["Content-Type: application/json"], body: body)
         return answer.changes
     }
@@ -366,7 +382,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     /// POST .../delete-data.
     public func deleteData(documents: Bool, device: String) throws(RemoteError) -> WireDataDeleted {
         let body = try encoded(WireDeleteDataRequest(documents: documents, device: device), "a deletion of data")
-        return try json("POST", url(["v1", "containers", container, "delete-data"]),
+        return try json("POST", url(place + ["delete-data"]),
                         headers: ["Content-Type: application/json"], body: body)
     }
 
@@ -381,14 +397,14 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     /// Shares folder `folder` of this container with user `user` (again: changes how).
     public func addShare(folder: String, user: String, readOnly: Bool) throws(RemoteError) -> WireShare {
         let body = try encoded(WireShareRequest(folder: folder, user: user, readOnly: readOnly), "a share")
-        return try json("POST", url(["v1", "containers", container, "shares"]),
+        return try json("POST", url(place + ["shares"]),
                         headers: ["Content-Type: application/json"], body: body)
     }
 
     /// Stops sharing folder `folder` of this container with `user`.
     public func removeShare(folder: String, user: String) throws(RemoteError) {
         let body = try encoded(WireShareRemoval(folder: folder, user: user), "a share's removal")
-        let _: WireSharesRemoved = try json("POST", url(["v1", "containers", container, "shares", "remove"]),
+        let _: WireSharesRemoved = try json("POST", url(place + ["shares", "remove"]),
                                             headers: ["Content-Type: application/json"], body: body)
     }
 

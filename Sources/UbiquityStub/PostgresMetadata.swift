@@ -476,6 +476,11 @@ private final class PostgresTransaction: MetadataTransaction {
         try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND parent = $2 AND NOT deleted", [cid, parent])
     }
 
+    func liveItems(_ cid: String, naming sha256: String) throws(ServerFailure) -> [WireItem] {
+        try items("SELECT \(Self.columns) FROM items WHERE container = $1 AND NOT deleted AND (sha256 = $2 OR strpos(conflicts, $2) > 0)",
+                  [cid, sha256])
+    }
+
     func historyRow(_ cid: String, _ id: String, through: Int64) throws(ServerFailure) -> WireVersion? {
         try versions("""
             SELECT \(HistoryTable.columns) FROM history WHERE container = $1 AND id = $2 AND at <= $3::bigint

@@ -353,6 +353,14 @@ private struct SQLiteTransaction: MetadataTransaction {
         return items
     }
 
+    func liveItems(_ cid: String, naming sha256: String) throws(ServerFailure) -> [WireItem] {
+        var items: [WireItem] = []
+        try db.forEach("""
+            SELECT \(Self.columns) FROM items WHERE container = ? AND deleted = 0 AND (sha256 = ? OR instr(conflicts, ?) > 0)
+            """, [.text(cid), .text(sha256), .text(sha256)]) { (r) throws(ServerFailure) in items.append(try Self.decodeRow(r)) }
+        return items
+    }
+
     func historyRow(_ cid: String, _ id: String, through: Int64) throws(ServerFailure) -> WireVersion? {
         try versions("""
             SELECT \(HistoryTable.columns) FROM history WHERE container = ? AND id = ? AND at <= ?

@@ -97,6 +97,8 @@ protocol MetadataTransaction {
 
     /// The live items in `parent`.
     func liveChildren(_ cid: String, parent: String) throws(ServerFailure) -> [WireItem]
+    /// The live items whose content or a conflict's is `sha256` (a share view's blob reads, ShareViews.swift).
+    func liveItems(_ cid: String, naming sha256: String) throws(ServerFailure) -> [WireItem]
     /// The item's newest kept row stored at or before `through`.
     func historyRow(_ cid: String, _ id: String, through: Int64) throws(ServerFailure) -> WireVersion?
     /// Each item's newest kept row stored at or before `through`, of the items whose that row is in `parent`

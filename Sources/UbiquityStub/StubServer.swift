@@ -419,6 +419,8 @@ enum Route {
     /// The shares the request's user owns or takes part in; one left by its participant.
     case shareList
     case shareLeave
+    /// A participant's view of a folder shared with them, by share id (ShareViews.swift).
+    case shareView(String, ShareViewPart)
     /// A recognised route with a malformed id or hash.
     case invalid(String)
     case unknown
@@ -434,6 +436,9 @@ enum Route {
         case 3 where parts[2] == "usage": self = .usage
         case 3 where parts[2] == "shares": self = .shareList
         case 4 where parts[2] == "shares" && parts[3] == "leave": self = .shareLeave
+        case 4... where parts[2] == "shares":
+            guard WireShareRules.isValidID(parts[3]) else { self = .invalid("bad share id"); return }
+            self = .shareView(parts[3], ShareViewPart(Array(parts[4...])))
         case 5 where parts[2] == "containers" && parts[4] == "shares":
             self = WireRules.isValidContainerID(parts[3]) ? .shareAdd(parts[3]) : .invalid("bad container id")
         case 6 where parts[2] == "containers" && parts[4] == "shares" && parts[5] == "remove":
@@ -498,7 +503,7 @@ enum Route {
         case .deleteData(let c): return .deleteData(prefix + c)
         case .shareAdd(let c): return .shareAdd(prefix + c)
         case .shareRemove(let c): return .shareRemove(prefix + c)
-        case .health, .stats, .faults, .usage, .shareList, .shareLeave, .invalid, .unknown: return self
+        case .health, .stats, .faults, .usage, .shareList, .shareLeave, .shareView, .invalid, .unknown: return self
         }
     }
 
@@ -513,6 +518,7 @@ enum Route {
         case .kvKey: return ["PUT"]
         case .item: return ["GET", "PUT", "DELETE"]
         case .blob: return ["HEAD", "GET", "PUT"]
+        case .shareView(_, let part): return part.allowedMethods
         case .manifest: return ["GET", "PUT"]
         case .invalid: return ["GET", "HEAD", "PUT", "DELETE", "POST"]
         case .unknown: return []
@@ -547,6 +553,35 @@ enum Route {
         default: return false
         }
     }
+}
+
+/// What a request under `/v1/shares/{id}/` asks of a share's view: its start (`PUT`), its feed, an item, a blob;
+/// any other path is one the view does not serve (a write there is refused as every write is).
+enum ShareViewPart: Equatable {
+    case open, changes, item(String), blob(String), other
+
+    init(_ rest: [String]) {
+        switch rest.count {
+        case 0: self = .open
+        case 1 where rest[0] == "changes": self = .changes
+        case 2 where rest[0] == "items" && WireRules.isValidID(rest[1]): self = .item(rest[1])
+        case 2 where rest[0] == "blobs" && isSHA256Hex(rest[1]): self = .blob(rest[1])
+        default: self = .other
+        }
+    }
+
+    var allowedMethods: [String] {
+        switch self {
+        case .open: return ["PUT"]
+        case .changes: return ["GET"]
+        case .item: return ["GET", "PUT", "DELETE"]
+        case .blob: return ["HEAD", "GET", "PUT"]
+        case .other: return ["GET", "HEAD", "PUT", "DELETE", "POST"]
+        }
+    }
+
+    /// Whether `method` writes here (the view's start, a `PUT`, only reads).
+    func isWrite(_ method: String) -> Bool { self != .open && !["GET", "HEAD"].contains(method) }
 }
 
 /// The server's output as one link of `bytesPerSecond` (`--bandwidth`): each piece of a blob download takes its
@@ -896,6 +931,7 @@ extension StubServer {
         }
         let route = ex.route
         if !route.isBookkeeping, let status = counters.takeFailure() { return .error(status, "injected fault") }
+        if let refusal = shareViewWriteRefusal(ex) { return refusal }
         switch route {
         case .invalid(let why):
             return .error(400, why)
@@ -1050,6 +1086,8 @@ extension StubServer {
             case .shareList:
                 guard let account = ex.account else { throw .refused(401, "no key") }
                 return .json(200, WireShareList(shares: try store.shares(of: account.user)))
+            case .shareView(let id, let part):
+                return try shareView(connection, ex, id, part)
             case .shareLeave:
                 guard let account = ex.account else { throw .refused(401, "no key") }
                 let asked = try decode(WireShareLeave.self, ex.body)
@@ -1083,6 +1121,14 @@ extension StubServer {
     }
 
     private func changes(_ connection: OpaquePointer, _ cid: String) throws(ServerFailure) -> Reply {
+        let (since, limit, wait) = try feedArguments(connection)
+        let answer = try store.changes(cid, since: since, limit: limit, wait: wait)
+        counters.update { $0.changesRequests += 1 }
+        return .json(200, answer)
+    }
+
+    /// A feed request's `since`, `limit` (at most 10,000) and `wait` (at most 60 s).
+    private func feedArguments(_ connection: OpaquePointer) throws(ServerFailure) -> (Int64, Int, Int) {
         var since: Int64 = 0
         if let s = argument(connection, "since"), !s.isEmpty {
             guard let v = Int64(s), v >= 0 else { throw .refused(400, "bad since token") }
@@ -1098,9 +1144,51 @@ extension StubServer {
             guard let v = Int(s), v >= 0 else { throw .refused(400, "bad wait") }
             wait = min(v, 60)
         }
-        let answer = try store.changes(cid, since: since, limit: limit, wait: wait)
-        counters.update { $0.changesRequests += 1 }
-        return .json(200, answer)
+        return (since, limit, wait)
+    }
+
+    /// A participant's request to the view of share `id`: only the participant reaches it (404 for anyone else,
+    /// as for no such share), and every write is refused (`writeRefusal`; `precheck` refuses them before their
+    /// body is read).
+    private func shareView(_ connection: OpaquePointer, _ ex: Exchange, _ id: String,
+                           _ part: ShareViewPart) throws(ServerFailure) -> Reply {
+        guard let account = ex.account else { throw .refused(401, "no key") }
+        let share = try store.shareForParticipant(id, user: account.user)
+        if part.isWrite(ex.method) { throw Self.writeRefusal(share) }
+        switch part {
+        case .open:
+            return .json(200, try store.openView(share))
+        case .changes:
+            let (since, limit, wait) = try feedArguments(connection)
+            counters.update { $0.changesRequests += 1 }
+            return .json(200, try store.viewChanges(share, since: since, limit: limit, wait: wait))
+        case .item(let itemID):
+            return .json(200, try store.viewItem(share, itemID))
+        case .blob(let sha):
+            guard try store.viewNamesBlob(share, sha) else { throw .refused(404, "no such blob") }
+            return try getBlob(connection, ex, share.container, sha)
+        case .other:
+            throw .refused(404, "no such route")
+        }
+    }
+
+    /// A write through a share's view: 403 on a read-only share; on a read-write one, 501 until writing into a
+    /// shared folder is built.
+    private static func writeRefusal(_ share: StubShare) -> ServerFailure {
+        share.readOnly ? .refused(403, "the folder is shared with you read-only")
+            : .refused(501, "writing into a shared folder is not built yet")
+    }
+
+    /// A write through a share's view, refused before its body is read; nil for any other request.
+    private func shareViewWriteRefusal(_ ex: Exchange) -> Reply? {
+        guard case .shareView(let id, let part) = ex.route, part.isWrite(ex.method) else { return nil }
+        ex.refusedAtOnce = true // its body unread: the connection closes after the answer
+        do throws(ServerFailure) {
+            guard let account = ex.account else { throw .refused(401, "no key") }
+            return failureReply(Self.writeRefusal(try store.shareForParticipant(id, user: account.user)))
+        } catch {
+            return failureReply(error)
+        }
     }
 
     private func kvFeed(_ connection: OpaquePointer, _ cid: String) throws(ServerFailure) -> Reply {

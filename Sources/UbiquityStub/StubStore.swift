@@ -108,7 +108,7 @@ final class StubStore: Sendable {
     /// Answers `look()` at once when it finds something or `wait` is 0, else looks again on every change
     /// noticed and at least every `recheckInterval`, until it finds something, `wait` seconds pass or the
     /// server stops.
-    private func polling<T>(wait: Int, _ look: () throws(ServerFailure) -> (T, found: Bool)) throws(ServerFailure) -> T {
+    func polling<T>(wait: Int, _ look: () throws(ServerFailure) -> (T, found: Bool)) throws(ServerFailure) -> T {
         let notifier = meta.notifier
         let deadline = Date(timeIntervalSinceNow: TimeInterval(wait))
         while true {

@@ -107,8 +107,120 @@ import UbiquityHTTP
         #expect(Set(try alice.shares().map(\.folder)) == ["photos", "day1"])
     }
 
-    /// Expects `body` to fail with the HTTP status `status` (404 as `.notFound`, 409 as `.conflict`, the rest
-    /// as `.rejected`).
+    // MARK: the participant's view (docs/SHARING.md): the folder as a container of its own
+
+    @Test(arguments: Backend.withUsers) func theParticipantsViewHoldsTheFolderAndNothingElse(backend: Backend) throws {
+        let (s, alice, bob, carol) = try people(backend)
+        defer { withExtendedLifetime(s) {} } // the remote lives as long as its subject
+        _ = try s.makeFile("secret", "the owner's alone", in: "photos", name: "secret.txt")
+        _ = try s.makeFile("note", "a note of day 1", in: "day1", name: "note.txt")
+        let share = try alice.addShare(folder: "trip", user: "bob", readOnly: true)
+        let view = bob.view(of: share)
+        #expect(try view.openContainer().token == alice.changes(since: nil, waitSeconds: 0).token,
+                "a view's positions are the owner's container's")
+
+        let items = try view.changes(since: nil, waitSeconds: 0).items
+        #expect(Set(items.map(\.id)) == ["day1", "plan", "note"], "the folder's subtree, without the folder")
+        #expect(items.first { $0.id == "plan" }?.parent == WireRules.documentsID, "the folder is the view's Documents")
+        #expect(items.first { $0.id == "note" }?.parent == "day1")
+        #expect(try view.item("plan").name == "plan.txt")
+        for outside in ["secret", "photos", "lib", "trip", WireRules.documentsID] {
+            try expectStatus(404, "item \(outside)") { _ = try view.item(outside) }
+        }
+
+        // Blobs: what an item inside names; not one the remote holds for an item outside.
+        #expect(try download(sha256Hex(Array("the plan".utf8)), through: view, in: s.dir) == Array("the plan".utf8))
+        #expect(try view.hasBlob(sha256: sha256Hex(Array("the plan".utf8))))
+        let secret = sha256Hex(Array("the owner's alone".utf8))
+        #expect(try !view.hasBlob(sha256: secret))
+        try expectStatus(404, "a blob outside") { _ = try download(secret, through: view, in: s.dir) }
+
+        // Only the participant reaches the view.
+        try expectStatus(404, "another user") { _ = try carol.view(of: share).changes(since: nil, waitSeconds: 0) }
+        try expectStatus(404, "the owner, by the participant's share") { _ = try alice.view(of: share).item("plan") }
+        var unknown = share
+        unknown.id = String(repeating: "0", count: share.id.count)
+        try expectStatus(404, "no such share") { _ = try bob.view(of: unknown).item("plan") }
+
+        // Once the share is gone, so is the view.
+        try alice.removeShare(folder: "trip", user: "bob")
+        try expectStatus(404, "a removed share") { _ = try view.changes(since: nil, waitSeconds: 0) }
+    }
+
+    /// The owner moves a folder in (what is below it comes with it), a folder out (it and what was below it
+    /// go, as gone), and changes things outside (nothing of them shows).
+    @Test(arguments: Backend.withUsers) func theViewsFeedFollowsMovesInAndOut(backend: Backend) throws {
+        let (s, alice, bob, _) = try people(backend)
+        defer { withExtendedLifetime(s) {} } // the remote lives as long as its subject
+        _ = try s.makeFile("deep", "below inner", in: "inner", name: "deep.txt")
+        _ = try s.makeFile("note", "a note of day 1", in: "day1", name: "note.txt")
+        let view = bob.view(of: try alice.addShare(folder: "trip", user: "bob", readOnly: false))
+        let start = try view.openContainer().token
+
+        try move("inner", to: "trip", s)
+        try move("day1", to: "photos", s)
+        _ = try s.makeFile("other", "made outside", in: "photos", name: "other.txt")
+        let page = try view.changes(since: start, waitSeconds: 0)
+        #expect(page.token == (try alice.changes(since: nil, waitSeconds: 0).token))
+        #expect(Set(page.items.filter { !$0.deleted }.map(\.id)) == ["inner", "deep"])
+        #expect(page.items.first { $0.id == "inner" }?.parent == WireRules.documentsID)
+        let gone = page.items.filter(\.deleted)
+        #expect(Set(gone.map(\.id)) == ["day1", "note"], "what left, and what was below it")
+        #expect(gone.allSatisfy { $0.sha256.isEmpty && $0.size == 0 }, "of what left, only that it left")
+        #expect(gone.first { $0.id == "day1" }?.name == "Day 1", "named as the view knew it")
+
+        // Changes outside only: the position moves on, nothing shows.
+        _ = try s.makeFile("more", "outside again", in: "photos", name: "more.txt")
+        let quiet = try view.changes(since: page.token, waitSeconds: 0)
+        #expect(quiet.items.isEmpty && quiet.token != page.token)
+    }
+
+    /// Every write through a view is refused before it reaches the owner's container: 403 when read-only, 501 on
+    /// a read-write share until writing into a shared folder is built.
+    @Test(arguments: Backend.withUsers) func writesThroughAViewAreRefused(backend: Backend) throws {
+        let (s, alice, bob, carol) = try people(backend)
+        defer { withExtendedLifetime(s) {} } // the remote lives as long as its subject
+        let readOnly = bob.view(of: try alice.addShare(folder: "trip", user: "bob", readOnly: true))
+        let readWrite = carol.view(of: try alice.addShare(folder: "trip", user: "carol", readOnly: false))
+        let before = try alice.changes(since: nil, waitSeconds: 0).token
+        let plan = try readOnly.item("plan")
+        let bytes = Array("written through a view".utf8)
+        for (view, status) in [(readOnly, 403), (readWrite, 501)] {
+            var edited = plan
+            edited.name = "renamed.txt"
+            try expectStatus(status, "a put") { _ = try view.putItem(edited, ifMatch: plan.version, change: nil) }
+            try expectStatus(status, "a create") {
+                _ = try view.putItem(file("new", in: WireRules.documentsID, bytes: bytes), ifMatch: nil, change: nil)
+            }
+            try expectStatus(status, "a delete") { _ = try view.deleteItem("plan", ifMatch: plan.version, change: nil) }
+            try expectStatus(status, "a blob") { try view.upload(bytes, dir: s.dir) }
+            try expectStatus(status, "a batch") {
+                _ = try view.batch([.put(edited, ifMatch: plan.version)])
+            }
+            try expectStatus(status, "a restore") { _ = try view.restore(ids: ["plan"], device: "x") }
+        }
+        #expect(try alice.changes(since: nil, waitSeconds: 0).token == before, "nothing was written")
+        #expect(try alice.item("plan").name == "plan.txt")
+    }
+
+    private func move(_ id: String, to parent: String, _ s: Subject) throws {
+        var item = try s.remote.item(id)
+        item.parent = parent
+        _ = try s.remote.putItem(item, ifMatch: item.version)
+    }
+
+    /// The blob's bytes, downloaded through `client` into a file of `dir`.
+    private func download(_ sha: String, through client: any RemoteClient, in dir: String) throws -> [UInt8] {
+        let path = dir + "/down-\(randomHex(bytes: 4))"
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
+        let fd = try FileDescriptor.open(path, O_WRONLY)
+        defer { fd.close() }
+        try client.downloadBlob(sha256: sha, offset: 0, to: fd, progress: nil)
+        return [UInt8](FileManager.default.contents(atPath: path) ?? Data())
+    }
+
+    /// Expects `body` to fail with the HTTP status `status` (404 as `.notFound`, 409 as `.conflict`, 5xx as
+    /// `.server`, the rest as `.rejected`).
     private func expectStatus(_ status: Int, _ what: Comment? = nil, _ body: () throws -> Void) throws {
         do {
             try body()
@@ -117,6 +229,7 @@ import UbiquityHTTP
             switch (status, error) {
             case (404, .notFound), (409, .conflict): break
             case (_, .rejected(let got, _)) where got == status: break
+            case (_, .server(let got, _)) where got == status: break
             default: Issue.record("\(what.map { "\($0): " } ?? "")\(error), expected \(status)")
             }
         }
