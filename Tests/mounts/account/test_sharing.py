@@ -1,9 +1,10 @@
-"""Part 24, the owner's side: `ubiquityfs share add|remove|list` through the mount, the share attributes on a
-shared folder and on everything in it, and each refusal in one plain line that changes nothing. (A participant's
-view of a shared folder in their own mount is planned: docs/SHARING.md.)"""
+"""Part 24: the owner's side through the mount (`ubiquityfs share add|remove|list`, the share attributes on a
+shared folder and on everything in it, each refusal in one plain line that changes nothing), and the
+participant's view on the wire, driven with curl. (The view in a participant's own mount is planned:
+docs/SHARING.md.)"""
 import json
 
-from conftest import BIN, accounts, attr, new_key, run, sync
+from conftest import BIN, CONTAINER, accounts, attr, curl_auth, new_key, run, sync
 
 
 def share(*words, check=True):
@@ -84,3 +85,72 @@ def test_each_refusal_is_one_plain_line_and_changes_nothing(stub, mount_factory,
     assert attr(docs / "team" / "inner", "shareError") == "that folder is not shared with bob"
     assert share("list", alice.path).stdout == "Documents/team\tshared with bob\tread-write\n", "nothing changed"
     assert attr(docs / "team" / "inner", "sharedOwner") == "alice", "inside the shared folder"
+
+
+def curl(key, method, url, *extra):
+    """An HTTP request with the device key `key` (a file); answers (status, body)."""
+    token = open(key).read().strip()
+    p = run("curl", "-s", "-o", "-", "-w", "\n%{http_code}", "-X", method, "-H", curl_auth(token), *extra, url,
+            check=False)
+    body, _, status = p.stdout.rpartition("\n")
+    return int(status), body
+
+
+def test_a_participant_reads_the_shared_folder_alone_and_writes_by_no_route(stub, mount_factory, tmp_path):
+    """The participant's view on the wire (docs/WIRE.md "A share's view"), driven with curl as an attacker
+    holding bob's key would: the folder's items and contents, nothing of the owner's other files, no write by
+    any route of a read-only share; other users (the owner too) do not reach it."""
+    for user in ("alice", "bob", "carol"):
+        accounts(stub, "user", "add", user)
+    keys = {u: new_key(stub, tmp_path, u, "laptop").token_file for u in ("bob", "carol")}
+    alice_keyed = new_key(stub, tmp_path, "alice", "laptop")
+    alice = mount_factory(alice_keyed, "alice-laptop")
+    project = alice / "Documents" / "project"
+    project.mkdir()
+    (project / "plan.txt").write_text("the plan\n")
+    (alice / "Documents" / "private.txt").write_text("mine alone\n")
+    sync(alice)
+    share("add", project, "bob", "--read-only")
+
+    status, body = curl(keys["bob"], "GET", f"{stub.url}/v1/shares")
+    assert status == 200, body
+    view = f"{stub.url}/v1/shares/{json.loads(body)['shares'][0]['id']}"
+    status, body = curl(keys["bob"], "GET", f"{view}/changes")
+    assert status == 200, body
+    items = json.loads(body)["items"]
+    assert [(i["name"], i["parent"]) for i in items] == [("plan.txt", "documents")], items
+    plan = items[0]
+    status, body = curl(keys["bob"], "GET", f"{view}/blobs/{plan['sha256']}")
+    assert (status, body) == (200, "the plan\n"), "the content of a file inside"
+
+    # The owner's other file: its item and its content stay out of reach, though the remote holds both.
+    owner_key = alice_keyed.token_file
+    status, body = curl(owner_key, "GET", f"{stub.url}/v1/containers/{CONTAINER}/changes")
+    private = next(i for i in json.loads(body)["items"] if i["name"] == "private.txt")
+    assert curl(keys["bob"], "GET", f"{view}/items/{private['id']}")[0] == 404
+    assert curl(keys["bob"], "GET", f"{view}/blobs/{private['sha256']}")[0] == 404
+    assert "mine alone" not in curl(keys["bob"], "GET", f"{view}/changes")[1]
+
+    # No write by any route; nothing reaches the owner's container.
+    before = curl(owner_key, "GET", f"{stub.url}/v1/containers/{CONTAINER}/changes")[1]
+    item = json.dumps(dict(plan, name="mine now.txt"))
+    json_body = ["-H", "Content-Type: application/json"]
+    for method, path, extra in [
+            ("PUT", f"items/{plan['id']}", [*json_body, "-d", item]),
+            ("DELETE", f"items/{plan['id']}", ["-H", f"If-Match: {plan['version']}"]),
+            ("PUT", "blobs/" + "0" * 64, ["--data-binary", "x" * 1000]),
+            ("POST", "batch", [*json_body, "-d", json.dumps({"entries": [{"op": "put", "id": plan["id"], "item": plan}]})]),
+            ("POST", "trash/restore", [*json_body, "-d", '{"ids": [], "device": "x"}']),
+            ("POST", "rewind", [*json_body, "-d", '{"folder": "documents", "to": 0}']),
+            ("PUT", "kv/key", [*json_body, "-d", '{"key": "key", "value": "x"}']),
+            ("PUT", "manifests/" + "0" * 64, [*json_body, "-d", "{}"]),
+            ("POST", "chunks/missing", [*json_body, "-d", '{"chunks": []}'])]:
+        status, body = curl(keys["bob"], method, f"{view}/{path}", *extra)
+        assert status == 403 and "read-only" in body, (method, path, status, body)
+    assert curl(owner_key, "GET", f"{stub.url}/v1/containers/{CONTAINER}/changes")[1] == before
+    assert (project / "plan.txt").read_text() == "the plan\n"
+
+    # Only the participant: not another user, not the owner.
+    assert curl(keys["carol"], "GET", f"{view}/changes")[0] == 404
+    assert curl(owner_key, "GET", f"{view}/changes")[0] == 404
+    assert curl(keys["carol"], "PUT", f"{view}/items/{plan['id']}", *json_body, "-d", item)[0] == 404
