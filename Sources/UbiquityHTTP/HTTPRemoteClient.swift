@@ -82,7 +82,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
     }
 
     /// The view of `share`, a folder another user shares with this client's user, read as a container of its own
-    /// (docs/SHARING.md): its feed, items and blobs, the folder being its Documents. Same servers and key.
+    /// (docs/SHARING.md): its feed, items and blobs, the folder being its root. Same servers and key.
     public func view(of share: WireShare) -> HTTPRemoteClient {
         HTTPRemoteClient(baseURLs: servers.urls, token: token, container: share.container, place: ["v1", "shares", share.id],
                          timeouts: timeouts, device: device, changeLimit: changeLimit, caFile: caFile)

@@ -5,7 +5,7 @@
 // What must hold: nothing outside the folder reaches the participant: no item, no id, no name, no hash. The
 // one exception is an item that was inside at the participant's last position and is not any more (moved out,
 // or below a folder that was): it goes as gone, so that the view's devices do not keep it, and only its id
-// travels. Items directly in the folder name the view's Documents as their parent, and every write through a
+// travels. Items directly in the folder name the view's root as their parent, and every write through a
 // view is refused until writing through shares is built (403 when read-only, whatever comes later).
 //
 // Positions are the owner's container's own: a view's token is the container's position, and every item keeps
@@ -82,10 +82,10 @@ private final class ShareTree {
         self.share = share
     }
 
-    /// The item as the view sees it: in the view's Documents when directly in the folder.
+    /// The item as the view sees it: in the view's root when directly in the folder.
     func shown(_ item: WireItem) -> WireItem {
         var shown = item
-        if shown.parent == share.folder { shown.parent = WireRules.documentsID }
+        if shown.parent == share.folder { shown.parent = WireRules.rootID }
         return shown
     }
 
@@ -169,7 +169,7 @@ private final class ShareTree {
 
     /// What the view learns of an item that left: that it is gone from where its devices last knew it.
     private func gone(_ then: WireVersion, version: Int64) -> WireItem {
-        let parent = then.parent == share.folder ? WireRules.documentsID : then.parent
+        let parent = then.parent == share.folder ? WireRules.rootID : then.parent
         return WireItem(id: then.id, parent: parent, name: then.name, kind: then.kind, mode: 0, mtime: 0, size: 0,
                         sha256: "", version: version, deleted: true)
     }

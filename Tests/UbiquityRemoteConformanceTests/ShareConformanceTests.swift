@@ -107,7 +107,7 @@ import UbiquityHTTP
         #expect(Set(try alice.shares().map(\.folder)) == ["photos", "day1"])
     }
 
-    // MARK: the participant's view (docs/SHARING.md): the folder as a container of its own
+    // MARK: the participant's view (docs/SHARING.md): the folder as a container of its own, the folder its root
 
     @Test(arguments: Backend.withUsers) func theParticipantsViewHoldsTheFolderAndNothingElse(backend: Backend) throws {
         let (s, alice, bob, carol) = try people(backend)
@@ -121,10 +121,10 @@ import UbiquityHTTP
 
         let items = try view.changes(since: nil, waitSeconds: 0).items
         #expect(Set(items.map(\.id)) == ["day1", "plan", "note"], "the folder's subtree, without the folder")
-        #expect(items.first { $0.id == "plan" }?.parent == WireRules.documentsID, "the folder is the view's Documents")
+        #expect(items.first { $0.id == "plan" }?.parent == WireRules.rootID, "the folder is the view's root")
         #expect(items.first { $0.id == "note" }?.parent == "day1")
         #expect(try view.item("plan").name == "plan.txt")
-        for outside in ["secret", "photos", "lib", "trip", WireRules.documentsID] {
+        for outside in ["secret", "photos", "lib", "trip", WireRules.documentsID, WireRules.rootID] {
             try expectStatus(404, "item \(outside)") { _ = try view.item(outside) }
         }
 
@@ -163,7 +163,7 @@ import UbiquityHTTP
         let page = try view.changes(since: start, waitSeconds: 0)
         #expect(page.token == (try alice.changes(since: nil, waitSeconds: 0).token))
         #expect(Set(page.items.filter { !$0.deleted }.map(\.id)) == ["inner", "deep"])
-        #expect(page.items.first { $0.id == "inner" }?.parent == WireRules.documentsID)
+        #expect(page.items.first { $0.id == "inner" }?.parent == WireRules.rootID)
         let gone = page.items.filter(\.deleted)
         #expect(Set(gone.map(\.id)) == ["day1", "note"], "what left, and what was below it")
         #expect(gone.allSatisfy { $0.sha256.isEmpty && $0.size == 0 }, "of what left, only that it left")
@@ -190,7 +190,7 @@ import UbiquityHTTP
             edited.name = "renamed.txt"
             try expectStatus(status, "a put") { _ = try view.putItem(edited, ifMatch: plan.version, change: nil) }
             try expectStatus(status, "a create") {
-                _ = try view.putItem(file("new", in: WireRules.documentsID, bytes: bytes), ifMatch: nil, change: nil)
+                _ = try view.putItem(file("new", in: WireRules.rootID, bytes: bytes), ifMatch: nil, change: nil)
             }
             try expectStatus(status, "a delete") { _ = try view.deleteItem("plan", ifMatch: plan.version, change: nil) }
             try expectStatus(status, "a blob") { try view.upload(bytes, dir: s.dir) }

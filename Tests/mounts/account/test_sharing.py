@@ -118,7 +118,7 @@ def test_a_participant_reads_the_shared_folder_alone_and_writes_by_no_route(stub
     status, body = curl(keys["bob"], "GET", f"{view}/changes")
     assert status == 200, body
     items = json.loads(body)["items"]
-    assert [(i["name"], i["parent"]) for i in items] == [("plan.txt", "documents")], items
+    assert [(i["name"], i["parent"]) for i in items] == [("plan.txt", "root")], items
     plan = items[0]
     status, body = curl(keys["bob"], "GET", f"{view}/blobs/{plan['sha256']}")
     assert (status, body) == (200, "the plan\n"), "the content of a file inside"
