@@ -35,6 +35,7 @@ extension CoreError: FileSystemError {
         case .notPermitted: return EPERM
         case .interrupted: return EINTR
         case .readOnly: return EROFS
+        case .accessDenied: return EACCES
         case .noAttribute: return ENODATA
         case .tooBig: return E2BIG
         case .fileTooBig: return EFBIG

@@ -130,7 +130,10 @@ public final class FileSystem: @unchecked Sendable {
         st.st_uid = owner.uid
         st.st_gid = owner.gid
         st.st_blksize = 4096
-        st.st_mode = FileSystem.fileType(item.kind) | mode_t(item.mode)
+        // A folder shared with this user shows no write bits: the core refuses every change there (read-only, and
+        // read-write until writing through a share is built).
+        let writeBits: mode_t = core.config.sharedWithMe != nil ? 0o222 : 0
+        st.st_mode = FileSystem.fileType(item.kind) | (mode_t(item.mode) & ~writeBits)
         st.st_nlink = 1
         switch item.kind {
         case .dir:

@@ -75,6 +75,8 @@ struct TrashTree: VirtualTree {
 
     var folderName: String { WireRules.trashFolder }
     var folderID: NodeID { .trashDir }
+    /// Not in the view of a folder shared with this user: its Recently Deleted is the owner's.
+    var isShown: Bool { core.config.sharedWithMe == nil }
 
     func owns(_ id: NodeID) -> Bool {
         switch id {

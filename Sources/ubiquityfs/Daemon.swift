@@ -42,7 +42,9 @@ struct Daemon {
                                  notify: options.desktopNotices && DesktopNotices.hasBus())
         defer { usage.stop() }
         if options.isAccount { return try runAccount(remote, usage) }
-        let served = try ServedContainer.start(options.containers[0], options: options, remote: remote, usage: usage)
+        let served = try options.share.map { try ServedContainer.startView(of: sharedWithMe($0, remote), options: options,
+                                                                         remote: remote, usage: usage) }
+            ?? ServedContainer.start(options.containers[0], options: options, remote: remote, usage: usage)
         defer { served.stop() }
         try served.fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(served.id)")
         usage.start()  // a mount that failed never asks
@@ -83,6 +85,20 @@ struct Daemon {
         root.run(beforeUnmount: { account.stopAll() })
         log.info("unmounted \(options.mountpoint)")
         if let failure = account.failure { throw failure }
+    }
+
+    /// The share `name` (OWNER/NAME, or its id) of the mount's container, among those the remote lists for
+    /// the token's user.
+    private func sharedWithMe(_ name: String, _ remote: ServedContainer.Remote) throws -> WireShare {
+        let url = remote.urls.joined(separator: ",")
+        let shares: [WireShare]
+        do { shares = try remote.accountClient(options).shares() } catch {
+            throw MountFailure("cannot list the shares of the remote at \(url): \(error)")
+        }
+        guard let share = shares.first(where: { $0.id == name || "\($0.owner)/\($0.name)" == name }) else {
+            throw MountFailure("nothing named '\(name)' is shared with you in \(options.containers[0]) on \(url)")
+        }
+        return share
     }
 
     /// Records the daemon's pid for `ubiquityfs unmount`; returns the file's path.

@@ -21,7 +21,7 @@ let defaultContainer = "iCloud.com.example.ubiquityfs"
 enum MountCommand {
     static let help = """
     usage: ubiquityfs mount MOUNTPOINT [--remote URL[,URL...] --token-file FILE [--ca-file FILE]]
-                                      [--container ID | --containers ID,ID,...] [--all-containers]
+                                      [--container ID | --containers ID,ID,...] [--all-containers] [--share SHARE]
                                       [--store DIR] [--device NAME] [--foreground] [--log-level LEVEL] [--log-file FILE]
                                       [--download-timeout SECONDS] [--no-download-for NAME,...]
                                       [--cache-size SIZE] [--min-free SIZE] [--no-passthrough]
@@ -33,6 +33,10 @@ enum MountCommand {
                          each a file system of its own (mv between two copies and deletes)
       --all-containers   every container of the token's user (with those of --container(s) first), new ones
                          appearing as they are made
+      --share SHARE      a folder another user of the remote shares with the token's user, in the container
+                         (OWNER/NAME as `share list` shows it, or the share's id): the folder is the mount's
+                         root; a folder shared read-only shows no write bits and refuses every change (EACCES);
+                         one shared read-write mounts read-only for now (EROFS: writing through it is planned)
     Without --remote it uses a private remote stub with its data in \(dataDirectory())/remote, started for the
     mount (--stub-bandwidth and --stub-latency-ms throttle it, to watch lazy downloads).
       --remote URL, --token-file FILE   the remote stub and the file holding its token (its DATA/token)
@@ -80,6 +84,8 @@ enum MountCommand {
         var containers: [String]
         /// Every container of the key's user, new ones as they are made.
         var allContainers = false
+        /// `--share`: the folder shared with this user to mount (OWNER/NAME or a share id), in `containers[0]`.
+        var share: String? = nil
         var device: String
         /// --store DIR: the store of the one container, or the folder of the stores of several (DIR/ID).
         var storeGiven: String?
@@ -150,7 +156,7 @@ enum MountCommand {
     static func run(_ words: [String]) throws {
         let args = try Arguments(words, valued: ["--remote", "--token-file", "--ca-file", "--container", "--containers",
                                                 "--store",
-                                                "--device",
+                                                "--device", "--share",
                                                 "--log-level", "--log-file", "--download-timeout", "--stub-bandwidth",
                                                 "--stub-latency-ms", "--no-download-for", "--cache-size", "--min-free"],
                                  switches: ["--foreground", "--help", "--passthrough", "--no-passthrough", "--no-notify",
@@ -165,13 +171,16 @@ enum MountCommand {
         if args.value("--ca-file") != nil && remoteURLs.isEmpty { throw UsageError("--ca-file goes with --remote") }
         let level = args.value("--log-level").map { LogLevel(name: $0) } ?? .info
         guard let level else { throw UsageError("--log-level takes debug, info, warn or error") }
+        if args.value("--share") != nil && (remoteURLs.isEmpty || containers.count != 1) {
+            throw UsageError("--share needs --remote (a remote with users), and goes with one container")
+        }
         let device = args.value("--device") ?? hostName()
         guard !device.isEmpty, device.utf8.count <= 64, !device.contains("/") else {
             throw UsageError("--device takes a name of 1 to 64 bytes without '/'")
         }
         let options = Options(
             mountpoint: absolutePath(args.positional[0]), containers: containers,
-            allContainers: args.has("--all-containers"), device: device,
+            allContainers: args.has("--all-containers"), share: args.value("--share"), device: device,
             storeGiven: args.value("--store").map(absolutePath),
             remoteURLs: remoteURLs, tokenFile: args.value("--token-file").map(absolutePath),
             caFile: args.value("--ca-file").map(absolutePath),

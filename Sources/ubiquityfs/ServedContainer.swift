@@ -35,12 +35,12 @@ final class ServedContainer: Sendable {
     let core: Container
     let fs: FileSystem
     private let query: QueryServer?
-    private let kv: KeyValueStore
+    private let kv: KeyValueStore?
     private let notices = Locked<DesktopNotices?>(nil)
     private let options: MountCommand.Options
     private static let log = Logger("daemon")
 
-    private init(id: String, store: String, core: Container, fs: FileSystem, query: QueryServer?, kv: KeyValueStore,
+    private init(id: String, store: String, core: Container, fs: FileSystem, query: QueryServer?, kv: KeyValueStore?,
                  options: MountCommand.Options) {
         self.id = id; self.store = store; self.core = core; self.fs = fs; self.query = query; self.kv = kv
         self.options = options
@@ -50,18 +50,36 @@ final class ServedContainer: Sendable {
     /// store; its file system is ready to mount.
     static func start(_ id: String, options: MountCommand.Options, remote: Remote,
                       usage: AccountUsage) throws -> ServedContainer {
+        let client = HTTPRemoteClient(baseURLs: remote.urls, token: remote.token, container: id,
+                                      timeouts: HTTPTimeouts(downloadSilenceSeconds: options.downloadTimeout),
+                                      device: options.device, caFile: options.caFile)
+        return try start(id, client: client, options: options, remote: remote, usage: usage, sharedWithMe: nil)
+    }
+
+    /// The view of `share`, a folder another user shares with this one (`mount --share`, docs/SHARING.md): a
+    /// container of its own whose root is the folder, with its own store (that of id `share-ID`), read-only
+    /// when shared so, without a key-value store (a view has none).
+    static func startView(of share: WireShare, options: MountCommand.Options, remote: Remote,
+                          usage: AccountUsage) throws -> ServedContainer {
+        let client = HTTPRemoteClient(baseURLs: remote.urls, token: remote.token, container: share.container,
+                                      timeouts: HTTPTimeouts(downloadSilenceSeconds: options.downloadTimeout),
+                                      device: options.device, caFile: options.caFile).view(of: share)
+        return try start("share-" + share.id, client: client, options: options, remote: remote, usage: usage,
+                         sharedWithMe: SharedWithMe(owner: share.owner, readOnly: share.readOnly))
+    }
+
+    private static func start(_ id: String, client: HTTPRemoteClient, options: MountCommand.Options, remote: Remote,
+                              usage: AccountUsage, sharedWithMe: SharedWithMe?) throws -> ServedContainer {
         let path = options.store(of: id)
         try makeDirectories(path)
         let store = try openStore(path)
         // Before the core opens it: from then on the store is only reached through the core's locked state
         // (SQLite is opened without its own mutex).
         try store.bind(container: id)
-        let client = HTTPRemoteClient(baseURLs: remote.urls, token: remote.token, container: id,
-                                      timeouts: HTTPTimeouts(downloadSilenceSeconds: options.downloadTimeout),
-                                      device: options.device, caFile: options.caFile)
         var config = ContainerConfig(device: options.device)
         config.downloadTimeoutSeconds = options.downloadTimeout
         config.arrivingModeCap = remote.userMask & 0o022
+        config.sharedWithMe = sharedWithMe
         (config.cacheLimit, config.minFreeBytes) = storeLimits(path, options)
         log.info("\(id): local store limit \(config.cacheLimit) bytes, keeping \(config.minFreeBytes) bytes free")
         let core = try Container(store: store, remote: client, config: config)
@@ -71,11 +89,14 @@ final class ServedContainer: Sendable {
         let query = serveQuery(core, store: path)
         let fs = FileSystem(core: core, downloadPolicy: DownloadPolicy(noDownloadFor: options.noDownloadFor))
         fs.passthrough = options.passthrough
-        // The key-value store is bound to the account (the token) and the container.
-        let kv = try KeyValueStore(directory: path, device: options.device,
+        var kv: KeyValueStore?
+        if sharedWithMe == nil {
+            // The key-value store is bound to the account (the token) and the container.
+            kv = try KeyValueStore(directory: path, device: options.device,
                                    account: String(sha256Hex(Array(remote.token.utf8)).prefix(16)) + ":" + id,
                                    remote: client)
-        kv.start()
+            kv?.start()
+        }
         fs.kv = kv
         fs.accountAttributes = { [usage, core] in usage.attributes(container: id, local: core.localBytes) }
         return ServedContainer(id: id, store: path, core: core, fs: fs, query: query, kv: kv, options: options)
@@ -91,7 +112,7 @@ final class ServedContainer: Sendable {
     /// Stops what `start` started, in the reverse order (after the file system's loop ended).
     func stop() {
         notices.withLock { $0 }?.stop()
-        kv.stop()
+        kv?.stop()
         query?.stop()
         core.stop()
     }

@@ -6,7 +6,7 @@ _ubiquityfs() {
         words="mount unmount status evict download pin unpin sync pause resume usage delete-data share check query kv trash history rewind chunks remote --help --version"
     else
         case "$cmd" in
-            mount) words="--remote --token-file --ca-file --container --containers --all-containers --store --device --foreground --no-passthrough
+            mount) words="--remote --token-file --ca-file --container --containers --all-containers --share --store --device --foreground --no-passthrough
                           --download-timeout --no-download-for --cache-size --min-free --help" ;;
             unmount|umount) words="--force --help" ;;
             status|history) words="--json --help" ;;

@@ -9,6 +9,14 @@
 import Foundation
 import UbiquityBase
 
+/// A folder another user shares with this one, as the container of its view sees it (docs/SHARING.md).
+public struct SharedWithMe: Sendable, Equatable {
+    /// The owner's user name.
+    public var owner: String
+    public var readOnly: Bool
+    public init(owner: String, readOnly: Bool) { self.owner = owner; self.readOnly = readOnly }
+}
+
 /// The remote's records of a container's shared folders, as last fetched.
 struct ShareRecords {
     var shares: [WireShare] = []
@@ -66,9 +74,14 @@ extension Container {
                                                           "shareError"]
 
     /// The share attributes of an item: those of the nearest shared folder at or above it (none outside one),
-    /// and `shareError`, the remote's refusal of the last share command on this folder. Only a folder of this
-    /// container can be shared here (a participant's view of a share is planned).
+    /// and `shareError`, the remote's refusal of the last share command on this folder. In the view of a folder
+    /// shared with this user, every item is in it: the participant's attributes.
     public func shareAttributes(_ id: String) -> [(name: String, value: String)] {
+        if let mine = config.sharedWithMe {
+            return [(name: "isShared", value: "1"), (name: "sharedRole", value: "participant"),
+                    (name: "sharedPermissions", value: mine.readOnly ? "readOnly" : "readWrite"),
+                    (name: "sharedOwner", value: mine.owner)]
+        }
         let records = sharesWithRefresh(), refusal = shareErrors.withLock { $0[id] }
         var list: [(name: String, value: String)] = []
         let folders = Set(records.map(\.folder))
@@ -79,6 +92,15 @@ extension Container {
         }
         if let refusal { list.append((name: "shareError", value: refusal)) }
         return list
+    }
+
+    /// Refuses a change in the view of a folder shared with this user, at once, with nothing queued: read-only,
+    /// as permission denied; read-write, as a read-only file system until writing through a view is built (the
+    /// remote refuses it: a change made here could never go up).
+    func refuseIfReadOnly() throws(CoreError) {
+        guard let mine = config.sharedWithMe else { return }
+        if mine.readOnly { throw .accessDenied("the folder is shared with you read-only") }
+        throw .readOnly
     }
 
     /// Runs a share command's request, keeping the remote's refusal as the folder's `shareError` (a plain
@@ -118,7 +140,7 @@ extension Container {
     /// Fetches the records in the background (at start, and when they are stale): a remote that cannot be
     /// reached now leaves them as they are, for a minute.
     func refreshShares() {
-        guard config.environment.backgroundTransfers else { return }
+        guard config.environment.backgroundTransfers, config.sharedWithMe == nil else { return }
         shareRecords.withLock { $0.fetching = true }
         let clock = config.environment.clock
         shareList { [log, shareRecords] result in

@@ -263,6 +263,8 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
     case interrupted
     /// A read-only part of the file system (the versions directory).
     case readOnly
+    /// A change this user may not make: a folder another user shares with them read-only.
+    case accessDenied(String)
     /// No such extended attribute.
     case noAttribute
     /// An extended attribute value or list too large.
@@ -302,6 +304,7 @@ public enum CoreError: Error, Equatable, CustomStringConvertible {
         case .notPermitted(let m): return "not permitted: \(m)"
         case .interrupted: return "interrupted"
         case .readOnly: return "read-only"
+        case .accessDenied(let m): return "permission denied: \(m)"
         case .noAttribute: return "no such attribute"
         case .tooBig: return "attribute too large"
         case .fileTooBig: return "file too large"

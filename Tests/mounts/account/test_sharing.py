@@ -3,8 +3,10 @@ shared folder and on everything in it, each refusal in one plain line that chang
 participant's view on the wire, driven with curl. (The view in a participant's own mount is planned:
 docs/SHARING.md.)"""
 import json
+import os
+import stat
 
-from conftest import BIN, CONTAINER, accounts, attr, curl_auth, new_key, run, sync
+from conftest import BIN, CONTAINER, accounts, attr, curl_auth, new_key, run, sync, wait_until
 
 
 def share(*words, check=True):
@@ -154,3 +156,96 @@ def test_a_participant_reads_the_shared_folder_alone_and_writes_by_no_route(stub
     assert curl(keys["carol"], "GET", f"{view}/changes")[0] == 404
     assert curl(owner_key, "GET", f"{view}/changes")[0] == 404
     assert curl(keys["carol"], "PUT", f"{view}/items/{plan['id']}", *json_body, "-d", item)[0] == 404
+
+
+def test_a_participant_mounts_a_folder_shared_read_only_and_changes_nothing(stub, mount_factory, tmp_path):
+    """`mount --share OWNER/NAME`: the folder is the mount's root, with its files downloaded on open, the
+    participant's attributes on everything, no write bits, and every change refused with EACCES at once
+    (nothing queued); the owner's later changes arrive; nothing of the owner's other files shows."""
+    for user in ("alice", "bob"):
+        accounts(stub, "user", "add", user)
+    alice = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "alice-laptop")
+    project = alice / "Documents" / "project"
+    (project / "drafts").mkdir(parents=True)
+    (project / "drafts" / "plan.txt").write_text("the plan\n")
+    (project / "notes.txt").write_text("notes\n")
+    (alice / "Documents" / "private.txt").write_text("mine alone\n")
+    sync(alice)
+    share("add", project, "bob", "--read-only")
+
+    bob = mount_factory(new_key(stub, tmp_path, "bob", "laptop"), "bob-laptop", extra=["--share", "alice/project"])
+    assert sorted(os.listdir(bob.path)) == [".versions", "drafts", "notes.txt"], "no Recently Deleted: the owner's"
+    assert (bob.path / "drafts" / "plan.txt").read_text() == "the plan\n"
+    participant = {"isShared": "1", "sharedRole": "participant", "sharedPermissions": "readOnly", "sharedOwner": "alice"}
+    for path in (bob.path / "notes.txt", bob.path / "drafts", bob.path / "drafts" / "plan.txt"):
+        assert share_attrs(path) == participant, path
+    assert stat.S_IMODE(os.stat(bob.path / "notes.txt").st_mode) & 0o222 == 0
+    assert stat.S_IMODE(os.stat(bob.path / "drafts").st_mode) & 0o222 == 0
+
+    # Every change is refused at once, as "Permission denied", and nothing waits to go up.
+    refusals = [
+        ["sh", "-c", f"echo more >> '{bob.path / 'notes.txt'}'"],
+        ["sh", "-c", f"echo new > '{bob.path / 'new.txt'}'"],
+        ["touch", bob.path / "notes.txt"],
+        ["mkdir", bob.path / "more"],
+        ["rm", "-f", bob.path / "notes.txt"],
+        ["mv", bob.path / "notes.txt", bob.path / "drafts" / "moved.txt"],
+        ["truncate", "-s", "0", bob.path / "drafts" / "plan.txt"],
+        ["ln", "-s", "notes.txt", bob.path / "link"],
+        ["setfattr", "-n", "user.mine", "-v", "x", bob.path / "notes.txt"],
+    ]
+    for words in refusals:
+        p = run(*words, check=False)
+        assert p.returncode != 0 and "Permission denied" in p.stderr, (words, p.stderr)
+    assert attr(bob.path, "pendingChanges") == "0"
+    assert sorted(os.listdir(bob.path)) == [".versions", "drafts", "notes.txt"]
+    assert (bob.path / "notes.txt").read_text() == "notes\n"
+    # The cache is the participant's own: a file is evicted and downloaded again.
+    run("setfattr", "-n", "user.ubiquity.evict", bob.path / "notes.txt")
+    assert attr(bob.path / "notes.txt", "downloadingStatus") == "notDownloaded"
+    assert (bob.path / "notes.txt").read_text() == "notes\n"
+
+    # The owner's changes arrive; what the owner has outside the folder never does.
+    (project / "notes.txt").write_text("notes, edited by alice\n")
+    (project / "drafts" / "second.txt").write_text("a second draft\n")
+    run("mv", project / "drafts" / "plan.txt", alice / "Documents" / "plan.txt")
+    sync(alice)
+    wait_until(lambda: sorted(os.listdir(bob.path / "drafts")) == ["second.txt"], what="the drafts on bob's view")
+    wait_until(lambda: (bob.path / "notes.txt").read_text() == "notes, edited by alice\n", what="the edit")
+    assert not any("private" in name or "plan" in name for _, _, names in os.walk(bob.path) for name in names)
+
+
+def test_a_folder_shared_read_write_mounts_read_only_until_writes_are_built(stub, mount_factory, tmp_path):
+    """Writing into a shared folder is not built yet (the remote answers 501): a read-write participant's
+    mount says readWrite, reads, and refuses changes as a read-only file system, queueing nothing that could
+    never go up."""
+    for user in ("alice", "bob"):
+        accounts(stub, "user", "add", user)
+    alice = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "alice-laptop")
+    project = alice / "Documents" / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("notes\n")
+    sync(alice)
+    share("add", project, "bob")
+    bob = mount_factory(new_key(stub, tmp_path, "bob", "laptop"), "bob-laptop", extra=["--share", "alice/project"])
+    assert share_attrs(bob.path / "notes.txt") == {"isShared": "1", "sharedRole": "participant",
+                                                   "sharedPermissions": "readWrite", "sharedOwner": "alice"}
+    assert (bob.path / "notes.txt").read_text() == "notes\n"
+    p = run("sh", "-c", f"echo more >> '{bob.path / 'notes.txt'}'", check=False)
+    assert p.returncode != 0 and "Read-only file system" in p.stderr, p.stderr
+    p = run("mkdir", bob.path / "more", check=False)
+    assert p.returncode != 0 and "Read-only file system" in p.stderr, p.stderr
+    assert attr(bob.path, "pendingChanges") == "0"
+
+
+def test_mount_share_of_nothing_shared_fails_plainly(stub, mount_factory, tmp_path):
+    for user in ("alice", "bob"):
+        accounts(stub, "user", "add", user)
+    bob = mount_factory(new_key(stub, tmp_path, "bob", "laptop"), "bob-laptop", extra=["--share", "alice/nothing"],
+                        mount=False)
+    p = run(*bob.args(), check=False, timeout=60)
+    assert p.returncode == 1 and not bob.is_mounted()
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing named 'alice/nothing' is shared with you" in lines[0], p.stderr
+    p = run(BIN, "mount", tmp_path / "x", "--share", "alice/nothing", check=False)
+    assert p.returncode == 2 and "--share needs --remote" in p.stderr, p.stderr
