@@ -34,14 +34,16 @@ extension Subject {
         return sha
     }
 
-    /// The blob's bytes from `offset` on, as downloaded into a fresh file positioned at `offset`.
-    func download(_ sha: String, from offset: Int64 = 0, prefix: [UInt8] = []) throws -> [UInt8] {
+    /// The blob's bytes from `offset` on, as downloaded (through `client`, else this remote) into a fresh file
+    /// positioned at `offset`.
+    func download(_ sha: String, from offset: Int64 = 0, prefix: [UInt8] = [],
+                  through client: (any RemoteClient)? = nil) throws -> [UInt8] {
         let path = dir + "/down-\(randomHex(bytes: 4))"
         _ = FileManager.default.createFile(atPath: path, contents: Data(prefix))
         let fd = try FileDescriptor.open(path, O_WRONLY)
         _ = lseek(fd.raw, off_t(offset), SEEK_SET)
         defer { fd.close() }
-        try remote.downloadBlob(sha256: sha, offset: offset, to: fd, progress: nil)
+        try (client ?? remote).downloadBlob(sha256: sha, offset: offset, to: fd, progress: nil)
         return [UInt8](FileManager.default.contents(atPath: path) ?? Data())
     }
 

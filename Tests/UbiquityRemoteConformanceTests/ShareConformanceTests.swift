@@ -129,11 +129,11 @@ import UbiquityHTTP
         }
 
         // Blobs: what an item inside names; not one the remote holds for an item outside.
-        #expect(try download(sha256Hex(Array("the plan".utf8)), through: view, in: s.dir) == Array("the plan".utf8))
+        #expect(try s.download(sha256Hex(Array("the plan".utf8)), through: view) == Array("the plan".utf8))
         #expect(try view.hasBlob(sha256: sha256Hex(Array("the plan".utf8))))
         let secret = sha256Hex(Array("the owner's alone".utf8))
         #expect(try !view.hasBlob(sha256: secret))
-        try expectStatus(404, "a blob outside") { _ = try download(secret, through: view, in: s.dir) }
+        try expectStatus(404, "a blob outside") { _ = try s.download(secret, through: view) }
 
         // Only the participant reaches the view.
         try expectStatus(404, "another user") { _ = try carol.view(of: share).changes(since: nil, waitSeconds: 0) }
@@ -209,15 +209,6 @@ import UbiquityHTTP
         _ = try s.remote.putItem(item, ifMatch: item.version)
     }
 
-    /// The blob's bytes, downloaded through `client` into a file of `dir`.
-    private func download(_ sha: String, through client: any RemoteClient, in dir: String) throws -> [UInt8] {
-        let path = dir + "/down-\(randomHex(bytes: 4))"
-        _ = FileManager.default.createFile(atPath: path, contents: nil)
-        let fd = try FileDescriptor.open(path, O_WRONLY)
-        defer { fd.close() }
-        try client.downloadBlob(sha256: sha, offset: 0, to: fd, progress: nil)
-        return [UInt8](FileManager.default.contents(atPath: path) ?? Data())
-    }
 
     /// Expects `body` to fail with the HTTP status `status` (404 as `.notFound`, 409 as `.conflict`, 5xx as
     /// `.server`, the rest as `.rejected`).
