@@ -1,6 +1,7 @@
 // Shared folders through the mount (docs/SHARING.md), for `ubiquityfs share`: `setfattr -n
 // user.ubiquity.shareAdd -v "USER readWrite|readOnly" FOLDER` shares a folder, `user.ubiquity.shareRemove` (USER)
-// stops it, and `getfattr -n user.ubiquity.shares MOUNT` reads the container's shares as JSON. A refusal's
+// stops it, `getfattr -n user.ubiquity.shares MOUNT` reads the container's shares as JSON, and
+// `user.ubiquity.shareLeave` set on the root of a folder shared with this user leaves it. A refusal's
 // reason is the folder's `shareError` attribute (setxattr(2) carries only an errno). None of these is listed.
 //
 // What must hold: each is a request to the remote answered through a completion, so no FUSE worker waits on
@@ -13,16 +14,18 @@ extension FileSystem {
     static let shareAddAttribute = StatusAttribute.prefix + "shareAdd"
     static let shareRemoveAttribute = StatusAttribute.prefix + "shareRemove"
     static let sharesAttribute = StatusAttribute.prefix + "shares"
+    static let shareLeaveAttribute = StatusAttribute.prefix + "shareLeave"
 
     /// True for the share commands: set on an item, or read on the root.
     func isShareRequest(_ id: String, _ name: String) -> Bool {
         guard case .item = route(id) else { return false }
-        if name == FileSystem.sharesAttribute { return id == core.rootID }
+        if name == FileSystem.sharesAttribute || name == FileSystem.shareLeaveAttribute { return id == core.rootID }
         return name == FileSystem.shareAddAttribute || name == FileSystem.shareRemoveAttribute
     }
 
     /// `shareAdd` (USER, then readWrite or readOnly) or `shareRemove` (USER) set on a folder.
     func setShare(_ id: String, _ name: String, _ value: [UInt8], done: @escaping Completion<Void>) {
+        if name == FileSystem.shareLeaveAttribute { return core.leaveShare { done($0.mapError { .core($0) }) } }
         let words = String(decoding: value, as: UTF8.self).split(separator: " ").map(String.init)
         let adding = name == FileSystem.shareAddAttribute
         guard let user = words.first, words.count == (adding ? 2 : 1),

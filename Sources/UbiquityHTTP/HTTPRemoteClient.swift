@@ -408,7 +408,7 @@ public final class HTTPRemoteClient: RemoteClient, KeyValueRemote, Sendable {
                                             headers: ["Content-Type: application/json"], body: body)
     }
 
-    /// Leaves share `id` (its participant's call).
+    /// Leaves share `id` (its participant's call). A view's client leaves too (the route is the user's).
     public func leaveShare(id: String) throws(RemoteError) {
         let body = try encoded(WireShareLeave(id: id), "a share's leave")
         let _: WireSharesRemoved = try json("POST", url(["v1", "shares", "leave"]),

@@ -37,7 +37,11 @@ extension StubStore {
         var cursor = since
         return try polling(wait: wait) { () throws(ServerFailure) in
             let answer = try reading(share.container) { (tx) throws(ServerFailure) in
-                try ShareTree(tx, share).changes(since: cursor, from: since, limit: limit)
+                // Looked at again at each look: a long poll ends as soon as the share does.
+                guard try tx.shares(user: share.participant).contains(where: { $0.id == share.id }) else {
+                    throw .refused(404, "no such share")
+                }
+                return try ShareTree(tx, share).changes(since: cursor, from: since, limit: limit)
             }
             cursor = Int64(answer.token) ?? cursor
             return (answer, !answer.items.isEmpty || answer.more)

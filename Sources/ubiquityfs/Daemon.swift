@@ -45,6 +45,7 @@ struct Daemon {
         let served = try options.share.map { try ServedContainer.startView(of: sharedWithMe($0, remote), options: options,
                                                                          remote: remote, usage: usage) }
             ?? ServedContainer.start(options.containers[0], options: options, remote: remote, usage: usage)
+        defer { removeStoreOfEndedShare(served) } // (after the stop below)
         defer { served.stop() }
         try served.fs.mount(at: options.mountpoint, fsname: "ubiquityfs:\(served.id)")
         usage.start()  // a mount that failed never asks
@@ -85,6 +86,18 @@ struct Daemon {
         root.run(beforeUnmount: { account.stopAll() })
         log.info("unmounted \(options.mountpoint)")
         if let failure = account.failure { throw failure }
+    }
+
+    /// Empties the store of a share's view whose share has ended: it holds the owner's files, which this user
+    /// may no longer read (nothing of theirs is in it: a view takes no change). Its log and lock stay.
+    private func removeStoreOfEndedShare(_ served: ServedContainer) {
+        guard served.ended.withLock({ $0 }) else { return }
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: served.store)) ?? []
+        for name in names where name != "ubiquityfs.log" && name != "lock" {
+            do { try FileManager.default.removeItem(atPath: served.store + "/" + name) } catch {
+                log.warning("cannot remove \(name) from the store of the ended share, \(served.store): \(error)")
+            }
+        }
     }
 
     /// The share `name` (OWNER/NAME, or its id) of the mount's container, among those the remote lists for

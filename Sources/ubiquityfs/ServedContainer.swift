@@ -64,9 +64,20 @@ final class ServedContainer: Sendable {
         let client = HTTPRemoteClient(baseURLs: remote.urls, token: remote.token, container: share.container,
                                       timeouts: HTTPTimeouts(downloadSilenceSeconds: options.downloadTimeout),
                                       device: options.device, caFile: options.caFile).view(of: share)
-        return try start("share-" + share.id, client: client, options: options, remote: remote, usage: usage,
-                         sharedWithMe: SharedWithMe(owner: share.owner, readOnly: share.readOnly))
+        let served = try start("share-" + share.id, client: client, options: options, remote: remote, usage: usage,
+                               sharedWithMe: SharedWithMe(id: share.id, owner: share.owner, readOnly: share.readOnly))
+        // The share gone, the mount ends as if unmounted (SIGTERM ends the session's loop), and the daemon
+        // removes the view's store: it holds the owner's files, which this user may no longer read.
+        served.core.onShareEnd { [served] in
+            log.info("\(share.owner)/\(share.name) is no longer shared with this user: unmounting")
+            served.ended.withLock { $0 = true }
+            kill(getpid(), SIGTERM)
+        }
+        return served
     }
+
+    /// A share's view whose share has ended: its store goes once the mount is down.
+    let ended = Locked(false)
 
     private static func start(_ id: String, client: HTTPRemoteClient, options: MountCommand.Options, remote: Remote,
                               usage: AccountUsage, sharedWithMe: SharedWithMe?) throws -> ServedContainer {

@@ -1,6 +1,7 @@
-// `ubiquityfs share add PATH USER [--read-only]`, `share remove PATH USER` and `share list [--json] [PATH]`:
-// a folder of a container shared with another user of the remote (docs/SHARING.md). Through the mount:
-// `user.ubiquity.shareAdd` and `shareRemove` set on the folder, `shares` read on the mount's root.
+// `ubiquityfs share add PATH USER [--read-only]`, `share remove PATH USER`, `share list [--json] [PATH]` and
+// `share leave MOUNT`: a folder of a container shared with another user of the remote (docs/SHARING.md). Through
+// the mount: `user.ubiquity.shareAdd` and `shareRemove` set on the folder, `shares` read on the mount's root,
+// `shareLeave` set on the root of the mount of a folder shared with you (`mount --share`).
 //
 // What must hold: each refusal is one plain line saying why (the remote's reason, which the mount keeps as the
 // folder's `shareError`), and a command that fails has changed nothing.
@@ -14,13 +15,15 @@ enum ShareCommand {
     usage: ubiquityfs share add PATH USER [--read-only]
            ubiquityfs share remove PATH USER
            ubiquityfs share list [--json] [PATH]
+           ubiquityfs share leave MOUNT
 
     Shares the folder PATH (inside Documents/ of a mount) with USER, another user of the remote, read-write or
     with --read-only read-only; sharing it again changes how. There is no acceptance step: the command is the
     invitation. 'remove' stops sharing it with USER. 'list' shows the shares of the container PATH is in (all
     of them, or those of the folder PATH): the folders shared and with whom, and the folders other users share
     with you. The folder and everything in it show user.ubiquity.isShared and the other share attributes.
-    A participant's view of a shared folder in their own mount is not built yet (docs/SHARING.md).
+    A folder shared with you is mounted with 'ubiquityfs mount DIR --share OWNER/NAME ...'; 'leave' leaves it
+    (for good: the owner shares it again to bring it back), and that mount ends, its local copies removed.
     """
 
     static func run(_ words: [String]) throws {
@@ -31,6 +34,9 @@ enum ShareCommand {
         case "add", "remove":
             guard args.positional.count == 2 else { throw UsageError("share \(verb) needs PATH and USER") }
             try change(verb, folder: args.positional[0], user: args.positional[1], readOnly: args.has("--read-only"))
+        case "leave":
+            guard args.positional.count == 1 else { throw UsageError("share leave needs the MOUNT of a folder shared with you") }
+            try leave(args.positional[0])
         case "list":
             guard args.positional.count <= 1 else { throw UsageError("share list takes at most one PATH") }
             try list(args.positional.first ?? FileManager.default.currentDirectoryPath, json: args.has("--json"))
@@ -59,6 +65,27 @@ enum ShareCommand {
         let shown = TrashCommand.relative(folder, to: root)
         print(adding ? "shared \(shown) with \(user) (\(readOnly ? "read-only" : "read-write"))"
                      : "\(shown) is no longer shared with \(user)")
+    }
+
+    /// Leaves the share mounted at `given`, then waits (up to 30 s) for that mount to end.
+    private static func leave(_ given: String) throws {
+        let mount = (absolutePath(given) as NSString).standardizingPath
+        guard mountType(mount) == "fuse.ubiquityfs" else {
+            throw CommandFailure("cannot leave \(given): not the mount of a folder shared with you")
+        }
+        let role = try? StatusCommand.attribute(mount, "sharedRole")
+        guard role == "participant" else {
+            throw CommandFailure("cannot leave \(given): not the mount of a folder shared with you")
+        }
+        let owner = (try? StatusCommand.attribute(mount, "sharedOwner")) ?? "its owner"
+        let rc = "".withCString { setxattr(mount, "user.ubiquity.shareLeave", $0, 0, 0) }
+        if rc != 0 {
+            let e = errno
+            throw CommandFailure("cannot leave \(given): \(TrashCommand.offline(mount) ?? String(cString: strerror(e)))")
+        }
+        let deadline = Date(timeIntervalSinceNow: 30)
+        while mountType(mount) != nil && Date() < deadline { usleep(100_000) }
+        print("left the folder \(owner) shared with you; \(given) is unmounted")
     }
 
     /// Why a share command failed: the remote's reason when it gave one, else what the errno means here.

@@ -49,7 +49,7 @@ commands:
   rewind DIR --to TIME [--dry-run]  bring a folder back to how it was on the remote at TIME
   delete-data PATH [--documents] [--yes]
                                     delete an app's data (outside Documents/) on every device, restorable whole
-  share add|remove PATH USER [--read-only] | share list [--json] [PATH]
+  share add|remove PATH USER [--read-only] | share list [--json] [PATH] | share leave MOUNT
                                     share a folder with another user of the remote, or stop; list the shares
   chunks [--json | --summary] FILE...
                                     how a file's content is cut into chunks (each with its SHA-256, or a hole)

@@ -21,7 +21,7 @@ _ubiquityfs() {
             rewind) words="--to --dry-run --help" ;;
             kv) ((COMP_CWORD == 2)) && words="get set delete list watch" || words="--json" ;;
             trash) ((COMP_CWORD == 2)) && words="list restore empty" || words="--json" ;;
-            share) ((COMP_CWORD == 2)) && words="add remove list" || words="--read-only --json --help" ;;
+            share) ((COMP_CWORD == 2)) && words="add remove list leave" || words="--read-only --json --help" ;;
             remote) ((COMP_CWORD == 2)) && words="serve seed usage user device" || words="--data --listen --metadata --blobs --help" ;;
         esac
     fi

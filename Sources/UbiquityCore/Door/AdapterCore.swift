@@ -104,6 +104,7 @@ public protocol HistoryAndTrash: AnyObject, Sendable {
 /// Shared folders on the owner's side (Sharing.swift): the remote's records, and the attributes they give.
 public protocol SharedFolders: AnyObject, Sendable {
     func shareList(done: @escaping Container.Answer<[WireShare]>)
+    func leaveShare(done: @escaping Container.Answer<Void>)
     func addShare(_ id: String, user: String, readOnly: Bool, done: @escaping Container.Answer<WireShare>)
     func removeShare(_ id: String, user: String, done: @escaping Container.Answer<Void>)
     func shareAttributes(_ id: String) -> [(name: String, value: String)]

@@ -114,6 +114,8 @@ public final class Container: @unchecked Sendable {
     let shareRecords = Locked(ShareRecords())
     /// The remote's refusal of the last share command on a folder, by folder id (Sharing.swift).
     let shareErrors = Locked<[String: String]>([:])
+    /// In a share's view: what runs once the share has ended (`onShareEnd`).
+    let shareEnd = Locked<(@Sendable () -> Void)?>(nil)
 
     public var rootID: String { WireRules.rootID }
 

@@ -11,10 +11,12 @@ import UbiquityBase
 
 /// A folder another user shares with this one, as the container of its view sees it (docs/SHARING.md).
 public struct SharedWithMe: Sendable, Equatable {
+    /// The share's id.
+    public var id: String
     /// The owner's user name.
     public var owner: String
     public var readOnly: Bool
-    public init(owner: String, readOnly: Bool) { self.owner = owner; self.readOnly = readOnly }
+    public init(id: String, owner: String, readOnly: Bool) { self.id = id; self.owner = owner; self.readOnly = readOnly }
 }
 
 /// The remote's records of a container's shared folders, as last fetched.
@@ -92,6 +94,30 @@ extension Container {
         }
         if let refusal { list.append((name: "shareError", value: refusal)) }
         return list
+    }
+
+    /// In the view of a folder shared with this user: `body` runs once, when the share has ended (the remote
+    /// no longer knows it: the owner stopped it, removed the user, or the user left it).
+    public func onShareEnd(_ body: @escaping @Sendable () -> Void) { shareEnd.withLock { $0 = body } }
+
+    /// The remote answered the view's feed 404: the share is gone (`onShareEnd`).
+    func shareEnded() {
+        guard config.sharedWithMe != nil, let body = shareEnd.withLock({ end in defer { end = nil }; return end }) else {
+            return
+        }
+        log.info("the folder is no longer shared with this user")
+        body()
+    }
+
+    /// The participant leaves the share this view shows (`share leave`); the view then ends (`onShareEnd`).
+    public func leaveShare(done: @escaping Answer<Void>) {
+        guard let share = config.sharedWithMe else {
+            return done(.failure(.invalidArgument("only the mount of a folder shared with you is left")))
+        }
+        askRemote("leaving the share", done: { [weak self] result in
+            if case .success = result { self?.shareEnded() }
+            done(result)
+        }) { remote throws(RemoteError) in try remote.leaveShare(id: share.id) }
     }
 
     /// Refuses a change in the view of a folder shared with this user, at once, with nothing queued: read-only,

@@ -169,6 +169,8 @@ public protocol RemoteClient: AnyObject, Sendable {
     func addShare(folder: String, user: String, readOnly: Bool) throws(RemoteError) -> WireShare
     /// Stops sharing folder `folder` of this container with `user` (`.notFound` when it was not).
     func removeShare(folder: String, user: String) throws(RemoteError)
+    /// The key's user leaves share `id`, made with them (`.notFound` when it is not theirs).
+    func leaveShare(id: String) throws(RemoteError)
 }
 
 extension RemoteClient {
@@ -189,6 +191,7 @@ extension RemoteClient {
         throw RemoteError.notFound("shares")
     }
     public func removeShare(folder: String, user: String) throws(RemoteError) { throw RemoteError.notFound("shares") }
+    public func leaveShare(id: String) throws(RemoteError) { throw RemoteError.notFound("shares") }
 }
 
 extension RemoteClient {

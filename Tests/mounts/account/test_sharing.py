@@ -249,3 +249,38 @@ def test_mount_share_of_nothing_shared_fails_plainly(stub, mount_factory, tmp_pa
     assert len(lines) == 1 and "nothing named 'alice/nothing' is shared with you" in lines[0], p.stderr
     p = run(BIN, "mount", tmp_path / "x", "--share", "alice/nothing", check=False)
     assert p.returncode == 2 and "--share needs --remote" in p.stderr, p.stderr
+
+
+def test_a_share_that_ends_takes_its_mount_with_it(stub, mount_factory, tmp_path):
+    """The owner stops sharing: the participant's mount of the folder ends within seconds (its long poll is
+    answered at once), and its store keeps none of the owner's files. A participant leaves with `share leave`:
+    the same, and the owner no longer lists them."""
+    for user in ("alice", "bob", "carol"):
+        accounts(stub, "user", "add", user)
+    alice = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "alice-laptop")
+    project = alice / "Documents" / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("notes\n")
+    sync(alice)
+    share("add", project, "bob", "--read-only")
+    share("add", project, "carol", "--read-only")
+    bob = mount_factory(new_key(stub, tmp_path, "bob", "laptop"), "bob-laptop", extra=["--share", "alice/project"])
+    carol = mount_factory(new_key(stub, tmp_path, "carol", "laptop"), "carol-laptop", extra=["--share", "alice/project"])
+    for m in (bob, carol):
+        assert (m.path / "notes.txt").read_text() == "notes\n"
+        assert os.listdir(m.store / "content"), "the participant's copy is local"
+
+    assert share("remove", project, "bob").stdout == "Documents/project is no longer shared with bob\n"
+    wait_until(lambda: not bob.is_mounted(), timeout=20, what="bob's mount of the share to end")
+    # The daemon empties the store once the mount is down.
+    wait_until(lambda: not (bob.store / "content").exists() and not (bob.store / "state.sqlite").exists(),
+               timeout=20, what="bob's store emptied")
+
+    p = share("leave", carol.path)
+    assert p.stdout == f"left the folder alice shared with you; {carol.path} is unmounted\n"
+    assert not carol.is_mounted()
+    wait_until(lambda: not (carol.store / "content").exists(), timeout=20, what="carol's store emptied")
+    assert share("list", alice.path).stdout == "nothing shared\n"
+    assert (project / "notes.txt").read_text() == "notes\n", "the owner loses nothing"
+    p = share("leave", alice.path, check=False)
+    assert p.returncode == 1 and "not the mount of a folder shared with you" in p.stderr, p.stderr
