@@ -19,6 +19,17 @@ public struct SharedWithMe: Sendable, Equatable {
     public init(id: String, owner: String, readOnly: Bool) { self.id = id; self.owner = owner; self.readOnly = readOnly }
 }
 
+extension RemoteError {
+    /// What a share's view's feed answers once this user is out of the share: 404 (the share is gone) or 401
+    /// (the key revoked, or the user removed).
+    static func endsAView(_ error: any Error) -> Bool {
+        switch error as? RemoteError {
+        case .notFound?, .unauthorized?: return true
+        default: return false
+        }
+    }
+}
+
 /// The remote's records of a container's shared folders, as last fetched.
 struct ShareRecords {
     var shares: [WireShare] = []
@@ -100,7 +111,7 @@ extension Container {
     /// no longer knows it: the owner stopped it, removed the user, or the user left it).
     public func onShareEnd(_ body: @escaping @Sendable () -> Void) { shareEnd.withLock { $0 = body } }
 
-    /// The remote answered the view's feed 404: the share is gone (`onShareEnd`).
+    /// The remote answered the view's feed 404 or 401: the share is gone, or this user is out (`onShareEnd`).
     func shareEnded() {
         guard config.sharedWithMe != nil, let body = shareEnd.withLock({ end in defer { end = nil }; return end }) else {
             return

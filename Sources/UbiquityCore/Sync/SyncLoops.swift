@@ -178,8 +178,9 @@ final class SyncLoops: Sendable {
             if down { container.remoteUnreachable() }
             else if case RemoteError.unauthorized = error { container.remoteRefusedKey() }
             else { container.remoteAnswered() }
-            // A share's view whose feed is not found any more: the share is gone.
-            if case RemoteError.notFound = error, container.config.sharedWithMe != nil { container.shareEnded() }
+            // A share's view whose feed is not found any more (the share is gone), or whose key is refused (revoked,
+            // or its user removed): this user is out, and the view ends.
+            if container.config.sharedWithMe != nil, RemoteError.endsAView(error) { container.shareEnded() }
             // While the remote is away, look again every second at most: opens wait for it only briefly, and
             // what waited goes within a second of its return (`remoteAnswered` wakes the pusher). A look at a
             // remote that is away is one refused connection, or one that times out.

@@ -284,3 +284,19 @@ def test_a_share_that_ends_takes_its_mount_with_it(stub, mount_factory, tmp_path
     assert (project / "notes.txt").read_text() == "notes\n", "the owner loses nothing"
     p = share("leave", alice.path, check=False)
     assert p.returncode == 1 and "not the mount of a folder shared with you" in p.stderr, p.stderr
+
+
+def test_a_participant_removed_from_the_remote_is_out_at_once(stub, mount_factory, tmp_path):
+    for user in ("alice", "bob"):
+        accounts(stub, "user", "add", user)
+    alice = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "alice-laptop")
+    project = alice / "Documents" / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("notes\n")
+    sync(alice)
+    share("add", project, "bob", "--read-only")
+    bob = mount_factory(new_key(stub, tmp_path, "bob", "laptop"), "bob-laptop", extra=["--share", "alice/project"])
+    assert (bob.path / "notes.txt").read_text() == "notes\n"
+    accounts(stub, "user", "remove", "bob")
+    wait_until(lambda: not bob.is_mounted(), timeout=30, what="the removed user's mount of the share to end")
+    wait_until(lambda: not (bob.store / "content").exists(), timeout=20, what="bob's store emptied")
