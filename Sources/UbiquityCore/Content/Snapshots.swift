@@ -121,16 +121,22 @@ extension Container {
     /// file is larger; a read that a write the gate does not see (FUSE passthrough) changed is taken again.
     func smallContentForUpload(_ id: String, limit: Int) throws -> (bytes: [UInt8], generation: Int)? {
         for _ in 0..<3 {
-            let read = try gates.exclusive(id) { () throws -> ReadForUpload in try readWhole(id, limit: limit) }
-            switch read {
-            case .tooLarge: return nil
-            case .changed: continue
-            case .read(let bytes):
+            // The generation is taken with the file's gate still held, as `snapshot` takes it: taken after, a
+            // truncate between the two gave the old bytes the truncate's generation, and the push of the old
+            // bytes then marked the file clean over it.
+            let read = try gates.exclusive(id) { () throws -> (ReadForUpload, Int) in
+                let read = try readWhole(id, limit: limit)
+                config.environment.afterUploadRead?(id)
                 let generation = update { s -> Int in
-                    s.fsyncedSinceSnapshot.remove(id)
+                    if case .read = read { s.fsyncedSinceSnapshot.remove(id) }
                     return s.contentGeneration[id] ?? 0
                 }
-                return (bytes, generation)
+                return (read, generation)
+            }
+            switch read.0 {
+            case .tooLarge: return nil
+            case .changed: continue
+            case .read(let bytes): return (bytes, read.1)
             }
         }
         throw RemoteError.localFile("\(self.path(of: id)) changed during each of 3 reads", cause: .busy)

@@ -28,6 +28,9 @@ public struct CoreEnvironment: Sendable {
     /// False: downloads asked for are only queued (see `Container.requestedDownloads`) and the owner fetches
     /// them with `Container.downloadOnce`; nothing starts a thread. `start` is not to be called then.
     public var backgroundTransfers = true
+    /// Tests only: runs once the bytes of a small file to upload are read, before their content generation
+    /// is taken (`smallContentForUpload`, the file's gate held), with the item's id.
+    public var afterUploadRead: (@Sendable (String) -> Void)? = nil
 
     /// The chunks of one file that go up or down at once: 4, each on a thread of its own; without background
     /// transfers one at a time, in order, on the calling thread (a driver that steps the core sees no thread).
