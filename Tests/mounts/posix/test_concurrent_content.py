@@ -71,6 +71,8 @@ def test_randomized_content_race_matches_model(stub, mount_factory):
     print("seed", seed)
     deadline = time.monotonic() + float(os.environ.get("RACE_SECONDS", "60"))
     errors = []
+    # Each file's operations on A, with their times, for the report of a mismatch.
+    done = {n: [] for n in names}
     # Writers on A hold the model's lock per file operation, so the model's order is the mount's order.
     file_locks = {n: threading.Lock() for n in names}
 
@@ -93,23 +95,34 @@ def test_randomized_content_race_matches_model(stub, mount_factory):
                             os.close(fd)
                         new = cur.ljust(off, b"\0")[:off] + chunk + cur[off + len(chunk):]
                         model.files[n] = new
+                        done[n].append(f"pwrite {len(chunk)} at {off} {time.time():.3f}")
                     elif op < 0.65:
                         size = rng.randint(0, len(cur) + 1000)
                         os.truncate(p, size)
                         model.files[n] = cur[:size].ljust(size, b"\0")
+                        done[n].append(f"truncate {size} {time.time():.3f}")
                     elif op < 0.8:
                         tmp = a / "Documents" / f".{n}.tmp{k}"
                         data = os.urandom(rng.randint(0, 100_000))
                         tmp.write_bytes(data)
                         os.rename(tmp, p)
                         model.files[n] = data
+                        done[n].append(f"rename over, {len(data)} bytes {time.time():.3f}")
                     else:
                         got = p.read_bytes()
                         if got != cur:
-                            errors.append(f"{n}: read {len(got)} bytes, model has {len(cur)}")
+                            errors.append(mismatch(n, p, got, cur))
                 except OSError as e:
                     errors.append(f"{n}: op {op:.2f}: {e!r}")
             time.sleep(rng.random() * 0.02)
+
+    def mismatch(n, p, got, cur):
+        """What a read that differs from the model says: where it differs, whether it lasts, the last operations."""
+        first = next((i for i in range(min(len(got), len(cur))) if got[i] != cur[i]), None)
+        time.sleep(1)
+        lasting = p.read_bytes() != cur
+        return (f"{n}: read {len(got)} bytes, model has {len(cur)}, first difference at {first}, "
+                f"{'still so' if lasting else 'right'} a second later, at {time.time():.3f}; last: {done[n][-4:]}")
 
     def evictor(k):
         rng = random.Random(seed + 100 + k)
@@ -133,6 +146,7 @@ def test_randomized_content_race_matches_model(stub, mount_factory):
                     data = os.urandom(rng.randint(0, 150_000))
                     (b / "Documents" / n).write_bytes(data)
                     model.files[n] = data
+                    done[n].append(f"written on B, {len(data)} bytes {time.time():.3f}")
                     sync(b)
                     same_on(a, f"Documents/{n}", data, timeout=30)
                 except (OSError, AssertionError) as e:
