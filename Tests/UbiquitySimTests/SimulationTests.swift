@@ -65,6 +65,17 @@ import UbiquitySim
         #expect(r.steps == 697, "the plan the seed generated when it failed")
     }
 
+    /// Two fresh seeds of two containers that found a deleted file back: a device re-sent a conflict version's
+    /// discard with its file's older time (999800665: the merge onto a newer content kept the old time; a delete
+    /// on top of the newer version took the older time for an edit it had not seen), or met the delete's
+    /// tombstone with it (999802457: the tombstone's other content and time read as its own change not there).
+    @Test(arguments: [(999_800_665, 450), (999_802_457, 461)])
+    func twoContainerSeedsThatFoundADeletedFileBack(seed: UInt64, steps: Int) {
+        let r = Simulation.execute(AccountPlan(seed: seed))
+        #expect(r.violations == [])
+        #expect(r.steps == steps, "the plan the seed generated when it failed")
+    }
+
     @Test func sameSeedSameRunOfTwoContainers() {
         let a = Simulation.execute(AccountPlan(seed: 42, steps: 160)), b = Simulation.execute(AccountPlan(seed: 42, steps: 160))
         #expect(a.trace == b.trace && a.violations == b.violations && a.counters == b.counters)

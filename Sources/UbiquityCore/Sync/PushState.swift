@@ -474,6 +474,7 @@ extension PushSide {
     func mergePush(_ id: String, onto current: WireItem, snap: PushSnapshot, pushed: Item) throws {
         try mutateThrowing { s in
             guard var cur = s.items[id] else { return }
+            let newContent = !current.deleted && current.sha256 != cur.remoteSHA
             if !current.deleted {
                 // The content of the version the next write goes on top of, also while dirty: the next 412
                 // compares with it to tell whether the remote's content changed since.
@@ -483,6 +484,10 @@ extension PushSide {
             if !cur.dirty && !current.deleted {
                 cur.size = current.size
                 cur.device = current.device
+                // A content written elsewhere comes with its time, as a pull takes it. Kept, the older time went up
+                // with this device's change of other things (a conflict version discarded here) over the newer
+                // one, and a delete made elsewhere on top of the newer one took that for an edit it had not seen.
+                if newContent { cur.mtime = current.mtime }
                 if cur.hasLocal && cur.localSHA != current.sha256 { s.notice(.changed(id, content: true, elsewhere: true)) }
             }
             if !cur.metaDirty && !current.deleted { try s.takeRemoteMetadata(&cur, from: current) }

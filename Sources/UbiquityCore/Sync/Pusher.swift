@@ -722,13 +722,19 @@ struct Pusher {
     /// (having maybe moved or changed it further itself). Not a concurrent edit: the delete wins, as it would
     /// have had the answer arrived. False (edit wins) when anything of this device's change differs, here or
     /// there, but the name (the puller may have moved this item out of the way of a new item that took its
-    /// name meanwhile) and conflict versions discarded here (the delete takes every version with it).
+    /// name meanwhile), conflict versions discarded here (the delete takes every version with it), and the
+    /// time of a content not changed here.
     private func acceptDelete(_ current: WireItem, snap: PushSnapshot, pushed: Item) throws -> Bool {
         let contentThere = !snap.item.dirty || pushed.kind == .dir || push.listsAsConflict(current, pushed: pushed)
             || (current.sha256 == pushed.remoteSHA && current.size == pushed.remoteSize)
         let conflictsThere = Set(pushed.conflicts.map(\.id)).isSubset(of: current.conflicts.map(\.id))
+        // A file whose content this device did not change has its content's time: where the tombstone holds
+        // another content (written elsewhere before the delete), the times differ by that write, not by a
+        // change of this device's.
+        var mine = pushed.metadata
+        if !snap.item.dirty && pushed.kind == .file && current.sha256 != pushed.remoteSHA { mine.mtime = current.mtime }
         let metaThere = !snap.item.metaDirty
-            || (current.metadata.named(pushed.name) == pushed.metadata && conflictsThere)
+            || (current.metadata.named(pushed.name) == mine && conflictsThere)
         guard contentThere && metaThere else { return false }
         return try push.removeIfUnchangedSincePush(id, tombstone: current, snap: snap, pushed: pushed)
     }
