@@ -17,6 +17,18 @@ def share_attrs(path):
     return {name: attr(path, name) for name in ("isShared", "sharedRole", "sharedPermissions", "sharedOwner")}
 
 
+def owner_with_a_project(stub, mount_factory, tmp_path, *participants):
+    """Users alice and `participants`; alice's mount, with Documents/project/notes.txt uploaded."""
+    for user in ("alice", *participants):
+        accounts(stub, "user", "add", user)
+    alice = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "alice-laptop")
+    project = alice / "Documents" / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("notes\n")
+    sync(alice)
+    return alice, project
+
+
 def test_a_shared_folder_says_so_on_everything_in_it_and_both_users_list_it(stub, mount_factory, tmp_path):
     for user in ("alice", "bob"):
         accounts(stub, "user", "add", user)
@@ -219,13 +231,7 @@ def test_a_folder_shared_read_write_mounts_read_only_until_writes_are_built(stub
     """Writing into a shared folder is not built yet (the remote answers 501): a read-write participant's
     mount says readWrite, reads, and refuses changes as a read-only file system, queueing nothing that could
     never go up."""
-    for user in ("alice", "bob"):
-        accounts(stub, "user", "add", user)
-    alice = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "alice-laptop")
-    project = alice / "Documents" / "project"
-    project.mkdir()
-    (project / "notes.txt").write_text("notes\n")
-    sync(alice)
+    alice, project = owner_with_a_project(stub, mount_factory, tmp_path, "bob")
     share("add", project, "bob")
     bob = mount_factory(new_key(stub, tmp_path, "bob", "laptop"), "bob-laptop", extra=["--share", "alice/project"])
     assert share_attrs(bob.path / "notes.txt") == {"isShared": "1", "sharedRole": "participant",
@@ -255,13 +261,7 @@ def test_a_share_that_ends_takes_its_mount_with_it(stub, mount_factory, tmp_path
     """The owner stops sharing: the participant's mount of the folder ends within seconds (its long poll is
     answered at once), and its store keeps none of the owner's files. A participant leaves with `share leave`:
     the same, and the owner no longer lists them."""
-    for user in ("alice", "bob", "carol"):
-        accounts(stub, "user", "add", user)
-    alice = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "alice-laptop")
-    project = alice / "Documents" / "project"
-    project.mkdir()
-    (project / "notes.txt").write_text("notes\n")
-    sync(alice)
+    alice, project = owner_with_a_project(stub, mount_factory, tmp_path, "bob", "carol")
     share("add", project, "bob", "--read-only")
     share("add", project, "carol", "--read-only")
     bob = mount_factory(new_key(stub, tmp_path, "bob", "laptop"), "bob-laptop", extra=["--share", "alice/project"])
@@ -287,13 +287,7 @@ def test_a_share_that_ends_takes_its_mount_with_it(stub, mount_factory, tmp_path
 
 
 def test_a_participant_removed_from_the_remote_is_out_at_once(stub, mount_factory, tmp_path):
-    for user in ("alice", "bob"):
-        accounts(stub, "user", "add", user)
-    alice = mount_factory(new_key(stub, tmp_path, "alice", "laptop"), "alice-laptop")
-    project = alice / "Documents" / "project"
-    project.mkdir()
-    (project / "notes.txt").write_text("notes\n")
-    sync(alice)
+    alice, project = owner_with_a_project(stub, mount_factory, tmp_path, "bob")
     share("add", project, "bob", "--read-only")
     bob = mount_factory(new_key(stub, tmp_path, "bob", "laptop"), "bob-laptop", extra=["--share", "alice/project"])
     assert (bob.path / "notes.txt").read_text() == "notes\n"
