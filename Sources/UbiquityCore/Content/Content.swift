@@ -60,7 +60,7 @@ extension Container {
     /// - `noDownload`: a caller that may not download (an indexer): an older local copy, else `.wouldBlock`.
     public func open(_ id: String, writable: Bool, truncate: Bool, staleOK: Bool = false,
                      noDownload: Bool = false) throws(CoreError) -> Opening {
-        if writable || truncate { try refuseIfReadOnly() }
+        if writable || truncate { try refuseChangeInAShare() }
         // An O_TRUNC of content gives room back (`> big.log` on a full disk), so it may use the reserve.
         let room = { (s: CoreState) -> FullDiskRoom in
             truncate && s.items[id].map { $0.hasLocal && s.cache.size(id) > 0 } == true ? .evictions : .freeSpace

@@ -38,7 +38,7 @@ extension Container {
 
     /// Discards one conflict version, here and, once pushed, on every device.
     public func discardConflict(_ id: String, _ conflict: String) throws(CoreError) {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) in
             guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard item.conflicts.contains(where: { $0.id == conflict }) else { throw .notFound }
@@ -53,7 +53,7 @@ extension Container {
     /// Makes a conflict version the file's current content: a local edit that replaces the content, and the
     /// version is resolved. Needs the version's content local (`.wouldBlock` otherwise: fetch it first).
     public func promoteConflict(_ id: String, _ conflict: String) throws(CoreError) {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         guard let c = item(id)?.conflicts.first(where: { $0.id == conflict }) else { throw .notFound }
         try replaceContent(id, from: paths.conflict(id, conflict), size: c.size) { (s, item) throws(CoreError) in
             guard item.conflicts.contains(where: { $0.id == conflict }) else { throw .notFound }

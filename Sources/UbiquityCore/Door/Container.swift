@@ -66,7 +66,7 @@ public struct ContainerConfig: Sendable {
     /// does not let this machine's other users write into it. 0: every mode arrives as sent.
     public var arrivingModeCap: UInt32 = 0
     /// Set when this container is the view of a folder another user shares with this one (docs/SHARING.md):
-    /// whose it is and how it is shared. Every change here is refused at once (`refuseIfReadOnly`): read-only,
+    /// whose it is and how it is shared. Every change here is refused at once (`refuseChangeInAShare`): read-only,
     /// and read-write until writing through a share is built.
     public var sharedWithMe: SharedWithMe?
     public init(device: String) { self.device = device }
@@ -387,7 +387,7 @@ public final class Container: @unchecked Sendable {
     /// and no push can start between the two without the writer counted).
     public func createAndOpen(parent: String, name: String, mode: UInt32,
                               owner: Owner? = nil) throws(CoreError) -> (Item, FileDescriptor) {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         try CoreState.checkName(name)
         return try mutate(room: .withReserveInPlace) {
             (s: inout CoreState) throws(CoreError) -> (Item, FileDescriptor) in
@@ -404,7 +404,7 @@ public final class Container: @unchecked Sendable {
     /// Creates a new item in a live directory; a file gets an empty content file.
     private func create(parent: String, name: String, kind: ItemKind, mode: UInt32, target: String? = nil,
                         owner: Owner?) throws(CoreError) -> Item {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         try CoreState.checkName(name)
         return try mutate(room: .withReserveInPlace) { (s: inout CoreState) throws(CoreError) -> Item in
             try s.create(parent: parent, name: name, kind: kind, mode: mode, target: target, owner: owner)
@@ -415,7 +415,7 @@ public final class Container: @unchecked Sendable {
     /// completes when the file is the backup of a save by rename (CoreState.saveOverBackup), nil otherwise.
     @discardableResult
     public func remove(parent: String, name: String, directory: Bool) throws(CoreError) -> SavedOver? {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         let saved = try mutate(room: .evictions) { (s: inout CoreState) throws(CoreError) -> SavedOver? in
             _ = try s.liveDirectory(parent)
             guard let id = s.children[parent]?[name], let item = s.items[id] else { throw .notFound }
@@ -442,7 +442,7 @@ public final class Container: @unchecked Sendable {
     @discardableResult
     public func rename(parent: String, name: String, newParent: String, newName: String,
                        noReplace: Bool) throws(CoreError) -> SavedOver? {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         try CoreState.checkName(newName)
         let saved = try mutate { (s: inout CoreState) throws(CoreError) -> SavedOver? in
             try s.rename(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace)
@@ -455,7 +455,7 @@ public final class Container: @unchecked Sendable {
     /// Both moves are pushed; the pusher lets one of them step aside on the remote while the other takes its
     /// name (see Pusher), so neither ends under another name.
     public func exchange(parent: String, name: String, newParent: String, newName: String) throws(CoreError) {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         try mutate { (s: inout CoreState) throws(CoreError) in
             try s.exchange(parent: parent, name: name, newParent: newParent, newName: newName)
         }
@@ -469,7 +469,7 @@ public final class Container: @unchecked Sendable {
     /// the content local (`.wouldBlock` otherwise: the caller fetches it and asks again).
     public func setAttributes(_ id: String, size: Int64? = nil, mode: UInt32?, mtime: Int64?, atime: Int64? = nil,
                               owner: Owner? = nil) throws(CoreError) -> Item {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         guard let size else {
             return try mutate { (s: inout CoreState) throws(CoreError) -> Item in
                 s.store.keepsRowsBack = s.isNewFileNotClosed(id) // its chmod or utimens waits for its close

@@ -87,7 +87,7 @@ extension Container {
     /// Makes a past version the file's current content, as a local edit that syncs like any (`mv` of a past
     /// version onto its file). Needs the copy `fetchPast` brought (`.wouldBlock` otherwise).
     public func restorePast(_ id: String, _ content: PastContent) throws(CoreError) {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         let key = content.description
         defer { update { s in s.transfers[key] = nil } }
         if content.size == 0 {

@@ -134,7 +134,7 @@ extension Container {
     /// Refuses a change in the view of a folder shared with this user, at once, with nothing queued: read-only,
     /// as permission denied; read-write, as a read-only file system until writing through a view is built (the
     /// remote refuses it: a change made here could never go up).
-    func refuseIfReadOnly() throws(CoreError) {
+    func refuseChangeInAShare() throws(CoreError) {
         guard let mine = config.sharedWithMe else { return }
         if mine.readOnly { throw .accessDenied("the folder is shared with you read-only") }
         throw .readOnly

@@ -98,7 +98,7 @@ extension Container {
 
     /// Marks every conflict version of a file resolved, keeping the current content.
     public func resolveKeepingCurrent(_ id: String) throws(CoreError) {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         try mutate { (s: inout CoreState) throws(CoreError) in
             guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard !item.conflicts.isEmpty else { return }
@@ -126,7 +126,7 @@ extension Container {
 
     /// Sets a user attribute; `create` fails if it exists, `replace` if it does not (setxattr's flags).
     public func setUserXattr(_ id: String, _ name: String, _ value: [UInt8], create: Bool, replace: Bool) throws(CoreError) {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         try mutate { (s: inout CoreState) throws(CoreError) in
             guard var item = s.items[id], !item.deleted else { throw .notFound }
             let exists = item.xattrs[name] != nil
@@ -143,7 +143,7 @@ extension Container {
     }
 
     public func removeUserXattr(_ id: String, _ name: String) throws(CoreError) {
-        try refuseIfReadOnly()
+        try refuseChangeInAShare()
         try mutate { (s: inout CoreState) throws(CoreError) in
             guard var item = s.items[id], !item.deleted else { throw .notFound }
             guard item.xattrs.removeValue(forKey: name) != nil else { throw .noAttribute }
