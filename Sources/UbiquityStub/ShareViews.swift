@@ -115,12 +115,14 @@ private final class ShareTree {
 
     /// Item `id` as the view's devices knew it at position `since` when it was below the folder then (its kept
     /// row at or before `since`, live), else nil.
-    private func insideRow(_ id: String, at since: Int64) throws(ServerFailure) -> WireVersion? {
+    private func insideRow(_ id: String, at since: Int64, depth: Int = 0) throws(ServerFailure) -> WireVersion? {
         if let known = insideThen[id] { return known }
         var answer: WireVersion? = nil
-        if let row = try tx.history(cid, id).first(where: { $0.version <= since }), !row.deleted,
-           let parent = row.parent {
-            let parentInside = try parent == share.folder ? true : insideRow(parent, at: since) != nil
+        // (Rows pruned by retention can make the parents kept at a position disagree, even in a cycle: the walk
+        // stops as a walk up the live tree does.)
+        if depth < WireShareRules.maxDepth, let row = try tx.history(cid, id).first(where: { $0.version <= since }),
+           !row.deleted, let parent = row.parent {
+            let parentInside = try parent == share.folder ? true : insideRow(parent, at: since, depth: depth + 1) != nil
             if parentInside { answer = row }
         }
         insideThen[id] = answer
