@@ -16,14 +16,15 @@ extension FileSystem {
     static let sharesAttribute = StatusAttribute.prefix + "shares"
     static let shareLeaveAttribute = StatusAttribute.prefix + "shareLeave"
 
-    /// True for the share commands: set on an item, or read on the root.
+    /// True for the share commands: set on an item, or on the root (`shareLeave`), or read on the root (`shares`).
     func isShareRequest(_ id: String, _ name: String) -> Bool {
         guard case .item = route(id) else { return false }
         if name == FileSystem.sharesAttribute || name == FileSystem.shareLeaveAttribute { return id == core.rootID }
         return name == FileSystem.shareAddAttribute || name == FileSystem.shareRemoveAttribute
     }
 
-    /// `shareAdd` (USER, then readWrite or readOnly) or `shareRemove` (USER) set on a folder.
+    /// `shareAdd` (USER, then readWrite or readOnly) or `shareRemove` (USER) set on a folder, or `shareLeave` on
+    /// the root of a share's view.
     func setShare(_ id: String, _ name: String, _ value: [UInt8], done: @escaping Completion<Void>) {
         if name == FileSystem.shareLeaveAttribute { return core.leaveShare { done($0.mapError { .core($0) }) } }
         let words = String(decoding: value, as: UTF8.self).split(separator: " ").map(String.init)

@@ -1147,14 +1147,13 @@ extension StubServer {
         return (since, limit, wait)
     }
 
-    /// A participant's request to the view of share `id`: only the participant reaches it (404 for anyone else,
-    /// as for no such share), and every write is refused (`writeRefusal`; `precheck` refuses them before their
-    /// body is read).
+    /// A participant's read of the view of share `id`: only the participant reaches it (404 for anyone else, as
+    /// for no such share). Writes never get here: `precheck` refuses them before their body is read
+    /// (`shareViewWriteRefusal`).
     private func shareView(_ connection: OpaquePointer, _ ex: Exchange, _ id: String,
                            _ part: ShareViewPart) throws(ServerFailure) -> Reply {
         guard let account = ex.account else { throw .refused(401, "no key") }
         let share = try store.shareForParticipant(id, user: account.user)
-        if part.isWrite(ex.method) { throw Self.writeRefusal(share) }
         switch part {
         case .open:
             return .json(200, try store.openView(share))

@@ -15,6 +15,8 @@ import UbiquityFUSE
 import UbiquityHTTP
 
 struct Daemon {
+    /// The log's name in its folder (the main container's store) when no --log-file is given.
+    static let logName = "ubiquityfs.log"
     let options: MountCommand.Options
     /// Started by `mount`: report readiness on stderr, then log only to the file.
     let notify: Bool
@@ -33,7 +35,7 @@ struct Daemon {
         // from this mask.
         let userMask = UInt32(umask(0o077))
         try makeDirectories(options.logFolder)
-        let logFile = options.logFile ?? (notify ? options.logFolder + "/ubiquityfs.log" : nil)
+        let logFile = options.logFile ?? (notify ? options.logFolder + "/" + Daemon.logName : nil)
         Log.shared.configure(level: options.logLevel, path: logFile)
         let (urls, token, stub) = try remote()
         defer { stub?.stop() }
@@ -93,7 +95,7 @@ struct Daemon {
     private func removeStoreOfEndedShare(_ served: ServedContainer) {
         guard served.ended.withLock({ $0 }) else { return }
         let names = (try? FileManager.default.contentsOfDirectory(atPath: served.store)) ?? []
-        for name in names where name != "ubiquityfs.log" && name != "lock" {
+        for name in names where name != Daemon.logName && name != StoreLock.fileName {
             do { try FileManager.default.removeItem(atPath: served.store + "/" + name) } catch {
                 log.warning("cannot remove \(name) from the store of the ended share, \(served.store): \(error)")
             }

@@ -70,11 +70,7 @@ enum ShareCommand {
     /// Leaves the share mounted at `given`, then waits (up to 30 s) for that mount to end.
     private static func leave(_ given: String) throws {
         let mount = (absolutePath(given) as NSString).standardizingPath
-        guard mountType(mount) == "fuse.ubiquityfs" else {
-            throw CommandFailure("cannot leave \(given): not the mount of a folder shared with you")
-        }
-        let role = try? StatusCommand.attribute(mount, "sharedRole")
-        guard role == "participant" else {
+        guard mountType(mount) == "fuse.ubiquityfs", (try? StatusCommand.attribute(mount, "sharedRole")) == "participant" else {
             throw CommandFailure("cannot leave \(given): not the mount of a folder shared with you")
         }
         let owner = (try? StatusCommand.attribute(mount, "sharedOwner")) ?? "its owner"
@@ -85,7 +81,8 @@ enum ShareCommand {
         }
         let deadline = Date(timeIntervalSinceNow: 30)
         while mountType(mount) != nil && Date() < deadline { usleep(100_000) }
-        print("left the folder \(owner) shared with you; \(given) is unmounted")
+        print("left the folder \(owner) shared with you; \(given) "
+              + (mountType(mount) == nil ? "is unmounted" : "is still mounted: 'ubiquityfs unmount \(given)' ends it"))
     }
 
     /// Why a share command failed: the remote's reason when it gave one, else what the errno means here.

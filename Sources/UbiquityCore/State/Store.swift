@@ -1014,7 +1014,9 @@ final class StagedDownloads: Sendable {
 /// record lock belongs to the process and is never inherited. Record locks do not exclude within one process,
 /// so the directories locked here are also kept in a process-wide set, checked before the file is opened:
 /// closing any descriptor of the lock file would drop the process's lock, so a second opener must never open it.
-final class StoreLock: Sendable {
+public final class StoreLock: Sendable {
+    /// The lock file's name in the store.
+    public static let fileName = "lock"
     private static let held = Locked<Set<String>>([])
     private let fd: Int32
     private let key: String
@@ -1027,7 +1029,7 @@ final class StoreLock: Sendable {
         let key = String(cString: resolved)
         free(resolved)
         guard Self.held.withLock({ $0.insert(key).inserted }) else { throw .inUse(directory: directory) }
-        let fd = Glibc.open(key + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let fd = Glibc.open(key + "/" + Self.fileName, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         var range = flock(l_type: Int16(F_WRLCK), l_whence: Int16(SEEK_SET), l_start: 0, l_len: 0, l_pid: 0)
         guard fd >= 0, fcntl(fd, F_SETLK, &range) == 0 else {
             let failure: StoreError = fd < 0 ? .unusable(directory: directory, cause: "cannot open its lock file: \(Errno.current)")
